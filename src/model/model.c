@@ -1,0 +1,442 @@
+/*
+ * model.c — loads a GGUF model: reads the architecture configuration from
+ * metadata, builds the tokenizer, and copies the weights into memory units.
+ *
+ * Unit layout (what the memory manager moves later):
+ *   pinned buffer   token_embd, output_norm, output (when untied)
+ *   block l buffer  all tensors of transformer block l, each at a 64-byte
+ *                   aligned offset, in the order the forward pass reads them
+ * Every buffer is its own anonymous mapping (mz_pages_alloc), so releasing a
+ * unit returns its pages to the OS.
+ */
+#define _GNU_SOURCE
+#include "model.h"
+
+#include "../kernels/kernels.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MZ_TENSOR_ALIGN 64
+
+/* Bounds on shapes we accept; generous for small on-device models, tight
+ * enough that products of them cannot overflow. */
+#define MZ_MAX_LAYERS 512
+#define MZ_MAX_EMBD 65536
+#define MZ_MAX_HEADS 1024
+#define MZ_MAX_HEAD_DIM 1024
+#define MZ_MAX_FF (1 << 20)
+
+const mz_tokenizer *mz_model_tokenizer(const mz_model_t *m) { return m->tok; }
+
+mz_model_params mz_model_params_default(void)
+{
+    mz_model_params p = {.n_threads = 0, .verbose = false};
+    return p;
+}
+
+static mz_status get_u32_required(const mz_gguf *g, const char *arch, const char *suffix,
+                                  uint32_t *out)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    mz_status s = mz_gguf_get_u32(g, key, out);
+    if (s == MZ_E_INVAL) return mz_fail(MZ_E_FORMAT, "missing required key %s", key);
+    return s;
+}
+
+static mz_status get_u32_optional(const mz_gguf *g, const char *arch, const char *suffix,
+                                  uint32_t *out, uint32_t dflt)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    mz_status s = mz_gguf_get_u32(g, key, out);
+    if (s == MZ_E_INVAL) {
+        *out = dflt;
+        return MZ_OK;
+    }
+    return s;
+}
+
+static mz_status get_f32_optional(const mz_gguf *g, const char *arch, const char *suffix,
+                                  float *out, float dflt)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    mz_status s = mz_gguf_get_f32(g, key, out);
+    if (s == MZ_E_INVAL) {
+        *out = dflt;
+        return MZ_OK;
+    }
+    return s;
+}
+
+static mz_status check_range(const char *what, uint32_t v, uint32_t lo, uint32_t hi)
+{
+    if (v < lo || v > hi)
+        return mz_fail(MZ_E_FORMAT, "%s = %u is outside the supported range [%u, %u]", what, v,
+                       lo, hi);
+    return MZ_OK;
+}
+
+static mz_status read_config(const mz_gguf *g, mz_model_config *cfg, char *arch_name,
+                             size_t arch_cap)
+{
+    mz_gguf_str arch;
+    mz_status s = mz_gguf_get_str(g, "general.architecture", &arch);
+    if (s == MZ_E_INVAL) return mz_fail(MZ_E_FORMAT, "missing required key general.architecture");
+    if (s) return s;
+    if (arch.len == 5 && !memcmp(arch.ptr, "llama", 5)) {
+        cfg->arch = MZ_ARCH_LLAMA;
+    } else if (arch.len == 5 && !memcmp(arch.ptr, "qwen3", 5)) {
+        cfg->arch = MZ_ARCH_QWEN3;
+    } else {
+        return mz_fail(MZ_E_UNSUPPORTED,
+                       "architecture '%.*s' is not supported (supported: llama, qwen3)",
+                       (int)MZ_MIN(arch.len, 64), arch.ptr);
+    }
+    snprintf(arch_name, arch_cap, "%s", cfg->arch == MZ_ARCH_LLAMA ? "llama" : "qwen3");
+    const char *a = arch_name;
+
+    uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_ctx, n_rot;
+    if ((s = get_u32_required(g, a, "block_count", &n_layer)) ||
+        (s = get_u32_required(g, a, "embedding_length", &n_embd)) ||
+        (s = get_u32_required(g, a, "feed_forward_length", &n_ff)) ||
+        (s = get_u32_required(g, a, "attention.head_count", &n_head)))
+        return s;
+    if ((s = check_range("block_count", n_layer, 1, MZ_MAX_LAYERS)) ||
+        (s = check_range("embedding_length", n_embd, 1, MZ_MAX_EMBD)) ||
+        (s = check_range("feed_forward_length", n_ff, 1, MZ_MAX_FF)) ||
+        (s = check_range("attention.head_count", n_head, 1, MZ_MAX_HEADS)))
+        return s;
+    if ((s = get_u32_optional(g, a, "attention.head_count_kv", &n_head_kv, n_head)) ||
+        (s = get_u32_optional(g, a, "attention.key_length", &head_dim, n_embd / n_head)) ||
+        (s = get_u32_optional(g, a, "context_length", &n_ctx, 2048)))
+        return s;
+    if ((s = check_range("attention.head_count_kv", n_head_kv, 1, n_head)) ||
+        (s = check_range("attention.key_length", head_dim, 2, MZ_MAX_HEAD_DIM)))
+        return s;
+    if (n_head % n_head_kv)
+        return mz_fail(MZ_E_FORMAT, "head_count %u is not a multiple of head_count_kv %u", n_head,
+                       n_head_kv);
+    if (head_dim % 2) return mz_fail(MZ_E_FORMAT, "head dimension %u is odd", head_dim);
+    uint32_t v_len;
+    if ((s = get_u32_optional(g, a, "attention.value_length", &v_len, head_dim))) return s;
+    if (v_len != head_dim)
+        return mz_fail(MZ_E_UNSUPPORTED, "value_length %u differs from key_length %u", v_len,
+                       head_dim);
+    if ((s = get_u32_optional(g, a, "rope.dimension_count", &n_rot, head_dim))) return s;
+    if ((s = check_range("rope.dimension_count", n_rot, 2, head_dim))) return s;
+    if (n_ctx == 0) n_ctx = 2048;
+
+    float eps;
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+    s = mz_gguf_get_f32(g, key, &eps);
+    if (s == MZ_E_INVAL) return mz_fail(MZ_E_FORMAT, "missing required key %s", key);
+    if (s) return s;
+    if (!(eps > 0.0f && eps < 1.0f))
+        return mz_fail(MZ_E_FORMAT, "%s = %g is not in (0, 1)", key, (double)eps);
+    float base;
+    if ((s = get_f32_optional(g, a, "rope.freq_base", &base, 10000.0f))) return s;
+    if (!(base > 1.0f)) return mz_fail(MZ_E_FORMAT, "rope.freq_base = %g must be > 1", (double)base);
+
+    cfg->n_layer = (int)n_layer;
+    cfg->n_embd = (int)n_embd;
+    cfg->n_ff = (int)n_ff;
+    cfg->n_head = (int)n_head;
+    cfg->n_head_kv = (int)n_head_kv;
+    cfg->head_dim = (int)head_dim;
+    cfg->n_rot = (int)(n_rot & ~1u);
+    cfg->n_ctx_train = (int)MZ_MIN(n_ctx, (uint32_t)INT32_MAX);
+    cfg->norm_eps = eps;
+    cfg->rope_base = base;
+    /* llama GGUFs have Q/K permuted by the converter for adjacent-pair rope;
+     * qwen3 keeps the NeoX half-split convention. */
+    cfg->rope_neox = cfg->arch == MZ_ARCH_QWEN3;
+    return MZ_OK;
+}
+
+/* Looks up a tensor and checks its type and shape; ne1 == 0 means 1-D. */
+static mz_status bind_tensor(const mz_gguf *g, const char *name, uint64_t ne0, uint64_t ne1,
+                             bool required, mz_tensor *out, bool *found)
+{
+    const mz_gguf_tensor *t = mz_gguf_find_tensor(g, name);
+    if (found) *found = t != NULL;
+    if (!t) {
+        if (required) return mz_fail(MZ_E_FORMAT, "missing required tensor %s", name);
+        return MZ_OK;
+    }
+    if (!mz_dtype_supported(t->type) || t->type == MZ_DT_Q8_1)
+        return mz_fail(MZ_E_UNSUPPORTED, "tensor %s has type %s which mzcache does not support",
+                       name, mz_dtype_name(t->type) ? mz_dtype_name(t->type) : "unknown");
+    uint64_t want1 = ne1 ? ne1 : 1;
+    bool ok = t->ne[0] == ne0 && t->ne[1] == want1 && t->ne[2] == 1 && t->ne[3] == 1 &&
+              (ne1 ? t->n_dims <= 2 : t->n_dims <= 1);
+    if (!ok)
+        return mz_fail(MZ_E_FORMAT,
+                       "tensor %s has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]",
+                       name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                       (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                       (unsigned long long)ne0, (unsigned long long)want1);
+    if (!ne1 && t->type != MZ_DT_F32)
+        return mz_fail(MZ_E_UNSUPPORTED, "norm tensor %s must be F32, found %s", name,
+                       mz_dtype_name(t->type));
+    out->type = t->type;
+    out->ne[0] = t->ne[0];
+    out->ne[1] = want1;
+    out->row_bytes = mz_dtype_row_bytes(t->type, t->ne[0]);
+    out->nbytes = (size_t)t->nbytes;
+    out->file_offset = 0; /* set by the caller, which knows data_offset */
+    out->data = NULL;
+    return MZ_OK;
+}
+
+static void place(mz_tensor *t, size_t *cursor, uint64_t data_offset, const mz_gguf *g,
+                  const char *name)
+{
+    if (!t->nbytes) return;
+    const mz_gguf_tensor *gt = mz_gguf_find_tensor(g, name);
+    *cursor = (*cursor + MZ_TENSOR_ALIGN - 1) & ~(size_t)(MZ_TENSOR_ALIGN - 1);
+    t->offset = *cursor;
+    t->file_offset = data_offset + gt->offset;
+    *cursor += t->nbytes;
+}
+
+static mz_status read_exact(int fd, void *dst, size_t n, uint64_t off, const char *what)
+{
+    uint8_t *p = dst;
+    while (n) {
+        ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return mz_fail(MZ_E_IO, "reading %s: %s", what, strerror(errno));
+        if (r == 0) return mz_fail(MZ_E_IO, "reading %s: unexpected end of file", what);
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return MZ_OK;
+}
+
+/* Reads every placed tensor of a unit into buf. */
+static mz_status load_tensors(int fd, uint8_t *buf, mz_tensor *const *ts, const char *const *names,
+                              size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        mz_tensor *t = ts[i];
+        if (!t->nbytes) continue;
+        mz_status s = read_exact(fd, buf + t->offset, t->nbytes, t->file_offset, names[i]);
+        if (s) return s;
+        t->data = buf + t->offset;
+    }
+    return MZ_OK;
+}
+
+enum { BLOCK_TENSORS = 11 };
+
+static void block_tensor_list(mz_block_weights *b, int layer, mz_tensor *ts[BLOCK_TENSORS],
+                              char names[BLOCK_TENSORS][64])
+{
+    static const char *suffix[BLOCK_TENSORS] = {
+        "attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm",
+        "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
+    mz_tensor *list[BLOCK_TENSORS] = {&b->attn_norm, &b->wq,     &b->wk,       &b->wv,
+                                      &b->q_norm,    &b->k_norm, &b->wo,       &b->ffn_norm,
+                                      &b->w_gate,    &b->w_up,   &b->w_down};
+    for (int i = 0; i < BLOCK_TENSORS; i++) {
+        ts[i] = list[i];
+        snprintf(names[i], 64, "blk.%d.%s.weight", layer, suffix[i]);
+    }
+}
+
+static mz_status bind_block(const mz_gguf *g, const mz_model_config *c, int l, mz_block_weights *b)
+{
+    mz_tensor *ts[BLOCK_TENSORS];
+    char names[BLOCK_TENSORS][64];
+    block_tensor_list(b, l, ts, names);
+    uint64_t E = (uint64_t)c->n_embd, Q = (uint64_t)c->n_head * (uint64_t)c->head_dim;
+    uint64_t KV = (uint64_t)c->n_head_kv * (uint64_t)c->head_dim, F = (uint64_t)c->n_ff;
+    uint64_t shapes[BLOCK_TENSORS][2] = {{E, 0},  {E, Q}, {E, KV}, {E, KV}, {(uint64_t)c->head_dim, 0},
+                                         {(uint64_t)c->head_dim, 0}, {Q, E}, {E, 0}, {E, F},
+                                         {E, F},  {F, E}};
+    bool qwen = c->arch == MZ_ARCH_QWEN3;
+    for (int i = 0; i < BLOCK_TENSORS; i++) {
+        bool is_qk_norm = ts[i] == &b->q_norm || ts[i] == &b->k_norm;
+        if (is_qk_norm && !qwen) continue;
+        mz_status s = bind_tensor(g, names[i], shapes[i][0], shapes[i][1], true, ts[i], NULL);
+        if (s) return s;
+    }
+    return MZ_OK;
+}
+
+static const char *dominant_type(const mz_model_t *m)
+{
+    size_t bytes[MZ_DT_COUNT] = {0};
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const mz_block_weights *b = &m->blocks[l];
+        const mz_tensor *ts[] = {&b->wq, &b->wk, &b->wv, &b->wo, &b->w_gate, &b->w_up, &b->w_down};
+        for (size_t i = 0; i < MZ_ARRAY_LEN(ts); i++) bytes[ts[i]->type] += ts[i]->nbytes;
+    }
+    int best = 0;
+    for (int t = 0; t < MZ_DT_COUNT; t++)
+        if (bytes[t] > bytes[best]) best = t;
+    return mz_dtype_name(best);
+}
+
+static void fill_info(mz_model_t *m, const mz_gguf *g, const char *arch)
+{
+    mz_model_info *in = &m->info;
+    const mz_model_config *c = &m->cfg;
+    memset(in, 0, sizeof *in);
+    snprintf(in->arch, sizeof in->arch, "%s", arch);
+    mz_gguf_str name;
+    if (mz_gguf_get_str(g, "general.name", &name) == MZ_OK)
+        snprintf(in->name, sizeof in->name, "%.*s", (int)MZ_MIN(name.len, 127), name.ptr);
+    snprintf(in->weight_type, sizeof in->weight_type, "%s", dominant_type(m));
+    in->n_layer = c->n_layer;
+    in->n_embd = c->n_embd;
+    in->n_head = c->n_head;
+    in->n_head_kv = c->n_head_kv;
+    in->head_dim = c->head_dim;
+    in->n_ff = c->n_ff;
+    in->n_vocab = c->n_vocab;
+    in->n_ctx_train = c->n_ctx_train;
+    in->rope_freq_base = c->rope_base;
+    in->norm_eps = c->norm_eps;
+    in->tied_output = c->tied_output;
+    size_t params = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) params += (size_t)g->tensors[i].n_elements;
+    in->n_params = params;
+    in->weight_bytes = m->pinned_bytes;
+    for (int l = 0; l < c->n_layer; l++) {
+        in->weight_bytes += m->blocks[l].buf_bytes;
+        in->block_bytes = MZ_MAX(in->block_bytes, m->blocks[l].buf_bytes);
+    }
+    in->kv_bytes_per_token = (size_t)2 * (size_t)c->n_layer * (size_t)c->n_head_kv *
+                             (size_t)c->head_dim * sizeof(mz_f16);
+    in->bos = mz_tokenizer_bos(m->tok);
+    in->eos = mz_tokenizer_eos(m->tok);
+    in->eot = mz_tokenizer_eot(m->tok);
+}
+
+static mz_status load_weights(mz_model_t *m, const mz_gguf *g)
+{
+    mz_model_config *c = &m->cfg;
+    mz_status s;
+    uint64_t E = (uint64_t)c->n_embd;
+
+    /* pinned unit */
+    if ((s = bind_tensor(g, "token_embd.weight", E, (uint64_t)c->n_vocab, true, &m->tok_embd, NULL)))
+        return s;
+    if ((s = bind_tensor(g, "output_norm.weight", E, 0, true, &m->output_norm, NULL))) return s;
+    bool has_output = false;
+    if ((s = bind_tensor(g, "output.weight", E, (uint64_t)c->n_vocab, false, &m->output,
+                         &has_output)))
+        return s;
+    c->tied_output = !has_output;
+    size_t cursor = 0;
+    place(&m->tok_embd, &cursor, g->data_offset, g, "token_embd.weight");
+    place(&m->output_norm, &cursor, g->data_offset, g, "output_norm.weight");
+    if (has_output) place(&m->output, &cursor, g->data_offset, g, "output.weight");
+    m->pinned_bytes = cursor;
+
+    m->blocks = mz_calloc((size_t)c->n_layer, sizeof *m->blocks);
+    if (!m->blocks) return MZ_E_NOMEM;
+    for (int l = 0; l < c->n_layer; l++) {
+        mz_block_weights *b = &m->blocks[l];
+        if ((s = bind_block(g, c, l, b))) return s;
+        mz_tensor *ts[BLOCK_TENSORS];
+        char names[BLOCK_TENSORS][64];
+        block_tensor_list(b, l, ts, names);
+        size_t bc = 0;
+        for (int i = 0; i < BLOCK_TENSORS; i++) place(ts[i], &bc, g->data_offset, g, names[i]);
+        b->buf_bytes = bc;
+    }
+
+    int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mz_fail(MZ_E_IO, "cannot open: %s", strerror(errno));
+    s = MZ_OK;
+    m->pinned_buf = mz_pages_alloc(m->pinned_bytes);
+    if (!m->pinned_buf) {
+        s = mz_fail(MZ_E_NOMEM, "cannot map %zu bytes for embeddings", m->pinned_bytes);
+        goto out_close;
+    }
+    {
+        mz_tensor *ts[] = {&m->tok_embd, &m->output_norm, &m->output};
+        const char *names[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
+        if ((s = load_tensors(fd, m->pinned_buf, ts, names, MZ_ARRAY_LEN(ts)))) goto out_close;
+    }
+    if (!has_output) m->output = m->tok_embd;
+    for (int l = 0; l < c->n_layer; l++) {
+        mz_block_weights *b = &m->blocks[l];
+        b->buf = mz_pages_alloc(b->buf_bytes);
+        if (!b->buf) {
+            s = mz_fail(MZ_E_NOMEM, "cannot map %zu bytes for block %d", b->buf_bytes, l);
+            goto out_close;
+        }
+        mz_tensor *ts[BLOCK_TENSORS];
+        char names[BLOCK_TENSORS][64];
+        const char *name_ptrs[BLOCK_TENSORS];
+        block_tensor_list(b, l, ts, names);
+        for (int i = 0; i < BLOCK_TENSORS; i++) name_ptrs[i] = names[i];
+        if ((s = load_tensors(fd, b->buf, ts, name_ptrs, BLOCK_TENSORS))) goto out_close;
+    }
+out_close:
+    close(fd);
+    return s;
+}
+
+mz_status mz_model_load(const char *path, const mz_model_params *p, mz_model_t **out)
+{
+    mz_status s;
+    mz_gguf *g = NULL;
+    mz_model_t *m = NULL;
+    char arch[32];
+    *out = NULL;
+    mz_clear_error();
+    mz_kernels_init();
+    if (!path) return mz_fail(MZ_E_INVAL, "no model path given");
+    if (strlen(path) >= sizeof m->path) return mz_fail(MZ_E_INVAL, "model path too long");
+
+    if ((s = mz_gguf_open(path, &g))) return s;
+    m = mz_calloc(1, sizeof *m);
+    if (!m) {
+        s = MZ_E_NOMEM;
+        goto out_free_gguf;
+    }
+    snprintf(m->path, sizeof m->path, "%s", path);
+    if ((s = read_config(g, &m->cfg, arch, sizeof arch))) goto out_fail;
+    if ((s = mz_tokenizer_init(g, &m->tok))) goto out_fail;
+    m->cfg.n_vocab = mz_tokenizer_n_vocab(m->tok);
+    if ((s = load_weights(m, g))) goto out_fail;
+    fill_info(m, g, arch);
+    if (p && p->verbose)
+        fprintf(stderr, "mzcache: loaded %s: %s, %d layers, %.1f MiB of weights\n", path,
+                m->info.arch, m->cfg.n_layer, (double)m->info.weight_bytes / (1 << 20));
+    *out = m;
+    m = NULL;
+    goto out_free_gguf;
+
+out_fail:
+    mz_fail_prefix(s, "%s", path);
+    mz_model_free(m);
+out_free_gguf:
+    mz_gguf_free(g);
+    return s;
+}
+
+void mz_model_free(mz_model_t *m)
+{
+    if (!m) return;
+    if (m->blocks) {
+        for (int l = 0; l < m->cfg.n_layer; l++) mz_pages_free(m->blocks[l].buf, m->blocks[l].buf_bytes);
+        free(m->blocks);
+    }
+    mz_pages_free(m->pinned_buf, m->pinned_bytes);
+    mz_tokenizer_free(m->tok);
+    free(m);
+}
+
+void mz_model_get_info(const mz_model_t *m, mz_model_info *out) { *out = m->info; }

@@ -1,0 +1,60 @@
+/*
+ * testutil.h — tiny test harness: each test file is a program that counts
+ * checks and exits 0 (pass), 1 (fail) or 77 (skipped: a needed feature or
+ * file is missing, and it says which).
+ */
+#ifndef MZ_TESTUTIL_H
+#define MZ_TESTUTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern int t_checks;
+extern int t_failures;
+
+#define T_EXIT_SKIP 77
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        t_checks++;                                                                   \
+        if (!(cond)) {                                                                \
+            t_failures++;                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
+        }                                                                             \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                          \
+    do {                                                                              \
+        t_checks++;                                                                   \
+        if (!(cond)) {                                                                \
+            t_failures++;                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
+            fprintf(stderr, __VA_ARGS__);                                             \
+            fputc('\n', stderr);                                                      \
+        }                                                                             \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b) CHECK_MSG((long long)(a) == (long long)(b), "%lld != %lld", \
+                                     (long long)(a), (long long)(b))
+
+/* Prints "N passed, N failed" and returns the exit code. */
+int t_done(const char *name);
+/* Prints the reason and returns 77. */
+int t_skip(const char *name, const char *why);
+
+/* Path of the bundled real model (models/SmolLM2-135M-Instruct.Q4_1.gguf), or
+ * NULL if absent. */
+const char *t_real_model_path(void);
+/* A scratch directory for this test run (created on demand). */
+const char *t_tmp_dir(void);
+/* Joins t_tmp_dir() and name into a static buffer. */
+const char *t_tmp_path(const char *name);
+/* Reads a whole file; NULL on failure. Caller frees. */
+char *t_read_file(const char *path, size_t *len);
+/* Simple deterministic RNG for test data. */
+unsigned long long t_rand_u64(unsigned long long *state);
+float t_rand_float(unsigned long long *state); /* uniform in [-1, 1) */
+
+#endif
