@@ -1,0 +1,102 @@
+/*
+ * kernels_impl.h — internals shared by the files of src/kernels/ (and by the
+ * kernel tests): the per-ISA kernel functions and the dispatch state.
+ *
+ * Naming: mz_<what>_<types>_<isa>, e.g. mz_vec_dot_q4_1_q8_1_avx2. The
+ * *_ref functions are the scalar reference every SIMD path is tested
+ * against. *_avx2 functions exist only on x86-64 and may be called only when
+ * the CPU has AVX2+FMA+F16C (*_avx512: AVX-512 F/BW/VL/VNNI as well).
+ */
+#ifndef MZ_KERNELS_IMPL_H
+#define MZ_KERNELS_IMPL_H
+
+#include "kernels.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define MZ_KERNELS_X86 1
+#else
+#define MZ_KERNELS_X86 0
+#endif
+
+/* Instruction sets, in increasing order of capability. */
+enum mz_isa { MZ_ISA_SCALAR = 0, MZ_ISA_AVX2 = 1, MZ_ISA_AVX512 = 2, MZ_ISA_COUNT };
+
+/* The ISA of the active implementation (initialises the kernels on first use). */
+enum mz_isa mz_kernels_active_isa(void);
+/* Kernel table of a given ISA, or NULL when the type is unsupported, the ISA
+ * was not built in, or this CPU lacks it. Lets tests check every path the CPU
+ * can run, not only the active one. */
+const mz_type_kernels *mz_kernels_for_isa(enum mz_isa isa, int type);
+/* True when this CPU (and build) can run the given ISA's kernels. */
+bool mz_kernels_cpu_has(enum mz_isa isa);
+
+/* ---- scalar reference (convert.c, quant_ref.c, vecdot_ref.c) -------------------- */
+
+void mz_f16_to_f32_row_ref(const mz_f16 *restrict x, float *restrict y, size_t n);
+void mz_f32_to_f16_row_ref(const float *restrict x, mz_f16 *restrict y, size_t n);
+
+void mz_to_float_f32_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_to_float_f16_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_to_float_bf16_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_to_float_q8_0_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_to_float_q8_1_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_to_float_q4_0_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_to_float_q4_1_ref(const void *restrict x, float *restrict y, size_t n);
+
+/* Quantizers double as the reference from_float of the activation types. */
+void mz_quantize_f32_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_quantize_f16_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_quantize_bf16_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_quantize_q8_0_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_quantize_q8_1_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_quantize_q4_0_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_quantize_q4_1_ref(const float *restrict x, void *restrict y, size_t n);
+
+float mz_vec_dot_f32_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_f16_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_bf16_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q8_0_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q4_0_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q4_1_q8_1_ref(size_t n, const void *restrict w, const void *restrict x);
+
+/* ---- AVX2 + FMA + F16C (vecdot_avx2.c) ------------------------------------------ */
+
+#if MZ_KERNELS_X86
+void mz_f16_to_f32_row_avx2(const mz_f16 *restrict x, float *restrict y, size_t n);
+void mz_f32_to_f16_row_avx2(const float *restrict x, mz_f16 *restrict y, size_t n);
+void mz_from_float_q8_0_avx2(const float *restrict x, void *restrict y, size_t n);
+void mz_from_float_q8_1_avx2(const float *restrict x, void *restrict y, size_t n);
+void mz_from_float_f16_avx2(const float *restrict x, void *restrict y, size_t n);
+
+float mz_vec_dot_f32_avx2(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_f16_avx2(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_bf16_avx2(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q8_0_q8_0_avx2(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q4_0_q8_0_avx2(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q4_1_q8_1_avx2(size_t n, const void *restrict w, const void *restrict x);
+
+/* attn_avx2.c: same contract as mz_attn. */
+void mz_attn_avx2(const mz_attn_args *a, int ith, int nth);
+
+/* ---- AVX-512 F/BW/VL/VNNI (vecdot_avx512.c) ------------------------------------- */
+
+float mz_vec_dot_f32_avx512(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_f16_avx512(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q8_0_q8_0_avx512(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q4_0_q8_0_avx512(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q4_1_q8_1_avx512(size_t n, const void *restrict w, const void *restrict x);
+#endif
+
+/* ---- attention (attn.c) ---------------------------------------------------------- */
+
+/* Largest head_dim the attention kernels accept (their scratch lives on the stack). */
+#define MZ_ATTN_MAX_HEAD_DIM 256
+/* Query heads of one GQA group processed together per pass over K/V. */
+#define MZ_ATTN_MAX_GROUP 8
+
+/* Checks the shape of an mz_attn_args (aborts on a programmer error). */
+void mz_attn_check_args(const mz_attn_args *a);
+/* The scalar single-pass kernel mz_attn uses when no SIMD path is active. */
+void mz_attn_scalar(const mz_attn_args *a, int ith, int nth);
+
+#endif /* MZ_KERNELS_IMPL_H */

@@ -1,0 +1,68 @@
+/*
+ * ops.c — row and element-wise F32 ops of the transformer block.
+ *
+ *   rmsnorm: y = x * 1/sqrt(mean(x^2) + eps) [* w]   (sum of squares in double,
+ *            then scaled as ggml does: (x * scale) * w)
+ *   rope:    for pair i < n_rot/2 at position pos, theta_i = pos * base^(-2i/n_rot):
+ *              (a, b) -> (a cos - b sin, a sin + b cos)
+ *            pairs are (2i, 2i+1) (llama, "normal") or (i, i + n_rot/2)
+ *            (neox: qwen3; with n_rot == head_dim this is i, i + head_dim/2).
+ *            theta is computed exactly as llama.cpp's rope cache does it: in
+ *            float, starting at pos and multiplied by theta_scale =
+ *            powf(base, -2/n_rot) once per pair, so the rounding matches.
+ *   swiglu:  y = g / (1 + exp(-g)) * u
+ *   add:     y += x
+ * Shapes: x is [n_head][head_dim] for rope, flat rows otherwise.
+ */
+#include "kernels_impl.h"
+
+#include <math.h>
+
+void mz_rmsnorm(const float *restrict x, const float *restrict w, float *restrict y, size_t n,
+                float eps)
+{
+    MZ_ASSERT(n > 0);
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    const float mean = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    if (w) {
+        for (size_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+    } else {
+        for (size_t i = 0; i < n; i++) y[i] = x[i] * scale;
+    }
+}
+
+void mz_rope(float *restrict x, int n_head, int head_dim, int n_rot, int pos, float base,
+             bool neox)
+{
+    MZ_ASSERT(n_head > 0 && head_dim > 0);
+    MZ_ASSERT(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim);
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const int half = n_rot / 2;
+    float theta = (float)pos;
+    /* Pair-major: each (cos, sin) is computed once and applied to every head,
+     * which needs no scratch array. */
+    for (int i = 0; i < half; i++) {
+        const float c = cosf(theta), s = sinf(theta);
+        const int i0 = neox ? i : 2 * i;
+        const int i1 = neox ? i + half : 2 * i + 1;
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + (size_t)h * (size_t)head_dim;
+            const float a = v[i0], b = v[i1];
+            v[i0] = a * c - b * s;
+            v[i1] = a * s + b * c;
+        }
+        theta *= theta_scale;
+    }
+}
+
+void mz_swiglu(const float *restrict g, const float *restrict u, float *restrict y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void mz_add_inplace(float *restrict y, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}

@@ -1,0 +1,199 @@
+/*
+ * test_attn.c — chunked attention kernels against a naive full softmax.
+ *
+ * For every n_kv in {1, 255, 256, 257, 700} (positions in the cache, the last
+ * n_q of them being the query tokens, so pos0 = n_kv - n_q > 0 whenever it
+ * can be), n_q in {1, 3, 8}, GQA ratio in {1, 3, 4} (2 KV heads), head_dim in
+ * {64, 128, 32}:
+ *   - chunks are separate allocations (with a spacer between, so they are not
+ *     contiguous), K/V random F16; rows past n_kv hold NaN, so reading past the
+ *     causal limit poisons the output;
+ *   - oracle: softmax over positions [0, pos0 + i] in double, from the same
+ *     F16 values;
+ *   - mz_attn_ref, mz_attn_scalar, mz_attn_avx2 (if the CPU has it) and the
+ *     dispatching mz_attn; the last runs as nth = 1, 2 and 3 slices in turn
+ *     (ith = 0..nth-1 sequentially), the other two with one nth per case,
+ *     all within 5e-6 absolute of the oracle (outputs are convex combinations
+ *     of V in [-1, 1]); every output written (prefilled with NaN).
+ */
+#include "kernels/kernels_impl.h"
+#include "testutil.h"
+
+static unsigned long long g_rng = 0x5eed0a77ULL;
+
+typedef struct {
+    int n_head, n_head_kv, head_dim;
+    size_t n_kv, n_q, pos0;
+    size_t n_chunks;
+    uint8_t **chunks;
+    void **spacers;
+    float *q, *out, *want;
+} fixture;
+
+static void fixture_init(fixture *f, int n_head, int n_head_kv, int head_dim, size_t n_kv, size_t n_q)
+{
+    memset(f, 0, sizeof *f);
+    f->n_head = n_head;
+    f->n_head_kv = n_head_kv;
+    f->head_dim = head_dim;
+    f->n_kv = n_kv;
+    f->n_q = n_q;
+    f->pos0 = n_kv - n_q;
+    f->n_chunks = (n_kv + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
+    f->chunks = calloc(f->n_chunks, sizeof *f->chunks);
+    f->spacers = calloc(f->n_chunks, sizeof *f->spacers);
+    const size_t cb = mz_kv_chunk_bytes(n_head_kv, head_dim);
+    /* Chunks in reverse allocation order with spacers: never one array. */
+    for (size_t c = f->n_chunks; c-- > 0;) {
+        f->chunks[c] = malloc(cb);
+        f->spacers[c] = malloc(4096 + 64 * c);
+        for (int kvh = 0; kvh < n_head_kv; kvh++) {
+            for (int r = 0; r < MZ_KV_CHUNK_TOKENS; r++) {
+                const size_t p = c * MZ_KV_CHUNK_TOKENS + (size_t)r;
+                mz_f16 *k = mz_kv_chunk_k(f->chunks[c], n_head_kv, head_dim, kvh, r);
+                mz_f16 *v = mz_kv_chunk_v(f->chunks[c], n_head_kv, head_dim, kvh, r);
+                for (int d = 0; d < head_dim; d++) {
+                    k[d] = p < n_kv ? mz_f32_to_f16(t_rand_float(&g_rng)) : (mz_f16)0x7e00;
+                    v[d] = p < n_kv ? mz_f32_to_f16(t_rand_float(&g_rng)) : (mz_f16)0x7e00;
+                }
+            }
+        }
+    }
+    const size_t nq = n_q * (size_t)n_head * (size_t)head_dim;
+    f->q = malloc(nq * sizeof(float));
+    f->out = malloc(nq * sizeof(float));
+    f->want = malloc(nq * sizeof(float));
+    /* Queries scaled so the softmax is neither flat nor one-hot. */
+    for (size_t i = 0; i < nq; i++) f->q[i] = 3.0f * t_rand_float(&g_rng);
+}
+
+static void fixture_free(fixture *f)
+{
+    for (size_t c = 0; c < f->n_chunks; c++) {
+        free(f->chunks[c]);
+        free(f->spacers[c]);
+    }
+    free(f->chunks);
+    free(f->spacers);
+    free(f->q);
+    free(f->out);
+    free(f->want);
+}
+
+static mz_attn_args fixture_args(const fixture *f)
+{
+    mz_attn_args a = {
+        .q = f->q, .out = f->out, .chunks = (const uint8_t *const *)f->chunks,
+        .n_head = f->n_head, .n_head_kv = f->n_head_kv, .head_dim = f->head_dim,
+        .n_q = f->n_q, .pos0 = f->pos0, .scale = 1.0f / sqrtf((float)f->head_dim),
+    };
+    return a;
+}
+
+static void naive(const fixture *f, const mz_attn_args *a)
+{
+    const int hd = f->head_dim, group = f->n_head / f->n_head_kv;
+    double *s = malloc(f->n_kv * sizeof *s);
+    for (size_t i = 0; i < f->n_q; i++) {
+        const size_t n_ctx = f->pos0 + i + 1;
+        for (int h = 0; h < f->n_head; h++) {
+            const int kvh = h / group;
+            const float *q = f->q + (i * (size_t)f->n_head + (size_t)h) * (size_t)hd;
+            double mx = -INFINITY, sum = 0;
+            for (size_t p = 0; p < n_ctx; p++) {
+                const mz_f16 *k = mz_kv_chunk_k(f->chunks[p / 256], f->n_head_kv, hd, kvh, (int)(p % 256));
+                double dot = 0;
+                for (int d = 0; d < hd; d++) dot += (double)q[d] * mz_f16_to_f32(k[d]);
+                s[p] = dot * a->scale;
+                mx = fmax(mx, s[p]);
+            }
+            for (size_t p = 0; p < n_ctx; p++) sum += (s[p] = exp(s[p] - mx));
+            double acc[MZ_ATTN_MAX_HEAD_DIM] = {0};
+            for (size_t p = 0; p < n_ctx; p++) {
+                const mz_f16 *v = mz_kv_chunk_v(f->chunks[p / 256], f->n_head_kv, hd, kvh, (int)(p % 256));
+                for (int d = 0; d < hd; d++) acc[d] += s[p] * mz_f16_to_f32(v[d]);
+            }
+            float *o = f->want + (i * (size_t)f->n_head + (size_t)h) * (size_t)hd;
+            for (int d = 0; d < hd; d++) o[d] = (float)(acc[d] / sum);
+        }
+    }
+    free(s);
+}
+
+static double g_worst; /* largest error seen, printed at the end */
+
+static double max_err(const fixture *f)
+{
+    const size_t n = f->n_q * (size_t)f->n_head * (size_t)f->head_dim;
+    double e = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(f->out[i])) return INFINITY;
+        e = fmax(e, fabs((double)f->out[i] - f->want[i]));
+    }
+    g_worst = fmax(g_worst, e);
+    return e;
+}
+
+typedef void (*attn_fn)(const mz_attn_args *a, int ith, int nth);
+
+static void run_case(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_no)
+{
+    const double tol = 5e-6;
+    fixture f;
+    fixture_init(&f, 2 * ratio, 2, head_dim, n_kv, n_q);
+    mz_attn_args a = fixture_args(&f);
+    naive(&f, &a);
+    const size_t n_out = n_q * (size_t)f.n_head * (size_t)head_dim;
+
+    for (size_t i = 0; i < n_out; i++) f.out[i] = NAN;
+    mz_attn_ref(&a);
+    double e = max_err(&f);
+    CHECK_MSG(e <= tol, "ref: ratio %d hd %d n_kv %zu n_q %zu: err %g", ratio, head_dim, n_kv, n_q, e);
+
+    struct { const char *name; attn_fn fn; bool ok; } impls[] = {
+        {"scalar", mz_attn_scalar, true},
+#if MZ_KERNELS_X86
+        {"avx2", mz_attn_avx2, mz_kernels_cpu_has(MZ_ISA_AVX2)},
+#endif
+        {"active", mz_attn, true},
+    };
+    for (size_t k = 0; k < MZ_ARRAY_LEN(impls); k++) {
+        if (!impls[k].ok) continue;
+        /* The active path runs every split; the others one split per case, in
+         * turn (keeps the test short under sanitizers). */
+        const bool all = k == MZ_ARRAY_LEN(impls) - 1;
+        for (int nth = all ? 1 : 1 + case_no % 3; nth <= (all ? 3 : 1 + case_no % 3); nth++) {
+            for (size_t i = 0; i < n_out; i++) f.out[i] = NAN;
+            for (int ith = 0; ith < nth; ith++) impls[k].fn(&a, ith, nth);
+            e = max_err(&f);
+            CHECK_MSG(e <= tol, "%s: ratio %d hd %d n_kv %zu n_q %zu nth %d: err %g", impls[k].name, ratio,
+                      head_dim, n_kv, n_q, nth, e);
+        }
+    }
+    fixture_free(&f);
+}
+
+int main(void)
+{
+    mz_kernels_init();
+    printf("test_attn: active isa %s\n", mz_kernels_isa());
+    static const size_t n_kvs[] = {1, 255, 256, 257, 700};
+    static const size_t n_qs[] = {1, 3, 8};
+    static const int ratios[] = {1, 3, 4};
+    static const int hds[] = {64, 128, 32};
+    int case_no = 0;
+    for (size_t a = 0; a < MZ_ARRAY_LEN(n_kvs); a++)
+        for (size_t b = 0; b < MZ_ARRAY_LEN(n_qs); b++) {
+            if (n_qs[b] > n_kvs[a]) continue;
+            for (size_t c = 0; c < MZ_ARRAY_LEN(ratios); c++)
+                for (size_t d = 0; d < MZ_ARRAY_LEN(hds); d++) run_case(ratios[c], hds[d], n_kvs[a], n_qs[b], case_no++);
+        }
+    /* A GQA group larger than MZ_ATTN_MAX_GROUP (processed in parts) and an
+     * odd head_dim (SIMD tails). */
+    run_case(MZ_ATTN_MAX_GROUP + 3, 64, 300, 2, 0);
+    run_case(2, 40, 257, 3, 1);
+    run_case(1, 36, 20, 4, 2);
+    CHECK_EQ_INT(mz_kv_chunk_bytes(3, 64), 2 * 3 * 256 * 64 * 2);
+    printf("test_attn: largest error vs double oracle %.3g (bound 5e-6)\n", g_worst);
+    return t_done("test_attn");
+}

@@ -1,0 +1,606 @@
+/*
+ * test_kernels.c — kernels against references, with named error bounds.
+ *
+ *   f16:      exhaustive over all 65536 halves (decode vs ldexp in double,
+ *             encode(decode(h)) == h), every midpoint between neighbours
+ *             (ties to even) and random floats vs a double-based nearest
+ *             search; F16C rows bit-exact with the scalar code.
+ *   bf16:     all 65536 patterns round-trip; rounding and NaN cases.
+ *   layouts:  hand-built Q8_0/Q4_0/Q4_1 blocks dequantize as the spec says.
+ *   quantize: to_float(quantize(x)) within the per-type bound of each block,
+ *             with e(v) = f16 storage error of v = max(|v|*2^-11, 2^-25):
+ *               Q8_0 d/2 + 127*e(d)          d = amax/127
+ *               Q4_0 |d| + 8*e(d)            d = amax/8 (the side opposite the
+ *                                            max clips at level 15: one step)
+ *               Q4_1 d/2 + 15*e(d) + e(min)  d = (max-min)/15
+ *               F16  e(x), BF16 2^-8 relative, F32 exact.
+ *   from_float: every SIMD table vs the reference: same d bits, q within 1
+ *             (ties round to even in SIMD), F16 bit-exact.
+ *   vec_dot:  every SIMD table vs the reference within 1e-4 * sum|w_i x_i|
+ *             (summation order only); the reference vs a double dot of the
+ *             dequantized rows within 1e-5 (1e-3 for Q4_1: s is stored as f16).
+ *   matmul:   vs a naive loop, bit-exact, 1/2/3 thread slices run in turn,
+ *             every y written once, stride padding untouched.
+ *   rope/rmsnorm/swiglu/add: vs double formulas.
+ */
+#include "kernels/kernels_impl.h"
+#include "testutil.h"
+
+#include <float.h>
+#include <stdint.h>
+
+static unsigned long long g_rng = 0x1234abcdULL;
+
+static float rnd(void) { return t_rand_float(&g_rng); }
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- f16 ---------------------------------------------------------------------------- */
+
+static double half_value(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    if (e == 31) return (h & 0x8000) ? -INFINITY : INFINITY; /* NaN patterns are not asked for */
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Nearest half by search over the (monotonic) positive finite halves; ties to even. */
+static uint16_t half_nearest(float f)
+{
+    uint32_t u = fbits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    if (isnan(f)) return (uint16_t)(sign | 0x7e00 | ((u & 0x7fffff) >> 13));
+    double v = fabs((double)f);
+    if (v >= 65520.0) return (uint16_t)(sign | 0x7c00);
+    int lo = 0, hi = 0x7bff; /* largest h with value <= v */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (half_value((uint16_t)mid) <= v) lo = mid;
+        else hi = mid - 1;
+    }
+    if (half_value((uint16_t)lo) == v || lo == 0x7bff) return (uint16_t)(sign | lo);
+    double dl = v - half_value((uint16_t)lo), dh = half_value((uint16_t)(lo + 1)) - v;
+    int r = dl < dh ? lo : dh < dl ? lo + 1 : ((lo & 1) ? lo + 1 : lo);
+    return (uint16_t)(sign | r);
+}
+
+static void test_f16(void)
+{
+    int bad_dec = 0, bad_rt = 0;
+    static float all[65536];
+    static mz_f16 back[65536];
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = mz_f16_to_f32((mz_f16)h);
+        all[h] = f;
+        bool is_nan = ((h >> 10) & 31) == 31 && (h & 1023);
+        if (is_nan) {
+            /* quieted, payload kept: F16C's behaviour */
+            if (!isnan(f) || ((fbits(f) >> 13) & 1023) != ((h & 1023) | 0x200)) bad_dec++;
+            if (mz_f32_to_f16(f) != (mz_f16)(h | 0x200)) bad_rt++;
+        } else {
+            if ((double)f != half_value((uint16_t)h) || (signbit(f) != 0) != ((h & 0x8000) != 0)) bad_dec++;
+            if (mz_f32_to_f16(f) != h) bad_rt++;
+        }
+    }
+    CHECK_EQ_INT(bad_dec, 0);
+    CHECK_EQ_INT(bad_rt, 0);
+
+    /* Midpoints and their neighbours, both signs. */
+    size_t n_mid = 0;
+    static float mids[3 * 2 * 0x7c00];
+    for (uint32_t h = 0; h < 0x7bff + 1; h++) {
+        double a = half_value((uint16_t)h);
+        double b = h == 0x7bff ? 65536.0 : half_value((uint16_t)(h + 1));
+        float mid = (float)((a + b) / 2);
+        CHECK((double)mid == (a + b) / 2); /* exactly representable */
+        float ms[3] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY)};
+        for (int k = 0; k < 3; k++) {
+            mids[n_mid++] = ms[k];
+            mids[n_mid++] = -ms[k];
+        }
+    }
+    int bad_mid = 0;
+    for (size_t i = 0; i < n_mid; i++)
+        if (mz_f32_to_f16(mids[i]) != half_nearest(mids[i])) bad_mid++;
+    CHECK_EQ_INT(bad_mid, 0);
+    CHECK(mz_f32_to_f16(65520.0f) == 0x7c00);               /* tie above 65504 goes to inf */
+    CHECK(mz_f32_to_f16(nextafterf(65520.0f, 0)) == 0x7bff);
+    CHECK(mz_f32_to_f16(ldexpf(1.0f, -25)) == 0);             /* tie with 0 goes to even 0 */
+    CHECK(mz_f32_to_f16(nextafterf(ldexpf(1.0f, -25), 1)) == 1);
+    CHECK(mz_f32_to_f16(ldexpf(3.0f, -25)) == 2);             /* 1.5 ulp: tie to even 2 */
+    CHECK(mz_f32_to_f16(INFINITY) == 0x7c00 && mz_f32_to_f16(-INFINITY) == 0xfc00);
+    CHECK(mz_f32_to_f16(FLT_MIN / 4) == 0 && mz_f32_to_f16(-0.0f) == 0x8000);
+
+    enum { N_RAND = 200003 };
+    static float rf[N_RAND];
+    int bad_rand = 0;
+    for (int i = 0; i < N_RAND; i++) {
+        uint32_t u = (uint32_t)t_rand_u64(&g_rng);
+        /* Half the draws near the f16 range, where the interesting cases are. */
+        if (i & 1) u = (u & 0x807fffffu) | ((uint32_t)(96 + (u >> 23) % 48) << 23);
+        rf[i] = bitsf(u);
+        if (mz_f32_to_f16(rf[i]) != half_nearest(rf[i])) bad_rand++;
+    }
+    CHECK_EQ_INT(bad_rand, 0);
+
+#if MZ_KERNELS_X86
+    if (mz_kernels_cpu_has(MZ_ISA_AVX2)) {
+        static float f2[65536];
+        static mz_f16 h1[N_RAND], h2[N_RAND];
+        static mz_f16 hs[65536];
+        for (uint32_t h = 0; h < 65536; h++) hs[h] = (mz_f16)h;
+        mz_f16_to_f32_row_avx2(hs, f2, 65533); /* odd length: scalar tail */
+        mz_f16_to_f32_row_avx2(hs + 65533, f2 + 65533, 3);
+        CHECK(memcmp(f2, all, sizeof all) == 0);
+        mz_f32_to_f16_row_avx2(rf, h1, N_RAND);
+        mz_f32_to_f16_row_ref(rf, h2, N_RAND);
+        CHECK(memcmp(h1, h2, sizeof h1) == 0);
+        mz_f32_to_f16_row_avx2(mids, h1, n_mid);
+        mz_f32_to_f16_row_ref(mids, h2, n_mid);
+        CHECK(memcmp(h1, h2, n_mid * sizeof(mz_f16)) == 0);
+        mz_f32_to_f16_row_avx2(all, back, 65536);
+        mz_f32_to_f16_row_ref(all, hs, 65536);
+        CHECK(memcmp(back, hs, sizeof back) == 0);
+    }
+#endif
+    /* The dispatching row functions agree too. */
+    mz_f16 *hb = malloc(65536 * sizeof(mz_f16));
+    mz_f32_to_f16_row(all, hb, 65536);
+    mz_f32_to_f16_row_ref(all, back, 65536);
+    CHECK(memcmp(hb, back, 65536 * sizeof(mz_f16)) == 0);
+    free(hb);
+}
+
+static void test_bf16(void)
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = mz_bf16_to_f32((mz_bf16)h);
+        if (fbits(f) != h << 16) bad++;
+        if (!isnan(f) && mz_f32_to_bf16(f) != h) bad++;
+        if (isnan(f) && !isnan(mz_bf16_to_f32(mz_f32_to_bf16(f)))) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(mz_f32_to_bf16(bitsf(0x3f808000u)) == 0x3f80); /* tie, even stays */
+    CHECK(mz_f32_to_bf16(bitsf(0x3f818000u)) == 0x3f82); /* tie, odd rounds up */
+    CHECK(mz_f32_to_bf16(bitsf(0x3f808001u)) == 0x3f81);
+    CHECK(mz_f32_to_bf16(bitsf(0x7f800001u)) == 0x7fc0); /* signalling NaN is quieted */
+    CHECK(mz_f32_to_bf16(bitsf(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to inf */
+}
+
+/* ---- layouts ------------------------------------------------------------------------ */
+
+static void test_layouts(void)
+{
+    float y[32];
+    mz_block_q8_0 b8 = {.d = mz_f32_to_f16(0.25f)};
+    for (int j = 0; j < 32; j++) b8.qs[j] = (int8_t)(j - 16);
+    mz_to_float_q8_0_ref(&b8, y, 32);
+    for (int j = 0; j < 32; j++) CHECK(y[j] == 0.25f * (float)(j - 16));
+
+    mz_block_q4_0 b4 = {.d = mz_f32_to_f16(1.0f)};
+    for (int j = 0; j < 16; j++) b4.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+    mz_to_float_q4_0_ref(&b4, y, 32);
+    for (int j = 0; j < 16; j++) {
+        CHECK(y[j] == (float)(j - 8));
+        CHECK(y[j + 16] == (float)(15 - j - 8));
+    }
+
+    mz_block_q4_1 b41 = {.d = mz_f32_to_f16(0.5f), .m = mz_f32_to_f16(-1.0f)};
+    for (int j = 0; j < 16; j++) b41.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+    mz_to_float_q4_1_ref(&b41, y, 32);
+    for (int j = 0; j < 16; j++) {
+        CHECK(y[j] == 0.5f * (float)j - 1.0f);
+        CHECK(y[j + 16] == 0.5f * (float)(15 - j) - 1.0f);
+    }
+
+    /* The reference quantizers on inputs with exact answers. */
+    float x[32];
+    for (int j = 0; j < 32; j++) x[j] = (float)(j % 16) - 8.0f; /* max |v| is -8: d = 1 */
+    mz_quantize_q4_0_ref(x, &b4, 32);
+    CHECK(mz_f16_to_f32(b4.d) == 1.0f);
+    for (int j = 0; j < 16; j++) CHECK(b4.qs[j] == (uint8_t)(j | (j << 4)));
+    for (int j = 0; j < 32; j++) x[j] = (float)(j % 16) * 0.5f + 2.0f; /* min 2, d = 0.5 */
+    mz_quantize_q4_1_ref(x, &b41, 32);
+    CHECK(mz_f16_to_f32(b41.d) == 0.5f && mz_f16_to_f32(b41.m) == 2.0f);
+    for (int j = 0; j < 16; j++) CHECK(b41.qs[j] == (uint8_t)(j | (j << 4)));
+    for (int j = 0; j < 32; j++) x[j] = (float)(j - 16) * 0.5f; /* amax 8: d = 8/127 */
+    mz_block_q8_1 b81;
+    mz_quantize_q8_1_ref(x, &b81, 32);
+    int sum = 0;
+    for (int j = 0; j < 32; j++) sum += b81.qs[j];
+    CHECK(b81.qs[0] == -127);
+    CHECK(b81.d == mz_f32_to_f16(8.0f / 127.0f));
+    CHECK(b81.s == mz_f32_to_f16(8.0f / 127.0f * (float)sum));
+}
+
+/* ---- test data ---------------------------------------------------------------------- */
+
+/* n floats in blocks of 32 with scales spread over 6 decades, plus special
+ * blocks: all zero, constant, one outlier, all negative, all positive. */
+static void fill_weights(float *x, size_t n)
+{
+    for (size_t b = 0; b < n / 32 + (n % 32 != 0); b++) {
+        float scale = powf(10.0f, 3.0f * rnd());
+        for (size_t j = 0; j < 32 && b * 32 + j < n; j++) {
+            float v = rnd() * scale;
+            switch (b % 7) {
+            case 1: v = 0.0f; break;
+            case 2: v = 0.37f * scale; break;
+            case 3: v = j == 5 ? 50.0f * scale : v * 0.01f; break;
+            case 4: v = -fabsf(v) - 0.1f * scale; break;
+            case 5: v = fabsf(v) + 0.1f * scale; break;
+            default: break;
+            }
+            x[b * 32 + j] = v;
+        }
+    }
+}
+
+static const int k_types[] = {MZ_DT_F32, MZ_DT_F16, MZ_DT_BF16, MZ_DT_Q8_0, MZ_DT_Q4_0, MZ_DT_Q4_1};
+static const size_t k_sizes[] = {32, 64, 96, 160, 4096 + 32};
+
+/* Dequantizes a row of activation type t (the vec_dot_type side). */
+static void act_to_float(int t, const void *x, float *y, size_t n)
+{
+    switch (t) {
+    case MZ_DT_F32: mz_to_float_f32_ref(x, y, n); break;
+    case MZ_DT_F16: mz_to_float_f16_ref(x, y, n); break;
+    case MZ_DT_BF16: mz_to_float_bf16_ref(x, y, n); break;
+    case MZ_DT_Q8_0: mz_to_float_q8_0_ref(x, y, n); break;
+    case MZ_DT_Q8_1: mz_to_float_q8_1_ref(x, y, n); break;
+    default: MZ_ASSERT(0);
+    }
+}
+
+/* ---- quantize round trip ------------------------------------------------------------ */
+
+/* Largest error of storing v as f16: half an ulp, 2^-25 in the subnormal range. */
+static double f16_err(double v) { return fmax(fabs(v) * ldexp(1, -11), ldexp(1, -25)); }
+
+static void test_quantize_roundtrip(void)
+{
+    for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
+        const int t = k_types[ti];
+        const mz_type_kernels *k = mz_kernels_ref(t);
+        CHECK(k != NULL);
+        if (!k) continue;
+        for (size_t si = 0; si < MZ_ARRAY_LEN(k_sizes); si++) {
+            const size_t n = k_sizes[si];
+            float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+            void *q = malloc(mz_dtype_row_bytes(t, n));
+            fill_weights(x, n);
+            k->quantize(x, q, n);
+            k->to_float(q, y, n);
+            int bad = 0;
+            double worst = 0;
+            for (size_t b = 0; b < n / 32; b++) {
+                const float *xb = x + b * 32, *yb = y + b * 32;
+                float amax = 0, mn = xb[0], mx = xb[0];
+                for (int j = 0; j < 32; j++) {
+                    amax = fmaxf(amax, fabsf(xb[j]));
+                    mn = fminf(mn, xb[j]);
+                    mx = fmaxf(mx, xb[j]);
+                }
+                for (int j = 0; j < 32; j++) {
+                    double err = fabs((double)xb[j] - (double)yb[j]), bound;
+                    switch (t) {
+                    case MZ_DT_F32: bound = 0; break;
+                    case MZ_DT_F16: bound = f16_err(xb[j]); break;
+                    case MZ_DT_BF16: bound = fabs(xb[j]) * ldexp(1, -8); break;
+                    case MZ_DT_Q8_0: bound = 0.5 * amax / 127 + 127 * f16_err(amax / 127); break;
+                    case MZ_DT_Q4_0: bound = amax / 8 + 8 * f16_err(amax / 8); break;
+                    default: bound = 0.5 * (mx - mn) / 15 + 15 * f16_err((mx - mn) / 15) + f16_err(mn); break;
+                    }
+                    bound *= 1.0 + 1e-5; /* float arithmetic in the quantizer */
+                    if (err > bound) bad++;
+                    if (bound > 0) worst = fmax(worst, err / bound);
+                }
+                if (amax == 0.0f)
+                    for (int j = 0; j < 32; j++) bad += yb[j] != 0.0f;
+            }
+            CHECK_MSG(bad == 0, "%s n=%zu: %d values out of bound (worst %.3f of bound)",
+                      mz_dtype_name(t), n, bad, worst);
+            free(x);
+            free(y);
+            free(q);
+        }
+    }
+}
+
+/* ---- from_float ---------------------------------------------------------------------- */
+
+static void check_from_float(const char *isa, int t, const mz_type_kernels *k, const mz_type_kernels *r)
+{
+    const int at = k->vec_dot_type;
+    for (size_t si = 0; si < MZ_ARRAY_LEN(k_sizes); si++) {
+        const size_t n = k_sizes[si];
+        const size_t nbytes = mz_dtype_row_bytes(at, n);
+        float *x = malloc(n * sizeof *x);
+        uint8_t *a = malloc(nbytes), *b = malloc(nbytes);
+        for (size_t i = 0; i < n; i++) x[i] = rnd() * (i % 64 < 32 ? 3.0f : 0.001f);
+        /* Exact ties in x/d: a block with amax 127 has d = 1 and x*(1/d) = x. */
+        for (size_t i = 0; i < 32; i++) x[i] = i == 0 ? 127.0f : (float)(i % 9) - 4.5f;
+        k->from_float(x, a, n);
+        r->from_float(x, b, n);
+        if (at == MZ_DT_Q8_0 || at == MZ_DT_Q8_1) {
+            const size_t bs = mz_dtype_block_bytes(at), off = at == MZ_DT_Q8_0 ? 2 : 4;
+            int bad = 0;
+            for (size_t i = 0; i < n / 32; i++) {
+                const uint8_t *pa = a + i * bs, *pb = b + i * bs;
+                bad += memcmp(pa, pb, 2) != 0; /* d */
+                int diff = 0;
+                for (int j = 0; j < 32; j++) {
+                    int qa = (int8_t)pa[off + (size_t)j], qb = (int8_t)pb[off + (size_t)j];
+                    bad += abs(qa - qb) > 1;
+                    diff += qa - qb;
+                }
+                if (at == MZ_DT_Q8_1) {
+                    mz_f16 sa, sb, d;
+                    memcpy(&sa, pa + 2, 2);
+                    memcpy(&sb, pb + 2, 2);
+                    memcpy(&d, pa, 2);
+                    double tol = fabs(mz_f16_to_f32(d)) * (abs(diff) + 0.5) + fabs(mz_f16_to_f32(sb)) * ldexp(1, -10);
+                    bad += fabs((double)mz_f16_to_f32(sa) - (double)mz_f16_to_f32(sb)) > tol;
+                }
+            }
+            CHECK_MSG(bad == 0, "%s from_float for %s n=%zu: %d mismatches", isa, mz_dtype_name(t), n, bad);
+        } else {
+            CHECK_MSG(memcmp(a, b, nbytes) == 0, "%s from_float for %s n=%zu differs", isa, mz_dtype_name(t), n);
+        }
+        free(x);
+        free(a);
+        free(b);
+    }
+}
+
+/* ---- vec_dot ------------------------------------------------------------------------- */
+
+static void check_vec_dot(const char *isa, int t, const mz_type_kernels *k, const mz_type_kernels *r)
+{
+    const int at = r->vec_dot_type;
+    size_t sizes[MZ_ARRAY_LEN(k_sizes) + 4];
+    size_t n_sizes = 0;
+    for (size_t i = 0; i < MZ_ARRAY_LEN(k_sizes); i++) sizes[n_sizes++] = k_sizes[i];
+    if (mz_dtype_block_len(t) == 1) { /* float rows of any length: SIMD tails */
+        sizes[n_sizes++] = 1;
+        sizes[n_sizes++] = 7;
+        sizes[n_sizes++] = 33;
+        sizes[n_sizes++] = 100;
+    }
+    for (size_t si = 0; si < n_sizes; si++) {
+        const size_t n = sizes[si];
+        float *w = malloc(n * sizeof *w), *x = malloc(n * sizeof *x);
+        float *wd = malloc(n * sizeof *wd), *xd = malloc(n * sizeof *xd);
+        void *wq = malloc(mz_dtype_row_bytes(t, n)), *xq = malloc(mz_dtype_row_bytes(at, n));
+        for (int rep = 0; rep < 4; rep++) {
+            fill_weights(w, n);
+            for (size_t i = 0; i < n; i++) x[i] = rnd() * (rep == 3 ? 100.0f : 1.0f) + (rep == 2 ? 0.5f : 0.0f);
+            r->quantize(w, wq, n);
+            r->from_float(x, xq, n);
+            r->to_float(wq, wd, n);
+            act_to_float(at, xq, xd, n);
+            double exact = 0, mag = 0;
+            for (size_t i = 0; i < n; i++) {
+                exact += (double)wd[i] * xd[i];
+                mag += fabs((double)wd[i] * xd[i]);
+            }
+            const float vr = r->vec_dot(n, wq, xq);
+            const float vk = k->vec_dot(n, wq, xq);
+            CHECK_MSG(fabs((double)vk - vr) <= 1e-4 * mag + 1e-30,
+                      "%s vec_dot %s n=%zu: %.9g vs ref %.9g (mag %.3g)", isa, mz_dtype_name(t), n, vk, vr, mag);
+            if (k == r) {
+                double tol = (t == MZ_DT_Q4_1 ? 1e-3 : 1e-5) * mag + 1e-30;
+                CHECK_MSG(fabs((double)vr - exact) <= tol, "ref vec_dot %s n=%zu: %.9g vs exact %.9g",
+                          mz_dtype_name(t), n, vr, exact);
+            }
+        }
+        free(w);
+        free(x);
+        free(wd);
+        free(xd);
+        free(wq);
+        free(xq);
+    }
+}
+
+static void test_tables(void)
+{
+    const char *isa = mz_kernels_isa();
+    CHECK(!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512"));
+    printf("test_kernels: active isa %s\n", isa);
+    for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
+        CHECK(mz_kernels_for(k_types[ti]) != NULL);
+        CHECK(mz_kernels_ref(k_types[ti]) != NULL);
+    }
+    CHECK(mz_kernels_for(MZ_DT_Q8_1) == NULL); /* activation-only type */
+    CHECK(mz_kernels_for(12) == NULL);         /* Q4_K: unsupported */
+    CHECK(mz_kernels_for(-1) == NULL && mz_kernels_for(1000) == NULL);
+    CHECK(mz_kernels_ref(MZ_DT_Q4_1)->vec_dot_type == MZ_DT_Q8_1);
+    CHECK(mz_kernels_ref(MZ_DT_Q4_0)->vec_dot_type == MZ_DT_Q8_0);
+    CHECK(mz_kernels_ref(MZ_DT_F16)->vec_dot_type == MZ_DT_F16);
+
+    static const char *const names[MZ_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    for (int i = 0; i < MZ_ISA_COUNT; i++) {
+        if (!mz_kernels_cpu_has((enum mz_isa)i)) {
+            printf("test_kernels: %s not available here, not tested\n", names[i]);
+            continue;
+        }
+        for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
+            const int t = k_types[ti];
+            const mz_type_kernels *k = mz_kernels_for_isa((enum mz_isa)i, t), *r = mz_kernels_ref(t);
+            CHECK(k != NULL && k->vec_dot_type == r->vec_dot_type);
+            if (!k) continue;
+            check_from_float(names[i], t, k, r);
+            check_vec_dot(names[i], t, k, r);
+        }
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------------------- */
+
+static void test_matmul(void)
+{
+    static const size_t shapes[][3] = {/* rows, tokens, cols */
+        {1, 1, 32}, {7, 1, 64}, {67, 5, 96}, {33, 3, 4128}, {130, 2, 64}, {3, 9, 32}};
+    for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
+        const int t = k_types[ti];
+        const mz_type_kernels *k = mz_kernels_for(t);
+        for (size_t s = 0; s < MZ_ARRAY_LEN(shapes); s++) {
+            const size_t n_rows = shapes[s][0], n_tok = shapes[s][1], n_cols = shapes[s][2];
+            const size_t wrb = mz_dtype_row_bytes(t, n_cols), xrb = mz_dtype_row_bytes(k->vec_dot_type, n_cols);
+            const size_t y_stride = n_rows + 3;
+            float *wf = malloc(n_rows * n_cols * sizeof *wf), *xf = malloc(n_tok * n_cols * sizeof *xf);
+            uint8_t *w = malloc(n_rows * wrb), *x = malloc(n_tok * xrb);
+            float *y = malloc(n_tok * y_stride * sizeof *y), *yn = malloc(n_tok * y_stride * sizeof *yn);
+            fill_weights(wf, n_rows * n_cols);
+            for (size_t i = 0; i < n_tok * n_cols; i++) xf[i] = rnd();
+            for (size_t r = 0; r < n_rows; r++) k->quantize(wf + r * n_cols, w + r * wrb, n_cols);
+            for (size_t i = 0; i < n_tok; i++) k->from_float(xf + i * n_cols, x + i * xrb, n_cols);
+            for (size_t i = 0; i < n_tok; i++)
+                for (size_t r = 0; r < n_rows; r++) yn[i * y_stride + r] = k->vec_dot(n_cols, w + r * wrb, x + i * xrb);
+            for (int nth = 1; nth <= 3; nth++) {
+                for (size_t i = 0; i < n_tok * y_stride; i++) y[i] = NAN;
+                for (int ith = 0; ith < nth; ith++)
+                    mz_matmul(k, w, wrb, n_cols, n_rows, x, xrb, n_tok, y, y_stride, ith, nth);
+                int bad = 0;
+                for (size_t i = 0; i < n_tok; i++) {
+                    for (size_t r = 0; r < n_rows; r++) bad += memcmp(&y[i * y_stride + r], &yn[i * y_stride + r], 4) != 0;
+                    for (size_t r = n_rows; r < y_stride; r++) bad += !isnan(y[i * y_stride + r]);
+                }
+                CHECK_MSG(bad == 0, "matmul %s %zux%zu tok %zu nth %d: %d bad", mz_dtype_name(t), n_rows, n_cols,
+                          n_tok, nth, bad);
+            }
+            free(wf);
+            free(xf);
+            free(w);
+            free(x);
+            free(y);
+            free(yn);
+        }
+    }
+}
+
+/* ---- ops ---------------------------------------------------------------------------- */
+
+static void test_rope(void)
+{
+    static const int rots[][2] = {{64, 64}, {64, 32}, {128, 128}, {32, 32}}; /* head_dim, n_rot */
+    static const int poss[] = {0, 1, 17, 300, 4000};
+    static const float bases[] = {10000.0f, 1000000.0f};
+    const int n_head = 3;
+    float x[3 * 128], y[3 * 128], z[3 * 128];
+    for (size_t ri = 0; ri < MZ_ARRAY_LEN(rots); ri++) {
+        const int hd = rots[ri][0], n_rot = rots[ri][1];
+        for (size_t pi = 0; pi < MZ_ARRAY_LEN(poss); pi++) {
+            for (size_t bi = 0; bi < MZ_ARRAY_LEN(bases); bi++) {
+                for (int neox = 0; neox < 2; neox++) {
+                    const int pos = poss[pi];
+                    for (int i = 0; i < n_head * hd; i++) x[i] = y[i] = z[i] = rnd();
+                    mz_rope(y, n_head, hd, n_rot, pos, bases[bi], neox);
+                    /* Bit-exact replica of llama.cpp's float theta recurrence. */
+                    const float ts = powf(bases[bi], -2.0f / (float)n_rot);
+                    float theta = (float)pos;
+                    for (int i = 0; i < n_rot / 2; i++, theta *= ts) {
+                        const int i0 = neox ? i : 2 * i, i1 = neox ? i + n_rot / 2 : 2 * i + 1;
+                        for (int h = 0; h < n_head; h++) {
+                            float a = z[h * hd + i0], b = z[h * hd + i1];
+                            z[h * hd + i0] = a * cosf(theta) - b * sinf(theta);
+                            z[h * hd + i1] = a * sinf(theta) + b * cosf(theta);
+                        }
+                    }
+                    CHECK(memcmp(y, z, (size_t)(n_head * hd) * sizeof(float)) == 0);
+                    /* The formula in double: float theta rounding grows with pos and i. */
+                    const double bound = 1e-5 + 3e-7 * pos * (n_rot / 2);
+                    int bad = 0;
+                    for (int h = 0; h < n_head; h++) {
+                        for (int i = 0; i < n_rot / 2; i++) {
+                            const double th = pos * pow(bases[bi], -2.0 * i / n_rot);
+                            const int i0 = neox ? i : 2 * i, i1 = neox ? i + n_rot / 2 : 2 * i + 1;
+                            const double a = x[h * hd + i0], b = x[h * hd + i1];
+                            bad += fabs(y[h * hd + i0] - (a * cos(th) - b * sin(th))) > bound;
+                            bad += fabs(y[h * hd + i1] - (a * sin(th) + b * cos(th))) > bound;
+                        }
+                        for (int d = n_rot; d < hd; d++) bad += y[h * hd + d] != x[h * hd + d];
+                    }
+                    CHECK_MSG(bad == 0, "rope hd %d n_rot %d pos %d base %g neox %d: %d bad", hd, n_rot, pos,
+                              (double)bases[bi], neox, bad);
+                }
+            }
+        }
+    }
+}
+
+static void test_rows(void)
+{
+    static const size_t ns[] = {1, 7, 576, 4096};
+    for (size_t ni = 0; ni < MZ_ARRAY_LEN(ns); ni++) {
+        const size_t n = ns[ni];
+        float *x = malloc(n * 4), *w = malloc(n * 4), *y = malloc(n * 4), *u = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) {
+            x[i] = rnd() * 10.0f;
+            w[i] = rnd();
+            u[i] = rnd();
+        }
+        double ss = 0;
+        for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+        const double sc = 1.0 / sqrt(ss / (double)n + 1e-5);
+        int bad = 0;
+        mz_rmsnorm(x, w, y, n, 1e-5f);
+        for (size_t i = 0; i < n; i++) bad += fabs(y[i] - x[i] * sc * w[i]) > 1e-5 * fabs(x[i] * sc) + 1e-7;
+        mz_rmsnorm(x, NULL, y, n, 1e-5f);
+        for (size_t i = 0; i < n; i++) bad += fabs(y[i] - x[i] * sc) > 1e-5 * fabs(x[i] * sc) + 1e-7;
+        CHECK_MSG(bad == 0, "rmsnorm n=%zu: %d bad", n, bad);
+
+        bad = 0;
+        mz_swiglu(x, u, y, n);
+        for (size_t i = 0; i < n; i++) {
+            double s = x[i] / (1.0 + exp(-(double)x[i])) * u[i];
+            bad += fabs(y[i] - s) > 1e-6 * fabs(s) + 1e-7;
+        }
+        CHECK_MSG(bad == 0, "swiglu n=%zu: %d bad", n, bad);
+
+        memcpy(y, x, n * 4);
+        mz_add_inplace(y, w, n);
+        bad = 0;
+        for (size_t i = 0; i < n; i++) bad += y[i] != x[i] + w[i];
+        CHECK_EQ_INT(bad, 0);
+        free(x);
+        free(w);
+        free(y);
+        free(u);
+    }
+    /* Large swiglu inputs stay finite (exp(-x) overflow gives 0, not NaN). */
+    float g[2] = {-100.0f, 100.0f}, uu[2] = {1.0f, 1.0f}, o[2];
+    mz_swiglu(g, uu, o, 2);
+    CHECK(o[0] == 0.0f || fabsf(o[0]) < 1e-30f);
+    CHECK(o[1] == 100.0f);
+}
+
+int main(void)
+{
+    mz_kernels_init();
+    mz_kernels_init(); /* idempotent */
+    test_f16();
+    test_bf16();
+    test_layouts();
+    test_quantize_roundtrip();
+    test_tables();
+    test_matmul();
+    test_rope();
+    test_rows();
+    return t_done("test_kernels");
+}
