@@ -1,0 +1,422 @@
+/*
+ * gen_model.c — `gen-model`: writes a GGUF v3 model with deterministic random
+ * weights in the shape of a real one (llama or qwen3), with the tokenizer
+ * copied verbatim from another GGUF file. Paper-sized models for timing and
+ * tiny ones for tests, all loadable by mzcache and by llama.cpp.
+ *
+ * Determinism: every tensor draws from its own splitmix64 stream seeded by
+ * (params seed, tensor name), so the same params give a byte-identical file
+ * regardless of tensor order or threading. Matrices get roughly N(0, 0.02)
+ * values (an Irwin–Hall sum of four uniforms), norms 1 + small noise.
+ *
+ * Memory: tensors are produced by the writer's fill callback while the file
+ * is written, one at a time, so a 2.5 GB model needs one tensor's buffer
+ * (the largest, usually token_embd) plus one row of floats.
+ */
+#include "../core/core.h"
+#include "../kernels/kernels.h"
+#include "gguf.h"
+
+#include <string.h>
+
+typedef struct gen_preset {
+    const char *name;
+    const char *arch;
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    float rope_base;
+    bool tied;
+} gen_preset;
+
+static const gen_preset k_presets[] = {
+    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 8192, 100000.0f, true},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 40960, 1000000.0f, true},
+    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 131072, 500000.0f, true},
+    {"tiny-llama", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false},
+    /* head_dim != n_embd / n_head on purpose: catches code that assumes it. */
+    {"tiny-qwen3", "qwen3", 2, 64, 4, 2, 32, 160, 2048, 1000000.0f, true},
+};
+
+/* Upper bounds that keep every size computation far from overflow. */
+#define GEN_MAX_DIM (1 << 20)
+#define GEN_MAX_LAYERS 1024
+
+typedef struct gen_cfg {
+    const char *preset_name;
+    const char *arch;
+    bool qwen3;
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train, n_vocab;
+    float rope_base, norm_eps;
+    bool tied;
+    int wtype;                  /* mz_dtype of the 2-D matrices */
+    const char *wtype_name;
+    uint32_t file_type;         /* llama.cpp's LLAMA_FTYPE for wtype */
+} gen_cfg;
+
+/* Shared by every tensor's fill call. */
+typedef struct gen_run {
+    uint64_t seed;
+    const mz_type_kernels *quant; /* for wtype; NULL when wtype is F32 */
+    float *row;                 /* one row of floats */
+    size_t done_bytes, total_bytes;
+    mz_progress_fn progress;
+    void *progress_user;
+} gen_run;
+
+typedef enum gen_kind { GEN_MATRIX, GEN_NORM } gen_kind;
+
+typedef struct gen_tensor {
+    char name[64];
+    gen_kind kind;
+    int type;
+    uint32_t n_dims;
+    uint64_t ne[2];
+    gen_run *run;
+} gen_tensor;
+
+mz_gen_params mz_gen_params_default(void)
+{
+    mz_gen_params p;
+    memset(&p, 0, sizeof p);
+    p.preset = "tiny-llama";
+    p.weight_type = "F16";
+    p.seed = 1;
+    return p;
+}
+
+/* ---- random values -------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t tensor_seed(uint64_t seed, const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a of the name */
+    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    uint64_t s = seed ^ h;
+    return splitmix64(&s);
+}
+
+/* Sum of four 16-bit uniforms from one draw: mean 131070, standard deviation
+ * sqrt(4 * (65536^2 - 1) / 12) ~= 37837.7; scaled to a standard deviation of
+ * 0.02. Bell-shaped and bounded (|x| < 0.07), which keeps quantization scales
+ * sane. */
+static float rand_weight(uint64_t *s)
+{
+    uint64_t r = splitmix64(s);
+    uint32_t sum = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
+                   (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
+    return (float)(((double)sum - 131070.0) * (0.02 / 37837.7));
+}
+
+/* 1 + uniform noise in [-0.02, 0.02). */
+static float rand_norm(uint64_t *s)
+{
+    uint64_t r = splitmix64(s) >> 11;
+    return (float)(1.0 + 0.02 * ((double)r / 9007199254740992.0 * 2.0 - 1.0));
+}
+
+static mz_status gen_fill(void *user, void *dst, size_t nbytes)
+{
+    gen_tensor *t = user;
+    gen_run *run = t->run;
+    uint64_t s = tensor_seed(run->seed, t->name);
+    size_t n0 = (size_t)t->ne[0];
+    size_t row_bytes = mz_dtype_row_bytes(t->type, t->ne[0]);
+    MZ_ASSERT(row_bytes * (size_t)t->ne[1] == nbytes);
+    for (uint64_t r = 0; r < t->ne[1]; r++) {
+        for (size_t i = 0; i < n0; i++)
+            run->row[i] = t->kind == GEN_NORM ? rand_norm(&s) : rand_weight(&s);
+        uint8_t *out = (uint8_t *)dst + (size_t)r * row_bytes;
+        if (t->type == MZ_DT_F32)
+            memcpy(out, run->row, row_bytes);
+        else
+            run->quant->quantize(run->row, out, n0);
+    }
+    run->done_bytes += nbytes;
+    if (run->progress && !run->progress(run->progress_user, run->done_bytes, run->total_bytes))
+        return mz_fail(MZ_E_CANCELLED, "cancelled by the progress callback");
+    return MZ_OK;
+}
+
+/* ---- configuration -------------------------------------------------------------- */
+
+static bool name_eq(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        char ca = (*a >= 'a' && *a <= 'z') ? (char)(*a - 32) : *a;
+        char cb = (*b >= 'a' && *b <= 'z') ? (char)(*b - 32) : *b;
+        if (ca != cb) return false;
+    }
+    return *a == *b;
+}
+
+static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
+{
+    memset(c, 0, sizeof *c);
+    const gen_preset *pr = NULL;
+    if (p->preset) {
+        for (size_t i = 0; i < MZ_ARRAY_LEN(k_presets); i++)
+            if (strcmp(k_presets[i].name, p->preset) == 0) pr = &k_presets[i];
+        if (!pr)
+            return mz_fail(MZ_E_INVAL,
+                           "unknown preset '%s' (known: smollm2-135m qwen3-0.6b llama3.2-1b "
+                           "tiny-llama tiny-qwen3)",
+                           p->preset);
+    }
+    c->preset_name = pr ? pr->name : "custom";
+    c->arch = p->arch ? p->arch : pr ? pr->arch : NULL;
+    if (!c->arch) return mz_fail(MZ_E_INVAL, "no preset and no arch: set one of them");
+    if (strcmp(c->arch, "llama") != 0 && strcmp(c->arch, "qwen3") != 0)
+        return mz_fail(MZ_E_INVAL, "unknown arch '%s' (known: llama qwen3)", c->arch);
+    c->qwen3 = strcmp(c->arch, "qwen3") == 0;
+
+#define PICK(field) c->field = p->field > 0 ? p->field : pr ? pr->field : 0
+    PICK(n_layer);
+    PICK(n_embd);
+    PICK(n_head);
+    PICK(n_head_kv);
+    PICK(head_dim);
+    PICK(n_ff);
+    PICK(n_ctx_train);
+#undef PICK
+    if (!c->head_dim && c->n_head > 0) c->head_dim = c->n_embd / c->n_head;
+    c->rope_base = pr ? pr->rope_base : c->qwen3 ? 1000000.0f : 10000.0f;
+    c->norm_eps = c->qwen3 ? 1e-6f : 1e-5f;
+    /* A bool cannot say "unset", so the field can tie an untied preset but
+     * not untie a tied one. */
+    c->tied = (pr && pr->tied) || p->tied_output;
+
+    struct { const char *name; int v; int max; } dims[] = {
+        {"n_layer", c->n_layer, GEN_MAX_LAYERS}, {"n_embd", c->n_embd, GEN_MAX_DIM},
+        {"n_head", c->n_head, GEN_MAX_DIM},      {"n_head_kv", c->n_head_kv, GEN_MAX_DIM},
+        {"head_dim", c->head_dim, GEN_MAX_DIM},  {"n_ff", c->n_ff, GEN_MAX_DIM},
+        {"n_ctx_train", c->n_ctx_train, 1 << 30},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(dims); i++)
+        if (dims[i].v <= 0 || dims[i].v > dims[i].max)
+            return mz_fail(MZ_E_INVAL, "%s = %d is out of range (1..%d)%s", dims[i].name,
+                           dims[i].v, dims[i].max, pr ? "" : "; without a preset every shape field must be set");
+    if (c->n_head % c->n_head_kv)
+        return mz_fail(MZ_E_INVAL, "n_head %d is not a multiple of n_head_kv %d", c->n_head,
+                       c->n_head_kv);
+    if (c->head_dim % 2) return mz_fail(MZ_E_INVAL, "head_dim %d must be even (rope)", c->head_dim);
+    if ((int64_t)c->n_head * c->head_dim > GEN_MAX_DIM)
+        return mz_fail(MZ_E_INVAL, "n_head * head_dim is too large");
+
+    const char *wt = p->weight_type ? p->weight_type : "F16";
+    static const struct { const char *name; int type; uint32_t ftype; } types[] = {
+        {"F32", MZ_DT_F32, 0}, {"F16", MZ_DT_F16, 1}, {"Q4_0", MZ_DT_Q4_0, 2}, {"Q8_0", MZ_DT_Q8_0, 7},
+    };
+    c->wtype = -1;
+    for (size_t i = 0; i < MZ_ARRAY_LEN(types); i++) {
+        if (name_eq(types[i].name, wt)) {
+            c->wtype = types[i].type;
+            c->wtype_name = types[i].name;
+            c->file_type = types[i].ftype;
+        }
+    }
+    if (c->wtype < 0)
+        return mz_fail(MZ_E_INVAL, "weight type '%s' not available (choose F16 Q8_0 Q4_0 F32)", wt);
+
+    /* Every matrix row must be whole blocks of the weight type. */
+    size_t blk = mz_dtype_block_len(c->wtype);
+    struct { const char *what; int v; } rows[] = {
+        {"n_embd", c->n_embd}, {"n_head * head_dim", c->n_head * c->head_dim}, {"n_ff", c->n_ff},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(rows); i++)
+        if ((size_t)rows[i].v % blk)
+            return mz_fail(MZ_E_INVAL, "%s = %d is not a multiple of %zu, the block length of %s",
+                           rows[i].what, rows[i].v, blk, c->wtype_name);
+    return MZ_OK;
+}
+
+/* ---- metadata ------------------------------------------------------------------- */
+
+/* Opens the vocab file and takes n_vocab from its token list. */
+static mz_status open_vocab(const char *path, gen_cfg *c, mz_gguf **out)
+{
+    mz_gguf *v;
+    mz_status s = mz_gguf_open(path, &v);
+    if (s != MZ_OK) return mz_fail_prefix(s, "vocab_from");
+    const void *tokens;
+    uint64_t n;
+    if ((s = mz_gguf_get_arr(v, "tokenizer.ggml.tokens", MZ_GGUF_STRING, &tokens, &n)) != MZ_OK) {
+        mz_fail_prefix(s, "vocab_from %s", path);
+        goto out_free_vocab;
+    }
+    if (n == 0 || n > (uint64_t)INT32_MAX) {
+        s = mz_fail(MZ_E_FORMAT, "vocab_from %s: %llu tokens", path, (unsigned long long)n);
+        goto out_free_vocab;
+    }
+    c->n_vocab = (int)n;
+    *out = v;
+    return MZ_OK;
+
+out_free_vocab:
+    mz_gguf_free(v);
+    return s;
+}
+
+/* Every tokenizer.* key, verbatim and in the source's order. */
+static mz_status copy_tokenizer(mz_gguf_writer *w, const mz_gguf *v)
+{
+    mz_status s = MZ_OK;
+    for (uint64_t i = 0; i < v->n_kv && s == MZ_OK; i++)
+        if (strncmp(v->kv[i].key.ptr, "tokenizer.", 10) == 0) s = mz_gguf_writer_add_kv(w, &v->kv[i]);
+    return s;
+}
+
+static mz_status add_arch_kv(mz_gguf_writer *w, const gen_cfg *c, const char *suffix, uint32_t v)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
+    return mz_gguf_writer_add_u32(w, key, v);
+}
+
+static mz_status add_arch_f32(mz_gguf_writer *w, const gen_cfg *c, const char *suffix, float v)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
+    return mz_gguf_writer_add_f32(w, key, v);
+}
+
+static mz_status add_metadata(mz_gguf_writer *w, const gen_cfg *c)
+{
+    char name[128];
+    snprintf(name, sizeof name, "mzcache gen-model %s %s", c->preset_name, c->wtype_name);
+    mz_status s = mz_gguf_writer_add_str(w, "general.architecture", c->arch);
+    if (!s) s = mz_gguf_writer_add_str(w, "general.name", name);
+    if (!s) s = mz_gguf_writer_add_u32(w, "general.file_type", c->file_type);
+    if (!s && (c->wtype == MZ_DT_Q8_0 || c->wtype == MZ_DT_Q4_0))
+        s = mz_gguf_writer_add_u32(w, "general.quantization_version", 2);
+    if (!s) s = add_arch_kv(w, c, "context_length", (uint32_t)c->n_ctx_train);
+    if (!s) s = add_arch_kv(w, c, "embedding_length", (uint32_t)c->n_embd);
+    if (!s) s = add_arch_kv(w, c, "block_count", (uint32_t)c->n_layer);
+    if (!s) s = add_arch_kv(w, c, "feed_forward_length", (uint32_t)c->n_ff);
+    if (!s) s = add_arch_kv(w, c, "attention.head_count", (uint32_t)c->n_head);
+    if (!s) s = add_arch_kv(w, c, "attention.head_count_kv", (uint32_t)c->n_head_kv);
+    if (!s) s = add_arch_f32(w, c, "rope.freq_base", c->rope_base);
+    if (!s) s = add_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->norm_eps);
+    if (!s) s = add_arch_kv(w, c, "rope.dimension_count", (uint32_t)c->head_dim);
+    if (!s) s = add_arch_kv(w, c, "vocab_size", (uint32_t)c->n_vocab);
+    /* llama.cpp derives head_dim as n_embd / n_head unless these say otherwise. */
+    if (!s && (c->qwen3 || c->head_dim * c->n_head != c->n_embd)) {
+        s = add_arch_kv(w, c, "attention.key_length", (uint32_t)c->head_dim);
+        if (!s) s = add_arch_kv(w, c, "attention.value_length", (uint32_t)c->head_dim);
+    }
+    return s;
+}
+
+/* ---- tensors -------------------------------------------------------------------- */
+
+static void set_tensor(gen_tensor *t, gen_run *run, gen_kind kind, int type, uint64_t ne0,
+                       uint64_t ne1, const char *fmt, int layer)
+{
+    snprintf(t->name, sizeof t->name, fmt, layer);
+    t->kind = kind;
+    t->type = type;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->n_dims = ne1 > 1 || kind == GEN_MATRIX ? 2 : 1;
+    t->run = run;
+}
+
+/* Fills tab (room for 3 + 11 * n_layer) and returns the count. */
+static size_t plan_tensors(const gen_cfg *c, gen_run *run, gen_tensor *tab)
+{
+    size_t n = 0;
+    uint64_t E = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab, F = (uint64_t)c->n_ff;
+    uint64_t Q = (uint64_t)c->n_head * (uint64_t)c->head_dim;
+    uint64_t K = (uint64_t)c->n_head_kv * (uint64_t)c->head_dim;
+    uint64_t D = (uint64_t)c->head_dim;
+    int wt = c->wtype;
+    set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, V, "token_embd.weight", 0);
+    set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "output_norm.weight", 0);
+    if (!c->tied) set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, V, "output.weight", 0);
+    for (int l = 0; l < c->n_layer; l++) {
+        set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "blk.%d.attn_norm.weight", l);
+        set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, Q, "blk.%d.attn_q.weight", l);
+        set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, K, "blk.%d.attn_k.weight", l);
+        set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, K, "blk.%d.attn_v.weight", l);
+        set_tensor(&tab[n++], run, GEN_MATRIX, wt, Q, E, "blk.%d.attn_output.weight", l);
+        if (c->qwen3) {
+            set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, D, 1, "blk.%d.attn_q_norm.weight", l);
+            set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, D, 1, "blk.%d.attn_k_norm.weight", l);
+        }
+        set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "blk.%d.ffn_norm.weight", l);
+        set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, F, "blk.%d.ffn_gate.weight", l);
+        set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, F, "blk.%d.ffn_up.weight", l);
+        set_tensor(&tab[n++], run, GEN_MATRIX, wt, F, E, "blk.%d.ffn_down.weight", l);
+    }
+    return n;
+}
+
+mz_status mz_gen_model(const char *out_path, const mz_gen_params *p)
+{
+    mz_status s;
+    gen_cfg c;
+    gen_run run = {0};
+    gen_tensor *tab = NULL;
+    mz_gguf_writer *w = NULL;
+    mz_gguf *vocab = NULL;
+
+    if (!out_path || !p) return mz_fail(MZ_E_INVAL, "gen-model: out_path and params are required");
+    if (!p->vocab_from)
+        return mz_fail(MZ_E_INVAL, "gen-model: vocab_from is required (a GGUF file whose "
+                                   "tokenizer is copied)");
+    if ((s = resolve_cfg(p, &c)) != MZ_OK) return mz_fail_prefix(s, "gen-model");
+    if (c.wtype != MZ_DT_F32) {
+        run.quant = mz_kernels_ref(c.wtype);
+        if (!run.quant || !run.quant->quantize)
+            return mz_fail(MZ_E_UNSUPPORTED, "gen-model: no quantizer for %s", c.wtype_name);
+    }
+
+    if ((s = open_vocab(p->vocab_from, &c, &vocab)) != MZ_OK) goto out_prefix;
+    if (!(w = mz_gguf_writer_init())) {
+        s = MZ_E_NOMEM;
+        goto out_free_vocab;
+    }
+    if ((s = add_metadata(w, &c)) != MZ_OK) goto out_free_writer;
+    if ((s = copy_tokenizer(w, vocab)) != MZ_OK) goto out_free_writer;
+    /* The tokenizer is serialized into the writer: drop the source's copy
+     * before the weights need memory. */
+    mz_gguf_free(vocab);
+    vocab = NULL;
+
+    size_t max_tensors = 3 + 11 * (size_t)c.n_layer;
+    if (!(tab = mz_calloc(max_tensors, sizeof *tab))) {
+        s = MZ_E_NOMEM;
+        goto out_free_writer;
+    }
+    size_t max_row = (size_t)MZ_MAX(MZ_MAX(c.n_embd, c.n_ff), c.n_head * c.head_dim);
+    if (!(run.row = mz_malloc(max_row * sizeof *run.row))) {
+        s = MZ_E_NOMEM;
+        goto out_free_tab;
+    }
+    run.seed = p->seed;
+    run.progress = p->progress;
+    run.progress_user = p->progress_user;
+    size_t n = plan_tensors(&c, &run, tab);
+    for (size_t i = 0; i < n && s == MZ_OK; i++) {
+        gen_tensor *t = &tab[i];
+        run.total_bytes += mz_dtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
+        s = mz_gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, t->ne, gen_fill, t);
+    }
+    if (s == MZ_OK) s = mz_gguf_writer_write(w, out_path);
+
+    free(run.row);
+out_free_tab:
+    free(tab);
+out_free_writer:
+    mz_gguf_writer_free(w);
+out_free_vocab:
+    mz_gguf_free(vocab);
+out_prefix:
+    if (s != MZ_OK) mz_fail_prefix(s, "gen-model");
+    return s;
+}
