@@ -64,6 +64,7 @@ fuzz: deps
 	@scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
 bench: build model
+	scripts/install-peer.sh
 	python3 bench/bench_throughput.py --threads 2
 
 clean:

@@ -57,4 +57,8 @@ char *t_read_file(const char *path, size_t *len);
 unsigned long long t_rand_u64(unsigned long long *state);
 float t_rand_float(unsigned long long *state); /* uniform in [-1, 1) */
 
+
+
+/* Hex SHA-256 of a file; 0 on success. */
+int t_sha256_file(const char *path, char hex[65]);
 #endif

@@ -1,0 +1,208 @@
+/*
+ * Forward pass against llama.cpp: for every case in tests/golden/forward/
+ * (made by scripts/golden/make_golden.py with llama-cpp-python), prefill the
+ * same token ids and compare the last position's logits, and for the real
+ * model the 32-token greedy continuation.
+ *
+ * Tolerance, and why: we follow ggml's numerics (activations quantized to
+ * Q8_0/Q8_1 per 32-block for quantized weights, F16 K/V cache) but sum in a
+ * different order, keep the query and softmax weights in F32 where llama.cpp
+ * rounds them to F16, and use our own exp/rsqrt. Those differences are a few
+ * ulps per operation and grow through 30 layers. We require
+ *   - the same top-1 token,
+ *   - RMS(ours - theirs) <= 2 % of RMS(theirs - mean(theirs)) (the logits' own spread),
+ *   - max |ours - theirs| <= 10 % of that spread for every vocabulary entry,
+ * which any real bug (a wrong rope convention, a swapped nibble, an off-by-one
+ * position, a missing norm) exceeds by far: those give errors of the order of
+ * the spread itself. Greedy continuations must match token for token.
+ */
+#define _GNU_SOURCE
+#include "mzcache.h"
+#include "testutil.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#define GOLDEN_DIR "tests/golden/forward"
+#define MAX_TOK 4096
+
+typedef struct golden_case {
+    char model[256];
+    char sha[65];
+    mz_token tokens[MAX_TOK];
+    size_t n_tokens;
+    mz_token greedy[64];
+    size_t n_greedy;
+    int n_vocab;
+    int top1;
+} golden_case;
+
+static size_t parse_ids(const char *s, mz_token *out, size_t cap)
+{
+    size_t n = 0;
+    char *end;
+    while (n < cap) {
+        long v = strtol(s, &end, 10);
+        if (end == s) break;
+        out[n++] = (mz_token)v;
+        s = end;
+    }
+    return n;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static int read_case(const char *path, golden_case *g)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    memset(g, 0, sizeof *g);
+    static char line[1 << 16];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!strncmp(line, "model ", 6)) copy_str(g->model, sizeof g->model, line + 6);
+        else if (!strncmp(line, "sha256 ", 7)) copy_str(g->sha, sizeof g->sha, line + 7);
+        else if (!strncmp(line, "tokens ", 7)) g->n_tokens = parse_ids(line + 7, g->tokens, MAX_TOK);
+        else if (!strncmp(line, "greedy ", 7)) g->n_greedy = parse_ids(line + 7, g->greedy, 64);
+        else if (!strncmp(line, "n_vocab ", 8)) g->n_vocab = atoi(line + 8);
+        else if (!strncmp(line, "top1 ", 5)) g->top1 = atoi(line + 5);
+    }
+    fclose(f);
+    return g->n_tokens && g->n_vocab ? 0 : -1;
+}
+
+/* Resolves "gen:preset:type" by generating the model (the same deterministic
+ * file the golden script generated, which the sha256 proves). */
+static const char *model_path(const golden_case *g, char *buf, size_t cap)
+{
+    if (strncmp(g->model, "gen:", 4)) return g->model;
+    char preset[64], type[16];
+    if (sscanf(g->model + 4, "%63[^:]:%15s", preset, type) != 2) return NULL;
+    snprintf(buf, cap, "%s/%s-%s.gguf", t_tmp_dir(), preset, type);
+    if (access(buf, R_OK) != 0) {
+        mz_gen_params p = mz_gen_params_default();
+        p.preset = preset;
+        p.weight_type = type;
+        p.vocab_from = t_real_model_path();
+        if (mz_gen_model(buf, &p) != MZ_OK) {
+            fprintf(stderr, "gen-model %s %s: %s\n", preset, type, mz_last_error());
+            return NULL;
+        }
+    }
+    return buf;
+}
+
+static void compare_logits(const char *name, const float *ours, const float *theirs, int n, int top1)
+{
+    double mean = 0, spread = 0, err2 = 0, max_err = 0;
+    int our_top = 0;
+    for (int i = 0; i < n; i++) mean += theirs[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) {
+        double d = (double)ours[i] - theirs[i];
+        spread += (theirs[i] - mean) * (theirs[i] - mean);
+        err2 += d * d;
+        if (fabs(d) > max_err) max_err = fabs(d);
+        if (ours[i] > ours[our_top]) our_top = i;
+    }
+    spread = sqrt(spread / n);
+    double rms = sqrt(err2 / n);
+    printf("  %-28s rms err %.4f (%.2f%% of spread %.3f), max err %.4f, top1 %d/%d\n", name, rms,
+           100 * rms / spread, spread, max_err, our_top, top1);
+    CHECK_MSG(our_top == top1, "%s: top-1 %d, llama.cpp %d", name, our_top, top1);
+    CHECK_MSG(rms <= 0.02 * spread, "%s: rms error %.4f > 2%% of %.4f", name, rms, spread);
+    CHECK_MSG(max_err <= 0.10 * spread, "%s: max error %.4f > 10%% of %.4f", name, max_err, spread);
+}
+
+static void run_case(const char *dir, const char *file)
+{
+    static golden_case g;
+    char path[1024], mpath[1024], lpath[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (read_case(path, &g)) {
+        CHECK_MSG(0, "cannot read %s", path);
+        return;
+    }
+    const char *model = model_path(&g, mpath, sizeof mpath);
+    CHECK_MSG(model != NULL, "%s: cannot get model %s", file, g.model);
+    if (!model) return;
+    char sha[65];
+    CHECK_MSG(t_sha256_file(model, sha) == 0 && !strcmp(sha, g.sha),
+              "%s: %s differs from the file the golden data was made from (gen-model output "
+              "changed? re-run scripts/golden/make_golden.py)", file, model);
+
+    snprintf(lpath, sizeof lpath, "%s/%.*s.logits.f32", dir, (int)(strlen(file) - 4), file);
+    size_t len = 0;
+    float *theirs = (float *)t_read_file(lpath, &len);
+    CHECK_MSG(theirs && len == (size_t)g.n_vocab * 4, "%s: bad logits file", lpath);
+    if (!theirs || len != (size_t)g.n_vocab * 4) {
+        free(theirs);
+        return;
+    }
+
+    mz_model_t *m = NULL;
+    mz_ctx_t *c = NULL;
+    CHECK_MSG(mz_model_load(model, NULL, &m) == MZ_OK, "%s: %s", model, mz_last_error());
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = 2048;
+    cp.n_threads = 2;
+    if (m && mz_ctx_init(m, &cp, &c) == MZ_OK) {
+        CHECK_EQ_INT(mz_model_n_vocab(m), g.n_vocab);
+        CHECK_MSG(mz_prefill(c, g.tokens, g.n_tokens) == MZ_OK, "prefill: %s", mz_ctx_errmsg(c));
+        const float *ours = mz_ctx_logits(c);
+        if (ours) compare_logits(file, ours, theirs, g.n_vocab, g.top1);
+        /* greedy continuation, token for token */
+        size_t same = 0;
+        for (size_t i = 0; i < g.n_greedy; i++) {
+            const float *l = mz_ctx_logits(c);
+            if (!l) break;
+            mz_token best = 0;
+            for (int v = 1; v < g.n_vocab; v++)
+                if (l[v] > l[best]) best = v;
+            if (best != g.greedy[i]) {
+                fprintf(stderr, "  %s: greedy token %zu is %d, llama.cpp %d\n", file, i, best,
+                        g.greedy[i]);
+                break;
+            }
+            same++;
+            if (mz_prefill(c, &best, 1) != MZ_OK) break;
+        }
+        if (g.n_greedy) {
+            printf("  %-28s greedy: %zu/%zu tokens identical\n", file, same, g.n_greedy);
+            CHECK_MSG(same == g.n_greedy, "%s: greedy continuation diverged at %zu", file, same);
+        }
+    }
+    mz_ctx_free(c);
+    mz_model_free(m);
+    free(theirs);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int main(void)
+{
+    if (!t_real_model_path()) return t_skip("test_forward_golden", "models/ has no SmolLM2 (run make model)");
+    DIR *d = opendir(GOLDEN_DIR);
+    CHECK_MSG(d != NULL, "no %s", GOLDEN_DIR);
+    if (!d) return t_done("test_forward_golden");
+    char *names[256];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 256) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && !strcmp(e->d_name + len - 4, ".txt")) names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    CHECK_MSG(n >= 10, "only %d golden cases", n);
+    for (int i = 0; i < n; i++) {
+        run_case(GOLDEN_DIR, names[i]);
+        free(names[i]);
+    }
+    return t_done("test_forward_golden");
+}
