@@ -1,0 +1,128 @@
+/*
+ * codec.h — KV chunk codecs: a small vtable chosen per engine.
+ *
+ * A codec turns n F16 values (one KV chunk: K then V, see kernels.h) into a
+ * self-describing blob and back. Every blob starts with a 16-byte header,
+ * little-endian:
+ *
+ *     u32 magic      per codec ("MZRW" raw, "MZQ8" q8)
+ *     u16 version    1
+ *     u16 param      codec parameter (q8: group size G >= 1; raw: 0)
+ *     u64 n_values   number of F16 values encoded
+ *
+ * followed by the codec's payload, whose length is a pure function of
+ * (param, n_values); decode checks that the blob length is exactly that, so
+ * it never reads or writes out of bounds whatever the bytes.
+ *
+ * Contract of every codec (all functions: any thread, no allocation, no I/O):
+ *   bound(n)    the largest blob encode() can produce for n values
+ *               (0 when n is too large to describe).
+ *   encode()    writes at most dst_cap bytes; *n_written = blob length.
+ *               MZ_E_RANGE if dst_cap < bound(n) (nothing useful written);
+ *               MZ_E_FORMAT if the input cannot be encoded (q8: inf/NaN).
+ *   decode()    MZ_E_FORMAT (message via mz_last_error()) for a malformed,
+ *               truncated or oversized blob, or one whose n_values != n;
+ *               on error dst may be partly written.
+ *   peek()      validates the header and exact length, returns n_values.
+ *
+ * Lossy codecs are idempotent: encode(decode(encode(x))) == encode(x) byte
+ * for byte, so chunks can cycle through the compressed stack any number of
+ * times without drifting (paper §6.5).
+ */
+#ifndef MZ_CODEC_H
+#define MZ_CODEC_H
+
+#include "../core/core.h"
+#include "../core/dtype.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MZ_CODEC_HEADER_BYTES 16
+#define MZ_CODEC_VERSION 1
+#define MZ_Q8_GROUP_DEFAULT 64
+#define MZ_Q8_GROUP_MAX 65535
+
+typedef struct mz_codec mz_codec;
+
+struct mz_codec {
+    const char *name;  /* "raw", "q8" … */
+    unsigned param;    /* codec parameter (q8: group size) */
+    size_t (*bound)(const mz_codec *c, size_t n_values);
+    mz_status (*encode)(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,
+                        size_t dst_cap, size_t *n_written);
+    mz_status (*decode)(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
+                        size_t n);
+    mz_status (*peek)(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values);
+};
+
+/* Built-in codecs by name: "raw", "q8" (G = 64), "q8-g32", "q8-g128".
+ * NULL (with a message) for an unknown name. The result is static. */
+MZ_INTERNAL const mz_codec *mz_codec_find(const char *name);
+/* A q8 codec with any group size in [1, MZ_Q8_GROUP_MAX] (returned by value,
+ * nothing allocated); .name is "q8". Asserts on a bad group size. */
+MZ_INTERNAL mz_codec mz_codec_q8(unsigned group);
+
+/* Convenience wrappers. */
+static inline size_t mz_codec_bound(const mz_codec *c, size_t n) { return c->bound(c, n); }
+static inline mz_status mz_codec_encode(const mz_codec *c, const mz_f16 *src, size_t n,
+                                        uint8_t *dst, size_t dst_cap, size_t *n_written)
+{
+    return c->encode(c, src, n, dst, dst_cap, n_written);
+}
+static inline mz_status mz_codec_decode(const mz_codec *c, const uint8_t *src, size_t len,
+                                        mz_f16 *dst, size_t n)
+{
+    return c->decode(c, src, len, dst, n);
+}
+
+/* ---- internals shared by the codec files and their tests --------------------- */
+
+MZ_INTERNAL extern const mz_codec mz_codec_raw_vt;     /* "raw" */
+MZ_INTERNAL extern const mz_codec mz_codec_q8_g64_vt;  /* "q8" */
+MZ_INTERNAL extern const mz_codec mz_codec_q8_g32_vt;  /* "q8-g32" */
+MZ_INTERNAL extern const mz_codec mz_codec_q8_g128_vt; /* "q8-g128" */
+
+/* Header helpers (codec.c). parse checks magic, version and that len equals
+ * MZ_CODEC_HEADER_BYTES + payload_bytes(param, n) exactly; payload_bytes
+ * returns false when the size overflows. */
+typedef bool (*mz_codec_payload_fn)(unsigned param, uint64_t n, size_t *payload);
+MZ_INTERNAL void mz_codec_header_write(uint8_t *dst, uint32_t magic, unsigned param, uint64_t n);
+MZ_INTERNAL mz_status mz_codec_header_parse(const char *name, const uint8_t *src, size_t len,
+                                            uint32_t magic, mz_codec_payload_fn payload,
+                                            unsigned *param, uint64_t *n);
+
+/* q8 kernels (format and arithmetic: top of codec_q8.c). decode_groups: n
+ * values from the payload of groups of G values, each = f16 min, f16 max,
+ * G codes (last group short); min/max must already be validated (finite,
+ * max >= min). Every kernel gives the same bits as the _ref one. */
+MZ_INTERNAL void mz_q8_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group,
+                                         mz_f16 *dst);
+/* Scalar-only decode of a whole blob (the reference the SIMD paths are tested
+ * against). */
+MZ_INTERNAL mz_status mz_q8_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n);
+/* Which decode kernel mz_codec_q8 uses: "avx2", "neon" or "scalar". */
+MZ_INTERNAL const char *mz_q8_isa(void);
+/* Test hook: force the scalar encode/decode kernels (true) or the best
+ * available (false); process-wide. */
+MZ_INTERNAL void mz_q8_force_scalar(bool on);
+
+#if defined(__x86_64__) || defined(__i386__)
+#define MZ_CODEC_HAVE_AVX2_FILE 1
+/* codec_q8_avx2.c: call only when the CPU has AVX2+FMA+F16C. */
+MZ_INTERNAL void mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group,
+                                          mz_f16 *dst);
+/* Encoder fast path: codes of k values of one group (grid as in codec_q8.c);
+ * lanes it cannot settle cheaply get unresolved[j] = 1 for the scalar code.
+ * Returns the number of unresolved lanes. */
+MZ_INTERNAL size_t mz_q8_codes_avx2(const mz_f16 *x, size_t k, float mn, float mx, float step,
+                                    float inv_step, uint8_t *codes, uint8_t *unresolved);
+/* Min and max of k >= 1 finite F16 values (a zero may come out either sign). */
+MZ_INTERNAL void mz_q8_minmax_avx2(const mz_f16 *x, size_t k, float *mn, float *mx);
+/* F16C conversion of n floats (RNE); test hook for the scalar helper. */
+MZ_INTERNAL void mz_codec_f32_to_f16_avx2(const float *src, mz_f16 *dst, size_t n);
+MZ_INTERNAL bool mz_codec_cpu_has_avx2(void);
+#endif
+
+#endif /* MZ_CODEC_H */

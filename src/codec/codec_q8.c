@@ -1,0 +1,438 @@
+/*
+ * codec_q8.c — group-wise asymmetric 8-bit quantization of F16 values
+ * (FlexGen style), idempotent bit for bit.
+ *
+ * Blob: the 16-byte header of codec.h (magic "MZQ8", param = group size G),
+ * then ceil(n / G) groups, each
+ *
+ *     f16 min     (finite)
+ *     f16 max     (finite, >= min)
+ *     u8  code[G] (the last group holds n mod G codes when G does not divide n)
+ *
+ * so a group of 64 takes 68 bytes instead of 128 (46.9 % saved). The group's
+ * scale is implied: step = f32((max - min) / 255) truncated to 16 significant
+ * bits (mz_q8_step), which makes q * step exact in f32.
+ *
+ * Decoding, for q in 0..255:
+ *     dec(q) = max                                         if q == 255
+ *            = f16_rne(v > max ? max : v), v = f32(min + f32(q * step))  otherwise
+ * Every ISA path computes exactly this (an exact f32 multiply, one rounded
+ * f32 add — fused or not, the same —, the compare-select, RNE to f16), so
+ * SIMD output is bit-identical to scalar.
+ * Properties: dec(0) = min, dec(255) = max, min <= dec(q) <= max, and dec is
+ * monotone non-decreasing in q. It never yields -0 when min and max are
+ * canonical (a zero min or max is stored as +0).
+ *
+ * Encoding a group x[0..k) (all finite; inf or NaN anywhere → MZ_E_FORMAT, so
+ * the caller can fall back to the raw codec):
+ *     min = min x, max = max x (exact: they are f16 values; ±0 stored as +0)
+ *     code(x) = the smallest q whose dec(q) is nearest x
+ *               (dec is monotone, so ties go to the lower value)
+ *
+ * Why encode(decode(encode(x))) == encode(x), byte for byte. Let y be the
+ * decoded group.
+ *   - min y = min: the min element gets code 0 and dec(0) = min; all
+ *     dec(q) >= min.
+ *   - max y = max: the max element is at distance 0 from dec(255) = max, so
+ *     its code decodes to max; all dec(q) <= max.
+ *   So the header and the implied step are unchanged, hence so is dec.
+ *   - codes: let c = code(x_i), y_i = dec(c). Every code decoding to y_i is
+ *     as near x_i as c, so c, the smallest of all nearest codes, is also the
+ *     smallest code decoding to y_i, which is exactly code(y_i).
+ * The parameters and codes are a fixed point; later cycles repeat it. No
+ * special case for constant groups (step = 0), subnormals or huge ranges.
+ *
+ * Error: |dec(code(x)) - x| <= (step + ulp16 of the neighbouring grid
+ * values) / 2; min and max are exact.
+ *
+ * Kernels, picked at run time: decode AVX2+F16C on x86, NEON on AArch64,
+ * scalar otherwise. Encode on AVX2 computes min/max and settles most codes
+ * eight at a time (guess, decode the neighbours, check the bracket); lanes it
+ * cannot settle (plateaus where several codes decode to one f16 value) take
+ * the scalar search. Both give the same bytes (tested).
+ *
+ * Thread contract: stateless, any thread.
+ */
+#include "codec.h"
+#include "codec_f16.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#if defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#define Q8_MAGIC 0x38515a4du /* "MZQ8" */
+
+static _Atomic int g_force_scalar;
+
+/* ---- layout --------------------------------------------------------------- */
+
+static bool q8_payload(unsigned group, uint64_t n, size_t *payload)
+{
+    if (group < 1 || group > MZ_Q8_GROUP_MAX || n > SIZE_MAX / 8) return false; /* 5n must not overflow */
+    uint64_t n_groups = (n + group - 1) / group;
+    *payload = (size_t)(n_groups * 4 + n);
+    return true;
+}
+
+static size_t q8_bound(const mz_codec *c, size_t n)
+{
+    size_t p;
+    if (!q8_payload(c->param, n, &p) || p > SIZE_MAX - MZ_CODEC_HEADER_BYTES) return 0;
+    return MZ_CODEC_HEADER_BYTES + p;
+}
+
+static inline unsigned rd16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
+
+static inline void wr16(uint8_t *p, unsigned v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+/* ---- decode ---------------------------------------------------------------- */
+
+/* Implied step of a group; the same function in every kernel. */
+static inline float q8_step(float mn, float mx) { return mz_q8_step(mn, mx); }
+
+static inline uint16_t dec_bits(float mn, float mx, float step, unsigned q)
+{
+    if (q == 255) return mz_cdc_f32_to_f16(mx);
+    float v = mn + (float)q * step;
+    if (v > mx) v = mx;
+    return mz_cdc_f32_to_f16(v);
+}
+
+/* The value of dec_bits as a float (a zero may come out as either sign, which
+ * no comparison below can tell apart). */
+static inline float dec_val(float mn, float mx, float step, unsigned q)
+{
+    if (q == 255) return mx;
+    float v = mn + (float)q * step;
+    if (v > mx) v = mx;
+    return mz_cdc_round_f16(v);
+}
+
+void mz_q8_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+{
+    for (size_t i0 = 0; i0 < n; i0 += group) {
+        size_t k = MZ_MIN((size_t)group, n - i0);
+        float mn = mz_cdc_f16_to_f32((uint16_t)rd16(payload));
+        float mx = mz_cdc_f16_to_f32((uint16_t)rd16(payload + 2));
+        float step = q8_step(mn, mx);
+        const uint8_t *q = payload + 4;
+        for (size_t j = 0; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, q[j]);
+        payload += 4 + k;
+    }
+}
+
+#if defined(__ARM_NEON) && defined(__aarch64__)
+static inline uint16x4_t neon_dec4(uint32x4_t q, float32x4_t vmn, float32x4_t vmx,
+                                   float32x4_t vstep)
+{
+    float32x4_t v = vaddq_f32(vmn, vmulq_f32(vcvtq_f32_u32(q), vstep));
+    v = vbslq_f32(vcgtq_f32(v, vmx), vmx, v);                  /* v > max ? max : v */
+    v = vbslq_f32(vceqq_u32(q, vdupq_n_u32(255)), vmx, v);      /* code 255 is max */
+    return vreinterpret_u16_f16(vcvt_f16_f32(v));
+}
+
+static void decode_groups_neon(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+{
+    for (size_t i0 = 0; i0 < n; i0 += group) {
+        size_t k = MZ_MIN((size_t)group, n - i0);
+        float mn = mz_cdc_f16_to_f32((uint16_t)rd16(payload));
+        float mx = mz_cdc_f16_to_f32((uint16_t)rd16(payload + 2));
+        float step = q8_step(mn, mx);
+        const uint8_t *q = payload + 4;
+        float32x4_t vmn = vdupq_n_f32(mn), vmx = vdupq_n_f32(mx), vstep = vdupq_n_f32(step);
+        size_t j = 0;
+        for (; j + 8 <= k; j += 8) {
+            uint16x8_t q16 = vmovl_u8(vld1_u8(q + j));
+            vst1_u16(dst + i0 + j, neon_dec4(vmovl_u16(vget_low_u16(q16)), vmn, vmx, vstep));
+            vst1_u16(dst + i0 + j + 4, neon_dec4(vmovl_u16(vget_high_u16(q16)), vmn, vmx, vstep));
+        }
+        for (; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, q[j]);
+        payload += 4 + k;
+    }
+}
+#endif
+
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+/* AVX2 + FMA + F16C with YMM state enabled by the OS. cpuid directly, since
+ * not every compiler's __builtin_cpu_supports knows "f16c"; the answer is
+ * cached (racing first calls store the same value). */
+static bool detect_avx2(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned need = (1u << 12) | (1u << 27) | (1u << 28) | (1u << 29); /* fma osxsave avx f16c */
+    if ((c & need) != need) return false;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 6u) != 6u) return false; /* XMM and YMM state */
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b & (1u << 5)) != 0; /* avx2 */
+}
+
+bool mz_codec_cpu_has_avx2(void)
+{
+    static _Atomic int cached; /* 0 unknown, 1 no, 2 yes */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!v) {
+        v = detect_avx2() ? 2 : 1;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v == 2;
+}
+#endif
+
+const char *mz_q8_isa(void)
+{
+    if (atomic_load_explicit(&g_force_scalar, memory_order_relaxed)) return "scalar";
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    if (mz_codec_cpu_has_avx2()) return "avx2";
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+    return "neon";
+#endif
+    return "scalar";
+}
+
+void mz_q8_force_scalar(bool on)
+{
+    atomic_store_explicit(&g_force_scalar, on ? 1 : 0, memory_order_relaxed);
+}
+
+/* Validates header, exact length and every group's min/max. */
+static mz_status q8_check(const uint8_t *src, size_t len, unsigned *group, uint64_t *n)
+{
+    mz_status st = mz_codec_header_parse("q8", src, len, Q8_MAGIC, q8_payload, group, n);
+    if (st != MZ_OK) return st;
+    const uint8_t *p = src + MZ_CODEC_HEADER_BYTES;
+    for (uint64_t i0 = 0, g = 0; i0 < *n; i0 += *group, g++) {
+        unsigned mn = rd16(p), mx = rd16(p + 2);
+        if ((mn & 0x7c00u) == 0x7c00u || (mx & 0x7c00u) == 0x7c00u)
+            return mz_fail(MZ_E_FORMAT, "q8 blob: group %llu has a non-finite min/max "
+                           "(0x%04x, 0x%04x)", (unsigned long long)g, mn, mx);
+        if (mz_cdc_f16_to_f32((uint16_t)mx) < mz_cdc_f16_to_f32((uint16_t)mn))
+            return mz_fail(MZ_E_FORMAT, "q8 blob: group %llu has max < min (0x%04x < 0x%04x)",
+                           (unsigned long long)g, mx, mn);
+        p += 4 + MZ_MIN((uint64_t)*group, *n - i0);
+    }
+    return MZ_OK;
+}
+
+static mz_status q8_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)
+{
+    unsigned group;
+    uint64_t n;
+    mz_status st = q8_check(src, len, &group, &n);
+    if (st == MZ_OK) *n_values = (size_t)n;
+    return st;
+}
+
+static mz_status q8_decode_impl(const uint8_t *src, size_t len, mz_f16 *dst, size_t n_want,
+                                bool scalar)
+{
+    unsigned group;
+    uint64_t n;
+    mz_status st = q8_check(src, len, &group, &n);
+    if (st != MZ_OK) return st;
+    if (n != n_want)
+        return mz_fail(MZ_E_FORMAT, "q8 blob: holds %llu values, caller expects %zu",
+                       (unsigned long long)n, n_want);
+    const uint8_t *payload = src + MZ_CODEC_HEADER_BYTES;
+    if (!scalar) {
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+        if (mz_codec_cpu_has_avx2()) {
+            mz_q8_decode_groups_avx2(payload, (size_t)n, group, dst);
+            return MZ_OK;
+        }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+        decode_groups_neon(payload, (size_t)n, group, dst);
+        return MZ_OK;
+#endif
+    }
+    mz_q8_decode_groups_ref(payload, (size_t)n, group, dst);
+    return MZ_OK;
+}
+
+mz_status mz_q8_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n)
+{
+    return q8_decode_impl(src, len, dst, n, true);
+}
+
+static mz_status q8_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
+                           size_t n)
+{
+    bool scalar = atomic_load_explicit(&g_force_scalar, memory_order_relaxed) != 0;
+    return q8_decode_impl(src, len, dst, n, scalar);
+}
+
+/* ---- encode ---------------------------------------------------------------- */
+
+typedef struct {
+    float mn, mx, step, inv_step;
+} q8_grid;
+
+static inline float grid_dec(const q8_grid *g, unsigned q) { return dec_val(g->mn, g->mx, g->step, q); }
+
+/* Smallest q in [0, 255] with dec(q) >= t, or 256 if none; guess is a hint.
+ * Gallops from the guess, then bisects, so a good guess costs two decodes. */
+static unsigned first_ge(const q8_grid *g, float t, unsigned guess)
+{
+    unsigned lo, hi;
+    if (grid_dec(g, guess) >= t) {
+        hi = guess;
+        lo = 0;
+        for (unsigned step = 1; hi >= step; step <<= 1) {
+            unsigned c = hi - step;
+            if (grid_dec(g, c) >= t) {
+                hi = c;
+            } else {
+                lo = c + 1;
+                break;
+            }
+        }
+    } else {
+        lo = guess + 1;
+        hi = 256;
+        for (unsigned step = 1; guess + step < 256; step <<= 1) {
+            unsigned c = guess + step;
+            if (grid_dec(g, c) >= t) {
+                hi = c;
+                break;
+            }
+            lo = c + 1;
+        }
+    }
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+        if (grid_dec(g, mid) >= t)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Smallest q whose dec(q) is nearest x (min <= x <= max); ties to the lower value. */
+static inline unsigned code_of(const q8_grid *g, float x)
+{
+    unsigned guess = 0;
+    float t = (x - g->mn) * g->inv_step;
+    if (t >= 255.0f)
+        guess = 255;
+    else if (t > 0.0f)
+        guess = (unsigned)ceilf(t);
+    /* Fast path: the guess brackets x and the lower neighbour starts its plateau. */
+    if (guess >= 1) {
+        float vhi = grid_dec(g, guess), vlo = grid_dec(g, guess - 1);
+        if (vlo < x && x <= vhi) {
+            if ((double)vhi - (double)x < (double)x - (double)vlo) return guess;
+            if (guess == 1 || grid_dec(g, guess - 2) < vlo) return guess - 1;
+        }
+    } else if (grid_dec(g, 0) >= x) {
+        return 0;
+    }
+    unsigned hi = first_ge(g, x, guess);
+    if (hi == 0) return 0;
+    if (hi > 255) hi = 255; /* cannot happen: dec(255) = max >= x */
+    float vlo = grid_dec(g, hi - 1), vhi = grid_dec(g, hi);
+    if ((double)vhi - (double)x < (double)x - (double)vlo) return hi;
+    return first_ge(g, vlo, hi - 1);
+}
+
+/* Encodes one group of k finite values into out (4 + k bytes). */
+static void encode_group(const mz_f16 *x, size_t k, uint8_t *out, bool use_simd)
+{
+    float mn = mz_cdc_f16_to_f32(x[0]), mx = mn;
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    if (use_simd)
+        mz_q8_minmax_avx2(x, k, &mn, &mx);
+    else
+#endif
+        for (size_t j = 1; j < k; j++) {
+            float v = mz_cdc_f16_to_f32(x[j]);
+            if (v < mn) mn = v;
+            if (v > mx) mx = v;
+        }
+    if (mn == 0.0f) mn = 0.0f; /* canonical +0 */
+    if (mx == 0.0f) mx = 0.0f;
+    q8_grid g = {.mn = mn, .mx = mx, .step = q8_step(mn, mx)};
+    g.inv_step = g.step > 0.0f ? 1.0f / g.step : 0.0f;
+    wr16(out, mz_cdc_f32_to_f16(mn));
+    wr16(out + 2, mz_cdc_f32_to_f16(mx));
+    uint8_t *q = out + 4;
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    if (use_simd && k >= 8) {
+        /* the vector fast path settles most lanes; the rest take the scalar road */
+        uint8_t unres[256];
+        for (size_t j0 = 0; j0 < k; j0 += sizeof unres) {
+            size_t kk = MZ_MIN(sizeof unres, k - j0);
+            if (mz_q8_codes_avx2(x + j0, kk, mn, mx, g.step, g.inv_step, q + j0, unres) == 0)
+                continue;
+            for (size_t j = 0; j < kk; j++)
+                if (unres[j]) q[j0 + j] = (uint8_t)code_of(&g, mz_cdc_f16_to_f32(x[j0 + j]));
+        }
+        return;
+    }
+#endif
+    (void)use_simd;
+    for (size_t j = 0; j < k; j++) q[j] = (uint8_t)code_of(&g, mz_cdc_f16_to_f32(x[j]));
+}
+
+static mz_status q8_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,
+                           size_t dst_cap, size_t *n_written)
+{
+    unsigned group = c->param;
+    size_t need = q8_bound(c, n);
+    *n_written = 0;
+    MZ_ASSERT(group >= 1 && group <= MZ_Q8_GROUP_MAX);
+    if (need == 0) return mz_fail(MZ_E_RANGE, "q8 encode: %zu values is too many", n);
+    if (dst_cap < need)
+        return mz_fail(MZ_E_RANGE, "q8 encode: need %zu bytes, have %zu", need, dst_cap);
+    for (size_t i = 0; i < n; i++)
+        if ((src[i] & 0x7c00u) == 0x7c00u)
+            return mz_fail(MZ_E_FORMAT, "q8 encode: value %zu is %s (0x%04x); use the raw codec",
+                           i, (src[i] & 0x3ffu) ? "NaN" : "infinite", src[i]);
+    mz_codec_header_write(dst, Q8_MAGIC, group, n);
+    uint8_t *p = dst + MZ_CODEC_HEADER_BYTES;
+    bool use_simd = false;
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    use_simd = !atomic_load_explicit(&g_force_scalar, memory_order_relaxed) &&
+               mz_codec_cpu_has_avx2();
+#endif
+    for (size_t i0 = 0; i0 < n; i0 += group) {
+        size_t k = MZ_MIN((size_t)group, n - i0);
+        encode_group(src + i0, k, p, use_simd);
+        p += 4 + k;
+    }
+    *n_written = need;
+    return MZ_OK;
+}
+
+/* ---- vtables ------------------------------------------------------------------ */
+
+#define Q8_VT(nm, g)                                                                   \
+    {                                                                                  \
+        .name = nm, .param = g, .bound = q8_bound, .encode = q8_encode,                \
+        .decode = q8_decode, .peek = q8_peek                                           \
+    }
+
+const mz_codec mz_codec_q8_g64_vt = Q8_VT("q8", 64);
+const mz_codec mz_codec_q8_g32_vt = Q8_VT("q8-g32", 32);
+const mz_codec mz_codec_q8_g128_vt = Q8_VT("q8-g128", 128);
+
+mz_codec mz_codec_q8(unsigned group)
+{
+    MZ_ASSERT(group >= 1 && group <= MZ_Q8_GROUP_MAX);
+    mz_codec c = Q8_VT("q8", group);
+    return c;
+}

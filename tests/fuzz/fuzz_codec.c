@@ -1,0 +1,81 @@
+/*
+ * fuzz_codec.c — libFuzzer target for every codec's peek/decode, plus the q8
+ * idempotency property on whatever decodes.
+ *
+ * Input: byte 0 selects the codec and mode, the rest is the blob.
+ *   - peek and decode with the blob's own count (if <= MAX_N) and with a
+ *     wrong count: must never crash or read/write out of bounds (ASan);
+ *   - q8, when decoding succeeds: e1 = encode(y), e2 = encode(decode(e1))
+ *     must be byte-identical (idempotency), and SIMD encode/decode must equal
+ *     the scalar reference;
+ *   - mode bit 3: the bytes are raw F16 input to every encoder instead.
+ *
+ * Build: clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc
+ *   -Iinclude src/core/core.c src/codec/codec.c src/codec/codec_raw.c
+ *   src/codec/codec_q8.c codec_q8_avx2.o tests/fuzz/fuzz_codec.c
+ * Seeds: tests/fuzz/corpus/codec/.
+ */
+#include "codec/codec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_N 8192
+
+static mz_f16 g_y[MAX_N + 1], g_y2[MAX_N + 1], g_y3[MAX_N + 1];
+static uint8_t g_e1[MAX_N * 5 + 64], g_e2[MAX_N * 5 + 64];
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_q8_cycle(const mz_f16 *y, size_t n, unsigned group)
+{
+    mz_codec c = mz_codec_q8(group);
+    size_t l1, l2;
+    if (mz_codec_encode(&c, y, n, g_e1, sizeof g_e1, &l1) != MZ_OK) return; /* inf/NaN */
+    mz_q8_force_scalar(true); /* scalar encode must match the SIMD one */
+    mz_status st = mz_codec_encode(&c, y, n, g_e2, sizeof g_e2, &l2);
+    mz_q8_force_scalar(false);
+    if (st != MZ_OK || l1 != l2 || memcmp(g_e1, g_e2, l1) != 0) abort();
+    if (mz_codec_decode(&c, g_e1, l1, g_y2, n) != MZ_OK) abort();
+    if (mz_codec_encode(&c, g_y2, n, g_e2, sizeof g_e2, &l2) != MZ_OK) abort();
+    if (l1 != l2 || memcmp(g_e1, g_e2, l1) != 0) abort(); /* not idempotent */
+    if (mz_q8_decode_ref(g_e2, l2, g_y3, n) != MZ_OK) abort();
+    if (memcmp(g_y2, g_y3, n * 2) != 0) abort(); /* SIMD != scalar */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    static const char *names[] = {"raw", "q8", "q8-g32", "q8-g128"};
+    unsigned mode = data[0];
+    const mz_codec *c = mz_codec_find(names[mode & 3]);
+    data++;
+    size--;
+    if (mode & 8) {
+        /* encoder side: bytes are F16 values */
+        size_t n = MZ_MIN(size / 2, (size_t)MAX_N);
+        memcpy(g_y, data, n * 2);
+        unsigned group = 1 + (mode >> 4) * 9; /* 1, 10, ... 136 */
+        check_q8_cycle(g_y, n, group);
+        size_t l;
+        if (mz_codec_encode(c, g_y, n, g_e1, sizeof g_e1, &l) == MZ_OK &&
+            mz_codec_decode(c, g_e1, l, g_y2, n) != MZ_OK)
+            abort();
+        return 0;
+    }
+    size_t n = 0;
+    if (c->peek(c, data, size, &n) == MZ_OK && n <= MAX_N) {
+        if (mz_codec_decode(c, data, size, g_y, n) != MZ_OK) abort(); /* peek said valid */
+        if (c->name[0] == 'q') {
+            if (mz_q8_decode_ref(data, size, g_y2, n) != MZ_OK) abort();
+            if (memcmp(g_y, g_y2, n * 2) != 0) abort();
+            unsigned group = (unsigned)data[6] | (unsigned)data[7] << 8;
+            check_q8_cycle(g_y, n, group);
+        }
+        if (n > 0 && mz_codec_decode(c, data, size, g_y, n - 1) != MZ_E_FORMAT) abort();
+    }
+    /* a wrong or arbitrary count must fail cleanly */
+    (void)mz_codec_decode(c, data, size, g_y, (size_t)(mode >> 4));
+    (void)mz_codec_decode(c, data, size, g_y, MAX_N);
+    return 0;
+}

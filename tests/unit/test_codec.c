@@ -1,0 +1,631 @@
+/*
+ * test_codec.c — codec registry, raw and q8: round trips, q8 idempotency
+ * (encode(decode(encode(x))) == encode(x) byte for byte, over 3 cycles) on
+ * realistic and adversarial inputs, malformed blobs, scalar vs SIMD decode
+ * bit-identity, and decode throughput (printed, not asserted).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "codec/codec.h"
+#include "codec/codec_f16.h"
+#include "testutil.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+/* Thread CPU time in ms: throughput on a shared machine is measured per CPU
+ * second actually given to this thread, not per wall second. */
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static unsigned long long g_rng = 0x5eed1234abcdULL;
+
+static float rand_normal(void)
+{
+    float u1 = 0.5f * (t_rand_float(&g_rng) + 1.0f), u2 = t_rand_float(&g_rng);
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(3.14159265f * u2);
+}
+
+static mz_f16 h(float f) { return mz_cdc_f32_to_f16(f); }
+static float fl(mz_f16 x) { return mz_cdc_f16_to_f32(x); }
+
+/* Random finite f16 bit pattern. */
+static mz_f16 rand_finite_bits(void)
+{
+    for (;;) {
+        mz_f16 b = (mz_f16)t_rand_u64(&g_rng);
+        if ((b & 0x7c00u) != 0x7c00u) return b;
+    }
+}
+
+/* ---- f16 helpers ----------------------------------------------------------------- */
+
+static void test_f16_helpers(void)
+{
+    int bad = 0;
+    for (uint32_t b = 0; b < 0x10000u; b++) {
+        mz_f16 x = (mz_f16)b;
+        float f = fl(x);
+        if ((x & 0x7c00u) == 0x7c00u && (x & 0x3ffu)) {
+            bad += !isnan(f);
+            continue;
+        }
+        /* value check against the definition */
+        int e = (x >> 10) & 0x1f, mant = x & 0x3ff;
+        double want = e == 0 ? ldexp(mant, -24) : e == 31 ? INFINITY : ldexp(1024 + mant, e - 25);
+        if (x & 0x8000u) want = -want;
+        bad += (double)f != want;
+        bad += h(f) != x;
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* the in-float rounding used by the encoder equals the conversion round trip */
+    bad = 0;
+    for (uint32_t b = 0; b < 0x477ff000u; b += 97) {
+        for (int sg = 0; sg < 2; sg++) {
+            uint32_t v = b | (uint32_t)sg << 31;
+            float f;
+            memcpy(&f, &v, 4);
+            float r = mz_cdc_round_f16(f), want = fl(h(f));
+            if (r != want && bad++ < 5) fprintf(stderr, "round_f16 %a: %a != %a\n", (double)f, (double)r, (double)want);
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    if (mz_codec_cpu_has_avx2()) {
+        /* scalar RNE vs F16C over a strided sweep of every f32 bit pattern */
+        enum { BATCH = 4096 };
+        static float src[BATCH];
+        static mz_f16 a[BATCH];
+        int mism = 0;
+        uint32_t bits = 0;
+        unsigned long long total = 0;
+        for (int round = 0; round < 2600; round++) {
+            for (int i = 0; i < BATCH; i++) {
+                uint32_t v = bits;
+                bits += 409;
+                if (i & 1) v = 0x33000000u + (uint32_t)(t_rand_u64(&g_rng) % 0x14800000u);
+                memcpy(&src[i], &v, 4);
+            }
+            mz_codec_f32_to_f16_avx2(src, a, BATCH);
+            for (int i = 0; i < BATCH; i++) {
+                mz_f16 s = h(src[i]);
+                if (s != a[i] && !(isnan(src[i]) && (s & 0x7fffu) > 0x7c00u &&
+                                   (a[i] & 0x7fffu) > 0x7c00u)) {
+                    if (mism++ < 5)
+                        fprintf(stderr, "f32->f16 %a: scalar %04x f16c %04x\n", (double)src[i], s,
+                                a[i]);
+                }
+            }
+            total += BATCH;
+        }
+        CHECK_EQ_INT(mism, 0);
+        printf("f32->f16 scalar vs F16C: %llu values compared\n", total);
+    }
+#endif
+}
+
+/* ---- registry and raw ------------------------------------------------------------- */
+
+static void test_registry(void)
+{
+    CHECK(mz_codec_find("raw") == &mz_codec_raw_vt);
+    CHECK(mz_codec_find("q8") && mz_codec_find("q8")->param == 64);
+    CHECK(mz_codec_find("q8-g32")->param == 32);
+    CHECK(mz_codec_find("q8-g128")->param == 128);
+    CHECK(mz_codec_find("zstd") == NULL);
+    CHECK(strstr(mz_last_error(), "zstd") != NULL);
+    mz_codec c = mz_codec_q8(7);
+    CHECK(c.param == 7 && c.encode && c.decode);
+}
+
+static void test_raw(void)
+{
+    const mz_codec *c = mz_codec_find("raw");
+    size_t n = 65536 + 3;
+    mz_f16 *x = malloc(n * 2), *y = malloc(n * 2);
+    size_t cap = mz_codec_bound(c, n);
+    uint8_t *blob = malloc(cap);
+    for (size_t i = 0; i < n; i++) x[i] = (mz_f16)i; /* every bit pattern, NaNs included */
+    size_t len = 0;
+    CHECK_EQ_INT(mz_codec_encode(c, x, n, blob, cap, &len), MZ_OK);
+    CHECK_EQ_INT(len, MZ_CODEC_HEADER_BYTES + 2 * n);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, n), MZ_OK);
+    CHECK(memcmp(x, y, n * 2) == 0);
+    size_t pn = 0;
+    CHECK(c->peek(c, blob, len, &pn) == MZ_OK && pn == n);
+    /* errors */
+    CHECK_EQ_INT(mz_codec_encode(c, x, n, blob, cap - 1, &len), MZ_E_RANGE);
+    CHECK_EQ_INT(len, 0);
+    CHECK_EQ_INT(mz_codec_encode(c, x, n, blob, cap, &len), MZ_OK);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len - 1, y, n), MZ_E_FORMAT);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, n - 1), MZ_E_FORMAT);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, 7, y, n), MZ_E_FORMAT);
+    blob[0] ^= 1;
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, n), MZ_E_FORMAT);
+    CHECK(strstr(mz_last_error(), "magic") != NULL);
+    blob[0] ^= 1;
+    blob[6] = 1; /* param must be 0 */
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, n), MZ_E_FORMAT);
+    blob[6] = 0;
+    /* zero values */
+    CHECK_EQ_INT(mz_codec_encode(c, x, 0, blob, cap, &len), MZ_OK);
+    CHECK_EQ_INT(len, MZ_CODEC_HEADER_BYTES);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 0), MZ_OK);
+    free(x);
+    free(y);
+    free(blob);
+}
+
+/* ---- q8 idempotency ---------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *e1, *e2, *e3;
+    mz_f16 *y1, *y2;
+    size_t cap;
+} cyc_bufs;
+
+static long long g_values_cycled;
+static double g_max_rel_err; /* max |y - x| / ((s + ulp16(x)) / 2 + 2^-24) */
+
+static double ulp16(float v)
+{
+    v = fabsf(v);
+    if (v < 6.103515625e-05f) return ldexp(1, -24);
+    int e;
+    frexpf(v, &e);
+    return ldexp(1, e - 11);
+}
+
+/* Encodes x, decodes, re-encodes twice more; checks byte equality and the
+ * error bound. Returns 0 on success. */
+static int cycle3(const mz_codec *c, const mz_f16 *x, size_t n, cyc_bufs *b)
+{
+    size_t l1, l2, l3;
+    int fail = 0;
+    if (mz_codec_encode(c, x, n, b->e1, b->cap, &l1) != MZ_OK) return 1;
+    /* the SIMD encoder must match the scalar one byte for byte */
+    mz_q8_force_scalar(true);
+    mz_status st = mz_codec_encode(c, x, n, b->e2, b->cap, &l2);
+    mz_q8_force_scalar(false);
+    if (st != MZ_OK || l2 != l1 || memcmp(b->e1, b->e2, l1) != 0) fail = 10;
+    if (mz_codec_decode(c, b->e1, l1, b->y1, n) != MZ_OK) return 2;
+    if (mz_codec_encode(c, b->y1, n, b->e2, b->cap, &l2) != MZ_OK) return 3;
+    if (l2 != l1 || memcmp(b->e1, b->e2, l1) != 0) fail = 4;
+    if (mz_codec_decode(c, b->e2, l2, b->y2, n) != MZ_OK) return 5;
+    if (memcmp(b->y1, b->y2, n * 2) != 0) fail = 6;
+    if (mz_codec_encode(c, b->y2, n, b->e3, b->cap, &l3) != MZ_OK) return 7;
+    if (l3 != l1 || memcmp(b->e1, b->e3, l1) != 0) fail = 8;
+    /* error bound per group */
+    unsigned G = c->param;
+    const uint8_t *p = b->e1 + MZ_CODEC_HEADER_BYTES;
+    for (size_t i0 = 0; i0 < n; i0 += G) {
+        size_t k = MZ_MIN((size_t)G, n - i0);
+        float mn = fl((mz_f16)(p[0] | p[1] << 8)), mx = fl((mz_f16)(p[2] | p[3] << 8));
+        double s = ((double)mx - (double)mn) / 255.0;
+        for (size_t j = 0; j < k; j++) {
+            float xv = fl(x[i0 + j]), yv = fl(b->y1[i0 + j]);
+            double err = fabs((double)yv - (double)xv);
+            double lim = 0.5 * (s * (1 + 1.0 / 128) + ulp16(fabsf(xv) + (float)s));
+            if (err / lim > g_max_rel_err) g_max_rel_err = err / lim;
+            if (err > lim) {
+                if (!fail && getenv("MZ_TEST_VERBOSE"))
+                    fprintf(stderr, "x=%a y=%a s=%a err=%g lim=%g\n", (double)xv, (double)yv,
+                            (double)s, err, lim);
+                fail = fail ? fail : 9;
+            }
+        }
+        p += 4 + k;
+    }
+    g_values_cycled += (long long)n;
+    return fail;
+}
+
+static void cyc_init(cyc_bufs *b, size_t n_max, unsigned G_min)
+{
+    mz_codec c = mz_codec_q8(G_min);
+    b->cap = mz_codec_bound(&c, n_max);
+    b->e1 = malloc(b->cap);
+    b->e2 = malloc(b->cap);
+    b->e3 = malloc(b->cap);
+    b->y1 = malloc(n_max * 2);
+    b->y2 = malloc(n_max * 2);
+}
+
+static void cyc_free(cyc_bufs *b)
+{
+    free(b->e1);
+    free(b->e2);
+    free(b->e3);
+    free(b->y1);
+    free(b->y2);
+}
+
+/* Realistic KV: per-channel scale (keys have outlier channels), normal values,
+ * rare large outliers. One chunk = n_head_kv * 256 * head_dim * 2 values. */
+static void fill_kv(mz_f16 *x, int n_head_kv, int head_dim, float base)
+{
+    float chan[256];
+    for (int d = 0; d < head_dim; d++)
+        chan[d] = base * (t_rand_u64(&g_rng) % 16 == 0 ? 8.0f : 0.5f + fabsf(rand_normal()));
+    size_t n = (size_t)n_head_kv * 256 * (size_t)head_dim * 2;
+    for (size_t i = 0; i < n; i++) {
+        float v = rand_normal() * chan[i % (size_t)head_dim];
+        if (t_rand_u64(&g_rng) % 1000 == 0) v *= 30.0f;
+        x[i] = h(fminf(fmaxf(v, -65000.0f), 65000.0f));
+    }
+}
+
+static void test_q8_realistic(void)
+{
+    const int n_head_kv = 4, head_dim = 64;
+    size_t n = (size_t)n_head_kv * 256 * head_dim * 2; /* 131072 values */
+    mz_f16 *x = malloc(n * 2);
+    cyc_bufs b;
+    cyc_init(&b, n, 32);
+    const char *names[] = {"q8", "q8-g32", "q8-g128"};
+    int fails = 0;
+    for (int t = 0; t < 24; t++) {
+        const mz_codec *c = mz_codec_find(names[t % 3]);
+        float base = t % 4 == 0 ? 0.02f : t % 4 == 1 ? 1.0f : t % 4 == 2 ? 5.0f : 300.0f;
+        fill_kv(x, n_head_kv, head_dim, base);
+        int r = cycle3(c, x, n, &b);
+        if (r && fails++ < 3) fprintf(stderr, "realistic chunk %d (%s): fail %d\n", t, c->name, r);
+    }
+    CHECK_EQ_INT(fails, 0);
+    cyc_free(&b);
+    free(x);
+}
+
+/* Adversarial groups: each generator fills one group of k values. */
+static void fill_adversarial(mz_f16 *x, size_t k, int kind)
+{
+    float a = rand_normal() * 100.0f;
+    mz_f16 lo = rand_finite_bits(), hi = rand_finite_bits();
+    for (size_t j = 0; j < k; j++) {
+        uint64_t r = t_rand_u64(&g_rng);
+        switch (kind) {
+        case 0: x[j] = h(a); break;                                      /* constant */
+        case 1: x[j] = (r & 1) ? 0x8000u : 0x0000u; break;                /* ±0 */
+        case 2: x[j] = (mz_f16)((r & 0x83ffu)); break;                    /* subnormals */
+        case 3: x[j] = (mz_f16)(0x6400u + (r % 3)); break;                /* 1024 + tiny range */
+        case 4: x[j] = (r & 1) ? 0x7bffu : 0xfbffu; break;                /* ±65504 */
+        case 5: x[j] = rand_finite_bits(); break;                         /* any finite */
+        case 6: x[j] = (r % 3 == 0) ? lo : (r % 3 == 1) ? hi : rand_finite_bits(); break;
+        case 7: x[j] = h(a + (float)(r % 5) * 0.001f); break;             /* dense near a */
+        case 8: x[j] = (mz_f16)(0x7bffu - (r % 4)); break;                /* near f16 max */
+        case 9: x[j] = (r % 8 == 0) ? h(fminf(fmaxf(rand_normal() * 30000.0f, -65504.0f), 65504.0f))
+                                    : h(rand_normal() * 1e-4f); break;
+        case 10: x[j] = (mz_f16)((r & 0x8000u) | (0x0400u + (r % 64))); break; /* around min normal */
+        case 11: x[j] = (r % 2) ? (mz_f16)(lo & 0x7fffu) : (mz_f16)((lo & 0x7fffu) + 1u); break;
+        default: x[j] = h(rand_normal() * (float)(1 << (r % 16)) * 1e-3f); break;
+        }
+    }
+}
+
+static void test_q8_adversarial(void)
+{
+    size_t n_max = 1 << 16;
+    mz_f16 *x = malloc(n_max * 2);
+    cyc_bufs b;
+    cyc_init(&b, n_max, 1);
+    const unsigned groups[] = {1, 2, 3, 7, 8, 17, 32, 64, 100, 128, 1000, 4096};
+    int fails = 0;
+    for (int t = 0; t < 600; t++) {
+        unsigned G = groups[t % MZ_ARRAY_LEN(groups)];
+        mz_codec c = mz_codec_q8(G);
+        size_t n = 1 + t_rand_u64(&g_rng) % (G <= 8 ? 4096 : 16384);
+        for (size_t i0 = 0; i0 < n; i0 += G) {
+            size_t k = MZ_MIN((size_t)G, n - i0);
+            int kind = (int)(t_rand_u64(&g_rng) % 13);
+            if (t % 13 < 12) kind = (t + (int)(i0 / G)) % 13;
+            fill_adversarial(x + i0, k, kind);
+        }
+        int r = cycle3(&c, x, n, &b);
+        if (r && fails++ < 3) fprintf(stderr, "adversarial %d (G=%u n=%zu): fail %d\n", t, G, n, r);
+    }
+    CHECK_EQ_INT(fails, 0);
+    /* every pair (min, max) of a small set of interesting values, one group of 64 */
+    static const uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00,
+                                       0xbc00, 0x3c01, 0x6400, 0x6401, 0x7bfe, 0x7bff, 0xfbff,
+                                       0xfbfe, 0x1000, 0x5bff, 0xd800, 0x7800, 0xf800};
+    mz_codec c64 = mz_codec_q8(64);
+    fails = 0;
+    for (size_t i = 0; i < MZ_ARRAY_LEN(special); i++)
+        for (size_t j = 0; j < MZ_ARRAY_LEN(special); j++)
+            for (int rep = 0; rep < 8; rep++) {
+                float a = fl(special[i]), z = fl(special[j]);
+                x[0] = special[i];
+                x[1] = special[j];
+                for (int k = 2; k < 64; k++) {
+                    float u = 0.5f * (t_rand_float(&g_rng) + 1.0f);
+                    x[k] = rep == 0 ? rand_finite_bits() : h(a + (z - a) * u);
+                    if ((x[k] & 0x7c00u) == 0x7c00u) x[k] = special[i];
+                }
+                int r = cycle3(&c64, x, 64, &b);
+                if (r && fails++ < 3)
+                    fprintf(stderr, "pair %04x %04x rep %d: fail %d\n", special[i], special[j], rep, r);
+            }
+    CHECK_EQ_INT(fails, 0);
+    cyc_free(&b);
+    free(x);
+}
+
+/* Many short random groups: the bulk of the "millions of values" (plus realistic). */
+static void test_q8_random_bulk(void)
+{
+    size_t n = 1 << 18;
+    mz_f16 *x = malloc(n * 2);
+    cyc_bufs b;
+    cyc_init(&b, n, 64);
+    const mz_codec *c = mz_codec_find("q8");
+    int fails = 0;
+    for (int t = 0; t < 8; t++) {
+        for (size_t i = 0; i < n; i++) {
+            float v = rand_normal();
+            if (t_rand_u64(&g_rng) % 200 == 0) v *= 50.0f;
+            x[i] = h(v * (t & 1 ? 1.0f : 0.05f));
+        }
+        int r = cycle3(c, x, n - (size_t)t, &b);
+        if (r && fails++ < 3) fprintf(stderr, "bulk %d: fail %d\n", t, r);
+    }
+    CHECK_EQ_INT(fails, 0);
+    printf("q8 idempotency: %lld values through 3 encode/decode cycles; max error %.3f of bound "
+           "(step + ulp16) / 2\n", g_values_cycled, g_max_rel_err);
+    cyc_free(&b);
+    free(x);
+}
+
+/* ---- q8 format details and malformed blobs ----------------------------------------------- */
+
+static void test_q8_format(void)
+{
+    const mz_codec *c = mz_codec_find("q8");
+    CHECK_EQ_INT(mz_codec_bound(c, 128), 16 + 2 * 68);
+    CHECK_EQ_INT(mz_codec_bound(c, 65), 16 + 68 + 5);
+    CHECK_EQ_INT(mz_codec_bound(c, 0), 16);
+    size_t n_chunk = 8 * 256 * 128 * 2;
+    double saving = 1.0 - (double)mz_codec_bound(c, n_chunk) / (double)(n_chunk * 2);
+    printf("q8 (G=64) space saving vs F16 for an 8x256x128 K+V chunk: %.2f %%\n", 100.0 * saving);
+    CHECK(saving > 0.468 && saving < 0.47);
+
+    /* known values: group {0, 1, 2, 255} → min 0, scale 1, exact */
+    mz_f16 x[4] = {h(0), h(1), h(2), h(255)}, y[4];
+    uint8_t blob[64];
+    size_t len;
+    CHECK_EQ_INT(mz_codec_encode(c, x, 4, blob, sizeof blob, &len), MZ_OK);
+    CHECK_EQ_INT(len, 16 + 4 + 4);
+    CHECK_EQ_INT(blob[16] | blob[17] << 8, 0);
+    CHECK_EQ_INT(blob[18] | blob[19] << 8, h(255.0f));
+    CHECK(blob[20] == 0 && blob[21] == 1 && blob[22] == 2 && blob[23] == 255);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 4), MZ_OK);
+    CHECK(memcmp(x, y, sizeof x) == 0);
+
+    /* constant group: scale 0; -0 becomes +0 */
+    mz_f16 z[3] = {0x8000u, 0x8000u, 0x0000u};
+    CHECK_EQ_INT(mz_codec_encode(c, z, 3, blob, sizeof blob, &len), MZ_OK);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 3), MZ_OK);
+    CHECK(y[0] == 0 && y[1] == 0 && y[2] == 0);
+
+    /* inf / NaN are refused */
+    mz_f16 bad[3] = {h(1), 0x7c00u, h(2)};
+    CHECK_EQ_INT(mz_codec_encode(c, bad, 3, blob, sizeof blob, &len), MZ_E_FORMAT);
+    CHECK(strstr(mz_last_error(), "infinite") != NULL);
+    bad[1] = 0xfe01u;
+    CHECK_EQ_INT(mz_codec_encode(c, bad, 3, blob, sizeof blob, &len), MZ_E_FORMAT);
+    CHECK(strstr(mz_last_error(), "NaN") != NULL);
+    CHECK_EQ_INT(mz_codec_encode(c, x, 4, blob, 23, &len), MZ_E_RANGE);
+
+    /* malformed: every truncation / extension of a valid 2-group blob fails */
+    mz_f16 v[100];
+    for (int i = 0; i < 100; i++) v[i] = h(rand_normal());
+    uint8_t good[256], tmp[300];
+    size_t glen;
+    mz_f16 out[101];
+    CHECK_EQ_INT(mz_codec_encode(c, v, 100, good, sizeof good, &glen), MZ_OK);
+    CHECK_EQ_INT(glen, 16 + 68 + 40);
+    int wrong = 0;
+    for (size_t l = 0; l < glen + 8; l++) {
+        memset(tmp, 0, sizeof tmp);
+        memcpy(tmp, good, MZ_MIN(l, glen));
+        if (l == glen) continue;
+        wrong += mz_codec_decode(c, tmp, l, out, 100) != MZ_E_FORMAT;
+    }
+    CHECK_EQ_INT(wrong, 0);
+    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 101), MZ_E_FORMAT);
+    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 99), MZ_E_FORMAT);
+    struct { size_t off; uint8_t val; const char *what; } muts[] = {
+        {0, 'X', "magic"}, {4, 2, "version"}, {6, 0, "parameter"}, {7, 0x01, "length"},
+        {15, 0x80, "parameter"}, {17, 0x7c, "min/max"}, {19, 0x7e, "min/max"},
+        {19, 0xfb, "max < min"}, {17, 0x7b, "max < min"}, {16 + 68 + 3, 0xfc, "min/max"},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(muts); i++) {
+        memcpy(tmp, good, glen);
+        tmp[muts[i].off] = muts[i].val;
+        mz_status st = mz_codec_decode(c, tmp, glen, out, 100);
+        CHECK_MSG(st == MZ_E_FORMAT && strstr(mz_last_error(), muts[i].what),
+                  "mutation %zu: %d '%s'", i, (int)st, mz_last_error());
+    }
+    size_t pn;
+    CHECK(c->peek(c, good, glen, &pn) == MZ_OK && pn == 100);
+    /* a raw blob is not a q8 blob, and the reverse */
+    const mz_codec *raw = mz_codec_find("raw");
+    CHECK_EQ_INT(raw->decode(raw, good, glen, out, 100), MZ_E_FORMAT);
+    /* a blob encoded with G=32 decodes through any q8 vtable (G is in the header) */
+    const mz_codec *c32 = mz_codec_find("q8-g32");
+    mz_f16 o2[100];
+    CHECK_EQ_INT(mz_codec_encode(c32, v, 100, tmp, sizeof tmp, &glen), MZ_OK);
+    CHECK_EQ_INT(mz_codec_decode(c, tmp, glen, out, 100), MZ_OK);
+    CHECK_EQ_INT(mz_codec_decode(c32, tmp, glen, o2, 100), MZ_OK);
+    CHECK(memcmp(out, o2, sizeof o2) == 0);
+}
+
+/* ---- SIMD vs scalar ---------------------------------------------------------------------- */
+
+/* Random valid blob: any finite min <= max, any codes. */
+static size_t make_random_blob(uint8_t *blob, size_t cap, size_t n, unsigned G)
+{
+    mz_codec c = mz_codec_q8(G);
+    mz_f16 *x = calloc(n ? n : 1, 2);
+    size_t len = 0;
+    mz_status st = mz_codec_encode(&c, x, n, blob, cap, &len);
+    free(x);
+    if (st != MZ_OK) return 0;
+    uint8_t *p = blob + MZ_CODEC_HEADER_BYTES;
+    for (size_t i0 = 0; i0 < n; i0 += G) {
+        size_t k = MZ_MIN((size_t)G, n - i0);
+        uint64_t r = t_rand_u64(&g_rng);
+        mz_f16 a = rand_finite_bits(), z = rand_finite_bits();
+        if (r % 4 == 0) z = (mz_f16)(a + (r >> 8) % 300);       /* narrow ranges */
+        if (r % 8 == 1) a = (mz_f16)(a & 0x83ffu);              /* subnormals */
+        if (r % 16 == 2) a = (mz_f16)(((r >> 20) & 1) << 15);   /* ±0 */
+        if (r % 16 == 3) z = (mz_f16)(((r >> 21) & 1) << 15);
+        if ((z & 0x7c00u) == 0x7c00u) z = a;
+        if (fl(z) < fl(a)) {
+            mz_f16 tmp = a;
+            a = z;
+            z = tmp;
+        }
+        p[0] = (uint8_t)a;
+        p[1] = (uint8_t)(a >> 8);
+        p[2] = (uint8_t)z;
+        p[3] = (uint8_t)(z >> 8);
+        for (size_t j = 0; j < k; j++) p[4 + j] = (uint8_t)t_rand_u64(&g_rng);
+        p += 4 + k;
+    }
+    return len;
+}
+
+static void test_simd_vs_scalar(void)
+{
+    printf("q8 decode kernel: %s\n", mz_q8_isa());
+    size_t n_max = 70000;
+    size_t cap = n_max * 5 + 4096;
+    uint8_t *blob = malloc(cap);
+    mz_f16 *a = malloc(n_max * 2), *b = malloc(n_max * 2);
+    const unsigned groups[] = {1, 5, 8, 15, 16, 17, 31, 64, 128, 333};
+    long long compared = 0;
+    int mism = 0;
+    for (int t = 0; t < 200; t++) {
+        unsigned G = groups[t % MZ_ARRAY_LEN(groups)];
+        size_t n = t_rand_u64(&g_rng) % (t < 100 ? 1000 : n_max);
+        size_t len = make_random_blob(blob, cap, n, G);
+        mz_codec c = mz_codec_q8(G);
+        CHECK(len > 0);
+        if (!len) continue;
+        mz_status s1 = mz_q8_decode_ref(blob, len, a, n);
+        mz_status s2 = mz_codec_decode(&c, blob, len, b, n);
+        CHECK(s1 == MZ_OK && s2 == MZ_OK);
+        if (memcmp(a, b, n * 2) != 0) mism++;
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+        if (mz_codec_cpu_has_avx2()) {
+            mz_q8_decode_groups_avx2(blob + MZ_CODEC_HEADER_BYTES, n, G, b);
+            if (memcmp(a, b, n * 2) != 0) mism++;
+        }
+#endif
+        for (size_t i = 0; i < n; i++) mism += (a[i] & 0x7c00u) == 0x7c00u; /* always finite */
+        compared += (long long)n;
+    }
+    CHECK_EQ_INT(mism, 0);
+    /* q * step is exact, so a fused multiply-add (any compiler, any ISA) gives
+     * the same f32 as mul + add */
+    int fused = 0;
+    for (int t = 0; t < 20000; t++) {
+        float lo = fl(rand_finite_bits()), hi = fl(rand_finite_bits());
+        if (hi < lo) {
+            float tmp = lo;
+            lo = hi;
+            hi = tmp;
+        }
+        float step = mz_q8_step(lo, hi);
+        for (unsigned q = 0; q < 256; q += 1 + (unsigned)(t % 7)) {
+            volatile float prod = (float)q * step;
+            fused += fmaf((float)q, step, lo) != lo + prod;
+            fused += (double)prod != (double)q * (double)step;
+        }
+    }
+    CHECK_EQ_INT(fused, 0);
+    printf("q8 decode %s vs scalar: %lld values bit-identical\n", mz_q8_isa(), compared);
+    free(blob);
+    free(a);
+    free(b);
+}
+
+/* ---- throughput (printed only) ---------------------------------------------------------------- */
+
+static double decode_gbps(const mz_codec *c, const uint8_t *blob, size_t len, mz_f16 *out,
+                          size_t n)
+{
+    double t0 = cpu_ms(), t;
+    long iters = 0;
+    do {
+        if (mz_codec_decode(c, blob, len, out, n) != MZ_OK) return -1;
+        iters++;
+        t = cpu_ms() - t0;
+    } while (t < 200.0);
+    return (double)iters * (double)n * 2.0 / (t * 1e6);
+}
+
+static void test_throughput(void)
+{
+    const int n_head_kv = 8, head_dim = 128;
+    size_t n = (size_t)n_head_kv * 256 * head_dim * 2; /* 1 MiB of F16 */
+    mz_f16 *x = malloc(n * 2), *y = malloc(n * 2);
+    const mz_codec *c = mz_codec_find("q8");
+    size_t cap = mz_codec_bound(c, n), len;
+    uint8_t *blob = malloc(cap);
+    fill_kv(x, n_head_kv, head_dim, 1.0f);
+    double t0 = cpu_ms();
+    int reps = 0;
+    do {
+        CHECK_EQ_INT(mz_codec_encode(c, x, n, blob, cap, &len), MZ_OK);
+        reps++;
+    } while (cpu_ms() - t0 < 200.0);
+    double enc = (double)reps * (double)n * 2.0 / ((cpu_ms() - t0) * 1e6);
+    mz_q8_force_scalar(true);
+    double scalar = decode_gbps(c, blob, len, y, n);
+    t0 = cpu_ms();
+    reps = 0;
+    do {
+        CHECK_EQ_INT(mz_codec_encode(c, x, n, blob, cap, &len), MZ_OK);
+        reps++;
+    } while (cpu_ms() - t0 < 200.0);
+    double enc_scalar = (double)reps * (double)n * 2.0 / ((cpu_ms() - t0) * 1e6);
+    mz_q8_force_scalar(false);
+    double best = decode_gbps(c, blob, len, y, n);
+    const mz_codec *raw = mz_codec_find("raw");
+    uint8_t *rblob = malloc(mz_codec_bound(raw, n));
+    size_t rlen;
+    CHECK_EQ_INT(mz_codec_encode(raw, x, n, rblob, mz_codec_bound(raw, n), &rlen), MZ_OK);
+    double rawr = decode_gbps(raw, rblob, rlen, y, n);
+#if defined(__SANITIZE_ADDRESS__)
+    const char *note = " (sanitizer build: not representative)";
+#else
+    const char *note = "";
+#endif
+    printf("throughput, 1 thread, GB/s of F16 per CPU second%s: q8 encode scalar %.2f, %s %.2f"
+           " | q8 decode scalar %.2f, %s %.2f | raw decode %.2f\n", note, enc_scalar, mz_q8_isa(),
+           enc, scalar, mz_q8_isa(), best, rawr);
+    free(x);
+    free(y);
+    free(blob);
+    free(rblob);
+}
+
+int main(void)
+{
+    test_f16_helpers();
+    test_registry();
+    test_raw();
+    test_q8_format();
+    test_q8_realistic();
+    test_q8_adversarial();
+    test_q8_random_bulk();
+    test_simd_vs_scalar();
+    test_throughput();
+    return t_done("test_codec");
+}
