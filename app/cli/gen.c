@@ -10,7 +10,7 @@ int cmd_gen_model(int argc, char **argv)
 {
     mz_gen_params p = mz_gen_params_default();
     const char *out = NULL;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *intp = NULL;
@@ -50,7 +50,6 @@ int cmd_gen_model(int argc, char **argv)
             return 2;
         }
         if (intp) *intp = atoi(v);
-        i++;
     }
     if (!out || !p.vocab_from) {
         fprintf(stderr, "mzcache gen-model: need -o OUT and --vocab-from GGUF (see --help)\n");
