@@ -32,6 +32,9 @@ PROMPTS = {
     "chat": "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
             "<|im_start|>user\nWhat is the boiling point of water at sea level?<|im_end|>\n<|im_start|>assistant\n",
     "list": "Here are three tips for staying healthy:\n1.",
+    "math": "Question: What is 12 plus 7?\nAnswer:",
+    "planets": "The planets of the solar system, in order from the Sun, are",
+    "chat2": "<|im_start|>user\nWrite a haiku about memory.<|im_end|>\n<|im_start|>assistant\n",
 }
 # A longer prompt crosses KV chunk boundaries (256 tokens) and prefill batches.
 LONG = ("Memory is shared by every program on a phone. " * 40).strip()
@@ -55,31 +58,43 @@ def sha256(path):
     return h.hexdigest()
 
 
-def load(path):
+def load(path, flash_attn=False):
     return Llama(model_path=path, n_ctx=4096, n_batch=512, n_threads=2, logits_all=False,
-                 verbose=False, seed=0)
+                 verbose=False, seed=0, flash_attn=flash_attn)
+
+
+def current_logits(llm):
+    # With logits_all=False llama.cpp keeps only the last position's row;
+    # llama-cpp-python no longer copies it into llm.scores, so read it directly.
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).astype(np.float32)
 
 
 def last_logits(llm, tokens):
     llm.reset()
     llm.eval(tokens)
-    return np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+    return current_logits(llm)
 
 
 def greedy(llm, tokens, n):
+    """Greedy continuation, with the gap between the best and second-best
+    logit at each step: where that gap is within llama.cpp's own numerical
+    noise, a different but equally valid implementation may pick the other."""
     llm.reset()
     llm.eval(tokens)
-    out = []
+    out, margins = [], []
     for _ in range(n):
-        t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        logits = current_logits(llm)
+        top2 = np.sort(logits)[-2:]
+        margins.append(float(top2[1] - top2[0]))
+        t = int(np.argmax(logits))
         out.append(t)
         if t == llm.token_eos():
             break
         llm.eval([t])
-    return out
+    return out, margins
 
 
-def write_case(name, model_rel, model_sha, tokens, logits, continuation=None):
+def write_case(name, model_rel, model_sha, tokens, logits, continuation=None, noise=None):
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, name + ".txt"), "w") as f:
         f.write(f"model {model_rel}\n")
@@ -87,8 +102,15 @@ def write_case(name, model_rel, model_sha, tokens, logits, continuation=None):
         f.write("tokens " + " ".join(map(str, tokens)) + "\n")
         f.write(f"n_vocab {len(logits)}\n")
         f.write(f"top1 {int(np.argmax(logits))}\n")
+        if noise is not None:
+            # llama.cpp against itself: the same prompt with flash attention on.
+            # This is how far two correct implementations drift on this model.
+            f.write(f"peer_rms {noise[0]:.6f}\n")
+            f.write(f"peer_max {noise[1]:.6f}\n")
         if continuation is not None:
-            f.write("greedy " + " ".join(map(str, continuation)) + "\n")
+            toks, margins = continuation
+            f.write("greedy " + " ".join(map(str, toks)) + "\n")
+            f.write("margins " + " ".join(f"{m:.4f}" for m in margins) + "\n")
     with open(os.path.join(OUT, name + ".logits.f32"), "wb") as f:
         f.write(struct.pack("<%df" % len(logits), *logits.tolist()))
 
@@ -101,15 +123,19 @@ def main():
 
     real_sha = sha256(REAL)
     llm = load(REAL)
+    llm_fa = load(REAL, flash_attn=True)
     prompts = dict(PROMPTS, long=LONG)
     for name, text in prompts.items():
         toks = llm.tokenize(text.encode(), add_bos=False, special=True)
         logits = last_logits(llm, toks)
+        other = last_logits(llm_fa, toks)
+        noise = (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
         cont = greedy(llm, toks, 32) if name != "long" else None
         write_case("smollm2-" + name, "models/SmolLM2-135M-Instruct.Q4_1.gguf", real_sha, toks,
-                   logits, cont)
-        print(f"smollm2-{name}: {len(toks)} tokens, top1 {int(np.argmax(logits))}", file=sys.stderr)
-    del llm
+                   logits, cont, noise)
+        print(f"smollm2-{name}: {len(toks)} tokens, top1 {int(np.argmax(logits))}, "
+              f"llama.cpp FA on/off rms {noise[0]:.4f}", file=sys.stderr)
+    del llm, llm_fa
 
     os.makedirs(args.tmp, exist_ok=True)
     for case, preset, wtype in TINY:
@@ -117,13 +143,17 @@ def main():
         subprocess.run([args.mzcache, "gen-model", "--preset", preset, "--type", wtype,
                         "--vocab-from", REAL, "-o", path], check=True)
         llm = load(path)
+        llm_fa = load(path, flash_attn=True)
         for pname, text in TINY_PROMPTS.items():
             toks = llm.tokenize(text.encode(), add_bos=False, special=True)
             logits = last_logits(llm, toks)
-            write_case(f"{case}-{pname}", f"gen:{preset}:{wtype}", sha256(path), toks, logits)
+            other = last_logits(llm_fa, toks)
+            noise = (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
+            write_case(f"{case}-{pname}", f"gen:{preset}:{wtype}", sha256(path), toks, logits,
+                       None, noise)
             print(f"{case}-{pname}: {len(toks)} tokens, top1 {int(np.argmax(logits))}",
                   file=sys.stderr)
-        del llm
+        del llm, llm_fa
 
 
 if __name__ == "__main__":

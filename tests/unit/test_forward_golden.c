@@ -4,17 +4,27 @@
  * same token ids and compare the last position's logits, and for the real
  * model the 32-token greedy continuation.
  *
- * Tolerance, and why: we follow ggml's numerics (activations quantized to
- * Q8_0/Q8_1 per 32-block for quantized weights, F16 K/V cache) but sum in a
- * different order, keep the query and softmax weights in F32 where llama.cpp
- * rounds them to F16, and use our own exp/rsqrt. Those differences are a few
- * ulps per operation and grow through 30 layers. We require
+ * Tolerance, and why. Two correct implementations do not give equal logits:
+ * summation order, F16 rounding of the KV cache and of intermediate values,
+ * and the rounding of activations to 8-bit blocks differ, and SmolLM2-135M
+ * Q4_1 amplifies such differences through 30 layers (its logits move by
+ * ~0.2 RMS when llama.cpp merely switches flash attention on). The golden
+ * script measures exactly that — llama.cpp against itself, flash attention on
+ * vs off — per case (peer_rms, peer_max), and we require
  *   - the same top-1 token,
- *   - RMS(ours - theirs) <= 2 % of RMS(theirs - mean(theirs)) (the logits' own spread),
- *   - max |ours - theirs| <= 10 % of that spread for every vocabulary entry,
- * which any real bug (a wrong rope convention, a swapped nibble, an off-by-one
- * position, a missing norm) exceeds by far: those give errors of the order of
- * the spread itself. Greedy continuations must match token for token.
+ *   - RMS(ours - llama.cpp) <= max(2 * peer_rms, 1 % of the logits' spread),
+ *   - max |ours - llama.cpp| <= max(2 * peer_max, 5 % of the spread),
+ * i.e. we may disagree with llama.cpp at most twice as much as llama.cpp
+ * disagrees with itself. A real bug (wrong rope pairs, swapped nibbles, an
+ * off-by-one position, a missing norm) moves logits by about the spread
+ * itself, far outside this. On the tiny generated models (weights ~0.02) the
+ * bound is the 1 % / 5 % floor, and we are well inside it.
+ *
+ * Greedy continuations must be identical token for token, except that once
+ * llama.cpp's own gap between its best and second-best token at a step is
+ * within its own noise (peer_max), picking the other token is as right as
+ * its choice; the comparison stops there. At least three prompts must match
+ * over all 32 tokens.
  */
 #define _GNU_SOURCE
 #include "mzcache.h"
@@ -33,6 +43,9 @@ typedef struct golden_case {
     size_t n_tokens;
     mz_token greedy[64];
     size_t n_greedy;
+    float margins[64];
+    size_t n_margins;
+    double peer_rms, peer_max;
     int n_vocab;
     int top1;
 } golden_case;
@@ -70,6 +83,17 @@ static int read_case(const char *path, golden_case *g)
         else if (!strncmp(line, "tokens ", 7)) g->n_tokens = parse_ids(line + 7, g->tokens, MAX_TOK);
         else if (!strncmp(line, "greedy ", 7)) g->n_greedy = parse_ids(line + 7, g->greedy, 64);
         else if (!strncmp(line, "n_vocab ", 8)) g->n_vocab = atoi(line + 8);
+        else if (!strncmp(line, "peer_rms ", 9)) g->peer_rms = atof(line + 9);
+        else if (!strncmp(line, "peer_max ", 9)) g->peer_max = atof(line + 9);
+        else if (!strncmp(line, "margins ", 8)) {
+            char *p = line + 8, *end;
+            while (g->n_margins < 64) {
+                float v = strtof(p, &end);
+                if (end == p) break;
+                g->margins[g->n_margins++] = v;
+                p = end;
+            }
+        }
         else if (!strncmp(line, "top1 ", 5)) g->top1 = atoi(line + 5);
     }
     fclose(f);
@@ -97,7 +121,8 @@ static const char *model_path(const golden_case *g, char *buf, size_t cap)
     return buf;
 }
 
-static void compare_logits(const char *name, const float *ours, const float *theirs, int n, int top1)
+static void compare_logits(const golden_case *g, const char *name, const float *ours,
+                           const float *theirs, int n, int top1)
 {
     double mean = 0, spread = 0, err2 = 0, max_err = 0;
     int our_top = 0;
@@ -112,12 +137,16 @@ static void compare_logits(const char *name, const float *ours, const float *the
     }
     spread = sqrt(spread / n);
     double rms = sqrt(err2 / n);
-    printf("  %-28s rms err %.4f (%.2f%% of spread %.3f), max err %.4f, top1 %d/%d\n", name, rms,
-           100 * rms / spread, spread, max_err, our_top, top1);
+    double rms_bound = fmax(2 * g->peer_rms, 0.01 * spread);
+    double max_bound = fmax(2 * g->peer_max, 0.05 * spread);
+    printf("  %-26s rms %.4f (bound %.4f; llama.cpp vs itself %.4f), max %.4f (bound %.4f), top1 %d/%d\n",
+           name, rms, rms_bound, g->peer_rms, max_err, max_bound, our_top, top1);
     CHECK_MSG(our_top == top1, "%s: top-1 %d, llama.cpp %d", name, our_top, top1);
-    CHECK_MSG(rms <= 0.02 * spread, "%s: rms error %.4f > 2%% of %.4f", name, rms, spread);
-    CHECK_MSG(max_err <= 0.10 * spread, "%s: max error %.4f > 10%% of %.4f", name, max_err, spread);
+    CHECK_MSG(rms <= rms_bound, "%s: rms error %.4f > %.4f", name, rms, rms_bound);
+    CHECK_MSG(max_err <= max_bound, "%s: max error %.4f > %.4f", name, max_err, max_bound);
 }
+
+static int g_greedy_cases, g_greedy_full;
 
 static void run_case(const char *dir, const char *file)
 {
@@ -155,7 +184,7 @@ static void run_case(const char *dir, const char *file)
         CHECK_EQ_INT(mz_model_n_vocab(m), g.n_vocab);
         CHECK_MSG(mz_prefill(c, g.tokens, g.n_tokens) == MZ_OK, "prefill: %s", mz_ctx_errmsg(c));
         const float *ours = mz_ctx_logits(c);
-        if (ours) compare_logits(file, ours, theirs, g.n_vocab, g.top1);
+        if (ours) compare_logits(&g, file, ours, theirs, g.n_vocab, g.top1);
         /* greedy continuation, token for token */
         size_t same = 0;
         for (size_t i = 0; i < g.n_greedy; i++) {
@@ -165,22 +194,26 @@ static void run_case(const char *dir, const char *file)
             for (int v = 1; v < g.n_vocab; v++)
                 if (l[v] > l[best]) best = v;
             if (best != g.greedy[i]) {
-                fprintf(stderr, "  %s: greedy token %zu is %d, llama.cpp %d\n", file, i, best,
-                        g.greedy[i]);
+                double margin = i < g.n_margins ? g.margins[i] : 1e9;
+                printf("  %-26s greedy token %zu is %d, llama.cpp %d (its top-2 gap %.4f, its noise %.4f)\n",
+                       file, i, best, g.greedy[i], margin, g.peer_max);
+                CHECK_MSG(margin <= g.peer_max, "%s: greedy diverged at %zu where llama.cpp was sure", file, i);
                 break;
             }
             same++;
             if (mz_prefill(c, &best, 1) != MZ_OK) break;
         }
         if (g.n_greedy) {
-            printf("  %-28s greedy: %zu/%zu tokens identical\n", file, same, g.n_greedy);
-            CHECK_MSG(same == g.n_greedy, "%s: greedy continuation diverged at %zu", file, same);
+            printf("  %-26s greedy: %zu/%zu tokens identical\n", file, same, g.n_greedy);
+            g_greedy_cases++;
+            g_greedy_full += same == g.n_greedy;
         }
     }
     mz_ctx_free(c);
     mz_model_free(m);
     free(theirs);
 }
+
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
@@ -204,5 +237,8 @@ int main(void)
         run_case(GOLDEN_DIR, names[i]);
         free(names[i]);
     }
+    printf("greedy continuations identical over all tokens: %d of %d prompts\n", g_greedy_full,
+           g_greedy_cases);
+    CHECK_MSG(g_greedy_full >= 3, "only %d greedy continuations fully identical", g_greedy_full);
     return t_done("test_forward_golden");
 }
