@@ -22,22 +22,28 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def ours(binary, model, threads, n_prompt, n_gen, reps):
+def ours(binary, model, threads, n_prompt, n_gen):
+    """One measured run (after the program's own warm-up run)."""
     out = subprocess.run([binary, "-m", model, "-t", str(threads), "-p", str(n_prompt),
-                          "-n", str(n_gen), "-r", str(reps)], check=True, capture_output=True,
+                          "-n", str(n_gen), "-r", "1"], check=True, capture_output=True,
                          text=True).stdout
     m = re.search(r"median pp\d+=([\d.]+) tg\d+=([\d.]+)", out)
     return float(m.group(1)), float(m.group(2))
 
 
-def theirs(model, threads, n_prompt, n_gen, reps):
-    from llama_cpp import Llama
-    llm = Llama(model_path=model, n_ctx=n_prompt + n_gen + 16, n_batch=512, n_threads=threads,
-                n_threads_batch=threads, logits_all=False, verbose=False)
-    rng = random.Random(42)
-    toks = [rng.randrange(llm.n_vocab()) for _ in range(n_prompt)]
-    pp, tg = [], []
-    for r in range(reps + 1):
+class Peer:
+    def __init__(self, model, threads, n_prompt, n_gen):
+        from llama_cpp import Llama
+        self.llm = Llama(model_path=model, n_ctx=n_prompt + n_gen + 16, n_batch=512,
+                         n_threads=threads, n_threads_batch=threads, logits_all=False,
+                         verbose=False)
+        rng = random.Random(42)
+        self.toks = [rng.randrange(self.llm.n_vocab()) for _ in range(n_prompt)]
+        self.n_prompt, self.n_gen = n_prompt, n_gen
+        self.run()  # warm-up
+
+    def run(self):
+        llm, toks, n_prompt, n_gen = self.llm, self.toks, self.n_prompt, self.n_gen
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(toks)
@@ -47,10 +53,7 @@ def theirs(model, threads, n_prompt, n_gen, reps):
         for i in range(n_gen):
             llm.eval([toks[i % n_prompt]])
         t3 = time.perf_counter()
-        if r:
-            pp.append(n_prompt / (t1 - t0))
-            tg.append(n_gen / (t3 - t2))
-    return statistics.median(pp), statistics.median(tg)
+        return n_prompt / (t1 - t0), n_gen / (t3 - t2)
 
 
 def main():
@@ -68,8 +71,16 @@ def main():
     print(f"| model | ours pp{a.prompt} tok/s | llama.cpp pp{a.prompt} | ratio | ours tg{a.gen} tok/s | llama.cpp tg{a.gen} | ratio |")
     print("|---|---|---|---|---|---|---|")
     for model in a.models:
-        opp, otg = ours(a.binary, model, a.threads, a.prompt, a.gen, a.reps)
-        tpp, ttg = theirs(model, a.threads, a.prompt, a.gen, a.reps)
+        # Alternate ours and theirs run by run, so load from other programs on
+        # this shared machine falls on both sides alike.
+        peer = Peer(model, a.threads, a.prompt, a.gen)
+        o, t = [], []
+        for _ in range(a.reps):
+            o.append(ours(a.binary, model, a.threads, a.prompt, a.gen))
+            t.append(peer.run())
+        del peer
+        opp, otg = statistics.median(x[0] for x in o), statistics.median(x[1] for x in o)
+        tpp, ttg = statistics.median(x[0] for x in t), statistics.median(x[1] for x in t)
         print(f"| {os.path.basename(model)} | {opp:.1f} | {tpp:.1f} | {opp / tpp:.2f} | {otg:.1f} | {ttg:.1f} | {otg / ttg:.2f} |")
         sys.stdout.flush()
 
