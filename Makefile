@@ -35,8 +35,7 @@ $(MODEL):
 	@scripts/fetch-model.sh
 
 demo: build model
-	$(BUILD)/mzcache run -m $(MODEL) -n 96 --chat \
-	    -p "In two sentences, why do phones kill background apps when memory runs low?"
+	$(BUILD)/mzcache run -m $(MODEL) -n 200 --chat -p "Give me three tips for sleeping well."
 
 test: build model
 	cd $(BUILD) && ctest $(CTEST_ARGS)
