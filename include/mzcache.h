@@ -151,12 +151,30 @@ MZ_API MZ_NODISCARD mz_status mz_chat_format(const mz_model_t *m, const mz_chat_
 /* Progress of a long prefill: return false to cancel (MZ_E_CANCELLED). */
 typedef bool (*mz_progress_fn)(void *user, size_t n_done, size_t n_total);
 
+/* Where evicted KV chunks go (the simple backward-out policy; see mz_evict). */
+typedef enum mz_kv_placement {
+    MZ_KV_PLACE_AUTO = 0,               /* the engine's policy decides (now: mixed) */
+    MZ_KV_PLACE_COMPRESSED = 1,         /* encoded into the in-memory compressed stack */
+    MZ_KV_PLACE_STORAGE = 2,            /* raw bytes to the swap file */
+    MZ_KV_PLACE_STORAGE_COMPRESSED = 3, /* encoded, to the swap file */
+    MZ_KV_PLACE_MIXED = 4,              /* alternating compressed / storage, chunk by chunk */
+} mz_kv_placement;
+
 typedef struct mz_ctx_params {
     int n_ctx;                 /* max tokens; 0 = model's training context */
     int n_threads;             /* compute threads; 0 = all cores */
     int n_batch;               /* tokens per forward step during prefill (default 64) */
     mz_progress_fn progress;   /* optional */
     void *progress_user;
+    /* Elastic memory (mz_evict / mz_restore). */
+    const char *kv_codec;      /* codec of compressed KV chunks: "q8" (default; group-wise
+                                  8-bit, 64 values a group), "q8-g32", "q8-g128" or "raw";
+                                  NULL = "q8". Copied at init. */
+    const char *swap_dir;      /* directory of the swap file (created 0700, the file is
+                                  removed when the context is freed); NULL or "" =
+                                  $XDG_CACHE_HOME/mzcache, else ~/.cache/mzcache. The file is
+                                  created at the first eviction to storage. Copied at init. */
+    mz_kv_placement kv_placement; /* default MZ_KV_PLACE_AUTO */
 } mz_ctx_params;
 
 MZ_API mz_ctx_params mz_ctx_params_default(void);
@@ -186,6 +204,93 @@ typedef struct mz_ctx_timings {
 } mz_ctx_timings;
 MZ_API void mz_ctx_get_timings(const mz_ctx_t *c, mz_ctx_timings *out);
 MZ_API void mz_ctx_reset_timings(mz_ctx_t *c);
+
+/* ---- elastic memory (paper §4–5) ------------------------------------------------
+ *
+ * A context's evictable memory is made of units: one per transformer block's
+ * weights and one per (layer, 256-token KV chunk). Token embeddings, the
+ * output norm and the output head are pinned. Evicting a unit really returns
+ * its pages to the OS; where its bytes go depends on the policy:
+ *   KV chunk      -> the in-memory compressed stack (encoded with kv_codec),
+ *                    or the swap file (raw, or encoded);
+ *   weight block  -> dropped (reloaded from the model file with O_DIRECT);
+ *   and, once everything is evicted, compressed chunks move from memory to
+ *   the swap file, the ones needed last first (CompKV).
+ * Units come back on demand: mz_prefill restores each unit (blocking, in
+ * forward order) just before the forward pass reads it, and never computes
+ * on a unit that is not resident. mz_restore brings everything back at once.
+ *
+ * Weight blocks belong to the model: they are evicted only while the model
+ * is used by exactly one context (other contexts' units stay untouched).
+ * A context is used by one thread at a time, eviction included. */
+
+typedef struct mz_evict_report {
+    size_t bytes_requested;
+    size_t bytes_freed;          /* net: resident bytes released minus encoded bytes added
+                                    to the compressed stack */
+    size_t n_kv_compressed;      /* KV chunks encoded into the compressed stack */
+    size_t n_kv_stored_raw;      /* KV chunks written raw to the swap file */
+    size_t n_kv_stored_compressed; /* KV chunks encoded and written to the swap file */
+    size_t n_kv_compkv;          /* compressed chunks moved from memory to the swap file */
+    size_t n_kv_raw_fallback;    /* of the encoded ones: chunks the codec refused (inf/NaN),
+                                    kept as raw blobs instead */
+    size_t n_weights_dropped;    /* weight blocks released */
+    bool complete;               /* bytes_freed >= bytes_requested */
+    double time_ms;
+} mz_evict_report;
+
+/* Evicts units until at least nbytes of LLM memory (resident + compressed
+ * bytes) are freed, or nothing evictable is left. Returns MZ_OK in both
+ * cases: report->complete / bytes_freed say how much was achieved (report
+ * may be NULL). On error (MZ_E_IO: the swap file could not be written, e.g.
+ * ENOSPC; MZ_E_NOMEM) the unit being moved stays resident, units moved
+ * before the failure stay safely evicted, and the context stays usable.
+ * nbytes = 0 does nothing. Use SIZE_MAX to evict everything. */
+MZ_API MZ_NODISCARD mz_status mz_evict(mz_ctx_t *c, size_t nbytes, mz_evict_report *report);
+
+typedef struct mz_restore_report {
+    size_t bytes_restored;       /* resident bytes brought back */
+    size_t n_kv_decoded;         /* from the compressed stack */
+    size_t n_kv_read_raw;        /* raw chunks read from the swap file */
+    size_t n_kv_read_compressed; /* encoded chunks read from the swap file and decoded */
+    size_t n_weights_loaded;     /* weight blocks read from the model file */
+    double time_ms;
+} mz_restore_report;
+
+/* Brings every evicted unit back (blocking), in forward order. On error
+ * (MZ_E_IO, MZ_E_CORRUPT: a checksum mismatch, MZ_E_NOMEM) the message names
+ * the unit; units restored before it stay resident, the failing one and
+ * those after it stay evicted with their data intact where it was (a retry
+ * may succeed), and the context stays usable. report may be NULL. */
+MZ_API MZ_NODISCARD mz_status mz_restore(mz_ctx_t *c, mz_restore_report *report);
+
+typedef struct mz_mem_category {
+    size_t total_bytes;          /* all units resident */
+    size_t resident_bytes;
+    size_t compressed_bytes;     /* encoded bytes in the in-memory compressed stack */
+    size_t stored_bytes;         /* bytes in the swap file (raw or encoded payload) */
+    size_t dropped_bytes;        /* weights released; their source is the model file */
+    size_t n_units, n_resident;
+} mz_mem_category;
+
+typedef struct mz_mem_stats {
+    mz_mem_category weights;     /* transformer blocks */
+    mz_mem_category kv;          /* KV chunks that exist (mapped or evicted) */
+    size_t pinned_bytes;         /* embeddings and output head: never evicted, not counted below */
+    double remaining_pct;        /* paper §6.2: (resident + compressed bytes of evictable units)
+                                    / their all-resident total, in percent (100 when empty) */
+    size_t compstack_mapped_bytes; /* memory the compressed stack really maps (segments) */
+    size_t swap_file_bytes;      /* size of the swap file (0 before the first store) */
+    bool swap_direct;            /* the swap file uses O_DIRECT (false: buffered fallback) */
+    char codec[16];              /* KV codec name */
+    char placement[24];          /* KV placement name */
+} mz_mem_stats;
+
+MZ_API void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out);
+/* "auto", "compressed", "storage", "storage-compressed", "mixed"; NULL if unknown. */
+MZ_API const char *mz_kv_placement_name(mz_kv_placement p);
+/* Parses those names; MZ_E_INVAL for anything else. */
+MZ_API MZ_NODISCARD mz_status mz_kv_placement_parse(const char *name, mz_kv_placement *out);
 
 /* ---- sampling ----------------------------------------------------------------- */
 

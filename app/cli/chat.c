@@ -53,8 +53,91 @@ static mz_status sync_context(mz_ctx_t *ctx, const mz_token *toks, size_t n, siz
     return mz_prefill(ctx, toks + common, n - common);
 }
 
+/* "40%" (of the evictable total), "300M", "2G", "512K", "12345", "all". */
+static int parse_amount(const char *arg, const mz_mem_stats *st, size_t *out)
+{
+    while (*arg == ' ') arg++;
+    if (!strcmp(arg, "all")) {
+        *out = SIZE_MAX;
+        return 0;
+    }
+    char *end = NULL;
+    double v = strtod(arg, &end);
+    if (end == arg || v < 0) return -1;
+    double total = (double)(st->weights.total_bytes + st->kv.total_bytes);
+    double mult = 1;
+    switch (*end) {
+    case '%': mult = total / 100.0; end++; break;
+    case 'k': case 'K': mult = 1024.0; end++; break;
+    case 'm': case 'M': mult = 1024.0 * 1024.0; end++; break;
+    case 'g': case 'G': mult = 1024.0 * 1024.0 * 1024.0; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return -1;
+    double b = v * mult;
+    *out = b >= (double)SIZE_MAX ? SIZE_MAX : (size_t)(b + 0.5);
+    return 0;
+}
+
+static void print_mib_row(const char *name, const mz_mem_category *c)
+{
+    const double M = 1024.0 * 1024.0;
+    printf("  %-8s %9.1f %9.1f %11.1f %9.1f %9.1f   %zu/%zu\n", name, c->total_bytes / M,
+           c->resident_bytes / M, c->compressed_bytes / M, c->stored_bytes / M,
+           c->dropped_bytes / M, c->n_resident, c->n_units);
+}
+
+static void print_mem_status(const mz_ctx_t *ctx)
+{
+    mz_mem_stats st;
+    mz_get_mem_stats(ctx, &st);
+    printf("memory (MiB)  total  resident  compressed    stored   dropped   units resident\n");
+    print_mib_row("weights", &st.weights);
+    print_mib_row("kv", &st.kv);
+    printf("  pinned %10.1f (embeddings, output; never evicted)\n",
+           st.pinned_bytes / (1024.0 * 1024.0));
+    printf("remaining %.1f%% | codec %s | KV placement %s | stack maps %.1f MiB | swap file "
+           "%.1f MiB%s\n",
+           st.remaining_pct, st.codec, st.placement, st.compstack_mapped_bytes / (1024.0 * 1024.0),
+           st.swap_file_bytes / (1024.0 * 1024.0),
+           st.swap_file_bytes ? (st.swap_direct ? " (O_DIRECT)" : " (buffered)") : "");
+}
+
+static void do_evict(mz_ctx_t *ctx, const char *arg)
+{
+    mz_mem_stats st;
+    mz_get_mem_stats(ctx, &st);
+    size_t n;
+    if (parse_amount(arg, &st, &n)) {
+        printf("usage: /evict 40%% | 300M | 2G | 512K | BYTES | all\n");
+        return;
+    }
+    mz_evict_report r;
+    mz_status s = mz_evict(ctx, n, &r);
+    if (s) printf("evict failed: %s\n", mz_ctx_errmsg(ctx));
+    printf("freed %.1f MiB%s in %.1f ms: KV %zu compressed, %zu stored raw, %zu stored "
+           "compressed, %zu moved to storage; %zu weight blocks dropped\n",
+           r.bytes_freed / (1024.0 * 1024.0), r.complete ? "" : " (all it could)", r.time_ms,
+           r.n_kv_compressed, r.n_kv_stored_raw, r.n_kv_stored_compressed, r.n_kv_compkv,
+           r.n_weights_dropped);
+}
+
+static void do_restore(mz_ctx_t *ctx)
+{
+    mz_restore_report r;
+    mz_status s = mz_restore(ctx, &r);
+    if (s) printf("restore failed: %s\n", mz_ctx_errmsg(ctx));
+    printf("restored %.1f MiB in %.1f ms: KV %zu decoded, %zu read raw, %zu read compressed; "
+           "%zu weight blocks reloaded\n",
+           r.bytes_restored / (1024.0 * 1024.0), r.time_ms, r.n_kv_decoded, r.n_kv_read_raw,
+           r.n_kv_read_compressed, r.n_weights_loaded);
+}
+
 int cmd_chat(int argc, char **argv)
 {
+    const char *codec = NULL, *swap_dir = NULL;
+    mz_kv_placement placement = MZ_KV_PLACE_AUTO;
     cli_opts o;
     cli_opts_defaults(&o);
     const char *system = NULL;
@@ -65,13 +148,31 @@ int cmd_chat(int argc, char **argv)
         if (r) continue;
         if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
         else if (!strcmp(argv[i], "--timings")) show_timings = true;
+        else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
+        else if (!strcmp(argv[i], "--swap-dir") && i + 1 < argc) swap_dir = argv[++i];
+        else if (!strcmp(argv[i], "--kv-placement") && i + 1 < argc) {
+            if (mz_kv_placement_parse(argv[++i], &placement)) {
+                fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: mzcache chat -m MODEL [options]\n\n"
                    "Talk with the model. Type a message and press Enter; the conversation's\n"
                    "context is kept, and only the new tokens of each turn are computed.\n"
-                   "Commands: /reset starts over, /quit (or end of input) leaves.\n\n"
+                   "Commands: /reset starts over, /quit (or end of input) leaves,\n"
+                   "/evict AMOUNT gives memory back (40%% of the evictable total, 300M, 2G,\n"
+                   "512K, plain bytes, or all), /restore brings everything back, /status\n"
+                   "shows where the memory is. Evicted parts come back by themselves when\n"
+                   "the next message needs them.\n\n"
                    "      --system TEXT       system message\n"
-                   "      --timings           print speed after every answer\n%s",
+                   "      --timings           print speed after every answer\n"
+                   "      --codec NAME        KV codec for compressed chunks: q8 (default), q8-g32,\n"
+                   "                          q8-g128, raw\n"
+                   "      --swap-dir DIR      where the swap file goes (default\n"
+                   "                          $XDG_CACHE_HOME/mzcache or ~/.cache/mzcache)\n"
+                   "      --kv-placement P    where evicted KV goes: auto (default), compressed,\n"
+                   "                          storage, storage-compressed, mixed\n%s",
                    cli_common_help);
             return 0;
         } else {
@@ -84,7 +185,23 @@ int cmd_chat(int argc, char **argv)
     mz_sampler_t *smp = NULL;
     conversation conv = {0};
     int rc = 1;
-    if (cli_load(&o, &m, &ctx)) return 1;
+    /* The model through the common loader; the context here, because chat
+     * has the memory options. */
+    if (cli_load(&o, &m, NULL)) return 1;
+    {
+        mz_ctx_params cp = mz_ctx_params_default();
+        cp.n_ctx = o.n_ctx;
+        cp.n_threads = o.n_threads;
+        cp.n_batch = o.n_batch;
+        cp.kv_codec = codec;
+        cp.swap_dir = swap_dir;
+        cp.kv_placement = placement;
+        if (!o.quiet && !o.no_progress && isatty(STDERR_FILENO)) cp.progress = cli_progress;
+        if (mz_ctx_init(m, &cp, &ctx)) {
+            fprintf(stderr, "mzcache: cannot create context: %s\n", mz_last_error());
+            goto out;
+        }
+    }
     if (mz_sampler_init(&o.sampler, &smp)) goto out;
     if (system && conv_add(&conv, "system", system)) goto out;
 
@@ -99,6 +216,18 @@ int cmd_chat(int argc, char **argv)
         line[strcspn(line, "\r\n")] = '\0';
         if (!line[0]) continue;
         if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
+        if (!strcmp(line, "/status")) {
+            print_mem_status(ctx);
+            continue;
+        }
+        if (!strncmp(line, "/evict", 6) && (line[6] == ' ' || !line[6])) {
+            do_evict(ctx, line + 6);
+            continue;
+        }
+        if (!strcmp(line, "/restore")) {
+            do_restore(ctx);
+            continue;
+        }
         if (!strcmp(line, "/reset")) {
             conv_free(&conv);
             memset(&conv, 0, sizeof conv);

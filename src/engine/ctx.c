@@ -11,7 +11,8 @@
 mz_ctx_params mz_ctx_params_default(void)
 {
     mz_ctx_params p = {.n_ctx = 0, .n_threads = 0, .n_batch = 64, .progress = NULL,
-                       .progress_user = NULL};
+                       .progress_user = NULL, .kv_codec = NULL, .swap_dir = NULL,
+                       .kv_placement = MZ_KV_PLACE_AUTO};
     return p;
 }
 
@@ -76,6 +77,14 @@ mz_status mz_ctx_init(mz_model_t *m, const mz_ctx_params *p, mz_ctx_t **out)
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
     if ((s = mz_kv_cache_init(&c->kv, cfg->n_layer, cfg->n_head_kv, cfg->head_dim, n_ctx))) goto out_fail;
+    {
+        mz_mem_params mp = {.codec = prm.kv_codec, .swap_dir = prm.swap_dir,
+                            .placement = prm.kv_placement};
+        if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;
+        /* The strings were copied; don't keep the caller's pointers. */
+        c->params.kv_codec = NULL;
+        c->params.swap_dir = NULL;
+    }
     if ((s = scratch_init(&c->s, cfg, (size_t)n_batch))) goto out_fail;
     c->tokens = mz_calloc(n_ctx, sizeof *c->tokens);
     if (!c->tokens) {
@@ -98,6 +107,7 @@ void mz_ctx_free(mz_ctx_t *c)
 {
     if (!c) return;
     mz_threadpool_free(c->pool);
+    mz_mem_free(c->mem);
     mz_kv_cache_free(&c->kv);
     scratch_free(&c->s);
     free(c->tokens);
@@ -164,6 +174,10 @@ const mz_token *mz_ctx_tokens(const mz_ctx_t *c) { return c->tokens; }
 mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep)
 {
     if (n_keep > c->n_tokens) return mz_fail(MZ_E_RANGE, "cannot keep %zu of %zu tokens", n_keep, c->n_tokens);
+    mz_clear_error();
+    /* Evicted chunks beyond n_keep give up their stored copies first. */
+    mz_status s = mz_mem_kv_truncate(c->mem, n_keep);
+    if (s) return ctx_fail(c, s);
     if (n_keep < c->n_tokens) c->have_logits = false;
     c->n_tokens = n_keep;
     mz_kv_cache_shrink(&c->kv, n_keep);
@@ -172,3 +186,23 @@ mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep)
 
 void mz_ctx_get_timings(const mz_ctx_t *c, mz_ctx_timings *out) { *out = c->timings; }
 void mz_ctx_reset_timings(mz_ctx_t *c) { memset(&c->timings, 0, sizeof c->timings); }
+
+/* ---- elastic memory ------------------------------------------------------------- */
+
+mz_status mz_evict(mz_ctx_t *c, size_t nbytes, mz_evict_report *report)
+{
+    if (!c) return mz_fail(MZ_E_INVAL, "null context");
+    mz_clear_error();
+    mz_status s = mz_mem_evict(c->mem, nbytes, report);
+    return s ? ctx_fail(c, s) : MZ_OK;
+}
+
+mz_status mz_restore(mz_ctx_t *c, mz_restore_report *report)
+{
+    if (!c) return mz_fail(MZ_E_INVAL, "null context");
+    mz_clear_error();
+    mz_status s = mz_mem_restore_all(c->mem, report);
+    return s ? ctx_fail(c, s) : MZ_OK;
+}
+
+void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out) { mz_mem_get_stats(c->mem, out); }

@@ -9,6 +9,7 @@
 #define MZ_ENGINE_H
 
 #include "../kv/kv_cache.h"
+#include "../mem/manager.h"
 #include "../model/model.h"
 #include "../sched/threadpool.h"
 
@@ -36,6 +37,7 @@ struct mz_ctx {
     size_t n_ctx;
     int n_batch;
     mz_kv_cache kv;
+    mz_mem *mem;           /* units, eviction and restore of kv and the model's blocks */
     mz_threadpool *pool;
     mz_scratch s;
     mz_token *tokens;      /* [n_ctx] tokens whose KV is in the cache */

@@ -126,7 +126,13 @@ mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_lo
     }
 
     const float scale = 1.0f / sqrtf((float)HD);
+    const size_t n_chunks = (p0 + n + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
     for (int l = 0; l < cfg->n_layer; l++) {
+        /* Never compute on evicted data: this layer's weights and every KV
+         * chunk its attention reads (and the one it writes) must be resident.
+         * Blocking per unit, in forward order; restore workers that overlap
+         * this wait come with the policy issue. */
+        if ((st = mz_mem_acquire_layer(c->mem, l, n_chunks))) return st;
         const mz_block_weights *b = &m->blocks[l];
         for (size_t t = 0; t < n; t++)
             mz_rmsnorm(s->x + t * E, b->attn_norm.data, s->xn + t * E, E, cfg->norm_eps);

@@ -7,6 +7,10 @@
  * a unit the memory manager can evict and restore on its own. A chunk is
  * mapped when the first position in it is written.
  *
+ * Eviction (src/mem/manager.c) never changes a chunk pointer: an evicted
+ * chunk keeps its address range, released and PROT_NONE, until it is
+ * restored or the cache shrinks past it.
+ *
  * Thread contract: owner thread only (the context's).
  */
 #ifndef MZ_KV_CACHE_H
@@ -31,7 +35,7 @@ void mz_kv_cache_free(mz_kv_cache *kv);
 mz_status mz_kv_cache_reserve(mz_kv_cache *kv, size_t n_pos);
 /* Releases chunks wholly beyond n_pos (after a truncate). */
 void mz_kv_cache_shrink(mz_kv_cache *kv, size_t n_pos);
-/* Bytes mapped for KV right now. */
+/* Bytes of the chunks that exist (resident or evicted). */
 size_t mz_kv_cache_bytes(const mz_kv_cache *kv);
 
 #endif

@@ -1,0 +1,883 @@
+/*
+ * manager.c — the memory manager of one context (contract in manager.h).
+ *
+ * Tables. A context has one KV unit per (layer, chunk slot) — n_layer x
+ * max_chunks, fixed at init — and shares the model's weight units with every
+ * other context on the same model through a small process-wide registry
+ * (weights belong to the model, not to a context). Weight blocks are evicted
+ * only while the model has exactly one context, because another context could
+ * be computing on them; that rule goes away when compute pins units.
+ *
+ * Moves (each one: claim the unit BUSY, do the work, settle it):
+ *   evict   RESIDENT -> COMPRESSED         encode into scratch, push on the stack
+ *           RESIDENT -> STORED_RAW         write the chunk's own pages (zero copy)
+ *           RESIDENT -> STORED_COMPRESSED  encode into scratch, write
+ *           COMPRESSED -> STORED_COMPRESSED (CompKV) write the stack's bottom item, drop it
+ *           RESIDENT -> DROPPED            hash the block, release
+ *   restore the reverse; a compressed chunk that is not on top of the stack is
+ *           reached by decoding the items above it back into their chunks
+ *           ("pop-through"): never needed under backward-out/forward-in, but it
+ *           keeps any other order correct.
+ * A unit's pages are released (MADV_DONTNEED + PROT_NONE) only after its bytes
+ * are safe elsewhere, so a failed write leaves it resident and intact; a
+ * failed read (EIO, checksum mismatch, weights that no longer hash the same)
+ * releases the pages again and settles the unit back to its evicted state,
+ * with its stored copy untouched — nothing unverified is ever left readable.
+ *
+ * Lock order (outer first):
+ *     g_wt_lock            registry of weight tables (init/free/evict start)
+ *       mm->lock           this context's stack, swap slots, scratch, dfile,
+ *                          and the COMPRESSED -> BUSY claim
+ *         swapfile mutex   inside mz_swapfile_* (slot table)
+ * Unit ready events (futex on the state word) are never waited on while
+ * holding any of these locks.
+ *
+ * Accounting. "Freed" is the fall of (resident + compressed) bytes: a chunk
+ * encoded into the stack frees its size minus its encoded size. The paper's
+ * remaining-memory percentage uses the same sum (mz_mem_get_stats).
+ */
+#define _GNU_SOURCE
+#include "manager.h"
+
+#include "../codec/codec.h"
+#include "../io/direct_read.h"
+#include "../io/io.h"
+#include "../kernels/kernels.h"
+#include "compstack.h"
+#include "policy.h"
+
+#include <pthread.h>
+#include <string.h>
+
+/* ---- weight-unit registry ---------------------------------------------------------- */
+
+typedef struct wtable {
+    mz_model_t *model;
+    int refs;                  /* contexts using the model */
+    int n_layer;
+    mz_unit *units;            /* [n_layer] */
+    uint64_t *hash;            /* [n_layer]: XXH64 of the block taken when it was dropped */
+    struct wtable *next;
+} wtable;
+
+static pthread_mutex_t g_wt_lock = PTHREAD_MUTEX_INITIALIZER;
+static wtable *g_wt;
+
+static void wtable_free(wtable *t)
+{
+    if (!t) return;
+    free(t->units);
+    free(t->hash);
+    free(t);
+}
+
+/* A leftover table (refs 0, kept because its dropped weights could not be
+ * reloaded when its last context went away) still describes m only if the
+ * buffers are the same. */
+static bool wtable_matches(const wtable *t, const mz_model_t *m)
+{
+    if (t->n_layer != m->cfg.n_layer) return false;
+    for (int l = 0; l < t->n_layer; l++)
+        if (t->units[l].buf != m->blocks[l].buf || t->units[l].bytes != m->blocks[l].buf_bytes)
+            return false;
+    return true;
+}
+
+static mz_status wtable_attach(mz_model_t *m, wtable **out)
+{
+    mz_status s = MZ_OK;
+    pthread_mutex_lock(&g_wt_lock);
+    wtable **pp = &g_wt, *t = NULL;
+    for (; *pp; pp = &(*pp)->next) {
+        if ((*pp)->model != m) continue;
+        if ((*pp)->refs == 0 && !wtable_matches(*pp, m)) {
+            wtable *stale = *pp;
+            *pp = stale->next;
+            wtable_free(stale);
+        } else {
+            t = *pp;
+        }
+        break;
+    }
+    if (!t) {
+        t = mz_calloc(1, sizeof *t);
+        if (!t) goto out_nomem;
+        t->model = m;
+        t->n_layer = m->cfg.n_layer;
+        t->units = mz_calloc((size_t)m->cfg.n_layer, sizeof *t->units);
+        t->hash = mz_calloc((size_t)m->cfg.n_layer, sizeof *t->hash);
+        if (!t->units || !t->hash) {
+            wtable_free(t);
+            goto out_nomem;
+        }
+        for (int l = 0; l < t->n_layer; l++) {
+            mz_unit *u = &t->units[l];
+            u->kind = MZ_UNIT_WEIGHTS;
+            u->layer = l;
+            u->chunk = -1;
+            u->buf = m->blocks[l].buf;
+            u->bytes = m->blocks[l].buf_bytes;
+            mz_unit_set(u, MZ_UNIT_RESIDENT);
+        }
+        t->next = g_wt;
+        g_wt = t;
+    }
+    t->refs++;
+    *out = t;
+    goto out_unlock;
+out_nomem:
+    s = MZ_E_NOMEM;
+out_unlock:
+    pthread_mutex_unlock(&g_wt_lock);
+    return s;
+}
+
+/* ---- the manager --------------------------------------------------------------------- */
+
+struct mz_mem {
+    mz_model_t *model;
+    mz_kv_cache *kv;
+    wtable *wt;
+    int n_layer;
+    size_t max_chunks;
+    size_t n_values;           /* F16 values in one chunk */
+    mz_unit *kvu;              /* [n_layer * max_chunks] */
+    const mz_codec *codec;
+    mz_kv_placement placement;
+    mz_policy *policy;
+    pthread_mutex_t lock;
+    mz_compstack_t *stack;
+    mz_swapfile_t *swap;       /* opened at the first store */
+    char *swap_dir;
+    unsigned swap_flags;
+    mz_dfile_t *dfile;         /* the model file, opened at the first weight reload */
+    uint8_t *scratch;          /* page-aligned: encoded chunks on their way to/from storage */
+    size_t scratch_cap;
+};
+
+static mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }
+
+static uint64_t kv_tag(int l, size_t c) { return (uint64_t)(uint32_t)l << 32 | (uint32_t)c; }
+
+static mz_unit *unit_by_tag(mz_mem *mm, uint64_t tag)
+{
+    int l = (int)(tag >> 32);
+    size_t c = (size_t)(uint32_t)tag;
+    MZ_ASSERT(l >= 0 && l < mm->n_layer && c < mm->max_chunks);
+    return kv_unit(mm, l, c);
+}
+
+static const char *unit_name(const mz_unit *u, char *buf, size_t cap)
+{
+    if (u->kind == MZ_UNIT_KV)
+        snprintf(buf, cap, "KV chunk (layer %d, chunk %d)", u->layer, u->chunk);
+    else
+        snprintf(buf, cap, "weights of layer %d", u->layer);
+    return buf;
+}
+
+/* Brings KV unit states in line with the cache's mappings: chunks mapped
+ * since the last call become RESIDENT units, chunks unmapped by a truncate
+ * become ABSENT. Owner thread. */
+static void sync_kv(mz_mem *mm)
+{
+    const mz_kv_cache *kv = mm->kv;
+    for (int l = 0; l < mm->n_layer; l++) {
+        for (size_t c = 0; c < mm->max_chunks; c++) {
+            mz_unit *u = kv_unit(mm, l, c);
+            uint8_t *p = kv->chunks[l][c];
+            mz_unit_state s = mz_unit_state_get(u);
+            if (s == MZ_UNIT_ABSENT && p) {
+                u->buf = p;
+                u->bytes = kv->chunk_bytes;
+                mz_unit_set(u, MZ_UNIT_RESIDENT);
+            } else if (s == MZ_UNIT_RESIDENT && !p) {
+                u->buf = NULL;
+                mz_unit_set(u, MZ_UNIT_ABSENT);
+            } else {
+                MZ_ASSERT(p || s == MZ_UNIT_ABSENT);
+            }
+        }
+    }
+}
+
+mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz_mem **out)
+{
+    mz_status s;
+    *out = NULL;
+    const char *codec_name = p && p->codec && p->codec[0] ? p->codec : "q8";
+    const mz_codec *codec = mz_codec_find(codec_name);
+    if (!codec) return MZ_E_INVAL;
+    mz_kv_placement placement = p ? p->placement : MZ_KV_PLACE_AUTO;
+    if (!mz_kv_placement_name(placement))
+        return mz_fail(MZ_E_INVAL, "unknown KV placement %d", (int)placement);
+
+    mz_mem *mm = mz_calloc(1, sizeof *mm);
+    if (!mm) return MZ_E_NOMEM;
+    pthread_mutex_init(&mm->lock, NULL);
+    mm->model = m;
+    mm->kv = kv;
+    mm->n_layer = kv->n_layer;
+    mm->max_chunks = kv->max_chunks;
+    mm->n_values = kv->chunk_bytes / sizeof(mz_f16);
+    mm->codec = codec;
+    mm->placement = placement;
+    mm->swap_flags = p ? p->swap_flags : 0;
+    if (p && p->swap_dir && p->swap_dir[0]) {
+        mm->swap_dir = strdup(p->swap_dir);
+        if (!mm->swap_dir) goto out_nomem;
+    }
+    mm->kvu = mz_calloc((size_t)mm->n_layer * MZ_MAX(mm->max_chunks, 1), sizeof *mm->kvu);
+    if (!mm->kvu) goto out_nomem;
+    for (int l = 0; l < mm->n_layer; l++) {
+        for (size_t c = 0; c < mm->max_chunks; c++) {
+            mz_unit *u = kv_unit(mm, l, c);
+            u->kind = MZ_UNIT_KV;
+            u->layer = l;
+            u->chunk = (int)c;
+            mz_unit_set(u, MZ_UNIT_ABSENT);
+        }
+    }
+    size_t bound = MZ_MAX(mz_codec_bound(codec, mm->n_values),
+                          mz_codec_bound(&mz_codec_raw_vt, mm->n_values));
+    if (bound == 0) {
+        s = mz_fail(MZ_E_RANGE, "KV chunk of %zu values is too large for the codec", mm->n_values);
+        goto out_fail;
+    }
+    mm->scratch_cap = (bound + mz_page_size() - 1) / mz_page_size() * mz_page_size();
+    mm->scratch = mz_pages_alloc(mm->scratch_cap);
+    if (!mm->scratch) goto out_nomem;
+    if ((s = mz_compstack_init(0, &mm->stack))) goto out_fail;
+    mm->policy = mz_policy_backward_init(placement);
+    if (!mm->policy) goto out_nomem;
+    if ((s = wtable_attach(m, &mm->wt))) goto out_fail;
+    sync_kv(mm);
+    *out = mm;
+    return MZ_OK;
+out_nomem:
+    s = mz_fail(MZ_E_NOMEM, "out of memory creating the memory manager");
+out_fail:
+    mz_mem_free(mm);
+    return s;
+}
+
+/* ---- storage helpers ------------------------------------------------------------------ */
+
+static mz_status ensure_swap(mz_mem *mm)
+{
+    if (mm->swap) return MZ_OK;
+    mz_swapfile_params sp = mz_swapfile_params_default();
+    sp.dir = mm->swap_dir;
+    sp.flags = mm->swap_flags;
+    mz_status s = mz_swapfile_open(&sp, &mm->swap);
+    if (s) return mz_fail_prefix(s, "cannot create the swap file");
+    if (!mz_swapfile_is_direct(mm->swap))
+        mz_log(MZ_LOG_WARN, "swap file %s: O_DIRECT refused; using buffered I/O + fadvise",
+               mz_swapfile_path(mm->swap));
+    return MZ_OK;
+}
+
+static mz_status ensure_dfile(mz_mem *mm)
+{
+    if (mm->dfile) return MZ_OK;
+    mz_status s = mz_dfile_open(mm->model->path, NULL, &mm->dfile);
+    if (s) return mz_fail_prefix(s, "cannot open the model file %s", mm->model->path);
+    return MZ_OK;
+}
+
+/* Encodes a resident chunk into mm->scratch; falls back to the raw codec for
+ * chunks the codec refuses (q8: inf/NaN), so eviction never fails on data. */
+static mz_status encode_chunk(mz_mem *mm, const mz_unit *u, const mz_codec **used, size_t *len)
+{
+    *used = mm->codec;
+    mz_status s = mz_codec_encode(mm->codec, (const mz_f16 *)u->buf, mm->n_values, mm->scratch,
+                                  mm->scratch_cap, len);
+    if (s == MZ_E_FORMAT && mm->codec != &mz_codec_raw_vt) {
+        *used = &mz_codec_raw_vt;
+        s = mz_codec_encode(&mz_codec_raw_vt, (const mz_f16 *)u->buf, mm->n_values, mm->scratch,
+                            mm->scratch_cap, len);
+    }
+    return s;
+}
+
+static int block_tensors(const mz_block_weights *b, const mz_tensor *out[11])
+{
+    const mz_tensor *all[11] = {&b->attn_norm, &b->wq,   &b->wk,   &b->wv,     &b->wo,    &b->ffn_norm,
+                                &b->w_gate,    &b->w_up, &b->w_down, &b->q_norm, &b->k_norm};
+    int n = 0;
+    for (int i = 0; i < 11; i++)
+        if (all[i]->nbytes) out[n++] = all[i];
+    return n;
+}
+
+/* ---- eviction --------------------------------------------------------------------------- */
+
+/* Carries out one step; *delta = fall of (resident + compressed) bytes.
+ * Caller holds mm->lock. On error the unit keeps its state and data. */
+static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta, mz_evict_report *r)
+{
+    char nm[64];
+    mz_status s = MZ_OK;
+    *delta = 0;
+    if (st->kind == MZ_UNIT_WEIGHTS) {
+        mz_unit *u = &mm->wt->units[st->layer];
+        MZ_ASSERT(st->dest == MZ_DEST_DROP);
+        if (!mz_unit_claim(u, MZ_UNIT_RESIDENT))
+            return mz_fail(MZ_E_INVAL, "%s: not resident", unit_name(u, nm, sizeof nm));
+        /* Reloading from the file must give these very bytes back; the hash
+         * catches a model file that changed (or a bad read) at restore. */
+        mm->wt->hash[st->layer] = mz_hash64(u->buf, u->bytes, 0);
+        mz_unit_release_pages(u);
+        mz_unit_settle(u, MZ_UNIT_DROPPED);
+        *delta = (int64_t)u->bytes;
+        r->n_weights_dropped++;
+        return MZ_OK;
+    }
+
+    mz_unit *u = kv_unit(mm, st->layer, st->chunk);
+    uint64_t tag = kv_tag(st->layer, st->chunk);
+    unit_name(u, nm, sizeof nm);
+
+    if (mz_unit_state_get(u) == MZ_UNIT_COMPRESSED) {
+        /* CompKV: the stack's bottom item (the chunk needed last) to storage. */
+        const uint8_t *data;
+        size_t len;
+        uint64_t btag;
+        MZ_ASSERT(st->dest == MZ_DEST_STORE_COMPRESSED);
+        if (mz_compstack_peek_bottom(mm->stack, &data, &len, &btag) != MZ_OK || btag != tag)
+            return mz_fail(MZ_E_INVAL, "%s: not at the bottom of the compressed stack", nm);
+        if ((s = ensure_swap(mm)))
+            return mz_fail_prefix(s, "%s: moving it from memory to the swap file failed", nm);
+        if (!mz_unit_claim(u, MZ_UNIT_COMPRESSED))
+            return mz_fail(MZ_E_INVAL, "%s: busy", nm);
+        mz_swap_slot slot = 0;
+        s = mz_swapfile_write(mm->swap, data, len, tag, &slot);
+        if (s) {
+            mz_unit_settle(u, MZ_UNIT_COMPRESSED);
+            return mz_fail_prefix(s, "%s: moving it from memory to the swap file failed", nm);
+        }
+        s = mz_compstack_drop_bottom(mm->stack);
+        MZ_ASSERT(s == MZ_OK);
+        u->slot = slot;
+        mz_unit_settle(u, MZ_UNIT_STORED_COMPRESSED);
+        *delta = (int64_t)len;
+        r->n_kv_compkv++;
+        return MZ_OK;
+    }
+
+    if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) return mz_fail(MZ_E_INVAL, "%s: not resident", nm);
+    const mz_codec *used = NULL;
+    size_t len = 0;
+    mz_unit_state to = MZ_UNIT_RESIDENT;
+    switch (st->dest) {
+    case MZ_DEST_COMPRESS:
+        if ((s = encode_chunk(mm, u, &used, &len))) break;
+        if ((s = mz_compstack_push(mm->stack, mm->scratch, len, tag))) break;
+        to = MZ_UNIT_COMPRESSED;
+        *delta = (int64_t)u->bytes - (int64_t)len;
+        r->n_kv_compressed++;
+        break;
+    case MZ_DEST_STORE_RAW: {
+        if ((s = ensure_swap(mm))) break;
+        mz_swap_slot slot = 0;
+        /* The chunk is page-aligned: the swap file writes it straight from
+         * its own pages (no copy) when its size is a 4 KiB multiple. */
+        if ((s = mz_swapfile_write(mm->swap, u->buf, u->bytes, tag, &slot))) break;
+        u->slot = slot;
+        to = MZ_UNIT_STORED_RAW;
+        *delta = (int64_t)u->bytes;
+        r->n_kv_stored_raw++;
+        break;
+    }
+    case MZ_DEST_STORE_COMPRESSED: {
+        if ((s = ensure_swap(mm))) break;
+        if ((s = encode_chunk(mm, u, &used, &len))) break;
+        mz_swap_slot slot = 0;
+        if ((s = mz_swapfile_write(mm->swap, mm->scratch, len, tag, &slot))) break;
+        u->slot = slot;
+        to = MZ_UNIT_STORED_COMPRESSED;
+        *delta = (int64_t)u->bytes;
+        r->n_kv_stored_compressed++;
+        break;
+    }
+    default:
+        s = mz_fail(MZ_E_INVAL, "bad destination %d for a KV chunk", (int)st->dest);
+        break;
+    }
+    if (s) {
+        mz_unit_settle(u, MZ_UNIT_RESIDENT);
+        *delta = 0;
+        return mz_fail_prefix(s, "%s: eviction failed (the chunk stays resident)", nm);
+    }
+    if (used) {
+        u->enc = used;
+        u->enc_bytes = len;
+        if (used != mm->codec) r->n_kv_raw_fallback++;
+    }
+    mz_unit_release_pages(u);
+    mz_unit_settle(u, to);
+    return MZ_OK;
+}
+
+static void fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
+{
+    *v = (mz_policy_view){.n_layer = mm->n_layer,
+                          .max_chunks = mm->max_chunks,
+                          .n_chunks = mm->kv->n_chunks,
+                          .weights = mm->wt->units,
+                          .kv = mm->kvu,
+                          .weights_evictable = weights_evictable,
+                          .can_store = true,
+                          .comp_bottom_layer = -1,
+                          .unit_bytes_kv = mm->kv->chunk_bytes,
+                          .enc_bytes_kv_est = mz_codec_bound(mm->codec, mm->n_values)};
+    const uint8_t *data;
+    size_t len;
+    uint64_t tag;
+    if (mz_compstack_peek_bottom(mm->stack, &data, &len, &tag) == MZ_OK) {
+        v->comp_bottom_layer = (int)(tag >> 32);
+        v->comp_bottom_chunk = (size_t)(uint32_t)tag;
+    }
+}
+
+mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
+{
+    mz_evict_report dummy;
+    if (!r) r = &dummy;
+    memset(r, 0, sizeof *r);
+    r->bytes_requested = nbytes;
+    double t0 = mz_time_ms();
+    mz_status s = MZ_OK;
+    int64_t freed = 0;
+    if (nbytes == 0) goto out;
+
+    pthread_mutex_lock(&g_wt_lock);
+    bool weights_evictable = mm->wt->refs == 1;
+    pthread_mutex_unlock(&g_wt_lock);
+
+    sync_kv(mm);
+    pthread_mutex_lock(&mm->lock);
+    while (freed < 0 || (uint64_t)freed < (uint64_t)nbytes) {
+        mz_policy_view v;
+        mz_evict_step step;
+        fill_view(mm, weights_evictable, &v);
+        if (!mm->policy->next(mm->policy, &v, &step)) break;
+        int64_t delta = 0;
+        s = evict_step(mm, &step, &delta, r);
+        mm->policy->done(mm->policy, &step, s == MZ_OK);
+        if (s) break;
+        freed += delta;
+    }
+    pthread_mutex_unlock(&mm->lock);
+out:
+    r->bytes_freed = freed > 0 ? (size_t)freed : 0;
+    r->complete = r->bytes_freed >= nbytes;
+    r->time_ms = mz_time_ms() - t0;
+    if (s == MZ_OK)
+        mz_log(MZ_LOG_DEBUG, "evict %zu: freed %zu (compressed %zu, raw %zu, stored-comp %zu, "
+                             "compkv %zu, weights %zu) in %.1f ms", nbytes, r->bytes_freed,
+               r->n_kv_compressed, r->n_kv_stored_raw, r->n_kv_stored_compressed, r->n_kv_compkv,
+               r->n_weights_dropped, r->time_ms);
+    return s;
+}
+
+/* ---- restore -------------------------------------------------------------------------------- */
+
+/* Decodes the stack's top item into its chunk and pops it. u is BUSY (claimed
+ * by the caller) and its pages are mapped. Caller holds mm->lock. */
+static mz_status decode_top_into(mz_mem *mm, mz_unit *u)
+{
+    const uint8_t *data;
+    size_t len;
+    uint64_t tag;
+    mz_status s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
+    MZ_ASSERT(s == MZ_OK && unit_by_tag(mm, tag) == u);
+    s = mz_codec_decode(u->enc, data, len, (mz_f16 *)u->buf, mm->n_values);
+    if (s) return mz_fail_prefix(s, "decoding from the compressed stack failed");
+    s = mz_compstack_drop_top(mm->stack);
+    MZ_ASSERT(s == MZ_OK);
+    return MZ_OK;
+}
+
+static void count_restore(mz_restore_report *r, const mz_unit *u, mz_unit_state from)
+{
+    if (!r) return;
+    r->bytes_restored += u->bytes;
+    switch (from) {
+    case MZ_UNIT_COMPRESSED: r->n_kv_decoded++; break;
+    case MZ_UNIT_STORED_RAW: r->n_kv_read_raw++; break;
+    case MZ_UNIT_STORED_COMPRESSED: r->n_kv_read_compressed++; break;
+    case MZ_UNIT_DROPPED: r->n_weights_loaded++; break;
+    default: break;
+    }
+}
+
+/* Restores a unit claimed BUSY from state `from`. Caller holds mm->lock.
+ * Settles the unit: RESIDENT, or `from` again on error. */
+static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_restore_report *r)
+{
+    char nm[64];
+    mz_status s = mz_unit_map_pages(u);
+    if (s) goto out_fail;
+    switch (from) {
+    case MZ_UNIT_COMPRESSED:
+        /* Pop-through: decode the items above u back into their own chunks. */
+        for (;;) {
+            const uint8_t *data;
+            size_t len;
+            uint64_t tag;
+            s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
+            MZ_ASSERT(s == MZ_OK);
+            mz_unit *t = unit_by_tag(mm, tag);
+            if (t == u) break;
+            MZ_ASSERT(mz_unit_claim(t, MZ_UNIT_COMPRESSED));
+            if ((s = mz_unit_map_pages(t)) || (s = decode_top_into(mm, t))) {
+                mz_unit_release_pages(t);
+                mz_unit_settle(t, MZ_UNIT_COMPRESSED);
+                mz_fail_prefix(s, "%s", unit_name(t, nm, sizeof nm));
+                goto out_fail;
+            }
+            mz_unit_settle(t, MZ_UNIT_RESIDENT);
+            count_restore(r, t, MZ_UNIT_COMPRESSED);
+        }
+        s = decode_top_into(mm, u);
+        break;
+    case MZ_UNIT_STORED_RAW: {
+        size_t len = 0;
+        s = mz_swapfile_read(mm->swap, u->slot, u->buf, u->bytes, &len);
+        if (s) {
+            mz_fail_prefix(s, "reading it from the swap file failed");
+        } else if (len != u->bytes) {
+            s = mz_fail(MZ_E_CORRUPT, "the swap file holds %zu bytes for it, expected %zu", len,
+                        u->bytes);
+        }
+        break;
+    }
+    case MZ_UNIT_STORED_COMPRESSED: {
+        size_t len = 0;
+        s = mz_swapfile_read(mm->swap, u->slot, mm->scratch, mm->scratch_cap, &len);
+        if (s) {
+            mz_fail_prefix(s, "reading it from the swap file failed");
+            break;
+        }
+        s = mz_codec_decode(u->enc, mm->scratch, len, (mz_f16 *)u->buf, mm->n_values);
+        if (s) mz_fail_prefix(s, "decoding it after reading it from the swap file failed");
+        break;
+    }
+    case MZ_UNIT_DROPPED: {
+        const mz_tensor *ts[11];
+        mz_dread_item items[11];
+        int n = block_tensors(&mm->model->blocks[u->layer], ts);
+        if ((s = ensure_dfile(mm))) break;
+        for (int i = 0; i < n; i++)
+            items[i] = (mz_dread_item){.off = ts[i]->file_offset, .len = ts[i]->nbytes,
+                                       .dst = u->buf + ts[i]->offset};
+        s = mz_dfile_read_batch(mm->dfile, items, (size_t)n);
+        if (s) {
+            mz_fail_prefix(s, "reloading it from the model file failed");
+            break;
+        }
+        if (mz_hash64(u->buf, u->bytes, 0) != mm->wt->hash[u->layer])
+            s = mz_fail(MZ_E_CORRUPT, "the bytes reloaded from the model file differ from "
+                                      "those dropped (did %s change?)", mm->model->path);
+        break;
+    }
+    default:
+        MZ_ASSERT(!"restore from a settled, evicted state");
+    }
+    if (s) goto out_fail;
+    if (from == MZ_UNIT_STORED_RAW || from == MZ_UNIT_STORED_COMPRESSED) {
+        mz_swapfile_slot_free(mm->swap, u->slot);
+        u->slot = 0;
+    }
+    mz_unit_settle(u, MZ_UNIT_RESIDENT);
+    count_restore(r, u, from);
+    return MZ_OK;
+out_fail:
+    /* Nothing unverified stays readable: the pages go back and the unit stays
+     * evicted, its stored copy (slot, stack item, file) untouched. */
+    mz_unit_release_pages(u);
+    mz_unit_settle(u, from);
+    return mz_fail_prefix(s, "cannot restore %s", unit_name(u, nm, sizeof nm));
+}
+
+/* Makes u resident, waiting for another mover if there is one. */
+static mz_status restore_unit(mz_mem *mm, mz_unit *u, mz_restore_report *r)
+{
+    for (int attempt = 0;; attempt++) {
+        mz_unit_state s = mz_unit_state_get(u);
+        if (s == MZ_UNIT_RESIDENT) return MZ_OK;
+        if (s == MZ_UNIT_BUSY) {
+            s = mz_unit_wait_settled(u);
+            if (s == MZ_UNIT_RESIDENT) return MZ_OK;
+            /* The other mover failed; try once ourselves to get our own error. */
+        }
+        MZ_ASSERT(s != MZ_UNIT_ABSENT);
+        MZ_ASSERT(attempt < 1000);
+        pthread_mutex_lock(&mm->lock);
+        mz_status st = MZ_AGAIN;
+        if (mz_unit_claim(u, s)) st = restore_claimed(mm, u, s, r);
+        pthread_mutex_unlock(&mm->lock);
+        if (st != MZ_AGAIN) {
+            if (st == MZ_OK) mm->policy->on_restore(mm->policy);
+            return st;
+        }
+    }
+}
+
+mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks)
+{
+    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
+    mz_status s;
+    mz_unit *w = &mm->wt->units[layer];
+    if (mz_unit_state_get(w) != MZ_UNIT_RESIDENT && (s = restore_unit(mm, w, NULL))) return s;
+    for (size_t c = 0; c < n_chunks; c++) {
+        mz_unit *u = kv_unit(mm, layer, c);
+        mz_unit_state st = mz_unit_state_get(u);
+        if (st == MZ_UNIT_RESIDENT) continue;
+        if (st == MZ_UNIT_ABSENT) {
+            sync_kv(mm); /* mapped by a reserve since the last sync */
+            if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) continue;
+        }
+        if ((s = restore_unit(mm, u, NULL))) return s;
+    }
+    return MZ_OK;
+}
+
+mz_status mz_mem_restore_all(mz_mem *mm, mz_restore_report *r)
+{
+    mz_restore_report dummy;
+    if (!r) r = &dummy;
+    memset(r, 0, sizeof *r);
+    double t0 = mz_time_ms();
+    mz_status s = MZ_OK;
+    sync_kv(mm);
+    /* Forward-in: layer by layer, the weights and then the chunks in order,
+     * which pops the compressed stack from its top. */
+    for (int l = 0; l < mm->n_layer && !s; l++) {
+        mz_unit *w = &mm->wt->units[l];
+        if (mz_unit_state_get(w) != MZ_UNIT_RESIDENT) s = restore_unit(mm, w, r);
+        for (size_t c = 0; c < mm->kv->n_chunks && !s; c++) {
+            mz_unit *u = kv_unit(mm, l, c);
+            if (mz_unit_state_get(u) != MZ_UNIT_RESIDENT) s = restore_unit(mm, u, r);
+        }
+    }
+    r->time_ms = mz_time_ms() - t0;
+    return s;
+}
+
+mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
+{
+    size_t keep = (n_pos + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
+    size_t n_drop_stack = 0;
+    mz_status s = MZ_OK;
+    sync_kv(mm);
+    pthread_mutex_lock(&mm->lock);
+    for (int l = 0; l < mm->n_layer; l++) {
+        for (size_t c = keep; c < mm->kv->n_chunks; c++) {
+            mz_unit *u = kv_unit(mm, l, c);
+            mz_unit_state st = mz_unit_state_get(u);
+            if (st == MZ_UNIT_COMPRESSED) n_drop_stack++;
+            if (st != MZ_UNIT_STORED_RAW && st != MZ_UNIT_STORED_COMPRESSED) continue;
+            MZ_ASSERT(mz_unit_claim(u, st));
+            mz_swapfile_slot_free(mm->swap, u->slot);
+            u->slot = 0;
+            /* Back to a plain mapping that the cache is about to unmap. */
+            if ((s = mz_unit_map_pages(u))) {
+                mz_unit_settle(u, st);
+                goto out;
+            }
+            mz_unit_settle(u, MZ_UNIT_RESIDENT);
+        }
+    }
+    /* Remove the truncated chunks' stack items; items above them that are
+     * kept are decoded back into their chunks (the stack is LIFO). */
+    while (n_drop_stack) {
+        const uint8_t *data;
+        size_t len;
+        uint64_t tag;
+        s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
+        MZ_ASSERT(s == MZ_OK);
+        mz_unit *t = unit_by_tag(mm, tag);
+        MZ_ASSERT(mz_unit_claim(t, MZ_UNIT_COMPRESSED));
+        if ((s = mz_unit_map_pages(t))) {
+            mz_unit_settle(t, MZ_UNIT_COMPRESSED);
+            goto out;
+        }
+        if ((size_t)t->chunk >= keep) {
+            s = mz_compstack_drop_top(mm->stack);
+            MZ_ASSERT(s == MZ_OK);
+            n_drop_stack--;
+        } else if ((s = decode_top_into(mm, t))) {
+            mz_unit_release_pages(t);
+            mz_unit_settle(t, MZ_UNIT_COMPRESSED);
+            goto out;
+        }
+        mz_unit_settle(t, MZ_UNIT_RESIDENT);
+    }
+out:
+    pthread_mutex_unlock(&mm->lock);
+    return s;
+}
+
+/* ---- stats, teardown, test hooks ------------------------------------------------------ */
+
+static void count_unit(mz_mem_category *cat, const mz_unit *u)
+{
+    cat->total_bytes += u->bytes;
+    cat->n_units++;
+    switch (mz_unit_state_get(u)) {
+    case MZ_UNIT_RESIDENT:
+    case MZ_UNIT_BUSY: /* moving right now: counted where it came from, approximately */
+        cat->resident_bytes += u->bytes;
+        cat->n_resident++;
+        break;
+    case MZ_UNIT_COMPRESSED: cat->compressed_bytes += u->enc_bytes; break;
+    case MZ_UNIT_STORED_RAW: cat->stored_bytes += u->bytes; break;
+    case MZ_UNIT_STORED_COMPRESSED: cat->stored_bytes += u->enc_bytes; break;
+    case MZ_UNIT_DROPPED: cat->dropped_bytes += u->bytes; break;
+    default: break;
+    }
+}
+
+void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    sync_kv(mm);
+    pthread_mutex_lock(&mm->lock);
+    for (int l = 0; l < mm->n_layer; l++) count_unit(&out->weights, &mm->wt->units[l]);
+    for (int l = 0; l < mm->n_layer; l++)
+        for (size_t c = 0; c < mm->max_chunks; c++)
+            if (mz_unit_state_get(kv_unit(mm, l, c)) != MZ_UNIT_ABSENT)
+                count_unit(&out->kv, kv_unit(mm, l, c));
+    mz_compstack_stats cs;
+    mz_compstack_get_stats(mm->stack, &cs);
+    out->compstack_mapped_bytes = cs.bytes_mapped;
+    if (mm->swap) {
+        mz_swapfile_stats ss;
+        mz_swapfile_get_stats(mm->swap, &ss);
+        out->swap_file_bytes = ss.file_bytes;
+        out->swap_direct = mz_swapfile_is_direct(mm->swap);
+    }
+    pthread_mutex_unlock(&mm->lock);
+    out->pinned_bytes = mm->model->pinned_bytes;
+    size_t total = out->weights.total_bytes + out->kv.total_bytes;
+    size_t kept = out->weights.resident_bytes + out->weights.compressed_bytes +
+                  out->kv.resident_bytes + out->kv.compressed_bytes;
+    out->remaining_pct = total ? 100.0 * (double)kept / (double)total : 100.0;
+    snprintf(out->codec, sizeof out->codec, "%s", mm->codec->name);
+    if (strcmp(mm->codec->name, "q8") == 0 && mm->codec->param != MZ_Q8_GROUP_DEFAULT)
+        snprintf(out->codec, sizeof out->codec, "q8-g%u", mm->codec->param);
+    snprintf(out->placement, sizeof out->placement, "%s", mz_kv_placement_name(mm->placement));
+}
+
+void mz_mem_free(mz_mem *mm)
+{
+    if (!mm) return;
+    if (mm->wt) {
+        pthread_mutex_lock(&g_wt_lock);
+        wtable *t = mm->wt;
+        if (--t->refs == 0) {
+            /* The model outlives its contexts: give it its weights back. */
+            mz_status s = MZ_OK;
+            for (int l = 0; l < t->n_layer; l++) {
+                mz_unit *u = &t->units[l];
+                if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) continue;
+                mz_status s1 = restore_unit(mm, u, NULL);
+                if (s1) {
+                    mz_log(MZ_LOG_ERROR, "%s", mz_last_error());
+                    s = s1;
+                }
+            }
+            if (s == MZ_OK) {
+                for (wtable **pp = &g_wt; *pp; pp = &(*pp)->next) {
+                    if (*pp == t) {
+                        *pp = t->next;
+                        break;
+                    }
+                }
+                wtable_free(t);
+            }
+            /* else: kept, so the next context on this model reloads on demand. */
+        }
+        pthread_mutex_unlock(&g_wt_lock);
+    }
+    if (mm->policy) mm->policy->free(mm->policy);
+    mz_swapfile_close(mm->swap);
+    mz_dfile_close(mm->dfile);
+    mz_compstack_free(mm->stack);
+    mz_pages_free(mm->scratch, mm->scratch_cap);
+    free(mm->kvu);
+    free(mm->swap_dir);
+    pthread_mutex_destroy(&mm->lock);
+    free(mm);
+}
+
+mz_unit_state mz_mem_kv_state(mz_mem *mm, int layer, size_t chunk)
+{
+    sync_kv(mm);
+    return mz_unit_state_get(kv_unit(mm, layer, chunk));
+}
+
+mz_unit_state mz_mem_weights_state(mz_mem *mm, int layer)
+{
+    return mz_unit_state_get(&mm->wt->units[layer]);
+}
+
+mz_swapfile_t *mz_mem_swapfile(mz_mem *mm) { return mm->swap; }
+const mz_codec *mz_mem_codec(const mz_mem *mm) { return mm->codec; }
+
+bool mz_mem_is_valid(mz_mem *mm)
+{
+    bool ok = mz_compstack_is_valid(mm->stack);
+    size_t n_comp = 0, n_stored = 0;
+    sync_kv(mm);
+    for (int l = 0; l < mm->n_layer; l++) {
+        for (size_t c = 0; c < mm->max_chunks; c++) {
+            const mz_unit *u = kv_unit(mm, l, c);
+            mz_unit_state s = mz_unit_state_get(u);
+            if (s == MZ_UNIT_COMPRESSED) n_comp++;
+            if (s == MZ_UNIT_STORED_RAW || s == MZ_UNIT_STORED_COMPRESSED) {
+                n_stored++;
+                ok = ok && mm->swap && mz_swapfile_slot_len(mm->swap, u->slot) ==
+                                           (s == MZ_UNIT_STORED_RAW ? u->bytes : u->enc_bytes);
+            }
+            if (c >= mm->kv->n_chunks) ok = ok && s == MZ_UNIT_ABSENT;
+            ok = ok && s != MZ_UNIT_BUSY && s != MZ_UNIT_DROPPED;
+        }
+    }
+    ok = ok && n_comp == mz_compstack_count(mm->stack);
+    if (mm->swap) {
+        mz_swapfile_stats ss;
+        mz_swapfile_get_stats(mm->swap, &ss);
+        ok = ok && ss.n_slots == n_stored;
+    }
+    return ok;
+}
+
+/* ---- public names ---------------------------------------------------------------------- */
+
+static const char *const placement_names[] = {
+    [MZ_KV_PLACE_AUTO] = "auto",
+    [MZ_KV_PLACE_COMPRESSED] = "compressed",
+    [MZ_KV_PLACE_STORAGE] = "storage",
+    [MZ_KV_PLACE_STORAGE_COMPRESSED] = "storage-compressed",
+    [MZ_KV_PLACE_MIXED] = "mixed",
+};
+
+const char *mz_kv_placement_name(mz_kv_placement p)
+{
+    return (unsigned)p < MZ_ARRAY_LEN(placement_names) ? placement_names[p] : NULL;
+}
+
+mz_status mz_kv_placement_parse(const char *name, mz_kv_placement *out)
+{
+    for (size_t i = 0; name && i < MZ_ARRAY_LEN(placement_names); i++) {
+        if (strcmp(name, placement_names[i]) == 0) {
+            *out = (mz_kv_placement)i;
+            return MZ_OK;
+        }
+    }
+    return mz_fail(MZ_E_INVAL, "unknown KV placement '%s' (known: auto, compressed, storage, "
+                               "storage-compressed, mixed)", name ? name : "(null)");
+}

@@ -1,0 +1,63 @@
+/*
+ * manager.h — the memory manager of one context: the unit table, eviction
+ * (driven by a policy, policy.h) and restore (paper §4.2).
+ *
+ * The mechanism moves units between tiers through the codec and I/O
+ * interfaces only: codec.h (encode/decode), compstack.h (in-memory stack),
+ * swapfile.h (KV records, checksummed), direct_read.h (weights from the GGUF
+ * file with O_DIRECT). Which unit moves where is the policy's decision.
+ *
+ * Thread contract: the context's owner thread calls everything here; the
+ * unit states and ready events (unit.h) are already safe for the restore
+ * workers of the next issue. Lock order: manager.c's top comment.
+ */
+#ifndef MZ_MANAGER_H
+#define MZ_MANAGER_H
+
+#include "../kv/kv_cache.h"
+#include "../model/model.h"
+#include "../io/swapfile.h"
+#include "unit.h"
+
+typedef struct mz_mem mz_mem;
+
+typedef struct mz_mem_params {
+    const char *codec;         /* NULL: "q8" */
+    const char *swap_dir;      /* NULL/"": swapfile default */
+    mz_kv_placement placement;
+    unsigned swap_flags;       /* MZ_SWAP_* (tests) */
+} mz_mem_params;
+
+/* kv must outlive the manager; the model too. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv,
+                                               const mz_mem_params *p, mz_mem **out);
+/* Restores the model's dropped weights when this was its last context, closes
+ * (removes) the swap file and frees the compressed stack. NULL is fine. */
+MZ_INTERNAL void mz_mem_free(mz_mem *mm);
+
+/* Makes weight block `layer` and KV chunks [0, n_chunks) of that layer
+ * resident (blocking, in that order). The error names the unit; units that
+ * could not be restored stay evicted. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks);
+
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r);
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_all(mz_mem *mm, mz_restore_report *r);
+MZ_INTERNAL void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out);
+
+/* Called before the KV cache drops chunks wholly beyond n_pos (truncate):
+ * frees their swap slots and removes their compressed-stack entries (items
+ * above them in the stack are decoded back into their chunks). After the
+ * shrink, the next call on the manager notices the unmapped chunks. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos);
+
+/* ---- for tests and diagnostics --------------------------------------------------- */
+MZ_INTERNAL mz_unit_state mz_mem_kv_state(mz_mem *mm, int layer, size_t chunk);
+MZ_INTERNAL mz_unit_state mz_mem_weights_state(mz_mem *mm, int layer);
+/* NULL until the first eviction to storage. */
+MZ_INTERNAL mz_swapfile_t *mz_mem_swapfile(mz_mem *mm);
+/* Codec used for compressed KV. */
+MZ_INTERNAL const struct mz_codec *mz_mem_codec(const mz_mem *mm);
+/* Full consistency walk (stack items vs unit states, slots, counts). */
+MZ_INTERNAL bool mz_mem_is_valid(mz_mem *mm);
+
+#endif /* MZ_MANAGER_H */

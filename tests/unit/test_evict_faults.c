@@ -1,0 +1,228 @@
+/*
+ * test_evict_faults.c — I/O failures during eviction and restore (tiny model,
+ * raw codec, so every good answer must equal a never-evicted context's).
+ *
+ *   write ENOSPC / EIO      mz_evict fails, the failing chunk stays resident,
+ *                           the answer is unchanged
+ *   read EIO / bad checksum the request fails naming the unit, no logits come
+ *                           out, the unit stays evicted; a retry works
+ *   swap file damaged or    (through a second fd) the request fails naming the
+ *   truncated behind our    unit; restoring the bytes makes the retry work; a
+ *   back                    truncated file leaves the context usable after a reset
+ */
+#define _GNU_SOURCE
+#include "evict_util.h"
+#include "io/io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#define N_LAYER 3
+#define N_CTX 1024
+#define N_BASE 520
+#define N_FOLLOW 24
+
+static const char *T = "test_evict_faults";
+static mz_model_t *g_m, *g_ref_m;
+static int g_vocab;
+static mz_token g_base[N_BASE], g_follow[N_FOLLOW];
+static float *g_want; /* reference logits of base + follow-up */
+
+static mz_ctx_t *fresh(mz_kv_placement pl)
+{
+    mz_ctx_t *c = ev_ctx(g_m, "raw", pl, N_CTX, "swap-faults");
+    if (c && mz_prefill(c, g_base, N_BASE) != MZ_OK) {
+        mz_ctx_free(c);
+        c = NULL;
+    }
+    CHECK(c != NULL);
+    return c;
+}
+
+static int answer_matches(mz_ctx_t *c)
+{
+    float *a = malloc((size_t)g_vocab * sizeof(float));
+    int ok = a && ev_prefill_logits(c, g_follow, N_FOLLOW, a, g_vocab) == MZ_OK &&
+             memcmp(a, g_want, (size_t)g_vocab * sizeof(float)) == 0;
+    if (!ok) fprintf(stderr, "answer: %s\n", mz_ctx_errmsg(c));
+    free(a);
+    return ok;
+}
+
+static size_t kv_total(mz_ctx_t *c)
+{
+    mz_mem_stats st;
+    mz_get_mem_stats(c, &st);
+    return st.kv.total_bytes;
+}
+
+static void test_write_faults(void)
+{
+    const struct { int err; unsigned nth; mz_kv_placement pl; } cases[] = {
+        {ENOSPC, 1, MZ_KV_PLACE_STORAGE},
+        {EIO, 3, MZ_KV_PLACE_STORAGE},
+        {ENOSPC, 2, MZ_KV_PLACE_STORAGE_COMPRESSED},
+        {EIO, 1, MZ_KV_PLACE_COMPRESSED}, /* hits CompKV, after the weights are dropped */
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(cases); i++) {
+        mz_ctx_t *c = fresh(cases[i].pl);
+        if (!c) continue;
+        if (cases[i].pl != MZ_KV_PLACE_COMPRESSED) {
+            /* Create the swap file first (its open writes a probe block). */
+            CHECK(mz_evict(c, 1, NULL) == MZ_OK && mz_restore(c, NULL) == MZ_OK);
+        }
+        mz_mem_stats before, after;
+        mz_get_mem_stats(c, &before);
+        mz_io_fault f = {.op = MZ_IO_WRITE, .kind = MZ_IO_FAULT_ERRNO, .err = cases[i].err,
+                         .nth = cases[i].nth, .count = UINT32_MAX};
+        mz_io_fault_set(&f);
+        mz_evict_report r;
+        mz_status s = mz_evict(c, SIZE_MAX, &r);
+        mz_io_fault_set(NULL);
+        CHECK_MSG(s == MZ_E_IO, "case %zu: %d", i, s);
+        const char *msg = mz_ctx_errmsg(c);
+        CHECK_MSG(strstr(msg, "KV chunk (layer") && strstr(msg, strerror(cases[i].err)),
+                  "case %zu: %s", i, msg);
+        CHECK(mz_mem_is_valid(c->mem));
+        mz_get_mem_stats(c, &after);
+        size_t moved = r.n_kv_stored_raw + r.n_kv_stored_compressed + r.n_kv_compressed;
+        if (cases[i].pl != MZ_KV_PLACE_COMPRESSED) {
+            /* The chunks written before the fault are stored; the rest resident. */
+            CHECK_EQ_INT(moved, cases[i].nth - 1);
+            CHECK_EQ_INT(after.kv.n_resident, before.kv.n_resident - moved);
+            CHECK(after.weights.n_resident == before.weights.n_resident);
+        } else {
+            CHECK(r.n_kv_compkv == 0 && after.kv.compressed_bytes > 0);
+        }
+        CHECK_MSG(answer_matches(c), "case %zu", i);
+        /* And with the fault gone eviction works again. */
+        CHECK(mz_ctx_truncate(c, N_BASE) == MZ_OK);
+        CHECK(mz_evict(c, SIZE_MAX, NULL) == MZ_OK);
+        CHECK(answer_matches(c));
+        mz_ctx_free(c);
+    }
+}
+
+/* Evicts only the KV (to storage), so the first read is KV chunk (0, 0). */
+static void test_read_faults(void)
+{
+    const struct { enum mz_io_fault_kind kind; int err; mz_status want; } cases[] = {
+        {MZ_IO_FAULT_ERRNO, EIO, MZ_E_IO},
+        {MZ_IO_FAULT_CORRUPT, 0, MZ_E_CORRUPT},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(cases); i++) {
+        for (int pl = 0; pl < 2; pl++) {
+            mz_ctx_t *c = fresh(pl ? MZ_KV_PLACE_STORAGE_COMPRESSED : MZ_KV_PLACE_STORAGE);
+            if (!c) continue;
+            CHECK(mz_evict(c, kv_total(c), NULL) == MZ_OK);
+            mz_unit_state was = mz_mem_kv_state(c->mem, 0, 0);
+            mz_io_fault f = {.op = MZ_IO_READ, .kind = cases[i].kind, .err = cases[i].err,
+                             .nth = 1, .count = UINT32_MAX};
+            mz_io_fault_set(&f);
+            mz_status s = mz_prefill(c, g_follow, N_FOLLOW);
+            mz_io_fault_set(NULL);
+            CHECK_MSG(s == cases[i].want, "case %zu/%d: %d %s", i, pl, s, mz_ctx_errmsg(c));
+            CHECK_MSG(strstr(mz_ctx_errmsg(c), "KV chunk (layer 0, chunk 0)"), "%s",
+                      mz_ctx_errmsg(c));
+            CHECK(mz_ctx_logits(c) == NULL);          /* nothing computed from it */
+            CHECK(mz_ctx_n_tokens(c) == N_BASE);      /* request undone */
+            CHECK(mz_mem_kv_state(c->mem, 0, 0) == was); /* still evicted, copy intact */
+            CHECK(mz_mem_is_valid(c->mem));
+            /* Same through mz_restore. */
+            mz_io_fault_set(&f);
+            s = mz_restore(c, NULL);
+            mz_io_fault_set(NULL);
+            CHECK(s == cases[i].want && strstr(mz_ctx_errmsg(c), "layer 0, chunk 0"));
+            CHECK(answer_matches(c)); /* retry with the fault gone */
+            mz_ctx_free(c);
+        }
+    }
+    /* Weights: a failed reload from the model file names the layer. */
+    mz_ctx_t *c = fresh(MZ_KV_PLACE_STORAGE);
+    if (!c) return;
+    CHECK(mz_evict(c, SIZE_MAX, NULL) == MZ_OK);
+    mz_io_fault f = {.op = MZ_IO_READ, .kind = MZ_IO_FAULT_ERRNO, .err = EIO, .nth = 1,
+                     .count = UINT32_MAX};
+    mz_io_fault_set(&f);
+    mz_status s = mz_prefill(c, g_follow, N_FOLLOW);
+    mz_io_fault_set(NULL);
+    CHECK(s == MZ_E_IO && strstr(mz_ctx_errmsg(c), "weights of layer 0"));
+    CHECK(mz_mem_weights_state(c->mem, 0) == MZ_UNIT_DROPPED);
+    CHECK(answer_matches(c));
+    mz_ctx_free(c);
+}
+
+/* Damage the swap file through a second descriptor. */
+static void test_file_damage(void)
+{
+    mz_ctx_t *c = fresh(MZ_KV_PLACE_STORAGE);
+    if (!c) return;
+    CHECK(mz_evict(c, kv_total(c), NULL) == MZ_OK);
+    mz_swapfile_t *sf = mz_mem_swapfile(c->mem);
+    CHECK(sf != NULL);
+    if (!sf) goto out;
+    int fd = open(mz_swapfile_path(sf), O_RDWR);
+    CHECK(fd >= 0);
+    if (fd < 0) goto out;
+    /* Flip one payload byte in the middle of the file. */
+    off_t len = lseek(fd, 0, SEEK_END);
+    off_t at = len / 2 + 123;
+    unsigned char byte = 0, bad;
+    CHECK(pread(fd, &byte, 1, at) == 1);
+    bad = (unsigned char)(byte ^ 0x5a);
+    CHECK(pwrite(fd, &bad, 1, at) == 1 && fsync(fd) == 0);
+    mz_status s = mz_prefill(c, g_follow, N_FOLLOW);
+    CHECK_MSG(s == MZ_E_CORRUPT, "%d %s", s, mz_ctx_errmsg(c));
+    CHECK(strstr(mz_ctx_errmsg(c), "KV chunk (layer ") != NULL);
+    CHECK(mz_ctx_logits(c) == NULL);
+    s = mz_prefill(c, g_follow, N_FOLLOW); /* still damaged: still refused */
+    CHECK(s == MZ_E_CORRUPT);
+    CHECK(pwrite(fd, &byte, 1, at) == 1 && fsync(fd) == 0);
+    CHECK(answer_matches(c)); /* data intact again: the retry works */
+
+    /* Truncated file: the data is gone; the request fails naming a unit, and
+     * the context recovers after dropping the lost part. */
+    CHECK(mz_ctx_truncate(c, N_BASE) == MZ_OK);
+    CHECK(mz_evict(c, kv_total(c), NULL) == MZ_OK);
+    CHECK(ftruncate(fd, 0) == 0);
+    s = mz_prefill(c, g_follow, N_FOLLOW);
+    CHECK_MSG(s == MZ_E_IO || s == MZ_E_CORRUPT, "%d", s);
+    CHECK(strstr(mz_ctx_errmsg(c), "KV chunk (layer 0, chunk 0)") != NULL);
+    CHECK(mz_ctx_logits(c) == NULL);
+    CHECK(mz_mem_is_valid(c->mem));
+    CHECK(mz_ctx_truncate(c, 0) == MZ_OK);
+    CHECK(mz_prefill(c, g_base, N_BASE) == MZ_OK);
+    CHECK(answer_matches(c));
+    close(fd);
+out:
+    mz_ctx_free(c);
+}
+
+int main(void)
+{
+    const char *path = t_tmp_path("evict-faults.gguf");
+    if (!t_real_model_path()) return t_skip(T, "real model absent (make model)");
+    if (ev_gen_tiny(path, N_LAYER)) return 1;
+    g_m = ev_load(path);
+    g_ref_m = ev_load(path);
+    if (!g_m || !g_ref_m) return 1;
+    g_vocab = mz_model_n_vocab(g_m);
+    ev_tokens(g_base, N_BASE, g_vocab, 5);
+    ev_tokens(g_follow, N_FOLLOW, g_vocab, 6);
+    g_want = malloc((size_t)g_vocab * sizeof(float));
+    mz_ctx_t *ref = ev_ctx(g_ref_m, "raw", MZ_KV_PLACE_AUTO, N_CTX, "swap-faults-ref");
+    if (!g_want || !ref || mz_prefill(ref, g_base, N_BASE) ||
+        ev_prefill_logits(ref, g_follow, N_FOLLOW, g_want, g_vocab))
+        return 1;
+    mz_ctx_free(ref);
+
+    test_write_faults();
+    test_read_faults();
+    test_file_damage();
+
+    free(g_want);
+    mz_model_free(g_m);
+    mz_model_free(g_ref_m);
+    return t_done(T);
+}
