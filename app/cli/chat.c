@@ -256,6 +256,7 @@ int cmd_chat(int argc, char **argv)
         char *answer = NULL;
         s = cli_generate(&o, m, ctx, smp, stdout, &answer);
         fputc('\n', stdout);
+        fflush(stdout);
         if (answer && conv_add(&conv, "assistant", answer)) {
             free(answer);
             goto out;
