@@ -46,28 +46,6 @@ static bool make_file(const char *path, size_t n)
     return ok;
 }
 
-static long resident_pages(const char *path)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    struct stat st;
-    long n = -1;
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED) {
-            size_t pages = ((size_t)st.st_size + 4095) / 4096;
-            unsigned char *v = malloc(pages);
-            if (v && mincore(p, (size_t)st.st_size, v) == 0) {
-                n = 0;
-                for (size_t i = 0; i < pages; i++) n += v[i] & 1;
-            }
-            free(v);
-            munmap(p, (size_t)st.st_size);
-        }
-    }
-    close(fd);
-    return n;
-}
 
 static void drop_cache(const char *path)
 {
@@ -229,7 +207,7 @@ static void test_truncated(void)
 static void test_page_cache_and_speed(const char *path)
 {
     drop_cache(path);
-    long before = resident_pages(path);
+    long before = t_resident_pages(path);
     mz_dfile_t *f = NULL;
     CHECK(mz_dfile_open(path, NULL, &f) == MZ_OK);
     if (!f) return;
@@ -255,7 +233,7 @@ static void test_page_cache_and_speed(const char *path)
         mz_dfile_close(g);
     }
     if (mz_dfile_is_direct(f) && before == 0) {
-        long after = resident_pages(path);
+        long after = t_resident_pages(path);
         CHECK_MSG(after == 0, "O_DIRECT reads left %ld pages in the page cache", after);
     } else {
         printf("  page-cache check skipped (%s)\n", mz_dfile_is_direct(f) ? "file was cached" : "buffered");

@@ -625,31 +625,6 @@ static void test_threads(void)
     mz_swapfile_close(sf);
 }
 
-/* Pages of path resident in the page cache (-1 if it cannot tell). */
-static long resident_pages(const char *path)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    struct stat st;
-    long n = -1;
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED) {
-            size_t pages = ((size_t)st.st_size + 4095) / 4096;
-            unsigned char *v = malloc(pages);
-            if (v && mincore(p, (size_t)st.st_size, v) == 0) {
-                n = 0;
-                for (size_t i = 0; i < pages; i++) n += v[i] & 1;
-            }
-            free(v);
-            munmap(p, (size_t)st.st_size);
-        }
-    } else if (st.st_size == 0) {
-        n = 0;
-    }
-    close(fd);
-    return n;
-}
 
 static void test_page_cache_and_speed(void)
 {
@@ -673,7 +648,7 @@ static void test_page_cache_and_speed(void)
                mz_swapfile_uses_uring(sf) ? "io_uring" : "sync", mb / ((t1 - t0) / 1e3),
                mb / ((t2 - t1) / 1e3));
         if (mz_swapfile_is_direct(sf)) {
-            long res = resident_pages(mz_swapfile_path(sf));
+            long res = t_resident_pages(mz_swapfile_path(sf));
             CHECK_MSG(res == 0, "O_DIRECT swap file has %ld pages in the page cache", res);
         }
         mz_swapfile_close(sf);
@@ -685,7 +660,7 @@ static void test_page_cache_and_speed(void)
         for (int i = 0; i < 8; i++) it[i] = (mz_swap_item){.buf = b + (size_t)i * REC, .len = REC};
         CHECK(mz_swapfile_write_batch(sf, it, 8) == MZ_OK);
         CHECK(mz_swapfile_read_batch(sf, it, 8) == MZ_OK);
-        long res = resident_pages(mz_swapfile_path(sf));
+        long res = t_resident_pages(mz_swapfile_path(sf));
         CHECK_MSG(res >= 0 && res < 64, "buffered swap file keeps %ld pages cached", res);
         mz_swapfile_close(sf);
     }

@@ -1,6 +1,9 @@
+#define _GNU_SOURCE
 #include "testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -138,4 +141,30 @@ int t_sha256_file(const char *path, char hex[65])
     sha_block(h, buf);
     for (int i = 0; i < 8; i++) sprintf(hex + 8 * i, "%08x", h[i]);
     return 0;
+}
+
+/* Pages of path resident in the page cache (-1 if it cannot tell). */
+long t_resident_pages(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    struct stat st;
+    long n = -1;
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+            size_t pages = ((size_t)st.st_size + 4095) / 4096;
+            unsigned char *v = malloc(pages);
+            if (v && mincore(p, (size_t)st.st_size, v) == 0) {
+                n = 0;
+                for (size_t i = 0; i < pages; i++) n += v[i] & 1;
+            }
+            free(v);
+            munmap(p, (size_t)st.st_size);
+        }
+    } else if (st.st_size == 0) {
+        n = 0;
+    }
+    close(fd);
+    return n;
 }

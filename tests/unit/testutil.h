@@ -59,6 +59,9 @@ float t_rand_float(unsigned long long *state); /* uniform in [-1, 1) */
 
 
 
+/* Pages of path resident in the page cache, by mincore (-1 if it cannot tell). */
+long t_resident_pages(const char *path);
+
 /* Hex SHA-256 of a file; 0 on success. */
 int t_sha256_file(const char *path, char hex[65]);
 #endif
