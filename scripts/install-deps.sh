@@ -11,7 +11,20 @@ command -v python3 >/dev/null || need+=(python3)
 command -v unzip >/dev/null || need+=(unzip)
 pkg-config --exists libpcre2-8 2>/dev/null || need+=(libpcre2-dev)
 pkg-config --exists liburing 2>/dev/null || need+=(liburing-dev)
-[ -n "${MZ_WITH_FUZZ:-}" ] && ! command -v clang >/dev/null && need+=(clang libclang-rt-14-dev)
+pkg-config --exists libmicrohttpd 2>/dev/null || need+=(libmicrohttpd-dev)
+pkg-config --exists libcjson 2>/dev/null || need+=(libcjson-dev)
+[ -n "${MZ_WITH_PLOT:-}" ] && ! command -v gnuplot >/dev/null && need+=(gnuplot-nox)
+# optional: bench/eval_codec compares the KV codecs with lz4 and zstd
+pkg-config --exists liblz4 2>/dev/null || need+=(liblz4-dev)
+pkg-config --exists libzstd 2>/dev/null || need+=(libzstd-dev)
+# The fuzzers need clang plus its libFuzzer/sanitizer runtimes: try a link.
+if [ -n "${MZ_WITH_FUZZ:-}" ]; then
+    probe=$(mktemp -d)
+    printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n){(void)d;(void)n;return 0;}\n' > "$probe/f.c"
+    command -v clang >/dev/null && clang -fsanitize=fuzzer,address "$probe/f.c" -o "$probe/f" 2>/dev/null \
+        || need+=(clang libclang-rt-14-dev)
+    rm -rf "$probe"
+fi
 
 [ ${#need[@]} -eq 0 ] && exit 0
 
