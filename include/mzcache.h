@@ -151,14 +151,35 @@ MZ_API MZ_NODISCARD mz_status mz_chat_format(const mz_model_t *m, const mz_chat_
 /* Progress of a long prefill: return false to cancel (MZ_E_CANCELLED). */
 typedef bool (*mz_progress_fn)(void *user, size_t n_done, size_t n_total);
 
-/* Where evicted KV chunks go (the simple backward-out policy; see mz_evict). */
+/* Where evicted KV chunks go (see mz_evict). */
 typedef enum mz_kv_placement {
-    MZ_KV_PLACE_AUTO = 0,               /* the engine's policy decides (now: mixed) */
+    MZ_KV_PLACE_AUTO = 0,               /* the hybrid swap policy decides, chunk by chunk */
     MZ_KV_PLACE_COMPRESSED = 1,         /* encoded into the in-memory compressed stack */
     MZ_KV_PLACE_STORAGE = 2,            /* raw bytes to the swap file */
     MZ_KV_PLACE_STORAGE_COMPRESSED = 3, /* encoded, to the swap file */
     MZ_KV_PLACE_MIXED = 4,              /* alternating compressed / storage, chunk by chunk */
 } mz_kv_placement;
+
+/* Which unit eviction takes first (paper §4.4; restore is always forward-in:
+ * first layer first). The last two exist for the ablation of the paper's
+ * Fig. 11b. */
+typedef enum mz_evict_order {
+    MZ_EVICT_BACKWARD = 0,              /* backward-out: last layer first, and within a layer
+                                           the last chunk first (default) */
+    MZ_EVICT_FORWARD = 1,               /* forward-out: first layer first (LRU-like) */
+    MZ_EVICT_RANDOM = 2,                /* random-out: a fixed permutation of evict_seed */
+} mz_evict_order;
+
+/* The stages of the hybrid swap (paper §4.3, Algorithm 1), in the order
+ * eviction goes through them. */
+typedef enum mz_evict_stage {
+    MZ_EVICT_STAGE_NONE = 0,            /* unknown (zeroed stats) */
+    MZ_EVICT_STAGE_KV_ONLY = 1,         /* KV chunks to both restore paths, kept balanced */
+    MZ_EVICT_STAGE_KV_AND_W = 2,        /* weight blocks dropped, KV chunks compressed beside them */
+    MZ_EVICT_STAGE_W_ONLY = 3,          /* only weight blocks left to drop */
+    MZ_EVICT_STAGE_COMP_KV = 4,         /* compressed chunks move from memory to storage */
+    MZ_EVICT_STAGE_DONE = 5,            /* nothing evictable left */
+} mz_evict_stage;
 
 typedef struct mz_ctx_params {
     int n_ctx;                 /* max tokens; 0 = model's training context */
@@ -174,7 +195,16 @@ typedef struct mz_ctx_params {
                                   removed when the context is freed); NULL or "" =
                                   $XDG_CACHE_HOME/mzcache, else ~/.cache/mzcache. The file is
                                   created at the first eviction to storage. Copied at init. */
-    mz_kv_placement kv_placement; /* default MZ_KV_PLACE_AUTO */
+    mz_kv_placement kv_placement; /* default MZ_KV_PLACE_AUTO: the hybrid swap policy; the
+                                     others fix one destination for every KV chunk */
+    /* Eviction policy (paper §4.3–4.4). */
+    const char *profile_path;  /* device profile written by `mzcache profile`; NULL or "" =
+                                  $XDG_CACHE_HOME/mzcache/profile.json, else
+                                  ~/.cache/mzcache/profile.json. Missing or unreadable: a
+                                  built-in estimate and a warning, never an error. Read at
+                                  init only. */
+    mz_evict_order evict_order; /* default MZ_EVICT_BACKWARD */
+    uint64_t evict_seed;       /* MZ_EVICT_RANDOM: seed of the permutation (default 0) */
 } mz_ctx_params;
 
 MZ_API mz_ctx_params mz_ctx_params_default(void);
@@ -220,6 +250,15 @@ MZ_API void mz_ctx_reset_timings(mz_ctx_t *c);
  * forward order) just before the forward pass reads it, and never computes
  * on a unit that is not resident. mz_restore brings everything back at once.
  *
+ * Which unit goes where (kv_placement auto, the default) is the hybrid swap
+ * of paper §4.3: the last layers go first (evict_order), and KV chunks are
+ * split between the compressed stack and the swap file, and weight blocks
+ * dropped beside compressed chunks, so that the two restore paths (decoding
+ * in memory, reading from storage) stay equally loaded wherever eviction
+ * stops. The per-unit times come from the device profile (`mzcache profile`,
+ * profile_path); mz_get_mem_stats reports the stage and each path's planned
+ * restore time.
+ *
  * Weight blocks belong to the model: they are evicted only while the model
  * is used by exactly one context (other contexts' units stay untouched).
  * A context is used by one thread at a time, eviction included. */
@@ -237,6 +276,7 @@ typedef struct mz_evict_report {
     size_t n_weights_dropped;    /* weight blocks released */
     bool complete;               /* bytes_freed >= bytes_requested */
     double time_ms;
+    mz_evict_stage stage;        /* stage of the last step carried out (NONE: no step) */
 } mz_evict_report;
 
 /* Evicts units until at least nbytes of LLM memory (resident + compressed
@@ -284,6 +324,21 @@ typedef struct mz_mem_stats {
     bool swap_direct;            /* the swap file uses O_DIRECT (false: buffered fallback) */
     char codec[16];              /* KV codec name */
     char placement[24];          /* KV placement name */
+    /* Policy (paper §4.3–4.4). Planned restore times come from the device
+     * profile's per-unit times and the units' current states; the two paths
+     * run in parallel, so a restore takes about the larger of them. */
+    mz_evict_stage stage;        /* where eviction stands: the stage of its next step */
+    double planned_mem_ms;       /* memory path: decode every chunk in the compressed stack */
+    double planned_storage_ms;   /* storage path: read every stored chunk and dropped block */
+    double planned_alloc_ms;     /* fresh pages for every evicted unit */
+    double unit_t_d_ms;          /* t_d: decode one KV chunk */
+    double unit_t_rkv_ms;        /* t_rKV: read one raw KV chunk */
+    double unit_t_rw_ms;         /* t_rW: read one weight block */
+    double unit_t_alloc_ms;      /* fresh pages for one KV chunk */
+    size_t threshold_T;          /* N_W_total * floor(t_rW / t_d) (paper §4.3) */
+    bool profile_measured;       /* false: built-in estimate (no profile file) */
+    char policy[16];             /* "hybrid" (kv_placement auto) or "fixed" */
+    char evict_order[12];        /* "backward", "forward" or "random" */
 } mz_mem_stats;
 
 MZ_API void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out);
@@ -291,6 +346,12 @@ MZ_API void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out);
 MZ_API const char *mz_kv_placement_name(mz_kv_placement p);
 /* Parses those names; MZ_E_INVAL for anything else. */
 MZ_API MZ_NODISCARD mz_status mz_kv_placement_parse(const char *name, mz_kv_placement *out);
+/* "backward", "forward", "random"; NULL if unknown. */
+MZ_API const char *mz_evict_order_name(mz_evict_order o);
+/* Parses those names; MZ_E_INVAL for anything else. */
+MZ_API MZ_NODISCARD mz_status mz_evict_order_parse(const char *name, mz_evict_order *out);
+/* "kv-only", "kv-and-w", "w-only", "comp-kv", "done" ("-" for NONE); NULL if unknown. */
+MZ_API const char *mz_evict_stage_name(mz_evict_stage s);
 
 /* ---- sampling ----------------------------------------------------------------- */
 

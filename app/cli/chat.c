@@ -102,6 +102,13 @@ static void print_mem_status(const mz_ctx_t *ctx)
            st.remaining_pct, st.codec, st.placement, st.compstack_mapped_bytes / (1024.0 * 1024.0),
            st.swap_file_bytes / (1024.0 * 1024.0),
            st.swap_file_bytes ? (st.swap_direct ? " (O_DIRECT)" : " (buffered)") : "");
+    printf("policy %s (%s-out) | stage %s | planned restore: memory path %.1f ms, storage path "
+           "%.1f ms, allocation %.1f ms\n",
+           st.policy, st.evict_order, mz_evict_stage_name(st.stage), st.planned_mem_ms,
+           st.planned_storage_ms, st.planned_alloc_ms);
+    printf("per unit: t_d %.3f ms, t_rKV %.3f ms, t_rW %.3f ms, alloc %.3f ms | T = %zu%s\n",
+           st.unit_t_d_ms, st.unit_t_rkv_ms, st.unit_t_rw_ms, st.unit_t_alloc_ms, st.threshold_T,
+           st.profile_measured ? "" : " (built-in estimate: run `mzcache profile`)");
 }
 
 static void do_evict(mz_ctx_t *ctx, const char *arg)
@@ -117,10 +124,10 @@ static void do_evict(mz_ctx_t *ctx, const char *arg)
     mz_status s = mz_evict(ctx, n, &r);
     if (s) printf("evict failed: %s\n", mz_ctx_errmsg(ctx));
     printf("freed %.1f MiB%s in %.1f ms: KV %zu compressed, %zu stored raw, %zu stored "
-           "compressed, %zu moved to storage; %zu weight blocks dropped\n",
+           "compressed, %zu moved to storage; %zu weight blocks dropped; stage %s\n",
            r.bytes_freed / (1024.0 * 1024.0), r.complete ? "" : " (all it could)", r.time_ms,
            r.n_kv_compressed, r.n_kv_stored_raw, r.n_kv_stored_compressed, r.n_kv_compkv,
-           r.n_weights_dropped);
+           r.n_weights_dropped, mz_evict_stage_name(r.stage));
 }
 
 static void do_restore(mz_ctx_t *ctx)
@@ -136,8 +143,9 @@ static void do_restore(mz_ctx_t *ctx)
 
 int cmd_chat(int argc, char **argv)
 {
-    const char *codec = NULL, *swap_dir = NULL;
+    const char *codec = NULL, *swap_dir = NULL, *profile = NULL;
     mz_kv_placement placement = MZ_KV_PLACE_AUTO;
+    mz_evict_order order = MZ_EVICT_BACKWARD;
     cli_opts o;
     cli_opts_defaults(&o);
     const char *system = NULL;
@@ -150,6 +158,13 @@ int cmd_chat(int argc, char **argv)
         else if (!strcmp(argv[i], "--timings")) show_timings = true;
         else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
         else if (!strcmp(argv[i], "--swap-dir") && i + 1 < argc) swap_dir = argv[++i];
+        else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
+        else if (!strcmp(argv[i], "--evict-order") && i + 1 < argc) {
+            if (mz_evict_order_parse(argv[++i], &order)) {
+                fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--kv-placement") && i + 1 < argc) {
             if (mz_kv_placement_parse(argv[++i], &placement)) {
                 fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
@@ -163,7 +178,8 @@ int cmd_chat(int argc, char **argv)
                    "Commands: /reset starts over, /quit (or end of input) leaves,\n"
                    "/evict AMOUNT gives memory back (40%% of the evictable total, 300M, 2G,\n"
                    "512K, plain bytes, or all), /restore brings everything back, /status\n"
-                   "shows where the memory is. Evicted parts come back by themselves when\n"
+                   "shows where the memory is, the eviction stage and the planned restore\n"
+                   "time of each path. Evicted parts come back by themselves when\n"
                    "the next message needs them.\n\n"
                    "      --system TEXT       system message\n"
                    "      --timings           print speed after every answer\n"
@@ -171,8 +187,12 @@ int cmd_chat(int argc, char **argv)
                    "                          q8-g128, raw\n"
                    "      --swap-dir DIR      where the swap file goes (default\n"
                    "                          $XDG_CACHE_HOME/mzcache or ~/.cache/mzcache)\n"
-                   "      --kv-placement P    where evicted KV goes: auto (default), compressed,\n"
-                   "                          storage, storage-compressed, mixed\n%s",
+                   "      --kv-placement P    where evicted KV goes: auto (default: the hybrid\n"
+                   "                          swap policy balances both restore paths),\n"
+                   "                          compressed, storage, storage-compressed, mixed\n"
+                   "      --evict-order O     backward (default: last layer first), forward, random\n"
+                   "      --profile FILE      device profile from `mzcache profile` (default\n"
+                   "                          $XDG_CACHE_HOME/mzcache/profile.json)\n%s",
                    cli_common_help);
             return 0;
         } else {
@@ -196,6 +216,8 @@ int cmd_chat(int argc, char **argv)
         cp.kv_codec = codec;
         cp.swap_dir = swap_dir;
         cp.kv_placement = placement;
+        cp.profile_path = profile;
+        cp.evict_order = order;
         if (!o.quiet && !o.no_progress && isatty(STDERR_FILENO)) cp.progress = cli_progress;
         if (mz_ctx_init(m, &cp, &ctx)) {
             fprintf(stderr, "mzcache: cannot create context: %s\n", mz_last_error());

@@ -417,7 +417,8 @@ static void usage(FILE *f)
             "  chat       talk with the model; the conversation's context is kept\n"
             "  info       show a model's metadata, tensors and memory units\n"
             "  tokenize   print the token ids of a text\n"
-            "  gen-model  write a random-weight GGUF model of a given shape\n\n"
+            "  gen-model  write a random-weight GGUF model of a given shape\n"
+            "  profile    measure this machine once for the eviction policy\n\n"
             "example:\n"
             "  mzcache run -m models/SmolLM2-135M-Instruct.Q4_1.gguf --chat -p \"Hello!\"\n",
             MZ_VERSION_STRING);
@@ -443,6 +444,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     fprintf(stderr, "mzcache: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

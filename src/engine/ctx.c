@@ -79,11 +79,13 @@ mz_status mz_ctx_init(mz_model_t *m, const mz_ctx_params *p, mz_ctx_t **out)
     if ((s = mz_kv_cache_init(&c->kv, cfg->n_layer, cfg->n_head_kv, cfg->head_dim, n_ctx))) goto out_fail;
     {
         mz_mem_params mp = {.codec = prm.kv_codec, .swap_dir = prm.swap_dir,
-                            .placement = prm.kv_placement};
+                            .placement = prm.kv_placement, .profile_path = prm.profile_path,
+                            .order = prm.evict_order, .seed = prm.evict_seed};
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;
         /* The strings were copied; don't keep the caller's pointers. */
         c->params.kv_codec = NULL;
         c->params.swap_dir = NULL;
+        c->params.profile_path = NULL;
     }
     if ((s = scratch_init(&c->s, cfg, (size_t)n_batch))) goto out_fail;
     c->tokens = mz_calloc(n_ctx, sizeof *c->tokens);

@@ -45,6 +45,7 @@
 #include "../kernels/kernels.h"
 #include "compstack.h"
 #include "policy.h"
+#include "profile.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -145,6 +146,12 @@ struct mz_mem {
     const mz_codec *codec;
     mz_kv_placement placement;
     mz_policy *policy;
+    mz_policy_params pprm;     /* order, seed, rounding */
+    mz_evict_plan plan;        /* steps of the current eviction (and the planner's scratch) */
+    mz_unit_times times;       /* per-unit restore times from the device profile */
+    bool profile_measured;     /* false: built-in estimate */
+    uint64_t *kv_seq;          /* [n_layer * max_chunks]: push number of each COMPRESSED chunk */
+    uint64_t push_seq;         /* last push number handed out */
     pthread_mutex_t lock;
     mz_compstack_t *stack;
     mz_swapfile_t *swap;       /* opened at the first store */
@@ -201,6 +208,8 @@ static void sync_kv(mz_mem *mm)
     }
 }
 
+static void codec_display_name(const mz_codec *c, char *buf, size_t cap);
+
 mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz_mem **out)
 {
     mz_status s;
@@ -211,6 +220,14 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     mz_kv_placement placement = p ? p->placement : MZ_KV_PLACE_AUTO;
     if (!mz_kv_placement_name(placement))
         return mz_fail(MZ_E_INVAL, "unknown KV placement %d", (int)placement);
+    mz_policy_params pprm = mz_policy_params_default();
+    if (p) {
+        pprm.order = p->order;
+        pprm.seed = p->seed;
+        pprm.rounding = p->rounding;
+    }
+    if (!mz_evict_order_name(pprm.order))
+        return mz_fail(MZ_E_INVAL, "unknown eviction order %d", (int)pprm.order);
 
     mz_mem *mm = mz_calloc(1, sizeof *mm);
     if (!mm) return MZ_E_NOMEM;
@@ -228,7 +245,8 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
         if (!mm->swap_dir) goto out_nomem;
     }
     mm->kvu = mz_calloc((size_t)mm->n_layer * MZ_MAX(mm->max_chunks, 1), sizeof *mm->kvu);
-    if (!mm->kvu) goto out_nomem;
+    mm->kv_seq = mz_calloc((size_t)mm->n_layer * MZ_MAX(mm->max_chunks, 1), sizeof *mm->kv_seq);
+    if (!mm->kvu || !mm->kv_seq) goto out_nomem;
     for (int l = 0; l < mm->n_layer; l++) {
         for (size_t c = 0; c < mm->max_chunks; c++) {
             mz_unit *u = kv_unit(mm, l, c);
@@ -248,8 +266,26 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     mm->scratch = mz_pages_alloc(mm->scratch_cap);
     if (!mm->scratch) goto out_nomem;
     if ((s = mz_compstack_init(0, &mm->stack))) goto out_fail;
-    mm->policy = mz_policy_backward_init(placement);
+    mm->pprm = pprm;
+    mm->policy = placement == MZ_KV_PLACE_AUTO ? mz_policy_hybrid_init(&pprm)
+                                               : mz_policy_backward_init(placement, &pprm);
     if (!mm->policy) goto out_nomem;
+    if ((s = mz_evict_plan_init(&mm->plan, mm->n_layer, MZ_MAX(mm->max_chunks, 1)))) goto out_fail;
+    {
+        /* Per-unit times: the device profile (or the built-in estimate and a
+         * warning) applied to this model's unit sizes. */
+        mz_device_profile prof;
+        if (p && p->profile) prof = *p->profile;
+        else mz_profile_load_or_builtin(p ? p->profile_path : NULL, &prof);
+        size_t block = 0;
+        for (int l = 0; l < m->cfg.n_layer; l++) block = MZ_MAX(block, m->blocks[l].buf_bytes);
+        char cname[24];
+        codec_display_name(codec, cname, sizeof cname);
+        mz_profile_units pu = {.kv_chunk_bytes = kv->chunk_bytes, .block_bytes = block,
+                               .codec = cname};
+        mz_profile_derive(&prof, &pu, &mm->times);
+        mm->profile_measured = prof.measured;
+    }
     if ((s = wtable_attach(m, &mm->wt))) goto out_fail;
     sync_kv(mm);
     *out = mm;
@@ -259,6 +295,14 @@ out_nomem:
 out_fail:
     mz_mem_free(mm);
     return s;
+}
+
+/* The registry name of a codec ("q8-g32" for q8 with groups of 32). */
+static void codec_display_name(const mz_codec *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->name);
+    if (strcmp(c->name, "q8") == 0 && c->param != MZ_Q8_GROUP_DEFAULT)
+        snprintf(buf, cap, "q8-g%u", c->param);
 }
 
 /* ---- storage helpers ------------------------------------------------------------------ */
@@ -373,6 +417,7 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     case MZ_DEST_COMPRESS:
         if ((s = encode_chunk(mm, u, &used, &len))) break;
         if ((s = mz_compstack_push(mm->stack, mm->scratch, len, tag))) break;
+        mm->kv_seq[(size_t)st->layer * mm->max_chunks + st->chunk] = ++mm->push_seq;
         to = MZ_UNIT_COMPRESSED;
         *delta = (int64_t)u->bytes - (int64_t)len;
         r->n_kv_compressed++;
@@ -426,18 +471,12 @@ static void fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
                           .n_chunks = mm->kv->n_chunks,
                           .weights = mm->wt->units,
                           .kv = mm->kvu,
+                          .kv_seq = mm->kv_seq,
                           .weights_evictable = weights_evictable,
                           .can_store = true,
-                          .comp_bottom_layer = -1,
                           .unit_bytes_kv = mm->kv->chunk_bytes,
-                          .enc_bytes_kv_est = mz_codec_bound(mm->codec, mm->n_values)};
-    const uint8_t *data;
-    size_t len;
-    uint64_t tag;
-    if (mz_compstack_peek_bottom(mm->stack, &data, &len, &tag) == MZ_OK) {
-        v->comp_bottom_layer = (int)(tag >> 32);
-        v->comp_bottom_chunk = (size_t)(uint32_t)tag;
-    }
+                          .enc_bytes_kv_est = mz_codec_bound(mm->codec, mm->n_values),
+                          .times = mm->times};
 }
 
 mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
@@ -457,16 +496,28 @@ mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
 
     sync_kv(mm);
     pthread_mutex_lock(&mm->lock);
-    while (freed < 0 || (uint64_t)freed < (uint64_t)nbytes) {
+    /* Plan, carry out, and plan again for the rest when the real bytes fell
+     * short of the estimate (a chunk the codec refused, a codec that beat its
+     * bound the other way). Every round moves at least one unit one tier
+     * down, so this ends. */
+    while (s == MZ_OK && (freed < 0 || (uint64_t)freed < (uint64_t)nbytes)) {
         mz_policy_view v;
-        mz_evict_step step;
         fill_view(mm, weights_evictable, &v);
-        if (!mm->policy->next(mm->policy, &v, &step)) break;
-        int64_t delta = 0;
-        s = evict_step(mm, &step, &delta, r);
-        mm->policy->done(mm->policy, &step, s == MZ_OK);
-        if (s) break;
-        freed += delta;
+        /* Still to free (freed < nbytes here; freed < 0 when compressing cost bytes). */
+        uint64_t left = freed >= 0 ? (uint64_t)nbytes - (uint64_t)freed
+                        : (uint64_t)nbytes > UINT64_MAX - (uint64_t)-freed
+                            ? UINT64_MAX
+                            : (uint64_t)nbytes + (uint64_t)-freed;
+        mm->policy->plan(mm->policy, &v, (size_t)MZ_MIN(left, (uint64_t)SIZE_MAX), &mm->plan);
+        if (mm->plan.n == 0) break;
+        for (size_t i = 0; i < mm->plan.n; i++) {
+            const mz_evict_step *st = &mm->plan.steps[i];
+            int64_t delta = 0;
+            if ((s = evict_step(mm, st, &delta, r))) break;
+            freed += delta;
+            r->stage = st->stage;
+            if (freed >= 0 && (uint64_t)freed >= (uint64_t)nbytes) break;
+        }
     }
     pthread_mutex_unlock(&mm->lock);
 out:
@@ -619,7 +670,6 @@ static mz_status restore_unit(mz_mem *mm, mz_unit *u, mz_restore_report *r)
         if (mz_unit_claim(u, s)) st = restore_claimed(mm, u, s, r);
         pthread_mutex_unlock(&mm->lock);
         if (st != MZ_AGAIN) {
-            if (st == MZ_OK) mm->policy->on_restore(mm->policy);
             return st;
         }
     }
@@ -765,10 +815,32 @@ void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out)
     size_t kept = out->weights.resident_bytes + out->weights.compressed_bytes +
                   out->kv.resident_bytes + out->kv.compressed_bytes;
     out->remaining_pct = total ? 100.0 * (double)kept / (double)total : 100.0;
-    snprintf(out->codec, sizeof out->codec, "%s", mm->codec->name);
-    if (strcmp(mm->codec->name, "q8") == 0 && mm->codec->param != MZ_Q8_GROUP_DEFAULT)
-        snprintf(out->codec, sizeof out->codec, "q8-g%u", mm->codec->param);
+    codec_display_name(mm->codec, out->codec, sizeof out->codec);
     snprintf(out->placement, sizeof out->placement, "%s", mz_kv_placement_name(mm->placement));
+
+    /* Policy: stage and planned restore time of each path, from the units'
+     * states and the profile's per-unit times. */
+    pthread_mutex_lock(&g_wt_lock);
+    bool weights_evictable = mm->wt->refs == 1;
+    pthread_mutex_unlock(&g_wt_lock);
+    mz_policy_view v;
+    mz_restore_plan_times rt;
+    pthread_mutex_lock(&mm->lock);
+    fill_view(mm, weights_evictable, &v);
+    out->stage = mm->policy->stage(mm->policy, &v);
+    mz_policy_restore_times(&v, &rt);
+    pthread_mutex_unlock(&mm->lock);
+    out->planned_mem_ms = (double)rt.mem_ns / 1e6;
+    out->planned_storage_ms = (double)rt.storage_ns / 1e6;
+    out->planned_alloc_ms = (double)rt.alloc_ns / 1e6;
+    out->unit_t_d_ms = (double)mm->times.t_d_ns / 1e6;
+    out->unit_t_rkv_ms = (double)mm->times.t_rkv_ns / 1e6;
+    out->unit_t_rw_ms = (double)mm->times.t_rw_ns / 1e6;
+    out->unit_t_alloc_ms = (double)mm->times.t_alloc_kv_ns / 1e6;
+    out->threshold_T = (size_t)mz_profile_threshold(&mm->times, mm->n_layer);
+    out->profile_measured = mm->profile_measured;
+    snprintf(out->policy, sizeof out->policy, "%s", mm->policy->name);
+    snprintf(out->evict_order, sizeof out->evict_order, "%s", mz_evict_order_name(mm->pprm.order));
 }
 
 void mz_mem_free(mz_mem *mm)
@@ -803,6 +875,8 @@ void mz_mem_free(mz_mem *mm)
         pthread_mutex_unlock(&g_wt_lock);
     }
     if (mm->policy) mm->policy->free(mm->policy);
+    mz_evict_plan_free(&mm->plan);
+    free(mm->kv_seq);
     mz_swapfile_close(mm->swap);
     mz_dfile_close(mm->dfile);
     mz_compstack_free(mm->stack);
@@ -818,6 +892,8 @@ mz_unit_state mz_mem_kv_state(mz_mem *mm, int layer, size_t chunk)
     sync_kv(mm);
     return mz_unit_state_get(kv_unit(mm, layer, chunk));
 }
+
+const mz_unit_times *mz_mem_unit_times(const mz_mem *mm) { return &mm->times; }
 
 mz_unit_state mz_mem_weights_state(mz_mem *mm, int layer)
 {
@@ -880,4 +956,37 @@ mz_status mz_kv_placement_parse(const char *name, mz_kv_placement *out)
     }
     return mz_fail(MZ_E_INVAL, "unknown KV placement '%s' (known: auto, compressed, storage, "
                                "storage-compressed, mixed)", name ? name : "(null)");
+}
+
+static const char *const order_names[] = {
+    [MZ_EVICT_BACKWARD] = "backward",
+    [MZ_EVICT_FORWARD] = "forward",
+    [MZ_EVICT_RANDOM] = "random",
+};
+
+const char *mz_evict_order_name(mz_evict_order o)
+{
+    return (unsigned)o < MZ_ARRAY_LEN(order_names) ? order_names[o] : NULL;
+}
+
+mz_status mz_evict_order_parse(const char *name, mz_evict_order *out)
+{
+    for (size_t i = 0; name && i < MZ_ARRAY_LEN(order_names); i++) {
+        if (strcmp(name, order_names[i]) == 0) {
+            *out = (mz_evict_order)i;
+            return MZ_OK;
+        }
+    }
+    return mz_fail(MZ_E_INVAL, "unknown eviction order '%s' (known: backward, forward, random)",
+                   name ? name : "(null)");
+}
+
+const char *mz_evict_stage_name(mz_evict_stage st)
+{
+    static const char *const names[] = {
+        [MZ_EVICT_STAGE_NONE] = "-",           [MZ_EVICT_STAGE_KV_ONLY] = "kv-only",
+        [MZ_EVICT_STAGE_KV_AND_W] = "kv-and-w", [MZ_EVICT_STAGE_W_ONLY] = "w-only",
+        [MZ_EVICT_STAGE_COMP_KV] = "comp-kv",   [MZ_EVICT_STAGE_DONE] = "done",
+    };
+    return (unsigned)st < MZ_ARRAY_LEN(names) ? names[st] : NULL;
 }

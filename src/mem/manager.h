@@ -7,6 +7,12 @@
  * swapfile.h (KV records, checksummed), direct_read.h (weights from the GGUF
  * file with O_DIRECT). Which unit moves where is the policy's decision.
  *
+ * Eviction carries out a *plan*: the policy (policy.h; the hybrid swap of
+ * Algorithm 1 unless a fixed KV placement is asked for) turns the unit
+ * states, the per-unit times of the device profile (profile.h) and the
+ * request into ordered steps, and mz_mem_evict performs them one by one,
+ * planning again for the rest if the bytes really freed fall short.
+ *
  * Thread contract: the context's owner thread calls everything here; the
  * unit states and ready events (unit.h) are already safe for the restore
  * workers of the next issue. Lock order: manager.c's top comment.
@@ -17,15 +23,22 @@
 #include "../kv/kv_cache.h"
 #include "../model/model.h"
 #include "../io/swapfile.h"
+#include "policy.h"
 #include "unit.h"
 
 typedef struct mz_mem mz_mem;
+struct mz_device_profile;
 
 typedef struct mz_mem_params {
     const char *codec;         /* NULL: "q8" */
     const char *swap_dir;      /* NULL/"": swapfile default */
-    mz_kv_placement placement;
+    mz_kv_placement placement; /* AUTO: the hybrid policy; others: one fixed destination */
     unsigned swap_flags;       /* MZ_SWAP_* (tests) */
+    const char *profile_path;  /* NULL/"": the default profile path (profile.h) */
+    const struct mz_device_profile *profile; /* tests: use this instead of a file */
+    mz_evict_order order;      /* default backward-out */
+    uint64_t seed;             /* random-out permutation */
+    mz_hybrid_rounding rounding; /* default MZ_HYBRID_EXACT */
 } mz_mem_params;
 
 /* kv must outlive the manager; the model too. */
@@ -49,6 +62,10 @@ MZ_INTERNAL void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out);
  * above them in the stack are decoded back into their chunks). After the
  * shrink, the next call on the manager notices the unmapped chunks. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos);
+
+/* Per-unit restore times derived from the device profile at init (for the
+ * restore workers' planning and for stats). */
+MZ_INTERNAL const mz_unit_times *mz_mem_unit_times(const mz_mem *mm);
 
 /* ---- for tests and diagnostics --------------------------------------------------- */
 MZ_INTERNAL mz_unit_state mz_mem_kv_state(mz_mem *mm, int layer, size_t chunk);
