@@ -34,6 +34,9 @@ mz_status cli_format_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n
 int cmd_chat(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_evict(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 int cli_info(const cli_opts *o);
 
 #endif

@@ -418,7 +418,10 @@ static void usage(FILE *f)
             "  info       show a model's metadata, tensors and memory units\n"
             "  tokenize   print the token ids of a text\n"
             "  gen-model  write a random-weight GGUF model of a given shape\n"
-            "  profile    measure this machine once for the eviction policy\n\n"
+            "  profile    measure this machine once for the eviction policy\n"
+            "  serve      OpenAI-style HTTP server that gives memory back under pressure\n"
+            "  evict      ask a running server to give memory back (512M, 40%%, all)\n"
+            "  status     show a running server's memory and recent evictions\n\n"
             "example:\n"
             "  mzcache run -m models/SmolLM2-135M-Instruct.Q4_1.gguf --chat -p \"Hello!\"\n",
             MZ_VERSION_STRING);
@@ -445,6 +448,9 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "evict")) return cmd_evict(argc - 1, argv + 1);
+    if (!strcmp(cmd, "status")) return cmd_status(argc - 1, argv + 1);
     fprintf(stderr, "mzcache: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -1,0 +1,227 @@
+/*
+ * client.c — `mzcache evict AMOUNT` and `mzcache status`: talk to a running
+ * `mzcache serve` over HTTP (POST /mz/evict, GET /mz/status).
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include "server/server.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct client_opts {
+    const char *host;
+    int port;
+    const char *api_key;
+    bool json;
+    int timeout_ms;
+} client_opts;
+
+/* Returns 1 if argv[*i] was a connection option, 0 if not, -1 on error. */
+static int parse_client_opt(client_opts *c, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!strcmp(a, "--json")) { c->json = true; return 1; }
+    bool takes = !strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--api-key") || !strcmp(a, "--timeout");
+    if (!takes) return 0;
+    if (!v) {
+        fprintf(stderr, "mzcache: %s needs a value\n", a);
+        return -1;
+    }
+    (*i)++;
+    if (!strcmp(a, "--host")) c->host = v;
+    else if (!strcmp(a, "--port")) c->port = atoi(v);
+    else if (!strcmp(a, "--api-key")) c->api_key = v;
+    else c->timeout_ms = atoi(v) * 1000;
+    return 1;
+}
+
+static const char client_help[] =
+    "      --host ADDR         daemon address (default 127.0.0.1)\n"
+    "      --port N            daemon port (default 8080)\n"
+    "      --api-key KEY       API key (default $MZ_API_KEY)\n"
+    "      --timeout S         give up after S seconds (default 120)\n"
+    "      --json              print the daemon's JSON answer as is\n";
+
+static void client_defaults(client_opts *c)
+{
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->api_key = getenv("MZ_API_KEY");
+    if (c->api_key && !*c->api_key) c->api_key = NULL;
+    c->json = false;
+    c->timeout_ms = 120000;
+}
+
+static int call(const client_opts *c, const char *method, const char *path, const char *body, cJSON **out,
+                mz_http_response *resp)
+{
+    int rc = mz_http_request(c->host, c->port, method, path, c->api_key, body, body ? strlen(body) : 0,
+                             c->timeout_ms, resp);
+    if (rc) {
+        fprintf(stderr, "mzcache: cannot reach the daemon at %s:%d: %s\n", c->host, c->port, strerror(-rc));
+        return 1;
+    }
+    *out = cJSON_ParseWithLength(resp->body, resp->len);
+    if (resp->status != 200) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(*out, "error");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+        fprintf(stderr, "mzcache: daemon answered %d: %s\n", resp->status,
+                cJSON_IsString(m) ? m->valuestring : "(no message)");
+        return 1;
+    }
+    if (!*out) {
+        fprintf(stderr, "mzcache: the daemon's answer is not JSON\n");
+        return 1;
+    }
+    return 0;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(j) ? j->valuedouble : 0;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(j) ? j->valuestring : "";
+}
+
+static void print_memory(const cJSON *m)
+{
+    const double M = 1024.0 * 1024.0;
+    printf("memory (MiB)  total  resident  compressed    stored   dropped   units resident\n");
+    const char *cats[] = {"weights", "kv"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, cats[i]);
+        printf("  %-8s %9.1f %9.1f %11.1f %9.1f %9.1f   %.0f/%.0f\n", cats[i], num(c, "total_bytes") / M,
+               num(c, "resident_bytes") / M, num(c, "compressed_bytes") / M, num(c, "stored_bytes") / M,
+               num(c, "dropped_bytes") / M, num(c, "units_resident"), num(c, "units"));
+    }
+    printf("remaining %.1f%% (%s) | pinned %.1f MiB | context %.0f/%.0f tokens | codec %s | placement %s\n",
+           num(m, "remaining_pct"), str(m, "stage"), num(m, "pinned_bytes") / M, num(m, "context_tokens"),
+           num(m, "context_size"), str(m, "codec"), str(m, "placement"));
+}
+
+int cmd_evict(int argc, char **argv)
+{
+    client_opts c;
+    client_defaults(&c);
+    const char *amount = NULL;
+    for (int i = 1; i < argc; i++) {
+        int r = parse_client_opt(&c, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: mzcache evict AMOUNT [options]\n\n"
+                   "Asks a running `mzcache serve` to give memory back now. AMOUNT: 40%% (of the\n"
+                   "evictable total), 512M, 2G, 300K, plain bytes, or all.\n\n%s", client_help);
+            return 0;
+        }
+        if (amount || argv[i][0] == '-') {
+            fprintf(stderr, "mzcache evict: unexpected '%s' (see mzcache evict --help)\n", argv[i]);
+            return 2;
+        }
+        amount = argv[i];
+    }
+    if (!amount) {
+        fprintf(stderr, "mzcache evict: give an amount: 40%%, 512M, all (see mzcache evict --help)\n");
+        return 2;
+    }
+    char body[96];
+    if (!strcmp(amount, "all")) {
+        snprintf(body, sizeof body, "{\"all\":true}");
+    } else {
+        double v;
+        bool pct;
+        if (mz_parse_amount(amount, &v, &pct)) {
+            fprintf(stderr, "mzcache evict: '%s' is not an amount (40%%, 512M, 2G, 300K, bytes, all)\n", amount);
+            return 2;
+        }
+        if (pct) snprintf(body, sizeof body, "{\"percent\":%.6g}", v);
+        else snprintf(body, sizeof body, "{\"bytes\":%.0f}", v);
+    }
+    mz_http_response resp;
+    cJSON *j = NULL;
+    int rc = call(&c, "POST", "/mz/evict", body, &j, &resp);
+    if (!rc) {
+        if (c.json) {
+            printf("%s\n", resp.body);
+        } else {
+            printf("freed %.1f MiB%s in %.1f ms: KV %.0f compressed, %.0f stored raw, %.0f stored compressed, "
+                   "%.0f moved to storage; %.0f weight blocks dropped\n",
+                   num(j, "freed_bytes") / 1048576.0, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "complete")) ? "" : " (all it could)",
+                   num(j, "ms"), num(j, "kv_compressed"), num(j, "kv_stored_raw"), num(j, "kv_stored_compressed"),
+                   num(j, "kv_compkv"), num(j, "weights_dropped"));
+            print_memory(cJSON_GetObjectItemCaseSensitive(j, "memory"));
+        }
+    }
+    cJSON_Delete(j);
+    mz_http_response_free(&resp);
+    return rc;
+}
+
+int cmd_status(int argc, char **argv)
+{
+    client_opts c;
+    client_defaults(&c);
+    for (int i = 1; i < argc; i++) {
+        int r = parse_client_opt(&c, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: mzcache status [options]\n\n"
+                   "Shows a running `mzcache serve`'s memory, pressure interfaces, last request\n"
+                   "and recent evictions.\n\n%s", client_help);
+            return 0;
+        }
+        fprintf(stderr, "mzcache status: unexpected '%s' (see mzcache status --help)\n", argv[i]);
+        return 2;
+    }
+    mz_http_response resp;
+    cJSON *j = NULL;
+    int rc = call(&c, "GET", "/mz/status", NULL, &j, &resp);
+    if (!rc) {
+        if (c.json) {
+            printf("%s\n", resp.body);
+        } else {
+            printf("model %s | %s | %.0f queued | RSS %.1f MiB\n", str(j, "model"),
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "busy")) ? "busy" : "idle", num(j, "queued"),
+                   num(cJSON_GetObjectItemCaseSensitive(j, "process"), "rss_bytes") / 1048576.0);
+            print_memory(cJSON_GetObjectItemCaseSensitive(j, "memory"));
+            const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "pressure");
+            printf("pressure:");
+            const char *srcs[] = {"psi", "cg2-events", "cg1-level", "cg1-usage"};
+            for (int i = 0; i < 4; i++) {
+                const cJSON *s = cJSON_GetObjectItemCaseSensitive(pr, srcs[i]);
+                printf(" %s %s (%.0f signals)%s", srcs[i],
+                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "active")) ? "on" : "off",
+                       num(s, "signals"), i < 3 ? "," : "\n");
+            }
+            printf("  %.0f pressure evictions, %.1f MiB freed\n", num(pr, "evictions"), num(pr, "evicted_bytes") / 1048576.0);
+            const cJSON *lr = cJSON_GetObjectItemCaseSensitive(j, "last_request");
+            if (cJSON_GetObjectItemCaseSensitive(lr, "ttft_ms"))
+                printf("last request: %.0f prompt tokens (%.0f cached, %.0f computed), %.0f generated; "
+                       "TTFT %.1f ms (queue %.1f, prefill+restore %.1f); remaining before %.1f%%\n",
+                       num(lr, "prompt_tokens"), num(lr, "cached_tokens"), num(lr, "prefilled_tokens"),
+                       num(lr, "generated_tokens"), num(lr, "ttft_ms"), num(lr, "queue_ms"), num(lr, "prefill_ms"),
+                       num(lr, "remaining_pct_before"));
+            const cJSON *evs = cJSON_GetObjectItemCaseSensitive(j, "events"), *e;
+            int n = cJSON_GetArraySize(evs), k = 0;
+            if (n) printf("recent evictions:\n");
+            cJSON_ArrayForEach(e, evs) {
+                if (k++ < n - 10) continue;
+                printf("  t=%.3f %-10s %-32s freed %7.1f MiB in %6.1f ms -> remaining %5.1f%%%s\n", num(e, "t"),
+                       str(e, "trigger"), str(e, "what"), num(e, "freed_bytes") / 1048576.0, num(e, "ms"),
+                       num(e, "remaining_pct"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "at_floor")) ? " (at floor)" : "");
+            }
+        }
+    }
+    cJSON_Delete(j);
+    mz_http_response_free(&resp);
+    return rc;
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# pressure-scenario.sh — mzcache serve under real memory pressure (issue 9).
+#
+# Runs `mzcache serve` in a cgroup-v1 memory cgroup with a limit (created
+# under this process's own memory cgroup and removed afterwards), builds a
+# multi-turn conversation, then grows a memory hog in the same cgroup past
+# what the limit leaves free. With no swap, the kernel's OOM killer is what
+# happens to a server that does not give memory back; mzcache should evict
+# (usage thresholds → mz_evict steps), survive, and answer the next request
+# exactly as it would have without pressure. A control run does the same
+# with --no-pressure (a server that keeps everything: it is expected to be
+# OOM-killed). The os-paging baseline (--mode os-paging) is not built yet.
+#
+# usage: scripts/pressure-scenario.sh [--quick] [--no-control] [--out DIR] [--png FILE]
+#                                     [--model FILE] [--bin FILE] [--codec raw|q8]
+#   --quick        small conversation, no control run (what the ctest test runs)
+#   --png FILE     where the plot goes (default OUT/pressure-scenario.png)
+#   --codec C      KV codec (default raw: lossless, so the answer after pressure must equal
+#                  the one before bit for bit; with q8 it is reported, not required)
+# Exit: 0 pass, 1 fail, 77 skipped (no writable v1 memory cgroup, no model, not root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+QUICK=0; CONTROL=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
+BIN="${MZ_BIN:-build/mzcache}"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) QUICK=1; CONTROL=0 ;;
+        --no-control) CONTROL=0 ;;
+        --out) OUT="$2"; shift ;;
+        --png) PNG="$2"; shift ;;
+        --model) MODEL="$2"; shift ;;
+        --bin) BIN="$2"; shift ;;
+        --codec) CODEC="$2"; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) echo "pressure-scenario: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+OUT="${OUT:-build/pressure-scenario}"
+PNG="${PNG:-$OUT/pressure-scenario.png}"
+skip() { echo "pressure-scenario: SKIP: $*" >&2; exit 77; }
+
+[ -f "$MODEL" ] || skip "no model $MODEL (run make model)"
+[ -x "$BIN" ] || { echo "pressure-scenario: no binary $BIN (build first or set MZ_BIN)" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || skip "needs root to create a memory cgroup"
+# This process's v1 memory cgroup: /proc/self/cgroup line "N:memory:/path".
+REL=$(awk -F: '{ n = split($2, c, ","); for (i = 1; i <= n; i++) if (c[i] == "memory") print $3 }' /proc/self/cgroup)
+MNT=$(awk '$9 == "cgroup" && $NF ~ /(^|,)memory(,|$)/ { print $5; exit }' /proc/self/mountinfo)
+[ -n "$REL" ] && [ -n "$MNT" ] || skip "no cgroup-v1 memory controller here (cgroup v2 memory.max is not wired up in this script yet)"
+PARENT="$MNT${REL%/}"
+[ -d "$PARENT" ] || skip "memory cgroup directory $PARENT not visible"
+mkdir -p "$OUT"
+CGS=()
+cleanup() {
+    for cg in "${CGS[@]}"; do
+        [ -d "$cg" ] || continue
+        # only our own processes are in there (the daemon and the hog)
+        for pid in $(cat "$cg/cgroup.procs" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+        for _ in $(seq 50); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done
+    done
+}
+trap cleanup EXIT
+# Sets CG (not through $(...): the list for cleanup must live in this shell).
+make_cg() {
+    CG="$PARENT/mzcache-scenario-$$-$1"
+    mkdir "$CG" 2>/dev/null || skip "cannot create a child memory cgroup under $PARENT"
+    CGS+=("$CG")
+}
+
+if [ "$QUICK" -eq 1 ]; then
+    ARGS=(--turns 2 --words 90 --answer-tokens 12 --headroom-mib 40 --hog-step-mib 24 --hog-step-s 1.0)
+else
+    ARGS=(--turns 7 --words 170 --answer-tokens 24 --headroom-mib 48 --hog-step-mib 16 --hog-step-s 1.5)
+fi
+
+make_cg mz
+echo "pressure-scenario: cgroup $CG; output in $OUT" >&2
+python3 scripts/pressure_scenario.py --bin "$BIN" --model "$MODEL" --cgroup "$CG" --out "$OUT" \
+    --tag mzcache --codec "$CODEC" "${ARGS[@]}" > "$OUT/mzcache-result.json"
+if [ "$CONTROL" -eq 1 ]; then
+    make_cg control
+    python3 scripts/pressure_scenario.py --bin "$BIN" --model "$MODEL" --cgroup "$CG" --out "$OUT" \
+        --tag control --codec "$CODEC" --no-pressure "${ARGS[@]}" > "$OUT/control-result.json" || true
+fi
+
+# Verdict.
+rc=0
+python3 - "$OUT" "$CONTROL" <<'EOF' || rc=$?
+import json, sys, os
+out, control = sys.argv[1], sys.argv[2] == "1"
+r = json.load(open(os.path.join(out, "mzcache-summary.json")))
+print("mzcache: context %d tokens, evictable %.1f MiB, limit %.1f MiB, hog %d/%d MiB" % (
+    r["context_tokens"], r["evictable_mib"], r["limit_mib"], r["hog_reached_mib"], r["hog_max_mib"]))
+print("  alive: %s; OOM kills: %s; pressure evictions: %s (%.1f MiB), stage %s" % (
+    r["daemon_alive"], r["oom_kills"], r.get("pressure_evictions"), r.get("pressure_evicted_mib", 0), r.get("stage")))
+print("  TTFT: new turn %.0f ms, repeat all resident %.0f ms, after pressure %.0f ms (%.1f MiB restored on demand); "
+      "recompute estimate %.0f ms" % (r["ttft_new_turn_ms"], r["ttft_repeat_resident_ms"], r.get("ttft_after_ms", -1),
+                                     r.get("evicted_mib_before_request", 0), r["recompute_est_ms"]))
+print("  same greedy answer after pressure (codec %s): %s (first %s characters equal)" % (
+    r["codec"], r.get("same_answer"), r.get("same_prefix_chars")))
+ok = r["daemon_alive"] and (r.get("same_answer") or r["codec"] != "raw") and (r.get("pressure_evictions") or 0) >= 1 and not r["hog_killed"]
+if control and os.path.exists(os.path.join(out, "control-summary.json")):
+    c = json.load(open(os.path.join(out, "control-summary.json")))
+    print("control (--no-pressure): alive %s, OOM kills %s, hog reached %d MiB, exit %s" % (
+        c["daemon_alive"], c["oom_kills"], c["hog_reached_mib"], c["daemon_exit"]))
+sys.exit(0 if ok else 1)
+EOF
+if command -v gnuplot >/dev/null; then
+    gnuplot -e "dir='$OUT'; out='$PNG'; control=$CONTROL" scripts/pressure-plot.gp 2>"$OUT/gnuplot.log" \
+        && echo "pressure-scenario: plot in $PNG" >&2 \
+        || echo "pressure-scenario: plotting failed (see $OUT/gnuplot.log)" >&2
+else
+    echo "pressure-scenario: no gnuplot (apt-get install gnuplot-nox, or MZ_WITH_PLOT=1 scripts/install-deps.sh): no plot" >&2
+fi
+exit $rc

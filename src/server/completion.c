@@ -1,0 +1,744 @@
+/*
+ * completion.c — POST /v1/chat/completions and POST /v1/completions.
+ *
+ * One conversation: the context's KV cache persists between requests. A
+ * request's prompt (the chat template applied to all its messages, or the
+ * raw prompt) is tokenized and compared with the tokens in the context; the
+ * longest common prefix is kept, anything after it is truncated away
+ * (mz_ctx_truncate), and only the new tokens are prefilled. The last prompt
+ * token is always recomputed when the whole prompt is cached, so its logits
+ * are fresh. Evicted units come back on demand inside the prefill.
+ *
+ * Generation samples a token, appends it to the context (so the cache holds
+ * exactly what was generated, the end-of-turn token included) and stops at
+ * end of generation, max_tokens, a stop string, or a full context.
+ *
+ * Streaming: the request is validated, tokenized, queued and prefilled in
+ * the handler (so errors still get a proper status), then a callback
+ * response generates one token per call and sends Server-Sent Events. The
+ * engine stays owned by the stream until generation ends or the client goes
+ * away (the response's free callback).
+ */
+#include "server/server_impl.h"
+
+#include "core/core.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_STOPS 4
+#define MAX_STOP_LEN 64
+#define MAX_MESSAGES 1024
+
+typedef struct gen_state {
+    mz_server_t *srv;
+    struct MHD_Connection *conn;
+    bool chat, stream;
+    char id[48];
+    long created;
+    mz_sampler_t *smp;
+    mz_detok_t *dt;
+    int n_vocab;
+    int max_tokens;
+    char *stops[MAX_STOPS];
+    int n_stops;
+    size_t max_stop;
+    /* generated text; [0, emitted) already sent */
+    char *text;
+    size_t len, cap, emitted;
+    bool done, failed;
+    const char *finish;
+    /* SSE output waiting to be copied into MHD's buffer */
+    char *out;
+    size_t out_len, out_off, out_cap;
+    bool role_sent, final_sent, done_sent;
+    bool holds_gate;
+    srv_timings tm;
+    double t0, t_gen0;
+} gen_state;
+
+/* ---- request parsing ---------------------------------------------------------------- */
+
+typedef struct comp_req {
+    mz_chat_msg msgs[MAX_MESSAGES];
+    char *owned[MAX_MESSAGES];     /* joined multi-part contents */
+    size_t n_msgs;
+    const char *prompt;
+    bool stream;
+    int max_tokens;
+    mz_sampler_params sp;
+    const char *stops[MAX_STOPS];
+    int n_stops;
+} comp_req;
+
+static void comp_req_free(comp_req *r)
+{
+    for (size_t i = 0; i < r->n_msgs; i++) free(r->owned[i]);
+}
+
+static bool is_int(const cJSON *j, double lo, double hi)
+{
+    return cJSON_IsNumber(j) && j->valuedouble >= lo && j->valuedouble <= hi &&
+           floor(j->valuedouble) == j->valuedouble;
+}
+
+/* Fills r from the JSON; returns NULL or a message for a 400. */
+static const char *parse_request(mz_server_t *s, const cJSON *root, bool chat, comp_req *r, int *status)
+{
+    *status = 400;
+    if (!cJSON_IsObject(root)) return "body must be a JSON object";
+    const cJSON *j;
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "model")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsString(j)) return "\"model\" must be a string";
+        if (*j->valuestring && strcmp(j->valuestring, s->model_id) && strcmp(j->valuestring, "default")) {
+            *status = 404;
+            return "model not found (GET /v1/models lists the one this server has)";
+        }
+    }
+    if (chat) {
+        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+        if (!cJSON_IsArray(msgs)) return "\"messages\" must be an array of {role, content}";
+        int n = cJSON_GetArraySize(msgs);
+        if (n < 1) return "\"messages\" is empty";
+        if (n > MAX_MESSAGES) return "too many messages";
+        const cJSON *m;
+        cJSON_ArrayForEach(m, msgs) {
+            if (!cJSON_IsObject(m)) return "each message must be an object";
+            const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+            const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+            if (!cJSON_IsString(role)) return "message \"role\" must be a string";
+            const char *rs = role->valuestring;
+            if (!strcmp(rs, "developer")) rs = "system";
+            if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+                return "message \"role\" must be system, user or assistant";
+            char *text = NULL;
+            if (cJSON_IsString(content)) {
+                text = strdup(content->valuestring);
+            } else if (cJSON_IsArray(content)) {
+                size_t total = 0;
+                const cJSON *part;
+                cJSON_ArrayForEach(part, content) {
+                    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
+                    const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
+                    if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") || !cJSON_IsString(tx))
+                        return "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported";
+                    total += strlen(tx->valuestring);
+                }
+                text = malloc(total + 1);
+                if (text) {
+                    size_t o = 0;
+                    cJSON_ArrayForEach(part, content) {
+                        const char *tx = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+                        memcpy(text + o, tx, strlen(tx));
+                        o += strlen(tx);
+                    }
+                    text[o] = '\0';
+                }
+            } else if (cJSON_IsNull(content) && !strcmp(rs, "assistant")) {
+                text = strdup("");
+            } else {
+                return "message \"content\" must be a string or an array of text parts";
+            }
+            if (!text) {
+                *status = 500;
+                return "out of memory";
+            }
+            r->owned[r->n_msgs] = text;
+            r->msgs[r->n_msgs++] = (mz_chat_msg){rs, text};
+        }
+    } else {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+        if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
+            p = cJSON_GetArrayItem(p, 0);
+        if (!cJSON_IsString(p)) return "\"prompt\" must be a string";
+        if (!*p->valuestring) return "\"prompt\" is empty";
+        r->prompt = p->valuestring;
+    }
+    r->stream = false;
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "stream")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsBool(j)) return "\"stream\" must be true or false";
+        r->stream = cJSON_IsTrue(j);
+    }
+    r->max_tokens = s->p.default_max_tokens;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens");
+    if (!mt || cJSON_IsNull(mt)) mt = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
+    if (mt && !cJSON_IsNull(mt)) {
+        if (!is_int(mt, 1, 1e9)) return "\"max_tokens\" must be a positive integer";
+        if (mt->valuedouble > s->p.max_tokens_limit) return "\"max_tokens\" is above this server's limit";
+        r->max_tokens = (int)mt->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "n")) && !cJSON_IsNull(j)) {
+        if (!is_int(j, 1, 1)) return "only \"n\": 1 is supported";
+    }
+    r->sp = s->p.sampler;
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "temperature")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble <= 2)) return "\"temperature\" must be a number in [0, 2]";
+        r->sp.temperature = (float)j->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "top_p")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble > 0 && j->valuedouble <= 1)) return "\"top_p\" must be a number in (0, 1]";
+        r->sp.top_p = (float)j->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "top_k")) && !cJSON_IsNull(j)) {
+        if (!is_int(j, 0, 1e6)) return "\"top_k\" must be an integer >= 0";
+        r->sp.top_k = (int)j->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "min_p")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble <= 1)) return "\"min_p\" must be a number in [0, 1]";
+        r->sp.min_p = (float)j->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "repeat_penalty")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble > 0 && j->valuedouble <= 10)) return "\"repeat_penalty\" must be a number in (0, 10]";
+        r->sp.repeat_penalty = (float)j->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "seed")) && !cJSON_IsNull(j)) {
+        if (!is_int(j, 0, 9007199254740991.0)) return "\"seed\" must be an integer >= 0";
+        r->sp.seed = (uint64_t)j->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "stop")) && !cJSON_IsNull(j)) {
+        if (cJSON_IsString(j)) {
+            r->stops[r->n_stops++] = j->valuestring;
+        } else if (cJSON_IsArray(j)) {
+            if (cJSON_GetArraySize(j) > MAX_STOPS) return "at most 4 stop strings";
+            const cJSON *e;
+            cJSON_ArrayForEach(e, j) {
+                if (!cJSON_IsString(e)) return "\"stop\" must be a string or an array of strings";
+                r->stops[r->n_stops++] = e->valuestring;
+            }
+        } else {
+            return "\"stop\" must be a string or an array of strings";
+        }
+        for (int i = 0; i < r->n_stops; i++) {
+            size_t l = strlen(r->stops[i]);
+            if (l == 0 || l > MAX_STOP_LEN) return "stop strings must be 1 to 64 bytes";
+        }
+    }
+    return NULL;
+}
+
+/* ---- prompt → tokens ------------------------------------------------------------------- */
+
+static mz_status build_tokens(mz_server_t *s, const comp_req *r, bool chat, mz_token **out, size_t *n_out)
+{
+    char *formatted = NULL;
+    const char *text = r->prompt;
+    mz_status st;
+    if (chat) {
+        size_t need = 0;
+        st = mz_chat_format(s->model, r->msgs, r->n_msgs, true, NULL, 0, &need);
+        if (st && st != MZ_E_RANGE) return st;
+        formatted = malloc(need + 1);
+        if (!formatted) return MZ_E_NOMEM;
+        if ((st = mz_chat_format(s->model, r->msgs, r->n_msgs, true, formatted, need + 1, &need))) {
+            free(formatted);
+            return st;
+        }
+        text = formatted;
+    }
+    size_t len = strlen(text), n = 0, cap = len + 16;
+    mz_token *toks = malloc(cap * sizeof *toks);
+    if (!toks) {
+        free(formatted);
+        return MZ_E_NOMEM;
+    }
+    st = mz_tokenize(s->model, text, len, true, true, toks, cap, &n);
+    if (st == MZ_E_RANGE) {
+        mz_token *b = realloc(toks, n * sizeof *toks);
+        if (!b) st = MZ_E_NOMEM;
+        else {
+            toks = b;
+            st = mz_tokenize(s->model, text, len, true, true, toks, n, &n);
+        }
+    }
+    free(formatted);
+    if (st) {
+        free(toks);
+        return st;
+    }
+    *out = toks;
+    *n_out = n;
+    return MZ_OK;
+}
+
+/* ---- generation ------------------------------------------------------------------------ */
+
+static bool text_append(gen_state *g, const char *p, size_t n)
+{
+    if (g->len + n + 1 > g->cap) {
+        size_t cap = g->cap ? g->cap : 256;
+        while (cap < g->len + n + 1) cap *= 2;
+        char *b = realloc(g->text, cap);
+        if (!b) return false;
+        g->text = b;
+        g->cap = cap;
+    }
+    memcpy(g->text + g->len, p, n);
+    g->len += n;
+    g->text[g->len] = '\0';
+    return true;
+}
+
+/* Cuts the text at the first stop string that appears; true if one did. */
+static bool check_stops(gen_state *g, size_t from)
+{
+    size_t best = SIZE_MAX;
+    for (int i = 0; i < g->n_stops; i++) {
+        size_t sl = strlen(g->stops[i]);
+        size_t start = from > sl ? from - sl : 0;
+        const char *hit = g->len >= sl ? memmem(g->text + start, g->len - start, g->stops[i], sl) : NULL;
+        if (hit && (size_t)(hit - g->text) < best) best = (size_t)(hit - g->text);
+    }
+    if (best == SIZE_MAX) return false;
+    g->len = best;
+    g->text[g->len] = '\0';
+    if (g->emitted > g->len) g->emitted = g->len;
+    return true;
+}
+
+/* Bytes that may be sent now: all when done, else all but a tail that could
+ * still become a stop string. */
+static size_t emittable_end(const gen_state *g)
+{
+    if (g->done) return g->len;
+    size_t hold = 0;
+    for (int i = 0; i < g->n_stops; i++) {
+        size_t sl = strlen(g->stops[i]);
+        for (size_t k = MZ_MIN(sl - 1, g->len); k > hold; k--)
+            if (!memcmp(g->text + g->len - k, g->stops[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    size_t end = g->len - hold;
+    return end > g->emitted ? end : g->emitted;
+}
+
+static void gen_finish_text(gen_state *g)
+{
+    char buf[16];
+    size_t nb = mz_detok_flush(g->dt, buf, sizeof buf);
+    if (nb && strcmp(g->finish, "stop_string")) text_append(g, buf, nb);
+}
+
+/* One token. Caller owns the engine. */
+static void gen_step(gen_state *g)
+{
+    mz_server_t *s = g->srv;
+    if (g->done) return;
+    if (mz_ctx_n_tokens(s->ctx) + 1 > mz_ctx_n_ctx(s->ctx)) {
+        g->done = true;
+        g->finish = "length";
+        gen_finish_text(g);
+        return;
+    }
+    const float *logits = mz_ctx_logits(s->ctx);
+    mz_token t = mz_sampler_sample(g->smp, logits, g->n_vocab);
+    mz_sampler_accept(g->smp, t);
+    if (g->tm.n_generated == 0 && g->tm.ttft_ms == 0) {
+        double now = srv_now_ms();
+        g->tm.sample_ms = now - g->t_gen0;
+        g->tm.ttft_ms = now - g->t0;
+    }
+    if (mz_token_is_eog(s->model, t)) {
+        /* Keep the end-of-turn token, so the next turn's prompt matches the cache. */
+        if (mz_prefill(s->ctx, &t, 1)) srv_log(s, "appending end of turn failed: %s", mz_ctx_errmsg(s->ctx));
+        g->done = true;
+        g->finish = "stop";
+        gen_finish_text(g);
+        return;
+    }
+    char buf[256];
+    size_t nb = mz_detok_push(g->dt, t, false, buf, sizeof buf);
+    size_t before = g->len;
+    if (!text_append(g, buf, nb)) {
+        g->done = g->failed = true;
+        g->finish = "error";
+        return;
+    }
+    g->tm.n_generated++;
+    if (mz_prefill(s->ctx, &t, 1)) {
+        srv_log(s, "decode failed: %s", mz_ctx_errmsg(s->ctx));
+        g->done = g->failed = true;
+        g->finish = "error";
+        return;
+    }
+    if (s->p.token_delay_ms > 0) {
+        struct timespec ts = {s->p.token_delay_ms / 1000, (long)(s->p.token_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (g->n_stops && check_stops(g, before)) {
+        g->done = true;
+        g->finish = "stop_string";
+        return;
+    }
+    if ((int)g->tm.n_generated >= g->max_tokens) {
+        g->done = true;
+        g->finish = "length";
+        gen_finish_text(g);
+    }
+}
+
+static const char *finish_reason(const gen_state *g)
+{
+    if (!strcmp(g->finish, "stop_string")) return "stop";
+    return g->finish;
+}
+
+/* Records timings and counters, releases the engine. */
+static void gen_release(gen_state *g)
+{
+    if (!g->holds_gate) return;
+    mz_server_t *s = g->srv;
+    double now = srv_now_ms();
+    g->tm.gen_ms = now - g->t_gen0;
+    g->tm.total_ms = now - g->t0;
+    snprintf(g->tm.finish_reason, sizeof g->tm.finish_reason, "%s", g->done ? finish_reason(g) : "client_gone");
+    g->tm.valid = true;
+    pthread_mutex_lock(&s->snap_mu);
+    s->last = g->tm;
+    s->n_prompt_tokens += g->tm.n_prompt;
+    s->n_prefilled_tokens += g->tm.n_prefilled;
+    s->n_cached_tokens += g->tm.n_cached;
+    s->n_generated_tokens += g->tm.n_generated;
+    pthread_mutex_unlock(&s->snap_mu);
+    g->holds_gate = false;
+    srv_gate_leave(s);
+    if (s->p.verbose)
+        srv_log(s, "%s: prompt %zu tokens (%zu cached, %zu computed), %zu generated, TTFT %.1f ms, total %.1f ms (%s)",
+                g->chat ? "chat" : "completion", g->tm.n_prompt, g->tm.n_cached, g->tm.n_prefilled,
+                g->tm.n_generated, g->tm.ttft_ms, g->tm.total_ms, g->tm.finish_reason);
+}
+
+static void gen_free(gen_state *g)
+{
+    if (!g) return;
+    gen_release(g);
+    mz_sampler_free(g->smp);
+    mz_detok_free(g->dt);
+    for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
+    free(g->text);
+    free(g->out);
+    free(g);
+}
+
+/* ---- responses ----------------------------------------------------------------------------- */
+
+static void add_usage(cJSON *o, const gen_state *g)
+{
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)g->tm.n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)g->tm.n_generated);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(g->tm.n_prompt + g->tm.n_generated));
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", (double)g->tm.n_cached);
+    cJSON *t = cJSON_AddObjectToObject(o, "timings");
+    cJSON_AddNumberToObject(t, "cached_n", (double)g->tm.n_cached);
+    cJSON_AddNumberToObject(t, "prompt_n", (double)g->tm.n_prefilled);
+    cJSON_AddNumberToObject(t, "prompt_ms", g->tm.prefill_ms);
+    cJSON_AddNumberToObject(t, "predicted_n", (double)g->tm.n_generated);
+    cJSON_AddNumberToObject(t, "predicted_ms", srv_now_ms() - g->t_gen0);
+    cJSON_AddNumberToObject(t, "queue_ms", g->tm.queue_ms);
+    cJSON_AddNumberToObject(t, "tokenize_ms", g->tm.tokenize_ms);
+    cJSON_AddNumberToObject(t, "ttft_ms", g->tm.ttft_ms);
+    cJSON_AddNumberToObject(t, "remaining_pct_before", g->tm.remaining_pct_before);
+    cJSON_AddNumberToObject(t, "evicted_bytes_before", (double)g->tm.evicted_bytes_before);
+}
+
+static cJSON *response_head(const gen_state *g, const char *object)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", g->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)g->created);
+    cJSON_AddStringToObject(o, "model", g->srv->model_id);
+    return o;
+}
+
+static bool out_append(gen_state *g, const char *p, size_t n)
+{
+    if (g->out_len + n > g->out_cap) {
+        size_t cap = g->out_cap ? g->out_cap : 1024;
+        while (cap < g->out_len + n) cap *= 2;
+        char *b = realloc(g->out, cap);
+        if (!b) return false;
+        g->out = b;
+        g->out_cap = cap;
+    }
+    memcpy(g->out + g->out_len, p, n);
+    g->out_len += n;
+    return true;
+}
+
+/* "data: {json}\n\n"; frees obj. */
+static bool sse_event(gen_state *g, cJSON *obj)
+{
+    char *txt = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!txt) return false;
+    bool ok = out_append(g, "data: ", 6) && out_append(g, txt, strlen(txt)) && out_append(g, "\n\n", 2);
+    cJSON_free(txt);
+    return ok;
+}
+
+/* A chunk carrying text (or the role, or the end). */
+static bool sse_chunk(gen_state *g, const char *text, size_t n, bool role, const char *finish, bool usage)
+{
+    cJSON *o = response_head(g, g->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *copy = malloc(n + 1);
+    if (!copy) {
+        cJSON_Delete(o);
+        cJSON_Delete(c);
+        return false;
+    }
+    memcpy(copy, text ? text : "", n);
+    copy[n] = '\0';
+    if (g->chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role) cJSON_AddStringToObject(d, "role", "assistant");
+        if (role || n) cJSON_AddStringToObject(d, "content", copy);
+    } else {
+        cJSON_AddStringToObject(c, "text", copy);
+    }
+    free(copy);
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(choices, c);
+    if (usage) add_usage(o, g);
+    return sse_event(g, o);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    gen_state *g = cls;
+    (void)pos;
+    while (g->out_off == g->out_len) {
+        g->out_off = g->out_len = 0;
+        if (g->done_sent) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (g->chat && !g->role_sent) {
+            g->role_sent = true;
+            if (!sse_chunk(g, "", 0, true, NULL, false)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        if (!g->done) {
+            gen_step(g);
+            size_t end = emittable_end(g);
+            if (end > g->emitted) {
+                if (!sse_chunk(g, g->text + g->emitted, end - g->emitted, false, NULL, false))
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+                g->emitted = end;
+            }
+            /* A long generation is activity: keep the idle timer from firing. */
+            MHD_set_connection_option(g->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)g->srv->p.conn_timeout_s);
+            continue;
+        }
+        if (!g->final_sent) {
+            g->final_sent = true;
+            if (g->len > g->emitted) {
+                if (!sse_chunk(g, g->text + g->emitted, g->len - g->emitted, false, NULL, false))
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+                g->emitted = g->len;
+            }
+            if (g->failed) {
+                cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+                cJSON_AddStringToObject(e, "message", "generation failed; the conversation is kept up to here");
+                cJSON_AddStringToObject(e, "type", "server_error");
+                sse_event(g, o);
+            }
+            if (!sse_chunk(g, NULL, 0, false, finish_reason(g), true)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            gen_release(g); /* the next request may start while [DONE] goes out */
+            continue;
+        }
+        g->done_sent = true;
+        if (!out_append(g, "data: [DONE]\n\n", 14)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = MZ_MIN(max, g->out_len - g->out_off);
+    memcpy(buf, g->out + g->out_off, n);
+    g->out_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) { gen_free(cls); }
+
+/* ---- the handler ---------------------------------------------------------------------------------- */
+
+/* Brings the context to exactly toks, keeping the longest common prefix.
+ * Caller owns the engine. */
+static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, size_t *n_cached)
+{
+    const mz_token *have = mz_ctx_tokens(s->ctx);
+    size_t n_have = mz_ctx_n_tokens(s->ctx), common = 0;
+    while (common < n_have && common < n && have[common] == toks[common]) common++;
+    if (common == n) common = n - 1; /* recompute the last token for fresh logits */
+    mz_status st = mz_ctx_truncate(s->ctx, common);
+    if (st) return st;
+    *n_cached = common;
+    return mz_prefill(s->ctx, toks + common, n - common);
+}
+
+enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, srv_request *rq, bool chat)
+{
+    double t0 = srv_now_ms();
+    cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
+    if (!root) return srv_error(s, c, 400, "invalid_request_error", "body is not valid JSON");
+    comp_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        cJSON_Delete(root);
+        return srv_error(s, c, 500, "server_error", "out of memory");
+    }
+    int status;
+    const char *bad = parse_request(s, root, chat, r, &status);
+    if (bad) {
+        enum MHD_Result ret = srv_error(s, c, status, status == 404 ? "not_found" : "invalid_request_error", "%s", bad);
+        comp_req_free(r);
+        free(r);
+        cJSON_Delete(root);
+        return ret;
+    }
+    gen_state *g = calloc(1, sizeof *g);
+    mz_token *toks = NULL;
+    size_t n = 0;
+    enum MHD_Result ret;
+    if (!g) {
+        ret = srv_error(s, c, 500, "server_error", "out of memory");
+        goto out_req;
+    }
+    g->srv = s;
+    g->conn = c;
+    g->chat = chat;
+    g->stream = r->stream;
+    g->t0 = t0;
+    g->created = (long)srv_unix_now();
+    snprintf(g->id, sizeof g->id, "%s-%lu", chat ? "chatcmpl" : "cmpl", atomic_fetch_add(&s->next_id, 1) + 1);
+    g->max_tokens = r->max_tokens;
+    g->n_vocab = mz_model_n_vocab(s->model);
+    g->tm.chat = chat;
+    g->tm.stream = r->stream;
+    for (int i = 0; i < r->n_stops; i++) {
+        g->stops[i] = strdup(r->stops[i]);
+        if (!g->stops[i]) {
+            ret = srv_error(s, c, 500, "server_error", "out of memory");
+            goto out_gen;
+        }
+        g->n_stops = i + 1;
+        g->max_stop = MZ_MAX(g->max_stop, strlen(r->stops[i]));
+    }
+    if (mz_sampler_init(&r->sp, &g->smp) || mz_detok_init(s->model, &g->dt)) {
+        ret = srv_error(s, c, 500, "server_error", "cannot set up sampling");
+        goto out_gen;
+    }
+    mz_status st = build_tokens(s, r, chat, &toks, &n);
+    g->tm.tokenize_ms = srv_now_ms() - t0;
+    if (st) {
+        ret = st == MZ_E_NOMEM ? srv_error(s, c, 500, "server_error", "out of memory")
+                               : srv_error(s, c, 400, "invalid_request_error", "cannot tokenize the prompt (%s)", mz_status_str(st));
+        goto out_gen;
+    }
+    g->tm.n_prompt = n;
+    size_t n_ctx = mz_ctx_n_ctx(s->ctx);
+    if (n == 0) {
+        ret = srv_error(s, c, 400, "invalid_request_error", "the prompt has no tokens");
+        goto out_gen;
+    }
+    if (n >= n_ctx) {
+        ret = srv_error(s, c, 400, "context_length_exceeded",
+                        "the prompt has %zu tokens; this server's context holds %zu", n, n_ctx);
+        goto out_gen;
+    }
+    double wait_ms = 0;
+    int gate = srv_gate_enter(s, false, &wait_ms);
+    g->tm.queue_ms = wait_ms;
+    if (gate == 429) {
+        ret = srv_error(s, c, 429, "rate_limit_error", "busy: another request is using the conversation and the queue is full; retry");
+        goto out_gen;
+    }
+    if (gate) {
+        ret = srv_error(s, c, 503, "unavailable", "timed out waiting for the conversation (or shutting down)");
+        goto out_gen;
+    }
+    g->holds_gate = true;
+    {
+        mz_mem_stats before;
+        mz_get_mem_stats(s->ctx, &before);
+        size_t held = before.weights.resident_bytes + before.kv.resident_bytes;
+        size_t total = before.weights.total_bytes + before.kv.total_bytes;
+        g->tm.remaining_pct_before = before.remaining_pct;
+        g->tm.evicted_bytes_before = total > held ? total - held : 0;
+    }
+    double tp = srv_now_ms();
+    st = sync_context(s, toks, n, &g->tm.n_cached);
+    g->t_gen0 = srv_now_ms();
+    g->tm.prefill_ms = g->t_gen0 - tp;
+    g->tm.n_prefilled = n - g->tm.n_cached;
+    if (st) {
+        srv_log(s, "prefill failed: %s", mz_ctx_errmsg(s->ctx));
+        g->tm.n_prefilled = 0;
+        ret = st == MZ_E_CONTEXT_FULL
+                  ? srv_error(s, c, 400, "context_length_exceeded", "the conversation does not fit in the context")
+                  : srv_error(s, c, 500, "server_error", "prefill failed (%s); the conversation was kept as before",
+                              mz_status_str(st));
+        goto out_gen;
+    }
+    {
+        /* The penalty window sees the end of the prompt, as in `mzcache run`. */
+        const mz_token *all = mz_ctx_tokens(s->ctx);
+        size_t nt = mz_ctx_n_tokens(s->ctx);
+        size_t from = nt > 256 ? nt - 256 : 0;
+        for (size_t i = from; i < nt; i++) mz_sampler_accept(g->smp, all[i]);
+    }
+    if (r->stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, g, stream_free);
+        if (!resp) {
+            ret = srv_error(s, c, 500, "server_error", "out of memory");
+            goto out_gen;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)s->p.conn_timeout_s);
+        ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp); /* the stream owns g from here (stream_free) */
+        srv_count_response(s, 200);
+        g = NULL;
+        goto out_req;
+    }
+    while (!g->done) gen_step(g);
+    g->emitted = g->len;
+    {
+        cJSON *o = response_head(g, chat ? "chat.completion" : "text_completion");
+        cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ch, "index", 0);
+        if (chat) {
+            cJSON *m = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddStringToObject(m, "content", g->text ? g->text : "");
+        } else {
+            cJSON_AddStringToObject(ch, "text", g->text ? g->text : "");
+            cJSON_AddNullToObject(ch, "logprobs");
+        }
+        cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g));
+        cJSON_AddItemToArray(choices, ch);
+        add_usage(o, g);
+        bool failed = g->failed;
+        gen_release(g);
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)s->p.conn_timeout_s);
+        if (failed) {
+            cJSON_Delete(o);
+            ret = srv_error(s, c, 500, "server_error", "generation failed; the conversation is kept up to the failure");
+        } else {
+            ret = srv_respond_json(s, c, 200, o);
+        }
+    }
+out_gen:
+    gen_free(g);
+out_req:
+    free(toks);
+    comp_req_free(r);
+    free(r);
+    cJSON_Delete(root);
+    return ret;
+}

@@ -1,0 +1,960 @@
+/*
+ * server.c — the daemon: start/stop, the engine gate, routing, limits and
+ * authentication, the control endpoints (/mz/..., /metrics, /health,
+ * /v1/models) and the pressure → eviction path.
+ *
+ * Divisions, in reading order:
+ *   1. small helpers (clock, log, responses)
+ *   2. the engine gate and the snapshot
+ *   3. eviction (shared by /mz/evict and the pressure monitor)
+ *   4. control endpoints
+ *   5. the MHD access handler (limits, auth, routing)
+ *   6. start / stop
+ *
+ * Hardening (issue 10): loopback by default; the API key compared in
+ * constant time; bodies over max_body_bytes refused with 413 before they
+ * are read when Content-Length says so, and discarded otherwise; idle
+ * connections closed after conn_timeout_s; error messages name no file and
+ * carry no secret (engine messages, which may name the swap file, go to the
+ * log only).
+ */
+#include "server/server_impl.h"
+
+#include "core/core.h"
+
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- 1. helpers ------------------------------------------------------------------- */
+
+double srv_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+double srv_unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void srv_log(mz_server_t *s, const char *fmt, ...)
+{
+    char line[1024];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ mzcache: ", ts.tv_nsec / 1000000);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - n, fmt, ap);
+    va_end(ap);
+    FILE *f = s->p.log ? s->p.log : stderr;
+    fprintf(f, "%s\n", line);
+    fflush(f);
+}
+
+void srv_count_response(mz_server_t *s, int status)
+{
+    pthread_mutex_lock(&s->snap_mu);
+    if (status >= 100 && status < 600) s->n_responses[status / 100]++;
+    if (status == 429) s->n_429++;
+    pthread_mutex_unlock(&s->snap_mu);
+}
+
+enum MHD_Result srv_respond(mz_server_t *s, struct MHD_Connection *c, int status, const char *ctype,
+                            const char *body, size_t len, const char *hname, const char *hval)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    if (hname && hval) MHD_add_response_header(r, hname, hval);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    srv_count_response(s, status);
+    return ret;
+}
+
+enum MHD_Result srv_respond_json(mz_server_t *s, struct MHD_Connection *c, int status, cJSON *obj)
+{
+    char *txt = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!txt) return srv_respond(s, c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}", 37, NULL, NULL);
+    enum MHD_Result r = srv_respond(s, c, status, "application/json", txt, strlen(txt), NULL, NULL);
+    cJSON_free(txt);
+    return r;
+}
+
+enum MHD_Result srv_error(mz_server_t *s, struct MHD_Connection *c, int status, const char *type,
+                          const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(err, "message", msg);
+    cJSON_AddStringToObject(err, "type", type);
+    cJSON_AddNumberToObject(err, "code", status);
+    if (s->p.verbose || status >= 500) srv_log(s, "HTTP %d: %s", status, msg);
+    if (status == 429 || status == 503) {
+        char *txt = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        enum MHD_Result r = srv_respond(s, c, status, "application/json", txt ? txt : "{}",
+                                        txt ? strlen(txt) : 2, "Retry-After", "1");
+        cJSON_free(txt);
+        return r;
+    }
+    if (status == 401) {
+        char *txt = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        enum MHD_Result r = srv_respond(s, c, status, "application/json", txt ? txt : "{}",
+                                        txt ? strlen(txt) : 2, "WWW-Authenticate", "Bearer");
+        cJSON_free(txt);
+        return r;
+    }
+    return srv_respond_json(s, c, status, root);
+}
+
+/* Constant-time comparison: the time depends only on the configured key's
+ * length, never on how much of the given key matches. */
+static bool key_matches(const mz_server_t *s, const char *given)
+{
+    size_t glen = strlen(given);
+    volatile unsigned char diff = (unsigned char)(glen != s->api_key_len);
+    for (size_t i = 0; i < s->api_key_len; i++) {
+        unsigned char g = i < glen ? (unsigned char)given[i] : 0;
+        diff |= (unsigned char)(g ^ (unsigned char)s->api_key[i]);
+    }
+    return diff == 0;
+}
+
+static bool authorized(const mz_server_t *s, struct MHD_Connection *c)
+{
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (h && !strncasecmp(h, "Bearer ", 7)) {
+        h += 7;
+        while (*h == ' ') h++;
+        return key_matches(s, h);
+    }
+    h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
+    return h && key_matches(s, h);
+}
+
+static size_t rss_bytes(void)
+{
+    unsigned long long size = 0, res = 0;
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (!f) return 0;
+    if (fscanf(f, "%llu %llu", &size, &res) != 2) res = 0;
+    fclose(f);
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* ---- 2. gate and snapshot ------------------------------------------------------------- */
+
+int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
+{
+    double t0 = srv_now_ms();
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (priority) {
+        s->n_priority_waiting++;
+        while (s->busy && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        s->n_priority_waiting--;
+        if (s->stopping) rc = 503;
+    } else {
+        if ((s->busy || s->n_priority_waiting) && s->n_waiting >= s->p.max_queue) {
+            rc = 429;
+        } else {
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            long long ns = dl.tv_nsec + (long long)s->p.queue_timeout_ms * 1000000LL;
+            dl.tv_sec += (time_t)(ns / 1000000000LL);
+            dl.tv_nsec = (long)(ns % 1000000000LL);
+            s->n_waiting++;
+            while ((s->busy || s->n_priority_waiting) && !s->stopping && !rc)
+                if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) rc = 503;
+            s->n_waiting--;
+            if (s->stopping) rc = 503;
+        }
+    }
+    if (!rc) s->busy = true;
+    pthread_mutex_unlock(&s->mu);
+    if (wait_ms) *wait_ms = srv_now_ms() - t0;
+    return rc;
+}
+
+/* Caller owns the engine. */
+static void refresh_snapshot(mz_server_t *s)
+{
+    mz_mem_stats st;
+    mz_get_mem_stats(s->ctx, &st);
+    size_t n = mz_ctx_n_tokens(s->ctx);
+    pthread_mutex_lock(&s->snap_mu);
+    s->stats = st;
+    s->ctx_tokens = n;
+    pthread_mutex_unlock(&s->snap_mu);
+}
+
+void srv_gate_leave(mz_server_t *s)
+{
+    refresh_snapshot(s);
+    pthread_mutex_lock(&s->mu);
+    s->busy = false;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void record_event(mz_server_t *s, const srv_event *ev)
+{
+    pthread_mutex_lock(&s->snap_mu);
+    s->events[s->n_events % SRV_N_EVENTS] = *ev;
+    s->n_events++;
+    pthread_mutex_unlock(&s->snap_mu);
+}
+
+/* ---- 3. eviction ------------------------------------------------------------------------ */
+
+static size_t evictable_total(const mz_mem_stats *st)
+{
+    return st->weights.total_bytes + st->kv.total_bytes;
+}
+
+static size_t evictable_held(const mz_mem_stats *st)
+{
+    return st->weights.resident_bytes + st->weights.compressed_bytes + st->kv.resident_bytes +
+           st->kv.compressed_bytes;
+}
+
+/* Caller owns the engine. Evicts nbytes (SIZE_MAX: all); fills ev. */
+static mz_status do_evict(mz_server_t *s, size_t nbytes, srv_event *ev, mz_evict_report *rep)
+{
+    mz_status st = mz_evict(s->ctx, nbytes, rep);
+    if (st) srv_log(s, "eviction failed: %s", mz_ctx_errmsg(s->ctx));
+    mz_mem_stats after;
+    mz_get_mem_stats(s->ctx, &after);
+    ev->requested = nbytes;
+    ev->freed = rep->bytes_freed;
+    ev->remaining_pct = after.remaining_pct;
+    ev->ms = rep->time_ms;
+    return st;
+}
+
+static void on_pressure(void *user, const mz_pressure_event *pe)
+{
+    mz_server_t *s = user;
+    const char *src = mz_pressure_source_name(pe->source);
+    double now = srv_now_ms();
+    pthread_mutex_lock(&s->snap_mu);
+    s->n_signals[pe->source]++;
+    bool ignore_level = pe->level < s->p.pressure_min_level;
+    bool ignore_interval = !ignore_level && s->last_pressure_evict_ms > 0 &&
+                           now - s->last_pressure_evict_ms < s->p.pressure_interval_ms;
+    if (ignore_level) s->n_ignored_level++;
+    if (ignore_interval) s->n_ignored_interval++;
+    bool log_low = ignore_level && now - s->last_low_log_ms > 10000.0;
+    if (log_low) s->last_low_log_ms = now;
+    pthread_mutex_unlock(&s->snap_mu);
+    if (ignore_level) {
+        if (log_low)
+            srv_log(s, "pressure %s (%s): below the action level, not evicting (counted; logged at most every 10 s)",
+                    src, pe->what);
+        return;
+    }
+    if (ignore_interval) {
+        if (s->p.verbose) srv_log(s, "pressure %s (%s): within %d ms of the last eviction, coalesced", src,
+                                  pe->what, s->p.pressure_interval_ms);
+        return;
+    }
+    if (srv_gate_enter(s, true, NULL)) return; /* shutting down */
+    mz_mem_stats st;
+    mz_get_mem_stats(s->ctx, &st);
+    size_t total = evictable_total(&st), held = evictable_held(&st);
+    int steps = pe->level == MZ_PRESSURE_CRITICAL ? 2 : 1;
+    double step = s->p.evict_step_bytes ? (double)s->p.evict_step_bytes
+                                        : (double)total * s->p.evict_step_pct / 100.0;
+    step *= steps;
+    double floor_b = fmax((double)s->p.evict_floor_bytes, (double)total * s->p.evict_floor_pct / 100.0);
+    double allowed = (double)held - floor_b;
+    /* Units are whole (a weight block, a KV chunk) and mz_evict frees at least
+     * what it is asked, so a request smaller than a unit would overshoot the
+     * floor by a whole unit: below the smallest average unit, stop. */
+    double unit_w = st.weights.n_units ? (double)st.weights.total_bytes / (double)st.weights.n_units : 0;
+    double unit_kv = st.kv.n_units ? (double)st.kv.total_bytes / (double)st.kv.n_units : 0;
+    double unit_min = unit_w > 0 && unit_kv > 0 ? fmin(unit_w, unit_kv) : fmax(unit_w, unit_kv);
+    if (s->p.evict_floor_bytes || s->p.evict_floor_pct > 0)
+        if (allowed < unit_min) allowed = 0;
+    size_t n = allowed <= 0 ? 0 : (size_t)fmin(step, allowed);
+    srv_event ev = {.t_unix = srv_unix_now()};
+    snprintf(ev.trigger, sizeof ev.trigger, "%s", src);
+    snprintf(ev.what, sizeof ev.what, "%s", pe->what);
+    if (n == 0) {
+        ev.at_floor = true;
+        ev.remaining_pct = st.remaining_pct;
+        pthread_mutex_lock(&s->snap_mu);
+        s->n_ignored_floor++;
+        bool first = s->last_pressure_evict_ms >= 0; /* log once per floor episode */
+        s->last_pressure_evict_ms = -1;
+        pthread_mutex_unlock(&s->snap_mu);
+        srv_gate_leave(s);
+        if (first)
+            srv_log(s, "pressure %s (%s): at the floor (remaining %.1f%%), nothing more to give", src,
+                    pe->what, st.remaining_pct);
+        record_event(s, &ev);
+        return;
+    }
+    mz_evict_report rep = {0};
+    mz_status rc = do_evict(s, n, &ev, &rep);
+    pthread_mutex_lock(&s->snap_mu);
+    s->n_evictions[0]++;
+    s->evicted_bytes[0] += rep.bytes_freed;
+    s->last_pressure_evict_ms = srv_now_ms();
+    pthread_mutex_unlock(&s->snap_mu);
+    srv_gate_leave(s);
+    record_event(s, &ev);
+    srv_log(s, "pressure %s (%s): evict %.1f MiB (%s%.0f%% step%s) -> freed %.1f MiB in %.1f ms "
+               "(KV %zu compressed, %zu stored, %zu moved; %zu weight blocks dropped); remaining %.1f%%%s",
+            src, pe->what, (double)n / 1048576.0, steps > 1 ? "2 x " : "",
+            s->p.evict_step_bytes ? 100.0 * (double)s->p.evict_step_bytes / (double)(total ? total : 1)
+                                  : s->p.evict_step_pct,
+            (double)n >= step ? "" : floor_b > 0 ? ", limited by the floor" : ", all that is left",
+            (double)rep.bytes_freed / 1048576.0,
+            rep.time_ms, rep.n_kv_compressed, rep.n_kv_stored_raw + rep.n_kv_stored_compressed,
+            rep.n_kv_compkv, rep.n_weights_dropped, ev.remaining_pct, rc ? " (failed part way; see above)" : "");
+}
+
+/* ---- 4. control endpoints ----------------------------------------------------------------- */
+
+static cJSON *category_json(const mz_mem_category *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "total_bytes", (double)c->total_bytes);
+    cJSON_AddNumberToObject(o, "resident_bytes", (double)c->resident_bytes);
+    cJSON_AddNumberToObject(o, "compressed_bytes", (double)c->compressed_bytes);
+    cJSON_AddNumberToObject(o, "stored_bytes", (double)c->stored_bytes);
+    cJSON_AddNumberToObject(o, "dropped_bytes", (double)c->dropped_bytes);
+    cJSON_AddNumberToObject(o, "units", (double)c->n_units);
+    cJSON_AddNumberToObject(o, "units_resident", (double)c->n_resident);
+    return o;
+}
+
+/* A coarse name for where eviction stands (the policy's stages, as seen from outside). */
+static const char *stage_name(const mz_mem_stats *st)
+{
+    if (st->remaining_pct >= 100.0) return "resident";
+    if (st->weights.dropped_bytes == 0) return "kv";
+    if (st->weights.resident_bytes || st->kv.resident_bytes) return "kv+weights";
+    return st->kv.compressed_bytes ? "all-evicted" : "all-evicted+compkv";
+}
+
+static cJSON *stats_json(const mz_mem_stats *st, size_t ctx_tokens, int n_ctx)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddItemToObject(m, "weights", category_json(&st->weights));
+    cJSON_AddItemToObject(m, "kv", category_json(&st->kv));
+    cJSON_AddNumberToObject(m, "pinned_bytes", (double)st->pinned_bytes);
+    cJSON_AddNumberToObject(m, "remaining_pct", st->remaining_pct);
+    cJSON_AddStringToObject(m, "stage", stage_name(st));
+    cJSON_AddNumberToObject(m, "compstack_mapped_bytes", (double)st->compstack_mapped_bytes);
+    cJSON_AddNumberToObject(m, "swap_file_bytes", (double)st->swap_file_bytes);
+    cJSON_AddStringToObject(m, "codec", st->codec);
+    cJSON_AddStringToObject(m, "placement", st->placement);
+    cJSON_AddNumberToObject(m, "context_tokens", (double)ctx_tokens);
+    cJSON_AddNumberToObject(m, "context_size", n_ctx);
+    return m;
+}
+
+static void event_to_json(cJSON *arr, const srv_event *e)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "t", e->t_unix);
+    cJSON_AddStringToObject(o, "trigger", e->trigger);
+    cJSON_AddStringToObject(o, "what", e->what);
+    cJSON_AddNumberToObject(o, "requested_bytes", e->requested == SIZE_MAX ? -1.0 : (double)e->requested);
+    cJSON_AddNumberToObject(o, "freed_bytes", (double)e->freed);
+    cJSON_AddNumberToObject(o, "remaining_pct", e->remaining_pct);
+    cJSON_AddNumberToObject(o, "ms", e->ms);
+    cJSON_AddBoolToObject(o, "at_floor", e->at_floor);
+    cJSON_AddItemToArray(arr, o);
+}
+
+static void timings_json(cJSON *o, const srv_timings *t)
+{
+    cJSON_AddStringToObject(o, "endpoint", t->chat ? "chat" : "completions");
+    cJSON_AddBoolToObject(o, "stream", t->stream);
+    cJSON_AddNumberToObject(o, "prompt_tokens", (double)t->n_prompt);
+    cJSON_AddNumberToObject(o, "cached_tokens", (double)t->n_cached);
+    cJSON_AddNumberToObject(o, "prefilled_tokens", (double)t->n_prefilled);
+    cJSON_AddNumberToObject(o, "generated_tokens", (double)t->n_generated);
+    cJSON_AddNumberToObject(o, "queue_ms", t->queue_ms);
+    cJSON_AddNumberToObject(o, "tokenize_ms", t->tokenize_ms);
+    cJSON_AddNumberToObject(o, "prefill_ms", t->prefill_ms);
+    cJSON_AddNumberToObject(o, "sample_ms", t->sample_ms);
+    cJSON_AddNumberToObject(o, "ttft_ms", t->ttft_ms);
+    cJSON_AddNumberToObject(o, "generate_ms", t->gen_ms);
+    cJSON_AddNumberToObject(o, "total_ms", t->total_ms);
+    cJSON_AddNumberToObject(o, "remaining_pct_before", t->remaining_pct_before);
+    cJSON_AddNumberToObject(o, "evicted_bytes_before", (double)t->evicted_bytes_before);
+    cJSON_AddStringToObject(o, "finish_reason", t->finish_reason);
+}
+
+static bool cgroup_usage(size_t *usage, size_t *limit)
+{
+    char dir[512], path[600];
+    unsigned long long u = 0, l = 0;
+    if (mz_cgroup_v1_memory_dir(dir, sizeof dir)) return false;
+    snprintf(path, sizeof path, "%s/memory.usage_in_bytes", dir);
+    if (mz_read_u64_file(path, &u)) return false;
+    snprintf(path, sizeof path, "%s/memory.limit_in_bytes", dir);
+    if (mz_read_u64_file(path, &l)) l = 0;
+    *usage = (size_t)u;
+    *limit = l >= (1ULL << 62) ? 0 : (size_t)l;
+    return true;
+}
+
+static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
+{
+    pthread_mutex_lock(&s->mu);
+    bool busy = s->busy;
+    int queued = s->n_waiting;
+    pthread_mutex_unlock(&s->mu);
+    cJSON *root = cJSON_CreateObject();
+    pthread_mutex_lock(&s->snap_mu);
+    cJSON_AddStringToObject(root, "model", s->model_id);
+    cJSON_AddBoolToObject(root, "busy", busy);
+    cJSON_AddNumberToObject(root, "queued", queued);
+    cJSON_AddItemToObject(root, "memory", stats_json(&s->stats, s->ctx_tokens, (int)mz_ctx_n_ctx(s->ctx)));
+    cJSON *last = cJSON_AddObjectToObject(root, "last_request");
+    if (s->last.valid) timings_json(last, &s->last);
+    cJSON *evs = cJSON_AddArrayToObject(root, "events");
+    size_t first = s->n_events > SRV_N_EVENTS ? s->n_events - SRV_N_EVENTS : 0;
+    for (size_t i = first; i < s->n_events; i++) event_to_json(evs, &s->events[i % SRV_N_EVENTS]);
+    cJSON_AddNumberToObject(root, "events_total", (double)s->n_events);
+    cJSON *pr = cJSON_AddObjectToObject(root, "pressure");
+    for (int i = 0; i < MZ_PRESSURE_N_SOURCES; i++) {
+        cJSON *o = cJSON_AddObjectToObject(pr, mz_pressure_source_name((mz_pressure_source)i));
+        cJSON_AddBoolToObject(o, "active", mz_pressure_active(s->mon, (mz_pressure_source)i));
+        cJSON_AddNumberToObject(o, "signals", (double)s->n_signals[i]);
+    }
+    cJSON_AddNumberToObject(pr, "evictions", (double)s->n_evictions[0]);
+    cJSON_AddNumberToObject(pr, "evicted_bytes", (double)s->evicted_bytes[0]);
+    cJSON_AddNumberToObject(pr, "ignored_below_level", (double)s->n_ignored_level);
+    cJSON_AddNumberToObject(pr, "coalesced", (double)s->n_ignored_interval);
+    cJSON_AddNumberToObject(pr, "at_floor", (double)s->n_ignored_floor);
+    pthread_mutex_unlock(&s->snap_mu);
+    cJSON *pol = cJSON_AddObjectToObject(root, "evict_policy");
+    cJSON_AddNumberToObject(pol, "step_pct", s->p.evict_step_pct);
+    cJSON_AddNumberToObject(pol, "step_bytes", (double)s->p.evict_step_bytes);
+    cJSON_AddNumberToObject(pol, "floor_pct", s->p.evict_floor_pct);
+    cJSON_AddNumberToObject(pol, "floor_bytes", (double)s->p.evict_floor_bytes);
+    cJSON_AddStringToObject(pol, "min_level", s->p.pressure_min_level == MZ_PRESSURE_LOW ? "low"
+                                              : s->p.pressure_min_level == MZ_PRESSURE_MEDIUM ? "medium"
+                                                                                              : "critical");
+    cJSON_AddNumberToObject(pol, "interval_ms", s->p.pressure_interval_ms);
+    cJSON *proc = cJSON_AddObjectToObject(root, "process");
+    cJSON_AddNumberToObject(proc, "rss_bytes", (double)rss_bytes());
+    size_t u, l;
+    if (cgroup_usage(&u, &l)) {
+        cJSON_AddNumberToObject(proc, "cgroup_usage_bytes", (double)u);
+        cJSON_AddNumberToObject(proc, "cgroup_limit_bytes", (double)l);
+    }
+    return srv_respond_json(s, c, 200, root);
+}
+
+static enum MHD_Result handle_metrics(mz_server_t *s, struct MHD_Connection *c)
+{
+    size_t cap = 16384, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return srv_error(s, c, 500, "server_error", "out of memory");
+#define P(...)                                                                             \
+    do {                                                                                   \
+        int n_ = snprintf(buf + len, cap - len, __VA_ARGS__);                              \
+        if (n_ > 0) len = MZ_MIN(cap - 1, len + (size_t)n_);                               \
+    } while (0)
+    pthread_mutex_lock(&s->mu);
+    bool busy = s->busy;
+    int queued = s->n_waiting;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->snap_mu);
+    const mz_mem_stats *st = &s->stats;
+    P("# HELP mzcache_memory_bytes Evictable LLM memory by category and state.\n"
+      "# TYPE mzcache_memory_bytes gauge\n");
+    const struct { const char *name; const mz_mem_category *c; } cats[] = {{"weights", &st->weights}, {"kv", &st->kv}};
+    for (int i = 0; i < 2; i++) {
+        const mz_mem_category *cc = cats[i].c;
+        P("mzcache_memory_bytes{category=\"%s\",state=\"total\"} %zu\n", cats[i].name, cc->total_bytes);
+        P("mzcache_memory_bytes{category=\"%s\",state=\"resident\"} %zu\n", cats[i].name, cc->resident_bytes);
+        P("mzcache_memory_bytes{category=\"%s\",state=\"compressed\"} %zu\n", cats[i].name, cc->compressed_bytes);
+        P("mzcache_memory_bytes{category=\"%s\",state=\"stored\"} %zu\n", cats[i].name, cc->stored_bytes);
+        P("mzcache_memory_bytes{category=\"%s\",state=\"dropped\"} %zu\n", cats[i].name, cc->dropped_bytes);
+    }
+    P("# HELP mzcache_pinned_bytes Embeddings and output head (never evicted).\n"
+      "# TYPE mzcache_pinned_bytes gauge\nmzcache_pinned_bytes %zu\n", st->pinned_bytes);
+    P("# HELP mzcache_remaining_ratio Resident+compressed share of the evictable total.\n"
+      "# TYPE mzcache_remaining_ratio gauge\nmzcache_remaining_ratio %.6f\n", st->remaining_pct / 100.0);
+    P("# HELP mzcache_swap_file_bytes Size of the swap file.\n"
+      "# TYPE mzcache_swap_file_bytes gauge\nmzcache_swap_file_bytes %zu\n", st->swap_file_bytes);
+    P("# HELP mzcache_context_tokens Tokens in the conversation's KV cache.\n"
+      "# TYPE mzcache_context_tokens gauge\nmzcache_context_tokens %zu\n", s->ctx_tokens);
+    P("# HELP mzcache_busy 1 while a request or eviction owns the engine.\n"
+      "# TYPE mzcache_busy gauge\nmzcache_busy %d\n", busy ? 1 : 0);
+    P("# HELP mzcache_queue_length Completions waiting for the engine.\n"
+      "# TYPE mzcache_queue_length gauge\nmzcache_queue_length %d\n", queued);
+    static const char *const ep_names[EP_COUNT] = {"health", "models", "chat", "completions", "evict",
+                                                   "restore", "status", "metrics", "other"};
+    P("# HELP mzcache_requests_total HTTP requests by endpoint.\n# TYPE mzcache_requests_total counter\n");
+    for (int i = 0; i < EP_COUNT; i++) P("mzcache_requests_total{endpoint=\"%s\"} %zu\n", ep_names[i], s->n_requests[i]);
+    P("# HELP mzcache_responses_total HTTP responses by status class.\n# TYPE mzcache_responses_total counter\n");
+    for (int i = 2; i < 6; i++) P("mzcache_responses_total{class=\"%dxx\"} %zu\n", i, s->n_responses[i]);
+    P("# HELP mzcache_rejected_busy_total Requests refused with 429.\n# TYPE mzcache_rejected_busy_total counter\n"
+      "mzcache_rejected_busy_total %zu\n", s->n_429);
+    P("# HELP mzcache_tokens_total Tokens by kind: prompt (all), prefilled (computed), cached (reused), generated.\n"
+      "# TYPE mzcache_tokens_total counter\n"
+      "mzcache_tokens_total{kind=\"prompt\"} %zu\nmzcache_tokens_total{kind=\"prefilled\"} %zu\n"
+      "mzcache_tokens_total{kind=\"cached\"} %zu\nmzcache_tokens_total{kind=\"generated\"} %zu\n",
+      s->n_prompt_tokens, s->n_prefilled_tokens, s->n_cached_tokens, s->n_generated_tokens);
+    P("# HELP mzcache_evictions_total Evictions by trigger.\n# TYPE mzcache_evictions_total counter\n"
+      "mzcache_evictions_total{trigger=\"pressure\"} %zu\nmzcache_evictions_total{trigger=\"api\"} %zu\n",
+      s->n_evictions[0], s->n_evictions[1]);
+    P("# HELP mzcache_evicted_bytes_total Bytes freed by trigger.\n# TYPE mzcache_evicted_bytes_total counter\n"
+      "mzcache_evicted_bytes_total{trigger=\"pressure\"} %zu\nmzcache_evicted_bytes_total{trigger=\"api\"} %zu\n",
+      s->evicted_bytes[0], s->evicted_bytes[1]);
+    P("# HELP mzcache_pressure_signals_total Pressure signals by source.\n# TYPE mzcache_pressure_signals_total counter\n");
+    for (int i = 0; i < MZ_PRESSURE_N_SOURCES; i++)
+        P("mzcache_pressure_signals_total{source=\"%s\"} %zu\n", mz_pressure_source_name((mz_pressure_source)i), s->n_signals[i]);
+    P("# HELP mzcache_pressure_source_active 1 if the interface is registered.\n# TYPE mzcache_pressure_source_active gauge\n");
+    for (int i = 0; i < MZ_PRESSURE_N_SOURCES; i++)
+        P("mzcache_pressure_source_active{source=\"%s\"} %d\n", mz_pressure_source_name((mz_pressure_source)i),
+          mz_pressure_active(s->mon, (mz_pressure_source)i) ? 1 : 0);
+    P("# HELP mzcache_pressure_ignored_total Signals not acted on, by reason.\n# TYPE mzcache_pressure_ignored_total counter\n"
+      "mzcache_pressure_ignored_total{reason=\"below_level\"} %zu\nmzcache_pressure_ignored_total{reason=\"interval\"} %zu\n"
+      "mzcache_pressure_ignored_total{reason=\"floor\"} %zu\n",
+      s->n_ignored_level, s->n_ignored_interval, s->n_ignored_floor);
+    if (s->last.valid) {
+        P("# HELP mzcache_last_ttft_seconds Time to first token of the last completion.\n"
+          "# TYPE mzcache_last_ttft_seconds gauge\nmzcache_last_ttft_seconds %.6f\n", s->last.ttft_ms / 1e3);
+        P("# HELP mzcache_last_prefill_seconds Prefill (with on-demand restore) of the last completion.\n"
+          "# TYPE mzcache_last_prefill_seconds gauge\nmzcache_last_prefill_seconds %.6f\n", s->last.prefill_ms / 1e3);
+    }
+    pthread_mutex_unlock(&s->snap_mu);
+    P("# HELP process_resident_memory_bytes Resident set size.\n# TYPE process_resident_memory_bytes gauge\n"
+      "process_resident_memory_bytes %zu\n", rss_bytes());
+#undef P
+    enum MHD_Result r = srv_respond(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", buf, len, NULL, NULL);
+    free(buf);
+    return r;
+}
+
+static enum MHD_Result handle_models(mz_server_t *s, struct MHD_Connection *c)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->created_unix);
+    cJSON_AddStringToObject(m, "owned_by", "mzcache");
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddStringToObject(meta, "arch", s->info.arch);
+    cJSON_AddStringToObject(meta, "weight_type", s->info.weight_type);
+    cJSON_AddNumberToObject(meta, "n_params", (double)s->info.n_params);
+    cJSON_AddNumberToObject(meta, "n_ctx", (double)mz_ctx_n_ctx(s->ctx));
+    cJSON_AddNumberToObject(meta, "n_ctx_train", s->info.n_ctx_train);
+    cJSON_AddItemToArray(data, m);
+    return srv_respond_json(s, c, 200, root);
+}
+
+/* Body: {"bytes": N} | {"percent": P} | {"all": true}. */
+static enum MHD_Result handle_evict(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq)
+{
+    cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return srv_error(s, c, 400, "invalid_request_error", "body must be a JSON object: {\"bytes\": N}, {\"percent\": P} or {\"all\": true}");
+    }
+    const cJSON *jb = cJSON_GetObjectItemCaseSensitive(root, "bytes");
+    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(root, "percent");
+    const cJSON *ja = cJSON_GetObjectItemCaseSensitive(root, "all");
+    int given = (jb != NULL) + (jp != NULL) + (ja != NULL);
+    double bytes = 0, pct = 0;
+    bool all = false;
+    const char *bad = NULL;
+    if (given != 1) bad = "give exactly one of \"bytes\", \"percent\" or \"all\"";
+    else if (jb && (!cJSON_IsNumber(jb) || !(jb->valuedouble >= 0) || jb->valuedouble > 1e18)) bad = "\"bytes\" must be a number >= 0";
+    else if (jp && (!cJSON_IsNumber(jp) || !(jp->valuedouble >= 0 && jp->valuedouble <= 100))) bad = "\"percent\" must be a number in [0, 100]";
+    else if (ja && !cJSON_IsBool(ja)) bad = "\"all\" must be true or false";
+    if (!bad) {
+        bytes = jb ? jb->valuedouble : 0;
+        pct = jp ? jp->valuedouble : 0;
+        all = ja && cJSON_IsTrue(ja);
+    }
+    cJSON_Delete(root);
+    if (bad) return srv_error(s, c, 400, "invalid_request_error", "%s", bad);
+    if (srv_gate_enter(s, true, NULL)) return srv_error(s, c, 503, "unavailable", "server is shutting down");
+    mz_mem_stats st;
+    mz_get_mem_stats(s->ctx, &st);
+    size_t n = all ? SIZE_MAX : jp ? (size_t)((double)evictable_total(&st) * pct / 100.0 + 0.5) : (size_t)bytes;
+    srv_event ev = {.t_unix = srv_unix_now()};
+    snprintf(ev.trigger, sizeof ev.trigger, "api");
+    if (all) snprintf(ev.what, sizeof ev.what, "all");
+    else if (jp) snprintf(ev.what, sizeof ev.what, "%.1f%%", pct);
+    else snprintf(ev.what, sizeof ev.what, "%zu bytes", n);
+    mz_evict_report rep = {0};
+    mz_status rc = n ? do_evict(s, n, &ev, &rep) : MZ_OK;
+    if (!n) ev.remaining_pct = st.remaining_pct;
+    mz_mem_stats after;
+    mz_get_mem_stats(s->ctx, &after);
+    size_t ctx_tokens = mz_ctx_n_tokens(s->ctx);
+    pthread_mutex_lock(&s->snap_mu);
+    s->n_evictions[1]++;
+    s->evicted_bytes[1] += rep.bytes_freed;
+    pthread_mutex_unlock(&s->snap_mu);
+    srv_gate_leave(s);
+    record_event(s, &ev);
+    srv_log(s, "api evict %s: freed %.1f MiB in %.1f ms; remaining %.1f%%", ev.what,
+            (double)rep.bytes_freed / 1048576.0, rep.time_ms, ev.remaining_pct);
+    if (rc) return srv_error(s, c, 500, "server_error", "eviction failed part way (%s); the conversation is intact",
+                             mz_status_str(rc));
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddNumberToObject(out, "requested_bytes", all ? -1.0 : (double)n);
+    cJSON_AddNumberToObject(out, "freed_bytes", (double)rep.bytes_freed);
+    cJSON_AddBoolToObject(out, "complete", all || rep.complete || !n);
+    cJSON_AddNumberToObject(out, "ms", rep.time_ms);
+    cJSON_AddNumberToObject(out, "kv_compressed", (double)rep.n_kv_compressed);
+    cJSON_AddNumberToObject(out, "kv_stored_raw", (double)rep.n_kv_stored_raw);
+    cJSON_AddNumberToObject(out, "kv_stored_compressed", (double)rep.n_kv_stored_compressed);
+    cJSON_AddNumberToObject(out, "kv_compkv", (double)rep.n_kv_compkv);
+    cJSON_AddNumberToObject(out, "weights_dropped", (double)rep.n_weights_dropped);
+    cJSON_AddItemToObject(out, "memory", stats_json(&after, ctx_tokens, (int)mz_ctx_n_ctx(s->ctx)));
+    return srv_respond_json(s, c, 200, out);
+}
+
+static enum MHD_Result handle_restore(mz_server_t *s, struct MHD_Connection *c)
+{
+    if (srv_gate_enter(s, true, NULL)) return srv_error(s, c, 503, "unavailable", "server is shutting down");
+    mz_restore_report rep = {0};
+    mz_status rc = mz_restore(s->ctx, &rep);
+    if (rc) srv_log(s, "restore failed: %s", mz_ctx_errmsg(s->ctx));
+    mz_mem_stats after;
+    mz_get_mem_stats(s->ctx, &after);
+    size_t ctx_tokens = mz_ctx_n_tokens(s->ctx);
+    srv_gate_leave(s);
+    srv_log(s, "api restore: %.1f MiB in %.1f ms; remaining %.1f%%", (double)rep.bytes_restored / 1048576.0,
+            rep.time_ms, after.remaining_pct);
+    if (rc) return srv_error(s, c, 500, "server_error", "restore failed (%s); evicted parts stay evicted and intact",
+                             mz_status_str(rc));
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddNumberToObject(out, "restored_bytes", (double)rep.bytes_restored);
+    cJSON_AddNumberToObject(out, "ms", rep.time_ms);
+    cJSON_AddItemToObject(out, "memory", stats_json(&after, ctx_tokens, (int)mz_ctx_n_ctx(s->ctx)));
+    return srv_respond_json(s, c, 200, out);
+}
+
+/* ---- 5. the access handler ------------------------------------------------------------------ */
+
+static srv_endpoint route(const char *url, const char *method, bool *method_ok)
+{
+    static const struct { const char *url, *method; srv_endpoint ep; } routes[] = {
+        {"/health", "GET", EP_HEALTH},          {"/v1/models", "GET", EP_MODELS},
+        {"/v1/chat/completions", "POST", EP_CHAT}, {"/v1/completions", "POST", EP_COMPLETIONS},
+        {"/mz/evict", "POST", EP_EVICT},        {"/mz/restore", "POST", EP_RESTORE},
+        {"/mz/status", "GET", EP_STATUS},       {"/metrics", "GET", EP_METRICS},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (!strcmp(url, routes[i].url)) {
+            *method_ok = !strcmp(method, routes[i].method);
+            return routes[i].ep;
+        }
+    }
+    *method_ok = true;
+    return EP_OTHER;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    mz_server_t *s = cls;
+    srv_request *rq = *con_cls;
+    (void)version;
+    if (!rq) {
+        rq = calloc(1, sizeof *rq);
+        if (!rq) return MHD_NO;
+        *con_cls = rq;
+        bool method_ok;
+        rq->ep = route(url, method, &method_ok);
+        pthread_mutex_lock(&s->snap_mu);
+        s->n_requests[rq->ep]++;
+        pthread_mutex_unlock(&s->snap_mu);
+        if (s->p.verbose) srv_log(s, "%s %s", method, rq->ep == EP_OTHER ? "(unknown path)" : url);
+        /* Everything that can be decided from the headers is decided now,
+         * before any body is read. */
+        if (rq->ep == EP_OTHER) {
+            rq->answered = true;
+            return srv_error(s, c, 404, "not_found", "no such endpoint");
+        }
+        if (!method_ok) {
+            rq->answered = true;
+            return srv_error(s, c, 405, "method_not_allowed", "method not allowed on this endpoint");
+        }
+        if (rq->ep != EP_HEALTH && !authorized(s, c)) {
+            rq->answered = true;
+            return srv_error(s, c, 401, "authentication_error", "missing or wrong API key");
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl) {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (errno || end == cl || v > s->p.max_body_bytes) {
+                rq->answered = true;
+                return srv_error(s, c, 413, "invalid_request_error", "request body too large (limit %zu bytes)",
+                                 s->p.max_body_bytes);
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (rq->answered || rq->too_big) return MHD_YES;
+        if (rq->len + n > s->p.max_body_bytes) {
+            rq->too_big = true; /* keep reading (and dropping) until the end, then say 413 */
+            free(rq->body);
+            rq->body = NULL;
+            rq->len = rq->cap = 0;
+            return MHD_YES;
+        }
+        if (rq->len + n + 1 > rq->cap) {
+            size_t cap = rq->cap ? rq->cap : 4096;
+            while (cap < rq->len + n + 1) cap *= 2;
+            char *b = realloc(rq->body, cap);
+            if (!b) return MHD_NO;
+            rq->body = b;
+            rq->cap = cap;
+        }
+        memcpy(rq->body + rq->len, upload_data, n);
+        rq->len += n;
+        rq->body[rq->len] = '\0';
+        return MHD_YES;
+    }
+    if (rq->answered) return MHD_YES;
+    rq->answered = true;
+    if (rq->too_big)
+        return srv_error(s, c, 413, "invalid_request_error", "request body too large (limit %zu bytes)",
+                         s->p.max_body_bytes);
+    switch (rq->ep) {
+    case EP_HEALTH:
+        return srv_respond(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL);
+    case EP_MODELS: return handle_models(s, c);
+    case EP_CHAT: return srv_handle_completion(s, c, rq, true);
+    case EP_COMPLETIONS: return srv_handle_completion(s, c, rq, false);
+    case EP_EVICT: return handle_evict(s, c, rq);
+    case EP_RESTORE: return handle_restore(s, c);
+    case EP_STATUS: return handle_status(s, c);
+    case EP_METRICS: return handle_metrics(s, c);
+    default: return srv_error(s, c, 404, "not_found", "no such endpoint");
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    (void)toe;
+    srv_request *rq = *con_cls;
+    if (!rq) return;
+    free(rq->body);
+    free(rq);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    mz_server_t *s = cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    msg[strcspn(msg, "\n")] = '\0';
+    if (s->p.verbose) srv_log(s, "http: %s", msg);
+}
+
+/* ---- 6. start / stop ---------------------------------------------------------------------------- */
+
+mz_server_params mz_server_params_default(void)
+{
+    mz_server_params p;
+    memset(&p, 0, sizeof p);
+    p.host = "127.0.0.1";
+    p.port = 8080;
+    p.n_ctx = 4096;
+    p.sampler = mz_sampler_params_default();
+    p.default_max_tokens = 256;
+    p.max_tokens_limit = 4096;
+    p.max_body_bytes = 1u << 20;
+    p.conn_timeout_s = 30;
+    p.max_connections = 64;
+    p.max_queue = 4;
+    p.queue_timeout_ms = 120000;
+    p.pressure = true;
+    p.pressure_params = mz_pressure_params_default();
+    p.evict_step_pct = 25.0;
+    p.pressure_min_level = MZ_PRESSURE_MEDIUM;
+    p.pressure_interval_ms = 1000;
+    return p;
+}
+
+static void model_id_from_path(const char *path, char *out, size_t cap)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
+    if (n >= cap) n = cap - 1;
+    memcpy(out, base, n);
+    out[n] = '\0';
+}
+
+const mz_pressure_monitor_t *mz_server_monitor(const mz_server_t *s) { return s ? s->mon : NULL; }
+int mz_server_port(const mz_server_t *s) { return s ? s->port : 0; }
+
+mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
+{
+    *out = NULL;
+    if (!p || !p->model_path) return mz_fail(MZ_E_INVAL, "serve: no model");
+    mz_server_t *s = calloc(1, sizeof *s);
+    if (!s) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
+    s->p = *p;
+    mz_server_params d = mz_server_params_default();
+    if (!s->p.host || !*s->p.host) s->p.host = d.host;
+    if (s->p.default_max_tokens <= 0) s->p.default_max_tokens = d.default_max_tokens;
+    if (s->p.max_tokens_limit <= 0) s->p.max_tokens_limit = d.max_tokens_limit;
+    if (!s->p.max_body_bytes) s->p.max_body_bytes = d.max_body_bytes;
+    if (s->p.conn_timeout_s <= 0) s->p.conn_timeout_s = d.conn_timeout_s;
+    if (s->p.max_connections <= 0) s->p.max_connections = d.max_connections;
+    if (s->p.max_queue < 0) s->p.max_queue = 0;
+    if (s->p.queue_timeout_ms <= 0) s->p.queue_timeout_ms = d.queue_timeout_ms;
+    if (s->p.pressure_interval_ms < 0) s->p.pressure_interval_ms = 0;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->snap_mu, NULL);
+    s->created_unix = (long)srv_unix_now();
+    mz_status st = MZ_OK;
+    if (s->p.api_key && *s->p.api_key) {
+        s->api_key = strdup(s->p.api_key);
+        if (!s->api_key) { st = mz_fail(MZ_E_NOMEM, "serve: out of memory"); goto out_free; }
+        s->api_key_len = strlen(s->api_key);
+        s->p.api_key = NULL; /* only our copy, which is wiped at stop */
+    }
+    if (s->p.model_alias && *s->p.model_alias) snprintf(s->model_id, sizeof s->model_id, "%s", s->p.model_alias);
+    else model_id_from_path(s->p.model_path, s->model_id, sizeof s->model_id);
+
+    mz_model_params mp = mz_model_params_default();
+    mp.n_threads = s->p.n_threads;
+    if ((st = mz_model_load(s->p.model_path, &mp, &s->model))) goto out_free;
+    mz_model_get_info(s->model, &s->info);
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = s->p.n_ctx;
+    cp.n_threads = s->p.n_threads;
+    if (s->p.n_batch > 0) cp.n_batch = s->p.n_batch;
+    cp.kv_codec = s->p.kv_codec;
+    cp.swap_dir = s->p.swap_dir;
+    cp.kv_placement = s->p.kv_placement;
+    if ((st = mz_ctx_init(s->model, &cp, &s->ctx))) goto out_free;
+    refresh_snapshot(s);
+
+    /* Bind address: numeric or a name; loopback unless told otherwise. */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char port_s[16];
+    snprintf(port_s, sizeof port_s, "%d", s->p.port);
+    int gai = getaddrinfo(s->p.host, port_s, &hints, &ai);
+    if (gai || !ai) {
+        st = mz_fail(MZ_E_INVAL, "serve: cannot resolve host '%s': %s", s->p.host, gai_strerror(gai));
+        goto out_free;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(flags, (uint16_t)s->p.port, NULL, NULL, on_request, s,
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->p.conn_timeout_s,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned int)s->p.max_connections,
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                              MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->mhd) {
+        st = mz_fail(MZ_E_IO, "serve: cannot listen on %s:%d (in use, or not permitted)", s->p.host, s->p.port);
+        goto out_free;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : s->p.port;
+
+    if (s->p.pressure) {
+        if ((st = mz_pressure_start(&s->p.pressure_params, on_pressure, s, &s->mon))) goto out_free;
+        char desc[1024];
+        mz_pressure_describe(s->mon, desc, sizeof desc);
+        srv_log(s, "pressure monitor: %d of %d interfaces active", mz_pressure_n_active(s->mon), MZ_PRESSURE_N_SOURCES);
+        for (char *save = NULL, *line = strtok_r(desc, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+            srv_log(s, "  %s", line);
+        if (!mz_pressure_n_active(s->mon))
+            srv_log(s, "no pressure interface usable: serving anyway; evict with POST /mz/evict or `mzcache evict`");
+    } else {
+        srv_log(s, "pressure monitor: disabled");
+    }
+    srv_log(s, "serving %s on %s:%d (context %zu tokens, %s)%s", s->model_id, s->p.host, s->port,
+            mz_ctx_n_ctx(s->ctx), s->api_key ? "API key required" : "no API key",
+            strcmp(s->p.host, "127.0.0.1") && strcmp(s->p.host, "::1") && strcmp(s->p.host, "localhost")
+                ? " -- WARNING: not loopback; anyone who can reach this address can use it"
+                : "");
+    *out = s;
+    return MZ_OK;
+out_free:
+    mz_server_stop(s);
+    return st;
+}
+
+void mz_server_stop(mz_server_t *s)
+{
+    if (!s) return;
+    if (s->mhd) {
+        MHD_stop_daemon(s->mhd); /* joins the connection threads: running requests end first */
+        s->mhd = NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    mz_pressure_stop(s->mon);
+    mz_ctx_free(s->ctx);
+    mz_model_free(s->model);
+    if (s->api_key) {
+        volatile char *k = s->api_key;
+        for (size_t i = 0; i < s->api_key_len; i++) k[i] = 0;
+        free(s->api_key);
+    }
+    pthread_mutex_destroy(&s->snap_mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

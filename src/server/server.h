@@ -1,0 +1,108 @@
+/*
+ * server.h — `mzcache serve`: an OpenAI-style HTTP API over one persistent
+ * conversation, with a memory-pressure monitor that gives memory back.
+ *
+ * Built as its own static library (libmzcache_server: libmicrohttpd +
+ * cJSON), so the engine library does not depend on either.
+ *
+ * Endpoints (docs/SERVER.md has the details):
+ *   GET  /health                      liveness (no API key needed)
+ *   GET  /v1/models                   the one model
+ *   POST /v1/chat/completions         chat, streaming (SSE) or not
+ *   POST /v1/completions              raw text completion, streaming or not
+ *   POST /mz/evict                    {"bytes": N} | {"percent": P} | {"all": true}
+ *   POST /mz/restore                  bring everything back now
+ *   GET  /mz/status                   memory by category, last request's timings, events
+ *   GET  /metrics                     Prometheus text format
+ *
+ * Threads: libmicrohttpd runs one thread per connection. The context is
+ * single-threaded, so every use of it (a completion, an eviction, a restore)
+ * holds the engine gate: one holder at a time; completions wait in a bounded
+ * queue (beyond it: 429), the pressure monitor goes ahead of waiting requests.
+ * Status and metrics read a snapshot refreshed whenever the gate is released,
+ * so they answer at once even while a long request runs.
+ */
+#ifndef MZ_SERVER_H
+#define MZ_SERVER_H
+
+#include "mzcache.h"
+#include "pressure/pressure.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct mz_server mz_server_t;
+
+typedef struct mz_server_params {
+    const char *model_path;     /* GGUF file (required) */
+    const char *model_alias;    /* id in /v1/models; NULL = file name without directory and .gguf */
+    const char *host;           /* address to bind (default "127.0.0.1": loopback only) */
+    int port;                   /* default 8080; 0 = any free port (see mz_server_port) */
+    const char *api_key;        /* NULL or "" = no key; else "Authorization: Bearer KEY"
+                                   or "X-API-Key: KEY" on every endpoint but /health */
+    /* Engine. */
+    int n_ctx;                  /* default 4096 */
+    int n_threads;              /* 0 = all cores */
+    int n_batch;                /* 0 = engine default */
+    const char *kv_codec;       /* NULL = q8 */
+    const char *swap_dir;       /* NULL = engine default */
+    mz_kv_placement kv_placement;
+    mz_sampler_params sampler;  /* defaults for fields a request leaves out */
+    /* Limits. */
+    int default_max_tokens;     /* when a request gives none (default 256) */
+    int max_tokens_limit;       /* larger max_tokens → 400 (default 4096) */
+    size_t max_body_bytes;      /* larger bodies → 413 (default 1 MiB) */
+    int conn_timeout_s;         /* idle connection (slow client) timeout (default 30) */
+    int max_connections;        /* default 64 */
+    int max_queue;              /* completions waiting for the engine; more → 429 (default 4) */
+    int queue_timeout_ms;       /* longest wait in that queue, then 503 (default 120000) */
+    /* Pressure → eviction. */
+    bool pressure;              /* start the monitor (default true) */
+    mz_pressure_params pressure_params;
+    double evict_step_pct;      /* per signal: % of the evictable total (default 25) */
+    size_t evict_step_bytes;    /* per signal, in bytes; overrides the % when nonzero */
+    double evict_floor_pct;     /* pressure never takes remaining memory below this % (0) */
+    size_t evict_floor_bytes;   /* ... nor resident + compressed below these bytes (0) */
+    mz_pressure_level pressure_min_level; /* weaker signals are only counted (default MEDIUM) */
+    int pressure_interval_ms;   /* least time between two pressure evictions (default 1000) */
+    FILE *log;                  /* timestamped log lines (default stderr; NULL = stderr) */
+    bool verbose;               /* log every request */
+    int token_delay_ms;         /* artificial pause after each generated token: tests and
+                                   demos of concurrency only (default 0) */
+} mz_server_params;
+
+mz_server_params mz_server_params_default(void);
+
+/* Loads the model, creates the context, starts the pressure monitor and the
+ * HTTP daemon. On error *out is NULL and mz_last_error() says why. */
+MZ_NODISCARD mz_status mz_server_start(const mz_server_params *p, mz_server_t **out);
+/* The port actually bound (useful with port 0). */
+int mz_server_port(const mz_server_t *s);
+/* The pressure monitor (for its description); NULL if disabled. */
+const mz_pressure_monitor_t *mz_server_monitor(const mz_server_t *s);
+/* Stops accepting, waits for running requests, stops the monitor, frees all. */
+void mz_server_stop(mz_server_t *s);
+
+/* ---- a small blocking HTTP/1.1 client (CLI subcommands and tests) ---------------- */
+
+typedef struct mz_http_response {
+    int status;                 /* HTTP status, 0 if none was read */
+    char *body;                 /* NUL-terminated, de-chunked; caller frees */
+    size_t len;
+    char content_type[96];
+    char retry_after[16];
+} mz_http_response;
+
+/* One request on a fresh connection ("Connection: close"). api_key may be
+ * NULL. Returns 0 when a response was read, else -errno (-ETIMEDOUT after
+ * timeout_ms without progress). */
+int mz_http_request(const char *host, int port, const char *method, const char *path,
+                    const char *api_key, const char *body, size_t body_len, int timeout_ms,
+                    mz_http_response *out);
+void mz_http_response_free(mz_http_response *r);
+
+/* "512M", "2G", "300K", "12345", "40%" (percent → *is_pct): 0 on success. */
+int mz_parse_amount(const char *s, double *value, bool *is_pct);
+
+#endif /* MZ_SERVER_H */
