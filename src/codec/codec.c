@@ -2,6 +2,7 @@
  * codec.c — codec registry and the shared blob header (layout in codec.h).
  */
 #include "codec.h"
+#include "codec_cachegen.h"
 
 #include <string.h>
 
@@ -73,6 +74,9 @@ static const mz_codec *builtin(const char *name)
     if (!strcmp(name, "q8") || !strcmp(name, "q8-g64")) return &mz_codec_q8_g64_vt;
     if (!strcmp(name, "q8-g32")) return &mz_codec_q8_g32_vt;
     if (!strcmp(name, "q8-g128")) return &mz_codec_q8_g128_vt;
+    if (!strcmp(name, "cachegen")) return &mz_codec_cachegen_vt;
+    if (!strcmp(name, "cachegen-q7")) return &mz_codec_cachegen_q7_vt;
+    if (!strcmp(name, "cachegen-anchor")) return &mz_codec_cachegen_anchor_vt;
     return NULL;
 }
 
@@ -80,7 +84,8 @@ const mz_codec *mz_codec_find(const char *name)
 {
     const mz_codec *c = name ? builtin(name) : NULL;
     if (!c)
-        mz_fail(MZ_E_INVAL, "unknown codec '%s' (known: raw, q8, q8-g32, q8-g128)",
+        mz_fail(MZ_E_INVAL, "unknown codec '%s' (known: raw, q8, q8-g32, q8-g128, cachegen, "
+                "cachegen-q7, cachegen-anchor)",
                 name ? name : "(null)");
     return c;
 }

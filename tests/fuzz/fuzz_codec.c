@@ -2,20 +2,27 @@
  * fuzz_codec.c — libFuzzer target for every codec's peek/decode, plus the q8
  * idempotency property on whatever decodes.
  *
- * Input: byte 0 selects the codec and mode, the rest is the blob.
+ * Input: byte 0 selects the codec (bits 0-1 and 2) and mode, the rest is the
+ * blob.
  *   - peek and decode with the blob's own count (if <= MAX_N) and with a
  *     wrong count: must never crash or read/write out of bounds (ASan);
  *   - q8, when decoding succeeds: e1 = encode(y), e2 = encode(decode(e1))
  *     must be byte-identical (idempotency), and SIMD encode/decode must equal
  *     the scalar reference;
+ *   - cachegen (bit 2): peek checks structure only, so decode may still fail
+ *     (MZ_E_FORMAT, a corrupt stream); when it succeeds the scalar decode
+ *     must agree and the same idempotency cycle must hold, with parameters
+ *     taken from the blob's own sub-header;
  *   - mode bit 3: the bytes are raw F16 input to every encoder instead.
  *
  * Build: clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc
  *   -Iinclude src/core/core.c src/codec/codec.c src/codec/codec_raw.c
- *   src/codec/codec_q8.c codec_q8_avx2.o tests/fuzz/fuzz_codec.c
+ *   src/codec/codec_q8.c src/codec/codec_cachegen.c codec_q8_avx2.o
+ *   tests/fuzz/fuzz_codec.c
  * Seeds: tests/fuzz/corpus/codec/.
  */
 #include "codec/codec.h"
+#include "codec/codec_cachegen.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +30,7 @@
 #define MAX_N 8192
 
 static mz_f16 g_y[MAX_N + 1], g_y2[MAX_N + 1], g_y3[MAX_N + 1];
-static uint8_t g_e1[MAX_N * 5 + 64], g_e2[MAX_N * 5 + 64];
+static uint8_t g_e1[MAX_N * 8 + 65536], g_e2[MAX_N * 8 + 65536];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -43,12 +50,43 @@ static void check_q8_cycle(const mz_f16 *y, size_t n, unsigned group)
     if (memcmp(g_y2, g_y3, n * 2) != 0) abort(); /* SIMD != scalar */
 }
 
+/* cachegen: e1 = encode(y), e2 = encode(decode(e1)) byte-identical, and the
+ * scalar decode equal to the default one. */
+static void check_cg_cycle(const mz_f16 *y, size_t n, const mz_cachegen_params *p)
+{
+    mz_codec c = mz_codec_cachegen(p);
+    size_t l1, l2, cap = mz_codec_bound(&c, n);
+    if (cap == 0 || cap > sizeof g_e1) return;
+    if (mz_codec_encode(&c, y, n, g_e1, cap, &l1) != MZ_OK) return; /* inf/NaN */
+    if (l1 > cap) abort();
+    if (mz_codec_decode(&c, g_e1, l1, g_y2, n) != MZ_OK) abort();
+    if (mz_cachegen_decode_ref(g_e1, l1, g_y3, n) != MZ_OK) abort();
+    if (memcmp(g_y2, g_y3, n * 2) != 0) abort(); /* SIMD != scalar */
+    if (mz_codec_encode(&c, g_y2, n, g_e2, cap, &l2) != MZ_OK) abort();
+    if (l1 != l2 || memcmp(g_e1, g_e2, l1) != 0) abort(); /* not idempotent */
+}
+
+/* Valid encoder parameters from arbitrary bytes. */
+static mz_cachegen_params cg_params_from(const uint8_t *b)
+{
+    unsigned g = (unsigned)b[0] | (unsigned)b[1] << 8;
+    mz_cachegen_params p = {.row = 1 + g % MZ_CG_ROW_MAX,
+                            .levels_k = 1 + b[4] % MZ_CG_LEVELS_MAX,
+                            .levels_v = 1 + b[5] % MZ_CG_LEVELS_MAX,
+                            .k_chans_log2 = b[6] % 8u,
+                            .v_chans_log2 = b[7] % 8u,
+                            .anchor = b[8] % 8u ? 1u << (b[8] % 8u) : 0};
+    return p;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    static const char *names[] = {"raw", "q8", "q8-g32", "q8-g128"};
+    static const char *names[] = {"raw",      "q8",          "q8-g32",          "q8-g128",
+                                  "cachegen", "cachegen-q7", "cachegen-anchor", "cachegen"};
     unsigned mode = data[0];
-    const mz_codec *c = mz_codec_find(names[mode & 3]);
+    bool cg = (mode & 4) != 0;
+    const mz_codec *c = mz_codec_find(names[mode & 7]);
     data++;
     size--;
     if (mode & 8) {
@@ -56,7 +94,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t n = MZ_MIN(size / 2, (size_t)MAX_N);
         memcpy(g_y, data, n * 2);
         unsigned group = 1 + (mode >> 4) * 9; /* 1, 10, ... 136 */
-        check_q8_cycle(g_y, n, group);
+        if (cg) {
+            uint8_t pb[9] = {(uint8_t)(group * 7), 0, 0, 0, (uint8_t)(mode >> 4),
+                             (uint8_t)(mode >> 3), (uint8_t)(mode >> 5), (uint8_t)mode,
+                             (uint8_t)(mode >> 4)};
+            mz_cachegen_params p = cg_params_from(pb);
+            check_cg_cycle(g_y, n, &p);
+        } else {
+            check_q8_cycle(g_y, n, group);
+        }
         size_t l;
         if (mz_codec_encode(c, g_y, n, g_e1, sizeof g_e1, &l) == MZ_OK &&
             mz_codec_decode(c, g_e1, l, g_y2, n) != MZ_OK)
@@ -64,7 +110,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     size_t n = 0;
-    if (c->peek(c, data, size, &n) == MZ_OK && n <= MAX_N) {
+    if (cg && c->peek(c, data, size, &n) == MZ_OK && n <= MAX_N) {
+        mz_status st = mz_codec_decode(c, data, size, g_y, n);
+        if (st != MZ_OK && st != MZ_E_FORMAT) abort();
+        if (st == MZ_OK) {
+            if (mz_cachegen_decode_ref(data, size, g_y2, n) != MZ_OK) abort();
+            if (memcmp(g_y, g_y2, n * 2) != 0) abort();
+            mz_cachegen_params p = cg_params_from(data + 16);
+            check_cg_cycle(g_y, n, &p);
+        }
+        if (n > 0 && mz_codec_decode(c, data, size, g_y, n - 1) != MZ_E_FORMAT) abort();
+    } else if (!cg && c->peek(c, data, size, &n) == MZ_OK && n <= MAX_N) {
         if (mz_codec_decode(c, data, size, g_y, n) != MZ_OK) abort(); /* peek said valid */
         if (c->name[0] == 'q') {
             if (mz_q8_decode_ref(data, size, g_y2, n) != MZ_OK) abort();

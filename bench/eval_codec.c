@@ -1,0 +1,508 @@
+/*
+ * eval_codec — what each KV codec does to a real model's answers, and how far
+ * each one (and lz4 / zstd, as zRAM would use them) shrinks a real KV cache.
+ *
+ * usage: eval_codec -m MODEL -f TEXT [-f TEXT ...] [-t 2] [--first-cut 4096]
+ *                   [--stride 512] [--max-cuts 4] [--score 256] [--gen 64]
+ *                   [--codecs raw,q8,cachegen,cachegen-layer,cachegen-q7]
+ *                   [--dump-kv FILE]
+ *
+ * For every text: tokenize it; for cut points c = first-cut, +stride, ...
+ * (while c + score fits in the text, at most max-cuts of them), prefill the
+ * first c - 1 tokens (incrementally), keep a pristine copy of the KV chunks,
+ * then for the uncompressed baseline and for every codec:
+ *   1. put the pristine KV back and replace every chunk of the prefix in
+ *      place by decode(encode(chunk)) (through the internal KV cache:
+ *      ctx->kv.chunks[layer][chunk]);
+ *   2. teacher-force tokens c-1 .. c+score-2 one at a time and score the
+ *      model's prediction of tokens c .. c+score-1: negative log-likelihood
+ *      (perplexity), top-1 agreement with the baseline's argmax, and the
+ *      KL divergence from the baseline's distribution;
+ *   3. truncate back, feed token c-1 and generate gen tokens greedily:
+ *      exact match with the baseline's continuation, and the length of the
+ *      common prefix.
+ * Then, on the KV of the first cut (full chunks only), space savings of every
+ * codec and of lz4 / zstd (per whole 192 KiB chunk and per 4 KiB page, the
+ * zRAM granularity), and single-thread encode/decode throughput (thread CPU
+ * time, MB of F16 per second; median of 3 passes).
+ *
+ * Codec names: any of mz_codec_find's, plus "cachegen-layer" (the CacheGen
+ * layer schedule: Q = 15 in the first third of the layers, 7 after) and
+ * "cg-kA-vB" (cachegen with Q = A for K and B for V in every layer).
+ * Output: "key=value" lines (grep-able) and a Markdown table.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "mzcache.h"
+
+#include "codec/codec.h"
+#include "codec/codec_cachegen.h"
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(MZ_HAVE_LZ4)
+#include <lz4.h>
+#endif
+#if defined(MZ_HAVE_ZSTD)
+#include <zstd.h>
+#endif
+
+#define MAX_FILES 8
+#define MAX_CODECS 12
+#define TOK 256 /* positions per KV chunk */
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what, const char *msg)
+{
+    fprintf(stderr, "eval_codec: %s: %s\n", what, msg ? msg : "");
+    exit(1);
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        free(b);
+        return NULL;
+    }
+    fclose(f);
+    b[n] = 0;
+    *len = (size_t)n;
+    return b;
+}
+
+/* ---- codecs under test ------------------------------------------------------------ */
+
+typedef struct codec_eval {
+    char name[32];
+    bool per_layer;        /* cachegen-layer: one codec per layer */
+    mz_codec one;          /* otherwise */
+    mz_codec *layer;       /* [n_layer] when per_layer */
+    /* quality, summed over cut points */
+    double nll;            /* sum of -log p(true token) */
+    double kl;             /* sum of KL(base || codec) */
+    long n_scored, n_agree, n_correct;
+    int n_gen_exact, n_cuts;
+    long gen_prefix;       /* sum of common-prefix lengths */
+} codec_eval;
+
+static const mz_codec *codec_for(const codec_eval *e, int layer)
+{
+    return e->per_layer ? &e->layer[layer] : &e->one;
+}
+
+/* Replaces the first n_chunks chunks of every layer by decode(encode(.)). */
+static void roundtrip_kv(mz_ctx_t *c, const codec_eval *e, size_t n_chunks, uint8_t *scratch,
+                         size_t scratch_cap)
+{
+    size_t n = c->kv.chunk_bytes / 2;
+    for (int l = 0; l < c->kv.n_layer; l++) {
+        const mz_codec *cd = codec_for(e, l);
+        for (size_t ci = 0; ci < n_chunks; ci++) {
+            mz_f16 *buf = (mz_f16 *)(void *)c->kv.chunks[l][ci];
+            size_t len;
+            if (mz_codec_encode(cd, buf, n, scratch, scratch_cap, &len) != MZ_OK)
+                die("encode", mz_last_error());
+            if (mz_codec_decode(cd, scratch, len, buf, n) != MZ_OK) die("decode", mz_last_error());
+        }
+    }
+}
+
+static void save_kv(const mz_ctx_t *c, size_t n_chunks, uint8_t *copy)
+{
+    for (int l = 0; l < c->kv.n_layer; l++)
+        for (size_t ci = 0; ci < n_chunks; ci++)
+            memcpy(copy + ((size_t)l * n_chunks + ci) * c->kv.chunk_bytes, c->kv.chunks[l][ci],
+                   c->kv.chunk_bytes);
+}
+
+static void load_kv(mz_ctx_t *c, size_t n_chunks, const uint8_t *copy)
+{
+    for (int l = 0; l < c->kv.n_layer; l++)
+        for (size_t ci = 0; ci < n_chunks; ci++)
+            memcpy(c->kv.chunks[l][ci], copy + ((size_t)l * n_chunks + ci) * c->kv.chunk_bytes,
+                   c->kv.chunk_bytes);
+}
+
+/* log-softmax of logits into lp (n floats); returns argmax. */
+static int log_softmax(const float *logits, int n, float *lp)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    double mx = logits[best], sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    for (int i = 0; i < n; i++) lp[i] = (float)((double)logits[i] - lse);
+    return best;
+}
+
+static void step(mz_ctx_t *c, mz_token t)
+{
+    if (mz_prefill(c, &t, 1) != MZ_OK) die("prefill", mz_ctx_errmsg(c));
+}
+
+/* ---- KV size and speed table --------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void size_table(mz_ctx_t *c, codec_eval *codecs, int n_codecs, size_t n_full)
+{
+    size_t cb = c->kv.chunk_bytes, n = cb / 2, n_ch = (size_t)c->kv.n_layer * n_full;
+    double raw = (double)cb * (double)n_ch;
+    printf("\n## KV space savings and throughput: %d layers x %zu full chunks = %.1f MiB of F16 "
+           "KV (%zu tokens)\n\n", c->kv.n_layer, n_full, raw / 1048576.0, n_full * TOK);
+    printf("| codec | bytes | ratio | space saving | encode MB/s | decode MB/s |\n");
+    printf("|---|---:|---:|---:|---:|---:|\n");
+    mz_f16 *out = malloc(cb);
+    for (int k = 0; k < n_codecs; k++) {
+        codec_eval *e = &codecs[k];
+        size_t cap = 0;
+        for (int l = 0; l < c->kv.n_layer; l++) cap = MZ_MAX(cap, mz_codec_bound(codec_for(e, l), n));
+        uint8_t *blob = malloc(cap * n_ch);
+        size_t *len = malloc(n_ch * sizeof *len);
+        double te[3], td[3], total = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = cpu_s();
+            for (int l = 0; l < c->kv.n_layer; l++)
+                for (size_t ci = 0; ci < n_full; ci++) {
+                    size_t i = (size_t)l * n_full + ci;
+                    if (mz_codec_encode(codec_for(e, l), (const mz_f16 *)(void *)c->kv.chunks[l][ci], n,
+                                        blob + i * cap, cap, &len[i]) != MZ_OK)
+                        die("encode", mz_last_error());
+                }
+            double t1 = cpu_s();
+            for (int l = 0; l < c->kv.n_layer; l++)
+                for (size_t ci = 0; ci < n_full; ci++) {
+                    size_t i = (size_t)l * n_full + ci;
+                    if (mz_codec_decode(codec_for(e, l), blob + i * cap, len[i], out, n) != MZ_OK)
+                        die("decode", mz_last_error());
+                }
+            double t2 = cpu_s();
+            te[rep] = t1 - t0;
+            td[rep] = t2 - t1;
+        }
+        for (size_t i = 0; i < n_ch; i++) total += (double)len[i];
+        qsort(te, 3, sizeof *te, cmp_double);
+        qsort(td, 3, sizeof *td, cmp_double);
+        printf("| %s | %.0f | %.3f | %.2f %% | %.0f | %.0f |\n", e->name, total, raw / total,
+               100.0 * (1.0 - total / raw), raw / te[1] / 1e6, raw / td[1] / 1e6);
+        printf("size codec=%s bytes=%.0f ratio=%.4f saving_pct=%.3f enc_MBps=%.1f dec_MBps=%.1f\n",
+               e->name, total, raw / total, 100.0 * (1.0 - total / raw), raw / te[1] / 1e6,
+               raw / td[1] / 1e6);
+        free(blob);
+        free(len);
+    }
+    free(out);
+#if defined(MZ_HAVE_LZ4) || defined(MZ_HAVE_ZSTD)
+    /* general-purpose compressors, per chunk and per 4 KiB page (zRAM) */
+    struct {
+        const char *name;
+        int kind, level;
+        size_t unit;
+    } gp[] = {
+#if defined(MZ_HAVE_LZ4)
+        {"lz4 (4 KiB pages)", 0, 1, 4096}, {"lz4 (whole chunk)", 0, 1, 0},
+#endif
+#if defined(MZ_HAVE_ZSTD)
+        {"zstd -3 (4 KiB pages)", 1, 3, 4096}, {"zstd -3 (whole chunk)", 1, 3, 0},
+        {"zstd -19 (whole chunk)", 1, 19, 0},
+#endif
+    };
+    size_t cap = cb + cb / 64 + 1024;
+    uint8_t *dst = malloc(cap);
+    for (size_t g = 0; g < sizeof gp / sizeof gp[0]; g++) {
+        double total = 0;
+        double t0 = cpu_s();
+        for (int l = 0; l < c->kv.n_layer; l++)
+            for (size_t ci = 0; ci < n_full; ci++) {
+                const uint8_t *src = c->kv.chunks[l][ci];
+                size_t unit = gp[g].unit ? gp[g].unit : cb;
+                for (size_t off = 0; off < cb; off += unit) {
+                    size_t sz = MZ_MIN(unit, cb - off), out_len = 0;
+#if defined(MZ_HAVE_LZ4)
+                    if (gp[g].kind == 0)
+                        out_len = (size_t)LZ4_compress_default((const char *)src + off, (char *)dst,
+                                                               (int)sz, (int)cap);
+#endif
+#if defined(MZ_HAVE_ZSTD)
+                    if (gp[g].kind == 1) {
+                        out_len = ZSTD_compress(dst, cap, src + off, sz, gp[g].level);
+                        if (ZSTD_isError(out_len)) die("zstd", ZSTD_getErrorName(out_len));
+                    }
+#endif
+                    /* zRAM stores a page that does not shrink as it is */
+                    total += (double)MZ_MIN(out_len ? out_len : sz, sz);
+                }
+            }
+        double t1 = cpu_s();
+        printf("| %s | %.0f | %.3f | %.2f %% | %.0f | — |\n", gp[g].name, total, raw / total,
+               100.0 * (1.0 - total / raw), raw / (t1 - t0) / 1e6);
+        printf("size codec=%s bytes=%.0f ratio=%.4f saving_pct=%.3f enc_MBps=%.1f\n", gp[g].name,
+               total, raw / total, 100.0 * (1.0 - total / raw), raw / (t1 - t0) / 1e6);
+    }
+    free(dst);
+#else
+    printf("(lz4/zstd: not built in; install liblz4-dev and libzstd-dev and re-run cmake)\n");
+#endif
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *files[MAX_FILES], *codec_list = "raw,q8,cachegen,cachegen-layer,cachegen-q7";
+    const char *dump = NULL;
+    int n_files = 0, threads = 2, first_cut = 4096, stride = 512, max_cuts = 4, n_score = 256,
+        n_gen = 64;
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) die("missing value for", a);
+        if (!strcmp(a, "-m")) model = v;
+        else if (!strcmp(a, "-f") && n_files < MAX_FILES) files[n_files++] = v;
+        else if (!strcmp(a, "-t")) threads = atoi(v);
+        else if (!strcmp(a, "--first-cut")) first_cut = atoi(v);
+        else if (!strcmp(a, "--stride")) stride = atoi(v);
+        else if (!strcmp(a, "--max-cuts")) max_cuts = atoi(v);
+        else if (!strcmp(a, "--score")) n_score = atoi(v);
+        else if (!strcmp(a, "--gen")) n_gen = atoi(v);
+        else if (!strcmp(a, "--codecs")) codec_list = v;
+        else if (!strcmp(a, "--dump-kv")) dump = v;
+        else die("unknown option", a);
+    }
+    if (!model || !n_files || first_cut < 2 || stride < 1 || n_score < 1 || n_gen < 0)
+        die("usage", "eval_codec -m MODEL -f TEXT [-f TEXT..] [-t N] [--first-cut N] [--stride N] "
+                     "[--max-cuts N] [--score N] [--gen N] [--codecs a,b,..] [--dump-kv FILE]");
+
+    mz_model_t *m = NULL;
+    if (mz_model_load(model, NULL, &m) != MZ_OK) die(model, mz_last_error());
+    mz_model_info mi;
+    mz_model_get_info(m, &mi);
+    int n_vocab = mz_model_n_vocab(m);
+
+    /* codecs */
+    codec_eval codecs[MAX_CODECS + 1];
+    int n_codecs = 0;
+    memset(codecs, 0, sizeof codecs);
+    snprintf(codecs[0].name, sizeof codecs[0].name, "baseline (F16)");
+    char list[256];
+    snprintf(list, sizeof list, "%s", codec_list);
+    for (char *tok = strtok(list, ","); tok && n_codecs < MAX_CODECS; tok = strtok(NULL, ",")) {
+        codec_eval *e = &codecs[1 + n_codecs];
+        snprintf(e->name, sizeof e->name, "%s", tok);
+        if (!strcmp(tok, "cachegen-layer")) {
+            e->per_layer = true;
+            e->layer = calloc((size_t)mi.n_layer, sizeof *e->layer);
+            for (int l = 0; l < mi.n_layer; l++) {
+                mz_cachegen_params p =
+                    mz_cachegen_params_layer((unsigned)mi.head_dim, (unsigned)l, (unsigned)mi.n_layer);
+                e->layer[l] = mz_codec_cachegen(&p);
+            }
+        } else if (!strncmp(tok, "cg-k", 4)) {
+            /* cg-kA-vB: cachegen with Q = A for K and B for V in every layer */
+            unsigned qk = 0, qv = 0;
+            if (sscanf(tok, "cg-k%u-v%u", &qk, &qv) != 2 || qk < 1 || qk > MZ_CG_LEVELS_MAX ||
+                qv < 1 || qv > MZ_CG_LEVELS_MAX)
+                die("bad codec spec (want cg-kA-vB, 1 <= A, B <= 31)", tok);
+            mz_cachegen_params p = mz_cachegen_params_default((unsigned)mi.head_dim);
+            p.levels_k = qk;
+            p.levels_v = qv;
+            e->one = mz_codec_cachegen(&p);
+        } else if (!strncmp(tok, "cachegen", 8)) {
+            const mz_codec *f = mz_codec_find(tok);
+            if (!f) die(tok, mz_last_error());
+            /* the registry's entries assume head_dim 64: rebuild for this model */
+            mz_cachegen_params p = mz_cachegen_params_of(f);
+            p.row = (unsigned)mi.head_dim;
+            e->one = mz_codec_cachegen(&p);
+            e->one.name = f->name;
+        } else {
+            const mz_codec *f = mz_codec_find(tok);
+            if (!f) die(tok, mz_last_error());
+            e->one = *f;
+        }
+        n_codecs++;
+    }
+
+    printf("# eval_codec: model %s (%s, %d layers, %d KV heads x %d), %d threads\n", model,
+           mi.name, mi.n_layer, mi.n_head_kv, mi.head_dim, threads);
+    double t_start = wall_s();
+    float *lp_base = NULL, *lp = malloc((size_t)n_vocab * sizeof *lp);
+    mz_token *gen_base = malloc((size_t)(n_gen + 1) * sizeof *gen_base);
+    bool sized = false;
+
+    for (int fi = 0; fi < n_files; fi++) {
+        size_t tlen;
+        char *text = read_file(files[fi], &tlen);
+        if (!text) die(files[fi], "cannot read");
+        size_t n_tok = 0, cap_tok = tlen + 16; /* a token covers at least one byte */
+        mz_token *toks = malloc(cap_tok * sizeof *toks);
+        if (!toks || mz_tokenize(m, text, tlen, true, false, toks, cap_tok, &n_tok) != MZ_OK)
+            die(files[fi], mz_last_error());
+        int cuts[64], n_cuts = 0;
+        for (long cpos = first_cut; cpos + n_score <= (long)n_tok && n_cuts < max_cuts && n_cuts < 64;
+             cpos += stride)
+            cuts[n_cuts++] = (int)cpos;
+        printf("text file=%s bytes=%zu tokens=%zu cuts=%d\n", files[fi], tlen, n_tok, n_cuts);
+        fflush(stdout);
+        if (!n_cuts) continue;
+
+        mz_ctx_params cp = mz_ctx_params_default();
+        cp.n_threads = threads;
+        cp.n_ctx = cuts[n_cuts - 1] + n_score + n_gen + 16;
+        mz_ctx_t *c = NULL;
+        if (mz_ctx_init(m, &cp, &c) != MZ_OK) die("ctx", mz_last_error());
+        size_t scratch_cap = 0;
+        for (int k = 1; k <= n_codecs; k++)
+            for (int l = 0; l < mi.n_layer; l++)
+                scratch_cap = MZ_MAX(scratch_cap, mz_codec_bound(codec_for(&codecs[k], l),
+                                                                 c->kv.chunk_bytes / 2));
+        uint8_t *scratch = malloc(scratch_cap);
+        size_t max_chunks = (size_t)(cuts[n_cuts - 1] + TOK - 1) / TOK;
+        uint8_t *pristine = malloc(max_chunks * (size_t)mi.n_layer * c->kv.chunk_bytes);
+        if (!lp_base) lp_base = malloc((size_t)n_score * (size_t)n_vocab * sizeof *lp_base);
+        if (!scratch || !pristine || !lp_base) die("malloc", "out of memory");
+
+        for (int ki = 0; ki < n_cuts; ki++) {
+            size_t cut = (size_t)cuts[ki], P = cut - 1;
+            double t0 = wall_s();
+            size_t have = mz_ctx_n_tokens(c);
+            if (have > P && mz_ctx_truncate(c, P) != MZ_OK) die("truncate", mz_ctx_errmsg(c));
+            have = mz_ctx_n_tokens(c);
+            if (have < P && mz_prefill(c, toks + have, P - have) != MZ_OK)
+                die("prefill", mz_ctx_errmsg(c));
+            size_t n_ch = (P + TOK - 1) / TOK;
+            save_kv(c, n_ch, pristine);
+            if (!sized) {
+                if (dump) {
+                    FILE *df = fopen(dump, "wb");
+                    if (!df || fwrite(pristine, c->kv.chunk_bytes, n_ch * (size_t)mi.n_layer, df) !=
+                                   n_ch * (size_t)mi.n_layer)
+                        die(dump, "cannot write");
+                    fclose(df);
+                    printf("dumped %zu chunks per layer (layer-major) to %s\n", n_ch, dump);
+                }
+                size_table(c, codecs + 1, n_codecs, P / TOK);
+                sized = true;
+                printf("\n");
+            }
+            printf("cut file=%s cut=%zu prefill_s=%.1f\n", files[fi], cut, wall_s() - t0);
+            fflush(stdout);
+            for (int k = 0; k <= n_codecs; k++) {
+                codec_eval *e = &codecs[k];
+                double t1 = wall_s();
+                if (mz_ctx_truncate(c, P) != MZ_OK) die("truncate", mz_ctx_errmsg(c));
+                load_kv(c, n_ch, pristine);
+                if (k > 0) roundtrip_kv(c, e, n_ch, scratch, scratch_cap);
+                /* teacher-forced scoring of tokens cut .. cut+score-1 */
+                double nll = 0, kl = 0;
+                long agree = 0, correct = 0;
+                for (int s = 0; s < n_score; s++) {
+                    step(c, toks[P + (size_t)s]);
+                    mz_token want = toks[cut + (size_t)s];
+                    float *dstp = k == 0 ? lp_base + (size_t)s * n_vocab : lp;
+                    int am = log_softmax(mz_ctx_logits(c), n_vocab, dstp);
+                    nll -= dstp[want];
+                    correct += am == want;
+                    if (k > 0) {
+                        const float *b = lp_base + (size_t)s * n_vocab;
+                        int bm = 0;
+                        double d = 0;
+                        for (int v = 0; v < n_vocab; v++) {
+                            if (b[v] > b[bm]) bm = v;
+                            d += exp((double)b[v]) * ((double)b[v] - (double)lp[v]);
+                        }
+                        kl += d;
+                        agree += am == bm;
+                    } else {
+                        agree++;
+                    }
+                }
+                /* greedy continuation */
+                if (mz_ctx_truncate(c, P) != MZ_OK) die("truncate", mz_ctx_errmsg(c));
+                step(c, toks[P]);
+                int prefix = -1;
+                bool exact = true;
+                for (int g = 0; g < n_gen; g++) {
+                    const float *lg = mz_ctx_logits(c);
+                    mz_token best = 0;
+                    for (int v = 1; v < n_vocab; v++)
+                        if (lg[v] > lg[best]) best = v;
+                    if (k == 0) gen_base[g] = best;
+                    else if (best != gen_base[g]) {
+                        if (prefix < 0) prefix = g;
+                        exact = false;
+                    }
+                    if (g + 1 < n_gen) step(c, best);
+                }
+                if (prefix < 0) prefix = n_gen;
+                e->nll += nll;
+                e->kl += kl;
+                e->n_scored += n_score;
+                e->n_agree += agree;
+                e->n_correct += correct;
+                e->n_gen_exact += exact;
+                e->gen_prefix += prefix;
+                e->n_cuts++;
+                printf("quality file=%s cut=%zu codec=%s ppl=%.4f top1_agree=%.4f top1_acc=%.4f "
+                       "kl=%.5f gen_exact=%d gen_prefix=%d secs=%.1f\n", files[fi], cut, e->name,
+                       exp(nll / n_score), (double)agree / n_score, (double)correct / n_score,
+                       kl / n_score, exact, prefix, wall_s() - t1);
+                fflush(stdout);
+            }
+        }
+        mz_ctx_free(c);
+        free(scratch);
+        free(pristine);
+        free(toks);
+        free(text);
+    }
+
+    printf("\n## Quality against the uncompressed KV (%d scored tokens and one %d-token greedy "
+           "continuation per cut point)\n\n", codecs[0].n_cuts ? (int)(codecs[0].n_scored / codecs[0].n_cuts) : 0, n_gen);
+    printf("| codec | perplexity | change | top-1 agreement | top-1 accuracy | mean KL (nats) | "
+           "greedy %d exact | mean common prefix |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", n_gen);
+    double ppl0 = codecs[0].n_scored ? exp(codecs[0].nll / (double)codecs[0].n_scored) : 0;
+    for (int k = 0; k <= n_codecs; k++) {
+        codec_eval *e = &codecs[k];
+        if (!e->n_scored) continue;
+        double ppl = exp(e->nll / (double)e->n_scored);
+        printf("| %s | %.4f | %+.2f %% | %.2f %% | %.2f %% | %.5f | %d / %d | %.1f |\n", e->name, ppl,
+               100.0 * (ppl / ppl0 - 1.0), 100.0 * (double)e->n_agree / (double)e->n_scored,
+               100.0 * (double)e->n_correct / (double)e->n_scored, e->kl / (double)e->n_scored,
+               e->n_gen_exact, e->n_cuts, (double)e->gen_prefix / e->n_cuts);
+    }
+    printf("\ntotal_wall_s=%.0f\n", wall_s() - t_start);
+    free(lp);
+    free(lp_base);
+    free(gen_base);
+    mz_model_free(m);
+    return 0;
+}
