@@ -15,21 +15,7 @@
 
 /* Thread CPU time in ms: throughput on a shared machine is measured per CPU
  * second actually given to this thread, not per wall second. */
-static double cpu_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static unsigned long long g_rng = 0x5eed1234abcdULL;
-
-static float rand_normal(void)
-{
-    float u1 = 0.5f * (t_rand_float(&g_rng) + 1.0f), u2 = t_rand_float(&g_rng);
-    if (u1 < 1e-7f) u1 = 1e-7f;
-    return sqrtf(-2.0f * logf(u1)) * cosf(3.14159265f * u2);
-}
 
 static mz_f16 h(float f) { return mz_cdc_f32_to_f16(f); }
 static float fl(mz_f16 x) { return mz_cdc_f16_to_f32(x); }
@@ -251,10 +237,10 @@ static void fill_kv(mz_f16 *x, int n_head_kv, int head_dim, float base)
 {
     float chan[256];
     for (int d = 0; d < head_dim; d++)
-        chan[d] = base * (t_rand_u64(&g_rng) % 16 == 0 ? 8.0f : 0.5f + fabsf(rand_normal()));
+        chan[d] = base * (t_rand_u64(&g_rng) % 16 == 0 ? 8.0f : 0.5f + fabsf(t_rand_normal(&g_rng)));
     size_t n = (size_t)n_head_kv * 256 * (size_t)head_dim * 2;
     for (size_t i = 0; i < n; i++) {
-        float v = rand_normal() * chan[i % (size_t)head_dim];
+        float v = t_rand_normal(&g_rng) * chan[i % (size_t)head_dim];
         if (t_rand_u64(&g_rng) % 1000 == 0) v *= 30.0f;
         x[i] = h(fminf(fmaxf(v, -65000.0f), 65000.0f));
     }
@@ -284,7 +270,7 @@ static void test_q8_realistic(void)
 /* Adversarial groups: each generator fills one group of k values. */
 static void fill_adversarial(mz_f16 *x, size_t k, int kind)
 {
-    float a = rand_normal() * 100.0f;
+    float a = t_rand_normal(&g_rng) * 100.0f;
     mz_f16 lo = rand_finite_bits(), hi = rand_finite_bits();
     for (size_t j = 0; j < k; j++) {
         uint64_t r = t_rand_u64(&g_rng);
@@ -298,11 +284,11 @@ static void fill_adversarial(mz_f16 *x, size_t k, int kind)
         case 6: x[j] = (r % 3 == 0) ? lo : (r % 3 == 1) ? hi : rand_finite_bits(); break;
         case 7: x[j] = h(a + (float)(r % 5) * 0.001f); break;             /* dense near a */
         case 8: x[j] = (mz_f16)(0x7bffu - (r % 4)); break;                /* near f16 max */
-        case 9: x[j] = (r % 8 == 0) ? h(fminf(fmaxf(rand_normal() * 30000.0f, -65504.0f), 65504.0f))
-                                    : h(rand_normal() * 1e-4f); break;
+        case 9: x[j] = (r % 8 == 0) ? h(fminf(fmaxf(t_rand_normal(&g_rng) * 30000.0f, -65504.0f), 65504.0f))
+                                    : h(t_rand_normal(&g_rng) * 1e-4f); break;
         case 10: x[j] = (mz_f16)((r & 0x8000u) | (0x0400u + (r % 64))); break; /* around min normal */
         case 11: x[j] = (r % 2) ? (mz_f16)(lo & 0x7fffu) : (mz_f16)((lo & 0x7fffu) + 1u); break;
-        default: x[j] = h(rand_normal() * (float)(1 << (r % 16)) * 1e-3f); break;
+        default: x[j] = h(t_rand_normal(&g_rng) * (float)(1 << (r % 16)) * 1e-3f); break;
         }
     }
 }
@@ -366,7 +352,7 @@ static void test_q8_random_bulk(void)
     int fails = 0;
     for (int t = 0; t < 8; t++) {
         for (size_t i = 0; i < n; i++) {
-            float v = rand_normal();
+            float v = t_rand_normal(&g_rng);
             if (t_rand_u64(&g_rng) % 200 == 0) v *= 50.0f;
             x[i] = h(v * (t & 1 ? 1.0f : 0.05f));
         }
@@ -422,7 +408,7 @@ static void test_q8_format(void)
 
     /* malformed: every truncation / extension of a valid 2-group blob fails */
     mz_f16 v[100];
-    for (int i = 0; i < 100; i++) v[i] = h(rand_normal());
+    for (int i = 0; i < 100; i++) v[i] = h(t_rand_normal(&g_rng));
     uint8_t good[256], tmp[300];
     size_t glen;
     mz_f16 out[101];
@@ -560,12 +546,12 @@ static void test_simd_vs_scalar(void)
 static double decode_gbps(const mz_codec *c, const uint8_t *blob, size_t len, mz_f16 *out,
                           size_t n)
 {
-    double t0 = cpu_ms(), t;
+    double t0 = t_cpu_ms(), t;
     long iters = 0;
     do {
         if (mz_codec_decode(c, blob, len, out, n) != MZ_OK) return -1;
         iters++;
-        t = cpu_ms() - t0;
+        t = t_cpu_ms() - t0;
     } while (t < 200.0);
     return (double)iters * (double)n * 2.0 / (t * 1e6);
 }
@@ -579,22 +565,22 @@ static void test_throughput(void)
     size_t cap = mz_codec_bound(c, n), len;
     uint8_t *blob = malloc(cap);
     fill_kv(x, n_head_kv, head_dim, 1.0f);
-    double t0 = cpu_ms();
+    double t0 = t_cpu_ms();
     int reps = 0;
     do {
         CHECK_EQ_INT(mz_codec_encode(c, x, n, blob, cap, &len), MZ_OK);
         reps++;
-    } while (cpu_ms() - t0 < 200.0);
-    double enc = (double)reps * (double)n * 2.0 / ((cpu_ms() - t0) * 1e6);
+    } while (t_cpu_ms() - t0 < 200.0);
+    double enc = (double)reps * (double)n * 2.0 / ((t_cpu_ms() - t0) * 1e6);
     mz_q8_force_scalar(true);
     double scalar = decode_gbps(c, blob, len, y, n);
-    t0 = cpu_ms();
+    t0 = t_cpu_ms();
     reps = 0;
     do {
         CHECK_EQ_INT(mz_codec_encode(c, x, n, blob, cap, &len), MZ_OK);
         reps++;
-    } while (cpu_ms() - t0 < 200.0);
-    double enc_scalar = (double)reps * (double)n * 2.0 / ((cpu_ms() - t0) * 1e6);
+    } while (t_cpu_ms() - t0 < 200.0);
+    double enc_scalar = (double)reps * (double)n * 2.0 / ((t_cpu_ms() - t0) * 1e6);
     mz_q8_force_scalar(false);
     double best = decode_gbps(c, blob, len, y, n);
     const mz_codec *raw = mz_codec_find("raw");

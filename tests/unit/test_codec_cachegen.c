@@ -17,22 +17,8 @@
 
 static unsigned long long g_rng = 0xc0dec0de1234ULL;
 
-static float rand_normal(void)
-{
-    float u1 = 0.5f * (t_rand_float(&g_rng) + 1.0f), u2 = t_rand_float(&g_rng);
-    if (u1 < 1e-7f) u1 = 1e-7f;
-    return sqrtf(-2.0f * logf(u1)) * cosf(3.14159265f * u2);
-}
-
 static mz_f16 h(float f) { return mz_cdc_f32_to_f16(f); }
 static float fl(mz_f16 x) { return mz_cdc_f16_to_f32(x); }
-
-static double cpu_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* A KV chunk shaped like a real one: K then V, [heads][256][hd]; K rows have
  * a few outlier channels (large, mostly one sign), V rows are plain normals,
@@ -45,7 +31,7 @@ static void fill_kv(mz_f16 *x, unsigned heads, unsigned hd)
             for (unsigned t = 0; t < 256; t++) {
                 float tok_scale = 0.5f + 1.5f * (0.5f * (t_rand_float(&g_rng) + 1.0f));
                 for (unsigned d = 0; d < hd; d++) {
-                    float v = rand_normal() * tok_scale;
+                    float v = t_rand_normal(&g_rng) * tok_scale;
                     if (kv == 0 && (d % 16) == 3) v = 8.0f + 2.0f * v; /* outlier channel */
                     x[kv * per + ((size_t)hh * 256 + t) * hd + d] = h(v);
                 }
@@ -224,15 +210,15 @@ static void test_idempotent_adversarial(void)
             case 2: v = h(1.0f); break;                                  /* constant */
             case 3: v = (mz_f16)(t_rand_u64(&g_rng) & 0x83ffu); break;   /* subnormals */
             case 4: v = (i % 16 == 0) ? 0x7bff : (mz_f16)(t_rand_u64(&g_rng) & 0x80ffu); break;
-            case 5: v = (i % 16 == 5) ? h(-65504.0f) : h(rand_normal()); break;
+            case 5: v = (i % 16 == 5) ? h(-65504.0f) : h(t_rand_normal(&g_rng)); break;
             case 6: v = (mz_f16)(0x3c00u + (t_rand_u64(&g_rng) & 0x7u)); break; /* plateaus */
             case 7: v = (i % 16 == 0) ? 0x0001 : 0; break;               /* smallest subnormal */
             case 8: { /* random finite bit patterns */
                 do v = (mz_f16)t_rand_u64(&g_rng); while ((v & 0x7c00u) == 0x7c00u);
                 break;
             }
-            case 9: v = h(ldexpf(rand_normal(), (int)(i % 36) - 24)); break; /* wide ranges */
-            case 10: v = (i % 16 == 7) ? h(1000.0f) : h(1e-3f * rand_normal()); break;
+            case 9: v = h(ldexpf(t_rand_normal(&g_rng), (int)(i % 36) - 24)); break; /* wide ranges */
+            case 10: v = (i % 16 == 7) ? h(1000.0f) : h(1e-3f * t_rand_normal(&g_rng)); break;
             default: v = h((float)((int)(i % 31) - 15) * 0.1f); break;   /* exact grid values */
             }
             x[i] = v;
@@ -260,7 +246,7 @@ static void test_errors(void)
     const mz_codec *c = mz_codec_find("cachegen");
     size_t n = 2 * 256 * 64;
     mz_f16 *x = malloc(n * 2), *y = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) x[i] = h(rand_normal());
+    for (size_t i = 0; i < n; i++) x[i] = h(t_rand_normal(&g_rng));
     size_t cap = mz_codec_bound(c, n), len = 0;
     uint8_t *blob = malloc(cap);
     /* bound respected: a buffer one byte short is refused, nothing written past it */
@@ -364,11 +350,11 @@ static void test_throughput(void)
         size_t cap = mz_codec_bound(c, n), len = 0;
         uint8_t *blob = malloc(cap);
         int reps = 5;
-        double t0 = cpu_ms();
+        double t0 = t_cpu_ms();
         for (int r = 0; r < reps; r++) CHECK(mz_codec_encode(c, x, n, blob, cap, &len) == MZ_OK);
-        double t1 = cpu_ms();
+        double t1 = t_cpu_ms();
         for (int r = 0; r < reps; r++) CHECK(mz_codec_decode(c, blob, len, y, n) == MZ_OK);
-        double t2 = cpu_ms();
+        double t2 = t_cpu_ms();
         double mb = 2.0 * (double)n * reps / 1e6;
         printf("  %-12s ratio %.2fx  encode %.0f MB/s  decode %.0f MB/s (%s, synthetic chunk)\n",
                names[k], 2.0 * (double)n / (double)len, mb / ((t1 - t0) / 1e3),

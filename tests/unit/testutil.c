@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int t_checks;
@@ -167,4 +168,18 @@ long t_resident_pages(const char *path)
     }
     close(fd);
     return n;
+}
+
+float t_rand_normal(unsigned long long *state)
+{
+    float u1 = 0.5f * (t_rand_float(state) + 1.0f), u2 = t_rand_float(state);
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(3.14159265f * u2);
+}
+
+double t_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }

@@ -56,6 +56,9 @@ char *t_read_file(const char *path, size_t *len);
 /* Simple deterministic RNG for test data. */
 unsigned long long t_rand_u64(unsigned long long *state);
 float t_rand_float(unsigned long long *state); /* uniform in [-1, 1) */
+float t_rand_normal(unsigned long long *state); /* standard normal (Box-Muller) */
+/* CPU time of the calling thread, for throughput figures that ignore other load. */
+double t_cpu_ms(void);
 
 
 
