@@ -392,6 +392,74 @@ MZ_API mz_gen_params mz_gen_params_default(void);
 /* Writes a deterministic random-weight GGUF v3 file. */
 MZ_API MZ_NODISCARD mz_status mz_gen_model(const char *out_path, const mz_gen_params *p);
 
+
+/* ---- restore_generate: pipelined restore (paper §4.2, §6.3) ---------------------
+ *
+ * mz_prefill restores each evicted unit on the calling thread just before the
+ * forward pass reads it. mz_prefill_restore / mz_restore_generate instead
+ * start three restore workers as the request arrives — allocation (re-enable
+ * and pre-fault unit ranges ahead of the loaders, forward order), storage
+ * (weight blocks from the model file with O_DIRECT, stored KV chunks from the
+ * swap file) and memory (decode the compressed stack from its top) — and the
+ * forward pass begins at once on what is resident, waiting per unit (a
+ * layer's weights before the layer, each KV chunk before its attention),
+ * never for the whole model. Answers are identical to mz_restore followed by
+ * mz_prefill. On error (the message names the unit) the failed unit stays
+ * evicted with its copy intact, the context is truncated back as mz_prefill
+ * does, and a later call retries. Do not call mz_evict from another thread
+ * while a request runs (eviction is an owner-thread call). */
+typedef enum mz_restore_overlap {
+    MZ_OVERLAP_ALL = 0,            /* allocation || reload || prefill (default) */
+    MZ_OVERLAP_NONE = 1,           /* allocate all, then reload all, then prefill */
+    MZ_OVERLAP_ALLOC_RELOAD = 2,   /* allocation || reload, then prefill */
+    MZ_OVERLAP_RELOAD_PREFILL = 3  /* allocate all, then reload || prefill */
+} mz_restore_overlap;
+
+typedef struct mz_restore_params {
+    mz_restore_overlap overlap;
+    int n_restore_threads;     /* 0 = default (3: one per activity); reserved for the
+                                  measured compute/restore split, other values act as 3 */
+    unsigned debug_delay_us;   /* tests: random delay (0..this) before each worker step */
+    uint64_t seed;             /* seed of those delays */
+} mz_restore_params;
+MZ_API mz_restore_params mz_restore_params_default(void);
+
+/* Per-request breakdown. Worker times are busy time of each activity (they
+ * overlap each other and the prefill). */
+typedef struct mz_restore_timings {
+    double alloc_ms;           /* allocation worker: map + pre-fault */
+    double storage_ms;         /* storage path: reads (+ decode of stored compressed chunks) */
+    double mem_ms;             /* memory path: decoding from the compressed stack */
+    double restore_ms;         /* request start -> every unit ready (wall) */
+    double stall_ms;           /* the forward pass waiting for units */
+    double prefill_ms;         /* the prompt's forward pass, stalls included */
+    double ttft_ms;            /* request start -> first token's logits (restore_generate:
+                                  the first token sampled) */
+    size_t n_units, n_storage_units, n_mem_units, n_ready;
+} mz_restore_timings;
+
+/* mz_prefill with the restore pipelined (contract of mz_prefill otherwise).
+ * p NULL = defaults; out (optional) receives the breakdown, which is also
+ * kept for mz_get_last_restore_timings. */
+MZ_API MZ_NODISCARD mz_status mz_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                                                 const mz_restore_params *p,
+                                                 mz_restore_timings *out);
+
+/* Called with each generated token; return false to stop. */
+typedef bool (*mz_token_fn)(void *user, mz_token t);
+
+/* The paper's restore_generate: mz_prefill_restore of the prompt, then up to
+ * max_tokens tokens sampled with s (NULL = greedy) and fed back, each passed
+ * to cb (may be NULL), stopping at an end-of-generation token (not passed
+ * on, not fed back). *n_generated (optional) counts the tokens passed. */
+MZ_API MZ_NODISCARD mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                                                  const mz_restore_params *p, mz_sampler_t *s,
+                                                  size_t max_tokens, mz_token_fn cb, void *user,
+                                                  size_t *n_generated, mz_restore_timings *out);
+
+/* Breakdown of the context's last pipelined restore (zeros before the first). */
+MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *out);
+
 #ifdef __cplusplus
 }
 #endif

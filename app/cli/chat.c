@@ -41,7 +41,8 @@ static void conv_free(conversation *c)
 
 /* Brings the context to exactly `toks`, reusing the common prefix. The
  * last token is always re-run so its logits are fresh. */
-static mz_status sync_context(mz_ctx_t *ctx, const mz_token *toks, size_t n, size_t *n_reused)
+static mz_status sync_context(mz_ctx_t *ctx, const mz_token *toks, size_t n, size_t *n_reused,
+                              const mz_restore_params *rp)
 {
     const mz_token *have = mz_ctx_tokens(ctx);
     size_t n_have = mz_ctx_n_tokens(ctx), common = 0;
@@ -50,7 +51,28 @@ static mz_status sync_context(mz_ctx_t *ctx, const mz_token *toks, size_t n, siz
     mz_status s = mz_ctx_truncate(ctx, common);
     if (s) return s;
     *n_reused = common;
-    return mz_prefill(ctx, toks + common, n - common);
+    /* Evicted units come back through the restore workers while the
+     * forward pass runs (restore_generate). */
+    return mz_prefill_restore(ctx, toks + common, n - common, rp, NULL);
+}
+
+static int parse_overlap(const char *name, mz_restore_overlap *out)
+{
+    static const char *const names[] = {"all", "none", "alloc-reload", "reload-prefill"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, names[i])) return *out = (mz_restore_overlap)i, 0;
+    return -1;
+}
+
+static void print_restore_timings(const mz_ctx_t *ctx)
+{
+    mz_restore_timings t;
+    mz_get_last_restore_timings(ctx, &t);
+    fprintf(stderr, "restore: %zu units (%zu storage, %zu memory) | alloc %.1f ms, storage %.1f ms, "
+                    "memory %.1f ms, all ready %.1f ms | prefill %.1f ms, stalled %.1f ms | "
+                    "TTFT %.1f ms\n",
+            t.n_units, t.n_storage_units, t.n_mem_units, t.alloc_ms, t.storage_ms, t.mem_ms,
+            t.restore_ms, t.prefill_ms, t.stall_ms, t.ttft_ms);
 }
 
 /* "40%" (of the evictable total), "300M", "2G", "512K", "12345", "all". */
@@ -150,12 +172,20 @@ int cmd_chat(int argc, char **argv)
     cli_opts_defaults(&o);
     const char *system = NULL;
     bool show_timings = false;
+    mz_restore_params rp = mz_restore_params_default();
     for (int i = 1; i < argc; i++) {
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
         else if (!strcmp(argv[i], "--timings")) show_timings = true;
+        else if (!strcmp(argv[i], "--restore-overlap") && i + 1 < argc) {
+            if (parse_overlap(argv[++i], &rp.overlap)) {
+                fprintf(stderr, "mzcache chat: unknown overlap mode '%s' (all, none, "
+                                "alloc-reload, reload-prefill)\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
         else if (!strcmp(argv[i], "--swap-dir") && i + 1 < argc) swap_dir = argv[++i];
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
@@ -182,7 +212,10 @@ int cmd_chat(int argc, char **argv)
                    "time of each path. Evicted parts come back by themselves when\n"
                    "the next message needs them.\n\n"
                    "      --system TEXT       system message\n"
-                   "      --timings           print speed after every answer\n"
+                   "      --timings           print speed and the restore breakdown after every\n"
+                   "                          answer\n"
+                   "      --restore-overlap M all (default: allocation, reload and prefill overlap),\n"
+                   "                          none, alloc-reload, reload-prefill (paper Fig. 11a)\n"
                    "      --codec NAME        KV codec for compressed chunks: q8 (default), q8-g32,\n"
                    "                          q8-g128, raw\n"
                    "      --swap-dir DIR      where the swap file goes (default\n"
@@ -267,7 +300,7 @@ int cmd_chat(int argc, char **argv)
         free(formatted);
         if (s) goto out;
         mz_ctx_reset_timings(ctx);
-        s = sync_context(ctx, toks, n, &reused);
+        s = sync_context(ctx, toks, n, &reused, &rp);
         free(toks);
         if (s) {
             fprintf(stderr, "mzcache: %s\n", mz_ctx_errmsg(ctx));
@@ -287,6 +320,7 @@ int cmd_chat(int argc, char **argv)
         if (show_timings && !o.quiet) {
             fprintf(stderr, "(reused %zu cached tokens)", reused);
             cli_print_timings(ctx);
+            print_restore_timings(ctx);
         }
         if (s) goto out;
     }

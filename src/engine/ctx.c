@@ -208,3 +208,95 @@ mz_status mz_restore(mz_ctx_t *c, mz_restore_report *report)
 }
 
 void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out) { mz_mem_get_stats(c->mem, out); }
+
+/* ---- restore_generate (pipelined restore; manager.c has the workers) -------------- */
+
+mz_restore_params mz_restore_params_default(void)
+{
+    return (mz_restore_params){.overlap = MZ_OVERLAP_ALL, .n_restore_threads = 0};
+}
+
+static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                                 const mz_restore_params *p, mz_restore_timings *tm, double t0)
+{
+    mz_restore_params rp = p ? *p : mz_restore_params_default();
+    if ((unsigned)rp.overlap > (unsigned)MZ_OVERLAP_RELOAD_PREFILL)
+        return ctx_fail(c, mz_fail(MZ_E_INVAL, "unknown restore overlap mode %d", (int)rp.overlap));
+    mz_clear_error();
+    mz_restore_job_params jp = {
+        .overlap_alloc = rp.overlap == MZ_OVERLAP_ALL || rp.overlap == MZ_OVERLAP_ALLOC_RELOAD,
+        .delay_us_max = rp.debug_delay_us,
+        .seed = rp.seed,
+    };
+    bool overlap_prefill = rp.overlap == MZ_OVERLAP_ALL || rp.overlap == MZ_OVERLAP_RELOAD_PREFILL;
+    mz_status s = mz_mem_restore_begin(c->mem, &jp);
+    if (s) return ctx_fail(c, s);
+    if (!overlap_prefill) s = mz_mem_restore_wait(c->mem);
+    double tp = mz_time_ms();
+    if (!s) s = mz_prefill(c, tokens, n);
+    double t1 = mz_time_ms();
+    mz_status s2 = mz_mem_restore_end(c->mem, tm);
+    if (!s) s = s2;
+    tm->prefill_ms = t1 - tp;
+    tm->ttft_ms = t1 - t0;
+    mz_mem_set_last_restore(c->mem, tm);
+    if (s) {
+        snprintf(c->errmsg, sizeof c->errmsg, "%s", mz_last_error());
+        return s;
+    }
+    return MZ_OK;
+}
+
+mz_status mz_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                             const mz_restore_params *p, mz_restore_timings *out)
+{
+    if (!c || (!tokens && n)) return mz_fail(MZ_E_INVAL, "null argument");
+    mz_restore_timings tm;
+    mz_status s = prefill_restore(c, tokens, n, p, &tm, mz_time_ms());
+    if (out) *out = tm;
+    return s;
+}
+
+mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                              const mz_restore_params *p, mz_sampler_t *smp, size_t max_tokens,
+                              mz_token_fn cb, void *user, size_t *n_generated,
+                              mz_restore_timings *out)
+{
+    if (n_generated) *n_generated = 0;
+    if (!c || (!tokens && n)) return mz_fail(MZ_E_INVAL, "null argument");
+    double t0 = mz_time_ms();
+    mz_restore_timings tm;
+    mz_status s = prefill_restore(c, tokens, n, p, &tm, t0);
+    if (out) *out = tm;
+    if (s) return s;
+    const int nv = c->model->cfg.n_vocab;
+    size_t ng = 0;
+    for (size_t i = 0; i < max_tokens; i++) {
+        const float *lg = mz_ctx_logits(c);
+        if (!lg) break;
+        mz_token t = 0;
+        if (smp) {
+            t = mz_sampler_sample(smp, lg, nv);
+        } else {
+            for (int v = 1; v < nv; v++)
+                if (lg[v] > lg[t]) t = v;
+        }
+        if (i == 0) {
+            tm.ttft_ms = mz_time_ms() - t0;
+            mz_mem_set_last_restore(c->mem, &tm);
+            if (out) *out = tm;
+        }
+        if (mz_token_is_eog(c->model, t)) break;
+        if (smp) mz_sampler_accept(smp, t);
+        ng++;
+        if (n_generated) *n_generated = ng;
+        if (cb && !cb(user, t)) break;
+        if ((s = mz_prefill(c, &t, 1))) return s;
+    }
+    return MZ_OK;
+}
+
+void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *out)
+{
+    mz_mem_last_restore(c->mem, out);
+}

@@ -29,6 +29,8 @@
  *       mm->lock           this context's stack, swap slots, scratch, dfile,
  *                          and the COMPRESSED -> BUSY claim
  *         swapfile mutex   inside mz_swapfile_* (slot table)
+ *     rjob mu              the pipelined restore's progress (a leaf: never held
+ *                          while taking another lock or waiting on a unit)
  * Unit ready events (futex on the state word) are never waited on while
  * holding any of these locks.
  *
@@ -49,6 +51,7 @@
 
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- weight-unit registry ---------------------------------------------------------- */
 
@@ -160,6 +163,10 @@ struct mz_mem {
     mz_dfile_t *dfile;         /* the model file, opened at the first weight reload */
     uint8_t *scratch;          /* page-aligned: encoded chunks on their way to/from storage */
     size_t scratch_cap;
+    struct rjob *job;          /* the running pipelined restore (owner thread sets/clears) */
+    mz_restore_timings last;   /* breakdown of the last pipelined restore */
+    double last_first_compute_ms; /* when acquire_layer(0) returned in the last job */
+    double last_ready_ms;      /* when its last unit became ready */
 };
 
 static mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }
@@ -563,6 +570,61 @@ static void count_restore(mz_restore_report *r, const mz_unit *u, mz_unit_state 
     }
 }
 
+/* Fills u (BUSY, pages mapped) from the swap file or the model file, using
+ * scratch for encoded records. Needs no manager lock: the swap file has its
+ * own, mm->dfile is opened before any concurrent use, and only u's mover
+ * writes u->buf. Error message set (without the unit's name). */
+static mz_status read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from, uint8_t *scratch,
+                             size_t scratch_cap)
+{
+    mz_status s = MZ_OK;
+    switch (from) {
+    case MZ_UNIT_STORED_RAW: {
+        size_t len = 0;
+        s = mz_swapfile_read(mm->swap, u->slot, u->buf, u->bytes, &len);
+        if (s) {
+            mz_fail_prefix(s, "reading it from the swap file failed");
+        } else if (len != u->bytes) {
+            s = mz_fail(MZ_E_CORRUPT, "the swap file holds %zu bytes for it, expected %zu", len,
+                        u->bytes);
+        }
+        break;
+    }
+    case MZ_UNIT_STORED_COMPRESSED: {
+        size_t len = 0;
+        s = mz_swapfile_read(mm->swap, u->slot, scratch, scratch_cap, &len);
+        if (s) {
+            mz_fail_prefix(s, "reading it from the swap file failed");
+            break;
+        }
+        s = mz_codec_decode(u->enc, scratch, len, (mz_f16 *)u->buf, mm->n_values);
+        if (s) mz_fail_prefix(s, "decoding it after reading it from the swap file failed");
+        break;
+    }
+    case MZ_UNIT_DROPPED: {
+        const mz_tensor *ts[11];
+        mz_dread_item items[11];
+        int n = block_tensors(&mm->model->blocks[u->layer], ts);
+        if ((s = ensure_dfile(mm))) break;
+        for (int i = 0; i < n; i++)
+            items[i] = (mz_dread_item){.off = ts[i]->file_offset, .len = ts[i]->nbytes,
+                                       .dst = u->buf + ts[i]->offset};
+        s = mz_dfile_read_batch(mm->dfile, items, (size_t)n);
+        if (s) {
+            mz_fail_prefix(s, "reloading it from the model file failed");
+            break;
+        }
+        if (mz_hash64(u->buf, u->bytes, 0) != mm->wt->hash[u->layer])
+            s = mz_fail(MZ_E_CORRUPT, "the bytes reloaded from the model file differ from "
+                                      "those dropped (did %s change?)", mm->model->path);
+        break;
+    }
+    default:
+        MZ_ASSERT(!"read_stored from a state that is not stored");
+    }
+    return s;
+}
+
 /* Restores a unit claimed BUSY from state `from`. Caller holds mm->lock.
  * Settles the unit: RESIDENT, or `from` again on error. */
 static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_restore_report *r)
@@ -593,46 +655,11 @@ static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_
         }
         s = decode_top_into(mm, u);
         break;
-    case MZ_UNIT_STORED_RAW: {
-        size_t len = 0;
-        s = mz_swapfile_read(mm->swap, u->slot, u->buf, u->bytes, &len);
-        if (s) {
-            mz_fail_prefix(s, "reading it from the swap file failed");
-        } else if (len != u->bytes) {
-            s = mz_fail(MZ_E_CORRUPT, "the swap file holds %zu bytes for it, expected %zu", len,
-                        u->bytes);
-        }
+    case MZ_UNIT_STORED_RAW:
+    case MZ_UNIT_STORED_COMPRESSED:
+    case MZ_UNIT_DROPPED:
+        s = read_stored(mm, u, from, mm->scratch, mm->scratch_cap);
         break;
-    }
-    case MZ_UNIT_STORED_COMPRESSED: {
-        size_t len = 0;
-        s = mz_swapfile_read(mm->swap, u->slot, mm->scratch, mm->scratch_cap, &len);
-        if (s) {
-            mz_fail_prefix(s, "reading it from the swap file failed");
-            break;
-        }
-        s = mz_codec_decode(u->enc, mm->scratch, len, (mz_f16 *)u->buf, mm->n_values);
-        if (s) mz_fail_prefix(s, "decoding it after reading it from the swap file failed");
-        break;
-    }
-    case MZ_UNIT_DROPPED: {
-        const mz_tensor *ts[11];
-        mz_dread_item items[11];
-        int n = block_tensors(&mm->model->blocks[u->layer], ts);
-        if ((s = ensure_dfile(mm))) break;
-        for (int i = 0; i < n; i++)
-            items[i] = (mz_dread_item){.off = ts[i]->file_offset, .len = ts[i]->nbytes,
-                                       .dst = u->buf + ts[i]->offset};
-        s = mz_dfile_read_batch(mm->dfile, items, (size_t)n);
-        if (s) {
-            mz_fail_prefix(s, "reloading it from the model file failed");
-            break;
-        }
-        if (mz_hash64(u->buf, u->bytes, 0) != mm->wt->hash[u->layer])
-            s = mz_fail(MZ_E_CORRUPT, "the bytes reloaded from the model file differ from "
-                                      "those dropped (did %s change?)", mm->model->path);
-        break;
-    }
     default:
         MZ_ASSERT(!"restore from a settled, evicted state");
     }
@@ -675,12 +702,18 @@ static mz_status restore_unit(mz_mem *mm, mz_unit *u, mz_restore_report *r)
     }
 }
 
+static mz_status job_wait_unit(mz_mem *mm, struct rjob *j, mz_unit *u);
+static void job_note_compute(struct rjob *j);
+
 mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks)
 {
     MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
     mz_status s;
+    struct rjob *j = mm->job;
     mz_unit *w = &mm->wt->units[layer];
-    if (mz_unit_state_get(w) != MZ_UNIT_RESIDENT && (s = restore_unit(mm, w, NULL))) return s;
+    if (mz_unit_state_get(w) != MZ_UNIT_RESIDENT &&
+        (s = j ? job_wait_unit(mm, j, w) : restore_unit(mm, w, NULL)))
+        return s;
     for (size_t c = 0; c < n_chunks; c++) {
         mz_unit *u = kv_unit(mm, layer, c);
         mz_unit_state st = mz_unit_state_get(u);
@@ -689,8 +722,9 @@ mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks)
             sync_kv(mm); /* mapped by a reserve since the last sync */
             if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) continue;
         }
-        if ((s = restore_unit(mm, u, NULL))) return s;
+        if ((s = j ? job_wait_unit(mm, j, u) : restore_unit(mm, u, NULL))) return s;
     }
+    if (j && layer == 0) job_note_compute(j);
     return MZ_OK;
 }
 
@@ -770,6 +804,429 @@ out:
     return s;
 }
 
+/* ---- pipelined restore (restore_generate, paper §4.2 / §6.3) ----------------------------- *
+ *
+ * Three workers bring every unit that is evicted when the request arrives
+ * back in forward order (layer by layer: the weight block, then the layer's
+ * KV chunks), while the owner thread computes and waits per unit in
+ * mz_mem_acquire_layer:
+ *
+ *   alloc    walks the units in forward order, re-enables each range
+ *            (mz_unit_map_pages) and pre-faults it (writes one byte a page),
+ *            and publishes the count done (j->n_alloc). It runs ahead of the
+ *            loaders; without alloc||reload overlap the loaders start only
+ *            when it has finished.
+ *   storage  weight blocks (O_DIRECT batch from the model file, hash check)
+ *            and stored chunks (swap file, checksummed), forward order.
+ *   memory   the compressed stack from its top (its head order; forward
+ *            order after a backward-out eviction), one item at a time; the
+ *            stack shrinks item by item.
+ *
+ * A loader waits until the unit is allocated, claims it BUSY (the COMPRESSED
+ * claim under mm->lock, as everywhere), works *without* mm->lock (the stack
+ * is not modified by anyone else while the job runs: compute only waits, and
+ * eviction/truncate are owner-thread calls that do not run during a
+ * request), then takes mm->lock only to pop the stack item or free the swap
+ * slot, settles the unit RESIDENT and broadcasts j->cv. Compute waits on
+ * j->cv until its unit is RESIDENT or the job failed.
+ *
+ * Errors: the failing unit releases its pages and settles back to the state
+ * it came from, with its copy intact; the job records the first error (its
+ * message names the unit) and every worker stops. Units that were allocated
+ * but never loaded get their pages released at the end, so the accounting
+ * stays exact and nothing unverified stays readable.
+ *
+ * Lock order: j->mu is a leaf (never held while taking mm->lock, never
+ * held while waiting on a unit's futex).
+ */
+
+typedef struct rjob {
+    mz_mem *mm;
+    size_t n;                  /* units in the job */
+    mz_unit **units;           /* forward order */
+    mz_unit_state *from;       /* state at the start */
+    size_t *kv_idx;            /* [n_layer * max_chunks]: job index of a KV unit, SIZE_MAX if none */
+    bool overlap_alloc;
+    unsigned delay_us_max;
+    uint64_t seed;
+    uint8_t *scratch;          /* storage worker's (page-aligned) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t n_alloc;            /* prefix of units mapped and pre-faulted */
+    size_t n_ready;            /* units made RESIDENT */
+    int n_running;             /* workers still running */
+    bool failed;
+    mz_status err;
+    char errmsg[512];
+    unsigned char *loaded;     /* [n]: made resident by a loader */
+    pthread_t th[3];
+    int n_th;
+    size_t n_storage, n_mem;   /* units each loader handles */
+    double t_begin, t_ready;
+    double alloc_ms, storage_ms, mem_ms; /* worker busy times */
+    double stall_ms;           /* owner: time waiting in acquire_layer */
+    double first_compute_ms;
+} rjob;
+
+static void job_delay(rjob *j, uint64_t *rng)
+{
+    if (!j->delay_us_max) return;
+    *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    unsigned us = (unsigned)(*rng >> 33) % (j->delay_us_max + 1);
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* First error wins; wakes everyone. */
+static void job_fail(rjob *j, mz_status s, const char *msg)
+{
+    pthread_mutex_lock(&j->mu);
+    if (!j->failed) {
+        j->failed = true;
+        j->err = s;
+        snprintf(j->errmsg, sizeof j->errmsg, "%s", msg);
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void job_worker_exit(rjob *j)
+{
+    pthread_mutex_lock(&j->mu);
+    if (--j->n_running == 0) j->t_ready = mz_time_ms();
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Waits until unit i is allocated (or, without alloc overlap, all are).
+ * False when the job failed. */
+static bool job_wait_alloc(rjob *j, size_t i)
+{
+    size_t need = j->overlap_alloc ? i + 1 : j->n;
+    pthread_mutex_lock(&j->mu);
+    while (j->n_alloc < need && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
+    bool ok = !j->failed;
+    pthread_mutex_unlock(&j->mu);
+    return ok;
+}
+
+static void job_settled(rjob *j, size_t i, mz_unit *u)
+{
+    j->loaded[i] = 1;
+    mz_unit_settle(u, MZ_UNIT_RESIDENT);
+    pthread_mutex_lock(&j->mu);
+    j->n_ready++;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void *job_alloc_main(void *arg)
+{
+    rjob *j = arg;
+    uint64_t rng = j->seed ^ 0xa11c;
+    size_t pg = mz_page_size();
+    double t0 = mz_time_ms();
+    for (size_t i = 0; i < j->n; i++) {
+        pthread_mutex_lock(&j->mu);
+        bool stop = j->failed;
+        pthread_mutex_unlock(&j->mu);
+        if (stop) break;
+        job_delay(j, &rng);
+        mz_unit *u = j->units[i];
+        /* Nobody else touches u before n_alloc passes i (the loaders wait
+         * for it, compute waits for RESIDENT). */
+        mz_status s = mz_unit_map_pages(u);
+        if (s) {
+            char nm[64], msg[400];
+            snprintf(msg, sizeof msg, "cannot restore %s: %s", unit_name(u, nm, sizeof nm),
+                     mz_last_error());
+            job_fail(j, s, msg);
+            break;
+        }
+        volatile uint8_t *p = u->buf;
+        for (size_t off = 0; off < u->bytes; off += pg) p[off] = 0;
+        pthread_mutex_lock(&j->mu);
+        j->n_alloc = i + 1;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+    }
+    j->alloc_ms = mz_time_ms() - t0;
+    job_worker_exit(j);
+    return NULL;
+}
+
+static void *job_storage_main(void *arg)
+{
+    rjob *j = arg;
+    mz_mem *mm = j->mm;
+    uint64_t rng = j->seed ^ 0x5707;
+    double busy = 0;
+    for (size_t i = 0; i < j->n; i++) {
+        mz_unit_state from = j->from[i];
+        if (from != MZ_UNIT_DROPPED && from != MZ_UNIT_STORED_RAW &&
+            from != MZ_UNIT_STORED_COMPRESSED)
+            continue;
+        if (!job_wait_alloc(j, i)) break;
+        double t0 = mz_time_ms();
+        job_delay(j, &rng);
+        mz_unit *u = j->units[i];
+        char nm[64];
+        if (!mz_unit_claim(u, from)) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "cannot restore %s: it is busy", unit_name(u, nm, sizeof nm));
+            job_fail(j, MZ_E_INVAL, msg);
+            break;
+        }
+        mz_status s = read_stored(mm, u, from, j->scratch, mm->scratch_cap);
+        if (s) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "cannot restore %s: %s", unit_name(u, nm, sizeof nm),
+                     mz_last_error());
+            mz_unit_release_pages(u);
+            mz_unit_settle(u, from);
+            job_fail(j, s, msg);
+            break;
+        }
+        if (from != MZ_UNIT_DROPPED) {
+            pthread_mutex_lock(&mm->lock);
+            mz_swapfile_slot_free(mm->swap, u->slot);
+            u->slot = 0;
+            pthread_mutex_unlock(&mm->lock);
+        }
+        job_settled(j, i, u);
+        busy += mz_time_ms() - t0;
+    }
+    j->storage_ms = busy;
+    job_worker_exit(j);
+    return NULL;
+}
+
+static void *job_mem_main(void *arg)
+{
+    rjob *j = arg;
+    mz_mem *mm = j->mm;
+    uint64_t rng = j->seed ^ 0x3e3;
+    double busy = 0;
+    for (size_t k = 0; k < j->n_mem; k++) {
+        const uint8_t *data;
+        size_t len;
+        uint64_t tag;
+        pthread_mutex_lock(&mm->lock);
+        mz_status s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
+        pthread_mutex_unlock(&mm->lock);
+        if (s) break; /* empty */
+        mz_unit *u = unit_by_tag(mm, tag);
+        size_t i = j->kv_idx[(size_t)u->layer * mm->max_chunks + (size_t)u->chunk];
+        MZ_ASSERT(i != SIZE_MAX);
+        if (!job_wait_alloc(j, i)) break;
+        double t0 = mz_time_ms();
+        job_delay(j, &rng);
+        char nm[64];
+        pthread_mutex_lock(&mm->lock);
+        bool claimed = mz_unit_claim(u, MZ_UNIT_COMPRESSED);
+        pthread_mutex_unlock(&mm->lock);
+        if (!claimed) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "cannot restore %s: it is busy", unit_name(u, nm, sizeof nm));
+            job_fail(j, MZ_E_INVAL, msg);
+            break;
+        }
+        /* data stays valid: only this worker pops the stack during the job. */
+        s = mz_codec_decode(u->enc, data, len, (mz_f16 *)u->buf, mm->n_values);
+        if (s) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "cannot restore %s: decoding from the compressed stack "
+                     "failed: %s", unit_name(u, nm, sizeof nm), mz_last_error());
+            mz_unit_release_pages(u);
+            mz_unit_settle(u, MZ_UNIT_COMPRESSED);
+            job_fail(j, s, msg);
+            break;
+        }
+        pthread_mutex_lock(&mm->lock);
+        s = mz_compstack_drop_top(mm->stack);
+        pthread_mutex_unlock(&mm->lock);
+        MZ_ASSERT(s == MZ_OK);
+        job_settled(j, i, u);
+        busy += mz_time_ms() - t0;
+    }
+    j->mem_ms = busy;
+    job_worker_exit(j);
+    return NULL;
+}
+
+static void job_free(rjob *j)
+{
+    if (!j) return;
+    free(j->units);
+    free(j->from);
+    free(j->kv_idx);
+    free(j->loaded);
+    if (j->scratch) mz_pages_free(j->scratch, j->mm->scratch_cap);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
+{
+    MZ_ASSERT(!mm->job);
+    memset(&mm->last, 0, sizeof mm->last);
+    mm->last_first_compute_ms = mm->last_ready_ms = 0;
+    sync_kv(mm);
+    rjob *j = mz_calloc(1, sizeof *j);
+    if (!j) return mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->mm = mm;
+    j->overlap_alloc = p ? p->overlap_alloc : true;
+    j->delay_us_max = p ? p->delay_us_max : 0;
+    j->seed = p ? p->seed : 0;
+    j->t_begin = mz_time_ms();
+    j->first_compute_ms = -1;
+    size_t cap = (size_t)mm->n_layer * (1 + mm->max_chunks);
+    j->units = mz_calloc(MZ_MAX(cap, 1), sizeof *j->units);
+    j->from = mz_calloc(MZ_MAX(cap, 1), sizeof *j->from);
+    j->loaded = mz_calloc(MZ_MAX(cap, 1), 1);
+    j->kv_idx = mz_calloc(MZ_MAX((size_t)mm->n_layer * mm->max_chunks, 1), sizeof *j->kv_idx);
+    if (!j->units || !j->from || !j->loaded || !j->kv_idx) {
+        job_free(j);
+        return mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
+    }
+    bool any_dropped = false, any_stored = false;
+    for (size_t k = 0; k < (size_t)mm->n_layer * mm->max_chunks; k++) j->kv_idx[k] = SIZE_MAX;
+    for (int l = 0; l < mm->n_layer; l++) {
+        mz_unit *w = &mm->wt->units[l];
+        mz_unit_state st = mz_unit_state_get(w);
+        if (st == MZ_UNIT_DROPPED) {
+            j->units[j->n] = w;
+            j->from[j->n++] = st;
+            any_dropped = true;
+            j->n_storage++;
+        }
+        for (size_t c = 0; c < mm->kv->n_chunks; c++) {
+            mz_unit *u = kv_unit(mm, l, c);
+            st = mz_unit_state_get(u);
+            if (st == MZ_UNIT_RESIDENT || st == MZ_UNIT_ABSENT) continue;
+            MZ_ASSERT(st != MZ_UNIT_BUSY);
+            j->kv_idx[(size_t)l * mm->max_chunks + c] = j->n;
+            j->units[j->n] = u;
+            j->from[j->n++] = st;
+            if (st == MZ_UNIT_COMPRESSED) j->n_mem++;
+            else {
+                j->n_storage++;
+                any_stored = true;
+            }
+        }
+    }
+    mz_status s = MZ_OK;
+    if (any_dropped) {
+        pthread_mutex_lock(&mm->lock);
+        s = ensure_dfile(mm);
+        pthread_mutex_unlock(&mm->lock);
+    }
+    if (!s && any_stored) {
+        j->scratch = mz_pages_alloc(mm->scratch_cap);
+        if (!j->scratch) s = mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
+    }
+    if (s) {
+        job_free(j);
+        return s;
+    }
+    mm->last.n_units = j->n;
+    mm->last.n_storage_units = j->n_storage;
+    mm->last.n_mem_units = j->n_mem;
+    if (j->n == 0) {
+        job_free(j);
+        return MZ_OK; /* nothing to do: acquire_layer sees no job */
+    }
+    void *(*mains[3])(void *) = {job_alloc_main, job_storage_main, job_mem_main};
+    j->n_running = 3;
+    for (int t = 0; t < 3; t++) {
+        int rc = pthread_create(&j->th[t], NULL, mains[t], j);
+        if (rc) {
+            job_fail(j, MZ_E_NOMEM, "cannot start a restore worker thread");
+            pthread_mutex_lock(&j->mu);
+            j->n_running -= 3 - t;
+            pthread_mutex_unlock(&j->mu);
+            break;
+        }
+        j->n_th++;
+    }
+    mm->job = j;
+    return MZ_OK;
+}
+
+/* Owner thread: waits until u is RESIDENT or the job failed / ended. */
+static mz_status job_wait_unit(mz_mem *mm, rjob *j, mz_unit *u)
+{
+    if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) return MZ_OK;
+    double t0 = mz_time_ms();
+    pthread_mutex_lock(&j->mu);
+    while (mz_unit_state_get(u) != MZ_UNIT_RESIDENT && !j->failed && j->n_running > 0)
+        pthread_cond_wait(&j->cv, &j->mu);
+    bool failed = j->failed;
+    pthread_mutex_unlock(&j->mu);
+    j->stall_ms += mz_time_ms() - t0;
+    if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) return MZ_OK;
+    if (failed) return mz_fail(j->err, "%s", j->errmsg);
+    /* Not in the job (or the job ended without it): restore it here. */
+    return restore_unit(mm, u, NULL);
+}
+
+static void job_note_compute(rjob *j)
+{
+    if (j->first_compute_ms < 0) j->first_compute_ms = mz_time_ms();
+}
+
+mz_status mz_mem_restore_wait(mz_mem *mm)
+{
+    rjob *j = mm->job;
+    if (!j) return MZ_OK;
+    double t0 = mz_time_ms();
+    pthread_mutex_lock(&j->mu);
+    while (j->n_running > 0 && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
+    bool failed = j->failed;
+    pthread_mutex_unlock(&j->mu);
+    j->stall_ms += mz_time_ms() - t0;
+    return failed ? mz_fail(j->err, "%s", j->errmsg) : MZ_OK;
+}
+
+mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
+{
+    rjob *j = mm->job;
+    mz_status s = MZ_OK;
+    if (j) {
+        for (int t = 0; t < j->n_th; t++) pthread_join(j->th[t], NULL);
+        /* Allocated but never loaded (a failure stopped the loaders): give
+         * the pages back; the unit is still in its evicted state. */
+        for (size_t i = 0; i < j->n_alloc; i++)
+            if (!j->loaded[i] && mz_unit_state_get(j->units[i]) == j->from[i])
+                mz_unit_release_pages(j->units[i]);
+        if (j->failed) s = mz_fail(j->err, "%s", j->errmsg);
+        mm->last.alloc_ms = j->alloc_ms;
+        mm->last.storage_ms = j->storage_ms;
+        mm->last.mem_ms = j->mem_ms;
+        mm->last.stall_ms = j->stall_ms;
+        mm->last.restore_ms = j->t_ready - j->t_begin;
+        mm->last.n_ready = j->n_ready;
+        mm->last_first_compute_ms = j->first_compute_ms;
+        mm->last_ready_ms = j->t_ready;
+        mm->job = NULL;
+        job_free(j);
+    }
+    if (out) *out = mm->last;
+    return s;
+}
+
+void mz_mem_last_restore(const mz_mem *mm, mz_restore_timings *out) { *out = mm->last; }
+void mz_mem_set_last_restore(mz_mem *mm, const mz_restore_timings *t) { mm->last = *t; }
+
+void mz_mem_restore_order_probe(const mz_mem *mm, double *first_compute_ms, double *ready_ms)
+{
+    *first_compute_ms = mm->last_first_compute_ms;
+    *ready_ms = mm->last_ready_ms;
+}
+
 /* ---- stats, teardown, test hooks ------------------------------------------------------ */
 
 static void count_unit(mz_mem_category *cat, const mz_unit *u)
@@ -846,6 +1303,10 @@ void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out)
 void mz_mem_free(mz_mem *mm)
 {
     if (!mm) return;
+    if (mm->job) {
+        mz_status s0 = mz_mem_restore_end(mm, NULL);
+        (void)s0;
+    }
     if (mm->wt) {
         pthread_mutex_lock(&g_wt_lock);
         wtable *t = mm->wt;

@@ -13,9 +13,10 @@
  * request into ordered steps, and mz_mem_evict performs them one by one,
  * planning again for the rest if the bytes really freed fall short.
  *
- * Thread contract: the context's owner thread calls everything here; the
- * unit states and ready events (unit.h) are already safe for the restore
- * workers of the next issue. Lock order: manager.c's top comment.
+ * Thread contract: the context's owner thread calls everything here; between
+ * mz_mem_restore_begin and _end the restore workers (manager.c, "pipelined
+ * restore") move units concurrently and the owner only waits on them.
+ * Lock order: manager.c's top comment.
  */
 #ifndef MZ_MANAGER_H
 #define MZ_MANAGER_H
@@ -66,6 +67,31 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos);
 /* Per-unit restore times derived from the device profile at init (for the
  * restore workers' planning and for stats). */
 MZ_INTERNAL const mz_unit_times *mz_mem_unit_times(const mz_mem *mm);
+
+/* ---- pipelined restore (restore_generate) ------------------------------------------ *
+ * begin: starts the allocation, storage and memory workers on every unit
+ * evicted now (no threads when none is); while the job runs,
+ * mz_mem_acquire_layer waits per unit for the workers instead of restoring.
+ * wait: blocks until every unit is back (the no-overlap modes) or the job
+ * failed. end: joins the workers, releases pages allocated for units that
+ * were not loaded, records the breakdown (kept for mz_mem_last_restore) and
+ * returns the job's error if any. Owner thread only; no eviction or truncate
+ * between begin and end. */
+typedef struct mz_restore_job_params {
+    bool overlap_alloc;        /* allocation runs ahead of the loaders (else: all first) */
+    unsigned delay_us_max;     /* tests: random delay before each worker step */
+    uint64_t seed;
+} mz_restore_job_params;
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p);
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_wait(mz_mem *mm);
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out);
+MZ_INTERNAL void mz_mem_last_restore(const mz_mem *mm, mz_restore_timings *out);
+/* The engine completes the breakdown (prefill, TTFT). */
+MZ_INTERNAL void mz_mem_set_last_restore(mz_mem *mm, const mz_restore_timings *t);
+/* Tests: when the last job's compute first got past layer 0, and when its
+ * last unit became ready (mz_time_ms clock; first < 0 if never). */
+MZ_INTERNAL void mz_mem_restore_order_probe(const mz_mem *mm, double *first_compute_ms,
+                                            double *ready_ms);
 
 /* ---- for tests and diagnostics --------------------------------------------------- */
 MZ_INTERNAL mz_unit_state mz_mem_kv_state(mz_mem *mm, int layer, size_t chunk);

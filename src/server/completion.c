@@ -577,7 +577,8 @@ static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, si
     mz_status st = mz_ctx_truncate(s->ctx, common);
     if (st) return st;
     *n_cached = common;
-    return mz_prefill(s->ctx, toks + common, n - common);
+    /* Evicted units come back through the restore workers (restore_generate). */
+    return mz_prefill_restore(s->ctx, toks + common, n - common, NULL, NULL);
 }
 
 enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, srv_request *rq, bool chat)

@@ -206,10 +206,13 @@ int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
 static void refresh_snapshot(mz_server_t *s)
 {
     mz_mem_stats st;
+    mz_restore_timings rt;
     mz_get_mem_stats(s->ctx, &st);
+    mz_get_last_restore_timings(s->ctx, &rt);
     size_t n = mz_ctx_n_tokens(s->ctx);
     pthread_mutex_lock(&s->snap_mu);
     s->stats = st;
+    s->restore = rt;
     s->ctx_tokens = n;
     pthread_mutex_unlock(&s->snap_mu);
 }
@@ -444,6 +447,20 @@ static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
     cJSON_AddItemToObject(root, "memory", stats_json(&s->stats, s->ctx_tokens, (int)mz_ctx_n_ctx(s->ctx)));
     cJSON *last = cJSON_AddObjectToObject(root, "last_request");
     if (s->last.valid) timings_json(last, &s->last);
+    {
+        const mz_restore_timings *rt = &s->restore;
+        cJSON *r = cJSON_AddObjectToObject(root, "last_restore");
+        cJSON_AddNumberToObject(r, "units", (double)rt->n_units);
+        cJSON_AddNumberToObject(r, "storage_units", (double)rt->n_storage_units);
+        cJSON_AddNumberToObject(r, "memory_units", (double)rt->n_mem_units);
+        cJSON_AddNumberToObject(r, "alloc_ms", rt->alloc_ms);
+        cJSON_AddNumberToObject(r, "storage_ms", rt->storage_ms);
+        cJSON_AddNumberToObject(r, "memory_ms", rt->mem_ms);
+        cJSON_AddNumberToObject(r, "all_ready_ms", rt->restore_ms);
+        cJSON_AddNumberToObject(r, "prefill_ms", rt->prefill_ms);
+        cJSON_AddNumberToObject(r, "stall_ms", rt->stall_ms);
+        cJSON_AddNumberToObject(r, "ttft_ms", rt->ttft_ms);
+    }
     cJSON *evs = cJSON_AddArrayToObject(root, "events");
     size_t first = s->n_events > SRV_N_EVENTS ? s->n_events - SRV_N_EVENTS : 0;
     for (size_t i = first; i < s->n_events; i++) event_to_json(evs, &s->events[i % SRV_N_EVENTS]);

@@ -74,6 +74,7 @@ struct mz_server {
     /* Snapshot and counters (snap_mu). */
     pthread_mutex_t snap_mu;
     mz_mem_stats stats;
+    mz_restore_timings restore;  /* breakdown of the last pipelined restore */
     size_t ctx_tokens;
     srv_timings last;
     srv_event events[SRV_N_EVENTS];

@@ -1,0 +1,292 @@
+/*
+ * test_restore_generate.c — the pipelined restore (mz_prefill_restore /
+ * mz_restore_generate) against a blocking restore followed by a prefill.
+ *
+ * On a generated tiny model (4 layers, 3 KV chunks a layer; vocab from the
+ * real model, skipped with 77 without it), for the raw and q8 codecs, the
+ * eviction orders, remaining memory 100/75/50/25/0 % and every overlap mode
+ * (the paper's Fig. 11a ablation), two contexts on two loads of the model
+ * with the same history are evicted by the same amount (every level for
+ * backward-out; 50 % and 0 % for forward-out and random-out, q8 only); one
+ * restores with mz_restore and prefills, the other runs mz_prefill_restore (with random
+ * worker delays every other case, to shake orderings under TSan). Their
+ * logits must be bit-identical, and every unit resident afterwards.
+ *
+ * Faults: EIO from the middle of the storage reads fails the request with
+ * an error naming a unit beyond layer 0, leaves that unit evicted and the
+ * context at its old length, and a retry gives the right answer.
+ *
+ * Order: on the real model (SmolLM2), 50 % evicted backward-out, the forward
+ * pass gets past layer 0 before the restore workers have finished (asserted
+ * on the order of two timestamps, not on durations).
+ */
+#include "evict_util.h"
+#include "io/io.h"
+
+#include <errno.h>
+
+#define N_LAYER 4
+#define N_CTX 1024
+#define N_BASE 520 /* 3 chunks per layer */
+#define N_FOLLOW 8
+
+static const char *T = "test_restore_generate";
+static mz_model_t *g_m, *g_ref_m;
+static int g_vocab;
+static mz_token g_base[N_BASE], g_follow[N_FOLLOW];
+
+static mz_ctx_t *ctx_on(mz_model_t *m, const char *codec, mz_evict_order order, const char *swap)
+{
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = N_CTX;
+    cp.n_threads = 2;
+    cp.kv_codec = codec;
+    cp.swap_dir = t_tmp_path(swap);
+    cp.evict_order = order;
+    cp.evict_seed = 3;
+    mz_ctx_t *c = NULL;
+    if (mz_ctx_init(m, &cp, &c)) {
+        fprintf(stderr, "ctx: %s\n", mz_last_error());
+        return NULL;
+    }
+    if (mz_prefill(c, g_base, N_BASE)) {
+        fprintf(stderr, "prefill: %s\n", mz_ctx_errmsg(c));
+        mz_ctx_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static const char *mode_name(mz_restore_overlap o)
+{
+    static const char *const n[] = {"all", "none", "alloc||reload", "reload||prefill"};
+    return n[o];
+}
+
+/* full: every remaining level; else 50 % and 0 % only (the other orders,
+ * to keep the test short under the sanitizers). */
+static void run_grid(const char *codec, mz_evict_order order, bool full)
+{
+    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
+    mz_ctx_t *ref = ctx_on(g_ref_m, codec, order, "swap-rg-ref");
+    mz_ctx_t *c = ctx_on(g_m, codec, order, "swap-rg");
+    CHECK(a && b && ref && c);
+    if (!a || !b || !ref || !c) goto out;
+    size_t total = ev_evictable_total(c);
+    const int remaining[] = {100, 75, 50, 25, 0};
+    unsigned k = 0;
+    for (size_t r = 0; r < MZ_ARRAY_LEN(remaining); r++) {
+        if (!full && remaining[r] != 50 && remaining[r] != 0) continue;
+        for (int mode = 0; mode < 4; mode++, k++) {
+            size_t amount = (size_t)((double)total * (100 - remaining[r]) / 100.0);
+            CHECK(mz_ctx_truncate(ref, N_BASE) == MZ_OK && mz_ctx_truncate(c, N_BASE) == MZ_OK);
+            mz_evict_report er1, er2;
+            CHECK(mz_evict(ref, amount, &er1) == MZ_OK);
+            CHECK(mz_evict(c, amount, &er2) == MZ_OK);
+            CHECK(er1.bytes_freed == er2.bytes_freed);
+            CHECK(mz_restore(ref, NULL) == MZ_OK);
+            CHECK(ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
+
+            mz_restore_params rp = mz_restore_params_default();
+            rp.overlap = (mz_restore_overlap)mode;
+            rp.debug_delay_us = k % 2 ? 300 : 0;
+            rp.seed = k;
+            mz_restore_timings tm;
+            mz_status s = mz_prefill_restore(c, g_follow, N_FOLLOW, &rp, &tm);
+            CHECK_MSG(s == MZ_OK, "%s", mz_ctx_errmsg(c));
+            if (s == MZ_OK) memcpy(a, mz_ctx_logits(c), (size_t)g_vocab * sizeof(float));
+            CHECK_MSG(s == MZ_OK && memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0,
+                      "%s, order %s, %d%% remaining, overlap %s: logits differ", codec,
+                      mz_evict_order_name(order), remaining[r], mode_name(rp.overlap));
+            CHECK(ev_all_resident(c));
+            CHECK(mz_mem_is_valid(c->mem));
+            CHECK(tm.n_ready == tm.n_units);
+            CHECK(remaining[r] < 100 || tm.n_units == 0);
+            CHECK(tm.ttft_ms >= tm.prefill_ms && tm.prefill_ms >= 0);
+            mz_restore_timings last;
+            mz_get_last_restore_timings(c, &last);
+            CHECK(last.n_units == tm.n_units && last.ttft_ms == tm.ttft_ms);
+        }
+    }
+out:
+    mz_ctx_free(c);
+    mz_ctx_free(ref);
+    free(a);
+    free(b);
+}
+
+/* restore_generate: the same greedy tokens as mz_restore + prefill + argmax. */
+static bool cb_collect(void *user, mz_token t)
+{
+    mz_token *out = user;
+    size_t i = 0;
+    while (out[i] >= 0) i++;
+    out[i] = t;
+    return true;
+}
+
+static mz_token argmax(const float *lg)
+{
+    mz_token t = 0;
+    for (int v = 1; v < g_vocab; v++)
+        if (lg[v] > lg[t]) t = v;
+    return t;
+}
+
+static void test_generate(void)
+{
+    mz_ctx_t *ref = ctx_on(g_ref_m, "q8", MZ_EVICT_BACKWARD, "swap-rg-ref");
+    mz_ctx_t *c = ctx_on(g_m, "q8", MZ_EVICT_BACKWARD, "swap-rg");
+    CHECK(ref && c);
+    if (!ref || !c) goto out;
+    size_t total = ev_evictable_total(c);
+    CHECK(mz_evict(ref, total / 2, NULL) == MZ_OK && mz_evict(c, total / 2, NULL) == MZ_OK);
+    CHECK(mz_restore(ref, NULL) == MZ_OK);
+    enum { N_GEN = 5 };
+    mz_token want[N_GEN], got[N_GEN + 1];
+    for (int i = 0; i <= N_GEN; i++) got[i] = -1;
+    CHECK(mz_prefill(ref, g_follow, N_FOLLOW) == MZ_OK);
+    size_t n_want = 0;
+    for (; n_want < N_GEN; n_want++) {
+        mz_token t = argmax(mz_ctx_logits(ref));
+        if (mz_token_is_eog(g_ref_m, t)) break;
+        want[n_want] = t;
+        CHECK(mz_prefill(ref, &t, 1) == MZ_OK);
+    }
+    size_t n_got = 0;
+    mz_restore_timings tm;
+    CHECK(mz_restore_generate(c, g_follow, N_FOLLOW, NULL, NULL, N_GEN, cb_collect, got, &n_got,
+                              &tm) == MZ_OK);
+    CHECK_EQ_INT(n_got, n_want);
+    CHECK(memcmp(got, want, n_want * sizeof *want) == 0);
+    CHECK(tm.ttft_ms >= tm.prefill_ms && tm.n_units > 0 && tm.n_ready == tm.n_units);
+out:
+    mz_ctx_free(c);
+    mz_ctx_free(ref);
+}
+
+static const char *unit_layer(const char *msg, int *layer)
+{
+    const char *p = strstr(msg, "cannot restore ");
+    if (!p) return NULL;
+    const char *q = strstr(p, "layer ");
+    if (!q || sscanf(q, "layer %d", layer) != 1) return NULL;
+    return p;
+}
+
+static void test_faults(void)
+{
+    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
+    mz_ctx_t *ref = ctx_on(g_ref_m, "raw", MZ_EVICT_BACKWARD, "swap-rg-ref");
+    CHECK(a && b && ref && ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
+    const mz_kv_placement pls[] = {MZ_KV_PLACE_STORAGE, MZ_KV_PLACE_STORAGE_COMPRESSED};
+    for (size_t p = 0; p < MZ_ARRAY_LEN(pls) && a && b; p++) {
+        for (int mode = 0; mode < (p ? 1 : 4); mode++) { /* every mode on raw storage */
+            mz_ctx_t *c = ev_ctx(g_m, "raw", pls[p], N_CTX, "swap-rg");
+            CHECK(c && mz_prefill(c, g_base, N_BASE) == MZ_OK);
+            if (!c) continue;
+            mz_restore_params rp = mz_restore_params_default();
+            rp.overlap = (mz_restore_overlap)mode;
+            /* Count the storage reads of a full restore (nothing fires). */
+            CHECK(mz_evict(c, SIZE_MAX, NULL) == MZ_OK);
+            mz_io_fault never = {.op = MZ_IO_READ, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
+                                 .nth = UINT32_MAX, .count = 1};
+            mz_io_fault_set(&never);
+            CHECK(mz_prefill_restore(c, g_follow, N_FOLLOW, &rp, NULL) == MZ_OK);
+            unsigned n_reads = mz_io_fault_calls(MZ_IO_READ);
+            mz_io_fault_set(NULL);
+            CHECK(n_reads >= 8);
+            /* Fail every read from the middle on. */
+            CHECK(mz_ctx_truncate(c, N_BASE) == MZ_OK);
+            CHECK(mz_evict(c, SIZE_MAX, NULL) == MZ_OK);
+            mz_io_fault f = {.op = MZ_IO_READ, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
+                             .nth = n_reads / 2 + 1, .count = UINT32_MAX};
+            mz_io_fault_set(&f);
+            mz_status s = mz_prefill_restore(c, g_follow, N_FOLLOW, &rp, NULL);
+            mz_io_fault_set(NULL);
+            int layer = -1;
+            CHECK_MSG(s == MZ_E_IO, "mode %s: %d %s", mode_name(rp.overlap), s, mz_ctx_errmsg(c));
+            CHECK_MSG(unit_layer(mz_ctx_errmsg(c), &layer) && layer > 0, "%s", mz_ctx_errmsg(c));
+            CHECK(mz_ctx_n_tokens(c) == N_BASE && mz_ctx_logits(c) == NULL);
+            CHECK(mz_mem_is_valid(c->mem));
+            CHECK(mz_mem_weights_state(c->mem, N_LAYER - 1) == MZ_UNIT_DROPPED);
+            mz_mem_stats st;
+            mz_get_mem_stats(c, &st);
+            CHECK(st.remaining_pct < 100.0);
+            /* Retry without the fault. */
+            CHECK(mz_prefill_restore(c, g_follow, N_FOLLOW, &rp, NULL) == MZ_OK);
+            CHECK(memcmp(mz_ctx_logits(c), b, (size_t)g_vocab * sizeof(float)) == 0);
+            CHECK(ev_all_resident(c));
+            mz_ctx_free(c);
+        }
+    }
+    mz_ctx_free(ref);
+    free(a);
+    free(b);
+}
+
+/* The forward pass starts before the restore has finished (real model). */
+static void test_order(void)
+{
+    const char *path = t_real_model_path();
+    mz_model_t *m = ev_load(path);
+    CHECK(m != NULL);
+    if (!m) return;
+    mz_ctx_t *c = ev_ctx(m, "q8", MZ_KV_PLACE_AUTO, 512, "swap-rg-order");
+    enum { N_P = 64 };
+    mz_token toks[N_P + 8];
+    ev_tokens(toks, N_P + 8, mz_model_n_vocab(m), 21);
+    CHECK(c && mz_prefill(c, toks, N_P) == MZ_OK);
+    if (c) {
+        CHECK(mz_evict(c, ev_evictable_total(c) / 2, NULL) == MZ_OK);
+        CHECK(mz_mem_weights_state(c->mem, 0) == MZ_UNIT_RESIDENT);
+        mz_restore_params rp = mz_restore_params_default();
+        rp.debug_delay_us = 2000; /* each worker step: 0..2 ms */
+        mz_restore_timings tm;
+        CHECK(mz_prefill_restore(c, toks + N_P, 8, &rp, &tm) == MZ_OK);
+        double first = 0, ready = 0;
+        mz_mem_restore_order_probe(c->mem, &first, &ready);
+        CHECK_MSG(first > 0 && first < ready, "layer 0 passed at %.3f, restore done at %.3f",
+                  first, ready);
+        CHECK(tm.n_units > 10 && tm.n_ready == tm.n_units);
+        CHECK(ev_all_resident(c));
+        /* No overlap: compute waits for everything. */
+        CHECK(mz_ctx_truncate(c, N_P) == MZ_OK);
+        CHECK(mz_evict(c, ev_evictable_total(c) / 2, NULL) == MZ_OK);
+        rp.overlap = MZ_OVERLAP_NONE;
+        CHECK(mz_prefill_restore(c, toks + N_P, 8, &rp, &tm) == MZ_OK);
+        mz_mem_restore_order_probe(c->mem, &first, &ready);
+        CHECK_MSG(first >= ready, "no overlap: layer 0 at %.3f, restore done at %.3f", first,
+                  ready);
+    }
+    mz_ctx_free(c);
+    mz_model_free(m);
+}
+
+int main(void)
+{
+    const char *path = t_tmp_path("rg-tiny.gguf");
+    if (!t_real_model_path()) return t_skip(T, "real model absent (make model)");
+    if (ev_gen_tiny(path, N_LAYER)) {
+        fprintf(stderr, "gen: %s\n", mz_last_error());
+        return 1;
+    }
+    g_m = ev_load(path);
+    g_ref_m = ev_load(path);
+    if (!g_m || !g_ref_m) return 1;
+    g_vocab = mz_model_n_vocab(g_m);
+    ev_tokens(g_base, N_BASE, g_vocab, 11);
+    ev_tokens(g_follow, N_FOLLOW, g_vocab, 12);
+
+    const mz_evict_order orders[] = {MZ_EVICT_BACKWARD, MZ_EVICT_FORWARD, MZ_EVICT_RANDOM};
+    for (int k = 0; k < 2; k++)
+        for (size_t o = 0; o < MZ_ARRAY_LEN(orders); o++)
+            if (k || orders[o] == MZ_EVICT_BACKWARD) /* raw: backward-out only */
+                run_grid(k ? "q8" : "raw", orders[o], orders[o] == MZ_EVICT_BACKWARD);
+    test_generate();
+    test_faults();
+    mz_model_free(g_m);
+    mz_model_free(g_ref_m);
+    test_order();
+    return t_done(T);
+}
