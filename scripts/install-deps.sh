@@ -26,6 +26,12 @@ if [ -n "${MZ_WITH_FUZZ:-}" ]; then
         || need+=(clang libclang-rt-14-dev)
     rm -rf "$probe"
 fi
+# AArch64 cross compiler and user-mode emulator: `make test` runs the kernel
+# tests (NEON paths) under qemu-aarch64 (make test-arm).
+if [ "$(uname -m)" = x86_64 ]; then
+    command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+    command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+fi
 
 [ ${#need[@]} -eq 0 ] && exit 0
 

@@ -20,6 +20,7 @@
 #include "../kernels/kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* One matrix product of a fused job. */
@@ -49,6 +50,7 @@ static void matmul_task(void *arg, int ith, int nth)
 }
 
 static void attn_task(void *arg, int ith, int nth) { mz_attn(arg, ith, nth); }
+static void attn_merge_task(void *arg, int ith, int nth) { mz_attn_merge(arg, ith, nth); }
 
 /* Converts n_tok rows of n_cols floats (row stride x_stride) into the
  * activation format of k; returns the converted row size. */
@@ -130,8 +132,8 @@ mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_lo
     for (int l = 0; l < cfg->n_layer; l++) {
         /* Never compute on evicted data: this layer's weights and every KV
          * chunk its attention reads (and the one it writes) must be resident.
-         * Blocking per unit, in forward order; restore workers that overlap
-         * this wait come with the policy issue. */
+         * Per unit, in forward order: during mz_prefill_restore this waits
+         * for the restore workers (manager.c); otherwise it restores here. */
         if ((st = mz_mem_acquire_layer(c->mem, l, n_chunks))) return st;
         const mz_block_weights *b = &m->blocks[l];
         for (size_t t = 0; t < n; t++)
@@ -167,7 +169,18 @@ mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_lo
                            .n_q = n,
                            .pos0 = p0,
                            .scale = scale};
-        mz_threadpool_run(c->pool, attn_task, &aa);
+        {
+            /* A short query over a long context spreads its positions over the
+             * threads and merges their softmax states afterwards; that needs
+             * scratch (a few MB at 32k). Without it the kernel splits by head
+             * only: same bits, less parallelism. */
+            const size_t np = mz_attn_partial_floats(&aa);
+            aa.partial = np ? malloc(np * sizeof(float)) : NULL;
+            aa.partial_floats = aa.partial ? np : 0;
+            mz_threadpool_run(c->pool, attn_task, &aa);
+            if (aa.partial) mz_threadpool_run(c->pool, attn_merge_task, &aa);
+            free(aa.partial);
+        }
         {
             const mz_tensor *ws[1] = {&b->wo};
             float *ys[1] = {s->tmp};

@@ -7,7 +7,9 @@
  *   out   = sum_p softmax(s)_p * V[g][p]
  * K and V live in 256-position chunks (layout in kernels.h), F16.
  *
- * mz_attn: one pass over the chunk-pointer array with an online softmax.
+ * mz_attn (SIMD: attn_avx2.c, built for short queries over long contexts;
+ * its top comment has the work split and the segment merge). The scalar
+ * kernel here: one pass over the chunk-pointer array with an online softmax.
  *   Per query row it keeps a running max m, running sum l and accumulator
  *   acc[head_dim]. Positions go by in tiles of up to ATTN_TILE rows of one
  *   chunk: the tile's scores are computed first, then m is raised to the
@@ -116,15 +118,43 @@ static void attn_group_scalar(const mz_attn_args *a, size_t i, int kvh, int h0, 
     }
 }
 
+/* The SIMD kernel takes head_dim % 8 == 0; other shapes use the scalar one. */
+static bool use_avx2(const mz_attn_args *a)
+{
+    return MZ_KERNELS_X86 && mz_kernels_active_isa() >= MZ_ISA_AVX2 && a->head_dim % 8 == 0;
+}
+
 void mz_attn(const mz_attn_args *a, int ith, int nth)
 {
+    if (use_avx2(a)) {
 #if MZ_KERNELS_X86
-    if (mz_kernels_active_isa() >= MZ_ISA_AVX2) {
         mz_attn_avx2(a, ith, nth);
         return;
-    }
 #endif
+    }
     mz_attn_scalar(a, ith, nth);
+}
+
+size_t mz_attn_partial_floats(const mz_attn_args *a)
+{
+    mz_attn_check_args(a);
+    if (use_avx2(a)) {
+#if MZ_KERNELS_X86
+        return mz_attn_partial_floats_avx2(a);
+#endif
+    }
+    return 0;
+}
+
+void mz_attn_merge(const mz_attn_args *a, int ith, int nth)
+{
+    if (use_avx2(a)) {
+#if MZ_KERNELS_X86
+        mz_attn_merge_avx2(a, ith, nth);
+#endif
+    }
+    (void)ith;
+    (void)nth;
 }
 
 void mz_attn_scalar(const mz_attn_args *a, int ith, int nth)

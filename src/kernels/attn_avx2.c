@@ -1,12 +1,34 @@
 /*
- * attn_avx2.c — AVX2 + FMA + F16C version of mz_attn (contract and math in
- * attn.c / kernels.h). Same single-pass tiled online softmax; vectorized:
- *   - F16 -> F32 of each K and V row (vcvtph2ps), once per row for the whole
- *     GQA group;
- *   - q . k with 8-lane FMAs (two accumulators);
- *   - acc += p * v and the acc rescale with 8-lane FMAs / multiplies.
- * exp() stays scalar (one per score: small next to the head_dim-long dots).
- * head_dim need not be a multiple of 8: scalar tails.
+ * attn_avx2.c — AVX2 + FMA + F16C attention over KV chunks (contract in
+ * kernels.h, math in attn.c), built for the long-context case: a short query
+ * (a few tokens) over thousands of cached positions.
+ *
+ * Work item: (KV head, block of query tokens, range of positions). Its rows
+ * are every query head of the GQA group for every token of the block (up to
+ * ATTN_MAX_ROWS), so each F16 K/V row is read and converted once per item for
+ * all of them. Positions go by in tiles of ATTN_TILE rows of one chunk:
+ *   Kf  = f32(K tile)                                 [nt][hd]
+ *   S   = scale * (Q . Kf^T)                           register tiles: 2 rows x 4 positions
+ *   per row: m' = max(m, max S), rescale l and acc by exp(m - m') when m grows,
+ *            P = exp(S - m') (8-lane polynomial exp), l += sum P
+ *   Vf  = f32(V tile);  acc += P . Vf                 register tiles: 2 rows x 32 dims
+ *
+ * Segments and merging (canonical arithmetic). Positions are cut into fixed
+ * segments of ATTN_SEG_POS (1024); a row's online softmax restarts at every
+ * segment, and the segments' states (m, l, acc) are merged in segment order:
+ *   M = max(M, m_s); L = L*exp(M_old - M) + l_s*exp(m_s - M);
+ *   ACC = ACC*exp(M_old - M) + acc_s*exp(m_s - M);   out = ACC * (1/L).
+ * Every output row is computed by exactly this sequence whatever the plan:
+ * one thread walking all segments of an item (prefill: many items), or
+ * segments spread over threads with their states parked in a->partial and
+ * merged by mz_attn_merge (short query, long context: few items). So results
+ * do not depend on the thread count, the batch or the token split
+ * (test_forward_threads relies on it).
+ *
+ * A row attends to positions [0, pos0 + i]: in a tile it uses only its valid
+ * prefix (loops are cut per row, never masked by adding zeros), so masked
+ * positions cannot change a bit. Needs head_dim % 8 == 0 (else mz_attn uses
+ * the scalar kernel).
  */
 #include "kernels_impl.h"
 
@@ -14,128 +36,466 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define ATTN_TILE 32
+#define ATTN_MAX_ROWS 32
+#define ATTN_SEG_POS 1024
 
-static inline float hsum_ps(__m256 v)
+_Static_assert(ATTN_SEG_POS % MZ_KV_CHUNK_TOKENS == 0, "segments are whole chunks");
+_Static_assert(MZ_KV_CHUNK_TOKENS % ATTN_TILE == 0, "tiles do not straddle chunks");
+
+/* ---- plan -------------------------------------------------------------------------- */
+
+typedef struct attn_plan {
+    int group;     /* query heads per KV head */
+    int hsub;      /* query heads per item (<= group, <= ATTN_MAX_ROWS) */
+    int n_hsub;    /* head sub-groups per KV head */
+    size_t tb;     /* query tokens per item */
+    size_t n_tb;   /* token blocks */
+    size_t n_seg;  /* segments of the longest row */
+    size_t n_grp;  /* (kv head, head sub-group, token block) triples */
+} attn_plan;
+
+static attn_plan make_plan(const mz_attn_args *a)
 {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    attn_plan p;
+    p.group = a->n_head / a->n_head_kv;
+    p.hsub = MZ_MIN(p.group, ATTN_MAX_ROWS);
+    p.n_hsub = (p.group + p.hsub - 1) / p.hsub;
+    p.tb = (size_t)MZ_MAX(1, ATTN_MAX_ROWS / p.hsub);
+    p.n_tb = (a->n_q + p.tb - 1) / p.tb;
+    const size_t n_ctx = a->pos0 + a->n_q;
+    p.n_seg = (n_ctx + ATTN_SEG_POS - 1) / ATTN_SEG_POS;
+    p.n_grp = (size_t)a->n_head_kv * (size_t)p.n_hsub * p.n_tb;
+    return p;
 }
 
-static inline void f16_row(const mz_f16 *restrict x, float *restrict y, int n)
+/* Split the segments over threads? Only worth it (and only possible with
+ * scratch) when there are too few groups to keep the threads busy. */
+static size_t plan_partial_floats(const mz_attn_args *a, const attn_plan *p)
 {
-    int d = 0;
-    for (; d + 8 <= n; d += 8)
+    if (p->n_seg < 2 || p->n_grp >= 8) return 0;
+    return p->n_seg * a->n_q * (size_t)a->n_head * ((size_t)a->head_dim + 2);
+}
+
+/* ---- small vector helpers ----------------------------------------------------------- */
+
+/* e^x for x <= 0 (and -inf -> 0): Cody-Waite reduction by ln 2, degree-6
+ * polynomial, relative error ~2 ulp. */
+static inline __m256 exp_ps(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, y);
+}
+
+/* Lane i of the result = sum of the 8 lanes of a[i], each summed as
+ * ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)). */
+static inline __m256 reduce8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
+                             __m256 a7)
+{
+    const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+
+static inline void f16_rows(const mz_f16 *restrict x, float *restrict y, size_t n)
+{
+    for (size_t d = 0; d < n; d += 8)
         _mm256_storeu_ps(y + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + d))));
-    for (; d < n; d++) y[d] = _cvtsh_ss(x[d]);
 }
 
-static inline float dot_f32(const float *restrict a, const float *restrict b, int n)
+/* ---- one item ----------------------------------------------------------------------- */
+
+typedef struct row_state {
+    float m, l;
+} row_state;
+
+/* S[r][t] = scale * (Q[r] . Kf[t]) for rows [0, nr), positions [0, nt). */
+static void scores(const float *restrict qs, const float *restrict kf, int hd, int nr, int nt, float scale,
+                   float s[][ATTN_TILE])
 {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int d = 0;
-    for (; d + 16 <= n; d += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), s1);
+    for (int r = 0; r < nr; r += 2) {
+        const float *q0 = qs + (size_t)r * (size_t)hd;
+        const float *q1 = r + 1 < nr ? q0 + hd : q0; /* odd row count: recompute row r, discarded */
+        for (int t = 0; t < nt; t += 4) {
+            const float *k0 = kf + (size_t)t * (size_t)hd;
+            const float *k1 = t + 1 < nt ? k0 + hd : k0;
+            const float *k2 = t + 2 < nt ? k0 + 2 * hd : k0;
+            const float *k3 = t + 3 < nt ? k0 + 3 * hd : k0;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (int d = 0; d < hd; d += 8) {
+                const __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
+                __m256 k = _mm256_loadu_ps(k0 + d);
+                a0 = _mm256_fmadd_ps(x0, k, a0);
+                b0 = _mm256_fmadd_ps(x1, k, b0);
+                k = _mm256_loadu_ps(k1 + d);
+                a1 = _mm256_fmadd_ps(x0, k, a1);
+                b1 = _mm256_fmadd_ps(x1, k, b1);
+                k = _mm256_loadu_ps(k2 + d);
+                a2 = _mm256_fmadd_ps(x0, k, a2);
+                b2 = _mm256_fmadd_ps(x1, k, b2);
+                k = _mm256_loadu_ps(k3 + d);
+                a3 = _mm256_fmadd_ps(x0, k, a3);
+                b3 = _mm256_fmadd_ps(x1, k, b3);
+            }
+            float v[8];
+            _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_set1_ps(scale), reduce8(a0, a1, a2, a3, b0, b1, b2, b3)));
+            for (int j = 0; j < 4 && t + j < nt; j++) {
+                s[r][t + j] = v[j];
+                if (r + 1 < nr) s[r + 1][t + j] = v[4 + j];
+            }
+        }
     }
-    for (; d + 8 <= n; d += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), s0);
-    float s = hsum_ps(_mm256_add_ps(s0, s1));
-    for (; d < n; d++) s += a[d] * b[d];
-    return s;
 }
 
-/* y += p * x */
-static inline void axpy(float *restrict y, float p, const float *restrict x, int n)
+/* acc[r] += sum_{t < n} P[r][t] * Vf[t] for t ascending, one or two rows at
+ * a time (each row's own sequence of FMAs is the same either way). */
+static inline void accumulate_rows(float *restrict a0, float *restrict a1, const float *restrict vf, int hd,
+                                   const float *restrict p0, const float *restrict p1, int n0, int n1)
 {
-    const __m256 vp = _mm256_set1_ps(p);
+    const int nboth = a1 ? MZ_MIN(n0, n1) : 0;
     int d = 0;
-    for (; d + 8 <= n; d += 8)
-        _mm256_storeu_ps(y + d, _mm256_fmadd_ps(vp, _mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d)));
-    for (; d < n; d++) y[d] += p * x[d];
+    for (; d + 32 <= hd; d += 32) {
+        __m256 c0 = _mm256_loadu_ps(a0 + d), c1 = _mm256_loadu_ps(a0 + d + 8);
+        __m256 c2 = _mm256_loadu_ps(a0 + d + 16), c3 = _mm256_loadu_ps(a0 + d + 24);
+        int t = 0;
+        if (a1) {
+            __m256 e0 = _mm256_loadu_ps(a1 + d), e1 = _mm256_loadu_ps(a1 + d + 8);
+            __m256 e2 = _mm256_loadu_ps(a1 + d + 16), e3 = _mm256_loadu_ps(a1 + d + 24);
+            for (; t < nboth; t++) {
+                const float *v = vf + (size_t)t * (size_t)hd + d;
+                const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+                const __m256 v2 = _mm256_loadu_ps(v + 16), v3 = _mm256_loadu_ps(v + 24);
+                const __m256 pa = _mm256_broadcast_ss(p0 + t), pb = _mm256_broadcast_ss(p1 + t);
+                c0 = _mm256_fmadd_ps(pa, v0, c0);
+                c1 = _mm256_fmadd_ps(pa, v1, c1);
+                c2 = _mm256_fmadd_ps(pa, v2, c2);
+                c3 = _mm256_fmadd_ps(pa, v3, c3);
+                e0 = _mm256_fmadd_ps(pb, v0, e0);
+                e1 = _mm256_fmadd_ps(pb, v1, e1);
+                e2 = _mm256_fmadd_ps(pb, v2, e2);
+                e3 = _mm256_fmadd_ps(pb, v3, e3);
+            }
+            for (int u = t; u < n1; u++) {
+                const float *v = vf + (size_t)u * (size_t)hd + d;
+                const __m256 pb = _mm256_broadcast_ss(p1 + u);
+                e0 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v), e0);
+                e1 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + 8), e1);
+                e2 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + 16), e2);
+                e3 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + 24), e3);
+            }
+            _mm256_storeu_ps(a1 + d, e0);
+            _mm256_storeu_ps(a1 + d + 8, e1);
+            _mm256_storeu_ps(a1 + d + 16, e2);
+            _mm256_storeu_ps(a1 + d + 24, e3);
+        }
+        for (; t < n0; t++) {
+            const float *v = vf + (size_t)t * (size_t)hd + d;
+            const __m256 pa = _mm256_broadcast_ss(p0 + t);
+            c0 = _mm256_fmadd_ps(pa, _mm256_loadu_ps(v), c0);
+            c1 = _mm256_fmadd_ps(pa, _mm256_loadu_ps(v + 8), c1);
+            c2 = _mm256_fmadd_ps(pa, _mm256_loadu_ps(v + 16), c2);
+            c3 = _mm256_fmadd_ps(pa, _mm256_loadu_ps(v + 24), c3);
+        }
+        _mm256_storeu_ps(a0 + d, c0);
+        _mm256_storeu_ps(a0 + d + 8, c1);
+        _mm256_storeu_ps(a0 + d + 16, c2);
+        _mm256_storeu_ps(a0 + d + 24, c3);
+    }
+    for (; d < hd; d += 8) {
+        __m256 c0 = _mm256_loadu_ps(a0 + d);
+        for (int t = 0; t < n0; t++)
+            c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + t), _mm256_loadu_ps(vf + (size_t)t * (size_t)hd + d), c0);
+        _mm256_storeu_ps(a0 + d, c0);
+        if (a1) {
+            __m256 e0 = _mm256_loadu_ps(a1 + d);
+            for (int t = 0; t < n1; t++)
+                e0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + t), _mm256_loadu_ps(vf + (size_t)t * (size_t)hd + d), e0);
+            _mm256_storeu_ps(a1 + d, e0);
+        }
+    }
+}
+
+/* acc[r] += sum_{t < nv[r]} P[r][t] * Vf[t], t ascending, for rows [0, nr). */
+static void accumulate(float *restrict acc, const float *restrict vf, int hd, int nr, const int *nv,
+                       float p[][ATTN_TILE])
+{
+    int r = 0;
+    while (r < nr && nv[r] <= 0) r++;
+    for (; r + 1 < nr; r += 2)
+        accumulate_rows(acc + (size_t)r * (size_t)hd, acc + (size_t)(r + 1) * (size_t)hd, vf, hd, p[r], p[r + 1],
+                        nv[r], nv[r + 1]);
+    if (r < nr) accumulate_rows(acc + (size_t)r * (size_t)hd, NULL, vf, hd, p[r], NULL, nv[r], 0);
 }
 
 static inline void scale_row(float *restrict y, float c, int n)
 {
     const __m256 vc = _mm256_set1_ps(c);
-    int d = 0;
-    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(y + d, _mm256_mul_ps(vc, _mm256_loadu_ps(y + d)));
-    for (; d < n; d++) y[d] *= c;
+    for (int d = 0; d < n; d += 8) _mm256_storeu_ps(y + d, _mm256_mul_ps(vc, _mm256_loadu_ps(y + d)));
 }
 
-/* Query heads [h0, h0 + ng) of KV head kvh, query token i. */
-static void attn_group(const mz_attn_args *a, size_t i, int kvh, int h0, int ng)
+/* ACC = ACC * a1 + acc * a2 (the segment merge). */
+static inline void merge_into(float *restrict ACC, const float *restrict acc, float a1, float a2, int n)
+{
+    const __m256 v1 = _mm256_set1_ps(a1), v2 = _mm256_set1_ps(a2);
+    for (int d = 0; d < n; d += 8)
+        _mm256_storeu_ps(ACC + d, _mm256_fmadd_ps(_mm256_loadu_ps(acc + d), v2, _mm256_mul_ps(_mm256_loadu_ps(ACC + d), v1)));
+}
+
+static inline void merge_state(row_state *S, float *restrict ACC, float m, float l, const float *restrict acc, int hd)
+{
+    const float M = fmaxf(S->m, m);
+    const float a1 = expf(S->m - M), a2 = expf(m - M); /* exp(-inf) = 0 for an empty side */
+    S->l = S->l * a1 + l * a2;
+    merge_into(ACC, acc, a1, a2, hd);
+    S->m = M;
+}
+
+/* Item description: rows r = ti * hsub + g for tokens i0 + ti (ti < nq) and
+ * query heads h0 + g (g < hsub). */
+typedef struct item {
+    int kvh, h0, hsub;
+    size_t i0, nq;
+} item;
+
+/* One segment for the item's rows: fresh online softmax over positions
+ * [seg * ATTN_SEG_POS, ...) up to each row's limit. State in st/acc. */
+static void run_segment(const mz_attn_args *a, const item *it, const float *restrict qs, size_t seg,
+                        row_state *st, float *restrict acc, float *restrict kf, float *restrict vf)
 {
     const int hd = a->head_dim;
-    const size_t n_ctx = a->pos0 + i + 1;
-    const size_t kv_stride = MZ_KV_CHUNK_TOKENS * (size_t)hd; /* elements per head in a chunk */
-    const float *q[MZ_ATTN_MAX_GROUP];
-    float m[MZ_ATTN_MAX_GROUP], l[MZ_ATTN_MAX_GROUP];
-    float acc[MZ_ATTN_MAX_GROUP][MZ_ATTN_MAX_HEAD_DIM] __attribute__((aligned(32)));
-    float s[MZ_ATTN_MAX_GROUP][ATTN_TILE];
-    float row[MZ_ATTN_MAX_HEAD_DIM] __attribute__((aligned(32)));
+    const int nr = (int)it->nq * it->hsub;
+    const size_t kv_stride = MZ_KV_CHUNK_TOKENS * (size_t)hd;
+    const size_t p_end = a->pos0 + it->i0 + it->nq; /* one past the last row's limit */
+    float s[ATTN_MAX_ROWS][ATTN_TILE];
+    int nv[ATTN_MAX_ROWS];
 
-    for (int g = 0; g < ng; g++) {
-        q[g] = a->q + (i * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-        for (int d = 0; d < hd; d++) acc[g][d] = 0.0f;
+    for (int r = 0; r < nr; r++) {
+        st[r].m = -INFINITY;
+        st[r].l = 0.0f;
     }
+    for (size_t d = 0; d < (size_t)nr * (size_t)hd; d++) acc[d] = 0.0f;
 
-    for (size_t c = 0; c * MZ_KV_CHUNK_TOKENS < n_ctx; c++) {
-        const mz_f16 *kbase = (const mz_f16 *)a->chunks[c] + (size_t)kvh * kv_stride;
-        const mz_f16 *vbase = (const mz_f16 *)a->chunks[c] + ((size_t)a->n_head_kv + (size_t)kvh) * kv_stride;
-        const size_t rows = MZ_MIN((size_t)MZ_KV_CHUNK_TOKENS, n_ctx - c * MZ_KV_CHUNK_TOKENS);
-        for (size_t t0 = 0; t0 < rows; t0 += ATTN_TILE) {
-            const int nt = (int)MZ_MIN((size_t)ATTN_TILE, rows - t0);
-            for (int t = 0; t < nt; t++) {
-                f16_row(kbase + (t0 + (size_t)t) * (size_t)hd, row, hd);
-                for (int g = 0; g < ng; g++) s[g][t] = dot_f32(q[g], row, hd) * a->scale;
-            }
-            for (int g = 0; g < ng; g++) {
-                float mt = m[g];
-                for (int t = 0; t < nt; t++) mt = fmaxf(mt, s[g][t]);
-                if (mt > m[g]) {
-                    /* Raise the running max: earlier terms shrink by exp(m_old - m_new)
-                     * (0 on the first tile, where m_old = -inf and acc = 0). */
-                    const float corr = expf(m[g] - mt);
-                    l[g] *= corr;
-                    scale_row(acc[g], corr, hd);
-                    m[g] = mt;
-                }
-                for (int t = 0; t < nt; t++) {
-                    s[g][t] = expf(s[g][t] - mt);
-                    l[g] += s[g][t];
-                }
-            }
-            for (int t = 0; t < nt; t++) {
-                f16_row(vbase + (t0 + (size_t)t) * (size_t)hd, row, hd);
-                for (int g = 0; g < ng; g++) axpy(acc[g], s[g][t], row, hd);
-            }
+    const size_t s0 = seg * ATTN_SEG_POS, s1 = MZ_MIN(s0 + ATTN_SEG_POS, p_end);
+    for (size_t p0 = s0; p0 < s1; p0 += ATTN_TILE) {
+        const int nt = (int)MZ_MIN((size_t)ATTN_TILE, s1 - p0);
+        const size_t c = p0 / MZ_KV_CHUNK_TOKENS, row = p0 % MZ_KV_CHUNK_TOKENS;
+        const mz_f16 *kb = (const mz_f16 *)a->chunks[c] + (size_t)it->kvh * kv_stride + row * (size_t)hd;
+        const mz_f16 *vb = (const mz_f16 *)a->chunks[c] + ((size_t)a->n_head_kv + (size_t)it->kvh) * kv_stride +
+                           row * (size_t)hd;
+        /* Rows whose limit is past this tile's start: tokens are in ascending
+         * order, so they are a suffix [r_first, nr). */
+        int r_first = 0;
+        for (int r = 0; r < nr; r++) {
+            const size_t lim = a->pos0 + it->i0 + (size_t)(r / it->hsub) + 1; /* positions < lim */
+            nv[r] = lim > p0 ? (int)MZ_MIN((size_t)nt, lim - p0) : 0;
+            if (nv[r] == 0) r_first = r + 1;
         }
+        f16_rows(kb, kf, (size_t)nt * (size_t)hd);
+        scores(qs + (size_t)r_first * (size_t)hd, kf, hd, nr - r_first, nt, a->scale, s + r_first);
+        for (int r = r_first; r < nr; r++) {
+            const int n = nv[r];
+            __m256 mx = _mm256_set1_ps(-INFINITY);
+            for (int t = 0; t < ATTN_TILE; t += 8) {
+                const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                    _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+                mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(&s[r][t]), keep));
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            const float mt = _mm_cvtss_f32(m4);
+            if (mt > st[r].m) {
+                const float corr = expf(st[r].m - mt); /* 0 on the first tile */
+                st[r].l *= corr;
+                scale_row(acc + (size_t)r * (size_t)hd, corr, hd);
+                st[r].m = mt;
+            }
+            const __m256 mv = _mm256_set1_ps(st[r].m);
+            __m256 ps[ATTN_TILE / 8];
+            for (int t = 0; t < ATTN_TILE; t += 8) {
+                const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                    _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+                ps[t / 8] = _mm256_and_ps(keep, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(&s[r][t]), mv)));
+                _mm256_storeu_ps(&s[r][t], ps[t / 8]);
+            }
+            const __m256 sum = _mm256_add_ps(_mm256_add_ps(ps[0], ps[1]), _mm256_add_ps(ps[2], ps[3]));
+            __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+            s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+            s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+            st[r].l += _mm_cvtss_f32(s4);
+        }
+        f16_rows(vb, vf, (size_t)nt * (size_t)hd);
+        accumulate(acc, vf, hd, nr, nv, s);
     }
+}
 
-    for (int g = 0; g < ng; g++) {
-        float *o = a->out + (i * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
-        const float inv = 1.0f / l[g];
-        for (int d = 0; d < hd; d++) o[d] = acc[g][d] * inv;
-    }
+_Static_assert(ATTN_TILE == 32, "the softmax loop above assumes 4 vectors per tile");
+
+/* Queries of an item, row r = token-major: Q[r] = q[i0 + r / hsub][h0 + r % hsub]. */
+static void load_queries(const mz_attn_args *a, const item *it, float *restrict qs)
+{
+    const int hd = a->head_dim;
+    for (size_t ti = 0; ti < it->nq; ti++)
+        for (int g = 0; g < it->hsub; g++) {
+            const float *q = a->q + ((it->i0 + ti) * (size_t)a->n_head + (size_t)(it->h0 + g)) * (size_t)hd;
+            memcpy(qs + (ti * (size_t)it->hsub + (size_t)g) * (size_t)hd, q, (size_t)hd * sizeof(float));
+        }
+}
+
+static size_t item_n_seg(const mz_attn_args *a, const item *it)
+{
+    return (a->pos0 + it->i0 + it->nq + ATTN_SEG_POS - 1) / ATTN_SEG_POS;
+}
+
+static item group_item(const mz_attn_args *a, const attn_plan *p, size_t gi)
+{
+    /* gi = (kvh * n_hsub + hs) * n_tb + tb */
+    item it;
+    const size_t tb = gi % p->n_tb, kh = gi / p->n_tb;
+    it.kvh = (int)(kh / (size_t)p->n_hsub);
+    const int hs = (int)(kh % (size_t)p->n_hsub);
+    it.h0 = it.kvh * p->group + hs * p->hsub;
+    it.hsub = MZ_MIN(p->hsub, p->group - hs * p->hsub);
+    it.i0 = tb * p->tb;
+    it.nq = MZ_MIN(p->tb, a->n_q - it.i0);
+    return it;
+}
+
+static void write_out(const mz_attn_args *a, const item *it, const row_state *S, const float *ACC)
+{
+    const int hd = a->head_dim;
+    for (size_t ti = 0; ti < it->nq; ti++)
+        for (int g = 0; g < it->hsub; g++) {
+            const size_t r = ti * (size_t)it->hsub + (size_t)g;
+            float *o = a->out + ((it->i0 + ti) * (size_t)a->n_head + (size_t)(it->h0 + g)) * (size_t)hd;
+            const __m256 inv = _mm256_set1_ps(1.0f / S[r].l);
+            for (int e = 0; e < hd; e += 8) _mm256_storeu_ps(o + e, _mm256_mul_ps(inv, _mm256_loadu_ps(ACC + r * (size_t)hd + e)));
+        }
+}
+
+/* Partial state of (group gi, segment seg, row r): [m, l, acc[hd]]. */
+static float *partial_row(const mz_attn_args *a, const attn_plan *p, size_t gi, size_t seg, int r)
+{
+    const size_t row_floats = (size_t)a->head_dim + 2;
+    const size_t rows_per_grp = p->tb * (size_t)p->hsub;
+    return a->partial + ((gi * p->n_seg + seg) * rows_per_grp + (size_t)r) * row_floats;
+}
+
+size_t mz_attn_partial_floats_avx2(const mz_attn_args *a)
+{
+    const attn_plan p = make_plan(a);
+    const size_t need = plan_partial_floats(a, &p);
+    /* The layout uses full token blocks; size for that. */
+    return need ? p.n_grp * p.n_seg * p.tb * (size_t)p.hsub * ((size_t)a->head_dim + 2) : 0;
+}
+
+static bool use_split(const mz_attn_args *a, const attn_plan *p)
+{
+    const size_t need = mz_attn_partial_floats_avx2(a);
+    return need > 0 && a->partial && a->partial_floats >= need;
 }
 
 void mz_attn_avx2(const mz_attn_args *a, int ith, int nth)
 {
     MZ_ASSERT(nth >= 1 && ith >= 0 && ith < nth);
     mz_attn_check_args(a);
-    const int group = a->n_head / a->n_head_kv;
-    const size_t n_items = a->n_q * (size_t)a->n_head_kv;
-    /* Interleaved items: causal rows grow with the token index (see attn.c). */
-    for (size_t it = (size_t)ith; it < n_items; it += (size_t)nth) {
-        const size_t i = it / (size_t)a->n_head_kv;
-        const int kvh = (int)(it % (size_t)a->n_head_kv);
-        for (int g0 = 0; g0 < group; g0 += MZ_ATTN_MAX_GROUP)
-            attn_group(a, i, kvh, kvh * group + g0, MZ_MIN(MZ_ATTN_MAX_GROUP, group - g0));
+    MZ_ASSERT(a->head_dim % 8 == 0);
+    const int hd = a->head_dim;
+    const attn_plan p = make_plan(a);
+    float qs[ATTN_MAX_ROWS * MZ_ATTN_MAX_HEAD_DIM];
+    float acc[ATTN_MAX_ROWS * MZ_ATTN_MAX_HEAD_DIM];
+    float kf[ATTN_TILE * MZ_ATTN_MAX_HEAD_DIM], vf[ATTN_TILE * MZ_ATTN_MAX_HEAD_DIM];
+    row_state st[ATTN_MAX_ROWS];
+
+    if (use_split(a, &p)) {
+        /* Items (group, segment), contiguous ranges per thread. Segments past
+         * a group's last row do not exist for it. */
+        const size_t n_items = p.n_grp * p.n_seg;
+        const size_t b = n_items * (size_t)ith / (size_t)nth, e = n_items * ((size_t)ith + 1) / (size_t)nth;
+        size_t loaded = SIZE_MAX;
+        for (size_t k = b; k < e; k++) {
+            const size_t gi = k / p.n_seg, seg = k % p.n_seg;
+            const item it = group_item(a, &p, gi);
+            if (seg >= item_n_seg(a, &it)) continue;
+            if (loaded != gi) {
+                load_queries(a, &it, qs);
+                loaded = gi;
+            }
+            run_segment(a, &it, qs, seg, st, acc, kf, vf);
+            const int nr = (int)it.nq * it.hsub;
+            for (int r = 0; r < nr; r++) {
+                float *pr = partial_row(a, &p, gi, seg, r);
+                pr[0] = st[r].m;
+                pr[1] = st[r].l;
+                memcpy(pr + 2, acc + (size_t)r * (size_t)hd, (size_t)hd * sizeof(float));
+            }
+        }
+        return;
+    }
+
+    float ACC[ATTN_MAX_ROWS * MZ_ATTN_MAX_HEAD_DIM];
+    row_state S[ATTN_MAX_ROWS];
+    /* Interleaved groups: later token blocks see more positions (causal). */
+    for (size_t gi = (size_t)ith; gi < p.n_grp; gi += (size_t)nth) {
+        const item it = group_item(a, &p, gi);
+        const int nr = (int)it.nq * it.hsub;
+        load_queries(a, &it, qs);
+        for (int r = 0; r < nr; r++) {
+            S[r].m = -INFINITY;
+            S[r].l = 0.0f;
+        }
+        for (size_t d = 0; d < (size_t)nr * (size_t)hd; d++) ACC[d] = 0.0f;
+        const size_t ns = item_n_seg(a, &it);
+        for (size_t seg = 0; seg < ns; seg++) {
+            run_segment(a, &it, qs, seg, st, acc, kf, vf);
+            for (int r = 0; r < nr; r++)
+                if (st[r].l > 0.0f)
+                    merge_state(&S[r], ACC + (size_t)r * (size_t)hd, st[r].m, st[r].l, acc + (size_t)r * (size_t)hd, hd);
+        }
+        write_out(a, &it, S, ACC);
+    }
+}
+
+void mz_attn_merge_avx2(const mz_attn_args *a, int ith, int nth)
+{
+    MZ_ASSERT(nth >= 1 && ith >= 0 && ith < nth);
+    const attn_plan p = make_plan(a);
+    if (!use_split(a, &p)) return;
+    const int hd = a->head_dim;
+    float ACC[ATTN_MAX_ROWS * MZ_ATTN_MAX_HEAD_DIM];
+    row_state S[ATTN_MAX_ROWS];
+    for (size_t gi = (size_t)ith; gi < p.n_grp; gi += (size_t)nth) {
+        const item it = group_item(a, &p, gi);
+        const int nr = (int)it.nq * it.hsub;
+        for (int r = 0; r < nr; r++) {
+            S[r].m = -INFINITY;
+            S[r].l = 0.0f;
+        }
+        for (size_t d = 0; d < (size_t)nr * (size_t)hd; d++) ACC[d] = 0.0f;
+        const size_t ns = item_n_seg(a, &it);
+        for (size_t seg = 0; seg < ns; seg++)
+            for (int r = 0; r < nr; r++) {
+                const float *pr = partial_row(a, &p, gi, seg, r);
+                if (pr[1] > 0.0f) merge_state(&S[r], ACC + (size_t)r * (size_t)hd, pr[0], pr[1], pr + 2, hd);
+            }
+        write_out(a, &it, S, ACC);
     }
 }
 

@@ -6,13 +6,14 @@
  * the reference to_float/quantize, which are off the hot path.
  *
  * Choice (mz_kernels_init, once per process, repeated calls are no-ops):
- *   MZ_KERNELS=ref|scalar -> scalar; MZ_KERNELS=avx512 -> AVX-512 where the
- *   CPU has it; otherwise AVX2 where the CPU has it (__builtin_cpu_supports),
- *   else scalar.
- * AVX-512 is opt-in because it measured slower than AVX2 on a Xeon
- * (Sapphire Rapids class, single thread, matvec of 1 token): Q4_1 4.1 vs 5.7
- * GB/s, Q4_0 4.8 vs 5.3, Q8_0 11.3 vs 11.9. Its two-blocks-per-register form
- * spends more on scale handling than VNNI saves; tuning it is future work.
+ *   MZ_KERNELS=ref|scalar -> scalar; MZ_KERNELS=avx2 -> AVX2; otherwise the
+ *   best the CPU has (__builtin_cpu_supports): AVX-512 (F/BW/VL/VNNI), AVX2,
+ *   scalar; on AArch64, NEON (baseline there).
+ * The AVX-512 table runs the register-tiled kernels of gemm_x86.h with VNNI
+ * on 256-bit registers (32 of them, so 4 x 4 tiles) and gives the same bits
+ * as AVX2 for the quantized types; single thread, SmolLM2 ffn shape
+ * 1536 x 576 (bench_kernels) it measured 1.0-1.6x the AVX2 tiles for 1 and
+ * 64 tokens (Q4_1 1.2x / 1.4x, Q8_0 64 tokens about equal).
  * The active ISA is an atomic so a lazy first use from several threads is
  * race-free (every thread computes the same answer).
  */
@@ -38,65 +39,108 @@ static bool cpu_has_f16c(void)
 static const mz_type_kernels k_ref[MZ_DT_COUNT] = {
     [MZ_DT_F32] = {.vec_dot_type = MZ_DT_F32, .from_float = mz_quantize_f32_ref,
                    .vec_dot = mz_vec_dot_f32_ref, .to_float = mz_to_float_f32_ref,
-                   .quantize = mz_quantize_f32_ref},
+                   .quantize = mz_quantize_f32_ref,
+                   .gemm = mz_gemm_f32_ref},
     [MZ_DT_F16] = {.vec_dot_type = MZ_DT_F16, .from_float = mz_quantize_f16_ref,
                    .vec_dot = mz_vec_dot_f16_ref, .to_float = mz_to_float_f16_ref,
-                   .quantize = mz_quantize_f16_ref},
+                   .quantize = mz_quantize_f16_ref,
+                   .gemm = mz_gemm_f16_ref},
     [MZ_DT_BF16] = {.vec_dot_type = MZ_DT_BF16, .from_float = mz_quantize_bf16_ref,
                     .vec_dot = mz_vec_dot_bf16_ref, .to_float = mz_to_float_bf16_ref,
-                    .quantize = mz_quantize_bf16_ref},
+                    .quantize = mz_quantize_bf16_ref,
+                   .gemm = mz_gemm_bf16_ref},
     [MZ_DT_Q8_0] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = mz_quantize_q8_0_ref,
                     .vec_dot = mz_vec_dot_q8_0_q8_0_ref, .to_float = mz_to_float_q8_0_ref,
-                    .quantize = mz_quantize_q8_0_ref},
+                    .quantize = mz_quantize_q8_0_ref,
+                   .gemm = mz_gemm_q8_0_q8_0_ref},
     [MZ_DT_Q4_0] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = mz_quantize_q8_0_ref,
                     .vec_dot = mz_vec_dot_q4_0_q8_0_ref, .to_float = mz_to_float_q4_0_ref,
-                    .quantize = mz_quantize_q4_0_ref},
+                    .quantize = mz_quantize_q4_0_ref,
+                   .gemm = mz_gemm_q4_0_q8_0_ref},
     [MZ_DT_Q4_1] = {.vec_dot_type = MZ_DT_Q8_1, .from_float = mz_quantize_q8_1_ref,
                     .vec_dot = mz_vec_dot_q4_1_q8_1_ref, .to_float = mz_to_float_q4_1_ref,
-                    .quantize = mz_quantize_q4_1_ref},
+                    .quantize = mz_quantize_q4_1_ref,
+                   .gemm = mz_gemm_q4_1_q8_1_ref},
 };
 
 #if MZ_KERNELS_X86
 static const mz_type_kernels k_avx2[MZ_DT_COUNT] = {
     [MZ_DT_F32] = {.vec_dot_type = MZ_DT_F32, .from_float = mz_quantize_f32_ref,
                    .vec_dot = mz_vec_dot_f32_avx2, .to_float = mz_to_float_f32_ref,
-                   .quantize = mz_quantize_f32_ref},
+                   .quantize = mz_quantize_f32_ref,
+                   .gemm = mz_gemm_f32_avx2},
     [MZ_DT_F16] = {.vec_dot_type = MZ_DT_F16, .from_float = mz_from_float_f16_avx2,
                    .vec_dot = mz_vec_dot_f16_avx2, .to_float = mz_to_float_f16_ref,
-                   .quantize = mz_quantize_f16_ref},
+                   .quantize = mz_quantize_f16_ref,
+                   .gemm = mz_gemm_f16_avx2},
     [MZ_DT_BF16] = {.vec_dot_type = MZ_DT_BF16, .from_float = mz_quantize_bf16_ref,
                     .vec_dot = mz_vec_dot_bf16_avx2, .to_float = mz_to_float_bf16_ref,
-                    .quantize = mz_quantize_bf16_ref},
+                    .quantize = mz_quantize_bf16_ref,
+                   .gemm = mz_gemm_bf16_avx2},
     [MZ_DT_Q8_0] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = mz_from_float_q8_0_avx2,
                     .vec_dot = mz_vec_dot_q8_0_q8_0_avx2, .to_float = mz_to_float_q8_0_ref,
-                    .quantize = mz_quantize_q8_0_ref},
+                    .quantize = mz_quantize_q8_0_ref,
+                   .gemm = mz_gemm_q8_0_q8_0_avx2},
     [MZ_DT_Q4_0] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = mz_from_float_q8_0_avx2,
                     .vec_dot = mz_vec_dot_q4_0_q8_0_avx2, .to_float = mz_to_float_q4_0_ref,
-                    .quantize = mz_quantize_q4_0_ref},
+                    .quantize = mz_quantize_q4_0_ref,
+                   .gemm = mz_gemm_q4_0_q8_0_avx2},
     [MZ_DT_Q4_1] = {.vec_dot_type = MZ_DT_Q8_1, .from_float = mz_from_float_q8_1_avx2,
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx2, .to_float = mz_to_float_q4_1_ref,
-                    .quantize = mz_quantize_q4_1_ref},
+                    .quantize = mz_quantize_q4_1_ref,
+                   .gemm = mz_gemm_q4_1_q8_1_avx2},
 };
 
 static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
     [MZ_DT_F32] = {.vec_dot_type = MZ_DT_F32, .from_float = mz_quantize_f32_ref,
                    .vec_dot = mz_vec_dot_f32_avx512, .to_float = mz_to_float_f32_ref,
-                   .quantize = mz_quantize_f32_ref},
+                   .quantize = mz_quantize_f32_ref,
+                   .gemm = mz_gemm_f32_avx512},
     [MZ_DT_F16] = {.vec_dot_type = MZ_DT_F16, .from_float = mz_from_float_f16_avx2,
                    .vec_dot = mz_vec_dot_f16_avx512, .to_float = mz_to_float_f16_ref,
-                   .quantize = mz_quantize_f16_ref},
+                   .quantize = mz_quantize_f16_ref,
+                   .gemm = mz_gemm_f16_avx512},
     [MZ_DT_BF16] = {.vec_dot_type = MZ_DT_BF16, .from_float = mz_quantize_bf16_ref,
                     .vec_dot = mz_vec_dot_bf16_avx2, .to_float = mz_to_float_bf16_ref,
-                    .quantize = mz_quantize_bf16_ref},
+                    .quantize = mz_quantize_bf16_ref,
+                   .gemm = mz_gemm_bf16_avx2},
     [MZ_DT_Q8_0] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = mz_from_float_q8_0_avx2,
                     .vec_dot = mz_vec_dot_q8_0_q8_0_avx512, .to_float = mz_to_float_q8_0_ref,
-                    .quantize = mz_quantize_q8_0_ref},
+                    .quantize = mz_quantize_q8_0_ref,
+                   .gemm = mz_gemm_q8_0_q8_0_avx512},
     [MZ_DT_Q4_0] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = mz_from_float_q8_0_avx2,
                     .vec_dot = mz_vec_dot_q4_0_q8_0_avx512, .to_float = mz_to_float_q4_0_ref,
-                    .quantize = mz_quantize_q4_0_ref},
+                    .quantize = mz_quantize_q4_0_ref,
+                   .gemm = mz_gemm_q4_0_q8_0_avx512},
     [MZ_DT_Q4_1] = {.vec_dot_type = MZ_DT_Q8_1, .from_float = mz_from_float_q8_1_avx2,
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx512, .to_float = mz_to_float_q4_1_ref,
-                    .quantize = mz_quantize_q4_1_ref},
+                    .quantize = mz_quantize_q4_1_ref,
+                   .gemm = mz_gemm_q4_1_q8_1_avx512},
+};
+#endif
+
+#if MZ_KERNELS_NEON
+/* NEON is baseline on AArch64: no run-time check needed. Activation
+ * conversion and dequantization stay on the reference code. */
+static const mz_type_kernels k_neon[MZ_DT_COUNT] = {
+    [MZ_DT_F32] = {.vec_dot_type = MZ_DT_F32, .from_float = mz_quantize_f32_ref,
+                   .vec_dot = mz_vec_dot_f32_ref, .to_float = mz_to_float_f32_ref,
+                   .quantize = mz_quantize_f32_ref, .gemm = mz_gemm_f32_ref},
+    [MZ_DT_F16] = {.vec_dot_type = MZ_DT_F16, .from_float = mz_quantize_f16_ref,
+                   .vec_dot = mz_vec_dot_f16_neon, .to_float = mz_to_float_f16_ref,
+                   .quantize = mz_quantize_f16_ref, .gemm = mz_gemm_f16_neon},
+    [MZ_DT_BF16] = {.vec_dot_type = MZ_DT_BF16, .from_float = mz_quantize_bf16_ref,
+                    .vec_dot = mz_vec_dot_bf16_ref, .to_float = mz_to_float_bf16_ref,
+                    .quantize = mz_quantize_bf16_ref, .gemm = mz_gemm_bf16_ref},
+    [MZ_DT_Q8_0] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = mz_quantize_q8_0_ref,
+                    .vec_dot = mz_vec_dot_q8_0_q8_0_neon, .to_float = mz_to_float_q8_0_ref,
+                    .quantize = mz_quantize_q8_0_ref, .gemm = mz_gemm_q8_0_q8_0_neon},
+    [MZ_DT_Q4_0] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = mz_quantize_q8_0_ref,
+                    .vec_dot = mz_vec_dot_q4_0_q8_0_neon, .to_float = mz_to_float_q4_0_ref,
+                    .quantize = mz_quantize_q4_0_ref, .gemm = mz_gemm_q4_0_q8_0_neon},
+    [MZ_DT_Q4_1] = {.vec_dot_type = MZ_DT_Q8_1, .from_float = mz_quantize_q8_1_ref,
+                    .vec_dot = mz_vec_dot_q4_1_q8_1_neon, .to_float = mz_to_float_q4_1_ref,
+                    .quantize = mz_quantize_q4_1_ref, .gemm = mz_gemm_q4_1_q8_1_neon},
 };
 #endif
 
@@ -106,10 +150,13 @@ static const mz_type_kernels *const k_tables[MZ_ISA_COUNT] = {
     [MZ_ISA_AVX2] = k_avx2,
     [MZ_ISA_AVX512] = k_avx512,
 #endif
+#if MZ_KERNELS_NEON
+    [MZ_ISA_NEON] = k_neon,
+#endif
 };
 
-static const char *const k_isa_names[MZ_ISA_COUNT] = {
-    [MZ_ISA_SCALAR] = "scalar", [MZ_ISA_AVX2] = "avx2", [MZ_ISA_AVX512] = "avx512",
+const char *const mz_isa_names[MZ_ISA_COUNT] = {
+    [MZ_ISA_SCALAR] = "scalar", [MZ_ISA_AVX2] = "avx2", [MZ_ISA_AVX512] = "avx512", [MZ_ISA_NEON] = "neon",
 };
 
 /* -1 until mz_kernels_init has run, then an enum mz_isa. */
@@ -131,6 +178,9 @@ bool mz_kernels_cpu_has(enum mz_isa isa)
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512vnni");
 #endif
+#if MZ_KERNELS_NEON
+    case MZ_ISA_NEON: return true;
+#endif
     default: return false;
     }
 }
@@ -138,10 +188,13 @@ bool mz_kernels_cpu_has(enum mz_isa isa)
 void mz_kernels_init(void)
 {
     if (atomic_load_explicit(&g_isa, memory_order_acquire) >= 0) return;
-    enum mz_isa best = mz_kernels_cpu_has(MZ_ISA_AVX2) ? MZ_ISA_AVX2 : MZ_ISA_SCALAR;
+    enum mz_isa best = mz_kernels_cpu_has(MZ_ISA_AVX512) ? MZ_ISA_AVX512
+                       : mz_kernels_cpu_has(MZ_ISA_AVX2) ? MZ_ISA_AVX2
+                       : mz_kernels_cpu_has(MZ_ISA_NEON) ? MZ_ISA_NEON
+                                                         : MZ_ISA_SCALAR;
     const char *env = getenv("MZ_KERNELS");
     if (env && (!strcmp(env, "ref") || !strcmp(env, "scalar"))) best = MZ_ISA_SCALAR;
-    else if (env && !strcmp(env, "avx512") && mz_kernels_cpu_has(MZ_ISA_AVX512)) best = MZ_ISA_AVX512;
+    else if (env && !strcmp(env, "avx2") && best == MZ_ISA_AVX512) best = MZ_ISA_AVX2;
 
     /* Concurrent first calls all store the same value. */
     atomic_store_explicit(&g_isa, (int)best, memory_order_release);
@@ -157,7 +210,7 @@ enum mz_isa mz_kernels_active_isa(void)
     return (enum mz_isa)isa;
 }
 
-const char *mz_kernels_isa(void) { return k_isa_names[mz_kernels_active_isa()]; }
+const char *mz_kernels_isa(void) { return mz_isa_names[mz_kernels_active_isa()]; }
 
 static const mz_type_kernels *table_entry(const mz_type_kernels *t, int type)
 {

@@ -46,6 +46,12 @@ typedef struct mz_type_kernels {
     void (*to_float)(const void *restrict x, float *restrict y, size_t n);
     /* Quantizes n floats to type T (used by gen-model and tests; may be slow). */
     void (*quantize)(const float *restrict x, void *restrict y, size_t n);
+    /* Tiled product of weight rows [r0, r1) with n_tok activation rows:
+     *   y[t * y_stride + r] = vec_dot(n, W row r, X row t)   bit for bit,
+     * whatever the tile an output falls in (see gemm_x86.h). */
+    void (*gemm)(size_t n, const void *restrict w, size_t w_row_bytes, size_t r0, size_t r1,
+                 const void *restrict x, size_t x_row_bytes, size_t n_tok, float *restrict y,
+                 size_t y_stride);
 } mz_type_kernels;
 
 /* Selects implementations for this CPU. Safe to call more than once. */
@@ -58,10 +64,10 @@ const mz_type_kernels *mz_kernels_ref(int type);
 
 /*
  * Matrix multiplication of a weight matrix with a batch of activation rows:
- *   y[t * y_stride + r] = vec_dot(n_cols, W row r, X row t)
+ *   y[t * y_stride + r] = vec_dot(n_cols, W row r, X row t)   (bit-identical)
  * for r in [0, n_rows), t in [0, n_tok). X is already converted to
  * k->vec_dot_type with rows of x_row_bytes. Thread ith computes its share
- * of rows.
+ * of rows (through k->gemm: register tiles of rows x tokens).
  */
 void mz_matmul(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
                size_t n_cols, size_t n_rows, const void *restrict x, size_t x_row_bytes,
@@ -110,6 +116,11 @@ typedef struct mz_attn_args {
     size_t n_q;
     size_t pos0;
     float scale;                  /* usually 1/sqrt(head_dim) */
+    /* Optional scratch that lets a short query over a long context spread its
+     * positions over threads (then mz_attn_merge must run after mz_attn):
+     * mz_attn_partial_floats() floats, or NULL / too small for no split. */
+    float *partial;
+    size_t partial_floats;
 } mz_attn_args;
 
 /* Bytes of one chunk (K and V). */
@@ -126,8 +137,16 @@ static inline mz_f16 *mz_kv_chunk_v(uint8_t *chunk, int n_head_kv, int head_dim,
                               (size_t)kvh * MZ_KV_CHUNK_TOKENS + (size_t)row) * (size_t)head_dim;
 }
 
-/* Computes attention; thread ith of nth takes its share of (kv head, query token) pairs. */
+/*
+ * Computes attention; thread ith of nth takes its share of the work. The
+ * result does not depend on nth (bit for bit). When a->partial holds at least
+ * mz_attn_partial_floats(a) floats (and that is > 0), mz_attn may leave
+ * per-segment states there instead of writing out; the caller then runs
+ * mz_attn_merge on all threads after every mz_attn slice has finished.
+ */
 void mz_attn(const mz_attn_args *a, int ith, int nth);
+size_t mz_attn_partial_floats(const mz_attn_args *a);
+void mz_attn_merge(const mz_attn_args *a, int ith, int nth);
 /* Scalar reference of the same contract (two-pass softmax, F32 throughout). */
 void mz_attn_ref(const mz_attn_args *a);
 

@@ -17,9 +17,16 @@
 #else
 #define MZ_KERNELS_X86 0
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define MZ_KERNELS_NEON 1
+#else
+#define MZ_KERNELS_NEON 0
+#endif
 
-/* Instruction sets, in increasing order of capability. */
-enum mz_isa { MZ_ISA_SCALAR = 0, MZ_ISA_AVX2 = 1, MZ_ISA_AVX512 = 2, MZ_ISA_COUNT };
+/* Instruction sets; AVX2 < AVX-512 in capability (NEON is another family). */
+enum mz_isa { MZ_ISA_SCALAR = 0, MZ_ISA_AVX2 = 1, MZ_ISA_AVX512 = 2, MZ_ISA_NEON = 3, MZ_ISA_COUNT };
+/* Names indexed by enum mz_isa: "scalar", "avx2", "avx512", "neon". */
+extern const char *const mz_isa_names[MZ_ISA_COUNT];
 
 /* The ISA of the active implementation (initialises the kernels on first use). */
 enum mz_isa mz_kernels_active_isa(void);
@@ -59,7 +66,20 @@ float mz_vec_dot_q8_0_q8_0_ref(size_t n, const void *restrict w, const void *res
 float mz_vec_dot_q4_0_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_q4_1_q8_1_ref(size_t n, const void *restrict w, const void *restrict x);
 
-/* ---- AVX2 + FMA + F16C (vecdot_avx2.c) ------------------------------------------ */
+/* A gemm made of one vec_dot per (row, token), for the types without tiles
+ * (and the reference table): defined per vec_dot by MZ_GEMM_FROM_VEC_DOT. */
+#define MZ_GEMM_DECL(name)                                                                      \
+    void name(size_t n, const void *restrict w, size_t w_row_bytes, size_t r0, size_t r1,       \
+              const void *restrict x, size_t x_row_bytes, size_t n_tok, float *restrict y,      \
+              size_t y_stride)
+MZ_GEMM_DECL(mz_gemm_f32_ref);
+MZ_GEMM_DECL(mz_gemm_f16_ref);
+MZ_GEMM_DECL(mz_gemm_bf16_ref);
+MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_ref);
+MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_ref);
+MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_ref);
+
+/* ---- AVX2 + FMA + F16C (vecdot_avx2.c, gemm_avx2.c) ------------------------------------------ */
 
 #if MZ_KERNELS_X86
 void mz_f16_to_f32_row_avx2(const mz_f16 *restrict x, float *restrict y, size_t n);
@@ -74,17 +94,47 @@ float mz_vec_dot_bf16_avx2(size_t n, const void *restrict w, const void *restric
 float mz_vec_dot_q8_0_q8_0_avx2(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_q4_0_q8_0_avx2(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_q4_1_q8_1_avx2(size_t n, const void *restrict w, const void *restrict x);
+/* gemm_avx2.c: tiled kernels (canonical arithmetic in gemm_x86.h); the vec_dot
+ * of F16/Q8_0/Q4_0/Q4_1 above are their 1 x 1 tiles. */
+MZ_GEMM_DECL(mz_gemm_f16_avx2);
+MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_avx2);
+MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_avx2);
+MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_avx2);
+MZ_GEMM_DECL(mz_gemm_f32_avx2);
+MZ_GEMM_DECL(mz_gemm_bf16_avx2);
 
-/* attn_avx2.c: same contract as mz_attn. */
+/* attn_avx2.c: same contract as mz_attn / mz_attn_merge (head_dim % 8 == 0). */
 void mz_attn_avx2(const mz_attn_args *a, int ith, int nth);
+void mz_attn_merge_avx2(const mz_attn_args *a, int ith, int nth);
+size_t mz_attn_partial_floats_avx2(const mz_attn_args *a);
 
-/* ---- AVX-512 F/BW/VL/VNNI (vecdot_avx512.c) ------------------------------------- */
+/* ---- AVX-512 F/BW/VL/VNNI (vecdot_avx512.c, gemm_avx512.c) ------------------------------------- */
 
 float mz_vec_dot_f32_avx512(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_f16_avx512(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_q8_0_q8_0_avx512(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_q4_0_q8_0_avx512(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_q4_1_q8_1_avx512(size_t n, const void *restrict w, const void *restrict x);
+/* gemm_avx512.c: the same tiles with VNNI and 32 registers (bit-identical to AVX2). */
+MZ_GEMM_DECL(mz_gemm_f16_avx512);
+MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_avx512);
+MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_avx512);
+MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_avx512);
+MZ_GEMM_DECL(mz_gemm_f32_avx512);
+#endif
+
+/* ---- AArch64 NEON (vecdot_neon.c) ------------------------------------------------ */
+
+#if MZ_KERNELS_NEON
+float mz_vec_dot_f16_neon(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q8_0_q8_0_neon(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q4_0_q8_0_neon(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q4_1_q8_1_neon(size_t n, const void *restrict w, const void *restrict x);
+void mz_f16_to_f32_row_neon(const mz_f16 *restrict x, float *restrict y, size_t n);
+MZ_GEMM_DECL(mz_gemm_f16_neon);
+MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_neon);
+MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_neon);
+MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_neon);
 #endif
 
 /* ---- attention (attn.c) ---------------------------------------------------------- */

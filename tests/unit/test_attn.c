@@ -10,11 +10,17 @@
  *     causal limit poisons the output;
  *   - oracle: softmax over positions [0, pos0 + i] in double, from the same
  *     F16 values;
- *   - mz_attn_ref, mz_attn_scalar, mz_attn_avx2 (if the CPU has it) and the
- *     dispatching mz_attn; the last runs as nth = 1, 2 and 3 slices in turn
- *     (ith = 0..nth-1 sequentially), the other two with one nth per case,
- *     all within 5e-6 absolute of the oracle (outputs are convex combinations
- *     of V in [-1, 1]); every output written (prefilled with NaN).
+ *   - mz_attn_ref, mz_attn_scalar, mz_attn_avx2 (if the CPU has it and
+ *     head_dim % 8 == 0) and the dispatching mz_attn; the last runs as nth =
+ *     1, 2 and 3 slices in turn (ith = 0..nth-1 sequentially), each with and
+ *     without the partial-state scratch (then mz_attn_merge), the other two
+ *     with one nth per case, all within 5e-6 absolute of the oracle (outputs
+ *     are convex combinations of V in [-1, 1]); every output written
+ *     (prefilled with NaN);
+ *   - the active path gives the same bits for every nth, with or without the
+ *     scratch, and token by token (n_q = 1 calls) as for the whole batch;
+ *   - long contexts: 1030..3000 positions (several 1024-position segments,
+ *     split over threads and merged), a GQA group of 34 query heads.
  */
 #include "kernels/kernels_impl.h"
 #include "testutil.h"
@@ -136,6 +142,17 @@ static double max_err(const fixture *f)
 
 typedef void (*attn_fn)(const mz_attn_args *a, int ith, int nth);
 
+/* Runs fn as nth slices (ith = 0..nth-1 in turn), then merge the same way
+ * when a scratch is given, as the forward pass does with its thread pool. */
+static void run_sliced(attn_fn fn, attn_fn merge, mz_attn_args a, float *partial, size_t partial_floats, int nth)
+{
+    a.partial = partial;
+    a.partial_floats = partial_floats;
+    for (int ith = 0; ith < nth; ith++) fn(&a, ith, nth);
+    if (merge)
+        for (int ith = 0; ith < nth; ith++) merge(&a, ith, nth);
+}
+
 static void run_case(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_no)
 {
     const double tol = 5e-6;
@@ -144,32 +161,67 @@ static void run_case(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_
     mz_attn_args a = fixture_args(&f);
     naive(&f, &a);
     const size_t n_out = n_q * (size_t)f.n_head * (size_t)head_dim;
+    float *first = malloc(n_out * sizeof *first);
 
     for (size_t i = 0; i < n_out; i++) f.out[i] = NAN;
     mz_attn_ref(&a);
     double e = max_err(&f);
     CHECK_MSG(e <= tol, "ref: ratio %d hd %d n_kv %zu n_q %zu: err %g", ratio, head_dim, n_kv, n_q, e);
 
-    struct { const char *name; attn_fn fn; bool ok; } impls[] = {
-        {"scalar", mz_attn_scalar, true},
+    const size_t np = mz_attn_partial_floats(&a);
+    float *partial = np ? malloc(np * sizeof *partial) : NULL;
+    struct { const char *name; attn_fn fn, merge; bool ok; } impls[] = {
+        {"scalar", mz_attn_scalar, NULL, true},
 #if MZ_KERNELS_X86
-        {"avx2", mz_attn_avx2, mz_kernels_cpu_has(MZ_ISA_AVX2)},
+        {"avx2", mz_attn_avx2, mz_attn_merge_avx2, mz_kernels_cpu_has(MZ_ISA_AVX2) && head_dim % 8 == 0},
 #endif
-        {"active", mz_attn, true},
+        {"active", mz_attn, mz_attn_merge, true},
     };
     for (size_t k = 0; k < MZ_ARRAY_LEN(impls); k++) {
         if (!impls[k].ok) continue;
-        /* The active path runs every split; the others one split per case, in
-         * turn (keeps the test short under sanitizers). */
+        /* The active path runs every split, with and without the scratch that
+         * spreads positions over threads, and must give the same bits each
+         * time; the others one split per case, in turn (keeps the test short
+         * under sanitizers). */
         const bool all = k == MZ_ARRAY_LEN(impls) - 1;
+        int runs = 0;
         for (int nth = all ? 1 : 1 + case_no % 3; nth <= (all ? 3 : 1 + case_no % 3); nth++) {
+            for (int with_partial = 0; with_partial <= (all ? 1 : 0); with_partial++) {
+                const bool use_p = all ? with_partial : (case_no % 2 == 0);
+                for (size_t i = 0; i < n_out; i++) f.out[i] = NAN;
+                run_sliced(impls[k].fn, impls[k].merge, a, use_p ? partial : NULL, use_p ? np : 0, nth);
+                e = max_err(&f);
+                CHECK_MSG(e <= tol, "%s: ratio %d hd %d n_kv %zu n_q %zu nth %d partial %d: err %g", impls[k].name,
+                          ratio, head_dim, n_kv, n_q, nth, use_p, e);
+                if (all && runs++ == 0) memcpy(first, f.out, n_out * sizeof *first);
+                else if (all)
+                    CHECK_MSG(!memcmp(first, f.out, n_out * sizeof *first),
+                              "active: ratio %d hd %d n_kv %zu n_q %zu: nth %d partial %d not bit-identical to nth 1",
+                              ratio, head_dim, n_kv, n_q, nth, use_p);
+            }
+        }
+        if (all && n_q > 1) {
+            /* Token by token (a decode loop, or a prefill split across calls)
+             * gives the same bits as the whole batch. */
             for (size_t i = 0; i < n_out; i++) f.out[i] = NAN;
-            for (int ith = 0; ith < nth; ith++) impls[k].fn(&a, ith, nth);
-            e = max_err(&f);
-            CHECK_MSG(e <= tol, "%s: ratio %d hd %d n_kv %zu n_q %zu nth %d: err %g", impls[k].name, ratio,
-                      head_dim, n_kv, n_q, nth, e);
+            for (size_t i = 0; i < n_q; i++) {
+                mz_attn_args b = a;
+                b.n_q = 1;
+                b.pos0 = a.pos0 + i;
+                b.q = a.q + i * (size_t)f.n_head * (size_t)head_dim;
+                b.out = f.out + i * (size_t)f.n_head * (size_t)head_dim;
+                const size_t nb = mz_attn_partial_floats(&b);
+                float *pb = nb ? malloc(nb * sizeof *pb) : NULL;
+                run_sliced(mz_attn, mz_attn_merge, b, pb, nb, 2);
+                free(pb);
+            }
+            CHECK_MSG(!memcmp(first, f.out, n_out * sizeof *first),
+                      "active: ratio %d hd %d n_kv %zu n_q %zu: token-by-token differs from the batch", ratio,
+                      head_dim, n_kv, n_q);
         }
     }
+    free(partial);
+    free(first);
     fixture_free(&f);
 }
 
@@ -193,6 +245,13 @@ int main(void)
     run_case(MZ_ATTN_MAX_GROUP + 3, 64, 300, 2, 0);
     run_case(2, 40, 257, 3, 1);
     run_case(1, 36, 20, 4, 2);
+    /* Long contexts (several 1024-position segments, split over threads and
+     * merged), a group of more than 32 query heads (rows split in parts) and
+     * a short query whose tokens straddle a segment boundary. */
+    run_case(2, 128, 2100, 8, 3);
+    run_case(4, 64, 3000, 1, 4);
+    run_case(3, 64, 1030, 8, 5);
+    run_case(17, 64, 1500, 3, 6);
     CHECK_EQ_INT(mz_kv_chunk_bytes(3, 64), 2 * 3 * 256 * 64 * 2);
     printf("test_attn: largest error vs double oracle %.3g (bound 5e-6)\n", g_worst);
     return t_done("test_attn");

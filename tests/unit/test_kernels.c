@@ -19,8 +19,11 @@
  *   vec_dot:  every SIMD table vs the reference within 1e-4 * sum|w_i x_i|
  *             (summation order only); the reference vs a double dot of the
  *             dequantized rows within 1e-5 (1e-3 for Q4_1: s is stored as f16).
- *   matmul:   vs a naive loop, bit-exact, 1/2/3 thread slices run in turn,
- *             every y written once, stride padding untouched.
+ *   matmul:   every ISA's tiled gemm vs its own vec_dot per (row, token),
+ *             bit-exact, on shapes around the register tiles (1 row, 1 token,
+ *             every remainder), 1/2/3 thread slices and token-by-token calls;
+ *             every y written once, stride padding untouched; the AVX-512 and
+ *             AVX2 tiles of the quantized types give identical bits.
  *   rope/rmsnorm/swiglu/add: vs double formulas.
  */
 #include "kernels/kernels_impl.h"
@@ -420,7 +423,7 @@ static void check_vec_dot(const char *isa, int t, const mz_type_kernels *k, cons
 static void test_tables(void)
 {
     const char *isa = mz_kernels_isa();
-    CHECK(!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512"));
+    CHECK(!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512") || !strcmp(isa, "neon"));
     printf("test_kernels: active isa %s\n", isa);
     for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
         CHECK(mz_kernels_for(k_types[ti]) != NULL);
@@ -433,7 +436,7 @@ static void test_tables(void)
     CHECK(mz_kernels_ref(MZ_DT_Q4_0)->vec_dot_type == MZ_DT_Q8_0);
     CHECK(mz_kernels_ref(MZ_DT_F16)->vec_dot_type == MZ_DT_F16);
 
-    static const char *const names[MZ_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    const char *const *names = mz_isa_names;
     for (int i = 0; i < MZ_ISA_COUNT; i++) {
         if (!mz_kernels_cpu_has((enum mz_isa)i)) {
             printf("test_kernels: %s not available here, not tested\n", names[i]);
@@ -452,13 +455,17 @@ static void test_tables(void)
 
 /* ---- matmul ------------------------------------------------------------------------- */
 
-static void test_matmul(void)
+static void test_matmul_isa(enum mz_isa isa, const char *isa_name)
 {
+    /* Edge shapes around the register tiles (up to 4 rows x 4 tokens): one
+     * row, one token, every remainder, blocks of rows larger than L1. */
     static const size_t shapes[][3] = {/* rows, tokens, cols */
-        {1, 1, 32}, {7, 1, 64}, {67, 5, 96}, {33, 3, 4128}, {130, 2, 64}, {3, 9, 32}};
+        {1, 1, 32}, {7, 1, 64}, {67, 5, 96}, {33, 3, 4128}, {130, 2, 64}, {3, 9, 32},
+        {5, 7, 160}, {9, 4, 64}, {4, 8, 96}, {2, 6, 32}, {17, 13, 128}, {600, 3, 64}};
     for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
         const int t = k_types[ti];
-        const mz_type_kernels *k = mz_kernels_for(t);
+        const mz_type_kernels *k = mz_kernels_for_isa(isa, t);
+        if (!k) continue;
         for (size_t s = 0; s < MZ_ARRAY_LEN(shapes); s++) {
             const size_t n_rows = shapes[s][0], n_tok = shapes[s][1], n_cols = shapes[s][2];
             const size_t wrb = mz_dtype_row_bytes(t, n_cols), xrb = mz_dtype_row_bytes(k->vec_dot_type, n_cols);
@@ -467,22 +474,40 @@ static void test_matmul(void)
             uint8_t *w = malloc(n_rows * wrb), *x = malloc(n_tok * xrb);
             float *y = malloc(n_tok * y_stride * sizeof *y), *yn = malloc(n_tok * y_stride * sizeof *yn);
             fill_weights(wf, n_rows * n_cols);
-            for (size_t i = 0; i < n_tok * n_cols; i++) xf[i] = rnd();
+            for (size_t i = 0; i < n_tok * n_cols; i++) xf[i] = rnd() * (i % 3 == 0 ? 10.0f : 1.0f);
             for (size_t r = 0; r < n_rows; r++) k->quantize(wf + r * n_cols, w + r * wrb, n_cols);
             for (size_t i = 0; i < n_tok; i++) k->from_float(xf + i * n_cols, x + i * xrb, n_cols);
             for (size_t i = 0; i < n_tok; i++)
                 for (size_t r = 0; r < n_rows; r++) yn[i * y_stride + r] = k->vec_dot(n_cols, w + r * wrb, x + i * xrb);
-            for (int nth = 1; nth <= 3; nth++) {
+            /* 1..3 thread slices, and the tokens one call at a time (decode). */
+            for (int nth = 1; nth <= 4; nth++) {
                 for (size_t i = 0; i < n_tok * y_stride; i++) y[i] = NAN;
-                for (int ith = 0; ith < nth; ith++)
-                    mz_matmul(k, w, wrb, n_cols, n_rows, x, xrb, n_tok, y, y_stride, ith, nth);
+                if (nth == 4) {
+                    for (size_t i = 0; i < n_tok; i++)
+                        mz_matmul(k, w, wrb, n_cols, n_rows, x + i * xrb, xrb, 1, y + i * y_stride, y_stride, 0, 1);
+                } else {
+                    for (int ith = 0; ith < nth; ith++)
+                        mz_matmul(k, w, wrb, n_cols, n_rows, x, xrb, n_tok, y, y_stride, ith, nth);
+                }
                 int bad = 0;
                 for (size_t i = 0; i < n_tok; i++) {
                     for (size_t r = 0; r < n_rows; r++) bad += memcmp(&y[i * y_stride + r], &yn[i * y_stride + r], 4) != 0;
                     for (size_t r = n_rows; r < y_stride; r++) bad += !isnan(y[i * y_stride + r]);
                 }
-                CHECK_MSG(bad == 0, "matmul %s %zux%zu tok %zu nth %d: %d bad", mz_dtype_name(t), n_rows, n_cols,
-                          n_tok, nth, bad);
+                CHECK_MSG(bad == 0, "%s matmul %s %zux%zu tok %zu nth %d: %d not bit-equal to vec_dot", isa_name,
+                          mz_dtype_name(t), n_rows, n_cols, n_tok, nth, bad);
+            }
+            /* Tiled kernels of the SIMD ISAs give the same bits as each other
+             * (exact integer lanes, same float sequence: gemm_x86.h). */
+            const mz_type_kernels *k2 = mz_kernels_for_isa(MZ_ISA_AVX2, t);
+            if (isa == MZ_ISA_AVX512 && k2 && t != MZ_DT_F32 && t != MZ_DT_F16) {
+                int bad = 0;
+                for (size_t i = 0; i < n_tok; i++)
+                    for (size_t r = 0; r < n_rows; r++) {
+                        float v2 = k2->vec_dot(n_cols, w + r * wrb, x + i * xrb);
+                        bad += memcmp(&v2, &yn[i * y_stride + r], 4) != 0;
+                    }
+                CHECK_MSG(bad == 0, "avx512 vs avx2 %s %zux%zu: %d differ", mz_dtype_name(t), n_rows, n_cols, bad);
             }
             free(wf);
             free(xf);
@@ -492,6 +517,13 @@ static void test_matmul(void)
             free(yn);
         }
     }
+}
+
+static void test_matmul(void)
+{
+    const char *const *names = mz_isa_names;
+    for (int i = 0; i < MZ_ISA_COUNT; i++)
+        if (mz_kernels_cpu_has((enum mz_isa)i)) test_matmul_isa((enum mz_isa)i, names[i]);
 }
 
 /* ---- ops ---------------------------------------------------------------------------- */

@@ -1,0 +1,130 @@
+/*
+ * bench_kernels — single-thread speed of the matrix kernels per ISA, type and
+ * shape: prefill-like (many tokens) and decode-like (one token) products,
+ * in GOP/s (2 ops per multiply-add) and weight GB/s.
+ *
+ * usage: bench_kernels [rows cols tokens] [-r reps]
+ *        bench_kernels attn      (attention, qwen3-0.6b shape, 1k/8k/32k context)
+ * Default: 1536 x 576 (SmolLM2 ffn), tokens 1 and 64.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "kernels/kernels_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void bench(enum mz_isa isa, const char *isa_name, int type, size_t rows, size_t cols, size_t ntok, int reps)
+{
+    const mz_type_kernels *k = mz_kernels_for_isa(isa, type);
+    if (!k) return;
+    const size_t wrb = mz_dtype_row_bytes(type, cols), xrb = mz_dtype_row_bytes(k->vec_dot_type, cols);
+    float *wf = malloc(cols * sizeof *wf), *xf = malloc(cols * sizeof *xf);
+    uint8_t *w = malloc(rows * wrb), *x = malloc(ntok * xrb);
+    float *y = malloc(rows * ntok * sizeof *y);
+    unsigned s = 1;
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t c = 0; c < cols; c++) wf[c] = (float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
+        k->quantize(wf, w + r * wrb, cols);
+    }
+    for (size_t t = 0; t < ntok; t++) {
+        for (size_t c = 0; c < cols; c++) xf[c] = (float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
+        k->from_float(xf, x + t * xrb, cols);
+    }
+    double best = 1e30;
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = now_s();
+        int inner = 0;
+        do {
+            mz_matmul(k, w, wrb, cols, rows, x, xrb, ntok, y, rows, 0, 1);
+            inner++;
+        } while (now_s() - t0 < 0.05);
+        best = MZ_MIN(best, (now_s() - t0) / inner);
+    }
+    printf("%-7s %-5s %5zux%-5zu tok %4zu: %7.2f GOP/s  %6.2f GB/s weights  %8.1f us\n", isa_name,
+           mz_dtype_name(type), rows, cols, ntok, 2.0 * rows * cols * ntok / best / 1e9,
+           (double)rows * wrb / best / 1e9, best * 1e6);
+    free(wf);
+    free(xf);
+    free(w);
+    free(x);
+    free(y);
+}
+
+/* Attention of n_q query tokens over n_ctx cached positions (qwen3-0.6b
+ * shape: 16 query heads, 8 KV heads, head_dim 128), one layer, nth slices
+ * run one after the other on this thread (so the time is the total work). */
+static void bench_attn(size_t n_ctx, size_t n_q, int nth)
+{
+    const int n_head = 16, n_kv = 8, hd = 128;
+    const size_t n_chunks = (n_ctx + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
+    const size_t cb = mz_kv_chunk_bytes(n_kv, hd);
+    uint8_t **chunks = malloc(n_chunks * sizeof *chunks);
+    unsigned s = 3;
+    for (size_t c = 0; c < n_chunks; c++) {
+        chunks[c] = malloc(cb);
+        mz_f16 *h = (mz_f16 *)chunks[c];
+        for (size_t i = 0; i < cb / 2; i++) h[i] = mz_f32_to_f16((float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f);
+    }
+    float *q = malloc(n_q * n_head * hd * sizeof *q), *out = malloc(n_q * n_head * hd * sizeof *out);
+    for (size_t i = 0; i < n_q * n_head * hd; i++) q[i] = (float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
+    mz_attn_args a = {.q = q, .out = out, .chunks = (const uint8_t *const *)chunks, .n_head = n_head,
+                      .n_head_kv = n_kv, .head_dim = hd, .n_q = n_q, .pos0 = n_ctx - n_q, .scale = 0.088f};
+    const size_t np = mz_attn_partial_floats(&a);
+    a.partial = np ? malloc(np * sizeof(float)) : NULL;
+    a.partial_floats = np;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        for (int ith = 0; ith < nth; ith++) mz_attn(&a, ith, nth);
+        for (int ith = 0; ith < nth; ith++) mz_attn_merge(&a, ith, nth);
+        best = MZ_MIN(best, now_s() - t0);
+    }
+    const double kv_bytes = 2.0 * (double)n_ctx * n_kv * hd * 2;
+    printf("attn    ctx %6zu  n_q %2zu  nth %d: %8.2f ms/layer  %6.2f GB/s of K/V  %6.2f GFLOP/s\n", n_ctx, n_q, nth,
+           best * 1e3, kv_bytes / best / 1e9, 4.0 * n_ctx * n_q * n_head * hd / best / 1e9);
+    for (size_t c = 0; c < n_chunks; c++) free(chunks[c]);
+    free(chunks);
+    free(q);
+    free(out);
+    free(a.partial);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "attn")) {
+        static const size_t ctxs[] = {1024, 8192, 32768};
+        for (size_t i = 0; i < 3; i++) {
+            bench_attn(ctxs[i], 8, 1);
+            bench_attn(ctxs[i], 1, 1);
+        }
+        return 0;
+    }
+    size_t rows = 1536, cols = 576, toks[2] = {1, 64};
+    int n_toks = 2, reps = 5;
+    int a = 1;
+    if (argc >= 4 && argv[1][0] != '-') {
+        rows = strtoul(argv[1], NULL, 10);
+        cols = strtoul(argv[2], NULL, 10);
+        toks[0] = strtoul(argv[3], NULL, 10);
+        n_toks = 1;
+        a = 4;
+    }
+    for (; a + 1 < argc; a += 2)
+        if (!strcmp(argv[a], "-r")) reps = atoi(argv[a + 1]);
+    static const int types[] = {MZ_DT_Q4_1, MZ_DT_Q4_0, MZ_DT_Q8_0, MZ_DT_F16};
+    const char *const *names = mz_isa_names;
+    for (int ti = 0; ti < 4; ti++)
+        for (int i = 0; i < n_toks; i++)
+            for (int isa = MZ_ISA_AVX2; isa < MZ_ISA_COUNT; isa++)
+                bench((enum mz_isa)isa, names[isa], types[ti], rows, cols, toks[i], reps);
+    return 0;
+}

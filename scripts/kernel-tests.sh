@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds and runs the kernel unit tests (test_kernels, test_attn,
+# test_threadpool) from src/kernels, src/core and src/sched alone, with any C
+# compiler, optionally under an emulator — the cross-architecture check:
+#
+#   scripts/kernel-tests.sh                       native, cc
+#   CC=aarch64-linux-gnu-gcc RUN=qemu-aarch64 scripts/kernel-tests.sh build-aarch64
+#
+# Needs none of the library's other dependencies (PCRE2, liburing). Exits 77
+# (skip) when CC is not installed, so `make test` can call it unconditionally.
+set -euo pipefail
+OUT=${1:-build-kernels}
+CC=${CC:-cc}
+RUN=${RUN:-}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if ! command -v "$CC" >/dev/null; then
+    echo "kernel-tests: $CC not installed, skipped (scripts/install-deps.sh installs the cross tools)"
+    exit 77
+fi
+if [ -n "$RUN" ] && ! command -v "${RUN%% *}" >/dev/null; then
+    echo "kernel-tests: ${RUN%% *} not installed, skipped (scripts/install-deps.sh installs qemu-user)"
+    exit 77
+fi
+mkdir -p "$OUT"
+CFLAGS="-std=c11 -O2 -g -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wcast-qual -Wno-unused-parameter -Werror -fno-strict-aliasing -I$ROOT/src -I$ROOT/include -I$ROOT/tests/unit"
+machine=$($CC -dumpmachine)
+objs=()
+for src in "$ROOT"/src/kernels/*.c "$ROOT"/src/core/*.c "$ROOT"/src/sched/*.c; do
+    flags=""
+    case "$machine" in
+    x86_64*)
+        case "$src" in
+        *_avx2.c) flags="-mavx2 -mfma -mf16c" ;;
+        *_avx512.c) flags="-mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c" ;;
+        esac ;;
+    esac
+    o="$OUT/$(basename "${src%.c}").o"
+    # shellcheck disable=SC2086
+    $CC $CFLAGS $flags -c "$src" -o "$o"
+    objs+=("$o")
+done
+rc=0
+for t in test_kernels test_attn test_threadpool; do
+    # shellcheck disable=SC2086
+    $CC $CFLAGS -o "$OUT/$t" "$ROOT/tests/unit/$t.c" "$ROOT/tests/unit/testutil.c" "${objs[@]}" -lm -lpthread
+    echo "kernel-tests: $t ($machine${RUN:+, under $RUN})"
+    # shellcheck disable=SC2086
+    if ! (cd "$ROOT" && $RUN "$OUT/$t"); then rc=1; fi
+done
+exit $rc

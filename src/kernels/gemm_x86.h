@@ -1,0 +1,302 @@
+/*
+ * gemm_x86.h — tiled matrix kernels (many weight rows x many tokens), x86.
+ * Included by gemm_avx2.c (AVX2: vpmaddubsw + vpmaddwd, 16 registers) and
+ * gemm_avx512.c (AVX-512 VL + VNNI: vpdpbusd, 32 registers); each includer
+ * first defines the ISA primitives listed under "ISA contract" below and
+ * GEMM_SUFFIX, GEMM_R, GEMM_T (the largest register tile: rows x tokens).
+ *
+ * Canonical arithmetic. Every output y[t][r] is computed by one fixed
+ * sequence of float operations, whatever tile it falls in (full tile, edge
+ * tile, the 1 x 1 tile vec_dot uses, a decode step or a prefill batch):
+ *   quantized (32-value blocks b):
+ *     p_b    = 8 x s32, lane i = exact integer sum of the products of values
+ *              4i..4i+3 (vpmaddubsw+vpmaddwd and vpdpbusd give the same lanes)
+ *     acc    = fma(f32(dw_b) * f32(dx_b) [broadcast], f32(p_b), acc)   8 lanes
+ *     y      = hsum(acc) = ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))
+ *     Q4_1:  y += summs, summs = fma(mw_b, sx_b, summs) over the blocks in order
+ *   This is ggml's AVX2 order for these types (one accumulator, the Q4_1 min
+ *   terms summed apart), so our logits stay as close to llama.cpp's as they
+ *   can: a different but equally exact order moved SmolLM2's logits by twice
+ *   llama.cpp's own flash-attention-on/off noise on some golden prompts.
+ *   F16:  acc = fma(w[8d..8d+8], x[8d..8d+8], acc) over d; y = hsum(acc), then
+ *         the n % 8 tail added one product at a time (AVX-512, GEMM_F16_ZMM:
+ *         16-lane steps, its own bits).
+ * Integer lane sums are exact and identical in both ISAs, so the AVX2 and the
+ * AVX-512 kernels return the same bits. This is what keeps logits identical
+ * across thread counts, batch sizes and token splits (test_forward_threads):
+ * a token's outputs never depend on which other tokens share its tile.
+ *
+ * Loop order (gemm): rows [r0, r1) in blocks whose weights fit half of L1;
+ * within a block, tokens in tiles of GEMM_T, then rows in tiles of GEMM_R.
+ * A tile's unpacked weight blocks and activation blocks stay in registers
+ * while all its R x T pairs are formed.
+ */
+#ifndef GEMM_SUFFIX
+#error "define the ISA primitives and GEMM_SUFFIX before including gemm_x86.h"
+#endif
+
+#include <immintrin.h>
+#include <string.h>
+
+#define GEMM_CAT2(a, b) a##_##b
+#define GEMM_CAT(a, b) GEMM_CAT2(a, b)
+#define GEMM_FN(name) GEMM_CAT(name, GEMM_SUFFIX)
+
+#define GEMM_INLINE static inline __attribute__((always_inline))
+#define GEMM_BLOCK_BYTES (16 * 1024)
+
+GEMM_INLINE float gemm_hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 32 nibbles as bytes in value order: low nibbles (values 0..15) in the low
+ * lane, high nibbles (16..31) in the high lane. */
+GEMM_INLINE __m256i gemm_nibbles(const uint8_t *qs)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+GEMM_INLINE __m256 gemm_bcast_f16(const mz_f16 *p)
+{
+    return _mm256_set1_ps(_cvtsh_ss(*p));
+}
+
+/* [f32(p[0]), f32(p[1]), 0, 0]: the adjacent f16 pair (d, m) or (d, s). */
+GEMM_INLINE __m128 gemm_f16x2(const mz_f16 *p)
+{
+    uint32_t u;
+    memcpy(&u, p, sizeof u);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+}
+
+#define GEMM_UNROLL _Pragma("GCC unroll 8")
+
+/* ---- Q8_0 x Q8_0 ----------------------------------------------------------------- */
+
+GEMM_INLINE void tile_q8_0(size_t nb, const uint8_t *restrict w, size_t wrb, const uint8_t *restrict x,
+                           size_t xrb, float *restrict y, size_t ys, const int R, const int T)
+{
+    __m256 acc[4][4];
+    GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        gemm_wq8 wq[4];
+        __m256 dw[4];
+        GEMM_UNROLL for (int r = 0; r < R; r++) {
+            const mz_block_q8_0 *bw = (const mz_block_q8_0 *)(w + (size_t)r * wrb) + b;
+            wq[r] = gemm_prep_w_s8(_mm256_loadu_si256((const __m256i *)bw->qs));
+            dw[r] = gemm_bcast_f16(&bw->d);
+        }
+        GEMM_UNROLL for (int t = 0; t < T; t++) {
+            const mz_block_q8_0 *bx = (const mz_block_q8_0 *)(x + (size_t)t * xrb) + b;
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)bx->qs);
+            const __m256i xc = gemm_prep_x_for_s8(xq);
+            const __m256 dx = gemm_bcast_f16(&bx->d);
+            GEMM_UNROLL for (int r = 0; r < R; r++) {
+                const __m256i p = gemm_dot_s8s8(wq[r], xq, xc);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[r][t]);
+            }
+        }
+    }
+    GEMM_UNROLL for (int t = 0; t < T; t++) GEMM_UNROLL for (int r = 0; r < R; r++) y[(size_t)t * ys + (size_t)r] = gemm_hsum(acc[r][t]);
+}
+
+/* ---- Q4_0 x Q8_0 ----------------------------------------------------------------- */
+
+GEMM_INLINE void tile_q4_0(size_t nb, const uint8_t *restrict w, size_t wrb, const uint8_t *restrict x,
+                           size_t xrb, float *restrict y, size_t ys, const int R, const int T)
+{
+    __m256 acc[4][4];
+    GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        __m256i wq[4];
+        __m256 dw[4];
+        GEMM_UNROLL for (int r = 0; r < R; r++) {
+            const mz_block_q4_0 *bw = (const mz_block_q4_0 *)(w + (size_t)r * wrb) + b;
+            wq[r] = gemm_nibbles(bw->qs);
+            dw[r] = gemm_bcast_f16(&bw->d);
+        }
+        GEMM_UNROLL for (int t = 0; t < T; t++) {
+            const mz_block_q8_0 *bx = (const mz_block_q8_0 *)(x + (size_t)t * xrb) + b;
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)bx->qs);
+            const __m256i xc = gemm_prep_x_for_nib8(xq);
+            const __m256 dx = gemm_bcast_f16(&bx->d);
+            GEMM_UNROLL for (int r = 0; r < R; r++) {
+                const __m256i p = gemm_dot_nib8s8(wq[r], xq, xc); /* sum (nib - 8) * x */
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[r][t]);
+            }
+        }
+    }
+    GEMM_UNROLL for (int t = 0; t < T; t++) GEMM_UNROLL for (int r = 0; r < R; r++) y[(size_t)t * ys + (size_t)r] = gemm_hsum(acc[r][t]);
+}
+
+/* ---- Q4_1 x Q8_1 ----------------------------------------------------------------- */
+
+/* Q4_1 min terms: summs = fma(mw_b, sx_b, summs) per (row, token) pair over
+ * the blocks in order (ggml's scalar `summs += m * s`, contracted). One token:
+ * a scalar per row. More tokens: pair (r, t) is lane (r % 2) * 4 + t of
+ * vector r / 2, built from registers with a few shuffles per block. */
+GEMM_INLINE void tile_q4_1(size_t nb, const uint8_t *restrict w, size_t wrb, const uint8_t *restrict x,
+                           size_t xrb, float *restrict y, size_t ys, const int R, const int T)
+{
+    __m256 acc[4][4];
+    __m256 summv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float summ1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        __m256i wq[4];
+        __m256 dw[4];
+        __m128 dm[4];
+        GEMM_UNROLL for (int r = 0; r < R; r++) {
+            const mz_block_q4_1 *bw = (const mz_block_q4_1 *)(w + (size_t)r * wrb) + b;
+            wq[r] = gemm_nibbles(bw->qs);
+            dm[r] = gemm_f16x2(&bw->d); /* [d, m, 0, 0] */
+            dw[r] = _mm256_broadcastss_ps(dm[r]);
+        }
+        __m128 ds[4];
+        GEMM_UNROLL for (int t = 0; t < T; t++) {
+            const mz_block_q8_1 *bx = (const mz_block_q8_1 *)(x + (size_t)t * xrb) + b;
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)bx->qs);
+            ds[t] = gemm_f16x2(&bx->d); /* [d, s, 0, 0] */
+            const __m256 dx = _mm256_broadcastss_ps(ds[t]);
+            GEMM_UNROLL for (int r = 0; r < R; r++) {
+                const __m256i p = gemm_dot_u8s8(wq[r], xq);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[r][t]);
+            }
+        }
+        if (T == 1) {
+            const float s0 = _mm_cvtss_f32(_mm_movehdup_ps(ds[0]));
+            GEMM_UNROLL for (int r = 0; r < R; r++)
+                summ1[r] = __builtin_fmaf(_mm_cvtss_f32(_mm_movehdup_ps(dm[r])), s0, summ1[r]);
+        } else {
+            GEMM_UNROLL for (int t = T; t < 4; t++) ds[t] = _mm_setzero_ps();
+            /* [s0, s1, s2, s3] from [d, s, 0, 0] of each token */
+            const __m128 s4 = _mm_shuffle_ps(_mm_unpacklo_ps(ds[0], ds[1]), _mm_unpacklo_ps(ds[2], ds[3]), 0xee);
+            const __m256 s8 = _mm256_set_m128(s4, s4);
+            GEMM_UNROLL for (int v = 0; v < (R + 1) / 2; v++) {
+                const __m128 m0 = _mm_permute_ps(dm[2 * v], 0x55);
+                const __m128 m1 = 2 * v + 1 < R ? _mm_permute_ps(dm[2 * v + 1], 0x55) : _mm_setzero_ps();
+                summv[v] = _mm256_fmadd_ps(_mm256_set_m128(m1, m0), s8, summv[v]);
+            }
+        }
+    }
+    float sm[16];
+    _mm256_storeu_ps(sm, summv[0]);
+    _mm256_storeu_ps(sm + 8, summv[1]);
+    GEMM_UNROLL for (int t = 0; t < T; t++) GEMM_UNROLL for (int r = 0; r < R; r++)
+        y[(size_t)t * ys + (size_t)r] = gemm_hsum(acc[r][t]) + (T == 1 ? summ1[r] : sm[r * 4 + t]);
+}
+
+/* ---- F16 x F16 ------------------------------------------------------------------- */
+
+GEMM_INLINE __m256 gemm_load_f16x8(const mz_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+#ifndef GEMM_F16_ZMM
+GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const uint8_t *restrict x,
+                          size_t xrb, float *restrict y, size_t ys, const int R, const int T)
+{
+    __m256 acc[4][4];
+    GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    size_t d = 0;
+    for (; d + 8 <= n; d += 8) {
+        __m256 wv[4];
+        GEMM_UNROLL for (int r = 0; r < R; r++) wv[r] = gemm_load_f16x8((const mz_f16 *)(w + (size_t)r * wrb) + d);
+        GEMM_UNROLL for (int t = 0; t < T; t++) {
+            const __m256 xv = gemm_load_f16x8((const mz_f16 *)(x + (size_t)t * xrb) + d);
+            GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    GEMM_UNROLL for (int t = 0; t < T; t++) {
+        GEMM_UNROLL for (int r = 0; r < R; r++) {
+            float s = gemm_hsum(acc[r][t]);
+            const mz_f16 *wr = (const mz_f16 *)(w + (size_t)r * wrb), *xr = (const mz_f16 *)(x + (size_t)t * xrb);
+            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * _cvtsh_ss(xr[e]);
+            y[(size_t)t * ys + (size_t)r] = s;
+        }
+    }
+}
+#else
+/* AVX-512: 16-lane accumulators (16 values per step); y = hsum8(lo + hi),
+ * then the n % 16 tail one product at a time. Not the AVX2 bits (F16 is the
+ * one type whose AVX-512 tiles use the full 512-bit width). */
+GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const uint8_t *restrict x,
+                          size_t xrb, float *restrict y, size_t ys, const int R, const int T)
+{
+    __m512 acc[4][4];
+    GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    size_t d = 0;
+    for (; d + 16 <= n; d += 16) {
+        __m512 wv[4];
+        GEMM_UNROLL for (int r = 0; r < R; r++)
+            wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const mz_f16 *)(w + (size_t)r * wrb) + d)));
+        GEMM_UNROLL for (int t = 0; t < T; t++) {
+            const __m512 xv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const mz_f16 *)(x + (size_t)t * xrb) + d)));
+            GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    GEMM_UNROLL for (int t = 0; t < T; t++) {
+        GEMM_UNROLL for (int r = 0; r < R; r++) {
+            const __m512 a = acc[r][t];
+            float s = gemm_hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+            const mz_f16 *wr = (const mz_f16 *)(w + (size_t)r * wrb), *xr = (const mz_f16 *)(x + (size_t)t * xrb);
+            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * _cvtsh_ss(xr[e]);
+            y[(size_t)t * ys + (size_t)r] = s;
+        }
+    }
+}
+#endif
+
+/* ---- drivers ---------------------------------------------------------------------- */
+
+/* Every (rows, tokens) shape up to 4 x 4 is its own instantiation so that the
+ * accumulators live in registers; the driver only asks for shapes up to
+ * GEMM_R x GEMM_T. (Arrays are sized 4 x 4 so every instantiation is in bounds.) */
+#define GEMM_CASE(tile, R_, T_) \
+    case R_ * 8 + T_: tile(len, w, wrb, x, xrb, y, ys, R_, T_); break;
+#define GEMM_CASES_T(tile, R_) GEMM_CASE(tile, R_, 1) GEMM_CASE(tile, R_, 2) GEMM_CASE(tile, R_, 3) GEMM_CASE(tile, R_, 4)
+
+#define GEMM_DRIVER(type, tile, len_of_n)                                                               \
+    static void GEMM_FN(run_##type)(int rn, int tn, size_t len, const uint8_t *restrict w, size_t wrb,  \
+                                    const uint8_t *restrict x, size_t xrb, float *restrict y, size_t ys) \
+    {                                                                                                   \
+        switch (rn * 8 + tn) {                                                                          \
+            GEMM_CASES_T(tile, 1) GEMM_CASES_T(tile, 2) GEMM_CASES_T(tile, 3) GEMM_CASES_T(tile, 4)     \
+        default: MZ_ASSERT(0);                                                                          \
+        }                                                                                               \
+    }                                                                                                   \
+    void GEMM_FN(mz_gemm_##type)(size_t n, const void *restrict w, size_t wrb, size_t r0, size_t r1,    \
+                                 const void *restrict x, size_t xrb, size_t n_tok, float *restrict y,   \
+                                 size_t ys)                                                             \
+    {                                                                                                   \
+        const size_t len = len_of_n;                                                                    \
+        size_t blk = GEMM_BLOCK_BYTES / wrb;                                                            \
+        blk = blk < GEMM_R ? GEMM_R : blk - blk % GEMM_R;                                               \
+        for (size_t rb = r0; rb < r1; rb += blk) {                                                      \
+            const size_t re = rb + blk < r1 ? rb + blk : r1;                                            \
+            for (size_t t0 = 0; t0 < n_tok; t0 += GEMM_T) {                                             \
+                const int tn = (int)(n_tok - t0 < GEMM_T ? n_tok - t0 : GEMM_T);                        \
+                for (size_t ra = rb; ra < re; ra += GEMM_R) {                                           \
+                    const int rn = (int)(re - ra < GEMM_R ? re - ra : GEMM_R);                          \
+                    GEMM_FN(run_##type)(rn, tn, len, (const uint8_t *)w + ra * wrb, wrb,                \
+                                        (const uint8_t *)x + t0 * xrb, xrb, y + t0 * ys + ra, ys);      \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
+    }                                                                                                   \
+    float GEMM_FN(mz_vec_dot_##type)(size_t n, const void *restrict w, const void *restrict x)          \
+    {                                                                                                   \
+        float out;                                                                                      \
+        const size_t len = len_of_n;                                                                    \
+        tile(len, (const uint8_t *)w, 0, (const uint8_t *)x, 0, &out, 0, 1, 1);                         \
+        return out;                                                                                     \
+    }
+
+GEMM_DRIVER(q8_0_q8_0, tile_q8_0, n / MZ_QK)
+GEMM_DRIVER(q4_0_q8_0, tile_q4_0, n / MZ_QK)
+GEMM_DRIVER(q4_1_q8_1, tile_q4_1, n / MZ_QK)
+GEMM_DRIVER(f16, tile_f16, n)
