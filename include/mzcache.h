@@ -181,6 +181,38 @@ typedef enum mz_evict_stage {
     MZ_EVICT_STAGE_DONE = 5,            /* nothing evictable left */
 } mz_evict_stage;
 
+/* How a context gives memory back and gets it back (paper §6.1). The modes
+ * other than MZ_MODE_MZCACHE are the baselines, built in so that comparisons
+ * run in one process; every mode is lossless: answers after mz_evict + a
+ * restore are identical to never-evicted ones. The existing calls keep their
+ * contracts in every mode (mz_evict frees memory the mode's way; mz_restore,
+ * mz_prefill, mz_prefill_restore and mz_restore_generate bring back what is
+ * needed; mz_get_mem_stats reports resident bytes truthfully).
+ *   os-paging        what llama.cpp-style engines get from the OS: the blocks'
+ *                    weights are read where a read-only mapping of the GGUF
+ *                    file has them; mz_evict drops them with MADV_PAGEOUT /
+ *                    MADV_DONTNEED + POSIX_FADV_DONTNEED and swaps KV chunks out
+ *                    with MADV_PAGEOUT (to swap where there is any, e.g. zram;
+ *                    with no swap, KV chunks move to a file-backed shared
+ *                    mapping in swap_dir, written back and dropped). Restore is
+ *                    by page faults on demand; resident bytes are measured with
+ *                    mincore. Weights of a model are file-mapped while it has
+ *                    os-paging contexts, so it cannot have contexts of another
+ *                    mode at the same time.
+ *   partial-offload  layer-granular eviction, last layer first: a layer's raw
+ *                    weights are dropped (reloaded from the model file) and its
+ *                    KV chunks written raw to the swap file; restore reads
+ *                    everything back sequentially on one thread, then prefills.
+ *   recompute        cold start: mz_evict drops every weight block and all KV
+ *                    (the token list is kept); restore reloads the weights from
+ *                    the model file and prefills the whole context again. */
+typedef enum mz_engine_mode {
+    MZ_MODE_MZCACHE = 0,
+    MZ_MODE_OS_PAGING = 1,
+    MZ_MODE_PARTIAL_OFFLOAD = 2,
+    MZ_MODE_RECOMPUTE = 3
+} mz_engine_mode;
+
 typedef struct mz_ctx_params {
     int n_ctx;                 /* max tokens; 0 = model's training context */
     int n_threads;             /* compute threads; 0 = all cores */
@@ -205,6 +237,8 @@ typedef struct mz_ctx_params {
                                   init only. */
     mz_evict_order evict_order; /* default MZ_EVICT_BACKWARD */
     uint64_t evict_seed;       /* MZ_EVICT_RANDOM: seed of the permutation (default 0) */
+    mz_engine_mode mode;       /* default MZ_MODE_MZCACHE; the others are the baselines of
+                                  paper §6.1 (see mz_engine_mode) */
 } mz_ctx_params;
 
 MZ_API mz_ctx_params mz_ctx_params_default(void);
@@ -352,6 +386,10 @@ MZ_API const char *mz_evict_order_name(mz_evict_order o);
 MZ_API MZ_NODISCARD mz_status mz_evict_order_parse(const char *name, mz_evict_order *out);
 /* "kv-only", "kv-and-w", "w-only", "comp-kv", "done" ("-" for NONE); NULL if unknown. */
 MZ_API const char *mz_evict_stage_name(mz_evict_stage s);
+/* "mzcache", "os-paging", "partial-offload", "recompute"; NULL if unknown. */
+MZ_API const char *mz_engine_mode_name(mz_engine_mode m);
+/* Parses those names; MZ_E_INVAL for anything else. */
+MZ_API MZ_NODISCARD mz_status mz_engine_mode_parse(const char *name, mz_engine_mode *out);
 
 /* ---- sampling ----------------------------------------------------------------- */
 
@@ -376,7 +414,8 @@ MZ_API void mz_sampler_accept(mz_sampler_t *s, mz_token t);
 /* ---- model generation ----------------------------------------------------------- */
 
 typedef struct mz_gen_params {
-    const char *preset;        /* "smollm2-135m", "qwen3-0.6b", "llama3.2-1b", "tiny-llama", "tiny-qwen3"; NULL: use fields */
+    const char *preset;        /* "smollm2-135m", "qwen3-0.6b", "llama3.2-1b", "exaone4-1.2b",
+                                  "tiny-llama", "tiny-qwen3"; NULL: use fields */
     const char *arch;          /* "llama" or "qwen3" (overrides preset when set) */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train; /* 0 = preset's */
     const char *weight_type;   /* "F16", "Q8_0", "Q4_0", "F32" */
@@ -397,7 +436,8 @@ MZ_API MZ_NODISCARD mz_status mz_gen_model(const char *out_path, const mz_gen_pa
  *
  * mz_prefill restores each evicted unit on the calling thread just before the
  * forward pass reads it. mz_prefill_restore / mz_restore_generate instead
- * start three restore workers as the request arrives — allocation (re-enable
+ * start three restore activities (on 1-3 threads, n_restore_threads) as the
+ * request arrives — allocation (re-enable
  * and pre-fault unit ranges ahead of the loaders, forward order), storage
  * (weight blocks from the model file with O_DIRECT, stored KV chunks from the
  * swap file) and memory (decode the compressed stack from its top) — and the
@@ -417,8 +457,12 @@ typedef enum mz_restore_overlap {
 
 typedef struct mz_restore_params {
     mz_restore_overlap overlap;
-    int n_restore_threads;     /* 0 = default (3: one per activity); reserved for the
-                                  measured compute/restore split, other values act as 3 */
+    int n_restore_threads;     /* threads the three restore activities run on, beside the
+                                  context's compute threads: 3 = one each; 2 = allocation
+                                  and decoding share one, the storage path has its own;
+                                  1 = all take turns on one. 0 = the device profile's
+                                  restore_threads (docs/BENCHMARKS.md has the measured
+                                  split); values outside 0..3 are MZ_E_INVAL */
     unsigned debug_delay_us;   /* tests: random delay (0..this) before each worker step */
     uint64_t seed;             /* seed of those delays */
 } mz_restore_params;
@@ -436,6 +480,7 @@ typedef struct mz_restore_timings {
     double ttft_ms;            /* request start -> first token's logits (restore_generate:
                                   the first token sampled) */
     size_t n_units, n_storage_units, n_mem_units, n_ready;
+    int n_restore_threads;     /* restore threads the request used (0: nothing to restore) */
 } mz_restore_timings;
 
 /* mz_prefill with the restore pipelined (contract of mz_prefill otherwise).

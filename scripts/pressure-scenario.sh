@@ -9,11 +9,16 @@
 # (usage thresholds → mz_evict steps), survive, and answer the next request
 # exactly as it would have without pressure. A control run does the same
 # with --no-pressure (a server that keeps everything: it is expected to be
-# OOM-killed). The os-paging baseline (--mode os-paging) is not built yet.
+# OOM-killed). A third run is the llama.cpp-like baseline: `serve --mode
+# os-paging --no-pressure` (weights mmap'd from the GGUF file, KV in
+# anonymous memory, only the kernel's reclaim), with a zram swap device set up
+# for it where the kernel offers zram (scripts/zram-swap.sh), as Android does;
+# what happens to it — killed, or how slow its next answer is — is recorded.
 #
-# usage: scripts/pressure-scenario.sh [--quick] [--no-control] [--out DIR] [--png FILE]
-#                                     [--model FILE] [--bin FILE] [--codec raw|q8]
-#   --quick        small conversation, no control run (what the ctest test runs)
+# usage: scripts/pressure-scenario.sh [--quick] [--no-control] [--no-os-paging] [--out DIR]
+#                                     [--png FILE] [--model FILE] [--bin FILE] [--codec raw|q8]
+#   --quick        small conversation, no control or os-paging run (what the ctest test runs)
+#   --no-os-paging skip the os-paging baseline run
 #   --png FILE     where the plot goes (default OUT/pressure-scenario.png)
 #   --codec C      KV codec (default raw: lossless, so the answer after pressure must equal
 #                  the one before bit for bit; with q8 it is reported, not required)
@@ -21,18 +26,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-QUICK=0; CONTROL=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
+QUICK=0; CONTROL=1; OSPAGING=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
 BIN="${MZ_BIN:-build/mzcache}"
 while [ $# -gt 0 ]; do
     case "$1" in
-        --quick) QUICK=1; CONTROL=0 ;;
+        --quick) QUICK=1; CONTROL=0; OSPAGING=0 ;;
         --no-control) CONTROL=0 ;;
+        --no-os-paging) OSPAGING=0 ;;
         --out) OUT="$2"; shift ;;
         --png) PNG="$2"; shift ;;
         --model) MODEL="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --codec) CODEC="$2"; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "pressure-scenario: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -52,7 +58,9 @@ PARENT="$MNT${REL%/}"
 [ -d "$PARENT" ] || skip "memory cgroup directory $PARENT not visible"
 mkdir -p "$OUT"
 CGS=()
+ZRAM=""
 cleanup() {
+    if [ -n "$ZRAM" ]; then scripts/zram-swap.sh down "$ZRAM" >/dev/null 2>&1 || true; fi
     for cg in "${CGS[@]}"; do
         [ -d "$cg" ] || continue
         # only our own processes are in there (the daemon and the hog)
@@ -83,10 +91,28 @@ if [ "$CONTROL" -eq 1 ]; then
     python3 scripts/pressure_scenario.py --bin "$BIN" --model "$MODEL" --cgroup "$CG" --out "$OUT" \
         --tag control --codec "$CODEC" --no-pressure "${ARGS[@]}" > "$OUT/control-result.json" || true
 fi
+if [ "$OSPAGING" -eq 1 ]; then
+    make_cg ospaging
+    if scripts/zram-swap.sh check >/dev/null 2>&1; then
+        ZRAM=$(scripts/zram-swap.sh up 1G) || ZRAM=""
+    fi
+    if [ -n "$ZRAM" ]; then
+        echo "pressure-scenario: os-paging run with zram swap on $ZRAM" >&2
+        SWAPNOTE="zram $ZRAM"
+    else
+        echo "pressure-scenario: os-paging run WITHOUT swap (no zram here: $(scripts/zram-swap.sh check 2>&1 | tail -1))" >&2
+        SWAPNOTE="none"
+    fi
+    python3 scripts/pressure_scenario.py --bin "$BIN" --model "$MODEL" --cgroup "$CG" --out "$OUT" \
+        --tag os-paging --mode os-paging --codec "$CODEC" --no-pressure "${ARGS[@]}" \
+        > "$OUT/os-paging-result.json" || true
+    echo "$SWAPNOTE" > "$OUT/os-paging-swap.txt"
+    if [ -n "$ZRAM" ]; then scripts/zram-swap.sh down "$ZRAM" >/dev/null 2>&1 || true; ZRAM=""; fi
+fi
 
 # Verdict.
 rc=0
-python3 - "$OUT" "$CONTROL" <<'EOF' || rc=$?
+python3 - "$OUT" "$CONTROL" "$OSPAGING" <<'EOF' || rc=$?
 import json, sys, os
 out, control = sys.argv[1], sys.argv[2] == "1"
 r = json.load(open(os.path.join(out, "mzcache-summary.json")))
@@ -104,6 +130,16 @@ if control and os.path.exists(os.path.join(out, "control-summary.json")):
     c = json.load(open(os.path.join(out, "control-summary.json")))
     print("control (--no-pressure): alive %s, OOM kills %s, hog reached %d MiB, exit %s" % (
         c["daemon_alive"], c["oom_kills"], c["hog_reached_mib"], c["daemon_exit"]))
+if sys.argv[3] == "1" and os.path.exists(os.path.join(out, "os-paging-summary.json")):
+    o = json.load(open(os.path.join(out, "os-paging-summary.json")))
+    swap = open(os.path.join(out, "os-paging-swap.txt")).read().strip()
+    print("os-paging (llama.cpp-like, swap: %s): alive %s, OOM kills %s, hog reached %d/%d MiB" % (
+        swap, o["daemon_alive"], o["oom_kills"], o["hog_reached_mib"], o["hog_max_mib"]))
+    if o["daemon_alive"]:
+        print("  TTFT after pressure %.0f ms (all resident before: %.0f ms); same answer: %s" % (
+            o.get("ttft_after_ms", -1), o["ttft_repeat_resident_ms"], o.get("same_answer")))
+elif sys.argv[3] == "1":
+    print("os-paging: no summary (the run failed before the end; see its daemon log)")
 sys.exit(0 if ok else 1)
 EOF
 if command -v gnuplot >/dev/null; then

@@ -15,7 +15,10 @@ Inside a cgroup-v1 memory cgroup with a limit:
 Memory over time (daemon RSS, cgroup usage, hog RSS, remaining %) goes to
 trace.csv every 200 ms; evictions to events.csv; a summary to summary.txt.
 With --no-pressure the daemon runs without its monitor (the control: what a
-server that does not give memory back gets).
+server that does not give memory back gets). With --mode os-paging and
+--no-pressure it is the llama.cpp-like baseline: weights mmap'd from the
+GGUF file, KV in anonymous memory, and only the kernel's own reclaim (page
+cache, swap where there is one) to answer the pressure.
 
 Only the standard library; talks HTTP to 127.0.0.1 only.
 """
@@ -138,6 +141,7 @@ def main():
     ap.add_argument("--no-pressure", action="store_true")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tag", default="mzcache")
+    ap.add_argument("--mode", default="mzcache", help="engine mode of the daemon (serve --mode)")
     ap.add_argument("--codec", default="raw", help="KV codec: raw (lossless: the answer must match bit for bit) or q8")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -154,10 +158,19 @@ def main():
         f.write(str(4096 * MiB))
 
     def start_daemon(extra):
+        # Drop the model file from the page cache first: a page cached by an
+        # earlier process stays charged to that process's cgroup, and an
+        # os-paging daemon mapping it would then not feel its own limit.
+        try:
+            fd = os.open(a.model, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        except OSError as e:
+            log(f"cannot drop {a.model} from the page cache: {e}")
         if os.path.exists(port_file):
             os.unlink(port_file)
         cmd = [a.bin, "serve", "-m", a.model, "--port", "0", "--port-file", port_file, "-t", str(a.threads),
-               "-c", "4096", "--codec", a.codec, "--swap-dir", os.path.join(a.out, "swap-" + a.tag)] + extra
+               "-c", "4096", "--codec", a.codec, "--swap-dir", os.path.join(a.out, "swap-" + a.tag), "--mode", a.mode] + extra
         p = subprocess.Popen(cmd, stdout=daemon_log, stderr=subprocess.STDOUT, preexec_fn=join_cgroup(cg))
         for _ in range(1200):
             if os.path.exists(port_file) and open(port_file).read().strip():
@@ -282,7 +295,7 @@ def main():
     state["phase"] = "after"
     time.sleep(1.0)
 
-    result = {"tag": a.tag, "codec": a.codec, "context_tokens": n_ctx_tokens, "question_tokens": u0["prompt_tokens"],
+    result = {"tag": a.tag, "mode": a.mode, "codec": a.codec, "context_tokens": n_ctx_tokens, "question_tokens": u0["prompt_tokens"],
               "evictable_mib": evictable / MiB, "limit_mib": limit / MiB, "hog_max_mib": hog_max,
               "hog_reached_mib": grown, "hog_killed": hog_killed, "daemon_alive": daemon_alive,
               "oom_kills": (oom_after - oom_before) if oom_before >= 0 else None,

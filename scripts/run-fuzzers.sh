@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target in BUILD_DIR for SECONDS each, starting from the
 # committed seeds in tests/fuzz/corpus/<name>/ (copied, so the seeds stay as
-# committed), and prints executions and crashes per target. Exit 1 on a crash.
+# committed), and prints executions, corpus growth and crashes per target.
+# Exit 1 on a crash.
 set -uo pipefail
 BUILD=${1:-build-fuzz}
 SECONDS_EACH=${2:-60}
@@ -14,6 +15,7 @@ for bin in "$BUILD"/fuzz_*; do
     name=$(basename "$bin"); short=${name#fuzz_}
     mkdir -p "$WORK/$short"
     [ -d "$ROOT/tests/fuzz/corpus/$short" ] && cp -r "$ROOT/tests/fuzz/corpus/$short/." "$WORK/$short/"
+    seeds=$(find "$WORK/$short" -type f | wc -l)
     log="$WORK/$name.log"
     MZ_FUZZ_MODEL="$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
         "$bin" -max_total_time="$SECONDS_EACH" -max_len=65536 -artifact_prefix="$WORK/$name-" \
@@ -26,7 +28,8 @@ for bin in "$BUILD"/fuzz_*; do
         mkdir -p "$ROOT/build-fuzz-crashes" && cp "$WORK/$name-"* "$ROOT/build-fuzz-crashes/" 2>/dev/null
         status=1
     else
-        echo "$name: ${execs:-?} executions in ${SECONDS_EACH}s, no crash"
+        corpus=$(find "$WORK/$short" -type f | wc -l)
+        echo "$name: ${execs:-?} executions in ${SECONDS_EACH}s, corpus $seeds -> $corpus inputs, no crash"
     fi
 done
 exit $status

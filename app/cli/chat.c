@@ -68,11 +68,11 @@ static void print_restore_timings(const mz_ctx_t *ctx)
 {
     mz_restore_timings t;
     mz_get_last_restore_timings(ctx, &t);
-    fprintf(stderr, "restore: %zu units (%zu storage, %zu memory) | alloc %.1f ms, storage %.1f ms, "
-                    "memory %.1f ms, all ready %.1f ms | prefill %.1f ms, stalled %.1f ms | "
-                    "TTFT %.1f ms\n",
-            t.n_units, t.n_storage_units, t.n_mem_units, t.alloc_ms, t.storage_ms, t.mem_ms,
-            t.restore_ms, t.prefill_ms, t.stall_ms, t.ttft_ms);
+    fprintf(stderr, "restore: %zu units (%zu storage, %zu memory, %d threads) | alloc %.1f ms, "
+                    "storage %.1f ms, memory %.1f ms, all ready %.1f ms | prefill %.1f ms, "
+                    "stalled %.1f ms | TTFT %.1f ms\n",
+            t.n_units, t.n_storage_units, t.n_mem_units, t.n_restore_threads, t.alloc_ms,
+            t.storage_ms, t.mem_ms, t.restore_ms, t.prefill_ms, t.stall_ms, t.ttft_ms);
 }
 
 /* "40%" (of the evictable total), "300M", "2G", "512K", "12345", "all". */
@@ -168,6 +168,7 @@ int cmd_chat(int argc, char **argv)
     const char *codec = NULL, *swap_dir = NULL, *profile = NULL;
     mz_kv_placement placement = MZ_KV_PLACE_AUTO;
     mz_evict_order order = MZ_EVICT_BACKWARD;
+    mz_engine_mode mode = MZ_MODE_MZCACHE;
     cli_opts o;
     cli_opts_defaults(&o);
     const char *system = NULL;
@@ -186,11 +187,24 @@ int cmd_chat(int argc, char **argv)
                 return 2;
             }
         }
+        else if (!strcmp(argv[i], "--restore-threads") && i + 1 < argc) {
+            rp.n_restore_threads = atoi(argv[++i]);
+            if (rp.n_restore_threads < 0 || rp.n_restore_threads > 3) {
+                fprintf(stderr, "mzcache chat: --restore-threads 0 (profile) or 1..3\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
         else if (!strcmp(argv[i], "--swap-dir") && i + 1 < argc) swap_dir = argv[++i];
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
         else if (!strcmp(argv[i], "--evict-order") && i + 1 < argc) {
             if (mz_evict_order_parse(argv[++i], &order)) {
+                fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
+                return 2;
+            }
+        }
+        else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
+            if (mz_engine_mode_parse(argv[++i], &mode)) {
                 fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
                 return 2;
             }
@@ -216,14 +230,25 @@ int cmd_chat(int argc, char **argv)
                    "                          answer\n"
                    "      --restore-overlap M all (default: allocation, reload and prefill overlap),\n"
                    "                          none, alloc-reload, reload-prefill (paper Fig. 11a)\n"
+                   "      --restore-threads N threads the restore workers run on beside the\n"
+                   "                          compute threads: 1, 2 or 3 (default: the device\n"
+                   "                          profile's restore_threads)\n"
                    "      --codec NAME        KV codec for compressed chunks: q8 (default), q8-g32,\n"
-                   "                          q8-g128, raw\n"
+                   "                          q8-g128, raw, cachegen (about 4x smaller, slower to\n"
+                   "                          decode), cachegen-layer (CacheGen's layer schedule:\n"
+                   "                          fewer bits after the first third of the layers)\n"
                    "      --swap-dir DIR      where the swap file goes (default\n"
                    "                          $XDG_CACHE_HOME/mzcache or ~/.cache/mzcache)\n"
                    "      --kv-placement P    where evicted KV goes: auto (default: the hybrid\n"
                    "                          swap policy balances both restore paths),\n"
                    "                          compressed, storage, storage-compressed, mixed\n"
                    "      --evict-order O     backward (default: last layer first), forward, random\n"
+                   "      --mode M            mzcache (default), or a baseline to compare with:\n"
+                   "                          os-paging (weights mmap'd from the model file, KV\n"
+                   "                          paged out to swap by the OS, back by page faults),\n"
+                   "                          partial-offload (whole layers to storage, restored\n"
+                   "                          sequentially before the prefill), recompute (cold\n"
+                   "                          start: reload the weights, prefill it all again)\n"
                    "      --profile FILE      device profile from `mzcache profile` (default\n"
                    "                          $XDG_CACHE_HOME/mzcache/profile.json)\n%s",
                    cli_common_help);
@@ -251,6 +276,7 @@ int cmd_chat(int argc, char **argv)
         cp.kv_placement = placement;
         cp.profile_path = profile;
         cp.evict_order = order;
+        cp.mode = mode;
         if (!o.quiet && !o.no_progress && isatty(STDERR_FILENO)) cp.progress = cli_progress;
         if (mz_ctx_init(m, &cp, &ctx)) {
             fprintf(stderr, "mzcache: cannot create context: %s\n", mz_last_error());

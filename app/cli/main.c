@@ -421,7 +421,9 @@ static void usage(FILE *f)
             "  profile    measure this machine once for the eviction policy\n"
             "  serve      OpenAI-style HTTP server that gives memory back under pressure\n"
             "  evict      ask a running server to give memory back (512M, 40%%, all)\n"
-            "  status     show a running server's memory and recent evictions\n\n"
+            "  status     show a running server's memory and recent evictions\n"
+            "  bench      benchmarks: `bench ttft` = TTFT after eviction vs the baselines\n"
+            "  demo       evict a long conversation and answer again: TTFT vs recompute\n\n"
             "example:\n"
             "  mzcache run -m models/SmolLM2-135M-Instruct.Q4_1.gguf --chat -p \"Hello!\"\n",
             MZ_VERSION_STRING);
@@ -451,6 +453,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "evict")) return cmd_evict(argc - 1, argv + 1);
     if (!strcmp(cmd, "status")) return cmd_status(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
     fprintf(stderr, "mzcache: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

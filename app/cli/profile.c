@@ -51,10 +51,11 @@ static void print_profile(const mz_device_profile *p, const char *path)
         }
     }
     if (p->sat_size) printf("  reads saturate at %zu KiB x %d in flight\n", p->sat_size >> 10, p->sat_qd);
-    printf("  codecs (GB/s of F16 output): ");
+    printf("  codecs (GB/s of F16, one thread): ");
     for (int i = 0; i < p->n_codecs; i++)
-        printf("%s%s %.2f (beside compute %.2f, size %.2f)", i ? "; " : "", p->codec[i].name,
-               p->codec[i].decode_gbps, p->codec[i].decode_gbps_loaded, p->codec[i].ratio);
+        printf("%s%s decode %.2f (beside compute %.2f), encode %.3f, size %.2f", i ? "; " : "",
+               p->codec[i].name, p->codec[i].decode_gbps, p->codec[i].decode_gbps_loaded,
+               p->codec[i].encode_gbps, p->codec[i].ratio);
     printf("\n  memory: memcpy %.1f GB/s; first touch %.3f s/GiB right after release, %.3f s/GiB "
            "after %.1f s (%.3f with 2 threads)\n",
            p->memcpy_gbps, p->touch_hot_s_per_gib, p->touch_cold_s_per_gib, p->reclaim_wait_s,
@@ -206,7 +207,8 @@ int cmd_profile(int argc, char **argv)
                    "  -m, --model FILE     also print the per-unit times, T and planned restore times\n"
                    "                       for this model (or --shape qwen3-0.6b|smollm2-135m|\n"
                    "                       llama3.2-1b with --weight-type F16|Q8_0|Q4_0)\n"
-                   "      --codec NAME     KV codec for those figures (default q8)\n"
+                   "      --codec NAME     KV codec for those figures (default q8; q8, cachegen,\n"
+                   "                       cachegen-layer, raw, ...: every codec is measured)\n"
                    "      --ctx N,N,...    context lengths for those figures (default 8192,16384,32768)\n"
                    "  -q, --quiet          no progress lines\n");
             return 0;

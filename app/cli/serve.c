@@ -1,10 +1,11 @@
 /*
  * serve.c — `mzcache serve`: the daemon (src/server) with its options.
  *
- * The process blocks SIGINT/SIGTERM before any thread starts and waits for
- * them with sigwait, so shutdown runs on the main thread: stop accepting,
+ * The process blocks SIGINT/SIGTERM/SIGHUP before any thread starts and waits
+ * for them with sigwait, so shutdown runs on the main thread: stop accepting,
  * finish running requests, stop the pressure monitor, free the context
- * (which removes the swap file).
+ * (which removes the swap file). After SIGKILL the next start removes the
+ * dead process's swap file (mz_server_start).
  */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -95,9 +96,14 @@ static const char serve_help[] =
     "                          without CAP_SYS_RESOURCE)\n"
     "      --cgroup-v1 DIR     v1 memory cgroup to watch (default: this process's)\n"
     "      --usage-threshold L v1 usage thresholds: 90%% of the limit (default) or sizes, comma-separated\n"
-    "      --codec NAME        KV codec: q8 (default), q8-g32, q8-g128, raw\n"
+    "      --codec NAME        KV codec: q8 (default), q8-g32, q8-g128, raw, cachegen,\n"
+    "                          cachegen-layer (docs/CODECS.md)\n"
     "      --swap-dir DIR      where the swap file goes\n"
-    "      --kv-placement P    auto (default), compressed, storage, storage-compressed, mixed\n\n"
+    "      --kv-placement P    auto (default), compressed, storage, storage-compressed, mixed\n"
+    "      --mode M            mzcache (default), or a baseline to compare with: os-paging\n"
+    "                          (weights mmap'd from the model file, KV paged out to swap by\n"
+    "                          the OS), partial-offload (whole layers to storage, restored\n"
+    "                          sequentially), recompute (cold start: reload, prefill again)\n\n"
     "engine (-n sets the default max_tokens; --temp etc. the default sampling):\n";
 
 int cmd_serve(int argc, char **argv)
@@ -181,6 +187,11 @@ int cmd_serve(int argc, char **argv)
                 }
                 sp.pressure_params.enable[found] = true;
             }
+        } else if (!strcmp(a, "--mode")) {
+            if (mz_engine_mode_parse(v, &sp.mode)) {
+                fprintf(stderr, "mzcache serve: %s\n", mz_last_error());
+                return 2;
+            }
         } else if (!strcmp(a, "--kv-placement")) {
             if (mz_kv_placement_parse(v, &sp.kv_placement)) {
                 fprintf(stderr, "mzcache serve: %s\n", mz_last_error());
@@ -221,6 +232,7 @@ int cmd_serve(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP); /* the terminal went away: still clean up */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -241,7 +253,7 @@ int cmd_serve(int argc, char **argv)
     }
     int sig = 0;
     sigwait(&set, &sig);
-    fprintf(stderr, "mzcache: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fprintf(stderr, "mzcache: %s: shutting down\n", sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
     mz_server_stop(srv);
     free(key_owned);
     return 0;

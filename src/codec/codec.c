@@ -77,7 +77,22 @@ static const mz_codec *builtin(const char *name)
     if (!strcmp(name, "cachegen")) return &mz_codec_cachegen_vt;
     if (!strcmp(name, "cachegen-q7")) return &mz_codec_cachegen_q7_vt;
     if (!strcmp(name, "cachegen-anchor")) return &mz_codec_cachegen_anchor_vt;
+    if (!strcmp(name, "cachegen-layer")) return &mz_codec_cachegen_layer_vt;
     return NULL;
+}
+
+mz_codec mz_codec_for_layer(const mz_codec *c, unsigned head_dim, unsigned layer, unsigned n_layer)
+{
+    if (mz_codec_is_cachegen(c)) return mz_cachegen_for_layer(c, head_dim, layer, n_layer);
+    return *c;
+}
+
+double mz_codec_ratio_hint(const mz_codec *c)
+{
+    if (mz_codec_is_cachegen(c)) return mz_cachegen_ratio_hint(c);
+    if (!strcmp(c->name, "q8") && c->param >= 1) /* f16 min + f16 max + G codes per G values */
+        return (4.0 + (double)c->param) / (2.0 * (double)c->param);
+    return 1.0;
 }
 
 const mz_codec *mz_codec_find(const char *name)
@@ -85,7 +100,7 @@ const mz_codec *mz_codec_find(const char *name)
     const mz_codec *c = name ? builtin(name) : NULL;
     if (!c)
         mz_fail(MZ_E_INVAL, "unknown codec '%s' (known: raw, q8, q8-g32, q8-g128, cachegen, "
-                "cachegen-q7, cachegen-anchor)",
+                "cachegen-q7, cachegen-anchor, cachegen-layer)",
                 name ? name : "(null)");
     return c;
 }

@@ -64,6 +64,20 @@ MZ_INTERNAL const mz_codec *mz_codec_find(const char *name);
  * nothing allocated); .name is "q8". Asserts on a bad group size. */
 MZ_INTERNAL mz_codec mz_codec_q8(unsigned group);
 
+/* The instance that encodes KV chunks of layer `layer` (of n_layer) for a
+ * model whose KV heads are head_dim values wide (by value, nothing
+ * allocated). q8 and raw: *c itself. cachegen: c's parameters with the row
+ * length set to head_dim (when 1..MZ_CG_ROW_MAX) and, for "cachegen-layer",
+ * the CacheGen layer schedule: c's levels in the first third of the layers,
+ * at most Q = 7 after. The name stays c's. Any instance of a codec decodes
+ * any blob of that codec, so a chunk decodes whichever instance encoded it. */
+MZ_INTERNAL mz_codec mz_codec_for_layer(const mz_codec *c, unsigned head_dim, unsigned layer,
+                                        unsigned n_layer);
+/* Expected encoded size / raw size on real KV (q8, raw: exact; cachegen: the
+ * measured bits per value at its level counts, docs/CODECS.md). A seed for
+ * the memory manager's running estimate; bound() stays the worst case. */
+MZ_INTERNAL double mz_codec_ratio_hint(const mz_codec *c);
+
 /* Convenience wrappers. */
 static inline size_t mz_codec_bound(const mz_codec *c, size_t n) { return c->bound(c, n); }
 static inline mz_status mz_codec_encode(const mz_codec *c, const mz_f16 *src, size_t n,

@@ -42,17 +42,30 @@ MZ_INTERNAL mz_codec mz_codec_cachegen(const mz_cachegen_params *p);
 MZ_INTERNAL mz_cachegen_params mz_cachegen_params_of(const mz_codec *c);
 
 /* Registry entries (head_dim 64): "cachegen" (Q 15/15), "cachegen-q7" (Q 7/7),
- * "cachegen-anchor" (Q 15/15, anchor groups of 8 tokens). */
+ * "cachegen-anchor" (Q 15/15, anchor groups of 8 tokens), "cachegen-layer"
+ * (Q 15/15 as it stands; mz_codec_for_layer() applies the layer schedule). */
 MZ_INTERNAL extern const mz_codec mz_codec_cachegen_vt;
 MZ_INTERNAL extern const mz_codec mz_codec_cachegen_q7_vt;
 MZ_INTERNAL extern const mz_codec mz_codec_cachegen_anchor_vt;
+MZ_INTERNAL extern const mz_codec mz_codec_cachegen_layer_vt;
 
-/* Scalar-only decode (the reference a SIMD decode is tested against). */
+/* True for every cachegen instance (registry entries and mz_codec_cachegen()). */
+MZ_INTERNAL bool mz_codec_is_cachegen(const mz_codec *c);
+/* True when c carries the layer schedule ("cachegen-layer"). */
+MZ_INTERNAL bool mz_cachegen_has_schedule(const mz_codec *c);
+/* mz_codec_for_layer() for a cachegen instance. */
+MZ_INTERNAL mz_codec mz_cachegen_for_layer(const mz_codec *c, unsigned head_dim, unsigned layer,
+                                           unsigned n_layer);
+/* mz_codec_ratio_hint() for a cachegen instance. */
+MZ_INTERNAL double mz_cachegen_ratio_hint(const mz_codec *c);
+
+/* Scalar-only decode, one segment at a time (the reference the SIMD and
+ * paired decode are tested against). */
 MZ_INTERNAL mz_status mz_cachegen_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst,
                                              size_t n);
 /* Which dequantization kernel decode uses: "avx2" or "scalar". */
 MZ_INTERNAL const char *mz_cachegen_isa(void);
-/* Test hook: force the scalar kernels (process-wide). */
+/* Test hook: force the scalar kernels and the unpaired decode (process-wide). */
 MZ_INTERNAL void mz_cachegen_force_scalar(bool on);
 
 #endif /* MZ_CODEC_CACHEGEN_H */

@@ -4,6 +4,7 @@
  */
 #include "engine.h"
 
+#include "../baseline/baseline.h"
 #include "../kernels/kernels.h"
 
 #include <string.h>
@@ -12,7 +13,7 @@ mz_ctx_params mz_ctx_params_default(void)
 {
     mz_ctx_params p = {.n_ctx = 0, .n_threads = 0, .n_batch = 64, .progress = NULL,
                        .progress_user = NULL, .kv_codec = NULL, .swap_dir = NULL,
-                       .kv_placement = MZ_KV_PLACE_AUTO};
+                       .kv_placement = MZ_KV_PLACE_AUTO, .mode = MZ_MODE_MZCACHE};
     return p;
 }
 
@@ -81,7 +82,9 @@ mz_status mz_ctx_init(mz_model_t *m, const mz_ctx_params *p, mz_ctx_t **out)
         mz_mem_params mp = {.codec = prm.kv_codec, .swap_dir = prm.swap_dir,
                             .placement = prm.kv_placement, .profile_path = prm.profile_path,
                             .order = prm.evict_order, .seed = prm.evict_seed};
+        mz_baseline_mem_params(prm.mode, &mp);
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;
+        if ((s = mz_baseline_init(c, &prm))) goto out_fail; /* engine mode (src/baseline) */
         /* The strings were copied; don't keep the caller's pointers. */
         c->params.kv_codec = NULL;
         c->params.swap_dir = NULL;
@@ -109,6 +112,7 @@ void mz_ctx_free(mz_ctx_t *c)
 {
     if (!c) return;
     mz_threadpool_free(c->pool);
+    mz_baseline_free(c);
     mz_mem_free(c->mem);
     mz_kv_cache_free(&c->kv);
     scratch_free(&c->s);
@@ -134,6 +138,11 @@ mz_status mz_prefill(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens)
                 "%zu new tokens do not fit: %zu of %zu context positions are used",
                 n_tokens, c->n_tokens, c->n_ctx);
         return ctx_fail(c, MZ_E_CONTEXT_FULL);
+    }
+    if (c->params.mode != MZ_MODE_MZCACHE) {
+        /* Baselines that restore before computing (recompute: the context again). */
+        mz_status sb = mz_baseline_before_prefill(c);
+        if (sb) return ctx_fail(c, sb);
     }
     const size_t n0 = c->n_tokens;
     double t0 = mz_time_ms();
@@ -195,7 +204,8 @@ mz_status mz_evict(mz_ctx_t *c, size_t nbytes, mz_evict_report *report)
 {
     if (!c) return mz_fail(MZ_E_INVAL, "null context");
     mz_clear_error();
-    mz_status s = mz_mem_evict(c->mem, nbytes, report);
+    mz_status s = c->params.mode != MZ_MODE_MZCACHE ? mz_baseline_evict(c, nbytes, report)
+                                                    : mz_mem_evict(c->mem, nbytes, report);
     return s ? ctx_fail(c, s) : MZ_OK;
 }
 
@@ -203,11 +213,16 @@ mz_status mz_restore(mz_ctx_t *c, mz_restore_report *report)
 {
     if (!c) return mz_fail(MZ_E_INVAL, "null context");
     mz_clear_error();
-    mz_status s = mz_mem_restore_all(c->mem, report);
+    mz_status s = c->params.mode != MZ_MODE_MZCACHE ? mz_baseline_restore(c, report)
+                                                    : mz_mem_restore_all(c->mem, report);
     return s ? ctx_fail(c, s) : MZ_OK;
 }
 
-void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out) { mz_mem_get_stats(c->mem, out); }
+void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out)
+{
+    if (c->params.mode != MZ_MODE_MZCACHE) mz_baseline_get_stats(c, out);
+    else mz_mem_get_stats(c->mem, out);
+}
 
 /* ---- restore_generate (pipelined restore; manager.c has the workers) -------------- */
 
@@ -222,11 +237,21 @@ static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
     mz_restore_params rp = p ? *p : mz_restore_params_default();
     if ((unsigned)rp.overlap > (unsigned)MZ_OVERLAP_RELOAD_PREFILL)
         return ctx_fail(c, mz_fail(MZ_E_INVAL, "unknown restore overlap mode %d", (int)rp.overlap));
+    if (rp.n_restore_threads < 0 || rp.n_restore_threads > 3)
+        return ctx_fail(c, mz_fail(MZ_E_INVAL, "n_restore_threads %d: use 0 (profile) or 1..3",
+                                   rp.n_restore_threads));
     mz_clear_error();
+    if (c->params.mode != MZ_MODE_MZCACHE) {
+        /* Baselines: restore the mode's way, then prefill (src/baseline). */
+        mz_status sb = mz_baseline_prefill_restore(c, tokens, n, tm, t0);
+        mz_mem_set_last_restore(c->mem, tm);
+        return sb;
+    }
     mz_restore_job_params jp = {
         .overlap_alloc = rp.overlap == MZ_OVERLAP_ALL || rp.overlap == MZ_OVERLAP_ALLOC_RELOAD,
         .delay_us_max = rp.debug_delay_us,
         .seed = rp.seed,
+        .n_threads = rp.n_restore_threads,
     };
     bool overlap_prefill = rp.overlap == MZ_OVERLAP_ALL || rp.overlap == MZ_OVERLAP_RELOAD_PREFILL;
     mz_status s = mz_mem_restore_begin(c->mem, &jp);

@@ -45,6 +45,7 @@ struct mz_ctx {
     bool have_logits;
     mz_ctx_timings timings;
     char errmsg[1024];
+    struct mz_baseline *base; /* engine mode state (src/baseline); params.mode says which */
 };
 
 /* Runs the forward pass for n tokens at positions [c->n_tokens, c->n_tokens + n)

@@ -50,6 +50,7 @@
 #include "profile.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <time.h>
 
@@ -147,6 +148,14 @@ struct mz_mem {
     size_t n_values;           /* F16 values in one chunk */
     mz_unit *kvu;              /* [n_layer * max_chunks] */
     const mz_codec *codec;
+    mz_codec *layer_codec;     /* [n_layer]: the instance that encodes layer l's chunks
+                                  (mz_codec_for_layer: cachegen's rows = head_dim and its
+                                  layer schedule; q8/raw: *codec) */
+    mz_device_profile prof;    /* where the per-unit times come from; re-derived as the */
+    mz_profile_units pu;       /*   expected encoded size moves (refresh_times) */
+    char codec_name[24];
+    uint64_t enc_seed;         /* expected bytes of an encoded chunk before any was measured */
+    uint64_t enc_sum, enc_n;   /* bytes and count of chunks encoded by their layer's codec */
     mz_kv_placement placement;
     mz_policy *policy;
     mz_policy_params pprm;     /* order, seed, rounding */
@@ -164,6 +173,7 @@ struct mz_mem {
     uint8_t *scratch;          /* page-aligned: encoded chunks on their way to/from storage */
     size_t scratch_cap;
     struct rjob *job;          /* the running pipelined restore (owner thread sets/clears) */
+    int restore_threads;       /* default split: restore threads (1..3) from the profile */
     mz_restore_timings last;   /* breakdown of the last pipelined restore */
     double last_first_compute_ms; /* when acquire_layer(0) returned in the last job */
     double last_ready_ms;      /* when its last unit became ready */
@@ -217,6 +227,25 @@ static void sync_kv(mz_mem *mm)
 
 static void codec_display_name(const mz_codec *c, char *buf, size_t cap);
 
+/* Expected size of one encoded chunk: the mean of the chunks encoded so far,
+ * with the seed (the codec's typical ratio, docs/CODECS.md) counted as
+ * ENC_SEED_WEIGHT chunks. bound() is a worst case (cachegen: 1.14x raw
+ * where it gives about 0.25x) and only sizes buffers. */
+#define ENC_SEED_WEIGHT 8
+static size_t enc_expected(const mz_mem *mm)
+{
+    uint64_t w = ENC_SEED_WEIGHT + mm->enc_n;
+    return (size_t)((mm->enc_seed * ENC_SEED_WEIGHT + mm->enc_sum + w / 2) / w);
+}
+
+/* Per-unit times from the profile at the current expected encoded size (the
+ * read half of t_rkvc follows it; decode and the rest do not move). */
+static void refresh_times(mz_mem *mm)
+{
+    mm->pu.kv_enc_bytes = enc_expected(mm);
+    mz_profile_derive(&mm->prof, &mm->pu, &mm->times);
+}
+
 mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz_mem **out)
 {
     mz_status s;
@@ -263,8 +292,23 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
             mz_unit_set(u, MZ_UNIT_ABSENT);
         }
     }
-    size_t bound = MZ_MAX(mz_codec_bound(codec, mm->n_values),
-                          mz_codec_bound(&mz_codec_raw_vt, mm->n_values));
+    mm->layer_codec = mz_calloc((size_t)MZ_MAX(mm->n_layer, 1), sizeof *mm->layer_codec);
+    if (!mm->layer_codec) goto out_nomem;
+    size_t bound = mz_codec_bound(&mz_codec_raw_vt, mm->n_values);
+    double ratio = 0;
+    for (int l = 0; l < mm->n_layer; l++) {
+        mm->layer_codec[l] = mz_codec_for_layer(codec, (unsigned)m->cfg.head_dim, (unsigned)l,
+                                                (unsigned)mm->n_layer);
+        size_t b = mz_codec_bound(&mm->layer_codec[l], mm->n_values);
+        bound = b ? MZ_MAX(bound, b) : 0;
+        if (!b) break;
+        ratio += mz_codec_ratio_hint(&mm->layer_codec[l]) / mm->n_layer;
+    }
+    /* The policy plans with the expected size, never more than the bound (q8
+     * and raw: the exact size); measured sizes take over as chunks go. */
+    if (bound)
+        mm->enc_seed = MZ_MIN((uint64_t)bound, (uint64_t)(ratio * (double)kv->chunk_bytes + 0.5) +
+                                                   MZ_CODEC_HEADER_BYTES);
     if (bound == 0) {
         s = mz_fail(MZ_E_RANGE, "KV chunk of %zu values is too large for the codec", mm->n_values);
         goto out_fail;
@@ -274,8 +318,9 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     if (!mm->scratch) goto out_nomem;
     if ((s = mz_compstack_init(0, &mm->stack))) goto out_fail;
     mm->pprm = pprm;
-    mm->policy = placement == MZ_KV_PLACE_AUTO ? mz_policy_hybrid_init(&pprm)
-                                               : mz_policy_backward_init(placement, &pprm);
+    mm->policy = p && p->policy_init            ? p->policy_init(&pprm)
+                 : placement == MZ_KV_PLACE_AUTO ? mz_policy_hybrid_init(&pprm)
+                                                 : mz_policy_backward_init(placement, &pprm);
     if (!mm->policy) goto out_nomem;
     if ((s = mz_evict_plan_init(&mm->plan, mm->n_layer, MZ_MAX(mm->max_chunks, 1)))) goto out_fail;
     {
@@ -286,12 +331,13 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
         else mz_profile_load_or_builtin(p ? p->profile_path : NULL, &prof);
         size_t block = 0;
         for (int l = 0; l < m->cfg.n_layer; l++) block = MZ_MAX(block, m->blocks[l].buf_bytes);
-        char cname[24];
-        codec_display_name(codec, cname, sizeof cname);
-        mz_profile_units pu = {.kv_chunk_bytes = kv->chunk_bytes, .block_bytes = block,
-                               .codec = cname};
-        mz_profile_derive(&prof, &pu, &mm->times);
+        codec_display_name(codec, mm->codec_name, sizeof mm->codec_name);
+        mm->prof = prof;
+        mm->pu = (mz_profile_units){.kv_chunk_bytes = kv->chunk_bytes, .block_bytes = block,
+                                    .codec = mm->codec_name};
+        refresh_times(mm);
         mm->profile_measured = prof.measured;
+        mm->restore_threads = mz_profile_restore_threads(&prof);
     }
     if ((s = wtable_attach(m, &mm->wt))) goto out_fail;
     sync_kv(mm);
@@ -340,9 +386,15 @@ static mz_status ensure_dfile(mz_mem *mm)
  * chunks the codec refuses (q8: inf/NaN), so eviction never fails on data. */
 static mz_status encode_chunk(mz_mem *mm, const mz_unit *u, const mz_codec **used, size_t *len)
 {
-    *used = mm->codec;
-    mz_status s = mz_codec_encode(mm->codec, (const mz_f16 *)u->buf, mm->n_values, mm->scratch,
+    /* the layer's own instance (cachegen: its bit budget); it stays the
+     * unit's decoder (u->enc), so it must live as long as the manager */
+    *used = &mm->layer_codec[u->layer];
+    mz_status s = mz_codec_encode(*used, (const mz_f16 *)u->buf, mm->n_values, mm->scratch,
                                   mm->scratch_cap, len);
+    if (s == MZ_OK) {
+        mm->enc_sum += *len;
+        mm->enc_n++;
+    }
     if (s == MZ_E_FORMAT && mm->codec != &mz_codec_raw_vt) {
         *used = &mz_codec_raw_vt;
         s = mz_codec_encode(&mz_codec_raw_vt, (const mz_f16 *)u->buf, mm->n_values, mm->scratch,
@@ -464,7 +516,7 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     if (used) {
         u->enc = used;
         u->enc_bytes = len;
-        if (used != mm->codec) r->n_kv_raw_fallback++;
+        if (used != &mm->layer_codec[u->layer]) r->n_kv_raw_fallback++;
     }
     mz_unit_release_pages(u);
     mz_unit_settle(u, to);
@@ -482,7 +534,7 @@ static void fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
                           .weights_evictable = weights_evictable,
                           .can_store = true,
                           .unit_bytes_kv = mm->kv->chunk_bytes,
-                          .enc_bytes_kv_est = mz_codec_bound(mm->codec, mm->n_values),
+                          .enc_bytes_kv_est = enc_expected(mm),
                           .times = mm->times};
 }
 
@@ -503,6 +555,7 @@ mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
 
     sync_kv(mm);
     pthread_mutex_lock(&mm->lock);
+    refresh_times(mm); /* the sizes measured by earlier evictions */
     /* Plan, carry out, and plan again for the rest when the real bytes fell
      * short of the estimate (a chunk the codec refused, a codec that beat its
      * bound the other way). Every round moves at least one unit one tier
@@ -806,14 +859,16 @@ out:
 
 /* ---- pipelined restore (restore_generate, paper §4.2 / §6.3) ----------------------------- *
  *
- * Three workers bring every unit that is evicted when the request arrives
- * back in forward order (layer by layer: the weight block, then the layer's
- * KV chunks), while the owner thread computes and waits per unit in
- * mz_mem_acquire_layer:
+ * Three activities bring every unit that is evicted when the request
+ * arrives back in forward order (layer by layer: the weight block, then the
+ * layer's KV chunks), while the owner thread computes and waits per unit in
+ * mz_mem_acquire_layer. They run on 1-3 threads (the split: see
+ * job_thread_main and mz_mem_restore_begin):
  *
  *   alloc    walks the units in forward order, re-enables each range
- *            (mz_unit_map_pages) and pre-faults it (writes one byte a page),
- *            and publishes the count done (j->n_alloc). It runs ahead of the
+ *            (mz_unit_map_pages) and pre-faults it (MADV_POPULATE_WRITE;
+ *            else a write per page), and publishes the count done
+ *            (j->n_alloc). It runs ahead of the
  *            loaders; without alloc||reload overlap the loaders start only
  *            when it has finished.
  *   storage  weight blocks (O_DIRECT batch from the model file, hash check)
@@ -840,6 +895,17 @@ out:
  * held while waiting on a unit's futex).
  */
 
+#ifdef MADV_POPULATE_WRITE
+#define MZ_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
+#else
+#define MZ_MADV_POPULATE_WRITE 23
+#endif
+
+typedef struct job_thread {
+    struct rjob *j;
+    unsigned mask;             /* 1 << ACT_*: the activities this thread runs */
+} job_thread;
+
 typedef struct rjob {
     mz_mem *mm;
     size_t n;                  /* units in the job */
@@ -861,9 +927,11 @@ typedef struct rjob {
     unsigned char *loaded;     /* [n]: made resident by a loader */
     pthread_t th[3];
     int n_th;
+    int n_threads;             /* the split: restore threads started */
+    job_thread thr[3];         /* each thread's activities */
+    double act_ms[3];          /* busy time per activity (ACT_*) */
     size_t n_storage, n_mem;   /* units each loader handles */
     double t_begin, t_ready;
-    double alloc_ms, storage_ms, mem_ms; /* worker busy times */
     double stall_ms;           /* owner: time waiting in acquire_layer */
     double first_compute_ms;
 } rjob;
@@ -898,16 +966,11 @@ static void job_worker_exit(rjob *j)
     pthread_mutex_unlock(&j->mu);
 }
 
-/* Waits until unit i is allocated (or, without alloc overlap, all are).
- * False when the job failed. */
-static bool job_wait_alloc(rjob *j, size_t i)
+/* Unit i may be loaded: it is allocated (or, without alloc overlap, all
+ * are). Caller holds j->mu. */
+static bool job_allocated(const rjob *j, size_t i)
 {
-    size_t need = j->overlap_alloc ? i + 1 : j->n;
-    pthread_mutex_lock(&j->mu);
-    while (j->n_alloc < need && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
-    bool ok = !j->failed;
-    pthread_mutex_unlock(&j->mu);
-    return ok;
+    return j->n_alloc >= (j->overlap_alloc ? i + 1 : j->n);
 }
 
 static void job_settled(rjob *j, size_t i, mz_unit *u)
@@ -920,136 +983,203 @@ static void job_settled(rjob *j, size_t i, mz_unit *u)
     pthread_mutex_unlock(&j->mu);
 }
 
-static void *job_alloc_main(void *arg)
+/* The three activities are step functions, so that a restore thread can run
+ * one of them or several in turn (n_restore_threads < 3). A step does one
+ * unit (JOB_PROGRESS), finds its next unit not yet allocated (JOB_BLOCKED:
+ * *seen_alloc is the allocation count it saw), or has nothing left or the
+ * job failed (JOB_DONE). */
+enum { JOB_DONE, JOB_PROGRESS, JOB_BLOCKED };
+enum { ACT_ALLOC, ACT_STORAGE, ACT_MEM, ACT_COUNT };
+
+typedef struct job_act {
+    int kind;
+    size_t next;               /* alloc/storage: next unit index; memory: items popped */
+    uint64_t rng;
+    double busy;
+    bool done;
+} job_act;
+
+/* Allocation count, or SIZE_MAX when the job failed. */
+static size_t job_alloc_count(rjob *j)
 {
-    rjob *j = arg;
-    uint64_t rng = j->seed ^ 0xa11c;
-    size_t pg = mz_page_size();
+    pthread_mutex_lock(&j->mu);
+    size_t n = j->failed ? SIZE_MAX : j->n_alloc;
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
+{
+    (void)seen_alloc;
+    if (a->next >= j->n || job_alloc_count(j) == SIZE_MAX) return JOB_DONE;
     double t0 = mz_time_ms();
-    for (size_t i = 0; i < j->n; i++) {
-        pthread_mutex_lock(&j->mu);
-        bool stop = j->failed;
-        pthread_mutex_unlock(&j->mu);
-        if (stop) break;
-        job_delay(j, &rng);
-        mz_unit *u = j->units[i];
-        /* Nobody else touches u before n_alloc passes i (the loaders wait
-         * for it, compute waits for RESIDENT). */
-        mz_status s = mz_unit_map_pages(u);
-        if (s) {
-            char nm[64], msg[400];
-            snprintf(msg, sizeof msg, "cannot restore %s: %s", unit_name(u, nm, sizeof nm),
-                     mz_last_error());
-            job_fail(j, s, msg);
-            break;
-        }
+    job_delay(j, &a->rng);
+    size_t i = a->next++;
+    mz_unit *u = j->units[i];
+    /* Nobody else touches u before n_alloc passes i (the loaders wait
+     * for it, compute waits for RESIDENT). */
+    mz_status s = mz_unit_map_pages(u);
+    if (s) {
+        char nm[64], msg[400];
+        snprintf(msg, sizeof msg, "cannot restore %s: %s", unit_name(u, nm, sizeof nm),
+                 mz_last_error());
+        job_fail(j, s, msg);
+        return JOB_DONE;
+    }
+    /* Pre-fault: one MADV_POPULATE_WRITE (Linux 5.14+) populates the
+     * range in one call, about twice as fast as a write per page on memory
+     * the hypervisor has reclaimed (docs/BENCHMARKS.md, bench_reserve);
+     * older kernels: a write per page. */
+    if (madvise(u->buf, u->bytes, MZ_MADV_POPULATE_WRITE) != 0) {
+        size_t pg = mz_page_size();
         volatile uint8_t *p = u->buf;
         for (size_t off = 0; off < u->bytes; off += pg) p[off] = 0;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->n_alloc = i + 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    a->busy += mz_time_ms() - t0;
+    return JOB_PROGRESS;
+}
+
+static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
+{
+    mz_mem *mm = j->mm;
+    while (a->next < j->n && j->from[a->next] != MZ_UNIT_DROPPED &&
+           j->from[a->next] != MZ_UNIT_STORED_RAW && j->from[a->next] != MZ_UNIT_STORED_COMPRESSED)
+        a->next++;
+    if (a->next >= j->n) return JOB_DONE;
+    size_t i = a->next;
+    pthread_mutex_lock(&j->mu);
+    bool failed = j->failed, ready = job_allocated(j, i);
+    *seen_alloc = j->n_alloc;
+    pthread_mutex_unlock(&j->mu);
+    if (failed) return JOB_DONE;
+    if (!ready) return JOB_BLOCKED;
+    a->next++;
+    mz_unit_state from = j->from[i];
+    double t0 = mz_time_ms();
+    job_delay(j, &a->rng);
+    mz_unit *u = j->units[i];
+    char nm[64];
+    if (!mz_unit_claim(u, from)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "cannot restore %s: it is busy", unit_name(u, nm, sizeof nm));
+        job_fail(j, MZ_E_INVAL, msg);
+        return JOB_DONE;
+    }
+    mz_status s = read_stored(mm, u, from, j->scratch, mm->scratch_cap);
+    if (s) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "cannot restore %s: %s", unit_name(u, nm, sizeof nm),
+                 mz_last_error());
+        mz_unit_release_pages(u);
+        mz_unit_settle(u, from);
+        job_fail(j, s, msg);
+        return JOB_DONE;
+    }
+    if (from != MZ_UNIT_DROPPED) {
+        pthread_mutex_lock(&mm->lock);
+        mz_swapfile_slot_free(mm->swap, u->slot);
+        u->slot = 0;
+        pthread_mutex_unlock(&mm->lock);
+    }
+    job_settled(j, i, u);
+    a->busy += mz_time_ms() - t0;
+    return JOB_PROGRESS;
+}
+
+static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
+{
+    mz_mem *mm = j->mm;
+    if (a->next >= j->n_mem) return JOB_DONE;
+    const uint8_t *data;
+    size_t len;
+    uint64_t tag;
+    pthread_mutex_lock(&mm->lock);
+    mz_status s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
+    pthread_mutex_unlock(&mm->lock);
+    if (s) return JOB_DONE; /* empty */
+    mz_unit *u = unit_by_tag(mm, tag);
+    size_t i = j->kv_idx[(size_t)u->layer * mm->max_chunks + (size_t)u->chunk];
+    MZ_ASSERT(i != SIZE_MAX);
+    pthread_mutex_lock(&j->mu);
+    bool failed = j->failed, ready = job_allocated(j, i);
+    *seen_alloc = j->n_alloc;
+    pthread_mutex_unlock(&j->mu);
+    if (failed) return JOB_DONE;
+    if (!ready) return JOB_BLOCKED;
+    double t0 = mz_time_ms();
+    job_delay(j, &a->rng);
+    char nm[64];
+    pthread_mutex_lock(&mm->lock);
+    bool claimed = mz_unit_claim(u, MZ_UNIT_COMPRESSED);
+    pthread_mutex_unlock(&mm->lock);
+    if (!claimed) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "cannot restore %s: it is busy", unit_name(u, nm, sizeof nm));
+        job_fail(j, MZ_E_INVAL, msg);
+        return JOB_DONE;
+    }
+    /* data stays valid: only this activity pops the stack during the job. */
+    s = mz_codec_decode(u->enc, data, len, (mz_f16 *)u->buf, mm->n_values);
+    if (s) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "cannot restore %s: decoding from the compressed stack "
+                 "failed: %s", unit_name(u, nm, sizeof nm), mz_last_error());
+        mz_unit_release_pages(u);
+        mz_unit_settle(u, MZ_UNIT_COMPRESSED);
+        job_fail(j, s, msg);
+        return JOB_DONE;
+    }
+    pthread_mutex_lock(&mm->lock);
+    s = mz_compstack_drop_top(mm->stack);
+    pthread_mutex_unlock(&mm->lock);
+    MZ_ASSERT(s == MZ_OK);
+    a->next++;
+    job_settled(j, i, u);
+    a->busy += mz_time_ms() - t0;
+    return JOB_PROGRESS;
+}
+
+/* One restore thread: runs the activities of its mask in turn, one step
+ * each, and sleeps only when every unfinished one is blocked on
+ * allocation (which then runs on another thread). */
+
+static void *job_thread_main(void *arg)
+{
+    job_thread *t = arg;
+    rjob *j = t->j;
+    static int (*const steps[ACT_COUNT])(rjob *, job_act *, size_t *) = {
+        job_alloc_step, job_storage_step, job_mem_step};
+    static const uint64_t salt[ACT_COUNT] = {0xa11c, 0x5707, 0x3e3};
+    job_act acts[ACT_COUNT];
+    for (int k = 0; k < ACT_COUNT; k++)
+        acts[k] = (job_act){.kind = k, .rng = j->seed ^ salt[k], .done = !(t->mask & (1u << k))};
+    for (;;) {
+        bool progress = false, pending = false;
+        size_t seen = SIZE_MAX;
+        for (int k = 0; k < ACT_COUNT; k++) {
+            if (acts[k].done) continue;
+            size_t sa = SIZE_MAX;
+            int r = steps[k](j, &acts[k], &sa);
+            if (r == JOB_DONE) acts[k].done = true;
+            else if (r == JOB_PROGRESS) progress = true;
+            else seen = MZ_MIN(seen, sa);
+            pending |= !acts[k].done;
+        }
+        if (!pending) break;
+        if (progress) continue;
+        /* Every unfinished activity waits for the allocation thread. */
         pthread_mutex_lock(&j->mu);
-        j->n_alloc = i + 1;
-        pthread_cond_broadcast(&j->cv);
+        while (j->n_alloc == seen && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
         pthread_mutex_unlock(&j->mu);
     }
-    j->alloc_ms = mz_time_ms() - t0;
-    job_worker_exit(j);
-    return NULL;
-}
-
-static void *job_storage_main(void *arg)
-{
-    rjob *j = arg;
-    mz_mem *mm = j->mm;
-    uint64_t rng = j->seed ^ 0x5707;
-    double busy = 0;
-    for (size_t i = 0; i < j->n; i++) {
-        mz_unit_state from = j->from[i];
-        if (from != MZ_UNIT_DROPPED && from != MZ_UNIT_STORED_RAW &&
-            from != MZ_UNIT_STORED_COMPRESSED)
-            continue;
-        if (!job_wait_alloc(j, i)) break;
-        double t0 = mz_time_ms();
-        job_delay(j, &rng);
-        mz_unit *u = j->units[i];
-        char nm[64];
-        if (!mz_unit_claim(u, from)) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "cannot restore %s: it is busy", unit_name(u, nm, sizeof nm));
-            job_fail(j, MZ_E_INVAL, msg);
-            break;
-        }
-        mz_status s = read_stored(mm, u, from, j->scratch, mm->scratch_cap);
-        if (s) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "cannot restore %s: %s", unit_name(u, nm, sizeof nm),
-                     mz_last_error());
-            mz_unit_release_pages(u);
-            mz_unit_settle(u, from);
-            job_fail(j, s, msg);
-            break;
-        }
-        if (from != MZ_UNIT_DROPPED) {
-            pthread_mutex_lock(&mm->lock);
-            mz_swapfile_slot_free(mm->swap, u->slot);
-            u->slot = 0;
-            pthread_mutex_unlock(&mm->lock);
-        }
-        job_settled(j, i, u);
-        busy += mz_time_ms() - t0;
-    }
-    j->storage_ms = busy;
-    job_worker_exit(j);
-    return NULL;
-}
-
-static void *job_mem_main(void *arg)
-{
-    rjob *j = arg;
-    mz_mem *mm = j->mm;
-    uint64_t rng = j->seed ^ 0x3e3;
-    double busy = 0;
-    for (size_t k = 0; k < j->n_mem; k++) {
-        const uint8_t *data;
-        size_t len;
-        uint64_t tag;
-        pthread_mutex_lock(&mm->lock);
-        mz_status s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
-        pthread_mutex_unlock(&mm->lock);
-        if (s) break; /* empty */
-        mz_unit *u = unit_by_tag(mm, tag);
-        size_t i = j->kv_idx[(size_t)u->layer * mm->max_chunks + (size_t)u->chunk];
-        MZ_ASSERT(i != SIZE_MAX);
-        if (!job_wait_alloc(j, i)) break;
-        double t0 = mz_time_ms();
-        job_delay(j, &rng);
-        char nm[64];
-        pthread_mutex_lock(&mm->lock);
-        bool claimed = mz_unit_claim(u, MZ_UNIT_COMPRESSED);
-        pthread_mutex_unlock(&mm->lock);
-        if (!claimed) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "cannot restore %s: it is busy", unit_name(u, nm, sizeof nm));
-            job_fail(j, MZ_E_INVAL, msg);
-            break;
-        }
-        /* data stays valid: only this worker pops the stack during the job. */
-        s = mz_codec_decode(u->enc, data, len, (mz_f16 *)u->buf, mm->n_values);
-        if (s) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "cannot restore %s: decoding from the compressed stack "
-                     "failed: %s", unit_name(u, nm, sizeof nm), mz_last_error());
-            mz_unit_release_pages(u);
-            mz_unit_settle(u, MZ_UNIT_COMPRESSED);
-            job_fail(j, s, msg);
-            break;
-        }
-        pthread_mutex_lock(&mm->lock);
-        s = mz_compstack_drop_top(mm->stack);
-        pthread_mutex_unlock(&mm->lock);
-        MZ_ASSERT(s == MZ_OK);
-        job_settled(j, i, u);
-        busy += mz_time_ms() - t0;
-    }
-    j->mem_ms = busy;
+    pthread_mutex_lock(&j->mu);
+    for (int k = 0; k < ACT_COUNT; k++)
+        if (t->mask & (1u << k)) j->act_ms[k] = acts[k].busy;
+    pthread_mutex_unlock(&j->mu);
     job_worker_exit(j);
     return NULL;
 }
@@ -1139,14 +1269,24 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
         job_free(j);
         return MZ_OK; /* nothing to do: acquire_layer sees no job */
     }
-    void *(*mains[3])(void *) = {job_alloc_main, job_storage_main, job_mem_main};
-    j->n_running = 3;
-    for (int t = 0; t < 3; t++) {
-        int rc = pthread_create(&j->th[t], NULL, mains[t], j);
+    /* The split (n_restore_threads): 3 = one thread per activity; 2 = the
+     * CPU-bound ones (allocation, decoding) share a thread and the storage
+     * path, which mostly waits on reads, has its own; 1 = all three take
+     * turns on one thread. */
+    int nt = p && p->n_threads >= 1 && p->n_threads <= 3 ? p->n_threads : mm->restore_threads;
+    static const unsigned masks[3][3] = {
+        {1u << ACT_ALLOC | 1u << ACT_STORAGE | 1u << ACT_MEM, 0, 0},
+        {1u << ACT_ALLOC | 1u << ACT_MEM, 1u << ACT_STORAGE, 0},
+        {1u << ACT_ALLOC, 1u << ACT_STORAGE, 1u << ACT_MEM}};
+    j->n_threads = nt;
+    j->n_running = nt;
+    for (int t = 0; t < nt; t++) {
+        j->thr[t] = (job_thread){.j = j, .mask = masks[nt - 1][t]};
+        int rc = pthread_create(&j->th[t], NULL, job_thread_main, &j->thr[t]);
         if (rc) {
             job_fail(j, MZ_E_NOMEM, "cannot start a restore worker thread");
             pthread_mutex_lock(&j->mu);
-            j->n_running -= 3 - t;
+            j->n_running -= nt - t;
             pthread_mutex_unlock(&j->mu);
             break;
         }
@@ -1203,9 +1343,10 @@ mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
             if (!j->loaded[i] && mz_unit_state_get(j->units[i]) == j->from[i])
                 mz_unit_release_pages(j->units[i]);
         if (j->failed) s = mz_fail(j->err, "%s", j->errmsg);
-        mm->last.alloc_ms = j->alloc_ms;
-        mm->last.storage_ms = j->storage_ms;
-        mm->last.mem_ms = j->mem_ms;
+        mm->last.alloc_ms = j->act_ms[ACT_ALLOC];
+        mm->last.storage_ms = j->act_ms[ACT_STORAGE];
+        mm->last.mem_ms = j->act_ms[ACT_MEM];
+        mm->last.n_restore_threads = j->n_threads;
         mm->last.stall_ms = j->stall_ms;
         mm->last.restore_ms = j->t_ready - j->t_begin;
         mm->last.n_ready = j->n_ready;
@@ -1343,6 +1484,7 @@ void mz_mem_free(mz_mem *mm)
     mz_compstack_free(mm->stack);
     mz_pages_free(mm->scratch, mm->scratch_cap);
     free(mm->kvu);
+    free(mm->layer_codec);
     free(mm->swap_dir);
     pthread_mutex_destroy(&mm->lock);
     free(mm);
@@ -1363,6 +1505,8 @@ mz_unit_state mz_mem_weights_state(mz_mem *mm, int layer)
 
 mz_swapfile_t *mz_mem_swapfile(mz_mem *mm) { return mm->swap; }
 const mz_codec *mz_mem_codec(const mz_mem *mm) { return mm->codec; }
+const mz_codec *mz_mem_layer_codec(const mz_mem *mm, int layer) { return &mm->layer_codec[layer]; }
+size_t mz_mem_enc_expected(const mz_mem *mm) { return enc_expected(mm); }
 
 bool mz_mem_is_valid(mz_mem *mm)
 {

@@ -40,6 +40,9 @@ typedef struct mz_mem_params {
     mz_evict_order order;      /* default backward-out */
     uint64_t seed;             /* random-out permutation */
     mz_hybrid_rounding rounding; /* default MZ_HYBRID_EXACT */
+    /* NULL: the policy follows placement; else it makes the policy (engine
+     * modes: partial-offload's layer-granular one, src/baseline). */
+    mz_policy *(*policy_init)(const mz_policy_params *p);
 } mz_mem_params;
 
 /* kv must outlive the manager; the model too. */
@@ -79,6 +82,8 @@ MZ_INTERNAL const mz_unit_times *mz_mem_unit_times(const mz_mem *mm);
  * between begin and end. */
 typedef struct mz_restore_job_params {
     bool overlap_alloc;        /* allocation runs ahead of the loaders (else: all first) */
+    int n_threads;             /* restore threads 1..3 (activities share them); else the
+                                  device profile's default */
     unsigned delay_us_max;     /* tests: random delay before each worker step */
     uint64_t seed;
 } mz_restore_job_params;
@@ -100,6 +105,11 @@ MZ_INTERNAL mz_unit_state mz_mem_weights_state(mz_mem *mm, int layer);
 MZ_INTERNAL mz_swapfile_t *mz_mem_swapfile(mz_mem *mm);
 /* Codec used for compressed KV. */
 MZ_INTERNAL const struct mz_codec *mz_mem_codec(const mz_mem *mm);
+/* The instance that encodes layer `layer`'s chunks (mz_codec_for_layer of it). */
+MZ_INTERNAL const struct mz_codec *mz_mem_layer_codec(const mz_mem *mm, int layer);
+/* Encoded size of one chunk the policy plans with: the running mean of the
+ * chunks encoded so far, seeded with the codec's typical ratio. */
+MZ_INTERNAL size_t mz_mem_enc_expected(const mz_mem *mm);
 /* Full consistency walk (stack items vs unit states, slots, counts). */
 MZ_INTERNAL bool mz_mem_is_valid(mz_mem *mm);
 

@@ -37,6 +37,11 @@
 
 /* ---- 1. built-in estimate ------------------------------------------------------- */
 
+/* cachegen, one idle Xeon core, real SmolLM2 KV (bench_codec, docs/BENCHMARKS.md):
+ * decode 0.53-0.61 GB/s of F16 after the paired decoder, encode 0.07-0.08. */
+#define CG_BUILTIN_DEC 0.55
+#define CG_BUILTIN_ENC 0.075
+
 void mz_profile_builtin(mz_device_profile *out)
 {
     /* shared/MACHINE-NOTES.md (2-vCPU Firecracker VM, ext4 on virtio): O_DIRECT
@@ -67,12 +72,21 @@ void mz_profile_builtin(mz_device_profile *out)
     out->touch_cold_s_per_gib = 1.0;
     out->touch_cold2_s_per_gib = 0.55;
     out->reclaim_wait_s = 3.0;
+    out->restore_threads = 0; /* the rule */
     /* Dequantizing 8-bit groups into DRAM: 6.3 GB/s of output (normal stores). */
     out->n_codecs = 2;
     out->codec[0] = (mz_profile_codec){.name = "raw", .decode_gbps = 9.5, .encode_gbps = 9.5,
                                        .ratio = 1.0};
     out->codec[1] = (mz_profile_codec){.name = "q8", .decode_gbps = 6.3, .encode_gbps = 2.0,
                                        .ratio = 68.0 / 128.0};
+    /* cachegen: sizes measured on real SmolLM2 KV (docs/CODECS.md) */
+    out->n_codecs = 5;
+    out->codec[2] = (mz_profile_codec){.name = "cachegen", .decode_gbps = CG_BUILTIN_DEC,
+                                       .encode_gbps = CG_BUILTIN_ENC, .ratio = 0.250};
+    out->codec[3] = (mz_profile_codec){.name = "cachegen-layer", .decode_gbps = CG_BUILTIN_DEC,
+                                       .encode_gbps = CG_BUILTIN_ENC, .ratio = 0.205};
+    out->codec[4] = (mz_profile_codec){.name = "cachegen-q7", .decode_gbps = CG_BUILTIN_DEC,
+                                       .encode_gbps = CG_BUILTIN_ENC, .ratio = 0.183};
 }
 
 /* ---- 2. JSON ------------------------------------------------------------------------ */
@@ -117,7 +131,8 @@ size_t mz_profile_to_json(const mz_device_profile *p, char *buf, size_t cap)
     jb_str(&b, p->created);
     jb_printf(&b, ",\n  \"cpu\": ");
     jb_str(&b, p->cpu);
-    jb_printf(&b, ",\n  \"n_cpus\": %d,\n  \"storage\": {\n    \"dir\": ", p->n_cpus);
+    jb_printf(&b, ",\n  \"n_cpus\": %d,\n  \"restore_threads\": %d,\n  \"storage\": {\n"
+                  "    \"dir\": ", p->n_cpus, mz_profile_restore_threads(p));
     jb_str(&b, p->dir);
     jb_printf(&b, ",\n    \"direct\": %s,\n    \"uring\": %s,\n    \"file_bytes\": %llu,\n"
                   "    \"cached_pages_max\": %zu,\n    \"sizes\": [",
@@ -399,6 +414,9 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
     j_strcpy(jp, root, "created", d.created, sizeof d.created);
     j_strcpy(jp, root, "cpu", d.cpu, sizeof d.cpu);
     d.n_cpus = (int)j_num(jp, root, "n_cpus", 0);
+    d.restore_threads = (int)j_num(jp, root, "restore_threads", 0);
+    if (d.restore_threads < 0 || d.restore_threads > 3)
+        return mz_fail(MZ_E_FORMAT, "restore_threads %d: 0 (the rule) or 1..3", d.restore_threads);
 
     int st = j_get(jp, root, "storage");
     if (st < 0) return mz_fail(MZ_E_FORMAT, "no \"storage\" section");
@@ -1241,6 +1259,13 @@ static void cpu_name(char *dst, size_t cap)
         break;
     }
     fclose(f);
+}
+
+int mz_profile_restore_threads(const mz_device_profile *p)
+{
+    if (p->restore_threads >= 1 && p->restore_threads <= 3) return p->restore_threads;
+    int n = p->n_cpus > 0 ? p->n_cpus : mz_n_cpus();
+    return n >= 4 ? 3 : 2;
 }
 
 mz_status mz_profile_run(const mz_profile_run_params *rp_in, mz_device_profile *out)

@@ -70,6 +70,9 @@ typedef struct mz_device_profile {
     double touch_cold_s_per_gib; /* after reclaim_wait_s (the hypervisor took it), one thread */
     double touch_cold2_s_per_gib;/* the same, two threads */
     double reclaim_wait_s;
+    /* the compute/restore thread split: threads the restore activities run on
+       (1..3) beside the compute threads; 0 = the rule of mz_profile_restore_threads */
+    int restore_threads;
     /* codecs */
     int n_codecs;
     mz_profile_codec codec[MZ_PROFILE_MAX_CODECS];
@@ -77,6 +80,11 @@ typedef struct mz_device_profile {
 
 /* The built-in estimate (MACHINE-NOTES figures: a 2-vCPU VM on virtio ext4). */
 MZ_INTERNAL void mz_profile_builtin(mz_device_profile *out);
+
+/* Restore threads for this machine: the profile's restore_threads when set
+ * (1..3), else the rule measured in docs/BENCHMARKS.md ("compute/restore
+ * split"): 3 threads with 4 or more CPUs, else 2. */
+MZ_INTERNAL int mz_profile_restore_threads(const mz_device_profile *p);
 
 /* ---- 2. files ------------------------------------------------------------------- */
 

@@ -31,6 +31,10 @@ static const gen_preset k_presets[] = {
     {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 8192, 100000.0f, true},
     {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 40960, 1000000.0f, true},
     {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 131072, 500000.0f, true},
+    /* EXAONE-4.0-1.2B's shape (hidden 2048, 30 layers, 32/8 heads of 64, ffn 4096,
+     * rope 1e6, tied) in the qwen3 architecture (QK-norm); the real model puts its
+     * RMSNorms after attention/MLP (same cost) and has a 102400-token vocabulary. */
+    {"exaone4-1.2b", "qwen3", 30, 2048, 32, 8, 64, 4096, 65536, 1000000.0f, true},
     {"tiny-llama", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false},
     /* head_dim != n_embd / n_head on purpose: catches code that assumes it. */
     {"tiny-qwen3", "qwen3", 2, 64, 4, 2, 32, 160, 2048, 1000000.0f, true},
@@ -164,7 +168,7 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
             if (strcmp(k_presets[i].name, p->preset) == 0) pr = &k_presets[i];
         if (!pr)
             return mz_fail(MZ_E_INVAL,
-                           "unknown preset '%s' (known: smollm2-135m qwen3-0.6b llama3.2-1b "
+                           "unknown preset '%s' (known: smollm2-135m qwen3-0.6b llama3.2-1b exaone4-1.2b "
                            "tiny-llama tiny-qwen3)",
                            p->preset);
     }

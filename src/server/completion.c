@@ -20,6 +20,7 @@
  * away (the response's free callback).
  */
 #include "server/server_impl.h"
+#include "server/request.h"
 
 #include "core/core.h"
 
@@ -28,9 +29,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_STOPS 4
-#define MAX_STOP_LEN 64
-#define MAX_MESSAGES 1024
 
 typedef struct gen_state {
     mz_server_t *srv;
@@ -42,7 +40,7 @@ typedef struct gen_state {
     mz_detok_t *dt;
     int n_vocab;
     int max_tokens;
-    char *stops[MAX_STOPS];
+    char *stops[SRV_MAX_STOPS];
     int n_stops;
     size_t max_stop;
     /* generated text; [0, emitted) already sent */
@@ -59,168 +57,9 @@ typedef struct gen_state {
     double t0, t_gen0;
 } gen_state;
 
-/* ---- request parsing ---------------------------------------------------------------- */
-
-typedef struct comp_req {
-    mz_chat_msg msgs[MAX_MESSAGES];
-    char *owned[MAX_MESSAGES];     /* joined multi-part contents */
-    size_t n_msgs;
-    const char *prompt;
-    bool stream;
-    int max_tokens;
-    mz_sampler_params sp;
-    const char *stops[MAX_STOPS];
-    int n_stops;
-} comp_req;
-
-static void comp_req_free(comp_req *r)
-{
-    for (size_t i = 0; i < r->n_msgs; i++) free(r->owned[i]);
-}
-
-static bool is_int(const cJSON *j, double lo, double hi)
-{
-    return cJSON_IsNumber(j) && j->valuedouble >= lo && j->valuedouble <= hi &&
-           floor(j->valuedouble) == j->valuedouble;
-}
-
-/* Fills r from the JSON; returns NULL or a message for a 400. */
-static const char *parse_request(mz_server_t *s, const cJSON *root, bool chat, comp_req *r, int *status)
-{
-    *status = 400;
-    if (!cJSON_IsObject(root)) return "body must be a JSON object";
-    const cJSON *j;
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "model")) && !cJSON_IsNull(j)) {
-        if (!cJSON_IsString(j)) return "\"model\" must be a string";
-        if (*j->valuestring && strcmp(j->valuestring, s->model_id) && strcmp(j->valuestring, "default")) {
-            *status = 404;
-            return "model not found (GET /v1/models lists the one this server has)";
-        }
-    }
-    if (chat) {
-        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
-        if (!cJSON_IsArray(msgs)) return "\"messages\" must be an array of {role, content}";
-        int n = cJSON_GetArraySize(msgs);
-        if (n < 1) return "\"messages\" is empty";
-        if (n > MAX_MESSAGES) return "too many messages";
-        const cJSON *m;
-        cJSON_ArrayForEach(m, msgs) {
-            if (!cJSON_IsObject(m)) return "each message must be an object";
-            const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-            const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-            if (!cJSON_IsString(role)) return "message \"role\" must be a string";
-            const char *rs = role->valuestring;
-            if (!strcmp(rs, "developer")) rs = "system";
-            if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
-                return "message \"role\" must be system, user or assistant";
-            char *text = NULL;
-            if (cJSON_IsString(content)) {
-                text = strdup(content->valuestring);
-            } else if (cJSON_IsArray(content)) {
-                size_t total = 0;
-                const cJSON *part;
-                cJSON_ArrayForEach(part, content) {
-                    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
-                    const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
-                    if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") || !cJSON_IsString(tx))
-                        return "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported";
-                    total += strlen(tx->valuestring);
-                }
-                text = malloc(total + 1);
-                if (text) {
-                    size_t o = 0;
-                    cJSON_ArrayForEach(part, content) {
-                        const char *tx = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
-                        memcpy(text + o, tx, strlen(tx));
-                        o += strlen(tx);
-                    }
-                    text[o] = '\0';
-                }
-            } else if (cJSON_IsNull(content) && !strcmp(rs, "assistant")) {
-                text = strdup("");
-            } else {
-                return "message \"content\" must be a string or an array of text parts";
-            }
-            if (!text) {
-                *status = 500;
-                return "out of memory";
-            }
-            r->owned[r->n_msgs] = text;
-            r->msgs[r->n_msgs++] = (mz_chat_msg){rs, text};
-        }
-    } else {
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-        if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
-            p = cJSON_GetArrayItem(p, 0);
-        if (!cJSON_IsString(p)) return "\"prompt\" must be a string";
-        if (!*p->valuestring) return "\"prompt\" is empty";
-        r->prompt = p->valuestring;
-    }
-    r->stream = false;
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "stream")) && !cJSON_IsNull(j)) {
-        if (!cJSON_IsBool(j)) return "\"stream\" must be true or false";
-        r->stream = cJSON_IsTrue(j);
-    }
-    r->max_tokens = s->p.default_max_tokens;
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens");
-    if (!mt || cJSON_IsNull(mt)) mt = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
-    if (mt && !cJSON_IsNull(mt)) {
-        if (!is_int(mt, 1, 1e9)) return "\"max_tokens\" must be a positive integer";
-        if (mt->valuedouble > s->p.max_tokens_limit) return "\"max_tokens\" is above this server's limit";
-        r->max_tokens = (int)mt->valuedouble;
-    }
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "n")) && !cJSON_IsNull(j)) {
-        if (!is_int(j, 1, 1)) return "only \"n\": 1 is supported";
-    }
-    r->sp = s->p.sampler;
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "temperature")) && !cJSON_IsNull(j)) {
-        if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble <= 2)) return "\"temperature\" must be a number in [0, 2]";
-        r->sp.temperature = (float)j->valuedouble;
-    }
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "top_p")) && !cJSON_IsNull(j)) {
-        if (!cJSON_IsNumber(j) || !(j->valuedouble > 0 && j->valuedouble <= 1)) return "\"top_p\" must be a number in (0, 1]";
-        r->sp.top_p = (float)j->valuedouble;
-    }
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "top_k")) && !cJSON_IsNull(j)) {
-        if (!is_int(j, 0, 1e6)) return "\"top_k\" must be an integer >= 0";
-        r->sp.top_k = (int)j->valuedouble;
-    }
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "min_p")) && !cJSON_IsNull(j)) {
-        if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble <= 1)) return "\"min_p\" must be a number in [0, 1]";
-        r->sp.min_p = (float)j->valuedouble;
-    }
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "repeat_penalty")) && !cJSON_IsNull(j)) {
-        if (!cJSON_IsNumber(j) || !(j->valuedouble > 0 && j->valuedouble <= 10)) return "\"repeat_penalty\" must be a number in (0, 10]";
-        r->sp.repeat_penalty = (float)j->valuedouble;
-    }
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "seed")) && !cJSON_IsNull(j)) {
-        if (!is_int(j, 0, 9007199254740991.0)) return "\"seed\" must be an integer >= 0";
-        r->sp.seed = (uint64_t)j->valuedouble;
-    }
-    if ((j = cJSON_GetObjectItemCaseSensitive(root, "stop")) && !cJSON_IsNull(j)) {
-        if (cJSON_IsString(j)) {
-            r->stops[r->n_stops++] = j->valuestring;
-        } else if (cJSON_IsArray(j)) {
-            if (cJSON_GetArraySize(j) > MAX_STOPS) return "at most 4 stop strings";
-            const cJSON *e;
-            cJSON_ArrayForEach(e, j) {
-                if (!cJSON_IsString(e)) return "\"stop\" must be a string or an array of strings";
-                r->stops[r->n_stops++] = e->valuestring;
-            }
-        } else {
-            return "\"stop\" must be a string or an array of strings";
-        }
-        for (int i = 0; i < r->n_stops; i++) {
-            size_t l = strlen(r->stops[i]);
-            if (l == 0 || l > MAX_STOP_LEN) return "stop strings must be 1 to 64 bytes";
-        }
-    }
-    return NULL;
-}
-
 /* ---- prompt → tokens ------------------------------------------------------------------- */
 
-static mz_status build_tokens(mz_server_t *s, const comp_req *r, bool chat, mz_token **out, size_t *n_out)
+static mz_status build_tokens(mz_server_t *s, const srv_comp_req *r, bool chat, mz_token **out, size_t *n_out)
 {
     char *formatted = NULL;
     const char *text = r->prompt;
@@ -586,16 +425,17 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
     double t0 = srv_now_ms();
     cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
     if (!root) return srv_error(s, c, 400, "invalid_request_error", "body is not valid JSON");
-    comp_req *r = calloc(1, sizeof *r);
+    srv_comp_req *r = calloc(1, sizeof *r);
     if (!r) {
         cJSON_Delete(root);
         return srv_error(s, c, 500, "server_error", "out of memory");
     }
     int status;
-    const char *bad = parse_request(s, root, chat, r, &status);
+    srv_req_limits lim = {s->model_id, s->p.default_max_tokens, s->p.max_tokens_limit, s->p.sampler};
+    const char *bad = srv_parse_completion(&lim, root, chat, r, &status);
     if (bad) {
         enum MHD_Result ret = srv_error(s, c, status, status == 404 ? "not_found" : "invalid_request_error", "%s", bad);
-        comp_req_free(r);
+        srv_comp_req_free(r);
         free(r);
         cJSON_Delete(root);
         return ret;
@@ -738,7 +578,7 @@ out_gen:
     gen_free(g);
 out_req:
     free(toks);
-    comp_req_free(r);
+    srv_comp_req_free(r);
     free(r);
     cJSON_Delete(root);
     return ret;

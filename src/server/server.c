@@ -11,16 +11,19 @@
  *   5. the MHD access handler (limits, auth, routing)
  *   6. start / stop
  *
- * Hardening (issue 10): loopback by default; the API key compared in
- * constant time; bodies over max_body_bytes refused with 413 before they
- * are read when Content-Length says so, and discarded otherwise; idle
+ * Hardening (issue 10; docs/RELIABILITY.md): loopback by default; the API
+ * key compared in constant time (request.c, with the body parsers); bodies
+ * over max_body_bytes refused with 413 before they are read when
+ * Content-Length says so, and discarded otherwise; idle
  * connections closed after conn_timeout_s; error messages name no file and
  * carry no secret (engine messages, which may name the swap file, go to the
  * log only).
  */
 #include "server/server_impl.h"
+#include "server/request.h"
 
 #include "core/core.h"
+#include "io/swapfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -132,30 +135,12 @@ enum MHD_Result srv_error(mz_server_t *s, struct MHD_Connection *c, int status, 
     return srv_respond_json(s, c, status, root);
 }
 
-/* Constant-time comparison: the time depends only on the configured key's
- * length, never on how much of the given key matches. */
-static bool key_matches(const mz_server_t *s, const char *given)
-{
-    size_t glen = strlen(given);
-    volatile unsigned char diff = (unsigned char)(glen != s->api_key_len);
-    for (size_t i = 0; i < s->api_key_len; i++) {
-        unsigned char g = i < glen ? (unsigned char)given[i] : 0;
-        diff |= (unsigned char)(g ^ (unsigned char)s->api_key[i]);
-    }
-    return diff == 0;
-}
-
 static bool authorized(const mz_server_t *s, struct MHD_Connection *c)
 {
     if (!s->api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (h && !strncasecmp(h, "Bearer ", 7)) {
-        h += 7;
-        while (*h == ' ') h++;
-        return key_matches(s, h);
-    }
-    h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
-    return h && key_matches(s, h);
+    const char *h = srv_bearer_token(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"));
+    if (!h) h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
+    return h && srv_key_matches(s->api_key, s->api_key_len, h);
 }
 
 static size_t rss_bytes(void)
@@ -603,37 +588,19 @@ static enum MHD_Result handle_models(mz_server_t *s, struct MHD_Connection *c)
 /* Body: {"bytes": N} | {"percent": P} | {"all": true}. */
 static enum MHD_Result handle_evict(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq)
 {
-    cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return srv_error(s, c, 400, "invalid_request_error", "body must be a JSON object: {\"bytes\": N}, {\"percent\": P} or {\"all\": true}");
-    }
-    const cJSON *jb = cJSON_GetObjectItemCaseSensitive(root, "bytes");
-    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(root, "percent");
-    const cJSON *ja = cJSON_GetObjectItemCaseSensitive(root, "all");
-    int given = (jb != NULL) + (jp != NULL) + (ja != NULL);
-    double bytes = 0, pct = 0;
-    bool all = false;
-    const char *bad = NULL;
-    if (given != 1) bad = "give exactly one of \"bytes\", \"percent\" or \"all\"";
-    else if (jb && (!cJSON_IsNumber(jb) || !(jb->valuedouble >= 0) || jb->valuedouble > 1e18)) bad = "\"bytes\" must be a number >= 0";
-    else if (jp && (!cJSON_IsNumber(jp) || !(jp->valuedouble >= 0 && jp->valuedouble <= 100))) bad = "\"percent\" must be a number in [0, 100]";
-    else if (ja && !cJSON_IsBool(ja)) bad = "\"all\" must be true or false";
-    if (!bad) {
-        bytes = jb ? jb->valuedouble : 0;
-        pct = jp ? jp->valuedouble : 0;
-        all = ja && cJSON_IsTrue(ja);
-    }
-    cJSON_Delete(root);
+    srv_evict_req er;
+    const char *bad = srv_parse_evict(rq->body, rq->len, &er);
+    const bool all = er.all;
+    const double pct = er.pct;
     if (bad) return srv_error(s, c, 400, "invalid_request_error", "%s", bad);
     if (srv_gate_enter(s, true, NULL)) return srv_error(s, c, 503, "unavailable", "server is shutting down");
     mz_mem_stats st;
     mz_get_mem_stats(s->ctx, &st);
-    size_t n = all ? SIZE_MAX : jp ? (size_t)((double)evictable_total(&st) * pct / 100.0 + 0.5) : (size_t)bytes;
+    size_t n = srv_evict_amount(&er, evictable_total(&st));
     srv_event ev = {.t_unix = srv_unix_now()};
     snprintf(ev.trigger, sizeof ev.trigger, "api");
     if (all) snprintf(ev.what, sizeof ev.what, "all");
-    else if (jp) snprintf(ev.what, sizeof ev.what, "%.1f%%", pct);
+    else if (er.by_pct) snprintf(ev.what, sizeof ev.what, "%.1f%%", pct);
     else snprintf(ev.what, sizeof ev.what, "%zu bytes", n);
     mz_evict_report rep = {0};
     mz_status rc = n ? do_evict(s, n, &ev, &rep) : MZ_OK;
@@ -738,15 +705,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return srv_error(s, c, 401, "authentication_error", "missing or wrong API key");
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl) {
-            char *end = NULL;
-            errno = 0;
-            unsigned long long v = strtoull(cl, &end, 10);
-            if (errno || end == cl || v > s->p.max_body_bytes) {
-                rq->answered = true;
-                return srv_error(s, c, 413, "invalid_request_error", "request body too large (limit %zu bytes)",
-                                 s->p.max_body_bytes);
-            }
+        if (cl && !srv_content_length_ok(cl, s->p.max_body_bytes, NULL)) {
+            rq->answered = true;
+            return srv_error(s, c, 413, "invalid_request_error", "request body too large (limit %zu bytes)",
+                             s->p.max_body_bytes);
         }
         return MHD_YES;
     }
@@ -884,6 +846,18 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     if (s->p.model_alias && *s->p.model_alias) snprintf(s->model_id, sizeof s->model_id, "%s", s->p.model_alias);
     else model_id_from_path(s->p.model_path, s->model_id, sizeof s->model_id);
 
+    {
+        /* A daemon killed with SIGKILL (or by the OOM killer) leaves its swap
+         * file behind. Its records are meaningless to any other process (a
+         * new swap file always gets a fresh name, so none is ever read), but
+         * the space and the conversation data in it are not: remove files
+         * whose process is gone and whose lock nobody holds. */
+        int n_stale = 0;
+        if (mz_swapfile_cleanup_stale(s->p.swap_dir, &n_stale) != MZ_OK)
+            srv_log(s, "could not look for stale swap files: %s", mz_last_error());
+        else if (n_stale)
+            srv_log(s, "removed %d stale swap file%s left by a process that died", n_stale, n_stale > 1 ? "s" : "");
+    }
     mz_model_params mp = mz_model_params_default();
     mp.n_threads = s->p.n_threads;
     if ((st = mz_model_load(s->p.model_path, &mp, &s->model))) goto out_free;
@@ -895,6 +869,7 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     cp.kv_codec = s->p.kv_codec;
     cp.swap_dir = s->p.swap_dir;
     cp.kv_placement = s->p.kv_placement;
+    cp.mode = s->p.mode;
     if ((st = mz_ctx_init(s->model, &cp, &s->ctx))) goto out_free;
     refresh_snapshot(s);
 

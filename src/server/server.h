@@ -48,6 +48,7 @@ typedef struct mz_server_params {
     const char *kv_codec;       /* NULL = q8 */
     const char *swap_dir;       /* NULL = engine default */
     mz_kv_placement kv_placement;
+    mz_engine_mode mode;        /* default mzcache; a baseline for comparisons (issue 7/9) */
     mz_sampler_params sampler;  /* defaults for fields a request leaves out */
     /* Limits. */
     int default_max_tokens;     /* when a request gives none (default 256) */

@@ -113,6 +113,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (cg && c->peek(c, data, size, &n) == MZ_OK && n <= MAX_N) {
         mz_status st = mz_codec_decode(c, data, size, g_y, n);
         if (st != MZ_OK && st != MZ_E_FORMAT) abort();
+        /* the paired decode and the reference (one segment at a time) must
+         * also agree that a blob is bad */
+        if (st != MZ_OK && mz_cachegen_decode_ref(data, size, g_y2, n) == MZ_OK) abort();
         if (st == MZ_OK) {
             if (mz_cachegen_decode_ref(data, size, g_y2, n) != MZ_OK) abort();
             if (memcmp(g_y, g_y2, n * 2) != 0) abort();

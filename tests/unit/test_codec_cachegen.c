@@ -365,9 +365,88 @@ static void test_throughput(void)
     free(y);
 }
 
+/* The decoder runs two same-shaped segments in lockstep (SIMD builds); the
+ * reference never pairs. They must agree on every shape — 1..5 heads (odd
+ * counts leave one segment unpaired), row lengths 16/64/128, a short last
+ * segment — and on corrupt blobs: a byte changed in either lane's stream, or
+ * a pair whose second lane is cut short (lengths moved between the
+ * directory entries), gives the same status from both, and the same bytes
+ * when it decodes. */
+static void test_paired_decode(void)
+{
+    static const unsigned hds[] = {16, 64, 128};
+    for (unsigned hi = 0; hi < MZ_ARRAY_LEN(hds); hi++)
+        for (unsigned heads = 1; heads <= 5; heads++)
+            for (int shorten = 0; shorten < 2; shorten++) {
+                unsigned hd = hds[hi];
+                size_t n = (size_t)2 * heads * 256 * hd - (shorten ? 3 * (size_t)hd + 5 : 0);
+                mz_f16 *x = malloc(2 * heads * 256 * (size_t)hd * sizeof *x);
+                mz_f16 *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+                fill_kv(x, heads, hd);
+                mz_cachegen_params p = mz_cachegen_params_default(hd);
+                if (heads == 2) p.levels_k = 31, p.levels_v = 7;
+                mz_codec c = mz_codec_cachegen(&p);
+                size_t cap = mz_codec_bound(&c, n), len = 0;
+                uint8_t *blob = malloc(cap);
+                CHECK(x && a && b && blob);
+                if (!x || !a || !b || !blob) goto next;
+                CHECK(mz_codec_encode(&c, x, n, blob, cap, &len) == MZ_OK);
+                CHECK(mz_codec_decode(&c, blob, len, a, n) == MZ_OK);
+                CHECK(mz_cachegen_decode_ref(blob, len, b, n) == MZ_OK);
+                CHECK_MSG(!memcmp(a, b, n * sizeof *a), "paired decode differs: %u heads of %u%s",
+                          heads, hd, shorten ? ", short" : "");
+                size_t n_seg = (n / hd + (n % hd != 0) + 255) / 256;
+                const size_t dir = 16 + 12;
+                for (size_t k = 0; k < n_seg; k++) {
+                    /* the segment's last stream byte, then one in its middle */
+                    size_t end = dir + 4 * n_seg;
+                    for (size_t j = 0; j <= k; j++)
+                        end += (size_t)blob[dir + 4 * j] | (size_t)blob[dir + 4 * j + 1] << 8 |
+                               (size_t)blob[dir + 4 * j + 2] << 16 |
+                               (size_t)blob[dir + 4 * j + 3] << 24;
+                    size_t seg_len = (size_t)blob[dir + 4 * k] | (size_t)blob[dir + 4 * k + 1] << 8 |
+                                     (size_t)blob[dir + 4 * k + 2] << 16;
+                    size_t pos[2] = {end - 1, end - seg_len / 4};
+                    for (int q = 0; q < 2; q++) {
+                        blob[pos[q]] ^= 0x5a;
+                        mz_status sa = mz_codec_decode(&c, blob, len, a, n);
+                        mz_status sb = mz_cachegen_decode_ref(blob, len, b, n);
+                        CHECK_MSG(sa == sb && (sa != MZ_OK || !memcmp(a, b, n * sizeof *a)),
+                                  "corrupt segment %zu of %zu (%u heads of %u): paired %d, ref %d",
+                                  k, n_seg, heads, hd, (int)sa, (int)sb);
+                        blob[pos[q]] ^= 0x5a;
+                    }
+                    if (k + 1 < n_seg) {
+                        /* move 2 bytes of segment k+1 into segment k: both
+                         * streams end where they should not */
+                        uint32_t lk, lk1;
+                        memcpy(&lk, blob + dir + 4 * k, 4);
+                        memcpy(&lk1, blob + dir + 4 * (k + 1), 4);
+                        uint32_t mk = lk + 2, mk1 = lk1 - 2;
+                        memcpy(blob + dir + 4 * k, &mk, 4);
+                        memcpy(blob + dir + 4 * (k + 1), &mk1, 4);
+                        mz_status sa = mz_codec_decode(&c, blob, len, a, n);
+                        mz_status sb = mz_cachegen_decode_ref(blob, len, b, n);
+                        CHECK_MSG(sa == MZ_E_FORMAT && sb == MZ_E_FORMAT,
+                                  "shifted segments %zu/%zu: paired %d, ref %d", k, k + 1,
+                                  (int)sa, (int)sb);
+                        memcpy(blob + dir + 4 * k, &lk, 4);
+                        memcpy(blob + dir + 4 * (k + 1), &lk1, 4);
+                    }
+                }
+                CHECK(mz_codec_decode(&c, blob, len, a, n) == MZ_OK); /* restored intact */
+            next:
+                free(x);
+                free(a);
+                free(b);
+                free(blob);
+            }
+}
+
 int main(void)
 {
     test_params();
+    test_paired_decode();
     test_error_bounds();
     test_idempotent_realistic();
     test_idempotent_adversarial();

@@ -1,0 +1,652 @@
+/*
+ * os_paging.c — the os-paging baseline (paper §6.1): what a llama.cpp-style
+ * engine gets from the operating system. Contract in baseline.h.
+ *
+ * Weights. While a model has os-paging contexts, its blocks' tensors are
+ * read where a read-only shared mapping of the GGUF file has them (kernels
+ * use unaligned loads and the ggml block layout, so the file's bytes are used
+ * as they are; GGUF aligns tensor data to 32 bytes). The model's own block
+ * buffers are released and made PROT_NONE meanwhile; when the last os-paging
+ * context goes, they are read back from the file and the tensors point at
+ * them again. Embeddings and the output head stay in the pinned buffer.
+ * Evicting a block: MADV_PAGEOUT + MADV_DONTNEED on its file range, then
+ * POSIX_FADV_DONTNEED, so the page cache really drops it; it comes back by
+ * page faults (reads of the model file) when the forward pass touches it.
+ *
+ * KV. Chunks live in the context's anonymous mappings (src/kv). Evicting one:
+ * MADV_PAGEOUT, which writes it to swap (a zram device with zstd where the
+ * harness set one up, scripts/zram-swap.sh). With no swap MADV_PAGEOUT does
+ * nothing to anonymous memory, so the chunk is moved into a file-backed
+ * MAP_SHARED mapping at the same address (one unlinked file per context in
+ * swap_dir, one slot per (layer, chunk)), written back with msync and
+ * dropped with MADV_DONTNEED + POSIX_FADV_DONTNEED; it stays file-backed, and
+ * comes back by page faults too. Stats and the eviction's freed bytes are
+ * measured with mincore, never assumed; pages in zram are still RAM, so the
+ * bytes zram holds for them (its measured compression ratio applied to the
+ * chunks' swapped-out bytes) count as compressed, i.e. remaining.
+ *
+ * Order of eviction: whole layers from the last one backward (its KV chunks,
+ * last first, then its weights), like partial-offload, so that a percentage
+ * means the same units in every baseline.
+ */
+#define _GNU_SOURCE
+#include "baseline.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21
+#endif
+
+/* ---- per-model registry -------------------------------------------------------------- */
+
+typedef struct fmodel {
+    mz_model_t *model;
+    int n_ctx;                 /* contexts of any mode on the model */
+    int n_os;                  /* of them, os-paging */
+    int fd;                    /* the GGUF file while mapped, else -1 */
+    uint8_t *map;
+    size_t map_bytes;
+    size_t *lo, *hi;           /* [n_layer] page-aligned file range of each block */
+    struct fmodel *next;
+} fmodel;
+
+static pthread_mutex_t g_fm_lock = PTHREAD_MUTEX_INITIALIZER;
+static fmodel *g_fm;
+
+static size_t pg(void) { return mz_page_size(); }
+static size_t round_up(size_t n) { return (n + pg() - 1) / pg() * pg(); }
+
+static int block_tensor_list(mz_block_weights *b, mz_tensor *out[11])
+{
+    mz_tensor *all[11] = {&b->attn_norm, &b->wq,   &b->wk,     &b->wv,     &b->wo,    &b->ffn_norm,
+                          &b->w_gate,    &b->w_up, &b->w_down, &b->q_norm, &b->k_norm};
+    int n = 0;
+    for (int i = 0; i < 11; i++)
+        if (all[i]->nbytes) out[n++] = all[i];
+    return n;
+}
+
+static fmodel *fm_find(mz_model_t *m)
+{
+    for (fmodel *f = g_fm; f; f = f->next)
+        if (f->model == m) return f;
+    return NULL;
+}
+
+static void fm_free(fmodel *f)
+{
+    if (!f) return;
+    free(f->lo);
+    free(f->hi);
+    free(f);
+}
+
+/* Points the blocks' tensors into the file mapping and releases the model's
+ * block buffers. */
+static mz_status fm_map(fmodel *f)
+{
+    mz_model_t *m = f->model;
+    int L = m->cfg.n_layer;
+    int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mz_fail(MZ_E_IO, "os-paging: cannot open %s: %s", m->path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+        close(fd);
+        return mz_fail(MZ_E_IO, "os-paging: cannot stat %s", m->path);
+    }
+    size_t len = (size_t)st.st_size;
+    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return mz_fail(MZ_E_NOMEM, "os-paging: cannot map %s: %s", m->path, strerror(e));
+    }
+    f->lo = mz_calloc((size_t)L, sizeof *f->lo);
+    f->hi = mz_calloc((size_t)L, sizeof *f->hi);
+    if (!f->lo || !f->hi) {
+        munmap(map, len);
+        close(fd);
+        return MZ_E_NOMEM;
+    }
+    for (int l = 0; l < L; l++) {
+        mz_tensor *ts[11];
+        int n = block_tensor_list(&m->blocks[l], ts);
+        size_t lo = SIZE_MAX, hi = 0;
+        for (int i = 0; i < n; i++) {
+            if (ts[i]->file_offset + ts[i]->nbytes > len) {
+                munmap(map, len);
+                close(fd);
+                return mz_fail(MZ_E_FORMAT, "os-paging: %s is shorter than its tensors", m->path);
+            }
+            lo = MZ_MIN(lo, (size_t)ts[i]->file_offset);
+            hi = MZ_MAX(hi, (size_t)(ts[i]->file_offset + ts[i]->nbytes));
+        }
+        f->lo[l] = lo / pg() * pg();
+        f->hi[l] = MZ_MIN(round_up(hi), round_up(len));
+    }
+    for (int l = 0; l < L; l++) {
+        mz_block_weights *b = &m->blocks[l];
+        mz_tensor *ts[11];
+        int n = block_tensor_list(b, ts);
+        for (int i = 0; i < n; i++) ts[i]->data = (const uint8_t *)map + ts[i]->file_offset;
+        /* The block buffer keeps its address (the memory manager's unit points
+         * at it) but gives its pages back; reading it now faults. */
+        (void)madvise(b->buf, round_up(b->buf_bytes), MADV_DONTNEED);
+        (void)mprotect(b->buf, round_up(b->buf_bytes), PROT_NONE);
+    }
+    f->fd = fd;
+    f->map = map;
+    f->map_bytes = len;
+    return MZ_OK;
+}
+
+static mz_status read_all(int fd, void *dst, size_t n, uint64_t off)
+{
+    uint8_t *p = dst;
+    while (n) {
+        ssize_t r = pread(fd, p, MZ_MIN(n, (size_t)1 << 30), (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return mz_fail(MZ_E_IO, "read: %s", r < 0 ? strerror(errno) : "end of file");
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return MZ_OK;
+}
+
+/* The reverse of fm_map: blocks back in their own buffers. On a read error the
+ * mapping stays (the tensors keep pointing into it) and the error is logged. */
+static void fm_unmap(fmodel *f)
+{
+    mz_model_t *m = f->model;
+    mz_status s = MZ_OK;
+    for (int l = 0; l < m->cfg.n_layer && !s; l++) {
+        mz_block_weights *b = &m->blocks[l];
+        if (mprotect(b->buf, round_up(b->buf_bytes), PROT_READ | PROT_WRITE) != 0) {
+            s = mz_fail(MZ_E_NOMEM, "mprotect: %s", strerror(errno));
+            break;
+        }
+        mz_tensor *ts[11];
+        int n = block_tensor_list(b, ts);
+        for (int i = 0; i < n && !s; i++)
+            s = read_all(f->fd, b->buf + ts[i]->offset, ts[i]->nbytes, ts[i]->file_offset);
+    }
+    if (s) {
+        mz_log(MZ_LOG_ERROR, "os-paging: cannot read the weights of %s back (%s); they stay "
+                             "file-mapped", m->path, mz_last_error());
+        return;
+    }
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        mz_block_weights *b = &m->blocks[l];
+        mz_tensor *ts[11];
+        int n = block_tensor_list(b, ts);
+        for (int i = 0; i < n; i++) ts[i]->data = b->buf + ts[i]->offset;
+    }
+    munmap(f->map, f->map_bytes);
+    close(f->fd);
+    f->map = NULL;
+    f->fd = -1;
+}
+
+mz_status mz_ospage_model_attach(mz_model_t *m, mz_engine_mode mode)
+{
+    mz_status s = MZ_OK;
+    pthread_mutex_lock(&g_fm_lock);
+    fmodel *f = fm_find(m);
+    if (!f) {
+        f = mz_calloc(1, sizeof *f);
+        if (!f) {
+            s = MZ_E_NOMEM;
+            goto out;
+        }
+        f->model = m;
+        f->fd = -1;
+        f->next = g_fm;
+        g_fm = f;
+    }
+    bool os = mode == MZ_MODE_OS_PAGING;
+    if (os && f->n_ctx > f->n_os) {
+        s = mz_fail(MZ_E_INVAL, "os-paging reads the weights from a mapping of the model file, "
+                                "but this model has %d context(s) of another mode; load the "
+                                "model again for os-paging", f->n_ctx - f->n_os);
+        goto out;
+    }
+    if (!os && f->n_os > 0) {
+        s = mz_fail(MZ_E_INVAL, "this model's weights are file-mapped for %d os-paging "
+                                "context(s); load the model again for mode %s", f->n_os,
+                    mz_engine_mode_name(mode));
+        goto out;
+    }
+    if (os && f->n_os == 0 && (s = fm_map(f))) {
+        free(f->lo);
+        free(f->hi);
+        f->lo = f->hi = NULL;
+        goto out;
+    }
+    f->n_ctx++;
+    if (os) f->n_os++;
+out:
+    if (f && f->n_ctx == 0) {
+        for (fmodel **pp = &g_fm; *pp; pp = &(*pp)->next)
+            if (*pp == f) {
+                *pp = f->next;
+                break;
+            }
+        fm_free(f);
+    }
+    pthread_mutex_unlock(&g_fm_lock);
+    return s;
+}
+
+void mz_ospage_model_detach(mz_model_t *m, mz_engine_mode mode)
+{
+    pthread_mutex_lock(&g_fm_lock);
+    fmodel *f = fm_find(m);
+    if (f) {
+        f->n_ctx--;
+        if (mode == MZ_MODE_OS_PAGING && --f->n_os == 0) fm_unmap(f);
+        if (f->n_ctx == 0 && !f->map) {
+            for (fmodel **pp = &g_fm; *pp; pp = &(*pp)->next)
+                if (*pp == f) {
+                    *pp = f->next;
+                    break;
+                }
+            fm_free(f);
+        }
+    }
+    pthread_mutex_unlock(&g_fm_lock);
+}
+
+/* ---- swap ----------------------------------------------------------------------------- */
+
+size_t mz_ospage_swap_total(bool *all_zram)
+{
+    FILE *fp = fopen("/proc/swaps", "r");
+    size_t total = 0;
+    bool zram = true;
+    int n = 0;
+    if (fp) {
+        char line[512], name[256], type[64];
+        unsigned long long size_kb, used_kb;
+        int prio;
+        while (fgets(line, sizeof line, fp)) {
+            if (sscanf(line, "%255s %63s %llu %llu %d", name, type, &size_kb, &used_kb, &prio) != 5)
+                continue;
+            total += (size_t)size_kb * 1024;
+            n++;
+            if (!strstr(name, "/zram")) zram = false;
+        }
+        fclose(fp);
+    }
+    if (all_zram) *all_zram = n > 0 && zram;
+    return total;
+}
+
+/* Memory all zram devices use now and the ratio compressed / original of what
+ * they hold (0 when none). */
+static size_t zram_used(double *ratio)
+{
+    size_t used = 0;
+    unsigned long long orig_all = 0, compr_all = 0;
+    for (int i = 0; i < 64; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/sys/block/zram%d/mm_stat", i);
+        FILE *fp = fopen(path, "r");
+        if (!fp) continue;
+        unsigned long long orig, compr, total;
+        if (fscanf(fp, "%llu %llu %llu", &orig, &compr, &total) == 3) {
+            used += (size_t)total;
+            orig_all += orig;
+            compr_all += compr;
+        }
+        fclose(fp);
+    }
+    if (ratio) *ratio = orig_all ? (double)compr_all / (double)orig_all : 0.0;
+    return used;
+}
+
+/* ---- the context's part ---------------------------------------------------------------- */
+
+struct mz_ospage {
+    fmodel *fm;                /* stable while the context lives */
+    char dir[4096];            /* where the KV fallback file goes */
+    int kv_fd;                 /* unlinked KV file (no-swap fallback), -1 until needed */
+    size_t kv_file_bytes;
+    uint8_t **fb;              /* [n_layer * max_chunks]: address of chunk (l, c) while it is
+                                  file-backed (NULL: anonymous) */
+    size_t slot_bytes;         /* mapped size of a chunk */
+    bool warned;
+};
+
+static mz_status make_dirs(const char *dir)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1;; p++) {
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+                return mz_fail(MZ_E_IO, "cannot create %s: %s", tmp, strerror(errno));
+            *p = c;
+            if (!c) break;
+        }
+    }
+    return MZ_OK;
+}
+
+mz_status mz_ospage_init(mz_ctx_t *c, const char *swap_dir, mz_ospage **out)
+{
+    *out = NULL;
+    mz_ospage *op = mz_calloc(1, sizeof *op);
+    if (!op) return MZ_E_NOMEM;
+    op->kv_fd = -1;
+    op->slot_bytes = round_up(c->kv.chunk_bytes);
+    op->fb = mz_calloc((size_t)c->kv.n_layer * MZ_MAX(c->kv.max_chunks, 1), sizeof *op->fb);
+    if (!op->fb) {
+        free(op);
+        return MZ_E_NOMEM;
+    }
+    if (swap_dir && swap_dir[0]) {
+        snprintf(op->dir, sizeof op->dir, "%s", swap_dir);
+    } else {
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (xdg && xdg[0]) snprintf(op->dir, sizeof op->dir, "%s/mzcache", xdg);
+        else snprintf(op->dir, sizeof op->dir, "%s/.cache/mzcache", home && home[0] ? home : "/tmp");
+    }
+    pthread_mutex_lock(&g_fm_lock);
+    op->fm = fm_find(c->model);
+    pthread_mutex_unlock(&g_fm_lock);
+    MZ_ASSERT(op->fm && op->fm->map);
+    *out = op;
+    return MZ_OK;
+}
+
+void mz_ospage_free(mz_ctx_t *c, mz_ospage *op)
+{
+    (void)c;
+    if (!op) return;
+    /* File-backed chunks stay mapped until the KV cache unmaps them; the file
+     * is already unlinked, so closing it here loses nothing. */
+    if (op->kv_fd >= 0) close(op->kv_fd);
+    free(op->fb);
+    free(op);
+}
+
+/* Resident bytes of [p, p + len) by mincore (len rounded up to pages). */
+static size_t resident_bytes(const void *p, size_t len)
+{
+    if (!p || !len) return 0;
+    size_t n = round_up(len) / pg();
+    unsigned char vec[1024];
+    size_t res = 0;
+    for (size_t i = 0; i < n; i += sizeof vec) {
+        size_t k = MZ_MIN(n - i, sizeof vec);
+        if (mincore((void *)((uintptr_t)p + i * pg()), k * pg(), vec) != 0) return 0;
+        for (size_t j = 0; j < k; j++) res += vec[j] & 1;
+    }
+    return MZ_MIN(res * pg(), len);
+}
+
+static size_t block_resident(const mz_ospage *op, int l)
+{
+    const fmodel *f = op->fm;
+    return MZ_MIN(resident_bytes(f->map + f->lo[l], f->hi[l] - f->lo[l]),
+                  f->model->blocks[l].buf_bytes);
+}
+
+static mz_status evict_block(mz_ospage *op, int l)
+{
+    const fmodel *f = op->fm;
+    void *p = f->map + f->lo[l];
+    size_t len = f->hi[l] - f->lo[l];
+    (void)madvise(p, len, MADV_PAGEOUT);
+    if (madvise(p, len, MADV_DONTNEED) != 0)
+        return mz_fail(MZ_E_IO, "weights of layer %d: madvise: %s", l, strerror(errno));
+    int e = posix_fadvise(f->fd, (off_t)f->lo[l], (off_t)len, POSIX_FADV_DONTNEED);
+    if (e) return mz_fail(MZ_E_IO, "weights of layer %d: posix_fadvise: %s", l, strerror(e));
+    return MZ_OK;
+}
+
+static mz_status ensure_kv_file(mz_ospage *op)
+{
+    if (op->kv_fd >= 0) return MZ_OK;
+    mz_status s = make_dirs(op->dir);
+    if (s) return s;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/os-paging-kv-XXXXXX", op->dir);
+    int fd = mkostemp(path, O_CLOEXEC);
+    if (fd < 0) return mz_fail(MZ_E_IO, "cannot create %s: %s", path, strerror(errno));
+    unlink(path);
+    op->kv_fd = fd;
+    if (!op->warned) {
+        mz_log(MZ_LOG_WARN, "os-paging: no swap, so MADV_PAGEOUT cannot move anonymous memory; "
+                            "KV chunks go to a file-backed shared mapping in %s instead", op->dir);
+        op->warned = true;
+    }
+    return MZ_OK;
+}
+
+/* Moves an anonymous chunk into its slot of the KV file, mapped MAP_SHARED at
+ * the same address. */
+static mz_status chunk_to_file(mz_ospage *op, uint8_t *chunk, size_t idx, int l, size_t ck)
+{
+    mz_status s = ensure_kv_file(op);
+    if (s) return s;
+    off_t off = (off_t)(idx * op->slot_bytes);
+    const uint8_t *p = chunk;
+    size_t n = op->slot_bytes;
+    for (off_t o = off; n;) {
+        ssize_t w = pwrite(op->kv_fd, p, n, o);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0)
+            return mz_fail(MZ_E_IO, "KV chunk (layer %d, chunk %zu): writing the KV file: %s", l,
+                           ck, w < 0 ? strerror(errno) : "short write");
+        p += w;
+        n -= (size_t)w;
+        o += w;
+    }
+    void *m = mmap(chunk, op->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                   op->kv_fd, off);
+    if (m == MAP_FAILED)
+        return mz_fail(MZ_E_NOMEM, "KV chunk (layer %d, chunk %zu): mapping the KV file: %s", l,
+                       ck, strerror(errno));
+    op->fb[idx] = chunk;
+    op->kv_file_bytes = MZ_MAX(op->kv_file_bytes, (size_t)off + op->slot_bytes);
+    return MZ_OK;
+}
+
+static mz_status evict_chunk(mz_ctx_t *c, mz_ospage *op, int l, size_t ck)
+{
+    uint8_t *chunk = c->kv.chunks[l][ck];
+    size_t idx = (size_t)l * c->kv.max_chunks + ck;
+    if (op->fb[idx] != chunk) {
+        op->fb[idx] = NULL; /* a new mapping since (truncate, then reserve): anonymous */
+        (void)madvise(chunk, op->slot_bytes, MADV_PAGEOUT);
+        if (resident_bytes(chunk, op->slot_bytes) == 0) return MZ_OK; /* in swap */
+        mz_status s = chunk_to_file(op, chunk, idx, l, ck);
+        if (s) return s;
+    }
+    if (msync(chunk, op->slot_bytes, MS_SYNC) != 0 ||
+        madvise(chunk, op->slot_bytes, MADV_DONTNEED) != 0)
+        return mz_fail(MZ_E_IO, "KV chunk (layer %d, chunk %zu): msync/madvise: %s", l, ck,
+                       strerror(errno));
+    int e = posix_fadvise(op->kv_fd, (off_t)(idx * op->slot_bytes), (off_t)op->slot_bytes,
+                          POSIX_FADV_DONTNEED);
+    if (e) return mz_fail(MZ_E_IO, "KV chunk (layer %d, chunk %zu): posix_fadvise: %s", l, ck,
+                          strerror(e));
+    return MZ_OK;
+}
+
+static size_t touch(const void *p, size_t len)
+{
+    const volatile uint8_t *b = p;
+    size_t sum = 0;
+    for (size_t i = 0; i < len; i += pg()) sum += b[i];
+    return sum;
+}
+
+/* Chunk k's pages that hold written positions: each of its 2 * n_head_kv
+ * K/V head regions ([256][head_dim] F16) up to the context's length. Pages
+ * never written are no memory at all, so they count neither as total nor as
+ * resident. *data = those bytes, return = of them resident. */
+static size_t chunk_data_resident(const mz_ctx_t *c, size_t k, const uint8_t *chunk, size_t *data,
+                                  bool fault_in)
+{
+    size_t region = (size_t)MZ_KV_CHUNK_TOKENS * (size_t)c->kv.head_dim * sizeof(mz_f16);
+    size_t pos0 = k * MZ_KV_CHUNK_TOKENS;
+    size_t npos = c->n_tokens > pos0 ? MZ_MIN(c->n_tokens - pos0, (size_t)MZ_KV_CHUNK_TOKENS) : 0;
+    if (region % pg() != 0 || npos == MZ_KV_CHUNK_TOKENS) {
+        *data = c->kv.chunk_bytes;
+        if (fault_in) (void)touch(chunk, c->kv.chunk_bytes);
+        return resident_bytes(chunk, c->kv.chunk_bytes);
+    }
+    size_t len = round_up(npos * (size_t)c->kv.head_dim * sizeof(mz_f16)), res = 0;
+    *data = 0;
+    for (int r = 0; r < 2 * c->kv.n_head_kv && len; r++) {
+        *data += len;
+        if (fault_in) (void)touch(chunk + (size_t)r * region, len);
+        res += resident_bytes(chunk + (size_t)r * region, len);
+    }
+    return res;
+}
+
+static size_t total_resident(mz_ctx_t *c, mz_ospage *op)
+{
+    size_t r = 0;
+    for (int l = 0; l < c->kv.n_layer; l++) {
+        r += block_resident(op, l);
+        for (size_t k = 0; k < c->kv.n_chunks; k++)
+            r += resident_bytes(c->kv.chunks[l][k], c->kv.chunk_bytes);
+    }
+    return r;
+}
+
+mz_status mz_ospage_evict(mz_ctx_t *c, mz_ospage *op, size_t nbytes, mz_evict_report *r)
+{
+    mz_evict_report dummy;
+    if (!r) r = &dummy;
+    memset(r, 0, sizeof *r);
+    r->bytes_requested = nbytes;
+    double t0 = mz_time_ms();
+    mz_status s = MZ_OK;
+    size_t freed = 0;
+    size_t z0 = zram_used(NULL);
+    if (nbytes == 0) goto out;
+    for (int l = c->kv.n_layer - 1; l >= 0 && !s && freed < nbytes; l--) {
+        for (size_t k = c->kv.n_chunks; k-- > 0 && freed < nbytes;) {
+            uint8_t *chunk = c->kv.chunks[l][k];
+            size_t before = resident_bytes(chunk, c->kv.chunk_bytes);
+            if (!before) continue;
+            if ((s = evict_chunk(c, op, l, k))) break;
+            size_t after = resident_bytes(chunk, c->kv.chunk_bytes);
+            freed += before > after ? before - after : 0;
+            if (after < before) r->n_kv_stored_raw++; /* to swap or to the KV file, raw */
+            r->stage = MZ_EVICT_STAGE_KV_ONLY;
+        }
+        if (s || freed >= nbytes) break;
+        size_t before = block_resident(op, l);
+        if (!before) continue;
+        if ((s = evict_block(op, l))) break;
+        size_t after = block_resident(op, l);
+        freed += before > after ? before - after : 0;
+        /* Pages another process maps stay in the page cache: counted only
+         * when something really went. */
+        if (after < before) r->n_weights_dropped++;
+        r->stage = MZ_EVICT_STAGE_W_ONLY;
+    }
+out:;
+    /* zram keeps what it was given in RAM, compressed: that is not freed. */
+    size_t z1 = zram_used(NULL);
+    size_t grew = z1 > z0 ? z1 - z0 : 0;
+    r->bytes_freed = freed > grew ? freed - grew : 0;
+    r->complete = r->bytes_freed >= nbytes;
+    r->time_ms = mz_time_ms() - t0;
+    return s;
+}
+
+mz_status mz_ospage_restore(mz_ctx_t *c, mz_ospage *op, mz_restore_report *r)
+{
+    mz_restore_report dummy;
+    if (!r) r = &dummy;
+    memset(r, 0, sizeof *r);
+    double t0 = mz_time_ms();
+    size_t before = total_resident(c, op);
+    /* Page faults bring everything back, in forward order. */
+    size_t sink = 0;
+    for (int l = 0; l < c->kv.n_layer; l++) {
+        const fmodel *f = op->fm;
+        if (block_resident(op, l) < f->model->blocks[l].buf_bytes) {
+            sink += touch(f->map + f->lo[l], f->hi[l] - f->lo[l]);
+            r->n_weights_loaded++;
+        }
+        for (size_t k = 0; k < c->kv.n_chunks; k++) {
+            uint8_t *chunk = c->kv.chunks[l][k];
+            size_t data = 0;
+            if (chunk_data_resident(c, k, chunk, &data, false) == data) continue;
+            (void)chunk_data_resident(c, k, chunk, &data, true);
+            if (op->fb[(size_t)l * c->kv.max_chunks + k] == chunk) r->n_kv_read_raw++;
+            else r->n_kv_decoded++;
+        }
+    }
+    (void)sink;
+    size_t after = total_resident(c, op);
+    r->bytes_restored = after > before ? after - before : 0;
+    r->time_ms = mz_time_ms() - t0;
+    return MZ_OK;
+}
+
+void mz_ospage_get_stats(const mz_ctx_t *c, mz_ospage *op, mz_mem_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    const fmodel *f = op->fm;
+    for (int l = 0; l < c->kv.n_layer; l++) {
+        size_t tot = f->model->blocks[l].buf_bytes, res = block_resident(op, l);
+        out->weights.total_bytes += tot;
+        out->weights.resident_bytes += res;
+        out->weights.dropped_bytes += tot - res;
+        out->weights.n_units++;
+        if (res == tot) out->weights.n_resident++;
+    }
+    double ratio = 0;
+    bool all_zram = false;
+    size_t swap = mz_ospage_swap_total(&all_zram);
+    (void)zram_used(&ratio);
+    size_t swapped = 0;
+    for (int l = 0; l < c->kv.n_layer; l++) {
+        for (size_t k = 0; k < c->kv.n_chunks; k++) {
+            uint8_t *chunk = c->kv.chunks[l][k];
+            size_t tot = 0, res = chunk_data_resident(c, k, chunk, &tot, false);
+            out->kv.total_bytes += tot;
+            out->kv.resident_bytes += res;
+            out->kv.n_units++;
+            if (res == tot) out->kv.n_resident++;
+            if (op->fb[(size_t)l * c->kv.max_chunks + k] == chunk) out->kv.stored_bytes += tot - res;
+            else swapped += tot - res;
+        }
+    }
+    if (all_zram) {
+        /* In zram: still RAM, compressed. */
+        out->kv.compressed_bytes = (size_t)((double)swapped * ratio);
+    }
+    out->kv.stored_bytes += all_zram ? 0 : swapped;
+    out->pinned_bytes = c->model->pinned_bytes;
+    size_t total = out->weights.total_bytes + out->kv.total_bytes;
+    size_t kept = out->weights.resident_bytes + out->kv.resident_bytes + out->kv.compressed_bytes;
+    out->remaining_pct = total ? 100.0 * (double)kept / (double)total : 100.0;
+    out->swap_file_bytes = op->kv_file_bytes;
+    snprintf(out->codec, sizeof out->codec, "%s", all_zram ? "zram" : "-");
+    snprintf(out->placement, sizeof out->placement, "%s",
+             op->kv_fd >= 0 ? "file-mapping" : swap ? (all_zram ? "zram-swap" : "swap") : "anon");
+    snprintf(out->policy, sizeof out->policy, "os-paging");
+    snprintf(out->evict_order, sizeof out->evict_order, "backward");
+    bool any = out->weights.resident_bytes || out->kv.resident_bytes;
+    out->stage = any ? MZ_EVICT_STAGE_KV_ONLY : MZ_EVICT_STAGE_DONE;
+}

@@ -1,0 +1,83 @@
+/*
+ * request.h — the server's parsing of untrusted input, kept free of sockets,
+ * the engine and libmicrohttpd so that it can be fuzzed on its own
+ * (tests/fuzz/fuzz_http.c): request bodies (chat/completions, completions,
+ * /mz/evict) and the header values the server interprets itself
+ * (Content-Length, the API key). libmicrohttpd parses the HTTP framing.
+ *
+ * Internal to src/server/ and its fuzzer; not part of the public API.
+ * Thread contract: every function here is pure (any thread); none keeps state.
+ */
+#ifndef MZ_SERVER_REQUEST_H
+#define MZ_SERVER_REQUEST_H
+
+#include "mzcache.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define SRV_MAX_STOPS 4
+#define SRV_MAX_STOP_LEN 64
+#define SRV_MAX_MESSAGES 1024
+
+/* What a completion request may ask for, and the defaults it gets. */
+typedef struct srv_req_limits {
+    const char *model_id;           /* "model" must be this, "default" or "" */
+    int default_max_tokens;         /* when the request gives none */
+    int max_tokens_limit;           /* larger max_tokens → 400 */
+    mz_sampler_params sampler;      /* defaults for sampling fields left out */
+} srv_req_limits;
+
+/* A validated completion request. Strings point into the cJSON tree it was
+ * parsed from (valid while that tree lives), except the joined multi-part
+ * message contents, which it owns (srv_comp_req_free). */
+typedef struct srv_comp_req {
+    mz_chat_msg msgs[SRV_MAX_MESSAGES];
+    char *owned[SRV_MAX_MESSAGES];  /* message contents (copies) */
+    size_t n_msgs;
+    const char *prompt;             /* /v1/completions */
+    bool stream;
+    int max_tokens;                 /* in [1, max_tokens_limit] */
+    mz_sampler_params sp;
+    const char *stops[SRV_MAX_STOPS];
+    int n_stops;                    /* each 1..SRV_MAX_STOP_LEN bytes */
+} srv_comp_req;
+
+/* Fills r (zeroed by the caller) from a parsed body. Returns NULL when the
+ * request is valid, else a message for the client (never naming a file),
+ * with *status 400, 404 (unknown model) or 500 (out of memory). Call
+ * srv_comp_req_free(r) either way. */
+const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, bool chat, srv_comp_req *r,
+                                 int *status);
+void srv_comp_req_free(srv_comp_req *r);
+
+/* /mz/evict: {"bytes": N} | {"percent": P} | {"all": true}. */
+typedef struct srv_evict_req {
+    bool all;                       /* {"all": true} */
+    bool by_pct;                    /* {"percent": P} */
+    double bytes;                   /* in [0, 1e18] */
+    double pct;                     /* in [0, 100] */
+} srv_evict_req;
+
+/* Parses and validates body[0, len) (not NUL-terminated). NULL on success,
+ * else a message for a 400. */
+const char *srv_parse_evict(const char *body, size_t len, srv_evict_req *out);
+/* The bytes to ask mz_evict for: SIZE_MAX for all, else the percentage of
+ * evictable_total or the byte count, rounded. */
+size_t srv_evict_amount(const srv_evict_req *r, size_t evictable_total);
+
+/* A Content-Length value: true when it is a decimal number no larger than
+ * limit (*out gets it); false for anything else, which is refused with 413. */
+bool srv_content_length_ok(const char *value, size_t limit, unsigned long long *out);
+
+/* The key given in an Authorization ("Bearer KEY", scheme case-insensitive)
+ * or X-API-Key header value; NULL when the Authorization value is not a
+ * Bearer one. Points into the value. */
+const char *srv_bearer_token(const char *authorization);
+
+/* Constant-time comparison of a given key with the configured one: the time
+ * depends only on the configured key's length, never on how much matches. */
+bool srv_key_matches(const char *key, size_t key_len, const char *given);
+
+#endif /* MZ_SERVER_REQUEST_H */

@@ -1,0 +1,301 @@
+/*
+ * test_restore_grid.c — answers after restore_generate are identical to a
+ * blocking restore followed by generation, over a grid of remaining-memory
+ * levels (75/50/25/0 %) x KV codecs (raw, q8, cachegen) x overlap modes, on
+ * the real model (SmolLM2; skipped with 77 without it) and on a tiny
+ * generated qwen3.
+ *
+ * The history (real prefill, once per model) is copied into every context's
+ * KV chunks, so each codec's contexts start from the same real KV without
+ * prefilling again. Per model and codec, two contexts on two loads of the
+ * model (weights are evicted only while a model has one context) get that
+ * history; each
+ * grid cell truncates both back to it and evicts both by the same amount
+ * (the hybrid policy is deterministic, and both have been through the same
+ * lossy round trips, so they free the same bytes). The reference restores
+ * with mz_restore, prefills the follow-up and generates greedily; the other
+ * runs mz_restore_generate with the cell's overlap mode. The generated
+ * tokens and the final logits must be bit-identical and every unit resident
+ * afterwards. The cells cycle through the restore-thread splits
+ * (n_restore_threads 1, 2, 3) and put random worker delays on every other
+ * cell, to shake orderings under ThreadSanitizer. Under the sanitizers
+ * (MZ_SANITIZED=1) the real model runs q8 at 50 % only (the tiny model runs
+ * the whole grid).
+ */
+#include "evict_util.h"
+#include "mem/profile.h"
+
+#include <time.h>
+
+#define N_GEN 2
+#define N_FOLLOW 8
+
+static const char *T = "test_restore_grid";
+
+typedef struct grid_model {
+    const char *name;
+    mz_model_t *m, *ref_m;
+    size_t n_base;
+    int n_ctx;
+} grid_model;
+
+static bool cb_collect(void *user, mz_token t)
+{
+    mz_token *out = user;
+    size_t i = 0;
+    while (out[i] >= 0) i++;
+    if (i < N_GEN) out[i] = t;
+    return true;
+}
+
+static mz_token argmax(const float *lg, int nv)
+{
+    mz_token t = 0;
+    for (int v = 1; v < nv; v++)
+        if (lg[v] > lg[t]) t = v;
+    return t;
+}
+
+/* Reference: blocking restore, prefill, greedy generation (each token fed
+ * back, as mz_restore_generate does). Returns the count generated. */
+static size_t reference(mz_ctx_t *c, const mz_model_t *m, const mz_token *follow, mz_token *want,
+                        float *logits, int nv)
+{
+    CHECK(mz_restore(c, NULL) == MZ_OK);
+    CHECK(ev_all_resident(c));
+    CHECK(mz_prefill(c, follow, N_FOLLOW) == MZ_OK);
+    size_t n = 0;
+    while (n < N_GEN) {
+        const float *lg = mz_ctx_logits(c);
+        if (!lg) break;
+        mz_token t = argmax(lg, nv);
+        if (mz_token_is_eog(m, t)) break;
+        want[n++] = t;
+        CHECK(mz_prefill(c, &t, 1) == MZ_OK);
+    }
+    const float *lg = mz_ctx_logits(c);
+    if (lg) memcpy(logits, lg, (size_t)nv * sizeof(float));
+    return n;
+}
+
+/* The KV chunks and tokens of a prefilled context. */
+typedef struct kv_snapshot {
+    int n_layer;
+    size_t n_chunks, chunk_bytes, n_tokens;
+    uint8_t *bytes;
+    mz_token *tokens;
+} kv_snapshot;
+
+static int snapshot_take(mz_model_t *m, const mz_token *base, size_t n, int n_ctx, kv_snapshot *out)
+{
+    memset(out, 0, sizeof *out);
+    mz_ctx_t *c = ev_ctx(m, "q8", MZ_KV_PLACE_AUTO, n_ctx, "swap-grid-src");
+    if (!c || mz_prefill(c, base, n)) {
+        fprintf(stderr, "history: %s\n", c ? mz_ctx_errmsg(c) : mz_last_error());
+        mz_ctx_free(c);
+        return -1;
+    }
+    out->n_layer = c->kv.n_layer;
+    out->n_chunks = (n + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
+    out->chunk_bytes = c->kv.chunk_bytes;
+    out->n_tokens = n;
+    out->bytes = malloc((size_t)out->n_layer * out->n_chunks * out->chunk_bytes);
+    out->tokens = malloc(n * sizeof *out->tokens);
+    if (out->bytes && out->tokens) {
+        for (int l = 0; l < out->n_layer; l++)
+            for (size_t ci = 0; ci < out->n_chunks; ci++)
+                memcpy(out->bytes + ((size_t)l * out->n_chunks + ci) * out->chunk_bytes,
+                       c->kv.chunks[l][ci], out->chunk_bytes);
+        memcpy(out->tokens, mz_ctx_tokens(c), n * sizeof *out->tokens);
+    }
+    mz_ctx_free(c);
+    return out->bytes && out->tokens ? 0 : -1;
+}
+
+/* Gives a fresh context the snapshot's history (as if it had prefilled it). */
+static int snapshot_put(mz_ctx_t *c, const kv_snapshot *sn)
+{
+    if (mz_kv_cache_reserve(&c->kv, sn->n_tokens) || c->kv.chunk_bytes != sn->chunk_bytes) return -1;
+    for (int l = 0; l < sn->n_layer; l++)
+        for (size_t ci = 0; ci < sn->n_chunks; ci++)
+            memcpy(c->kv.chunks[l][ci],
+                   sn->bytes + ((size_t)l * sn->n_chunks + ci) * sn->chunk_bytes, sn->chunk_bytes);
+    memcpy(c->tokens, sn->tokens, sn->n_tokens * sizeof *sn->tokens);
+    c->n_tokens = sn->n_tokens;
+    c->have_logits = false;
+    return 0;
+}
+
+static void run_model(const grid_model *gm, const char *const *codecs, size_t n_codecs,
+                      const int *levels, size_t n_levels, unsigned *cell)
+{
+    const int nv = mz_model_n_vocab(gm->m);
+    float *a = malloc((size_t)nv * sizeof(float)), *b = malloc((size_t)nv * sizeof(float));
+    mz_token *base = malloc(gm->n_base * sizeof *base), follow[N_FOLLOW];
+    CHECK(a && b && base);
+    if (!a || !b || !base) goto out;
+    ev_tokens(base, gm->n_base, nv, 31);
+    ev_tokens(follow, N_FOLLOW, nv, 32);
+    kv_snapshot sn;
+    if (snapshot_take(gm->m, base, gm->n_base, gm->n_ctx, &sn)) {
+        CHECK(!"history prefill");
+        free(sn.bytes);
+        free(sn.tokens);
+        goto out;
+    }
+    for (size_t ci = 0; ci < n_codecs; ci++) {
+        mz_ctx_t *c = ev_ctx(gm->m, codecs[ci], MZ_KV_PLACE_AUTO, gm->n_ctx, "swap-grid");
+        mz_ctx_t *ref = ev_ctx(gm->ref_m, codecs[ci], MZ_KV_PLACE_AUTO, gm->n_ctx, "swap-grid-ref");
+        CHECK(c && ref);
+        mz_status s = c && ref && !snapshot_put(c, &sn) && !snapshot_put(ref, &sn) ? MZ_OK
+                                                                                   : MZ_E_INVAL;
+        CHECK_MSG(s == MZ_OK, "%s: cannot set up the history", gm->name);
+        size_t total = ev_evictable_total(c);
+        for (size_t li = 0; li < n_levels && s == MZ_OK; li++) {
+            size_t amount = levels[li] <= 0
+                                ? SIZE_MAX
+                                : (size_t)((double)total * (100 - levels[li]) / 100.0);
+            for (int mode = 0; mode < 4; mode++, (*cell)++) {
+                mz_token want[N_GEN], got[N_GEN];
+                for (int i = 0; i < N_GEN; i++) got[i] = want[i] = -1;
+                mz_evict_report r1, r2;
+                CHECK(mz_ctx_truncate(ref, gm->n_base) == MZ_OK);
+                CHECK(mz_evict(ref, amount, &r1) == MZ_OK);
+                mz_mem_stats st;
+                mz_get_mem_stats(ref, &st);
+                CHECK_MSG(st.remaining_pct <= levels[li] + 10.0, "%s %s: %.1f%% remaining for %d%%",
+                          gm->name, codecs[ci], st.remaining_pct, levels[li]);
+                size_t n_want = reference(ref, gm->ref_m, follow, want, b, nv);
+
+                CHECK(mz_ctx_truncate(c, gm->n_base) == MZ_OK);
+                CHECK(mz_evict(c, amount, &r2) == MZ_OK);
+                CHECK_MSG(r1.bytes_freed == r2.bytes_freed, "%s %s %d%%: evicted %zu then %zu",
+                          gm->name, codecs[ci], levels[li], r1.bytes_freed, r2.bytes_freed);
+                mz_restore_params rp = mz_restore_params_default();
+                rp.overlap = (mz_restore_overlap)mode;
+                rp.n_restore_threads = (int)(*cell % 3) + 1;
+                rp.debug_delay_us = *cell % 2 ? 200 : 0;
+                rp.seed = *cell;
+                size_t n_got = 0;
+                mz_restore_timings tm;
+                s = mz_restore_generate(c, follow, N_FOLLOW, &rp, NULL, N_GEN, cb_collect, got,
+                                        &n_got, &tm);
+                CHECK_MSG(s == MZ_OK, "%s", mz_ctx_errmsg(c));
+                const float *lg = mz_ctx_logits(c);
+                if (lg) memcpy(a, lg, (size_t)nv * sizeof(float));
+                bool same = s == MZ_OK && n_got == n_want &&
+                            memcmp(got, want, n_want * sizeof *want) == 0 && lg &&
+                            memcmp(a, b, (size_t)nv * sizeof(float)) == 0;
+                CHECK_MSG(same, "%s, codec %s, %d%% remaining, overlap %d, %d restore threads: "
+                          "answer differs from the blocking restore", gm->name, codecs[ci],
+                          levels[li], mode, rp.n_restore_threads);
+                CHECK(ev_all_resident(c));
+                CHECK(mz_mem_is_valid(c->mem));
+                CHECK(tm.n_ready == tm.n_units && tm.n_units > 0);
+                CHECK(tm.n_restore_threads == rp.n_restore_threads);
+                if (s) break;
+            }
+        }
+        mz_ctx_free(c);
+        mz_ctx_free(ref);
+        fprintf(stderr, "%s, %s: %zu cells done (%.1f s cpu so far)\n", gm->name, codecs[ci],
+                n_levels * 4, (double)clock() / CLOCKS_PER_SEC);
+    }
+    free(sn.bytes);
+    free(sn.tokens);
+out:
+    free(base);
+    free(a);
+    free(b);
+}
+
+/* The split's default: the profile's restore_threads, else the rule; the
+ * field round-trips through the JSON; out-of-range values are refused. */
+static void test_split_params(mz_model_t *m)
+{
+    mz_device_profile p, q;
+    mz_profile_builtin(&p);
+    p.n_cpus = 2;
+    CHECK_EQ_INT(mz_profile_restore_threads(&p), 2);
+    p.n_cpus = 8;
+    CHECK_EQ_INT(mz_profile_restore_threads(&p), 3);
+    p.restore_threads = 1;
+    CHECK_EQ_INT(mz_profile_restore_threads(&p), 1);
+    static char json[16384];
+    size_t len = mz_profile_to_json(&p, json, sizeof json);
+    CHECK(len < sizeof json && strstr(json, "\"restore_threads\": 1"));
+    CHECK(mz_profile_from_json(json, len, &q) == MZ_OK && q.restore_threads == 1);
+    char *f = strstr(json, "\"restore_threads\": 1");
+    if (f) f[19] = '7';
+    CHECK(mz_profile_from_json(json, len, &q) == MZ_E_FORMAT);
+    if (f) memmove(f, f + 24, strlen(f + 24) + 1); /* no field: the rule */
+    CHECK(mz_profile_from_json(json, strlen(json), &q) == MZ_OK && q.restore_threads == 0);
+
+    mz_ctx_t *c = ev_ctx(m, "q8", MZ_KV_PLACE_AUTO, 512, "swap-grid-split");
+    CHECK(c != NULL);
+    if (!c) return;
+    mz_token t[4] = {1, 2, 3, 4};
+    mz_restore_params rp = mz_restore_params_default();
+    rp.n_restore_threads = 4;
+    CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_E_INVAL);
+    rp.n_restore_threads = -1;
+    CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_E_INVAL);
+    CHECK(mz_ctx_n_tokens(c) == 0);
+    /* 0: the profile's default (1..3) is used and reported. */
+    rp.n_restore_threads = 0;
+    mz_restore_timings tm;
+    CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_OK);
+    CHECK(mz_evict(c, SIZE_MAX, NULL) == MZ_OK);
+    CHECK(mz_ctx_truncate(c, 4) == MZ_OK);
+    CHECK(mz_prefill_restore(c, t, 4, &rp, &tm) == MZ_OK);
+    CHECK(tm.n_restore_threads >= 1 && tm.n_restore_threads <= 3 && tm.n_units > 0);
+    mz_ctx_free(c);
+}
+
+int main(void)
+{
+    const char *real = t_real_model_path();
+    if (!real) return t_skip(T, "real model absent (make model)");
+    const bool san = getenv("MZ_SANITIZED") != NULL;
+    static const char *const codecs[] = {"raw", "q8", "cachegen"};
+    static const int levels[] = {75, 50, 25, 0};
+    static const char *const san_codecs[] = {"q8"};
+    static const int san_levels[] = {50};
+    unsigned cell = 0;
+
+    /* A tiny generated qwen3 (vocab from the real model): 4 layers, 3 KV
+     * chunks a layer. */
+    const char *path = t_tmp_path("grid-qwen3.gguf");
+    mz_gen_params gp = mz_gen_params_default();
+    gp.preset = "tiny-qwen3";
+    gp.n_layer = 4;
+    gp.weight_type = "Q8_0";
+    gp.vocab_from = real;
+    gp.seed = 9;
+    if (mz_gen_model(path, &gp)) {
+        fprintf(stderr, "gen: %s\n", mz_last_error());
+        return 1;
+    }
+    grid_model q = {.name = "tiny qwen3", .m = ev_load(path), .ref_m = ev_load(path),
+                    .n_base = 600, .n_ctx = 1024};
+    CHECK(q.m && q.ref_m);
+    if (q.m) test_split_params(q.m);
+    if (q.m && q.ref_m) run_model(&q, codecs, MZ_ARRAY_LEN(codecs), levels, MZ_ARRAY_LEN(levels), &cell);
+    mz_model_free(q.m);
+    mz_model_free(q.ref_m);
+
+    /* The real model: 2 KV chunks a layer (30 layers). */
+    grid_model sm = {.name = "SmolLM2", .m = ev_load(real), .ref_m = ev_load(real), .n_base = 300,
+                     .n_ctx = 512};
+    CHECK(sm.m && sm.ref_m);
+    if (sm.m && sm.ref_m) {
+        if (san)
+            run_model(&sm, san_codecs, MZ_ARRAY_LEN(san_codecs), san_levels,
+                      MZ_ARRAY_LEN(san_levels), &cell);
+        else
+            run_model(&sm, codecs, MZ_ARRAY_LEN(codecs), levels, MZ_ARRAY_LEN(levels), &cell);
+    }
+    mz_model_free(sm.m);
+    mz_model_free(sm.ref_m);
+    return t_done(T);
+}
