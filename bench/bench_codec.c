@@ -71,7 +71,8 @@ int main(int argc, char **argv)
     size_t chunk_bytes = 256 * 2 * 3 * 64 * 2; /* SmolLM2-135M: 3 KV heads x 64 */
     int reps = 5;
     size_t use = 0;
-    for (int i = 1; i < argc; i++) {
+    /* every option takes a value: step over both */
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) die("usage", "bench_codec [-k KVDUMP] [-l N_LAYER] [--chunk-bytes B] "
                              "[--head-dim D] [--reps N] [--codecs a,b,..]");
@@ -83,7 +84,6 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--use")) use = (size_t)atoll(v);
         else if (!strcmp(a, "--codecs")) list = v;
         else die("unknown option", a);
-        i++;
     }
     if (n_layer < 1 || chunk_bytes < 2 || chunk_bytes % 2 || reps < 1 || reps > 99 ||
         head_dim < 1 || head_dim > MZ_CG_ROW_MAX)
