@@ -19,6 +19,7 @@
 #                                     [--png FILE] [--model FILE] [--bin FILE] [--codec raw|q8]
 #   --quick        small conversation, no control or os-paging run (what the ctest test runs)
 #   --no-os-paging skip the os-paging baseline run
+#   --no-zram      run the os-paging baseline without swap even where zram is available
 #   --png FILE     where the plot goes (default OUT/pressure-scenario.png)
 #   --codec C      KV codec (default raw: lossless, so the answer after pressure must equal
 #                  the one before bit for bit; with q8 it is reported, not required)
@@ -26,19 +27,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-QUICK=0; CONTROL=1; OSPAGING=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
+QUICK=0; CONTROL=1; OSPAGING=1; USE_ZRAM=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
 BIN="${MZ_BIN:-build/mzcache}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1; CONTROL=0; OSPAGING=0 ;;
         --no-control) CONTROL=0 ;;
         --no-os-paging) OSPAGING=0 ;;
+        --no-zram) USE_ZRAM=0 ;;
         --out) OUT="$2"; shift ;;
         --png) PNG="$2"; shift ;;
         --model) MODEL="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --codec) CODEC="$2"; shift ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "pressure-scenario: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -93,14 +95,15 @@ if [ "$CONTROL" -eq 1 ]; then
 fi
 if [ "$OSPAGING" -eq 1 ]; then
     make_cg ospaging
-    if scripts/zram-swap.sh check >/dev/null 2>&1; then
+    if [ "$USE_ZRAM" -eq 1 ] && scripts/zram-swap.sh check >/dev/null 2>&1; then
         ZRAM=$(scripts/zram-swap.sh up 1G) || ZRAM=""
     fi
     if [ -n "$ZRAM" ]; then
         echo "pressure-scenario: os-paging run with zram swap on $ZRAM" >&2
         SWAPNOTE="zram $ZRAM"
     else
-        echo "pressure-scenario: os-paging run WITHOUT swap (no zram here: $(scripts/zram-swap.sh check 2>&1 | tail -1))" >&2
+        why=$([ "$USE_ZRAM" -eq 0 ] && echo "--no-zram" || scripts/zram-swap.sh check 2>&1 | tail -1)
+        echo "pressure-scenario: os-paging run WITHOUT swap ($why)" >&2
         SWAPNOTE="none"
     fi
     python3 scripts/pressure_scenario.py --bin "$BIN" --model "$MODEL" --cgroup "$CG" --out "$OUT" \
