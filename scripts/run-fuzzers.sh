@@ -18,7 +18,7 @@ for bin in "$BUILD"/fuzz_*; do
     seeds=$(find "$WORK/$short" -type f | wc -l)
     log="$WORK/$name.log"
     MZ_FUZZ_MODEL="$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
-        "$bin" -max_total_time="$SECONDS_EACH" -max_len=65536 -artifact_prefix="$WORK/$name-" \
+        "$bin" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -max_len=65536 -artifact_prefix="$WORK/$name-" \
         "$WORK/$short" >"$log" 2>&1
     rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}')
