@@ -20,6 +20,7 @@
 #include "../kernels/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,18 +35,39 @@ typedef struct matmul_op {
     size_t y_stride;
 } matmul_op;
 
+/* Rows per claimed slice: a multiple of the 4-row register tile, small
+ * enough that a thread the OS deschedules mid-job (the restore workers share
+ * the cores during mz_prefill_restore) leaves little behind for the others,
+ * large enough that the counter costs nothing next to the slice. */
+#define MATMUL_SLICE_ROWS 64
+
 typedef struct matmul_job {
     matmul_op ops[3];
     int n_ops;
+    size_t slice_end[3];       /* cumulative slice counts per op */
+    _Atomic size_t next;       /* next slice to claim, over all ops */
 } matmul_job;
 
+/* Threads claim row slices of the fused ops from one counter (dynamic
+ * sharing); the values do not depend on who computes which slice. */
 static void matmul_task(void *arg, int ith, int nth)
 {
-    const matmul_job *job = arg;
-    for (int i = 0; i < job->n_ops; i++) {
+    (void)ith;
+    (void)nth;
+    matmul_job *job = arg;
+    const size_t n_slices = job->slice_end[job->n_ops - 1];
+    int i = 0;
+    for (;;) {
+        size_t s = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (s >= n_slices) break;
+        while (s >= job->slice_end[i]) i++;
         const matmul_op *op = &job->ops[i];
-        mz_matmul(op->k, op->w->data, op->w->row_bytes, op->w->ne[0], op->w->ne[1], op->xq,
-                  op->xq_row_bytes, op->n_tok, op->y, op->y_stride, ith, nth);
+        const size_t first = i ? job->slice_end[i - 1] : 0;
+        const size_t n_rows = (size_t)op->w->ne[1];
+        const size_t r0 = (s - first) * MATMUL_SLICE_ROWS;
+        const size_t r1 = r0 + MATMUL_SLICE_ROWS < n_rows ? r0 + MATMUL_SLICE_ROWS : n_rows;
+        mz_matmul_rows(op->k, op->w->data, op->w->row_bytes, op->w->ne[0], n_rows, op->xq,
+                       op->xq_row_bytes, op->n_tok, op->y, op->y_stride, r0, r1);
     }
 }
 
@@ -84,7 +106,10 @@ static mz_status matmul_fused(mz_ctx_t *c, const mz_tensor *const *ws, float *co
         }
         job.ops[i] = (matmul_op){.k = k, .w = ws[i], .xq = converted, .xq_row_bytes = converted_row,
                                  .n_tok = n_tok, .y = ys[i], .y_stride = ws[i]->ne[1]};
+        const size_t slices = ((size_t)ws[i]->ne[1] + MATMUL_SLICE_ROWS - 1) / MATMUL_SLICE_ROWS;
+        job.slice_end[i] = (i ? job.slice_end[i - 1] : 0) + slices;
     }
+    atomic_init(&job.next, 0);
     mz_threadpool_run(c->pool, matmul_task, &job);
     return MZ_OK;
 }
@@ -177,7 +202,11 @@ mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_lo
             const size_t np = mz_attn_partial_floats(&aa);
             aa.partial = np ? malloc(np * sizeof(float)) : NULL;
             aa.partial_floats = aa.partial ? np : 0;
+            _Atomic size_t work;
+            atomic_init(&work, 0);
+            aa.work = &work;
             mz_threadpool_run(c->pool, attn_task, &aa);
+            atomic_store(&work, 0);
             if (aa.partial) mz_threadpool_run(c->pool, attn_merge_task, &aa);
             free(aa.partial);
         }

@@ -36,6 +36,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define ATTN_TILE 32
@@ -408,6 +409,7 @@ size_t mz_attn_partial_floats_avx2(const mz_attn_args *a)
 
 static bool use_split(const mz_attn_args *a, const attn_plan *p)
 {
+    (void)p;
     const size_t need = mz_attn_partial_floats_avx2(a);
     return need > 0 && a->partial && a->partial_floats >= need;
 }
@@ -430,7 +432,13 @@ void mz_attn_avx2(const mz_attn_args *a, int ith, int nth)
         const size_t n_items = p.n_grp * p.n_seg;
         const size_t b = n_items * (size_t)ith / (size_t)nth, e = n_items * ((size_t)ith + 1) / (size_t)nth;
         size_t loaded = SIZE_MAX;
-        for (size_t k = b; k < e; k++) {
+        for (size_t k = b;; k++) {
+            if (a->work) {
+                k = atomic_fetch_add_explicit(a->work, 1, memory_order_relaxed);
+                if (k >= n_items) break;
+            } else if (k >= e) {
+                break;
+            }
             const size_t gi = k / p.n_seg, seg = k % p.n_seg;
             const item it = group_item(a, &p, gi);
             if (seg >= item_n_seg(a, &it)) continue;
@@ -453,7 +461,9 @@ void mz_attn_avx2(const mz_attn_args *a, int ith, int nth)
     float ACC[ATTN_MAX_ROWS * MZ_ATTN_MAX_HEAD_DIM];
     row_state S[ATTN_MAX_ROWS];
     /* Interleaved groups: later token blocks see more positions (causal). */
-    for (size_t gi = (size_t)ith; gi < p.n_grp; gi += (size_t)nth) {
+    for (size_t gi = (size_t)ith;; gi += (size_t)nth) {
+        if (a->work) gi = atomic_fetch_add_explicit(a->work, 1, memory_order_relaxed);
+        if (gi >= p.n_grp) break;
         const item it = group_item(a, &p, gi);
         const int nr = (int)it.nq * it.hsub;
         load_queries(a, &it, qs);
@@ -481,7 +491,9 @@ void mz_attn_merge_avx2(const mz_attn_args *a, int ith, int nth)
     const int hd = a->head_dim;
     float ACC[ATTN_MAX_ROWS * MZ_ATTN_MAX_HEAD_DIM];
     row_state S[ATTN_MAX_ROWS];
-    for (size_t gi = (size_t)ith; gi < p.n_grp; gi += (size_t)nth) {
+    for (size_t gi = (size_t)ith;; gi += (size_t)nth) {
+        if (a->work) gi = atomic_fetch_add_explicit(a->work, 1, memory_order_relaxed);
+        if (gi >= p.n_grp) break;
         const item it = group_item(a, &p, gi);
         const int nr = (int)it.nq * it.hsub;
         for (int r = 0; r < nr; r++) {

@@ -72,6 +72,11 @@ const mz_type_kernels *mz_kernels_ref(int type);
 void mz_matmul(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
                size_t n_cols, size_t n_rows, const void *restrict x, size_t x_row_bytes,
                size_t n_tok, float *restrict y, size_t y_stride, int ith, int nth);
+/* The same for rows [r0, r1) only (r0 a multiple of 4): callers that hand
+ * out row slices dynamically. The values do not depend on the slicing. */
+void mz_matmul_rows(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
+                    size_t n_cols, size_t n_rows, const void *restrict x, size_t x_row_bytes,
+                    size_t n_tok, float *restrict y, size_t y_stride, size_t r0, size_t r1);
 
 /* ---- element-wise and row ops (F32) ----------------------------------------- */
 
@@ -121,6 +126,12 @@ typedef struct mz_attn_args {
      * mz_attn_partial_floats() floats, or NULL / too small for no split. */
     float *partial;
     size_t partial_floats;
+    /* Optional shared counter (set to 0 before each mz_attn / mz_attn_merge
+     * job): the threads then claim work items from it instead of taking
+     * fixed shares, so a thread the OS deschedules (restore workers share the
+     * cores) does not hold up the job. Same bits either way; kernels without
+     * dynamic claiming ignore it. */
+    _Atomic size_t *work;
 } mz_attn_args;
 
 /* Bytes of one chunk (K and V). */

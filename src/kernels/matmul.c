@@ -73,3 +73,13 @@ void mz_matmul(const mz_type_kernels *k, const void *restrict w, size_t w_row_by
     const size_t r1 = MZ_MIN(n4 * ((size_t)ith + 1) / (size_t)nth * 4, n_rows);
     if (r0 < r1) k->gemm(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
 }
+
+void mz_matmul_rows(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
+                    size_t n_cols, size_t n_rows, const void *restrict x, size_t x_row_bytes,
+                    size_t n_tok, float *restrict y, size_t y_stride, size_t r0, size_t r1)
+{
+    MZ_ASSERT(k && k->gemm);
+    MZ_ASSERT(r0 % 4 == 0 && r0 <= r1 && r1 <= n_rows);
+    MZ_ASSERT(n_tok <= 1 || y_stride >= n_rows);
+    if (r0 < r1 && n_tok > 0) k->gemm(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
+}
