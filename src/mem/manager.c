@@ -901,6 +901,8 @@ out:
 #define MZ_MADV_POPULATE_WRITE 23
 #endif
 
+#define STO_DEPTH 4
+
 typedef struct job_thread {
     struct rjob *j;
     unsigned mask;             /* 1 << ACT_*: the activities this thread runs */
@@ -916,6 +918,19 @@ typedef struct rjob {
     unsigned delay_us_max;
     uint64_t seed;
     uint8_t *scratch;          /* storage worker's (page-aligned) */
+    /* Storage path: stored KV chunks are read asynchronously, up to
+     * STO_DEPTH units in flight (one O_DIRECT read of a chunk is one or two
+     * requests; the disk needs about four to reach its throughput). Only
+     * the thread running the storage activity touches these. NULL aio:
+     * one synchronous read at a time. */
+    mz_swap_aio_t *aio;
+    struct sto_req {
+        mz_swap_item item;
+        size_t i;              /* job index of the unit */
+        uint8_t *scratch;      /* encoded record (STORED_COMPRESSED), page-aligned */
+        bool busy;
+    } req[STO_DEPTH];
+    int n_inflight;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     size_t n_alloc;            /* prefix of units mapped and pre-faulted */
@@ -1043,23 +1058,119 @@ static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
     return JOB_PROGRESS;
 }
 
+/* Stops the job on unit i's failure: its pages go back, it returns to the
+ * state it came from with its stored copy intact. */
+static void storage_unit_failed(rjob *j, size_t i, mz_status s)
+{
+    mz_unit *u = j->units[i];
+    char nm[64], msg[512];
+    snprintf(msg, sizeof msg, "cannot restore %s: %s", unit_name(u, nm, sizeof nm), mz_last_error());
+    mz_unit_release_pages(u);
+    mz_unit_settle(u, j->from[i]);
+    job_fail(j, s, msg);
+}
+
+/* Unit i's record is in (raw: in u->buf, compressed: in scratch): check,
+ * decode, free the slot, settle. */
+static mz_status storage_unit_finish(rjob *j, size_t i, mz_status st, size_t len,
+                                     const uint8_t *scratch)
+{
+    mz_mem *mm = j->mm;
+    mz_unit *u = j->units[i];
+    if (st) {
+        mz_fail_prefix(st, "reading it from the swap file failed");
+    } else if (j->from[i] == MZ_UNIT_STORED_RAW) {
+        if (len != u->bytes)
+            st = mz_fail(MZ_E_CORRUPT, "the swap file holds %zu bytes for it, expected %zu", len,
+                         u->bytes);
+    } else {
+        st = mz_codec_decode(u->enc, scratch, len, (mz_f16 *)u->buf, mm->n_values);
+        if (st) mz_fail_prefix(st, "decoding it after reading it from the swap file failed");
+    }
+    if (st) {
+        storage_unit_failed(j, i, st);
+        return st;
+    }
+    pthread_mutex_lock(&mm->lock);
+    mz_swapfile_slot_free(mm->swap, u->slot);
+    u->slot = 0;
+    pthread_mutex_unlock(&mm->lock);
+    job_settled(j, i, u);
+    return MZ_OK;
+}
+
+/* Waits for one read in flight and finishes its unit. */
+static mz_status storage_reap_one(rjob *j, bool wait)
+{
+    mz_swap_item *it = mz_swap_aio_reap(j->aio, wait);
+    if (!it) return MZ_AGAIN;
+    struct sto_req *r = (struct sto_req *)(void *)it; /* item is the first member */
+    r->busy = false;
+    j->n_inflight--;
+    return storage_unit_finish(j, r->i, it->status, it->len, r->scratch);
+}
+
+/* After a failure: wait for every read in flight (their buffers must stay
+ * valid until the kernel is done) and put those units back. */
+static void storage_drain(rjob *j)
+{
+    while (j->n_inflight > 0) {
+        mz_swap_item *it = mz_swap_aio_reap(j->aio, true);
+        if (!it) break;
+        struct sto_req *r = (struct sto_req *)(void *)it;
+        r->busy = false;
+        j->n_inflight--;
+        mz_unit_release_pages(j->units[r->i]);
+        mz_unit_settle(j->units[r->i], j->from[r->i]);
+    }
+}
+
 static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
 {
     mz_mem *mm = j->mm;
+    double t0 = mz_time_ms();
+    /* Finished reads first: they free a place in the queue. */
+    if (j->n_inflight > 0) {
+        mz_status st = storage_reap_one(j, false);
+        if (st != MZ_AGAIN) {
+            if (st) storage_drain(j);
+            a->busy += mz_time_ms() - t0;
+            return st ? JOB_DONE : JOB_PROGRESS;
+        }
+    }
     while (a->next < j->n && j->from[a->next] != MZ_UNIT_DROPPED &&
            j->from[a->next] != MZ_UNIT_STORED_RAW && j->from[a->next] != MZ_UNIT_STORED_COMPRESSED)
         a->next++;
-    if (a->next >= j->n) return JOB_DONE;
+    bool failed = false, ready = false;
     size_t i = a->next;
-    pthread_mutex_lock(&j->mu);
-    bool failed = j->failed, ready = job_allocated(j, i);
-    *seen_alloc = j->n_alloc;
-    pthread_mutex_unlock(&j->mu);
-    if (failed) return JOB_DONE;
-    if (!ready) return JOB_BLOCKED;
+    if (i < j->n) {
+        pthread_mutex_lock(&j->mu);
+        failed = j->failed;
+        ready = job_allocated(j, i);
+        *seen_alloc = j->n_alloc;
+        pthread_mutex_unlock(&j->mu);
+    } else {
+        pthread_mutex_lock(&j->mu);
+        failed = j->failed;
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (failed) {
+        storage_drain(j);
+        return JOB_DONE;
+    }
+    bool queue_full = j->n_inflight >= STO_DEPTH;
+    bool is_kv = i < j->n && j->from[i] != MZ_UNIT_DROPPED;
+    if (i >= j->n || !ready || (queue_full && is_kv) || (!is_kv && j->n_inflight > 0)) {
+        /* Nothing to start now: wait for a read in flight, if any. A weight
+         * block is read synchronously, after the chunks before it. */
+        if (j->n_inflight == 0) return i >= j->n ? JOB_DONE : JOB_BLOCKED;
+        mz_status st = storage_reap_one(j, true);
+        if (st) storage_drain(j);
+        a->busy += mz_time_ms() - t0;
+        return st ? JOB_DONE : JOB_PROGRESS;
+    }
     a->next++;
     mz_unit_state from = j->from[i];
-    double t0 = mz_time_ms();
     job_delay(j, &a->rng);
     mz_unit *u = j->units[i];
     char nm[64];
@@ -1067,7 +1178,25 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
         char msg[200];
         snprintf(msg, sizeof msg, "cannot restore %s: it is busy", unit_name(u, nm, sizeof nm));
         job_fail(j, MZ_E_INVAL, msg);
+        storage_drain(j);
         return JOB_DONE;
+    }
+    if (is_kv && j->aio) {
+        struct sto_req *r = NULL;
+        for (int q = 0; q < STO_DEPTH && !r; q++)
+            if (!j->req[q].busy) r = &j->req[q];
+        MZ_ASSERT(r);
+        r->busy = true;
+        r->i = i;
+        bool raw = from == MZ_UNIT_STORED_RAW;
+        r->item = (mz_swap_item){.buf = raw ? u->buf : r->scratch,
+                                 .len = raw ? u->bytes : mm->scratch_cap,
+                                 .slot = u->slot};
+        j->n_inflight++;
+        /* A request refused up front is still reaped, with its error. */
+        (void)mz_swap_aio_submit_read(j->aio, &r->item);
+        a->busy += mz_time_ms() - t0;
+        return JOB_PROGRESS;
     }
     mz_status s = read_stored(mm, u, from, j->scratch, mm->scratch_cap);
     if (s) {
@@ -1192,6 +1321,9 @@ static void job_free(rjob *j)
     free(j->kv_idx);
     free(j->loaded);
     if (j->scratch) mz_pages_free(j->scratch, j->mm->scratch_cap);
+    for (int q = 0; q < STO_DEPTH; q++)
+        if (j->req[q].scratch) mz_pages_free(j->req[q].scratch, j->mm->scratch_cap);
+    if (j->aio) mz_swap_aio_free(j->aio);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -1257,6 +1389,15 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     if (!s && any_stored) {
         j->scratch = mz_pages_alloc(mm->scratch_cap);
         if (!j->scratch) s = mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
+        /* Reads in flight need their own buffers; without them (or without
+         * the queue) the storage path reads one unit at a time. */
+        bool ok = !s && mz_swap_aio_init(mm->swap, STO_DEPTH, &j->aio) == MZ_OK;
+        for (int q = 0; ok && q < STO_DEPTH; q++)
+            ok = (j->req[q].scratch = mz_pages_alloc(mm->scratch_cap)) != NULL;
+        if (!ok && j->aio) {
+            mz_swap_aio_free(j->aio);
+            j->aio = NULL;
+        }
     }
     if (s) {
         job_free(j);
