@@ -6,6 +6,7 @@
  *
  * usage: bench_codec [-k KVDUMP] [-l N_LAYER] [--chunk-bytes B] [--head-dim D]
  *                    [--use N] [--reps 5] [--codecs raw,q8,cachegen,cachegen-layer,...]
+ *                    [--dram MIB]
  *
  * --use N: only the first N chunks of every layer (eval_codec's size table
  * uses the full chunks of its first cut: 15 of the 16 it dumps).
@@ -16,8 +17,17 @@
  * (the raw chunk's bytes), 1e9 B/s. "cachegen-layer" builds one instance per
  * layer with the CacheGen layer schedule (mz_codec_for_layer). The load
  * average is printed: figures taken while it is high say so.
+ *
+ * --dram MIB (e.g. 1024; more than the last-level cache): also decode, as a
+ * restore does, into freshly mapped memory: each pass mmaps MIB MiB,
+ * populates it (MADV_POPULATE_WRITE), then decodes 1 MiB chunks (16
+ * synthetic chunks of 8 KV heads x 128 x 256 tokens x K+V, in turn) into it
+ * end to end. Printed per codec, and for q8 per kernel set it can force
+ * (mz_q8_force_isa: avx512 streams its stores, avx2 does not); GB/s of F16
+ * written per wall second and per thread CPU second, median of --reps.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise */
 #include "codec/codec.h"
 #include "codec/codec_cachegen.h"
 #include "codec/codec_f16.h"
@@ -26,12 +36,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 static double cpu_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
@@ -63,6 +85,74 @@ static void synth(mz_f16 *dst, size_t n, unsigned head_dim, uint64_t seed)
     }
 }
 
+/* --dram: decode 1 MiB chunks into dram_mib MiB of fresh, populated pages;
+ * one table row per codec (and per forced q8 kernel set). */
+static void bench_dram(const char *list, size_t dram_mib, int reps)
+{
+    enum { N_SRC = 16 };
+    const size_t chunk = 1u << 20, n = chunk / 2;
+    size_t n_chunks = dram_mib;
+    mz_f16 *raw = malloc(N_SRC * chunk);
+    if (!raw) die("malloc", "");
+    for (size_t i = 0; i < N_SRC; i++) synth(raw + i * n, n, 128, 0x9e3779b9u + i);
+    printf("\ndecode into fresh memory: %zu MiB mmap'd + MADV_POPULATE_WRITE per pass, "
+           "1 MiB chunks (%d distinct), median of %d passes\n\n", dram_mib, N_SRC, reps);
+    printf("| codec | kernels | decode GB/s (wall) | decode GB/s (thread CPU) |\n");
+    printf("|---|---|---:|---:|\n");
+    char names[512];
+    snprintf(names, sizeof names, "%s", list);
+    for (char *save = NULL, *nm = strtok_r(names, ",", &save); nm; nm = strtok_r(NULL, ",", &save)) {
+        const mz_codec *c = mz_codec_find(nm);
+        if (!c) die(nm, mz_last_error());
+        size_t cap = mz_codec_bound(c, n), len[N_SRC];
+        uint8_t *blob = malloc(N_SRC * cap);
+        if (!blob) die("malloc", "");
+        for (size_t i = 0; i < N_SRC; i++)
+            if (mz_codec_encode(c, raw + i * n, n, blob + i * cap, cap, &len[i]) != MZ_OK)
+                die("encode", mz_last_error());
+        /* q8: the best kernels, then AVX2 forced if it is not that (scalar is
+         * too slow for a GiB pass) */
+        bool is_q8 = !strncmp(nm, "q8", 2);
+        const char *sets[2] = {"best", "avx2"};
+        for (int si = 0; si < (is_q8 ? 2 : 1); si++) {
+            char isa[16] = "-";
+            if (is_q8) {
+                mz_q8_force_isa(NULL);
+                bool same = si && !strcmp(mz_q8_isa(), sets[si]);
+                if (same || !mz_q8_force_isa(sets[si])) continue;
+                snprintf(isa, sizeof isa, "%s", mz_q8_isa());
+            }
+            double *tw = malloc((size_t)reps * sizeof *tw), *tc = malloc((size_t)reps * sizeof *tc);
+            if (!tw || !tc) die("malloc", "");
+            for (int r = 0; r < reps; r++) {
+                uint8_t *dst = mmap(NULL, n_chunks * chunk, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (dst == MAP_FAILED) die("mmap", "");
+                if (madvise(dst, n_chunks * chunk, MADV_POPULATE_WRITE) != 0)
+                    memset(dst, 0, n_chunks * chunk); /* older kernel: fault the pages in */
+                double w0 = wall_s(), c0 = cpu_s();
+                for (size_t i = 0; i < n_chunks; i++)
+                    if (mz_codec_decode(c, blob + (i % N_SRC) * cap, len[i % N_SRC],
+                                        (mz_f16 *)(void *)(dst + i * chunk), n) != MZ_OK)
+                        die("decode", mz_last_error());
+                tw[r] = wall_s() - w0;
+                tc[r] = cpu_s() - c0;
+                munmap(dst, n_chunks * chunk);
+            }
+            qsort(tw, (size_t)reps, sizeof *tw, cmp_double);
+            qsort(tc, (size_t)reps, sizeof *tc, cmp_double);
+            double bytes = (double)n_chunks * (double)chunk;
+            printf("| %s | %s | %.3f | %.3f |\n", nm, isa, bytes / tw[reps / 2] / 1e9,
+                   bytes / tc[reps / 2] / 1e9);
+            free(tw);
+            free(tc);
+        }
+        if (is_q8) mz_q8_force_isa(NULL);
+        free(blob);
+    }
+    free(raw);
+}
+
 int main(int argc, char **argv)
 {
     const char *kv_path = NULL;
@@ -70,7 +160,7 @@ int main(int argc, char **argv)
     unsigned n_layer = 30, head_dim = 64;
     size_t chunk_bytes = 256 * 2 * 3 * 64 * 2; /* SmolLM2-135M: 3 KV heads x 64 */
     int reps = 5;
-    size_t use = 0;
+    size_t use = 0, dram_mib = 0;
     /* every option takes a value: step over both */
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -83,6 +173,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--reps")) reps = atoi(v);
         else if (!strcmp(a, "--use")) use = (size_t)atoll(v);
         else if (!strcmp(a, "--codecs")) list = v;
+        else if (!strcmp(a, "--dram")) dram_mib = (size_t)atoll(v);
         else die("unknown option", a);
     }
     if (n_layer < 1 || chunk_bytes < 2 || chunk_bytes % 2 || reps < 1 || reps > 99 ||
@@ -179,5 +270,6 @@ int main(int argc, char **argv)
     }
     free(out);
     free(kv);
+    if (dram_mib) bench_dram(list, dram_mib, reps);
     return 0;
 }

@@ -19,7 +19,8 @@
  *               (0 when n is too large to describe).
  *   encode()    writes at most dst_cap bytes; *n_written = blob length.
  *               MZ_E_RANGE if dst_cap < bound(n) (nothing useful written);
- *               MZ_E_FORMAT if the input cannot be encoded (q8: inf/NaN).
+ *               MZ_E_FORMAT if the input cannot be encoded (q8: inf/NaN;
+ *               dst may then be partly written).
  *   decode()    MZ_E_FORMAT (message via mz_last_error()) for a malformed,
  *               truncated or oversized blob, or one whose n_values != n;
  *               on error dst may be partly written.
@@ -109,24 +110,42 @@ MZ_INTERNAL mz_status mz_codec_header_parse(const char *name, const uint8_t *src
 
 /* q8 kernels (format and arithmetic: top of codec_q8.c). decode_groups: n
  * values from the payload of groups of G values, each = f16 min, f16 max,
- * G codes (last group short); min/max must already be validated (finite,
- * max >= min). Every kernel gives the same bits as the _ref one. */
-MZ_INTERNAL void mz_q8_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group,
-                                         mz_f16 *dst);
+ * G codes (last group short). Each kernel checks a group's min/max (finite,
+ * max >= min) before decoding it and returns the number of groups decoded:
+ * ceil(n / G), or the index of the first invalid group (dst then holds the
+ * groups before it). Every kernel gives the same bits as the _ref one. */
+MZ_INTERNAL size_t mz_q8_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group,
+                                           mz_f16 *dst);
 /* Scalar-only decode of a whole blob (the reference the SIMD paths are tested
  * against). */
 MZ_INTERNAL mz_status mz_q8_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n);
-/* Which decode kernel mz_codec_q8 uses: "avx2", "neon" or "scalar". */
+/* Scalar encoder of the payload (groups of G, as above) of n values; returns
+ * n, or the index of the first inf/NaN value (the payload may then be
+ * partly written). The reference every SIMD encoder matches byte for byte. */
+MZ_INTERNAL size_t mz_q8_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group,
+                                           uint8_t *payload);
+/* One group's decode grid, and the scalar search for a value's code: the
+ * smallest q whose dec(q) is nearest x (mn <= x <= mx); the SIMD encoders
+ * call it for the lanes they cannot settle. */
+typedef struct {
+    float mn, mx, step, inv_step; /* inv_step = 1 / step, 0 when step is 0 */
+} mz_q8_grid;
+MZ_INTERNAL unsigned mz_q8_code_ref(const mz_q8_grid *g, float x);
+/* Which kernels mz_codec_q8 uses: "avx512", "avx2", "neon" or "scalar". */
 MZ_INTERNAL const char *mz_q8_isa(void);
-/* Test hook: force the scalar encode/decode kernels (true) or the best
- * available (false); process-wide. */
+/* Test hooks, process-wide: use at most the named kernels ("scalar", "avx2",
+ * "avx512", "neon"; NULL or "best": the best the CPU has). force_isa returns
+ * false, changing nothing, when the CPU or the build lacks them. */
+MZ_INTERNAL bool mz_q8_force_isa(const char *isa);
+/* mz_q8_force_isa(on ? "scalar" : NULL). */
 MZ_INTERNAL void mz_q8_force_scalar(bool on);
 
 #if defined(__x86_64__) || defined(__i386__)
 #define MZ_CODEC_HAVE_AVX2_FILE 1
+#define MZ_CODEC_HAVE_AVX512_FILE 1
 /* codec_q8_avx2.c: call only when the CPU has AVX2+FMA+F16C. */
-MZ_INTERNAL void mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group,
-                                          mz_f16 *dst);
+MZ_INTERNAL size_t mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group,
+                                            mz_f16 *dst);
 /* Encoder fast path: codes of k values of one group (grid as in codec_q8.c);
  * lanes it cannot settle cheaply get unresolved[j] = 1 for the scalar code.
  * Returns the number of unresolved lanes. */
@@ -137,6 +156,18 @@ MZ_INTERNAL void mz_q8_minmax_avx2(const mz_f16 *x, size_t k, float *mn, float *
 /* F16C conversion of n floats (RNE); test hook for the scalar helper. */
 MZ_INTERNAL void mz_codec_f32_to_f16_avx2(const float *src, mz_f16 *dst, size_t n);
 MZ_INTERNAL bool mz_codec_cpu_has_avx2(void);
+
+/* codec_q8_avx512.c: call only when mz_codec_cpu_has_avx512() (F, BW, VL,
+ * with AVX2+FMA+F16C). decode_groups as the _ref kernel; stream: use
+ * non-temporal 64-byte stores where it can (dst 64-byte aligned and G a
+ * multiple of 32; otherwise ordinary stores), for destinations not worth
+ * caching. Ends with an sfence either way. */
+MZ_INTERNAL size_t mz_q8_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned group,
+                                              mz_f16 *dst, bool stream);
+/* encode_groups as the _ref kernel, 16 lanes at a time; same bytes. */
+MZ_INTERNAL size_t mz_q8_encode_groups_avx512(const mz_f16 *src, size_t n, unsigned group,
+                                              uint8_t *payload);
+MZ_INTERNAL bool mz_codec_cpu_has_avx512(void);
 #endif
 
 #endif /* MZ_CODEC_H */

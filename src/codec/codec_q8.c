@@ -45,11 +45,16 @@
  * Error: |dec(code(x)) - x| <= (step + ulp16 of the neighbouring grid
  * values) / 2; min and max are exact.
  *
- * Kernels, picked at run time: decode AVX2+F16C on x86, NEON on AArch64,
- * scalar otherwise. Encode on AVX2 computes min/max and settles most codes
- * eight at a time (guess, decode the neighbours, check the bracket); lanes it
- * cannot settle (plateaus where several codes decode to one f16 value) take
- * the scalar search. Both give the same bytes (tested).
+ * Kernels, picked at run time (mz_q8_isa; mz_q8_force_isa for tests):
+ * AVX-512 F/BW/VL (codec_q8_avx512.c: decode 16 lanes, streaming stores into
+ * large aligned destinations; encode 16 lanes), else AVX2+F16C
+ * (codec_q8_avx2.c), NEON decode on AArch64, scalar otherwise. The SIMD
+ * encoders compute min/max and settle most codes a vector at a time (guess,
+ * decode the neighbours exactly as the decoder does, check the bracket);
+ * lanes they cannot settle (plateaus where several codes decode to one f16
+ * value) take the scalar search, mz_q8_code_ref. Decode checks each group's
+ * min/max as it reaches it (peek checks them all up front). Every kernel
+ * gives the same bytes (tests/unit/test_codec.c).
  *
  * Thread contract: stateless, any thread.
  */
@@ -68,8 +73,6 @@
 #endif
 
 #define Q8_MAGIC 0x38515a4du /* "MZQ8" */
-
-static _Atomic int g_force_scalar;
 
 /* ---- layout --------------------------------------------------------------- */
 
@@ -119,17 +122,26 @@ static inline float dec_val(float mn, float mx, float step, unsigned q)
     return mz_cdc_round_f16(v);
 }
 
-void mz_q8_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+/* A group header every kernel refuses: min or max not finite, or max < min. */
+static inline bool q8_header_bad(unsigned bmn, unsigned bmx, float mn, float mx)
 {
-    for (size_t i0 = 0; i0 < n; i0 += group) {
+    return (bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || mx < mn;
+}
+
+size_t mz_q8_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+{
+    size_t g = 0;
+    for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = MZ_MIN((size_t)group, n - i0);
-        float mn = mz_cdc_f16_to_f32((uint16_t)rd16(payload));
-        float mx = mz_cdc_f16_to_f32((uint16_t)rd16(payload + 2));
+        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
+        float mn = mz_cdc_f16_to_f32((uint16_t)bmn), mx = mz_cdc_f16_to_f32((uint16_t)bmx);
+        if (q8_header_bad(bmn, bmx, mn, mx)) break;
         float step = q8_step(mn, mx);
         const uint8_t *q = payload + 4;
         for (size_t j = 0; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, q[j]);
         payload += 4 + k;
     }
+    return g;
 }
 
 #if defined(__ARM_NEON) && defined(__aarch64__)
@@ -142,12 +154,14 @@ static inline uint16x4_t neon_dec4(uint32x4_t q, float32x4_t vmn, float32x4_t vm
     return vreinterpret_u16_f16(vcvt_f16_f32(v));
 }
 
-static void decode_groups_neon(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+static size_t decode_groups_neon(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
 {
-    for (size_t i0 = 0; i0 < n; i0 += group) {
+    size_t g = 0;
+    for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = MZ_MIN((size_t)group, n - i0);
-        float mn = mz_cdc_f16_to_f32((uint16_t)rd16(payload));
-        float mx = mz_cdc_f16_to_f32((uint16_t)rd16(payload + 2));
+        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
+        float mn = mz_cdc_f16_to_f32((uint16_t)bmn), mx = mz_cdc_f16_to_f32((uint16_t)bmx);
+        if (q8_header_bad(bmn, bmx, mn, mx)) break;
         float step = q8_step(mn, mx);
         const uint8_t *q = payload + 4;
         float32x4_t vmn = vdupq_n_f32(mn), vmx = vdupq_n_f32(mx), vstep = vdupq_n_f32(step);
@@ -160,8 +174,19 @@ static void decode_groups_neon(const uint8_t *payload, size_t n, unsigned group,
         for (; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, q[j]);
         payload += 4 + k;
     }
+    return g;
 }
 #endif
+
+/* ---- kernel choice ----------------------------------------------------------- */
+
+enum q8_isa { Q8_SCALAR, Q8_NEON, Q8_AVX2, Q8_AVX512, Q8_BEST };
+
+static const char *const q8_isa_names[] = {
+    [Q8_SCALAR] = "scalar", [Q8_NEON] = "neon", [Q8_AVX2] = "avx2", [Q8_AVX512] = "avx512",
+};
+
+static _Atomic int g_isa_cap = Q8_BEST; /* test hook: the best kernels allowed */
 
 #if defined(MZ_CODEC_HAVE_AVX2_FILE)
 /* AVX2 + FMA + F16C with YMM state enabled by the OS. cpuid directly, since
@@ -181,6 +206,18 @@ static bool detect_avx2(void)
     return (b & (1u << 5)) != 0; /* avx2 */
 }
 
+/* AVX2 as above plus AVX512 F, BW and VL, with opmask and ZMM state enabled. */
+static bool detect_avx512(void)
+{
+    if (!detect_avx2()) return false;
+    unsigned a, b, c, d, xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0xe6u) != 0xe6u) return false; /* XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM */
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned need = (1u << 16) | (1u << 30) | (1u << 31); /* avx512f avx512bw avx512vl */
+    return (b & need) == need;
+}
+
 bool mz_codec_cpu_has_avx2(void)
 {
     static _Atomic int cached; /* 0 unknown, 1 no, 2 yes */
@@ -191,38 +228,85 @@ bool mz_codec_cpu_has_avx2(void)
     }
     return v == 2;
 }
+
+bool mz_codec_cpu_has_avx512(void)
+{
+    static _Atomic int cached; /* 0 unknown, 1 no, 2 yes */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!v) {
+        v = detect_avx512() ? 2 : 1;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v == 2;
+}
 #endif
 
-const char *mz_q8_isa(void)
+/* The best kernels this CPU and build have. */
+static enum q8_isa q8_isa_best(void)
 {
-    if (atomic_load_explicit(&g_force_scalar, memory_order_relaxed)) return "scalar";
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+    if (mz_codec_cpu_has_avx512()) return Q8_AVX512;
+#endif
 #if defined(MZ_CODEC_HAVE_AVX2_FILE)
-    if (mz_codec_cpu_has_avx2()) return "avx2";
+    if (mz_codec_cpu_has_avx2()) return Q8_AVX2;
 #elif defined(__ARM_NEON) && defined(__aarch64__)
-    return "neon";
+    return Q8_NEON;
 #endif
-    return "scalar";
+    return Q8_SCALAR;
 }
 
-void mz_q8_force_scalar(bool on)
+/* The kernels to use now: the best ones, or the test hook's choice. */
+static enum q8_isa q8_isa_now(void)
 {
-    atomic_store_explicit(&g_force_scalar, on ? 1 : 0, memory_order_relaxed);
+    int cap = atomic_load_explicit(&g_isa_cap, memory_order_relaxed);
+    return cap == Q8_BEST ? q8_isa_best() : (enum q8_isa)cap;
 }
 
-/* Validates header, exact length and every group's min/max. */
+const char *mz_q8_isa(void) { return q8_isa_names[q8_isa_now()]; }
+
+bool mz_q8_force_isa(const char *isa)
+{
+    int want = Q8_BEST;
+    if (isa && strcmp(isa, "best") != 0) {
+        want = -1;
+        for (int i = 0; i < (int)MZ_ARRAY_LEN(q8_isa_names); i++)
+            if (!strcmp(isa, q8_isa_names[i])) want = i;
+        if (want < 0) return false;
+        enum q8_isa best = q8_isa_best();
+        bool ok = want == Q8_SCALAR || want == (int)best ||
+                  (want == Q8_AVX2 && best == Q8_AVX512); /* AVX-512 CPUs have AVX2 */
+        if (!ok) return false;
+    }
+    atomic_store_explicit(&g_isa_cap, want, memory_order_relaxed);
+    return true;
+}
+
+void mz_q8_force_scalar(bool on) { (void)mz_q8_force_isa(on ? "scalar" : NULL); }
+
+/* ---- validation and decode --------------------------------------------------- */
+
+/* The MZ_E_FORMAT of group g, whose header (at p) is invalid. */
+static mz_status q8_group_fail(const uint8_t *p, uint64_t g)
+{
+    unsigned mn = rd16(p), mx = rd16(p + 2);
+    if ((mn & 0x7c00u) == 0x7c00u || (mx & 0x7c00u) == 0x7c00u)
+        return mz_fail(MZ_E_FORMAT, "q8 blob: group %llu has a non-finite min/max "
+                       "(0x%04x, 0x%04x)", (unsigned long long)g, mn, mx);
+    return mz_fail(MZ_E_FORMAT, "q8 blob: group %llu has max < min (0x%04x < 0x%04x)",
+                   (unsigned long long)g, mx, mn);
+}
+
+/* Validates header, exact length and every group's min/max (peek; decode
+ * checks the groups as it goes). */
 static mz_status q8_check(const uint8_t *src, size_t len, unsigned *group, uint64_t *n)
 {
     mz_status st = mz_codec_header_parse("q8", src, len, Q8_MAGIC, q8_payload, group, n);
     if (st != MZ_OK) return st;
     const uint8_t *p = src + MZ_CODEC_HEADER_BYTES;
     for (uint64_t i0 = 0, g = 0; i0 < *n; i0 += *group, g++) {
-        unsigned mn = rd16(p), mx = rd16(p + 2);
-        if ((mn & 0x7c00u) == 0x7c00u || (mx & 0x7c00u) == 0x7c00u)
-            return mz_fail(MZ_E_FORMAT, "q8 blob: group %llu has a non-finite min/max "
-                           "(0x%04x, 0x%04x)", (unsigned long long)g, mn, mx);
-        if (mz_cdc_f16_to_f32((uint16_t)mx) < mz_cdc_f16_to_f32((uint16_t)mn))
-            return mz_fail(MZ_E_FORMAT, "q8 blob: group %llu has max < min (0x%04x < 0x%04x)",
-                           (unsigned long long)g, mx, mn);
+        unsigned bmn = rd16(p), bmx = rd16(p + 2);
+        if (q8_header_bad(bmn, bmx, mz_cdc_f16_to_f32((uint16_t)bmn), mz_cdc_f16_to_f32((uint16_t)bmx)))
+            return q8_group_fail(p, g);
         p += 4 + MZ_MIN((uint64_t)*group, *n - i0);
     }
     return MZ_OK;
@@ -237,55 +321,61 @@ static mz_status q8_peek(const mz_codec *c, const uint8_t *src, size_t len, size
     return st;
 }
 
+/* Destinations at least this large are written with streaming stores by the
+ * AVX-512 kernel (when 64-byte aligned): a restore decodes whole chunks into
+ * fresh pages, which the stores would otherwise first read for ownership,
+ * and a chunk this size would push other data out of L1/L2 anyway. */
+#define Q8_STREAM_MIN_BYTES (256u << 10)
+
 static mz_status q8_decode_impl(const uint8_t *src, size_t len, mz_f16 *dst, size_t n_want,
-                                bool scalar)
+                                enum q8_isa isa)
 {
     unsigned group;
     uint64_t n;
-    mz_status st = q8_check(src, len, &group, &n);
+    mz_status st = mz_codec_header_parse("q8", src, len, Q8_MAGIC, q8_payload, &group, &n);
     if (st != MZ_OK) return st;
     if (n != n_want)
         return mz_fail(MZ_E_FORMAT, "q8 blob: holds %llu values, caller expects %zu",
                        (unsigned long long)n, n_want);
     const uint8_t *payload = src + MZ_CODEC_HEADER_BYTES;
-    if (!scalar) {
-#if defined(MZ_CODEC_HAVE_AVX2_FILE)
-        if (mz_codec_cpu_has_avx2()) {
-            mz_q8_decode_groups_avx2(payload, (size_t)n, group, dst);
-            return MZ_OK;
-        }
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-        decode_groups_neon(payload, (size_t)n, group, dst);
-        return MZ_OK;
+    size_t n_groups = (size_t)((n + group - 1) / group), done;
+    switch (isa) {
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+    case Q8_AVX512:
+        done = mz_q8_decode_groups_avx512(payload, (size_t)n, group, dst,
+                                          n * sizeof *dst >= Q8_STREAM_MIN_BYTES);
+        break;
 #endif
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    case Q8_AVX2: done = mz_q8_decode_groups_avx2(payload, (size_t)n, group, dst); break;
+#endif
+#if defined(__ARM_NEON) && defined(__aarch64__)
+    case Q8_NEON: done = decode_groups_neon(payload, (size_t)n, group, dst); break;
+#endif
+    default: done = mz_q8_decode_groups_ref(payload, (size_t)n, group, dst); break;
     }
-    mz_q8_decode_groups_ref(payload, (size_t)n, group, dst);
+    if (done < n_groups) return q8_group_fail(payload + done * ((size_t)group + 4), done);
     return MZ_OK;
 }
 
 mz_status mz_q8_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n)
 {
-    return q8_decode_impl(src, len, dst, n, true);
+    return q8_decode_impl(src, len, dst, n, Q8_SCALAR);
 }
 
 static mz_status q8_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
                            size_t n)
 {
-    bool scalar = atomic_load_explicit(&g_force_scalar, memory_order_relaxed) != 0;
-    return q8_decode_impl(src, len, dst, n, scalar);
+    return q8_decode_impl(src, len, dst, n, q8_isa_now());
 }
 
 /* ---- encode ---------------------------------------------------------------- */
 
-typedef struct {
-    float mn, mx, step, inv_step;
-} q8_grid;
-
-static inline float grid_dec(const q8_grid *g, unsigned q) { return dec_val(g->mn, g->mx, g->step, q); }
+static inline float grid_dec(const mz_q8_grid *g, unsigned q) { return dec_val(g->mn, g->mx, g->step, q); }
 
 /* Smallest q in [0, 255] with dec(q) >= t, or 256 if none; guess is a hint.
  * Gallops from the guess, then bisects, so a good guess costs two decodes. */
-static unsigned first_ge(const q8_grid *g, float t, unsigned guess)
+static unsigned first_ge(const mz_q8_grid *g, float t, unsigned guess)
 {
     unsigned lo, hi;
     if (grid_dec(g, guess) >= t) {
@@ -323,7 +413,7 @@ static unsigned first_ge(const q8_grid *g, float t, unsigned guess)
 }
 
 /* Smallest q whose dec(q) is nearest x (min <= x <= max); ties to the lower value. */
-static inline unsigned code_of(const q8_grid *g, float x)
+unsigned mz_q8_code_ref(const mz_q8_grid *g, float x)
 {
     unsigned guess = 0;
     float t = (x - g->mn) * g->inv_step;
@@ -349,44 +439,75 @@ static inline unsigned code_of(const q8_grid *g, float x)
     return first_ge(g, vlo, hi - 1);
 }
 
-/* Encodes one group of k finite values into out (4 + k bytes). */
-static void encode_group(const mz_f16 *x, size_t k, uint8_t *out, bool use_simd)
+/* Header of a group with the given min and max (any zero sign); fills g. */
+static void group_start(float mn, float mx, uint8_t *out, mz_q8_grid *g)
 {
-    float mn = mz_cdc_f16_to_f32(x[0]), mx = mn;
-#if defined(MZ_CODEC_HAVE_AVX2_FILE)
-    if (use_simd)
-        mz_q8_minmax_avx2(x, k, &mn, &mx);
-    else
-#endif
+    if (mn == 0.0f) mn = 0.0f; /* canonical +0 */
+    if (mx == 0.0f) mx = 0.0f;
+    *g = (mz_q8_grid){.mn = mn, .mx = mx, .step = q8_step(mn, mx)};
+    g->inv_step = g->step > 0.0f ? 1.0f / g->step : 0.0f;
+    wr16(out, mz_cdc_f32_to_f16(mn));
+    wr16(out + 2, mz_cdc_f32_to_f16(mx));
+}
+
+/* Index of the first inf or NaN in src[0..n), or n. */
+static size_t first_nonfinite(const mz_f16 *src, size_t n)
+{
+    size_t i = 0;
+    for (; i < n; i++)
+        if ((src[i] & 0x7c00u) == 0x7c00u) break;
+    return i;
+}
+
+size_t mz_q8_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload)
+{
+    size_t bad = first_nonfinite(src, n);
+    if (bad < n) return bad;
+    for (size_t i0 = 0; i0 < n; i0 += group) {
+        size_t k = MZ_MIN((size_t)group, n - i0);
+        const mz_f16 *x = src + i0;
+        float mn = mz_cdc_f16_to_f32(x[0]), mx = mn;
         for (size_t j = 1; j < k; j++) {
             float v = mz_cdc_f16_to_f32(x[j]);
             if (v < mn) mn = v;
             if (v > mx) mx = v;
         }
-    if (mn == 0.0f) mn = 0.0f; /* canonical +0 */
-    if (mx == 0.0f) mx = 0.0f;
-    q8_grid g = {.mn = mn, .mx = mx, .step = q8_step(mn, mx)};
-    g.inv_step = g.step > 0.0f ? 1.0f / g.step : 0.0f;
-    wr16(out, mz_cdc_f32_to_f16(mn));
-    wr16(out + 2, mz_cdc_f32_to_f16(mx));
-    uint8_t *q = out + 4;
+        mz_q8_grid g;
+        group_start(mn, mx, payload, &g);
+        uint8_t *q = payload + 4;
+        for (size_t j = 0; j < k; j++) q[j] = (uint8_t)mz_q8_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
+        payload += 4 + k;
+    }
+    return n;
+}
+
 #if defined(MZ_CODEC_HAVE_AVX2_FILE)
-    if (use_simd && k >= 8) {
-        /* the vector fast path settles most lanes; the rest take the scalar road */
+/* AVX2: min/max and most codes eight at a time, the rest scalar. */
+static size_t encode_groups_avx2(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload)
+{
+    size_t bad = first_nonfinite(src, n);
+    if (bad < n) return bad;
+    for (size_t i0 = 0; i0 < n; i0 += group) {
+        size_t k = MZ_MIN((size_t)group, n - i0);
+        const mz_f16 *x = src + i0;
+        float mn, mx;
+        mz_q8_minmax_avx2(x, k, &mn, &mx);
+        mz_q8_grid g;
+        group_start(mn, mx, payload, &g);
+        uint8_t *q = payload + 4;
         uint8_t unres[256];
         for (size_t j0 = 0; j0 < k; j0 += sizeof unres) {
             size_t kk = MZ_MIN(sizeof unres, k - j0);
-            if (mz_q8_codes_avx2(x + j0, kk, mn, mx, g.step, g.inv_step, q + j0, unres) == 0)
+            if (mz_q8_codes_avx2(x + j0, kk, g.mn, g.mx, g.step, g.inv_step, q + j0, unres) == 0)
                 continue;
             for (size_t j = 0; j < kk; j++)
-                if (unres[j]) q[j0 + j] = (uint8_t)code_of(&g, mz_cdc_f16_to_f32(x[j0 + j]));
+                if (unres[j]) q[j0 + j] = (uint8_t)mz_q8_code_ref(&g, mz_cdc_f16_to_f32(x[j0 + j]));
         }
-        return;
+        payload += 4 + k;
     }
-#endif
-    (void)use_simd;
-    for (size_t j = 0; j < k; j++) q[j] = (uint8_t)code_of(&g, mz_cdc_f16_to_f32(x[j]));
+    return n;
 }
+#endif
 
 static mz_status q8_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,
                            size_t dst_cap, size_t *n_written)
@@ -398,22 +519,21 @@ static mz_status q8_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8
     if (need == 0) return mz_fail(MZ_E_RANGE, "q8 encode: %zu values is too many", n);
     if (dst_cap < need)
         return mz_fail(MZ_E_RANGE, "q8 encode: need %zu bytes, have %zu", need, dst_cap);
-    for (size_t i = 0; i < n; i++)
-        if ((src[i] & 0x7c00u) == 0x7c00u)
-            return mz_fail(MZ_E_FORMAT, "q8 encode: value %zu is %s (0x%04x); use the raw codec",
-                           i, (src[i] & 0x3ffu) ? "NaN" : "infinite", src[i]);
     mz_codec_header_write(dst, Q8_MAGIC, group, n);
     uint8_t *p = dst + MZ_CODEC_HEADER_BYTES;
-    bool use_simd = false;
-#if defined(MZ_CODEC_HAVE_AVX2_FILE)
-    use_simd = !atomic_load_explicit(&g_force_scalar, memory_order_relaxed) &&
-               mz_codec_cpu_has_avx2();
+    size_t done;
+    switch (q8_isa_now()) {
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+    case Q8_AVX512: done = mz_q8_encode_groups_avx512(src, n, group, p); break;
 #endif
-    for (size_t i0 = 0; i0 < n; i0 += group) {
-        size_t k = MZ_MIN((size_t)group, n - i0);
-        encode_group(src + i0, k, p, use_simd);
-        p += 4 + k;
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    case Q8_AVX2: done = encode_groups_avx2(src, n, group, p); break;
+#endif
+    default: done = mz_q8_encode_groups_ref(src, n, group, p); break;
     }
+    if (done < n)
+        return mz_fail(MZ_E_FORMAT, "q8 encode: value %zu is %s (0x%04x); use the raw codec",
+                       done, (src[done] & 0x3ffu) ? "NaN" : "infinite", src[done]);
     *n_written = need;
     return MZ_OK;
 }

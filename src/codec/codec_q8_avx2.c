@@ -2,7 +2,7 @@
  * codec_q8_avx2.c — AVX2 + F16C decode kernel for the q8 codec (compiled
  * with -mavx2 -mfma -mf16c; called only after mz_codec_cpu_has_avx2()).
  *
- * Same arithmetic as mz_q8_decode_groups_ref, lane by lane: f32(q) * step,
+ * Same arithmetic (and group checks) as mz_q8_decode_groups_ref, lane by lane: f32(q) * step,
  * + min, "v > max ? max : v" (as _mm256_min_ps(max, v), which returns v on
  * equality, so signed zeros match the scalar code), code 255 → max, then
  * vcvtps2ph with RNE.
@@ -26,12 +26,14 @@ static inline __m128i dec8(const uint8_t *q, __m256 vmn, __m256 vmx, __m256 vste
     return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-void mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+size_t mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
 {
-    for (size_t i0 = 0; i0 < n; i0 += group) {
+    size_t g = 0;
+    for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = n - i0 < group ? n - i0 : group;
-        float mn = _cvtsh_ss((unsigned short)rd16(payload));
-        float mx = _cvtsh_ss((unsigned short)rd16(payload + 2));
+        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
+        float mn = _cvtsh_ss((unsigned short)bmn), mx = _cvtsh_ss((unsigned short)bmx);
+        if ((bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || mx < mn) break; /* invalid */
         float step = mz_q8_step(mn, mx);
         const uint8_t *q = payload + 4;
         mz_f16 *out = dst + i0;
@@ -53,6 +55,7 @@ void mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group, 
         }
         payload += 4 + k;
     }
+    return g;
 }
 
 /* dec(q) of 8 lanes as floats: the scalar dec_val, lane by lane. */
@@ -173,9 +176,9 @@ void mz_codec_f32_to_f16_avx2(const float *src, mz_f16 *dst, size_t n)
 #elif defined(MZ_CODEC_HAVE_AVX2_FILE)
 /* Built without -mavx2 -mf16c (not through CMake): the scalar kernel stands in
  * so the program still links; the dispatcher's CPU check is unaffected. */
-void mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+size_t mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
 {
-    mz_q8_decode_groups_ref(payload, n, group, dst);
+    return mz_q8_decode_groups_ref(payload, n, group, dst);
 }
 
 void mz_codec_f32_to_f16_avx2(const float *src, mz_f16 *dst, size_t n)

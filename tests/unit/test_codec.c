@@ -1,8 +1,11 @@
 /*
  * test_codec.c — codec registry, raw and q8: round trips, q8 idempotency
  * (encode(decode(encode(x))) == encode(x) byte for byte, over 3 cycles) on
- * realistic and adversarial inputs, malformed blobs, scalar vs SIMD decode
- * bit-identity, and decode throughput (printed, not asserted).
+ * realistic and adversarial inputs, malformed blobs, every kernel set
+ * (scalar, AVX2, AVX-512 with and without streaming stores; whichever the
+ * CPU has) against the scalar reference for decode and encode, a randomized
+ * differential test of the encoders on adversarial groups, and throughput
+ * (printed, not asserted).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "codec/codec.h"
@@ -10,8 +13,12 @@
 #include "testutil.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Every q8 kernel set; mz_q8_force_isa refuses those the CPU lacks. */
+static const char *const g_isas[] = {"scalar", "avx2", "avx512", "neon"};
 
 /* Thread CPU time in ms: throughput on a shared machine is measured per CPU
  * second actually given to this thread, not per wall second. */
@@ -107,6 +114,16 @@ static void test_registry(void)
     CHECK(strstr(mz_last_error(), "zstd") != NULL);
     mz_codec c = mz_codec_q8(7);
     CHECK(c.param == 7 && c.encode && c.decode);
+    /* kernel hook: scalar always, unknown names never; "best" undoes it */
+    const char *best = mz_q8_isa();
+    CHECK(mz_q8_force_isa("scalar") && strcmp(mz_q8_isa(), "scalar") == 0);
+    CHECK(!mz_q8_force_isa("sse9") && strcmp(mz_q8_isa(), "scalar") == 0);
+    CHECK(mz_q8_force_isa("best") && strcmp(mz_q8_isa(), best) == 0);
+    printf("q8 kernel sets here:");
+    for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++)
+        if (mz_q8_force_isa(g_isas[i])) printf(" %s", g_isas[i]);
+    printf(" (best %s)\n", best);
+    mz_q8_force_isa(NULL);
 }
 
 static void test_raw(void)
@@ -174,11 +191,13 @@ static int cycle3(const mz_codec *c, const mz_f16 *x, size_t n, cyc_bufs *b)
     size_t l1, l2, l3;
     int fail = 0;
     if (mz_codec_encode(c, x, n, b->e1, b->cap, &l1) != MZ_OK) return 1;
-    /* the SIMD encoder must match the scalar one byte for byte */
-    mz_q8_force_scalar(true);
-    mz_status st = mz_codec_encode(c, x, n, b->e2, b->cap, &l2);
-    mz_q8_force_scalar(false);
-    if (st != MZ_OK || l2 != l1 || memcmp(b->e1, b->e2, l1) != 0) fail = 10;
+    /* every encoder must match the best one (and so each other) byte for byte */
+    for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
+        if (!mz_q8_force_isa(g_isas[i])) continue;
+        mz_status st = mz_codec_encode(c, x, n, b->e2, b->cap, &l2);
+        if (st != MZ_OK || l2 != l1 || memcmp(b->e1, b->e2, l1) != 0) fail = 10;
+    }
+    mz_q8_force_isa(NULL);
     if (mz_codec_decode(c, b->e1, l1, b->y1, n) != MZ_OK) return 2;
     if (mz_codec_encode(c, b->y1, n, b->e2, b->cap, &l2) != MZ_OK) return 3;
     if (l2 != l1 || memcmp(b->e1, b->e2, l1) != 0) fail = 4;
@@ -493,7 +512,8 @@ static void test_simd_vs_scalar(void)
     size_t cap = n_max * 5 + 4096;
     uint8_t *blob = malloc(cap);
     mz_f16 *a = malloc(n_max * 2), *b = malloc(n_max * 2);
-    const unsigned groups[] = {1, 5, 8, 15, 16, 17, 31, 64, 128, 333};
+    const unsigned groups[] = {1, 5, 8, 15, 16, 17, 31, 32, 64, 128, 333};
+    mz_f16 *al = aligned_alloc(64, (n_max + 64) * 2); /* streaming stores want 64-byte lines */
     long long compared = 0;
     int mism = 0;
     for (int t = 0; t < 200; t++) {
@@ -507,10 +527,31 @@ static void test_simd_vs_scalar(void)
         mz_status s2 = mz_codec_decode(&c, blob, len, b, n);
         CHECK(s1 == MZ_OK && s2 == MZ_OK);
         if (memcmp(a, b, n * 2) != 0) mism++;
+        for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
+            if (!mz_q8_force_isa(g_isas[i])) continue;
+            memset(b, 0xee, n * 2);
+            CHECK_EQ_INT(mz_codec_decode(&c, blob, len, b, n), MZ_OK);
+            if (memcmp(a, b, n * 2) != 0 && mism++ < 3) fprintf(stderr, "decode %s G=%u n=%zu differs\n", g_isas[i], G, n);
+        }
+        mz_q8_force_isa(NULL);
+        size_t n_groups = (n + G - 1) / G;
+        const uint8_t *pl = blob + MZ_CODEC_HEADER_BYTES;
 #if defined(MZ_CODEC_HAVE_AVX2_FILE)
         if (mz_codec_cpu_has_avx2()) {
-            mz_q8_decode_groups_avx2(blob + MZ_CODEC_HEADER_BYTES, n, G, b);
+            CHECK_EQ_INT(mz_q8_decode_groups_avx2(pl, n, G, b), n_groups);
             if (memcmp(a, b, n * 2) != 0) mism++;
+        }
+#endif
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+        if (mz_codec_cpu_has_avx512()) {
+            /* both store paths, on a 64-byte aligned and on a misaligned dst */
+            for (int v = 0; v < 4; v++) {
+                mz_f16 *d = v & 1 ? al + 1 + (size_t)(t % 31) : al;
+                memset(d, 0xee, n * 2);
+                CHECK_EQ_INT(mz_q8_decode_groups_avx512(pl, n, G, d, v >= 2), n_groups);
+                if (memcmp(a, d, n * 2) != 0 && mism++ < 3)
+                    fprintf(stderr, "avx512 decode G=%u n=%zu variant %d differs\n", G, n, v);
+            }
         }
 #endif
         for (size_t i = 0; i < n; i++) mism += (a[i] & 0x7c00u) == 0x7c00u; /* always finite */
@@ -536,9 +577,275 @@ static void test_simd_vs_scalar(void)
     }
     CHECK_EQ_INT(fused, 0);
     printf("q8 decode %s vs scalar: %lld values bit-identical\n", mz_q8_isa(), compared);
+    free(al);
     free(blob);
     free(a);
     free(b);
+}
+
+/* An invalid group in the middle of a blob: every kernel set fails with the
+ * scalar message and leaves the groups before it decoded; a large aligned
+ * destination (the streaming-store path of the dispatcher) decodes the same. */
+static void test_q8_decode_errors_and_large(void)
+{
+    size_t n = 300000; /* 600 kB of F16: above the streaming threshold */
+    const unsigned groups[] = {32, 64, 128, 100};
+    mz_f16 *x = malloc(n * 2), *a = malloc(n * 2);
+    mz_f16 *b = aligned_alloc(4096, (n * 2 + 4095) / 4096 * 4096);
+    for (size_t i = 0; i < n; i++) x[i] = h(t_rand_normal(&g_rng) * (i % 7 == 0 ? 9.0f : 1.0f));
+    int bad = 0;
+    for (size_t gi = 0; gi < MZ_ARRAY_LEN(groups); gi++) {
+        mz_codec c = mz_codec_q8(groups[gi]);
+        size_t cap = mz_codec_bound(&c, n), len;
+        uint8_t *blob = malloc(cap);
+        size_t nn = n - gi * 13; /* ragged last group */
+        CHECK_EQ_INT(mz_codec_encode(&c, x, nn, blob, cap, &len), MZ_OK);
+        CHECK_EQ_INT(mz_q8_decode_ref(blob, len, a, nn), MZ_OK);
+        for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
+            if (!mz_q8_force_isa(g_isas[i])) continue;
+            memset(b, 0xee, nn * 2);
+            CHECK_EQ_INT(mz_codec_decode(&c, blob, len, b, nn), MZ_OK);
+            bad += memcmp(a, b, nn * 2) != 0;
+            CHECK_EQ_INT(mz_codec_decode(&c, blob, len, b + 1, nn), MZ_OK); /* misaligned */
+            bad += memcmp(a, b + 1, nn * 2) != 0;
+        }
+        /* break group 1000: max < min, then a non-finite min */
+        size_t g = 1000, off = MZ_CODEC_HEADER_BYTES + g * (groups[gi] + 4);
+        uint8_t keep[4];
+        memcpy(keep, blob + off, 4);
+        for (int kind = 0; kind < 2; kind++) {
+            if (kind == 0) { /* swap a distinct min and max */
+                blob[off] = keep[2], blob[off + 1] = keep[3], blob[off + 2] = keep[0], blob[off + 3] = keep[1];
+            } else {
+                blob[off + 1] = 0x7c; /* inf */
+            }
+            char want[256];
+            CHECK_EQ_INT(mz_q8_decode_ref(blob, len, a, nn), MZ_E_FORMAT);
+            snprintf(want, sizeof want, "%s", mz_last_error());
+            CHECK(strstr(want, "group 1000 ") != NULL);
+            for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
+                if (!mz_q8_force_isa(g_isas[i])) continue;
+                memset(b, 0xee, nn * 2);
+                CHECK_EQ_INT(mz_codec_decode(&c, blob, len, b, nn), MZ_E_FORMAT);
+                CHECK_MSG(strcmp(mz_last_error(), want) == 0, "%s: '%s' vs '%s'", g_isas[i],
+                          mz_last_error(), want);
+                bad += memcmp(a, b, g * groups[gi] * 2) != 0; /* the groups before it */
+            }
+        }
+        memcpy(blob + off, keep, 4);
+        mz_q8_force_isa(NULL);
+        free(blob);
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(x);
+    free(a);
+    free(b);
+}
+
+/* ---- encoders: randomized differential test ------------------------------------------ */
+
+/* dec(q) of a group, by the definition at the top of codec_q8.c. */
+static mz_f16 t_dec(float mn, float mx, unsigned q)
+{
+    if (q == 255) return h(mx);
+    float v = mn + (float)q * mz_q8_step(mn, mx);
+    return h(v > mx ? mx : v);
+}
+
+static mz_f16 t_clamp_finite(float v)
+{
+    return h(fminf(fmaxf(v, -65504.0f), 65504.0f));
+}
+
+/* f16 spacing at magnitude a */
+static float t_ulp16(float a)
+{
+    a = fabsf(a);
+    if (a < 0x1p-14f) return 0x1p-24f;
+    int e;
+    frexpf(a, &e);
+    return ldexpf(1.0f, e - 11);
+}
+
+/* One adversarial group of k values. */
+static void fill_diff_group(mz_f16 *x, size_t k, int kind)
+{
+    uint64_t r0 = t_rand_u64(&g_rng);
+    mz_f16 a = rand_finite_bits();
+    float lo = 0, hi = 0;
+    switch (kind) {
+    case 0: { /* a few f16 ulps wide, anywhere: plateaus */
+        mz_f16 base = (mz_f16)(a & 0x7fffu) > 0x7bc0u ? (mz_f16)(a - 0x40u) : a;
+        unsigned w = 1 + (unsigned)(r0 % 40);
+        for (size_t j = 0; j < k; j++) {
+            unsigned d = (unsigned)(t_rand_u64(&g_rng) % (w + 1));
+            x[j] = (mz_f16)((base & 0x8000u) ? base - (d > (base & 0x7fffu) ? 0 : d) : base + d);
+        }
+        return;
+    }
+    case 1: /* around and across the subnormals */
+        for (size_t j = 0; j < k; j++) {
+            uint64_t r = t_rand_u64(&g_rng);
+            x[j] = (mz_f16)((r & 0x8000u) | ((r >> 16) % (r0 % 2 ? 0x0480u : 0x0040u)));
+        }
+        return;
+    case 2: /* huge ranges */
+        for (size_t j = 0; j < k; j++) {
+            uint64_t r = t_rand_u64(&g_rng);
+            x[j] = r % 5 == 0 ? (r & 8 ? 0x7bffu : 0xfbffu) : rand_finite_bits();
+        }
+        return;
+    case 3: /* constant, or ±0 with the odd subnormal */
+        for (size_t j = 0; j < k; j++) {
+            uint64_t r = t_rand_u64(&g_rng);
+            x[j] = r0 % 2 ? a : (r % 9 == 0 ? (mz_f16)(r & 0x8001u) : (mz_f16)(r & 0x8000u));
+        }
+        return;
+    case 4: /* strict-grid threshold: step near 2 ulp16(max |x|) */
+    case 5: { /* exact-f32 threshold: step + ulp16 near 0.5 */
+        float M = ldexpf(1.0f + t_rand_float(&g_rng) * 0.5f, (int)(r0 % 24) - 12);
+        float step = kind == 4 ? 2.0f * t_ulp16(M) : 0.5f - t_ulp16(M);
+        step *= 1.0f + 0.02f * t_rand_float(&g_rng);
+        if (kind == 5) M = fmaxf(M, 140.0f * (1.0f + (float)(r0 % 100)));
+        hi = (r0 & 64) ? M : -M + 255.0f * step;
+        lo = hi - 255.0f * step;
+        break;
+    }
+    case 7: /* symmetric ±M, values near 0: dec(127) == -dec(128) for some M, and
+             * differences like 3.9 - 2^-24 vs 3.9 + 2^-24 round to the same f32 */
+        hi = 300.0f + (float)(r0 % 65000);
+        for (size_t j = 0; j < k; j++) {
+            uint64_t r = t_rand_u64(&g_rng);
+            x[j] = r % 4 == 0 ? rand_finite_bits() : (mz_f16)((r & 0x8000u) | ((r >> 16) % 8));
+            if (fabsf(fl(x[j])) > hi) x[j] = 0;
+        }
+        x[r0 % k] = h(-hi);
+        x[(r0 >> 20) % k] = h(hi);
+        return;
+    case 8: { /* negative range across -2^e with ulp16(2^e) / 2 < step < ulp16(2^e):
+               * plateaus below -2^e, gaps above it, so the lower neighbour of x
+               * may sit on a plateau (the mirror image has none; tried too) */
+        float p2 = ldexpf(1.0f, (int)(r0 % 28) - 13);
+        float step = t_ulp16(p2) * (0.55f + 0.4f * (t_rand_float(&g_rng) + 1.0f) * 0.5f);
+        float below = 255.0f * step * (0.1f + 0.8f * (t_rand_float(&g_rng) + 1.0f) * 0.5f);
+        lo = -p2 - below;
+        hi = lo + 255.0f * step;
+        if (r0 & 128) {
+            float tmp = lo;
+            lo = -hi;
+            hi = -tmp;
+        }
+        for (size_t j = 0; j < k; j++) x[j] = h(lo + (hi - lo) * 0.5f * (t_rand_float(&g_rng) + 1.0f));
+        x[r0 % k] = h(lo);
+        x[(r0 >> 20) % k] = h(hi);
+        return;
+    }
+    case 6: /* realistic spread */
+        lo = -fabsf(t_rand_normal(&g_rng)) * ldexpf(1.0f, (int)(r0 % 12) - 6);
+        hi = fabsf(t_rand_normal(&g_rng)) * ldexpf(1.0f, (int)(r0 % 12) - 6);
+        break;
+    default: { /* any two endpoints */
+        lo = fl(a);
+        hi = fl(rand_finite_bits());
+        if (hi < lo) {
+            float tmp = lo;
+            lo = hi;
+            hi = tmp;
+        }
+        break;
+    }
+    }
+    /* values on the grid of (lo, hi), the f16 values next to them, and those
+     * nearest the midpoints between neighbours (ties), with lo and hi present */
+    mz_f16 hlo = t_clamp_finite(lo), hhi = t_clamp_finite(hi);
+    if (fl(hhi) < fl(hlo)) hhi = hlo;
+    float mn = fl(hlo), mx = fl(hhi);
+    for (size_t j = 0; j < k; j++) {
+        uint64_t r = t_rand_u64(&g_rng);
+        unsigned q = (unsigned)(r % 256);
+        mz_f16 d = t_dec(mn, mx, q), e = t_dec(mn, mx, q < 255 ? q + 1 : q);
+        switch ((r >> 8) % 5) {
+        case 0: x[j] = d; break;
+        case 1: x[j] = h(0.5f * (fl(d) + fl(e))); break; /* RNE picks a side or hits the tie */
+        case 2: x[j] = (mz_f16)(d + ((r >> 16) & 1 ? 1 : -1)); break;
+        case 3: x[j] = h(mn + (mx - mn) * 0.5f * (t_rand_float(&g_rng) + 1.0f)); break;
+        default: x[j] = e; break;
+        }
+        if ((x[j] & 0x7c00u) == 0x7c00u || fl(x[j]) < mn || fl(x[j]) > mx) x[j] = d;
+    }
+    x[r0 % k] = hlo;
+    x[(r0 >> 20) % k] = hhi;
+}
+
+static void test_q8_encode_differential(void)
+{
+    size_t n_max = 20000;
+    mz_f16 *x = malloc(n_max * 2);
+    uint8_t *ref = malloc(n_max * 5 + 64), *got = malloc(n_max * 5 + 64);
+    const unsigned groups[] = {32, 64, 128, 1, 7, 16, 17, 100, 255, 1000};
+    long long groups_done = 0;
+    int mism = 0, n_isas = 0;
+    for (int t = 0; t < 1500; t++) {
+        unsigned G = groups[t % MZ_ARRAY_LEN(groups)];
+        size_t n = 1 + t_rand_u64(&g_rng) % (t % 3 ? 4 * (size_t)G + 40 : n_max);
+        if (n > n_max) n = n_max;
+        for (size_t i0 = 0; i0 < n; i0 += G) {
+            size_t k = MZ_MIN((size_t)G, n - i0);
+            fill_diff_group(x + i0, k, (int)(t_rand_u64(&g_rng) % 10));
+            for (size_t j = 0; j < k; j++) /* the odd generator overshoot */
+                if ((x[i0 + j] & 0x7c00u) == 0x7c00u) x[i0 + j] = 0x7bffu;
+            groups_done++;
+        }
+        size_t pay = (n + G - 1) / G * 4 + n;
+        CHECK_EQ_INT(mz_q8_encode_groups_ref(x, n, G, ref), n);
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+        if (mz_codec_cpu_has_avx512()) {
+            memset(got, 0xee, pay);
+            CHECK_EQ_INT(mz_q8_encode_groups_avx512(x, n, G, got), n);
+            if (memcmp(ref, got, pay) != 0 && mism++ < 5) {
+                size_t i = 0;
+                while (ref[i] == got[i]) i++;
+                fprintf(stderr, "avx512 encode G=%u n=%zu: byte %zu is %u, scalar %u\n", G, n, i,
+                        got[i], ref[i]);
+            }
+        }
+#endif
+        /* through the codec, every kernel set */
+        mz_codec c = mz_codec_q8(G);
+        size_t cap = mz_codec_bound(&c, n), len;
+        n_isas = 0;
+        for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
+            if (!mz_q8_force_isa(g_isas[i])) continue;
+            n_isas++;
+            CHECK_EQ_INT(mz_codec_encode(&c, x, n, got, cap, &len), MZ_OK);
+            if (memcmp(ref, got + MZ_CODEC_HEADER_BYTES, pay) != 0 && mism++ < 5)
+                fprintf(stderr, "%s encode G=%u n=%zu differs from scalar\n", g_isas[i], G, n);
+        }
+        mz_q8_force_isa(NULL);
+        /* inf/NaN anywhere: the same error, naming the same value, from every kernel set */
+        if (t % 5 == 0) {
+            size_t at = t_rand_u64(&g_rng) % n;
+            mz_f16 keep = x[at];
+            x[at] = t % 2 ? 0x7c00u : 0xfe01u;
+            char want[256] = "";
+            for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
+                if (!mz_q8_force_isa(g_isas[i])) continue;
+                CHECK_EQ_INT(mz_codec_encode(&c, x, n, got, cap, &len), MZ_E_FORMAT);
+                CHECK_EQ_INT(len, 0);
+                if (!want[0]) snprintf(want, sizeof want, "%s", mz_last_error());
+                CHECK_MSG(strcmp(want, mz_last_error()) == 0, "%s: '%s' vs '%s'", g_isas[i],
+                          mz_last_error(), want);
+            }
+            mz_q8_force_isa(NULL);
+            x[at] = keep;
+        }
+    }
+    CHECK_EQ_INT(mism, 0);
+    printf("q8 encode differential: %lld adversarial groups, %d kernel sets, byte-identical to "
+           "scalar\n", groups_done, n_isas);
+    free(x);
+    free(ref);
+    free(got);
 }
 
 /* ---- throughput (printed only) ---------------------------------------------------------------- */
@@ -612,6 +919,8 @@ int main(void)
     test_q8_adversarial();
     test_q8_random_bulk();
     test_simd_vs_scalar();
+    test_q8_decode_errors_and_large();
+    test_q8_encode_differential();
     test_throughput();
     return t_done("test_codec");
 }
