@@ -15,9 +15,11 @@
  *     taken from the blob's own sub-header;
  *   - mode bit 3: the bytes are raw F16 input to every encoder instead.
  *
- * Build: clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc
- *   -Iinclude src/core/core.c src/codec/codec.c src/codec/codec_raw.c
- *   src/codec/codec_q8.c src/codec/codec_cachegen.c codec_q8_avx2.o
+ * Build: `make fuzz` (CMake, build-fuzz). By hand: clang -std=c11 -g -O1
+ *   -fsanitize=fuzzer,address,undefined -Isrc -Iinclude src/core/core.c
+ *   src/codec/codec.c src/codec/codec_raw.c src/codec/codec_q8.c
+ *   src/codec/codec_cachegen.c codec_q8_avx2.o codec_q8_avx512.o (the two
+ *   SIMD files compiled with their -m flags, see CMakeLists.txt)
  *   tests/fuzz/fuzz_codec.c
  * Seeds: tests/fuzz/corpus/codec/.
  */
