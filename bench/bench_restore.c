@@ -6,6 +6,7 @@
  *   bench_restore [-m MODEL] [-c CONTEXT_TOKENS] [-q QUERY_TOKENS] [-r REPEATS]
  *                 [-t THREADS] [--swap-dir DIR] [--remaining 50,0] [--synthetic]
  *                 [--restore-threads 0,1,2,3] [--modes none,all] [--codec q8]
+ *                 [--profile FILE]
  *
  * --synthetic: the context's KV chunks are written straight with
  * deterministic random F16 values instead of prefilling CONTEXT tokens (which
@@ -85,7 +86,7 @@ int main(int argc, char **argv)
 {
     const char *model = "models/SmolLM2-135M-Instruct.Q4_1.gguf", *swap = NULL;
     const char *levels = "50,0", *threads_list = "0", *modes_list = "none,alloc-reload,reload-prefill,all";
-    const char *codec = NULL;
+    const char *codec = NULL, *profile = NULL;
     int synthetic = 0;
     int n_ctx_tok = 1024, n_q = 8, reps = 3, threads = 2;
     for (int i = 1; i < argc; i++) {
@@ -99,12 +100,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--restore-threads") && i + 1 < argc) threads_list = argv[++i];
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) modes_list = argv[++i];
         else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
+        else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
         else if (!strcmp(argv[i], "--synthetic")) synthetic = 1;
         else {
             fprintf(stderr, "usage: bench_restore [-m MODEL] [-c N] [-q N] [-r N] [-t N] "
                             "[--swap-dir DIR] [--remaining 50,0] [--synthetic]\n"
                             "       [--restore-threads 0,1,2,3] [--modes none,alloc-reload,"
-                            "reload-prefill,all] [--codec q8]\n");
+                            "reload-prefill,all] [--codec q8] [--profile FILE]\n");
             return 2;
         }
     }
@@ -121,6 +123,7 @@ int main(int argc, char **argv)
     cp.n_threads = threads;
     cp.swap_dir = swap;
     cp.kv_codec = codec;
+    cp.profile_path = profile; /* NULL: the engine's default location */
     mz_ctx_t *c = NULL;
     if (mz_ctx_init(m, &cp, &c)) {
         fprintf(stderr, "ctx: %s\n", mz_last_error());
