@@ -7,6 +7,20 @@
  * mz_prefill_restore. Results: CSV, a markdown table with the speedup of
  * mzcache over each baseline, and gnuplot PNGs under bench/results/.
  *
+ * Level 0 is each mode's FULL EVICTION: everything is asked (SIZE_MAX) and each
+ * mode evicts all it can; what it could not give back is its recorded
+ * remaining %, shown for every mode (no "(!)" there), and the markdown has a
+ * section comparing each baseline's full eviction with mzcache's, each with
+ * its own remaining %. `--levels full` is the same as 0. With --zram the
+ * os-paging rows also record what the zram device holds (mm_stat: original
+ * and compressed bytes, memory used) and its algorithm (this kernel offers
+ * lzo/lzo-rle/lz4, no zstd): zram keeps the swapped KV in RAM, compressed, and
+ * that counts as remaining, so os-paging's full eviction with zram leaves the
+ * compressed KV. How much that is depends on the synthetic values (random F16
+ * from a 4096-entry table copied in 1 KiB runs; lz4 took SmolLM2's 8k context
+ * to 62 %, where real KV is incompressible for it: docs/CODECS.md, Table 2),
+ * which the output says.
+ *
  * The cached contexts are SYNTHETIC: deterministic random F16 K/V written
  * straight into the KV chunks of positions [0, N) (as bench/bench_ttft.c
  * does), because prefilling 32k tokens on two cores takes hours. Attention
@@ -261,7 +275,12 @@ typedef struct bench_row {
     double restore_mib;        /* evicted bytes to bring back (median) */
     double cached_kib_max;     /* page cache of model + swap files before the restore (max over runs) */
     double load_min, load_max;
-    bool in_tol;               /* every run within the ±tolerance of the level, at or below it */
+    double remaining_restore_med; /* remaining % measured again after the page-cache drop */
+    char placement[24];        /* where the mode's evicted KV went (mz_mem_stats.placement) */
+    char zram_algo[16];        /* os-paging with --zram: the device's algorithm, else "" */
+    double zram_orig_mib, zram_compr_mib, zram_used_mib; /* its mm_stat after the eviction (median) */
+    bool in_tol;               /* every run within the ±tolerance of the level, at or below it
+                                  (level 0, full eviction: always; the remaining % says it) */
     bool skipped;
     char note[160];
 } bench_row;
@@ -461,6 +480,35 @@ fail:
     return -1;
 }
 
+/* What our zram device holds now (/sys/block/zramN/mm_stat: orig_data_size,
+ * compr_data_size, mem_used_total) and its algorithm (the bracketed entry of
+ * comp_algorithm). False when there is none. */
+static bool zram_stat(double *orig_mib, double *compr_mib, double *used_mib, char *algo, size_t cap)
+{
+    if (g_zram_id < 0) return false;
+    char path[96];
+    snprintf(path, sizeof path, "/sys/block/zram%d/mm_stat", g_zram_id);
+    FILE *f = fopen(path, "r");
+    unsigned long long o = 0, c = 0, u = 0;
+    bool ok = f && fscanf(f, "%llu %llu %llu", &o, &c, &u) == 3;
+    if (f) fclose(f);
+    if (!ok) return false;
+    *orig_mib = (double)o / (1 << 20);
+    *compr_mib = (double)c / (1 << 20);
+    *used_mib = (double)u / (1 << 20);
+    snprintf(path, sizeof path, "/sys/block/zram%d/comp_algorithm", g_zram_id);
+    snprintf(algo, cap, "?");
+    char line[256];
+    if ((f = fopen(path, "r"))) {
+        if (fgets(line, sizeof line, f)) {
+            char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+            if (a && b && b - a - 1 < (long)cap) snprintf(algo, cap, "%.*s", (int)(b - a - 1), a + 1);
+        }
+        fclose(f);
+    }
+    return true;
+}
+
 /* ---- the measurement ----------------------------------------------------------------- */
 
 typedef struct point_cfg {
@@ -504,17 +552,18 @@ typedef struct run_env {
 } run_env;
 
 static void progress_line(const run_env *e, const bench_row *r, int run, int n_runs, double ttft,
-                          double rem, size_t cached, double load)
+                          double rem, size_t cached, double load, const char *extra)
 {
     double el = now_s() - e->t_start;
-    char lvl[16];
+    char lvl[24];
     if (r->level < 0) snprintf(lvl, sizeof lvl, "any");
+    else if (r->level == 0) snprintf(lvl, sizeof lvl, "0%% (full eviction)");
     else snprintf(lvl, sizeof lvl, "%d%%", r->level);
     fprintf(stderr,
             "[%d/%d %4.0fs] %s ctx %d %s %s/%s/%s level %s: run %d/%d ttft %.3f s "
-            "(remaining %.1f%%, cached %zu KiB, load %.2f)\n",
+            "(remaining %.1f%%, cached %zu KiB, load %.2f%s)\n",
             e->point, e->n_points, el, r->model, r->n_ctx, r->mode, r->codec, r->order, r->overlap,
-            lvl, run + 1, n_runs, ttft, rem, cached >> 10, load);
+            lvl, run + 1, n_runs, ttft, rem, cached >> 10, load, extra ? extra : "");
 }
 
 /* Measures one (config, level) point on the prepared context. */
@@ -523,7 +572,9 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
 {
     const bench_opts *o = e->o;
     double rem[BMAX_RUNS], al[BMAX_RUNS], st[BMAX_RUNS], me[BMAX_RUNS], rs[BMAX_RUNS],
-        sl[BMAX_RUNS], pf[BMAX_RUNS], ev[BMAX_RUNS], lb[BMAX_RUNS], rb[BMAX_RUNS];
+        sl[BMAX_RUNS], pf[BMAX_RUNS], ev[BMAX_RUNS], lb[BMAX_RUNS], rb[BMAX_RUNS],
+        rr[BMAX_RUNS], zo[BMAX_RUNS], zc[BMAX_RUNS], zu[BMAX_RUNS];
+    int nz = 0;
     for (int k = 0; k < n_runs; k++) {
         if (mz_ctx_truncate(e->c, e->N)) goto fail;
         mz_mem_stats ms;
@@ -540,8 +591,23 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         rem[k] = ms.remaining_pct;
         rb[k] = (double)evicted_bytes(&ms) / (1 << 20);
         lb[k] = lower_bound_s(&ms, inmem_s);
-        if (rem[k] > level + 1e-9 || rem[k] < level - o->tol) r->in_tol = false;
+        snprintf(r->placement, sizeof r->placement, "%s", ms.placement);
+        /* Level 0 asks for everything: whatever remains is the mode's floor, shown
+         * as its remaining %, not a miss. */
+        if (level > 0 && (rem[k] > level + 1e-9 || rem[k] < level - o->tol)) r->in_tol = false;
+        char extra[160] = "";
+        if (pc->mode == MZ_MODE_OS_PAGING &&
+            zram_stat(&zo[nz], &zc[nz], &zu[nz], r->zram_algo, sizeof r->zram_algo)) {
+            snprintf(extra, sizeof extra, "; zram %s holds %.0f MiB as %.0f MiB (%.0f %%), uses %.0f MiB",
+                     r->zram_algo, zo[nz], zc[nz], zo[nz] > 0 ? 100.0 * zc[nz] / zo[nz] : 0.0,
+                     zu[nz]);
+            nz++;
+        }
         size_t cached = drop_caches(e->model_path, o->swap_dir, o->drop_global);
+        /* Again after the drop: the state the timed restore starts from (the
+         * drop can take page cache the mode's own eviction left). */
+        mz_get_mem_stats(e->c, &ms);
+        rr[k] = ms.remaining_pct;
         if ((double)(cached >> 10) > r->cached_kib_max) r->cached_kib_max = (double)(cached >> 10);
         double load = loadavg1();
         if (load < r->load_min) r->load_min = load;
@@ -559,9 +625,15 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         sl[k] = tm.stall_ms, pf[k] = tm.prefill_ms;
         if (rem[k] < r->remaining_min) r->remaining_min = rem[k];
         if (rem[k] > r->remaining_max) r->remaining_max = rem[k];
-        progress_line(e, r, k, n_runs, t, rem[k], cached, load);
+        progress_line(e, r, k, n_runs, t, rem[k], cached, load, extra);
     }
     if (mz_ctx_truncate(e->c, e->N)) goto fail;
+    r->remaining_restore_med = median(rr, n_runs);
+    if (nz) {
+        r->zram_orig_mib = median(zo, nz);
+        r->zram_compr_mib = median(zc, nz);
+        r->zram_used_mib = median(zu, nz);
+    }
     r->n_runs = n_runs;
     r->ttft_med = median(r->ttft, n_runs);
     r->remaining_med = median(rem, n_runs);
@@ -594,11 +666,11 @@ static double measure_inmem(run_env *e, bench_row *r)
         r->ttft[k] = t;
         if (load < r->load_min) r->load_min = load;
         if (load > r->load_max) r->load_max = load;
-        progress_line(e, r, k, o->runs, t, 100.0, 0, load);
+        progress_line(e, r, k, o->runs, t, 100.0, 0, load, NULL);
     }
     r->n_runs = o->runs;
     r->ttft_med = median(r->ttft, o->runs);
-    r->remaining_med = r->remaining_min = r->remaining_max = 100.0;
+    r->remaining_med = r->remaining_min = r->remaining_max = r->remaining_restore_med = 100.0;
     r->bound_s = r->ttft_med;
     return r->ttft_med;
 }
@@ -675,20 +747,23 @@ static int write_csv(const char *path, const char *stamp)
     fprintf(f, "date,model,ctx,context,mode,codec,order,overlap,level,remaining_pct,remaining_min,"
                "remaining_max,in_tol,ttft_s,runs_s,n_runs,lower_bound_s,ttft_over_bound,restore_mib,"
                "evict_ms,alloc_ms,storage_ms,mem_ms,all_ready_ms,stall_ms,prefill_ms,"
-               "cached_kib_max,load_min,load_max,note\n");
+               "cached_kib_max,load_min,load_max,note,remaining_at_restore_pct,placement,zram_algo,"
+               "zram_orig_mib,zram_compr_mib,zram_used_mib\n");
     for (size_t i = 0; i < g_rows.n; i++) {
         const bench_row *r = &g_rows.v[i];
         char runs[BMAX_RUNS * 10];
         fmt_runs(r, runs, sizeof runs);
         fprintf(f,
                 "%s,%s,%d,synthetic,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%d,%.4f,%s,%d,%.4f,%.2f,%.1f,%.1f,"
-                "%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%.2f,%.2f,\"%s\"\n",
+                "%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%.2f,%.2f,\"%s\",%.2f,%s,%s,%.1f,%.1f,%.1f\n",
                 stamp, r->model, r->n_ctx, r->mode, r->codec, r->order, r->overlap, r->level,
                 r->remaining_med, r->remaining_min, r->remaining_max, r->in_tol, r->ttft_med, runs,
                 r->n_runs, r->bound_s, r->ttft_med / r->bound_s, r->restore_mib, r->evict_ms,
                 r->alloc_ms, r->storage_ms, r->mem_ms, r->restore_ms, r->stall_ms, r->prefill_ms,
                 r->cached_kib_max, isfinite(r->load_min) ? r->load_min : 0.0,
-                isfinite(r->load_max) ? r->load_max : 0.0, r->note);
+                isfinite(r->load_max) ? r->load_max : 0.0, r->note, r->remaining_restore_med,
+                r->placement[0] ? r->placement : "-", r->zram_algo[0] ? r->zram_algo : "-",
+                r->zram_orig_mib, r->zram_compr_mib, r->zram_used_mib);
     }
     fclose(f);
     return 0;
@@ -772,7 +847,36 @@ static int write_md(const char *path, const bench_opts *o, const char *stamp, co
                "restore; `cached` = KiB still cached (max over runs). `load` = 1-min load average "
                "during the point (2 vCPUs: above ~2.5 means other programs took CPU). "
                "`bound` = max(in-memory TTFT, restore bytes / combined path throughput of the "
-               "device profile).\n\n");
+               "device profile). Level 0 is each mode's **full eviction**: everything is asked and "
+               "each mode evicts all it can; its remaining %% is what it could not give back.\n\n");
+    /* zram: what it held, and why (os-paging with --zram). */
+    for (size_t i = 0; i < g_rows.n; i++) {
+        const bench_row *r = &g_rows.v[i];
+        if (r->skipped || !r->zram_algo[0]) continue;
+        fprintf(f, "os-paging swapped its KV to a zram device (%s; this kernel's zram offers "
+                   "lzo/lzo-rle/lz4, no zstd). zram keeps what it is given in RAM, compressed, so "
+                   "those bytes count as remaining: os-paging's full eviction leaves the KV's "
+                   "compressed size. What the device held after os-paging's evictions (mm_stat, "
+                   "median of the runs):\n\n",
+                r->zram_algo);
+        fprintf(f, "| model | ctx | level | zram original MiB | compressed MiB | compressed / "
+                   "original | memory used MiB | os-paging remaining %% |\n|---|---|---|---|---|---|---|---|\n");
+        for (size_t j = i; j < g_rows.n; j++) {
+            const bench_row *z = &g_rows.v[j];
+            if (z->skipped || !z->zram_algo[0]) continue;
+            fprintf(f, "| %s | %d | %d%s | %.0f | %.0f | %.1f %% | %.0f | %.1f |\n", z->model,
+                    z->n_ctx, z->level, z->level == 0 ? " (full eviction)" : "", z->zram_orig_mib,
+                    z->zram_compr_mib,
+                    z->zram_orig_mib > 0 ? 100.0 * z->zram_compr_mib / z->zram_orig_mib : 0.0,
+                    z->zram_used_mib, z->remaining_med);
+        }
+        fprintf(f, "\nThe ratio is the SYNTHETIC KV's (random F16 values from a 4096-entry table, "
+                   "copied in 1 KiB runs, which gives lz4 repeats to find), not real KV's: lz4 in "
+                   "4 KiB pages saves 0.22 %% on real SmolLM2 KV (docs/CODECS.md, Table 2), so with "
+                   "a real context zram would hold about all of the KV and os-paging's full "
+                   "eviction would leave about the KV's whole share.\n\n");
+        break;
+    }
 
     /* Main comparison: per model/ctx/level, mzcache (first config) vs baselines. */
     peer_row peer[256];
@@ -800,7 +904,8 @@ static int write_md(const char *path, const bench_opts *o, const char *stamp, co
             for (int li = 0; li < o->n_levels; li++) {
                 int lv = o->levels[li];
                 const bench_row *mz = find_row(o->models[mi], o->ctxs[ci2], "mzcache", c0, o0, v0, lv);
-                fprintf(f, "| %s | %d | %d |", o->models[mi], o->ctxs[ci2], lv);
+                fprintf(f, "| %s | %d | %d%s |", o->models[mi], o->ctxs[ci2], lv,
+                        lv == 0 ? " (full eviction)" : "");
                 if (mz)
                     fprintf(f, " %.1f%s | %.3f | %.3f | %.2f |", mz->remaining_med,
                             mz->in_tol ? "" : " (!)", mz->ttft_med, mz->bound_s,
@@ -820,16 +925,61 @@ static int write_md(const char *path, const bench_opts *o, const char *stamp, co
                     char rem[32] = "";
                     if (!br->in_tol && br->level >= 0)
                         snprintf(rem, sizeof rem, " (rem. %.0f %% !)", br->remaining_med);
-                    fprintf(f, " %.3f%s%s | %s%.2fx%s |", br->ttft_med, br->level == -1 ? "*" : "",
-                            rem, mz ? "**" : "", mz ? br->ttft_med / mz->ttft_med : NAN,
-                            mz ? "**" : "");
+                    else if (br->level == 0)
+                        snprintf(rem, sizeof rem, " (rem. %.1f %%)", br->remaining_med);
+                    if (mz)
+                        fprintf(f, " %.3f%s%s | **%.2fx** |", br->ttft_med,
+                                br->level == -1 ? "*" : "", rem, br->ttft_med / mz->ttft_med);
+                    else
+                        fprintf(f, " %.3f%s%s | - |", br->ttft_med, br->level == -1 ? "*" : "", rem);
                 }
                 fprintf(f, " %.0f | %.1f |\n", cached, load);
             }
         }
     fprintf(f, "\n`*` recompute does not depend on the level (everything is dropped): measured once "
                "per context and repeated. `(!)` remaining outside [level - tol, level] "
-               "(the mode did not give back the memory asked for; its TTFT is then not comparable).\n");
+               "(the mode did not give back the memory asked for; its TTFT is then not comparable). "
+               "At level 0 (full eviction) every mode's remaining %% is shown instead.\n");
+
+    /* Full eviction: each mode evicts all it can; compared as such. */
+    bool any_full = false;
+    for (int li = 0; li < o->n_levels; li++) any_full = any_full || o->levels[li] == 0;
+    if (any_full) {
+        fprintf(f, "\n## Full eviction: mzcache vs each baseline, each evicting all it can\n\n");
+        fprintf(f, "Level 0 asks every mode for everything. Each column pair is one mode's full "
+                   "eviction: the remaining %% it reached (median of its runs; for os-paging "
+                   "with zram that is zram's compressed copy of the KV) and the TTFT after it. "
+                   "Speedup = baseline TTFT / mzcache TTFT, at each one's own full eviction.\n\n");
+        fprintf(f, "| model | ctx | mzcache rem. %% | mzcache TTFT s | baseline | baseline rem. %% | "
+                   "placement | baseline TTFT s | speedup (full vs full) | load |\n"
+                   "|---|---|---|---|---|---|---|---|---|---|\n");
+        for (int mi = 0; mi < o->n_models; mi++)
+            for (int ci2 = 0; ci2 < o->n_ctxs; ci2++) {
+                const bench_row *mz = find_row(o->models[mi], o->ctxs[ci2], "mzcache", c0, o0, v0, 0);
+                for (size_t b = 0; b < 3; b++) {
+                    const bench_row *br =
+                        find_row(o->models[mi], o->ctxs[ci2], k_baselines[b], NULL, NULL, NULL, 0);
+                    if (!br) continue;
+                    char zr[64] = "";
+                    if (br->zram_algo[0])
+                        snprintf(zr, sizeof zr, " (%s %.0f of %.0f MiB)", br->zram_algo,
+                                 br->zram_compr_mib, br->zram_orig_mib);
+                    double load = br->load_max;
+                    if (mz && mz->load_max > load) load = mz->load_max;
+                    if (mz)
+                        fprintf(f, "| %s | %d | %.1f | %.3f | %s | %.1f | %s%s | %.3f%s | **%.2fx** | %.1f |\n",
+                                o->models[mi], o->ctxs[ci2], mz->remaining_med, mz->ttft_med,
+                                k_baselines[b], br->remaining_med,
+                                br->placement[0] ? br->placement : "-", zr, br->ttft_med,
+                                br->level == -1 ? "*" : "", br->ttft_med / mz->ttft_med, load);
+                    else
+                        fprintf(f, "| %s | %d | - | - | %s | %.1f | %s%s | %.3f%s | - | %.1f |\n",
+                                o->models[mi], o->ctxs[ci2], k_baselines[b], br->remaining_med,
+                                br->placement[0] ? br->placement : "-", zr, br->ttft_med,
+                                br->level == -1 ? "*" : "", load);
+                }
+            }
+    }
 
     if (n_peer) {
         fprintf(f, "\n## Peer: llama.cpp (bench/peer_llamacpp.py) vs mzcache\n\n");
@@ -851,21 +1001,30 @@ static int write_md(const char *path, const bench_opts *o, const char *stamp, co
 
     /* Every row, with the restore breakdown (Fig. 10) and the variants. */
     fprintf(f, "\n## All points (restore breakdown: busy ms of each activity)\n\n");
-    fprintf(f, "| model | ctx | mode | codec | order | overlap | level | remaining %% | TTFT s | runs s | "
+    fprintf(f, "| model | ctx | mode | codec | order | overlap | level | remaining %% | at restore %% | "
+               "placement | TTFT s | runs s | "
                "bound s | restore MiB | evict ms | alloc ms | storage ms | memory ms | all ready ms | "
                "stall ms | prefill ms | cached KiB | load | note |\n");
-    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < g_rows.n; i++) {
         const bench_row *r = &g_rows.v[i];
         char runs[BMAX_RUNS * 10];
         fmt_runs(r, runs, sizeof runs);
-        char lvl[16];
+        char lvl[24];
         if (r->level == -1) snprintf(lvl, sizeof lvl, "any");
+        else if (r->level == 0) snprintf(lvl, sizeof lvl, "0 (full)");
         else snprintf(lvl, sizeof lvl, "%d", r->level);
-        fprintf(f, "| %s | %d | %s | %s | %s | %s | %s | %.1f%s | %.3f | %s | %.3f | %.0f | %.0f | %.0f | "
+        char plc[80];
+        if (r->zram_algo[0])
+            snprintf(plc, sizeof plc, "%s (%s %.0f of %.0f MiB)", r->placement, r->zram_algo,
+                     r->zram_compr_mib, r->zram_orig_mib);
+        else
+            snprintf(plc, sizeof plc, "%s", r->placement[0] ? r->placement : "-");
+        fprintf(f, "| %s | %d | %s | %s | %s | %s | %s | %.1f%s | %.1f | %s | %.3f | %s | %.3f | %.0f | %.0f | %.0f | "
                    "%.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f-%.1f | %s |\n",
                 r->model, r->n_ctx, r->mode, r->codec, r->order, r->overlap, lvl, r->remaining_med,
-                r->in_tol ? "" : " (!)", r->ttft_med, runs, r->bound_s, r->restore_mib, r->evict_ms,
+                r->in_tol ? "" : " (!)", r->remaining_restore_med, plc, r->ttft_med, runs, r->bound_s,
+                r->restore_mib, r->evict_ms,
                 r->alloc_ms, r->storage_ms, r->mem_ms, r->restore_ms, r->stall_ms, r->prefill_ms,
                 r->cached_kib_max, isfinite(r->load_min) ? r->load_min : 0.0,
                 isfinite(r->load_max) ? r->load_max : 0.0, r->note);
@@ -966,7 +1125,9 @@ static void help(void)
            "  --models LIST         aliases or GGUF paths (default smollm2,qwen3-0.6b,exaone-1.2b;\n"
            "                        qwen3-0.6b / exaone-1.2b are generated on first use)\n"
            "  --ctx LIST            context lengths in tokens (default 8192,16384,32768)\n"
-           "  --levels LIST         remaining memory %% (default 0,25,50,75)\n"
+           "  --levels LIST         remaining memory %% (default 0,25,50,75); 0 (or 'full') is\n"
+           "                        each mode's full eviction: everything asked, each mode\n"
+           "                        evicts all it can and its remaining %% is recorded\n"
            "  --modes LIST          mzcache,os-paging,partial-offload,recompute (default all)\n"
            "  --codecs LIST         mzcache KV codecs, one series each (default q8)\n"
            "  --orders LIST         mzcache eviction orders: backward,forward,random (default backward)\n"
@@ -982,7 +1143,9 @@ static void help(void)
            "  --no-inmem            skip the in-memory (nothing evicted) TTFT\n"
            "  --swap-dir DIR        swap files (default build/bench-swap; on disk, not tmpfs)\n"
            "  --profile FILE        device profile (default: the engine's default location)\n"
-           "  --zram                os-paging: set up a zstd zram swap device for the run (root)\n"
+           "  --zram                os-paging: set up a zram swap device for the run (root;\n"
+           "                        zstd where the kernel has it, else lz4); its mm_stat is\n"
+           "                        recorded after every os-paging eviction\n"
            "  --no-global-drop      only posix_fadvise the files, never /proc/sys/vm/drop_caches\n"
            "  --peer CSV            join bench/peer_llamacpp.py results into the table\n"
            "  -o, --out DIR         output directory (default bench/results)\n"
@@ -995,7 +1158,7 @@ static int parse_int_list(char *s, int *out)
 {
     const char *items[BMAX_LIST];
     int n = split_list(s, items);
-    for (int i = 0; i < n; i++) out[i] = atoi(items[i]);
+    for (int i = 0; i < n; i++) out[i] = !strcmp(items[i], "full") ? 0 : atoi(items[i]);
     return n;
 }
 
@@ -1077,7 +1240,7 @@ static int bench_ttft(int argc, char **argv)
         }
     for (int i = 0; i < o.n_levels; i++)
         if (o.levels[i] < 0 || o.levels[i] > 99) {
-            fprintf(stderr, "mzcache bench ttft: levels are 0..99 %% remaining\n");
+            fprintf(stderr, "mzcache bench ttft: levels are 0..99 %% remaining, or full (= 0)\n");
             return 2;
         }
     /* Resolve models (keys = file names, used in every output). */
@@ -1172,6 +1335,17 @@ static int bench_ttft(int argc, char **argv)
                 /* os-paging: anonymous KV pages go to swap; room for all of them. */
                 if (pc->mode == MZ_MODE_OS_PAGING && o.zram)
                     (void)zram_up(mz_kv_cache_bytes(&e.c->kv) / 4 * 5 + ((size_t)256 << 20));
+                if (pc->mode == MZ_MODE_OS_PAGING) {
+                    /* Everything resident to begin with, as after a query: the weights
+                     * are faulted in through the file mapping (the loader may have
+                     * left only part of the file in the page cache). */
+                    mz_mem_stats ms;
+                    if (mz_restore(e.c, NULL))
+                        fprintf(stderr, "mzcache bench: os-paging restore: %s\n", mz_ctx_errmsg(e.c));
+                    mz_get_mem_stats(e.c, &ms);
+                    fprintf(stderr, "  os-paging: %.1f %% resident before the first eviction\n",
+                            ms.remaining_pct);
+                }
                 mz_token q[512];
                 int nv = mz_model_n_vocab(e.m);
                 for (int i = 0; i < o.query && i < 512; i++) q[i] = (mz_token)((1000 + 37 * i) % nv);

@@ -227,6 +227,12 @@ mz_status mz_baseline_prefill_restore(mz_ctx_t *c, const mz_token *t, size_t n,
     return s;
 }
 
+void mz_baseline_kv_truncate(mz_ctx_t *c, size_t n_keep)
+{
+    mz_baseline *b = c->base;
+    if (b && b->mode == MZ_MODE_OS_PAGING) mz_ospage_kv_truncate(c, b->op, n_keep);
+}
+
 void mz_baseline_get_stats(const mz_ctx_t *c, mz_mem_stats *out)
 {
     mz_baseline *b = c->base;

@@ -49,6 +49,9 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_baseline_evict(mz_ctx_t *c, size_t nbytes,
                                                      mz_evict_report *r);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_baseline_restore(mz_ctx_t *c, mz_restore_report *r);
 MZ_INTERNAL void mz_baseline_get_stats(const mz_ctx_t *c, mz_mem_stats *out);
+/* mz_ctx_truncate calls it before the KV chunks beyond n_keep are freed (any
+ * mode; NULL c->base is fine). */
+MZ_INTERNAL void mz_baseline_kv_truncate(mz_ctx_t *c, size_t n_keep);
 /* Called by mz_prefill before its forward pass: brings back what the mode
  * restores before computing (partial-offload: everything, sequentially;
  * recompute: the weights and the whole context, prefilled again). */
@@ -69,6 +72,9 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_ospage_evict(mz_ctx_t *c, mz_ospage *op, s
 MZ_INTERNAL MZ_NODISCARD mz_status mz_ospage_restore(mz_ctx_t *c, mz_ospage *op,
                                                      mz_restore_report *r);
 MZ_INTERNAL void mz_ospage_get_stats(const mz_ctx_t *c, mz_ospage *op, mz_mem_stats *out);
+/* Forgets the file-backed state of the chunks that mz_ctx_truncate frees: a
+ * chunk mapped again there is anonymous, even at the same address. */
+MZ_INTERNAL void mz_ospage_kv_truncate(mz_ctx_t *c, mz_ospage *op, size_t n_keep);
 /* Registry of models: check/attach a context of `mode` to model m (maps the
  * file for the first os-paging context), and detach it. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_ospage_model_attach(mz_model_t *m, mz_engine_mode mode);

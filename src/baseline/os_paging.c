@@ -13,17 +13,35 @@
  * POSIX_FADV_DONTNEED, so the page cache really drops it; it comes back by
  * page faults (reads of the model file) when the forward pass touches it.
  *
+ * Large folios. The page cache holds the file in folios of up to 2 MiB (the
+ * loader's reads and the faults' readahead make them), and a folio can
+ * straddle two blocks or two KV slots. POSIX_FADV_DONTNEED drops only folios
+ * wholly inside its range, so such a folio stayed resident: 53 MiB of
+ * qwen3-0.6b's weights on the first full eviction, and, after a restore by
+ * page faults, 749 of its 896 MiB of KV at 8k tokens (so the harness saw 45 %
+ * or 78-80 % remaining on every run after the first). Now MADV_PAGEOUT
+ * (which splits a mapped large folio that crosses the range, then reclaims
+ * it) runs on file-backed KV too, and where pages of the range are still
+ * resident after POSIX_FADV_DONTNEED the range widened to 2 MiB boundaries is
+ * dropped as well (drop_file_range: only unmapped, clean pages go, so the
+ * neighbours' mapped pages stay). Freed bytes are counted over a unit and its
+ * file neighbours, since reclaiming a straddling folio frees some of theirs.
+ *
  * KV. Chunks live in the context's anonymous mappings (src/kv). Evicting one:
- * MADV_PAGEOUT, which writes it to swap (a zram device with zstd where the
- * harness set one up, scripts/zram-swap.sh). With no swap MADV_PAGEOUT does
- * nothing to anonymous memory, so the chunk is moved into a file-backed
- * MAP_SHARED mapping at the same address (one unlinked file per context in
- * swap_dir, one slot per (layer, chunk)), written back with msync and
- * dropped with MADV_DONTNEED + POSIX_FADV_DONTNEED; it stays file-backed, and
- * comes back by page faults too. Stats and the eviction's freed bytes are
- * measured with mincore, never assumed; pages in zram are still RAM, so the
- * bytes zram holds for them (its measured compression ratio applied to the
- * chunks' swapped-out bytes) count as compressed, i.e. remaining.
+ * MADV_PAGEOUT, which writes it to swap (a zram device where the harness set
+ * one up, scripts/zram-swap.sh: zstd where the kernel has it, else lz4). With
+ * no swap MADV_PAGEOUT does nothing to anonymous memory, so the chunk is
+ * moved into a file-backed MAP_SHARED mapping at the same address (one
+ * unlinked file per context in swap_dir, one slot per (layer, chunk)); later
+ * evictions write it back with msync and drop it with MADV_PAGEOUT +
+ * MADV_DONTNEED + POSIX_FADV_DONTNEED; it stays file-backed, and comes back
+ * by page faults too. mz_ctx_truncate tells us (mz_ospage_kv_truncate) which
+ * chunks it frees: one mapped again, even at the same address, is anonymous.
+ * Stats and the eviction's freed bytes are measured with mincore, never
+ * assumed; pages in zram are still RAM, so the bytes zram holds for them (the
+ * compression ratio of the zram swap devices, mm_stat, applied to the chunks'
+ * swapped-out bytes) count as compressed, i.e. remaining, and an eviction
+ * goes on until its net freed bytes (less that) reach the request.
  *
  * Order of eviction: whole layers from the last one backward (its KV chunks,
  * last first, then its weights), like partial-offload, so that a percentage
@@ -289,27 +307,31 @@ size_t mz_ospage_swap_total(bool *all_zram)
     return total;
 }
 
-/* Memory all zram devices use now and the ratio compressed / original of what
- * they hold (0 when none). */
-static size_t zram_used(double *ratio)
+/* What the zram devices that are active swap hold now (/sys/block/zramN/mm_stat,
+ * summed): orig = bytes swapped to them, compr = those bytes compressed, used =
+ * memory they take (allocator overhead included). Devices that are not swap
+ * (another user's) are left out. Returns the ratio compr / orig (0 when empty). */
+static double zram_swap_stat(size_t *orig, size_t *compr, size_t *used)
 {
-    size_t used = 0;
-    unsigned long long orig_all = 0, compr_all = 0;
-    for (int i = 0; i < 64; i++) {
+    unsigned long long o_all = 0, c_all = 0, u_all = 0;
+    FILE *sw = fopen("/proc/swaps", "r");
+    char line[512];
+    while (sw && fgets(line, sizeof line, sw)) {
+        int id = -1;
+        if (sscanf(line, "/dev/zram%d", &id) != 1 || id < 0) continue;
         char path[64];
-        snprintf(path, sizeof path, "/sys/block/zram%d/mm_stat", i);
+        snprintf(path, sizeof path, "/sys/block/zram%d/mm_stat", id);
         FILE *fp = fopen(path, "r");
         if (!fp) continue;
-        unsigned long long orig, compr, total;
-        if (fscanf(fp, "%llu %llu %llu", &orig, &compr, &total) == 3) {
-            used += (size_t)total;
-            orig_all += orig;
-            compr_all += compr;
-        }
+        unsigned long long o, c, u;
+        if (fscanf(fp, "%llu %llu %llu", &o, &c, &u) == 3) o_all += o, c_all += c, u_all += u;
         fclose(fp);
     }
-    if (ratio) *ratio = orig_all ? (double)compr_all / (double)orig_all : 0.0;
-    return used;
+    if (sw) fclose(sw);
+    if (orig) *orig = (size_t)o_all;
+    if (compr) *compr = (size_t)c_all;
+    if (used) *used = (size_t)u_all;
+    return o_all ? (double)c_all / (double)o_all : 0.0;
 }
 
 /* ---- the context's part ---------------------------------------------------------------- */
@@ -402,6 +424,50 @@ static size_t block_resident(const mz_ospage *op, int l)
                   f->model->blocks[l].buf_bytes);
 }
 
+/* Largest page-cache folio the kernel makes (a PMD: 2 MiB with 4 KiB pages). */
+#define OSP_FOLIO_MAX ((size_t)2 << 20)
+
+/* Drops the page cache of [off, off + len) of fd. POSIX_FADV_DONTNEED drops
+ * only folios wholly inside the range, and the page cache holds large folios
+ * (file reads and mapping faults read ahead in up to 2 MiB folios) that can
+ * straddle the range's ends; so when pages of the range are still resident
+ * afterwards (still_resident, by mincore), the range widened to 2 MiB
+ * boundaries is dropped as well. That takes only what no one maps and is
+ * clean: the neighbours' mapped pages stay. */
+static int drop_file_range(int fd, size_t off, size_t len, size_t (*still_resident)(void *),
+                           void *arg)
+{
+    int e = posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+    if (e || !still_resident(arg)) return e;
+    size_t lo = off / OSP_FOLIO_MAX * OSP_FOLIO_MAX;
+    size_t hi = (off + len + OSP_FOLIO_MAX - 1) / OSP_FOLIO_MAX * OSP_FOLIO_MAX;
+    return posix_fadvise(fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+}
+
+typedef struct resid_arg {
+    const mz_ospage *op;
+    int l;
+    const void *p;
+    size_t len;
+} resid_arg;
+
+static size_t block_still_resident(void *a)
+{
+    const resid_arg *r = a;
+    return block_resident(r->op, r->l);
+}
+
+static size_t range_still_resident(void *a)
+{
+    const resid_arg *r = a;
+    return resident_bytes(r->p, r->len);
+}
+
+/* A block's weights: MADV_PAGEOUT reclaims the folios this process maps
+ * (splitting large ones that straddle the range), MADV_DONTNEED unmaps what is
+ * left, and the page cache of the range is dropped. Folios that nothing maps
+ * (e.g. left in the page cache by the model loader's reads) only go by the
+ * last step. */
 static mz_status evict_block(mz_ospage *op, int l)
 {
     const fmodel *f = op->fm;
@@ -410,7 +476,8 @@ static mz_status evict_block(mz_ospage *op, int l)
     (void)madvise(p, len, MADV_PAGEOUT);
     if (madvise(p, len, MADV_DONTNEED) != 0)
         return mz_fail(MZ_E_IO, "weights of layer %d: madvise: %s", l, strerror(errno));
-    int e = posix_fadvise(f->fd, (off_t)f->lo[l], (off_t)len, POSIX_FADV_DONTNEED);
+    resid_arg ra = {op, l, NULL, 0};
+    int e = drop_file_range(f->fd, f->lo[l], len, block_still_resident, &ra);
     if (e) return mz_fail(MZ_E_IO, "weights of layer %d: posix_fadvise: %s", l, strerror(e));
     return MZ_OK;
 }
@@ -468,18 +535,28 @@ static mz_status evict_chunk(mz_ctx_t *c, mz_ospage *op, int l, size_t ck)
     uint8_t *chunk = c->kv.chunks[l][ck];
     size_t idx = (size_t)l * c->kv.max_chunks + ck;
     if (op->fb[idx] != chunk) {
-        op->fb[idx] = NULL; /* a new mapping since (truncate, then reserve): anonymous */
+        /* Anonymous. (A chunk freed by mz_ctx_truncate loses its fb entry there,
+         * mz_ospage_kv_truncate: mapped again, maybe at the same address, it is
+         * anonymous; taking it for the file-backed one would MADV_DONTNEED its
+         * data away.) */
+        op->fb[idx] = NULL;
         (void)madvise(chunk, op->slot_bytes, MADV_PAGEOUT);
         if (resident_bytes(chunk, op->slot_bytes) == 0) return MZ_OK; /* in swap */
         mz_status s = chunk_to_file(op, chunk, idx, l, ck);
         if (s) return s;
     }
-    if (msync(chunk, op->slot_bytes, MS_SYNC) != 0 ||
-        madvise(chunk, op->slot_bytes, MADV_DONTNEED) != 0)
-        return mz_fail(MZ_E_IO, "KV chunk (layer %d, chunk %zu): msync/madvise: %s", l, ck,
+    /* File-backed: written back, then as for the weights (evict_block; see
+     * "Large folios" at the top). */
+    if (msync(chunk, op->slot_bytes, MS_SYNC) != 0)
+        return mz_fail(MZ_E_IO, "KV chunk (layer %d, chunk %zu): msync: %s", l, ck,
                        strerror(errno));
-    int e = posix_fadvise(op->kv_fd, (off_t)(idx * op->slot_bytes), (off_t)op->slot_bytes,
-                          POSIX_FADV_DONTNEED);
+    (void)madvise(chunk, op->slot_bytes, MADV_PAGEOUT);
+    if (madvise(chunk, op->slot_bytes, MADV_DONTNEED) != 0)
+        return mz_fail(MZ_E_IO, "KV chunk (layer %d, chunk %zu): madvise: %s", l, ck,
+                       strerror(errno));
+    resid_arg ra = {op, l, chunk, op->slot_bytes};
+    int e = drop_file_range(op->kv_fd, idx * op->slot_bytes, op->slot_bytes, range_still_resident,
+                            &ra);
     if (e) return mz_fail(MZ_E_IO, "KV chunk (layer %d, chunk %zu): posix_fadvise: %s", l, ck,
                           strerror(e));
     return MZ_OK;
@@ -529,6 +606,34 @@ static size_t total_resident(mz_ctx_t *c, mz_ospage *op)
     return r;
 }
 
+/* Resident bytes of KV chunk (l, k) and its neighbours k - 1 and k + 1 (their
+ * slots in the KV file are adjacent), and of block l and blocks l - 1, l + 1
+ * (adjacent in the GGUF file). */
+static size_t kv_window_resident(const mz_ctx_t *c, int l, size_t k)
+{
+    size_t r = 0;
+    for (size_t j = k ? k - 1 : 0; j <= k + 1 && j < c->kv.n_chunks; j++)
+        r += resident_bytes(c->kv.chunks[l][j], c->kv.chunk_bytes);
+    return r;
+}
+
+static size_t block_window_resident(const mz_ctx_t *c, const mz_ospage *op, int l)
+{
+    size_t r = 0;
+    for (int j = l ? l - 1 : 0; j <= l + 1 && j < c->kv.n_layer; j++) r += block_resident(op, j);
+    return r;
+}
+
+/* Net bytes an eviction freed so far: what left RAM, less what zram holds for
+ * the KV chunks that went to it (its measured ratio, as mz_ospage_get_stats
+ * counts them). */
+static size_t net_freed(size_t raw, size_t to_zram)
+{
+    if (!to_zram) return raw;
+    size_t held = (size_t)((double)to_zram * zram_swap_stat(NULL, NULL, NULL));
+    return raw > held ? raw - held : 0;
+}
+
 mz_status mz_ospage_evict(mz_ctx_t *c, mz_ospage *op, size_t nbytes, mz_evict_report *r)
 {
     mz_evict_report dummy;
@@ -537,36 +642,49 @@ mz_status mz_ospage_evict(mz_ctx_t *c, mz_ospage *op, size_t nbytes, mz_evict_re
     r->bytes_requested = nbytes;
     double t0 = mz_time_ms();
     mz_status s = MZ_OK;
-    size_t freed = 0;
-    size_t z0 = zram_used(NULL);
+    /* raw: bytes that left RAM (mincore); to_zram: of them, KV bytes now in a
+     * zram swap device, still RAM (compressed). Eviction goes on until the net
+     * amount reaches nbytes: with zram that takes more units than the raw
+     * count says (the net is read only once the raw count is there). */
+    size_t raw = 0, to_zram = 0;
+    bool all_zram = false;
+    (void)mz_ospage_swap_total(&all_zram);
+#define OSP_ENOUGH() (raw >= nbytes && net_freed(raw, to_zram) >= nbytes)
     if (nbytes == 0) goto out;
-    for (int l = c->kv.n_layer - 1; l >= 0 && !s && freed < nbytes; l--) {
-        for (size_t k = c->kv.n_chunks; k-- > 0 && freed < nbytes;) {
+    /* Freed bytes are counted over the unit and its neighbours: reclaiming a
+     * large folio that straddles into a neighbour's range takes the
+     * neighbour's pages with it. */
+    for (int l = c->kv.n_layer - 1; l >= 0 && !s && !OSP_ENOUGH(); l--) {
+        for (size_t k = c->kv.n_chunks; k-- > 0 && !OSP_ENOUGH();) {
             uint8_t *chunk = c->kv.chunks[l][k];
             size_t before = resident_bytes(chunk, c->kv.chunk_bytes);
             if (!before) continue;
+            size_t wbefore = kv_window_resident(c, l, k);
             if ((s = evict_chunk(c, op, l, k))) break;
             size_t after = resident_bytes(chunk, c->kv.chunk_bytes);
-            freed += before > after ? before - after : 0;
+            size_t wafter = kv_window_resident(c, l, k);
+            raw += wbefore > wafter ? wbefore - wafter : 0;
+            if (all_zram && op->fb[(size_t)l * c->kv.max_chunks + k] != chunk)
+                to_zram += before > after ? before - after : 0;
             if (after < before) r->n_kv_stored_raw++; /* to swap or to the KV file, raw */
             r->stage = MZ_EVICT_STAGE_KV_ONLY;
         }
-        if (s || freed >= nbytes) break;
+        if (s || OSP_ENOUGH()) break;
         size_t before = block_resident(op, l);
         if (!before) continue;
+        size_t wbefore = block_window_resident(c, op, l);
         if ((s = evict_block(op, l))) break;
         size_t after = block_resident(op, l);
-        freed += before > after ? before - after : 0;
+        size_t wafter = block_window_resident(c, op, l);
+        raw += wbefore > wafter ? wbefore - wafter : 0;
         /* Pages another process maps stay in the page cache: counted only
          * when something really went. */
         if (after < before) r->n_weights_dropped++;
         r->stage = MZ_EVICT_STAGE_W_ONLY;
     }
-out:;
-    /* zram keeps what it was given in RAM, compressed: that is not freed. */
-    size_t z1 = zram_used(NULL);
-    size_t grew = z1 > z0 ? z1 - z0 : 0;
-    r->bytes_freed = freed > grew ? freed - grew : 0;
+#undef OSP_ENOUGH
+out:
+    r->bytes_freed = net_freed(raw, to_zram);
     r->complete = r->bytes_freed >= nbytes;
     r->time_ms = mz_time_ms() - t0;
     return s;
@@ -603,6 +721,14 @@ mz_status mz_ospage_restore(mz_ctx_t *c, mz_ospage *op, mz_restore_report *r)
     return MZ_OK;
 }
 
+void mz_ospage_kv_truncate(mz_ctx_t *c, mz_ospage *op, size_t n_keep)
+{
+    if (!op) return;
+    size_t keep = (n_keep + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
+    for (int l = 0; l < c->kv.n_layer; l++)
+        for (size_t k = keep; k < c->kv.max_chunks; k++) op->fb[(size_t)l * c->kv.max_chunks + k] = NULL;
+}
+
 void mz_ospage_get_stats(const mz_ctx_t *c, mz_ospage *op, mz_mem_stats *out)
 {
     memset(out, 0, sizeof *out);
@@ -615,10 +741,9 @@ void mz_ospage_get_stats(const mz_ctx_t *c, mz_ospage *op, mz_mem_stats *out)
         out->weights.n_units++;
         if (res == tot) out->weights.n_resident++;
     }
-    double ratio = 0;
     bool all_zram = false;
     size_t swap = mz_ospage_swap_total(&all_zram);
-    (void)zram_used(&ratio);
+    double ratio = all_zram ? zram_swap_stat(NULL, NULL, NULL) : 0.0;
     size_t swapped = 0;
     for (int l = 0; l < c->kv.n_layer; l++) {
         for (size_t k = 0; k < c->kv.n_chunks; k++) {

@@ -191,6 +191,7 @@ mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep)
     if (s) return ctx_fail(c, s);
     if (n_keep < c->n_tokens) c->have_logits = false;
     c->n_tokens = n_keep;
+    mz_baseline_kv_truncate(c, n_keep); /* before the chunks go (os-paging's file-backed ones) */
     mz_kv_cache_shrink(&c->kv, n_keep);
     return MZ_OK;
 }
