@@ -1160,9 +1160,10 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
     }
     bool queue_full = j->n_inflight >= STO_DEPTH;
     bool is_kv = i < j->n && j->from[i] != MZ_UNIT_DROPPED;
-    if (i >= j->n || !ready || (queue_full && is_kv) || (!is_kv && j->n_inflight > 0)) {
-        /* Nothing to start now: wait for a read in flight, if any. A weight
-         * block is read synchronously, after the chunks before it. */
+    if (i >= j->n || !ready || (queue_full && is_kv)) {
+        /* Nothing to start now: wait for a read in flight, if any. (A weight
+         * block is read synchronously through the model file's own queue;
+         * chunk reads in flight go on meanwhile.) */
         if (j->n_inflight == 0) return i >= j->n ? JOB_DONE : JOB_BLOCKED;
         mz_status st = storage_reap_one(j, true);
         if (st) storage_drain(j);
@@ -1206,6 +1207,7 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
         mz_unit_release_pages(u);
         mz_unit_settle(u, from);
         job_fail(j, s, msg);
+        storage_drain(j);
         return JOB_DONE;
     }
     if (from != MZ_UNIT_DROPPED) {
