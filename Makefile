@@ -92,7 +92,8 @@ bench: build model
 	python3 bench/bench_throughput.py --threads 2
 	BUILD=$(BUILD) scripts/bench-ttft.sh
 
-# A few minutes: SmolLM2 + qwen3-0.6b at 8k, levels 0/50, 3 runs, every mode + llama.cpp.
+# About two minutes: SmolLM2 + qwen3-0.6b at 8k, levels 0/50, 3 runs, mzcache vs os-paging and
+# partial-offload (no recompute) + llama.cpp in memory and state reload.
 bench-quick: build model
 	BUILD=$(BUILD) scripts/bench-ttft.sh --quick
 

@@ -533,6 +533,9 @@ static size_t evicted_bytes(const mz_mem_stats *ms)
  * read from storage, per raw KV chunk), or the in-memory TTFT if larger. */
 static double lower_bound_s(const mz_mem_stats *ms, double inmem_s)
 {
+    /* Without the in-memory TTFT (--no-inmem) there is no bound: the
+     * transfer term alone would be far below any TTFT. */
+    if (isnan(inmem_s)) return NAN;
     if (ms->kv.n_units == 0 || ms->unit_t_d_ms <= 0 || ms->unit_t_rkv_ms <= 0) return inmem_s;
     double chunk = (double)ms->kv.total_bytes / (double)ms->kv.n_units;
     double r = chunk / ms->unit_t_d_ms + chunk / ms->unit_t_rkv_ms; /* bytes per ms */
@@ -1140,7 +1143,7 @@ static void help(void)
            "  --query N             query tokens (default 8)\n"
            "  -t, --threads N       compute threads (default 2)\n"
            "  --tol PCT             allowed undershoot of the remaining level (default 3)\n"
-           "  --no-inmem            skip the in-memory (nothing evicted) TTFT\n"
+           "  --no-inmem            skip the in-memory (nothing evicted) TTFT (the bound is then nan)\n"
            "  --swap-dir DIR        swap files (default build/bench-swap; on disk, not tmpfs)\n"
            "  --profile FILE        device profile (default: the engine's default location)\n"
            "  --zram                os-paging: set up a zram swap device for the run (root;\n"
@@ -1366,7 +1369,7 @@ static int bench_ttft(int argc, char **argv)
                     if (!r) return 1;
                     row_id(r, o.models[mi], o.ctxs[ci], pc, -1);
                     e.point++;
-                    if (measure_level(&e, pc, 0, o.recompute_runs, isnan(inmem) ? 0 : inmem, r)) rc = 1;
+                    if (measure_level(&e, pc, 0, o.recompute_runs, inmem, r)) rc = 1;
                     snprintf(r->note + strlen(r->note), sizeof r->note - strlen(r->note),
                              "%sany level: everything is dropped", r->note[0] ? "; " : "");
                 } else {
@@ -1375,7 +1378,7 @@ static int bench_ttft(int argc, char **argv)
                         if (!r) return 1;
                         row_id(r, o.models[mi], o.ctxs[ci], pc, o.levels[li]);
                         e.point++;
-                        if (measure_level(&e, pc, o.levels[li], o.runs, isnan(inmem) ? 0 : inmem, r)) {
+                        if (measure_level(&e, pc, o.levels[li], o.runs, inmem, r)) {
                             rc = 1;
                             break;
                         }
