@@ -7,4 +7,4 @@ set key outside right
 set grid
 set xrange [-5:80]
 set yrange [0:*]
-plot for [i=2:5] 'bench/results/quick-SmolLM2-135M-Instruct.Q4_1.gguf-8192.dat' using 1:i with linespoints lw 2 title columnheader(i)
+plot for [i=2:4] 'bench/results/quick-SmolLM2-135M-Instruct.Q4_1.gguf-8192.dat' using 1:i with linespoints lw 2 title columnheader(i)
