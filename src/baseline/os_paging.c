@@ -441,6 +441,15 @@ static int drop_file_range(int fd, size_t off, size_t len, size_t (*still_reside
     if (e || !still_resident(arg)) return e;
     size_t lo = off / OSP_FOLIO_MAX * OSP_FOLIO_MAX;
     size_t hi = (off + len + OSP_FOLIO_MAX - 1) / OSP_FOLIO_MAX * OSP_FOLIO_MAX;
+    e = posix_fadvise(fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+    if (e || !still_resident(arg)) return e;
+    /* Dirty pages are not dropped: a model file written moments ago (just
+     * downloaded or copied) is still in the page cache waiting for
+     * writeback. Write the range back, then drop it again. */
+    if (sync_file_range(fd, (off_t)lo, (off_t)(hi - lo),
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                            SYNC_FILE_RANGE_WAIT_AFTER) != 0)
+        return errno;
     return posix_fadvise(fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
 }
 
