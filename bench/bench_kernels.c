@@ -4,7 +4,7 @@
  * in GOP/s (2 ops per multiply-add) and weight GB/s.
  *
  * usage: bench_kernels [rows cols tokens] [-r reps]
- *        bench_kernels attn      (attention, qwen3-0.6b shape, 1k/8k/32k context)
+ *        bench_kernels attn      (attention per ISA, qwen3-0.6b shape, 1k/8k/32k context)
  * Default: 1536 x 576 (SmolLM2 ffn), tokens 1 and 64.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -61,8 +61,31 @@ static void bench(enum mz_isa isa, const char *isa_name, int type, size_t rows, 
 
 /* Attention of n_q query tokens over n_ctx cached positions (qwen3-0.6b
  * shape: 16 query heads, 8 KV heads, head_dim 128), one layer, nth slices
- * run one after the other on this thread (so the time is the total work). */
-static void bench_attn(size_t n_ctx, size_t n_q, int nth)
+ * run one after the other on this thread (so the time is the total work).
+ * Each ISA's kernel in turn, median of reps; the AVX-512 kernel must give
+ * the AVX2 kernel's bits (checked here too), so its ratio is a pure speedup. */
+typedef void (*attn_fn)(const mz_attn_args *a, int ith, int nth);
+
+static double median(double *t, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int k = i; k > 0 && t[k] < t[k - 1]; k--) {
+            double x = t[k];
+            t[k] = t[k - 1];
+            t[k - 1] = x;
+        }
+    return t[n / 2];
+}
+
+static double time_attn_once(attn_fn fn, mz_attn_args *a, int nth)
+{
+    double t0 = now_s();
+    for (int ith = 0; ith < nth; ith++) fn(a, ith, nth);
+    for (int ith = 0; ith < nth; ith++) mz_attn_merge(a, ith, nth);
+    return now_s() - t0;
+}
+
+static int bench_attn(size_t n_ctx, size_t n_q, int nth)
 {
     const int n_head = 16, n_kv = 8, hd = 128;
     const size_t n_chunks = (n_ctx + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
@@ -74,39 +97,63 @@ static void bench_attn(size_t n_ctx, size_t n_q, int nth)
         mz_f16 *h = (mz_f16 *)chunks[c];
         for (size_t i = 0; i < cb / 2; i++) h[i] = mz_f32_to_f16((float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f);
     }
-    float *q = malloc(n_q * n_head * hd * sizeof *q), *out = malloc(n_q * n_head * hd * sizeof *out);
-    for (size_t i = 0; i < n_q * n_head * hd; i++) q[i] = (float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
+    const size_t n_out = n_q * n_head * hd;
+    float *q = malloc(n_out * sizeof *q), *out = malloc(n_out * sizeof *out), *first = malloc(n_out * sizeof *first);
+    for (size_t i = 0; i < n_out; i++) q[i] = (float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
     mz_attn_args a = {.q = q, .out = out, .chunks = (const uint8_t *const *)chunks, .n_head = n_head,
                       .n_head_kv = n_kv, .head_dim = hd, .n_q = n_q, .pos0 = n_ctx - n_q, .scale = 0.088f};
     const size_t np = mz_attn_partial_floats(&a);
     a.partial = np ? malloc(np * sizeof(float)) : NULL;
     a.partial_floats = np;
-    double best = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = now_s();
-        for (int ith = 0; ith < nth; ith++) mz_attn(&a, ith, nth);
-        for (int ith = 0; ith < nth; ith++) mz_attn_merge(&a, ith, nth);
-        best = MZ_MIN(best, now_s() - t0);
-    }
+    struct { const char *name; attn_fn fn; bool ok; } impls[] = {
+        {"scalar", mz_attn_scalar, true},
+#if MZ_KERNELS_X86
+        {"avx2", mz_attn_avx2, mz_kernels_cpu_has(MZ_ISA_AVX2)},
+        {"avx512", mz_attn_avx512, mz_kernels_cpu_has(MZ_ISA_AVX512)},
+#endif
+    };
+    /* The SIMD kernels take turns rep by rep, so a change in the machine's
+     * speed during the run (a shared VM) falls on both. */
+    enum { N_IMPL = MZ_ARRAY_LEN(impls), REPS = 9 };
+    double t[N_IMPL][REPS], med[N_IMPL];
+    int bad = 0;
+    for (size_t k = 0; k < N_IMPL; k++)
+        if (impls[k].ok && k == 0) t[k][0] = time_attn_once(impls[k].fn, &a, nth);
+    for (int rep = 0; rep < REPS; rep++)
+        for (size_t k = 1; k < N_IMPL; k++) {
+            if (!impls[k].ok) continue;
+            t[k][rep] = time_attn_once(impls[k].fn, &a, nth);
+            if (k == 1 && rep == 0) memcpy(first, out, n_out * sizeof *first);
+            if (k > 1 && memcmp(first, out, n_out * sizeof *first)) bad = 1;
+        }
     const double kv_bytes = 2.0 * (double)n_ctx * n_kv * hd * 2;
-    printf("attn    ctx %6zu  n_q %2zu  nth %d: %8.2f ms/layer  %6.2f GB/s of K/V  %6.2f GFLOP/s\n", n_ctx, n_q, nth,
-           best * 1e3, kv_bytes / best / 1e9, 4.0 * n_ctx * n_q * n_head * hd / best / 1e9);
+    for (size_t k = 0; k < N_IMPL; k++) {
+        if (!impls[k].ok) continue;
+        med[k] = k == 0 ? t[0][0] : median(t[k], REPS);
+        printf("attn %-6s ctx %6zu  n_q %2zu  nth %d: %8.2f ms/layer  %6.2f GB/s of K/V  %6.2f GFLOP/s", impls[k].name,
+               n_ctx, n_q, nth, med[k] * 1e3, kv_bytes / med[k] / 1e9, 4.0 * n_ctx * n_q * n_head * hd / med[k] / 1e9);
+        if (k > 1) printf("  %.2fx avx2%s", med[1] / med[k], bad ? "  BITS DIFFER FROM AVX2" : "");
+        printf("\n");
+    }
     for (size_t c = 0; c < n_chunks; c++) free(chunks[c]);
     free(chunks);
     free(q);
     free(out);
+    free(first);
     free(a.partial);
+    return bad;
 }
 
 int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "attn")) {
         static const size_t ctxs[] = {1024, 8192, 32768};
+        int bad = 0;
         for (size_t i = 0; i < 3; i++) {
-            bench_attn(ctxs[i], 8, 1);
-            bench_attn(ctxs[i], 1, 1);
+            bad |= bench_attn(ctxs[i], 8, 1);
+            bad |= bench_attn(ctxs[i], 1, 1);
         }
-        return 0;
+        return bad;
     }
     size_t rows = 1536, cols = 576, toks[2] = {1, 64};
     int n_toks = 2, reps = 5;

@@ -8,7 +8,8 @@
  * K and V live in 256-position chunks (layout in kernels.h), F16.
  *
  * mz_attn (SIMD: attn_avx2.c, built for short queries over long contexts;
- * its top comment has the work split and the segment merge). The scalar
+ * its top comment has the work split and the segment merge; attn_avx512.c
+ * widens its tile products, same bits). The scalar
  * kernel here: one pass over the chunk-pointer array with an online softmax.
  *   Per query row it keeps a running max m, running sum l and accumulator
  *   acc[head_dim]. Positions go by in tiles of up to ATTN_TILE rows of one
@@ -128,7 +129,14 @@ void mz_attn(const mz_attn_args *a, int ith, int nth)
 {
     if (use_avx2(a)) {
 #if MZ_KERNELS_X86
-        mz_attn_avx2(a, ith, nth);
+        /* Same bits either way. AVX-512 does each FMA for two positions; it
+         * pays when a work item has at least 4 query rows (prefill, larger
+         * GQA groups), not for a 2-row decode step (bench_kernels attn). */
+        if (mz_kernels_active_isa() >= MZ_ISA_AVX512 && a->head_dim % 16 == 0 &&
+            a->n_q * (size_t)(a->n_head / a->n_head_kv) >= 4)
+            mz_attn_avx512(a, ith, nth);
+        else
+            mz_attn_avx2(a, ith, nth);
         return;
 #endif
     }

@@ -25,6 +25,10 @@
  * do not depend on the thread count, the batch or the token split
  * (test_forward_threads relies on it).
  *
+ * The two tile products (S and acc += P . Vf) are this file's AVX2 ones or
+ * attn_avx512.c's, which give the same bits (attn_tiled.h); the rest —
+ * plan, softmax, segments, merge — is shared.
+ *
  * A row attends to positions [0, pos0 + i]: in a tile it uses only its valid
  * prefix (loops are cut per row, never masked by adding zeros), so masked
  * positions cannot change a bit. Needs head_dim % 8 == 0 (else mz_attn uses
@@ -34,14 +38,12 @@
 
 #if MZ_KERNELS_X86 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
+#include "attn_tiled.h"
+
 #include <immintrin.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
-
-#define ATTN_TILE 32
-#define ATTN_MAX_ROWS 32
-#define ATTN_SEG_POS 1024
 
 _Static_assert(ATTN_SEG_POS % MZ_KV_CHUNK_TOKENS == 0, "segments are whole chunks");
 _Static_assert(MZ_KV_CHUNK_TOKENS % ATTN_TILE == 0, "tiles do not straddle chunks");
@@ -127,10 +129,12 @@ typedef struct row_state {
     float m, l;
 } row_state;
 
-/* S[r][t] = scale * (Q[r] . Kf[t]) for rows [0, nr), positions [0, nt). */
-static void scores(const float *restrict qs, const float *restrict kf, int hd, int nr, int nt, float scale,
-                   float s[][ATTN_TILE])
+/* S[r][t] = scale * (Q[r] . Kf[t]) for rows [0, nr), positions [0, nt), with
+ * Kf = f32(kb) converted into kf first. */
+static void scores(const float *restrict qs, const mz_f16 *restrict kb, float *restrict kf, int hd, int nr,
+                   int nt, float scale, float s[][ATTN_TILE])
 {
+    f16_rows(kb, kf, (size_t)nt * (size_t)hd);
     for (int r = 0; r < nr; r += 2) {
         const float *q0 = qs + (size_t)r * (size_t)hd;
         const float *q1 = r + 1 < nr ? q0 + hd : q0; /* odd row count: recompute row r, discarded */
@@ -233,10 +237,12 @@ static inline void accumulate_rows(float *restrict a0, float *restrict a1, const
     }
 }
 
-/* acc[r] += sum_{t < nv[r]} P[r][t] * Vf[t], t ascending, for rows [0, nr). */
-static void accumulate(float *restrict acc, const float *restrict vf, int hd, int nr, const int *nv,
-                       float p[][ATTN_TILE])
+/* acc[r] += sum_{t < nv[r]} P[r][t] * Vf[t], t ascending, for rows [0, nr),
+ * with Vf = f32(vb) for the nt positions converted into vf first. */
+static void accumulate(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int nr,
+                       int nt, const int *nv, float p[][ATTN_TILE])
 {
+    f16_rows(vb, vf, (size_t)nt * (size_t)hd);
     int r = 0;
     while (r < nr && nv[r] <= 0) r++;
     for (; r + 1 < nr; r += 2)
@@ -277,8 +283,9 @@ typedef struct item {
 
 /* One segment for the item's rows: fresh online softmax over positions
  * [seg * ATTN_SEG_POS, ...) up to each row's limit. State in st/acc. */
-static void run_segment(const mz_attn_args *a, const item *it, const float *restrict qs, size_t seg,
-                        row_state *st, float *restrict acc, float *restrict kf, float *restrict vf)
+static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, const item *it,
+                        const float *restrict qs, size_t seg, row_state *st, float *restrict acc,
+                        float *restrict kf, float *restrict vf)
 {
     const int hd = a->head_dim;
     const int nr = (int)it->nq * it->hsub;
@@ -300,6 +307,19 @@ static void run_segment(const mz_attn_args *a, const item *it, const float *rest
         const mz_f16 *kb = (const mz_f16 *)a->chunks[c] + (size_t)it->kvh * kv_stride + row * (size_t)hd;
         const mz_f16 *vb = (const mz_f16 *)a->chunks[c] + ((size_t)a->n_head_kv + (size_t)it->kvh) * kv_stride +
                            row * (size_t)hd;
+        /* The next tile's K and V rows (contiguous within a chunk) are fetched
+         * while this one computes: KV of a long context streams from DRAM. */
+        if (p0 + ATTN_TILE < s1) {
+            const size_t pn = p0 + ATTN_TILE, cn = pn / MZ_KV_CHUNK_TOKENS, rn = pn % MZ_KV_CHUNK_TOKENS;
+            const char *kn = (const char *)((const mz_f16 *)a->chunks[cn] + (size_t)it->kvh * kv_stride + rn * (size_t)hd);
+            const char *vn = (const char *)((const mz_f16 *)a->chunks[cn] +
+                                            ((size_t)a->n_head_kv + (size_t)it->kvh) * kv_stride + rn * (size_t)hd);
+            const size_t bytes = (size_t)MZ_MIN((size_t)ATTN_TILE, s1 - pn) * (size_t)hd * sizeof(mz_f16);
+            for (size_t off = 0; off < bytes; off += 64) {
+                _mm_prefetch(kn + off, _MM_HINT_T0);
+                _mm_prefetch(vn + off, _MM_HINT_T0);
+            }
+        }
         /* Rows whose limit is past this tile's start: tokens are in ascending
          * order, so they are a suffix [r_first, nr). */
         int r_first = 0;
@@ -308,8 +328,7 @@ static void run_segment(const mz_attn_args *a, const item *it, const float *rest
             nv[r] = lim > p0 ? (int)MZ_MIN((size_t)nt, lim - p0) : 0;
             if (nv[r] == 0) r_first = r + 1;
         }
-        f16_rows(kb, kf, (size_t)nt * (size_t)hd);
-        scores(qs + (size_t)r_first * (size_t)hd, kf, hd, nr - r_first, nt, a->scale, s + r_first);
+        kk->scores(qs + (size_t)r_first * (size_t)hd, kb, kf, hd, nr - r_first, nt, a->scale, s + r_first);
         for (int r = r_first; r < nr; r++) {
             const int n = nv[r];
             __m256 mx = _mm256_set1_ps(-INFINITY);
@@ -342,8 +361,7 @@ static void run_segment(const mz_attn_args *a, const item *it, const float *rest
             s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
             st[r].l += _mm_cvtss_f32(s4);
         }
-        f16_rows(vb, vf, (size_t)nt * (size_t)hd);
-        accumulate(acc, vf, hd, nr, nv, s);
+        kk->accumulate(acc, vb, vf, hd, nr, nt, nv, s);
     }
 }
 
@@ -414,7 +432,7 @@ static bool use_split(const mz_attn_args *a, const attn_plan *p)
     return need > 0 && a->partial && a->partial_floats >= need;
 }
 
-void mz_attn_avx2(const mz_attn_args *a, int ith, int nth)
+void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kernels *kk)
 {
     MZ_ASSERT(nth >= 1 && ith >= 0 && ith < nth);
     mz_attn_check_args(a);
@@ -446,7 +464,7 @@ void mz_attn_avx2(const mz_attn_args *a, int ith, int nth)
                 load_queries(a, &it, qs);
                 loaded = gi;
             }
-            run_segment(a, &it, qs, seg, st, acc, kf, vf);
+            run_segment(a, kk, &it, qs, seg, st, acc, kf, vf);
             const int nr = (int)it.nq * it.hsub;
             for (int r = 0; r < nr; r++) {
                 float *pr = partial_row(a, &p, gi, seg, r);
@@ -474,7 +492,7 @@ void mz_attn_avx2(const mz_attn_args *a, int ith, int nth)
         for (size_t d = 0; d < (size_t)nr * (size_t)hd; d++) ACC[d] = 0.0f;
         const size_t ns = item_n_seg(a, &it);
         for (size_t seg = 0; seg < ns; seg++) {
-            run_segment(a, &it, qs, seg, st, acc, kf, vf);
+            run_segment(a, kk, &it, qs, seg, st, acc, kf, vf);
             for (int r = 0; r < nr; r++)
                 if (st[r].l > 0.0f)
                     merge_state(&S[r], ACC + (size_t)r * (size_t)hd, st[r].m, st[r].l, acc + (size_t)r * (size_t)hd, hd);
@@ -482,6 +500,10 @@ void mz_attn_avx2(const mz_attn_args *a, int ith, int nth)
         write_out(a, &it, S, ACC);
     }
 }
+
+static const attn_tile_kernels avx2_tiles = {scores, accumulate};
+
+void mz_attn_avx2(const mz_attn_args *a, int ith, int nth) { mz_attn_tiled(a, ith, nth, &avx2_tiles); }
 
 void mz_attn_merge_avx2(const mz_attn_args *a, int ith, int nth)
 {

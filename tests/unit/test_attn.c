@@ -11,7 +11,8 @@
  *   - oracle: softmax over positions [0, pos0 + i] in double, from the same
  *     F16 values;
  *   - mz_attn_ref, mz_attn_scalar, mz_attn_avx2 (if the CPU has it and
- *     head_dim % 8 == 0) and the dispatching mz_attn; the last runs as nth =
+ *     head_dim % 8 == 0), mz_attn_avx512 (AVX-512, head_dim % 16 == 0; must
+ *     give mz_attn_avx2's bits) and the dispatching mz_attn; the last runs as nth =
  *     1, 2 and 3 slices in turn (ith = 0..nth-1 sequentially), each with and
  *     without the partial-state scratch (then mz_attn_merge), the other two
  *     with one nth per case, all within 5e-6 absolute of the oracle (outputs
@@ -161,7 +162,8 @@ static void run_case(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_
     mz_attn_args a = fixture_args(&f);
     naive(&f, &a);
     const size_t n_out = n_q * (size_t)f.n_head * (size_t)head_dim;
-    float *first = malloc(n_out * sizeof *first);
+    float *first = malloc(n_out * sizeof *first), *avx2_out = malloc(n_out * sizeof *avx2_out);
+    bool have_avx2 = false;
 
     for (size_t i = 0; i < n_out; i++) f.out[i] = NAN;
     mz_attn_ref(&a);
@@ -174,6 +176,7 @@ static void run_case(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_
         {"scalar", mz_attn_scalar, NULL, true},
 #if MZ_KERNELS_X86
         {"avx2", mz_attn_avx2, mz_attn_merge_avx2, mz_kernels_cpu_has(MZ_ISA_AVX2) && head_dim % 8 == 0},
+        {"avx512", mz_attn_avx512, mz_attn_merge_avx2, mz_kernels_cpu_has(MZ_ISA_AVX512) && head_dim % 16 == 0},
 #endif
         {"active", mz_attn, mz_attn_merge, true},
     };
@@ -193,6 +196,12 @@ static void run_case(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_
                 e = max_err(&f);
                 CHECK_MSG(e <= tol, "%s: ratio %d hd %d n_kv %zu n_q %zu nth %d partial %d: err %g", impls[k].name,
                           ratio, head_dim, n_kv, n_q, nth, use_p, e);
+                /* AVX-512 is the AVX2 kernel with wider tile products: same bits. */
+                if (!strcmp(impls[k].name, "avx2")) memcpy(avx2_out, f.out, n_out * sizeof *avx2_out), have_avx2 = true;
+                if (!strcmp(impls[k].name, "avx512") && have_avx2)
+                    CHECK_MSG(!memcmp(avx2_out, f.out, n_out * sizeof *avx2_out),
+                              "avx512: ratio %d hd %d n_kv %zu n_q %zu: not bit-identical to avx2", ratio, head_dim,
+                              n_kv, n_q);
                 if (all && runs++ == 0) memcpy(first, f.out, n_out * sizeof *first);
                 else if (all)
                     CHECK_MSG(!memcmp(first, f.out, n_out * sizeof *first),
@@ -222,6 +231,7 @@ static void run_case(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_
     }
     free(partial);
     free(first);
+    free(avx2_out);
     fixture_free(&f);
 }
 

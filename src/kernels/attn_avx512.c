@@ -1,0 +1,211 @@
+/*
+ * attn_avx512.c — the two tile products of the tiled attention (attn_tiled.h)
+ * with 16-lane vectors; plan, softmax and merge are attn_avx2.c's.
+ * Bit-identical to the AVX2 products, so to mz_attn_avx2.
+ *
+ * Scores. The AVX2 product keeps, per (row, position), 8 lanes that sum the
+ * dims d = e mod 8 in ascending order, then folds them as
+ * ((x0+x1)+(x2+x3))+((x4+x5)+(x6+x7)). Here one 16-lane register holds those
+ * 8 lanes for two positions at once: K is converted into pairs,
+ *   kf[(j * nb + b) * 16 + h * 8 + e] = K[2j + h][8b + e]     (nb = hd / 8)
+ * and each query block of 8 dims is broadcast to both halves, so every FMA
+ * does the AVX2 kernel's work for two positions. The fold is the AVX2 one
+ * lane for lane: two pairwise-add levels inside 128-bit blocks (what hadd
+ * does), then the lower and upper 4-lane blocks added.
+ * Register tile: 4 rows x 4 position pairs = 16 accumulators.
+ *
+ * Weighted V: acc[r][d] += P[r][t] * V[t][d], one FMA per position in
+ * ascending order, for two rows x 64 dims at a time — the same sequence per
+ * element as AVX2's two rows x 32 dims.
+ */
+#include "kernels_impl.h"
+
+#if MZ_KERNELS_X86 && defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include "attn_tiled.h"
+
+#include <immintrin.h>
+
+/* Per 128-bit block: [a0+a1, a2+a3, b0+b1, b2+b3], as _mm256_hadd_ps. */
+static inline __m512 hadd512(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* One row's four pair accumulators -> per 128-bit block k, the four
+ * pairs' partial sums of block k (k: even position low/high 4 dims, odd
+ * position low/high). */
+static inline __m512 fold_row(__m512 p0, __m512 p1, __m512 p2, __m512 p3)
+{
+    return hadd512(hadd512(p0, p1), hadd512(p2, p3));
+}
+
+static void convert_k_pairs(const mz_f16 *restrict kb, float *restrict kf, int hd, int nt)
+{
+    const int nb = hd / 8;
+    for (int j = 0; 2 * j < nt; j++) {
+        const mz_f16 *k0 = kb + (size_t)(2 * j) * (size_t)hd;
+        const mz_f16 *k1 = 2 * j + 1 < nt ? k0 + hd : k0; /* odd count: a copy, discarded */
+        float *dst = kf + (size_t)j * (size_t)nb * 16;
+        int b = 0;
+        for (; b + 2 <= nb; b += 2) {
+            /* 16 dims of each position -> [k0 b, k1 b], [k0 b+1, k1 b+1]. */
+            const __m512 x0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k0 + 8 * b)));
+            const __m512 x1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k1 + 8 * b)));
+            _mm512_storeu_ps(dst + 16 * b, _mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(1, 0, 1, 0)));
+            _mm512_storeu_ps(dst + 16 * b + 16, _mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(3, 2, 3, 2)));
+        }
+        for (; b < nb; b++) {
+            const __m256i h = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(k0 + 8 * b))),
+                _mm_loadu_si128((const __m128i *)(k1 + 8 * b)), 1);
+            _mm512_storeu_ps(dst + 16 * b, _mm512_cvtph_ps(h));
+        }
+    }
+}
+
+static void scores_avx512(const float *restrict qs, const mz_f16 *restrict kb, float *restrict kf, int hd,
+                          int nr, int nt, float scale, float s[][ATTN_TILE])
+{
+    convert_k_pairs(kb, kf, hd, nt);
+    const int nb = hd / 8, np = (nt + 1) / 2;
+    const size_t pair_floats = (size_t)nb * 16;
+    const __m512 vscale = _mm512_set1_ps(scale);
+    /* Lanes after the fold: [r even | r odd | r+1 even | r+1 odd] x 4
+     * pairs; this puts each row's 8 positions in order. */
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    for (int r = 0; r < nr; r += 4) {
+        const float *q[4];
+        for (int i = 0; i < 4; i++) q[i] = qs + (size_t)MZ_MIN(r + i, nr - 1) * (size_t)hd; /* padding rows: copies */
+        for (int j0 = 0; j0 < np; j0 += 4) {
+            const float *k[4];
+            for (int i = 0; i < 4; i++) k[i] = kf + (size_t)MZ_MIN(j0 + i, np - 1) * pair_floats;
+            /* Named accumulators: an array here ends up in memory. */
+            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00,
+                   c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+            for (int b = 0; b < nb; b++) {
+                const __m512 k0 = _mm512_loadu_ps(k[0] + 16 * b), k1 = _mm512_loadu_ps(k[1] + 16 * b);
+                const __m512 k2 = _mm512_loadu_ps(k[2] + 16 * b), k3 = _mm512_loadu_ps(k[3] + 16 * b);
+#define MZ_ROW(i, a0, a1, a2, a3)                                                                            \
+    do {                                                                                                    \
+        const __m512 x = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)(q[i] + 8 * b)))); \
+        a0 = _mm512_fmadd_ps(x, k0, a0);                                                                    \
+        a1 = _mm512_fmadd_ps(x, k1, a1);                                                                    \
+        a2 = _mm512_fmadd_ps(x, k2, a2);                                                                    \
+        a3 = _mm512_fmadd_ps(x, k3, a3);                                                                    \
+    } while (0)
+                MZ_ROW(0, c00, c01, c02, c03);
+                MZ_ROW(1, c10, c11, c12, c13);
+                MZ_ROW(2, c20, c21, c22, c23);
+                MZ_ROW(3, c30, c31, c32, c33);
+#undef MZ_ROW
+            }
+            const __m512 g[4] = {fold_row(c00, c01, c02, c03), fold_row(c10, c11, c12, c13),
+                                 fold_row(c20, c21, c22, c23), fold_row(c30, c31, c32, c33)};
+            const int t0 = 2 * j0, n_pos = MZ_MIN(8, nt - t0);
+            const __mmask8 keep = (__mmask8)((1u << n_pos) - 1);
+            for (int i = 0; i < 4 && r + i < nr; i += 2) {
+                const __m512 sum = _mm512_add_ps(_mm512_shuffle_f32x4(g[i], g[i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                                 _mm512_shuffle_f32x4(g[i], g[i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+                const __m512 v = _mm512_permutexvar_ps(order, _mm512_mul_ps(vscale, sum));
+                _mm256_mask_storeu_ps(&s[r + i][t0], keep, _mm512_castps512_ps256(v));
+                if (r + i + 1 < nr)
+                    _mm256_mask_storeu_ps(&s[r + i + 1][t0], keep, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+            }
+        }
+    }
+}
+
+/* acc rows a0 (n0 positions) and a1 (n1, may be NULL) += P . Vf. */
+static inline void accumulate_rows(float *restrict a0, float *restrict a1, const float *restrict vf, int hd,
+                                   const float *restrict p0, const float *restrict p1, int n0, int n1)
+{
+    const int nboth = a1 ? MZ_MIN(n0, n1) : 0;
+    int d = 0;
+    for (; d + 64 <= hd; d += 64) {
+        __m512 c0 = _mm512_loadu_ps(a0 + d), c1 = _mm512_loadu_ps(a0 + d + 16);
+        __m512 c2 = _mm512_loadu_ps(a0 + d + 32), c3 = _mm512_loadu_ps(a0 + d + 48);
+        int t = 0;
+        if (a1) {
+            __m512 e0 = _mm512_loadu_ps(a1 + d), e1 = _mm512_loadu_ps(a1 + d + 16);
+            __m512 e2 = _mm512_loadu_ps(a1 + d + 32), e3 = _mm512_loadu_ps(a1 + d + 48);
+            for (; t < nboth; t++) {
+                const float *v = vf + (size_t)t * (size_t)hd + d;
+                const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+                const __m512 v2 = _mm512_loadu_ps(v + 32), v3 = _mm512_loadu_ps(v + 48);
+                const __m512 pa = _mm512_set1_ps(p0[t]), pb = _mm512_set1_ps(p1[t]);
+                c0 = _mm512_fmadd_ps(pa, v0, c0);
+                c1 = _mm512_fmadd_ps(pa, v1, c1);
+                c2 = _mm512_fmadd_ps(pa, v2, c2);
+                c3 = _mm512_fmadd_ps(pa, v3, c3);
+                e0 = _mm512_fmadd_ps(pb, v0, e0);
+                e1 = _mm512_fmadd_ps(pb, v1, e1);
+                e2 = _mm512_fmadd_ps(pb, v2, e2);
+                e3 = _mm512_fmadd_ps(pb, v3, e3);
+            }
+            for (int u = t; u < n1; u++) {
+                const float *v = vf + (size_t)u * (size_t)hd + d;
+                const __m512 pb = _mm512_set1_ps(p1[u]);
+                e0 = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v), e0);
+                e1 = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v + 16), e1);
+                e2 = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v + 32), e2);
+                e3 = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v + 48), e3);
+            }
+            _mm512_storeu_ps(a1 + d, e0);
+            _mm512_storeu_ps(a1 + d + 16, e1);
+            _mm512_storeu_ps(a1 + d + 32, e2);
+            _mm512_storeu_ps(a1 + d + 48, e3);
+        }
+        for (; t < n0; t++) {
+            const float *v = vf + (size_t)t * (size_t)hd + d;
+            const __m512 pa = _mm512_set1_ps(p0[t]);
+            c0 = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v), c0);
+            c1 = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v + 16), c1);
+            c2 = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v + 32), c2);
+            c3 = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v + 48), c3);
+        }
+        _mm512_storeu_ps(a0 + d, c0);
+        _mm512_storeu_ps(a0 + d + 16, c1);
+        _mm512_storeu_ps(a0 + d + 32, c2);
+        _mm512_storeu_ps(a0 + d + 48, c3);
+    }
+    for (; d < hd; d += 16) {
+        __m512 c0 = _mm512_loadu_ps(a0 + d);
+        for (int t = 0; t < n0; t++)
+            c0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[t]), _mm512_loadu_ps(vf + (size_t)t * (size_t)hd + d), c0);
+        _mm512_storeu_ps(a0 + d, c0);
+        if (a1) {
+            __m512 e0 = _mm512_loadu_ps(a1 + d);
+            for (int t = 0; t < n1; t++)
+                e0 = _mm512_fmadd_ps(_mm512_set1_ps(p1[t]), _mm512_loadu_ps(vf + (size_t)t * (size_t)hd + d), e0);
+            _mm512_storeu_ps(a1 + d, e0);
+        }
+    }
+}
+
+static void accumulate_avx512(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int nr,
+                              int nt, const int *nv, float p[][ATTN_TILE])
+{
+    for (size_t e = 0; e < (size_t)nt * (size_t)hd; e += 16)
+        _mm512_storeu_ps(vf + e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vb + e))));
+    int r = 0;
+    while (r < nr && nv[r] <= 0) r++;
+    for (; r + 1 < nr; r += 2)
+        accumulate_rows(acc + (size_t)r * (size_t)hd, acc + (size_t)(r + 1) * (size_t)hd, vf, hd, p[r], p[r + 1],
+                        nv[r], nv[r + 1]);
+    if (r < nr) accumulate_rows(acc + (size_t)r * (size_t)hd, NULL, vf, hd, p[r], NULL, nv[r], 0);
+}
+
+static const attn_tile_kernels avx512_tiles = {scores_avx512, accumulate_avx512};
+
+void mz_attn_avx512(const mz_attn_args *a, int ith, int nth)
+{
+    MZ_ASSERT(a->head_dim % 16 == 0);
+    mz_attn_tiled(a, ith, nth, &avx512_tiles);
+}
+
+#else
+/* Not an x86-64 build with AVX-512 flags: nothing to compile here. */
+typedef int mz_attn_avx512_unused;
+#endif
