@@ -19,8 +19,11 @@
  * Prefills CONTEXT random tokens once, then for every level and mode:
  * truncate back to the context, evict to the level (the hybrid policy,
  * backward-out), and time mz_prefill_restore of QUERY tokens. Prints medians
- * over REPEATS runs as a markdown table: TTFT, prefill (compute incl.
- * stalls), stall, all-ready time, and the busy time of each worker.
+ * over REPEATS runs (the modes taking turns) as a markdown table: TTFT,
+ * prefill (compute incl. stalls), stall, all-ready time, the busy time of
+ * each activity (summed over the threads running it), the CPU time the
+ * request took (every thread; user + system) and that time spread over
+ * the online CPUs: no overlap can bring TTFT below this floor.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
@@ -30,11 +33,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* User + system time of the whole process (every thread) so far. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 static void print_loadavg(const char *when)
@@ -139,6 +153,7 @@ int main(int argc, char **argv)
     }
     double t0 = 0;
     mz_restore_timings tm;
+    const long n_cpus = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
     print_loadavg("at start");
     if (synthetic) {
         double a = mz_time_ms();
@@ -164,13 +179,14 @@ int main(int argc, char **argv)
         base[r] = tm.ttft_ms;
     }
     printf("model %s, context %d tokens (%s %.0f ms), query %d tokens, %d compute threads, "
-           "codec %s, isa %s, median of %d\n\n", model, n_ctx_tok,
+           "codec %s, isa %s, median of %d, %ld CPUs online\n\n", model, n_ctx_tok,
            synthetic ? "SYNTHETIC KV written in" : "prefill", t0, n_q, threads,
-           codec ? codec : "q8", mz_kernels_isa(), reps);
+           codec ? codec : "q8", mz_kernels_isa(), reps, n_cpus);
     printf("all resident: TTFT %.1f ms\n\n", median(base, reps));
     printf("| remaining | restore threads | overlap | TTFT ms | x none | prefill ms | stall ms | "
-           "all ready ms | alloc ms | storage ms | memory ms | units (storage/memory) |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "all ready ms | alloc ms | storage ms | memory ms | units (storage/memory) | CPU s | "
+           "CPU floor ms |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     static const char *const names[] = {"none", "alloc||reload", "reload||prefill", "all"};
     static const char *const keys[] = {"none", "alloc-reload", "reload-prefill", "all"};
     static const mz_restore_overlap modes[] = {MZ_OVERLAP_NONE, MZ_OVERLAP_ALLOC_RELOAD,
@@ -186,13 +202,15 @@ int main(int argc, char **argv)
     for (char *tok = strtok_r(lv, ",", &save_lv); tok; tok = strtok_r(NULL, ",", &save_lv)) {
         int rem = atoi(tok);
         for (int ti = 0; ti < n_nth; ti++) {
-        double none_ttft = 0;
-        for (int k = 0; k < 4; k++) {
-            if (!strstr(modes_list, keys[k])) continue;
-            double ttft[64], pre[64], stall[64], ready[64], al[64], st[64], me[64];
-            size_t nu = 0, ns = 0, nm = 0;
-            int nthr = 0;
-            for (int r = 0; r < reps; r++) {
+        /* Modes take turns run by run, so a change in the machine's speed
+         * (a shared VM) falls on all of them alike. */
+        double ttft[4][64], pre[4][64], stall[4][64], ready[4][64], al[4][64], st[4][64], me[4][64],
+            cpu[4][64];
+        size_t nu = 0, ns = 0, nm = 0;
+        int nthr = 0;
+        for (int r = 0; r < reps; r++)
+            for (int k = 0; k < 4; k++) {
+                if (!strstr(modes_list, keys[k])) continue;
                 mz_mem_stats ms;
                 if (mz_ctx_truncate(c, (size_t)n_ctx_tok)) return 1;
                 mz_get_mem_stats(c, &ms);
@@ -205,29 +223,34 @@ int main(int argc, char **argv)
                 mz_restore_params rp = mz_restore_params_default();
                 rp.overlap = modes[k];
                 rp.n_restore_threads = nth_list[ti];
+                const double c0 = cpu_seconds();
                 if (mz_prefill_restore(c, toks + n_ctx_tok, (size_t)n_q, &rp, &tm)) {
                     fprintf(stderr, "query: %s\n", mz_ctx_errmsg(c));
                     return 1;
                 }
-                ttft[r] = tm.ttft_ms;
-                pre[r] = tm.prefill_ms;
-                stall[r] = tm.stall_ms;
-                ready[r] = tm.restore_ms;
-                al[r] = tm.alloc_ms;
-                st[r] = tm.storage_ms;
-                me[r] = tm.mem_ms;
+                cpu[k][r] = cpu_seconds() - c0;
+                ttft[k][r] = tm.ttft_ms;
+                pre[k][r] = tm.prefill_ms;
+                stall[k][r] = tm.stall_ms;
+                ready[k][r] = tm.restore_ms;
+                al[k][r] = tm.alloc_ms;
+                st[k][r] = tm.storage_ms;
+                me[k][r] = tm.mem_ms;
                 nu = tm.n_units, ns = tm.n_storage_units, nm = tm.n_mem_units;
                 nthr = tm.n_restore_threads;
             }
-            double mt = median(ttft, reps);
+        double none_ttft = 0;
+        for (int k = 0; k < 4; k++) {
+            if (!strstr(modes_list, keys[k])) continue;
+            double mt = median(ttft[k], reps), mc = median(cpu[k], reps);
             if (modes[k] == MZ_OVERLAP_NONE) none_ttft = mt;
             char ratio[16] = "-";
             if (none_ttft > 0) snprintf(ratio, sizeof ratio, "%.2f", mt / none_ttft);
             printf("| %d %% | %d | %s | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
-                   "%zu (%zu/%zu) |\n",
-                   rem, nthr, names[k], mt, ratio, median(pre, reps), median(stall, reps),
-                   median(ready, reps), median(al, reps), median(st, reps), median(me, reps), nu,
-                   ns, nm);
+                   "%zu (%zu/%zu) | %.2f | %.0f |\n",
+                   rem, nthr, names[k], mt, ratio, median(pre[k], reps), median(stall[k], reps),
+                   median(ready[k], reps), median(al[k], reps), median(st[k], reps), median(me[k], reps),
+                   nu, ns, nm, mc, mc * 1e3 / n_cpus);
             fflush(stdout);
         }
         }

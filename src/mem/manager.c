@@ -865,12 +865,14 @@ out:
  * mz_mem_acquire_layer. They run on 1-3 threads (the split: see
  * job_thread_main and mz_mem_restore_begin):
  *
- *   alloc    walks the units in forward order, re-enables each range
- *            (mz_unit_map_pages) and pre-faults it (MADV_POPULATE_WRITE;
- *            else a write per page), and publishes the count done
- *            (j->n_alloc). It runs ahead of the
- *            loaders; without alloc||reload overlap the loaders start only
- *            when it has finished.
+ *   alloc    pre-faults each unit's range (MADV_POPULATE_WRITE; else a
+ *            write per page), on every restore thread: each claims the
+ *            next unit in forward order, and the prefix of units done is
+ *            published (j->n_alloc). The ranges were all made writable
+ *            at the start (mz_unit_map_pages, one pass: see
+ *            mz_mem_restore_begin). It runs ahead of the loaders; without
+ *            alloc||reload overlap the loaders start only when it has
+ *            finished.
  *   storage  weight blocks (O_DIRECT batch from the model file, hash check)
  *            and stored chunks (swap file, checksummed), forward order.
  *   memory   the compressed stack from its top (its head order; forward
@@ -933,6 +935,9 @@ typedef struct rjob {
     int n_inflight;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    size_t n_opened;           /* prefix of units made readable and writable */
+    size_t alloc_next;         /* next unit an allocating thread claims */
+    unsigned char *mapped;     /* [n]: mapped and pre-faulted (any order) */
     size_t n_alloc;            /* prefix of units mapped and pre-faulted */
     size_t n_ready;            /* units made RESIDENT */
     int n_running;             /* workers still running */
@@ -1014,34 +1019,20 @@ typedef struct job_act {
     bool done;
 } job_act;
 
-/* Allocation count, or SIZE_MAX when the job failed. */
-static size_t job_alloc_count(rjob *j)
-{
-    pthread_mutex_lock(&j->mu);
-    size_t n = j->failed ? SIZE_MAX : j->n_alloc;
-    pthread_mutex_unlock(&j->mu);
-    return n;
-}
-
 static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
 {
     (void)seen_alloc;
-    if (a->next >= j->n || job_alloc_count(j) == SIZE_MAX) return JOB_DONE;
+    pthread_mutex_lock(&j->mu);
+    const bool done = j->failed || j->alloc_next >= j->n;
+    const size_t i = done ? 0 : j->alloc_next++;
+    pthread_mutex_unlock(&j->mu);
+    if (done) return JOB_DONE;
     double t0 = mz_time_ms();
     job_delay(j, &a->rng);
-    size_t i = a->next++;
     mz_unit *u = j->units[i];
     /* Nobody else touches u before n_alloc passes i (the loaders wait
-     * for it, compute waits for RESIDENT). */
-    mz_status s = mz_unit_map_pages(u);
-    if (s) {
-        char nm[64], msg[400];
-        snprintf(msg, sizeof msg, "cannot restore %s: %s", unit_name(u, nm, sizeof nm),
-                 mz_last_error());
-        job_fail(j, s, msg);
-        return JOB_DONE;
-    }
-    /* Pre-fault: one MADV_POPULATE_WRITE (Linux 5.14+) populates the
+     * for it, compute waits for RESIDENT; each index is claimed once).
+     * Its range is already readable and writable (restore_begin). Pre-fault: one MADV_POPULATE_WRITE (Linux 5.14+) populates the
      * range in one call, about twice as fast as a write per page on memory
      * the hypervisor has reclaimed (docs/BENCHMARKS.md, bench_reserve);
      * older kernels: a write per page. */
@@ -1051,7 +1042,8 @@ static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
         for (size_t off = 0; off < u->bytes; off += pg) p[off] = 0;
     }
     pthread_mutex_lock(&j->mu);
-    j->n_alloc = i + 1;
+    j->mapped[i] = 1;
+    while (j->n_alloc < j->n && j->mapped[j->n_alloc]) j->n_alloc++;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     a->busy += mz_time_ms() - t0;
@@ -1309,7 +1301,7 @@ static void *job_thread_main(void *arg)
     }
     pthread_mutex_lock(&j->mu);
     for (int k = 0; k < ACT_COUNT; k++)
-        if (t->mask & (1u << k)) j->act_ms[k] = acts[k].busy;
+        if (t->mask & (1u << k)) j->act_ms[k] += acts[k].busy;
     pthread_mutex_unlock(&j->mu);
     job_worker_exit(j);
     return NULL;
@@ -1322,6 +1314,7 @@ static void job_free(rjob *j)
     free(j->from);
     free(j->kv_idx);
     free(j->loaded);
+    free(j->mapped);
     if (j->scratch) mz_pages_free(j->scratch, j->mm->scratch_cap);
     for (int q = 0; q < STO_DEPTH; q++)
         if (j->req[q].scratch) mz_pages_free(j->req[q].scratch, j->mm->scratch_cap);
@@ -1351,8 +1344,9 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     j->units = mz_calloc(MZ_MAX(cap, 1), sizeof *j->units);
     j->from = mz_calloc(MZ_MAX(cap, 1), sizeof *j->from);
     j->loaded = mz_calloc(MZ_MAX(cap, 1), 1);
+    j->mapped = mz_calloc(MZ_MAX(cap, 1), 1);
     j->kv_idx = mz_calloc(MZ_MAX((size_t)mm->n_layer * mm->max_chunks, 1), sizeof *j->kv_idx);
-    if (!j->units || !j->from || !j->loaded || !j->kv_idx) {
+    if (!j->units || !j->from || !j->loaded || !j->mapped || !j->kv_idx) {
         job_free(j);
         return mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
     }
@@ -1412,15 +1406,32 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
         job_free(j);
         return MZ_OK; /* nothing to do: acquire_layer sees no job */
     }
-    /* The split (n_restore_threads): 3 = one thread per activity; 2 = the
-     * CPU-bound ones (allocation, decoding) share a thread and the storage
-     * path, which mostly waits on reads, has its own; 1 = all three take
-     * turns on one thread. */
+    /* Every unit's range is made writable here, in one pass, rather than
+     * by the allocating threads: a protection change takes the process's
+     * mmap lock for writing and would stall every concurrent page fault —
+     * with it, two threads pre-faulted no faster than one. The ranges stay
+     * unpopulated (the allocating threads' work) and unread: compute waits
+     * for RESIDENT, and restore_end closes those that were not loaded. */
+    for (; j->n_opened < j->n; j->n_opened++)
+        if ((s = mz_unit_map_pages(j->units[j->n_opened]))) break;
+    if (s) {
+        char nm[64];
+        mz_fail_prefix(s, "cannot restore %s", unit_name(j->units[j->n_opened], nm, sizeof nm));
+        for (size_t i = 0; i < j->n_opened; i++) mz_unit_release_pages(j->units[i]);
+        job_free(j);
+        return s;
+    }
+    /* The split (n_restore_threads). Allocation is the costliest activity
+     * (faulting in pages the hypervisor reclaimed) and runs on every
+     * restore thread, each claiming the next unit; besides it: 3 = storage
+     * and decoding on threads of their own; 2 = decoding shares the first
+     * thread and the storage path, which mostly waits on reads, the
+     * second; 1 = everything in turn on one thread. */
     int nt = p && p->n_threads >= 1 && p->n_threads <= 3 ? p->n_threads : mm->restore_threads;
     static const unsigned masks[3][3] = {
         {1u << ACT_ALLOC | 1u << ACT_STORAGE | 1u << ACT_MEM, 0, 0},
-        {1u << ACT_ALLOC | 1u << ACT_MEM, 1u << ACT_STORAGE, 0},
-        {1u << ACT_ALLOC, 1u << ACT_STORAGE, 1u << ACT_MEM}};
+        {1u << ACT_ALLOC | 1u << ACT_MEM, 1u << ACT_ALLOC | 1u << ACT_STORAGE, 0},
+        {1u << ACT_ALLOC, 1u << ACT_ALLOC | 1u << ACT_STORAGE, 1u << ACT_ALLOC | 1u << ACT_MEM}};
     j->n_threads = nt;
     j->n_running = nt;
     for (int t = 0; t < nt; t++) {
@@ -1482,7 +1493,7 @@ mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
         for (int t = 0; t < j->n_th; t++) pthread_join(j->th[t], NULL);
         /* Allocated but never loaded (a failure stopped the loaders): give
          * the pages back; the unit is still in its evicted state. */
-        for (size_t i = 0; i < j->n_alloc; i++)
+        for (size_t i = 0; i < j->n_opened; i++)
             if (!j->loaded[i] && mz_unit_state_get(j->units[i]) == j->from[i])
                 mz_unit_release_pages(j->units[i]);
         if (j->failed) s = mz_fail(j->err, "%s", j->errmsg);
