@@ -18,10 +18,13 @@
  *   - items of a segment lie in [bot, top), contiguous, last = the top item;
  *   - the totals in the stats equal the sums over the segments.
  */
+#define _DEFAULT_SOURCE /* MADV_DONTNEED */
 #include "compstack.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define SEG_HDR 64u
 #define ITEM_HDR 32u
@@ -48,10 +51,20 @@ typedef struct item_hdr {
 
 _Static_assert(sizeof(item_hdr) == ITEM_HDR, "item header size");
 
+typedef struct retired_seg {
+    void *p;
+    size_t len;
+} retired_seg;
+
 struct mz_compstack {
     seg *bottom, *topseg;
     size_t seg_bytes;
     mz_compstack_stats st;
+    /* Deferred unmapping (mz_compstack_defer_unmap): emptied segments'
+     * pages are freed at once, their mappings parked here, capacity
+     * reserved up front so that parking never allocates. */
+    retired_seg *retired;
+    size_t n_retired, cap_retired;
 };
 
 static size_t footprint(size_t len) { return ITEM_HDR + ((len + 15) & ~(size_t)15); }
@@ -85,12 +98,33 @@ static void seg_release(mz_compstack_t *s, seg *g)
     s->st.bytes_mapped -= g->cap;
     s->st.n_segments--;
     s->st.n_seg_free++;
+    if (s->retired && s->n_retired < s->cap_retired) {
+        const size_t len = g->cap;
+        int r = madvise(g, len, MADV_DONTNEED);
+        MZ_ASSERT(r == 0);
+        s->retired[s->n_retired++] = (retired_seg){.p = g, .len = len};
+        return;
+    }
     mz_pages_free(g, g->cap);
+}
+
+void mz_compstack_defer_unmap(mz_compstack_t *s, bool on)
+{
+    for (size_t i = 0; i < s->n_retired; i++) mz_pages_free(s->retired[i].p, s->retired[i].len);
+    free(s->retired);
+    s->retired = NULL;
+    s->n_retired = s->cap_retired = 0;
+    if (!on || s->st.n_segments == 0) return;
+    /* Only live segments can retire before the next call (pops and bottom
+     * removals do not map new ones). */
+    s->retired = malloc(s->st.n_segments * sizeof *s->retired);
+    if (s->retired) s->cap_retired = s->st.n_segments;
 }
 
 void mz_compstack_free(mz_compstack_t *s)
 {
     if (!s) return;
+    mz_compstack_defer_unmap(s, false);
     while (s->topseg) seg_release(s, s->topseg);
     free(s);
 }

@@ -72,6 +72,15 @@ MZ_INTERNAL mz_status mz_compstack_pop(mz_compstack_t *s, void *dst, size_t cap,
 MZ_INTERNAL mz_status mz_compstack_take_bottom(mz_compstack_t *s, void *dst, size_t cap,
                                                size_t *len, uint64_t *tag);
 
+/* Deferred unmapping, for when other threads are faulting pages in: an
+ * emptied segment's pages are still freed at once (MADV_DONTNEED: resident
+ * memory falls as before) but its mapping is kept until the next call,
+ * because unmapping takes the process's mmap lock for writing and stalls
+ * every concurrent page fault (the restore workers pre-faulting units).
+ * Each call unmaps what the previous one deferred; on = defer from now on
+ * (falls back to unmapping at once if the bookkeeping cannot be reserved). */
+MZ_INTERNAL void mz_compstack_defer_unmap(mz_compstack_t *s, bool on);
+
 MZ_INTERNAL size_t mz_compstack_count(const mz_compstack_t *s);
 MZ_INTERNAL size_t mz_compstack_bytes(const mz_compstack_t *s);  /* bytes_items */
 MZ_INTERNAL void mz_compstack_get_stats(const mz_compstack_t *s, mz_compstack_stats *out);

@@ -1427,6 +1427,11 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
      * and decoding on threads of their own; 2 = decoding shares the first
      * thread and the storage path, which mostly waits on reads, the
      * second; 1 = everything in turn on one thread. */
+    /* The memory path empties stack segments while the others fault pages
+     * in: their unmapping waits for restore_end. */
+    pthread_mutex_lock(&mm->lock);
+    mz_compstack_defer_unmap(mm->stack, true);
+    pthread_mutex_unlock(&mm->lock);
     int nt = p && p->n_threads >= 1 && p->n_threads <= 3 ? p->n_threads : mm->restore_threads;
     static const unsigned masks[3][3] = {
         {1u << ACT_ALLOC | 1u << ACT_STORAGE | 1u << ACT_MEM, 0, 0},
@@ -1497,6 +1502,9 @@ mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
             if (!j->loaded[i] && mz_unit_state_get(j->units[i]) == j->from[i])
                 mz_unit_release_pages(j->units[i]);
         if (j->failed) s = mz_fail(j->err, "%s", j->errmsg);
+        pthread_mutex_lock(&mm->lock);
+        mz_compstack_defer_unmap(mm->stack, false);
+        pthread_mutex_unlock(&mm->lock);
         mm->last.alloc_ms = j->act_ms[ACT_ALLOC];
         mm->last.storage_ms = j->act_ms[ACT_STORAGE];
         mm->last.mem_ms = j->act_ms[ACT_MEM];

@@ -1,12 +1,16 @@
 /*
  * test_compstack.c — the compressed stack: LIFO order, bottom removal, mixed
- * and oversized items, segment release (counted and seen in RSS), accounting.
+ * and oversized items, segment release (counted and seen in RSS), accounting,
+ * deferred unmapping (pages freed at once, mappings kept until asked).
  */
+#define _DEFAULT_SOURCE /* mincore */
 #include "mem/compstack.h"
 #include "testutil.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static unsigned long long g_rng = 0xc0ffee42ULL;
 
@@ -269,11 +273,75 @@ static void test_rss(void)
     free(buf);
 }
 
+/* Deferred unmapping: an emptied segment's pages go at once (RSS falls, the
+ * page is no longer resident) but its mapping stays until the next call;
+ * the items left are untouched; segments emptied beyond the reserved count
+ * (after a push mapped a new one) are unmapped at once. */
+static int page_state(const void *p)
+{
+    unsigned char v = 0;
+    void *page = (void *)((uintptr_t)p & ~(uintptr_t)(mz_page_size() - 1));
+    if (mincore(page, 1, &v) != 0) return errno == ENOMEM ? -1 : -2; /* -1: unmapped */
+    return v & 1; /* 1 resident, 0 mapped but not resident */
+}
+
+static void test_defer_unmap(void)
+{
+    const size_t seg = 64 * 1024, item = 20000;
+    mz_compstack_t *s;
+    CHECK_EQ_INT(mz_compstack_init(seg, &s), MZ_OK);
+    uint8_t *buf = malloc(item), *scratch = malloc(item);
+    for (uint64_t t = 0; t < 12; t++) { /* 3 per segment: 4 segments */
+        fill_item(buf, item, t);
+        CHECK_EQ_INT(mz_compstack_push(s, buf, item, t), MZ_OK);
+    }
+    mz_compstack_stats st;
+    mz_compstack_get_stats(s, &st);
+    CHECK_EQ_INT(st.n_segments, 4);
+    const uint8_t *top;
+    CHECK_EQ_INT(mz_compstack_peek_top(s, &top, NULL, NULL), MZ_OK);
+    CHECK_EQ_INT(page_state(top), 1);
+
+    mz_compstack_defer_unmap(s, true);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(mz_compstack_drop_top(s), MZ_OK);
+    mz_compstack_get_stats(s, &st);
+    CHECK_EQ_INT(st.n_segments, 3);
+    CHECK_EQ_INT(st.bytes_mapped, 3 * seg);
+    CHECK_MSG(page_state(top) == 0, "emptied segment: page state %d, want mapped, not resident",
+              page_state(top));
+    /* A push maps a new segment; emptying it and then all four older ones
+     * retires five segments against four reserved: the fifth is unmapped
+     * at once (nothing leaks, nothing is unmapped twice). */
+    fill_item(buf, item, 99);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(mz_compstack_push(s, buf, item, 99), MZ_OK);
+    CHECK_EQ_INT(mz_compstack_drop_top(s), MZ_OK);
+    CHECK_EQ_INT(mz_compstack_drop_top(s), MZ_OK);
+    CHECK_EQ_INT(mz_compstack_drop_top(s), MZ_OK);
+    CHECK_EQ_INT(mz_compstack_drop_top(s), MZ_OK);
+    for (uint64_t t = 9; t-- > 0;) {
+        const uint8_t *d;
+        size_t len;
+        uint64_t tag;
+        CHECK(mz_compstack_peek_top(s, &d, &len, &tag) == MZ_OK && tag == t && len == item &&
+              item_ok(d, len, t, scratch));
+        CHECK_EQ_INT(mz_compstack_drop_top(s), MZ_OK);
+    }
+    mz_compstack_get_stats(s, &st);
+    CHECK_EQ_INT(st.n_segments, 0);
+    CHECK_EQ_INT(page_state(top), 0);
+    mz_compstack_defer_unmap(s, false);
+    CHECK_MSG(page_state(top) == -1, "after defer off: page state %d, want unmapped", page_state(top));
+    mz_compstack_free(s);
+    free(buf);
+    free(scratch);
+}
+
 int main(void)
 {
     test_basic();
     test_segments();
     test_random_ops();
     test_rss();
+    test_defer_unmap();
     return t_done("test_compstack");
 }
