@@ -15,8 +15,8 @@
  * Register tile: 4 rows x 4 position pairs = 16 accumulators.
  *
  * Weighted V: acc[r][d] += P[r][t] * V[t][d], one FMA per position in
- * ascending order, for two rows x 64 dims at a time — the same sequence per
- * element as AVX2's two rows x 32 dims.
+ * ascending order, for four (or two) rows x 64 dims at a time — the same
+ * sequence per element as AVX2's two rows x 32 dims.
  */
 #include "kernels_impl.h"
 
@@ -184,6 +184,50 @@ static inline void accumulate_rows(float *restrict a0, float *restrict a1, const
     }
 }
 
+/* Four rows that all take the same n positions, 64 dims at a time (each V
+ * load serves four rows); hd % 64 == 0. */
+static inline void accumulate_4rows(float *restrict acc, const float *restrict vf, int hd, float p[][ATTN_TILE],
+                                    int r, int n)
+{
+    float *a0 = acc + (size_t)r * (size_t)hd, *a1 = a0 + hd, *a2 = a1 + hd, *a3 = a2 + hd;
+    const float *p0 = p[r], *p1 = p[r + 1], *p2 = p[r + 2], *p3 = p[r + 3];
+    for (int d = 0; d < hd; d += 64) {
+        __m512 c00 = _mm512_loadu_ps(a0 + d), c01 = _mm512_loadu_ps(a0 + d + 16);
+        __m512 c02 = _mm512_loadu_ps(a0 + d + 32), c03 = _mm512_loadu_ps(a0 + d + 48);
+        __m512 c10 = _mm512_loadu_ps(a1 + d), c11 = _mm512_loadu_ps(a1 + d + 16);
+        __m512 c12 = _mm512_loadu_ps(a1 + d + 32), c13 = _mm512_loadu_ps(a1 + d + 48);
+        __m512 c20 = _mm512_loadu_ps(a2 + d), c21 = _mm512_loadu_ps(a2 + d + 16);
+        __m512 c22 = _mm512_loadu_ps(a2 + d + 32), c23 = _mm512_loadu_ps(a2 + d + 48);
+        __m512 c30 = _mm512_loadu_ps(a3 + d), c31 = _mm512_loadu_ps(a3 + d + 16);
+        __m512 c32 = _mm512_loadu_ps(a3 + d + 32), c33 = _mm512_loadu_ps(a3 + d + 48);
+        for (int t = 0; t < n; t++) {
+            const float *v = vf + (size_t)t * (size_t)hd + d;
+            const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+            const __m512 v2 = _mm512_loadu_ps(v + 32), v3 = _mm512_loadu_ps(v + 48);
+            __m512 w = _mm512_set1_ps(p0[t]);
+            c00 = _mm512_fmadd_ps(w, v0, c00), c01 = _mm512_fmadd_ps(w, v1, c01);
+            c02 = _mm512_fmadd_ps(w, v2, c02), c03 = _mm512_fmadd_ps(w, v3, c03);
+            w = _mm512_set1_ps(p1[t]);
+            c10 = _mm512_fmadd_ps(w, v0, c10), c11 = _mm512_fmadd_ps(w, v1, c11);
+            c12 = _mm512_fmadd_ps(w, v2, c12), c13 = _mm512_fmadd_ps(w, v3, c13);
+            w = _mm512_set1_ps(p2[t]);
+            c20 = _mm512_fmadd_ps(w, v0, c20), c21 = _mm512_fmadd_ps(w, v1, c21);
+            c22 = _mm512_fmadd_ps(w, v2, c22), c23 = _mm512_fmadd_ps(w, v3, c23);
+            w = _mm512_set1_ps(p3[t]);
+            c30 = _mm512_fmadd_ps(w, v0, c30), c31 = _mm512_fmadd_ps(w, v1, c31);
+            c32 = _mm512_fmadd_ps(w, v2, c32), c33 = _mm512_fmadd_ps(w, v3, c33);
+        }
+        _mm512_storeu_ps(a0 + d, c00), _mm512_storeu_ps(a0 + d + 16, c01);
+        _mm512_storeu_ps(a0 + d + 32, c02), _mm512_storeu_ps(a0 + d + 48, c03);
+        _mm512_storeu_ps(a1 + d, c10), _mm512_storeu_ps(a1 + d + 16, c11);
+        _mm512_storeu_ps(a1 + d + 32, c12), _mm512_storeu_ps(a1 + d + 48, c13);
+        _mm512_storeu_ps(a2 + d, c20), _mm512_storeu_ps(a2 + d + 16, c21);
+        _mm512_storeu_ps(a2 + d + 32, c22), _mm512_storeu_ps(a2 + d + 48, c23);
+        _mm512_storeu_ps(a3 + d, c30), _mm512_storeu_ps(a3 + d + 16, c31);
+        _mm512_storeu_ps(a3 + d + 32, c32), _mm512_storeu_ps(a3 + d + 48, c33);
+    }
+}
+
 static void accumulate_avx512(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int nr,
                               int nt, const int *nv, float p[][ATTN_TILE])
 {
@@ -191,6 +235,9 @@ static void accumulate_avx512(float *restrict acc, const mz_f16 *restrict vb, fl
         _mm512_storeu_ps(vf + e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vb + e))));
     int r = 0;
     while (r < nr && nv[r] <= 0) r++;
+    if (hd % 64 == 0)
+        for (; r + 3 < nr && nv[r] == nv[r + 3]; r += 4) /* nv is non-decreasing: all four equal */
+            accumulate_4rows(acc, vf, hd, p, r, nv[r]);
     for (; r + 1 < nr; r += 2)
         accumulate_rows(acc + (size_t)r * (size_t)hd, acc + (size_t)(r + 1) * (size_t)hd, vf, hd, p[r], p[r + 1],
                         nv[r], nv[r + 1]);
