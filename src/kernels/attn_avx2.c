@@ -125,9 +125,7 @@ static inline void f16_rows(const mz_f16 *restrict x, float *restrict y, size_t 
 
 /* ---- one item ----------------------------------------------------------------------- */
 
-typedef struct row_state {
-    float m, l;
-} row_state;
+typedef attn_row_state row_state;
 
 /* S[r][t] = scale * (Q[r] . Kf[t]) for rows [0, nr), positions [0, nt), with
  * Kf = f32(kb) converted into kf first. */
@@ -274,6 +272,48 @@ static inline void merge_state(row_state *S, float *restrict ACC, float m, float
     S->m = M;
 }
 
+/* Per row r in [r0, nr): the tile's max m' over its nv[r] scores; if it
+ * raises the row's m, l and acc are rescaled by exp(m - m'); then
+ * P = exp(S - m) over the valid positions (0 elsewhere) replaces S, and l
+ * grows by sum P, summed as ((P0+P1)+(P2+P3)) over 8-lane quarters, then
+ * halves, pairs, lanes. */
+static void softmax_rows(float s[][ATTN_TILE], const int *nv, int r0, int nr, row_state *st, float *restrict acc,
+                         int hd)
+{
+    for (int r = r0; r < nr; r++) {
+        const int n = nv[r];
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        for (int t = 0; t < ATTN_TILE; t += 8) {
+            const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+            mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(&s[r][t]), keep));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float mt = _mm_cvtss_f32(m4);
+        if (mt > st[r].m) {
+            const float corr = expf(st[r].m - mt); /* 0 on the first tile */
+            st[r].l *= corr;
+            scale_row(acc + (size_t)r * (size_t)hd, corr, hd);
+            st[r].m = mt;
+        }
+        const __m256 mv = _mm256_set1_ps(st[r].m);
+        __m256 ps[ATTN_TILE / 8];
+        for (int t = 0; t < ATTN_TILE; t += 8) {
+            const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+            ps[t / 8] = _mm256_and_ps(keep, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(&s[r][t]), mv)));
+            _mm256_storeu_ps(&s[r][t], ps[t / 8]);
+        }
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(ps[0], ps[1]), _mm256_add_ps(ps[2], ps[3]));
+        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+        s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+        st[r].l += _mm_cvtss_f32(s4);
+    }
+}
+
 /* Item description: rows r = ti * hsub + g for tokens i0 + ti (ti < nq) and
  * query heads h0 + g (g < hsub). */
 typedef struct item {
@@ -329,43 +369,12 @@ static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, cons
             if (nv[r] == 0) r_first = r + 1;
         }
         kk->scores(qs + (size_t)r_first * (size_t)hd, kb, kf, hd, nr - r_first, nt, a->scale, s + r_first);
-        for (int r = r_first; r < nr; r++) {
-            const int n = nv[r];
-            __m256 mx = _mm256_set1_ps(-INFINITY);
-            for (int t = 0; t < ATTN_TILE; t += 8) {
-                const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
-                    _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
-                mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(&s[r][t]), keep));
-            }
-            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-            const float mt = _mm_cvtss_f32(m4);
-            if (mt > st[r].m) {
-                const float corr = expf(st[r].m - mt); /* 0 on the first tile */
-                st[r].l *= corr;
-                scale_row(acc + (size_t)r * (size_t)hd, corr, hd);
-                st[r].m = mt;
-            }
-            const __m256 mv = _mm256_set1_ps(st[r].m);
-            __m256 ps[ATTN_TILE / 8];
-            for (int t = 0; t < ATTN_TILE; t += 8) {
-                const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
-                    _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
-                ps[t / 8] = _mm256_and_ps(keep, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(&s[r][t]), mv)));
-                _mm256_storeu_ps(&s[r][t], ps[t / 8]);
-            }
-            const __m256 sum = _mm256_add_ps(_mm256_add_ps(ps[0], ps[1]), _mm256_add_ps(ps[2], ps[3]));
-            __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-            s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-            st[r].l += _mm_cvtss_f32(s4);
-        }
+        kk->softmax(s, nv, r_first, nr, st, acc, hd);
         kk->accumulate(acc, vb, vf, hd, nr, nt, nv, s);
     }
 }
 
-_Static_assert(ATTN_TILE == 32, "the softmax loop above assumes 4 vectors per tile");
+_Static_assert(ATTN_TILE == 32, "softmax_rows assumes 4 vectors per tile");
 
 /* Queries of an item, row r = token-major: Q[r] = q[i0 + r / hsub][h0 + r % hsub]. */
 static void load_queries(const mz_attn_args *a, const item *it, float *restrict qs)
@@ -501,7 +510,7 @@ void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kern
     }
 }
 
-static const attn_tile_kernels avx2_tiles = {scores, accumulate};
+static const attn_tile_kernels avx2_tiles = {scores, accumulate, softmax_rows};
 
 void mz_attn_avx2(const mz_attn_args *a, int ith, int nth) { mz_attn_tiled(a, ith, nth, &avx2_tiles); }
 

@@ -1,6 +1,7 @@
 /*
- * attn_avx512.c — the two tile products of the tiled attention (attn_tiled.h)
- * with 16-lane vectors; plan, softmax and merge are attn_avx2.c's.
+ * attn_avx512.c — the tile steps of the tiled attention (attn_tiled.h) with
+ * 16-lane vectors: scores, softmax step, weighted V; plan and merge are
+ * attn_avx2.c's.
  * Bit-identical to the AVX2 products, so to mz_attn_avx2.
  *
  * Scores. The AVX2 product keeps, per (row, position), 8 lanes that sum the
@@ -14,6 +15,9 @@
  * does), then the lower and upper 4-lane blocks added.
  * Register tile: 4 rows x 4 position pairs = 16 accumulators.
  *
+ * Softmax step: attn_avx2.c's, with the exp polynomial on 16 lanes; the max
+ * and sum reductions go quarter by quarter in the AVX2 order.
+ *
  * Weighted V: acc[r][d] += P[r][t] * V[t][d], one FMA per position in
  * ascending order, for four (or two) rows x 64 dims at a time — the same
  * sequence per element as AVX2's two rows x 32 dims.
@@ -25,6 +29,7 @@
 #include "attn_tiled.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 /* Per 128-bit block: [a0+a1, a2+a3, b0+b1, b2+b3], as _mm256_hadd_ps. */
 static inline __m512 hadd512(__m512 a, __m512 b)
@@ -244,7 +249,81 @@ static void accumulate_avx512(float *restrict acc, const mz_f16 *restrict vb, fl
     if (r < nr) accumulate_rows(acc + (size_t)r * (size_t)hd, NULL, vf, hd, p[r], NULL, nv[r], 0);
 }
 
-static const attn_tile_kernels avx512_tiles = {scores_avx512, accumulate_avx512};
+/* attn_avx2.c's exp_ps, lane for lane (same operations, same constants). */
+static inline __m512 exp512(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(x, lo);
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+    return _mm512_maskz_mov_ps((__mmask16)~under, y);
+}
+
+static inline __m256 lo256(__m512 v) { return _mm512_castps512_ps256(v); }
+static inline __m256 hi256(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+/* Lanes [0, n) of a 16-lane block (n may be <= 0 or >= 16). */
+static inline __mmask16 first_lanes(int n)
+{
+    return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+}
+
+/* attn_avx2.c's softmax_rows with 16-lane exp; the max and the sum are
+ * reduced in the AVX2 order, quarter by quarter. */
+static void softmax_avx512(float s[][ATTN_TILE], const int *nv, int r0, int nr, attn_row_state *st,
+                           float *restrict acc, int hd)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int r = r0; r < nr; r++) {
+        const int n = nv[r];
+        const __mmask16 k0 = first_lanes(n), k1 = first_lanes(n - 16);
+        const __m512 s0 = _mm512_loadu_ps(&s[r][0]), s1 = _mm512_loadu_ps(&s[r][16]);
+        const __m512 b0 = _mm512_mask_blend_ps(k0, ninf, s0), b1 = _mm512_mask_blend_ps(k1, ninf, s1);
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        mx = _mm256_max_ps(mx, lo256(b0));
+        mx = _mm256_max_ps(mx, hi256(b0));
+        mx = _mm256_max_ps(mx, lo256(b1));
+        mx = _mm256_max_ps(mx, hi256(b1));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float mt = _mm_cvtss_f32(m4);
+        if (mt > st[r].m) {
+            const float corr = expf(st[r].m - mt); /* 0 on the first tile */
+            st[r].l *= corr;
+            float *a = acc + (size_t)r * (size_t)hd;
+            const __m512 vc = _mm512_set1_ps(corr);
+            for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(a + d, _mm512_mul_ps(vc, _mm512_loadu_ps(a + d)));
+            st[r].m = mt;
+        }
+        const __m512 mv = _mm512_set1_ps(st[r].m);
+        const __m512 p0 = _mm512_maskz_mov_ps(k0, exp512(_mm512_sub_ps(s0, mv)));
+        const __m512 p1 = _mm512_maskz_mov_ps(k1, exp512(_mm512_sub_ps(s1, mv)));
+        _mm512_storeu_ps(&s[r][0], p0);
+        _mm512_storeu_ps(&s[r][16], p1);
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(lo256(p0), hi256(p0)), _mm256_add_ps(lo256(p1), hi256(p1)));
+        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+        s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+        st[r].l += _mm_cvtss_f32(s4);
+    }
+}
+
+_Static_assert(ATTN_TILE == 32, "softmax_avx512 handles a tile as two 16-lane blocks");
+
+static const attn_tile_kernels avx512_tiles = {scores_avx512, accumulate_avx512, softmax_avx512};
 
 void mz_attn_avx512(const mz_attn_args *a, int ith, int nth)
 {

@@ -19,6 +19,11 @@
 #define ATTN_MAX_ROWS 32    /* query rows per work item */
 #define ATTN_SEG_POS 1024   /* positions per segment of the online softmax */
 
+/* A query row's online-softmax state: running max and sum of exp. */
+typedef struct attn_row_state {
+    float m, l;
+} attn_row_state;
+
 typedef struct attn_tile_kernels {
     /* S[r][t] = scale * (Q[r] . f32(K[t])) for r < nr, t < nt; K[t] is the
      * F16 row kb + t * hd; kf is scratch for ATTN_TILE * hd floats. */
@@ -28,6 +33,13 @@ typedef struct attn_tile_kernels {
      * is vb + t * hd for t < nt; vf is scratch for ATTN_TILE * hd floats. */
     void (*accumulate)(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int nr,
                        int nt, const int *nv, float p[][ATTN_TILE]);
+    /* For rows r0 <= r < nr: the tile's online-softmax step (attn_avx2.c's
+     * softmax_rows has the exact arithmetic every ISA must repeat): may
+     * raise st[r].m (rescaling st[r].l and acc row r), turns s[r] into
+     * P = exp(s - m) on the nv[r] valid positions (0 past them) and adds
+     * sum P to st[r].l. */
+    void (*softmax)(float s[][ATTN_TILE], const int *nv, int r0, int nr, attn_row_state *st, float *restrict acc,
+                    int hd);
 } attn_tile_kernels;
 
 /* mz_attn's contract, with the given tile products (head_dim % 8 == 0 and
