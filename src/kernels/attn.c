@@ -9,7 +9,7 @@
  *
  * mz_attn (SIMD: attn_avx2.c, built for short queries over long contexts;
  * its top comment has the work split and the segment merge; attn_avx512.c
- * widens its tile products, same bits). The scalar
+ * widens its tile steps, same bits). The scalar
  * kernel here: one pass over the chunk-pointer array with an online softmax.
  *   Per query row it keeps a running max m, running sum l and accumulator
  *   acc[head_dim]. Positions go by in tiles of up to ATTN_TILE rows of one

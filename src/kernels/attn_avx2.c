@@ -25,9 +25,9 @@
  * do not depend on the thread count, the batch or the token split
  * (test_forward_threads relies on it).
  *
- * The two tile products (S and acc += P . Vf) are this file's AVX2 ones or
- * attn_avx512.c's, which give the same bits (attn_tiled.h); the rest —
- * plan, softmax, segments, merge — is shared.
+ * The three tile steps (S, the softmax step, acc += P . Vf) are this file's
+ * AVX2 ones or attn_avx512.c's, which give the same bits (attn_tiled.h); the
+ * rest — plan, segments, merge — is shared.
  *
  * A row attends to positions [0, pos0 + i]: in a tile it uses only its valid
  * prefix (loops are cut per row, never masked by adding zeros), so masked

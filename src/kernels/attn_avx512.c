@@ -2,7 +2,7 @@
  * attn_avx512.c — the tile steps of the tiled attention (attn_tiled.h) with
  * 16-lane vectors: scores, softmax step, weighted V; plan and merge are
  * attn_avx2.c's.
- * Bit-identical to the AVX2 products, so to mz_attn_avx2.
+ * Bit-identical to the AVX2 steps, so to mz_attn_avx2.
  *
  * Scores. The AVX2 product keeps, per (row, position), 8 lanes that sum the
  * dims d = e mod 8 in ascending order, then folds them as

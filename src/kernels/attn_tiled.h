@@ -2,13 +2,14 @@
  * attn_tiled.h — the tiled attention of attn_avx2.c, shared with
  * attn_avx512.c (x86-64 only).
  *
- * attn_avx2.c owns the plan, the work items, the per-row online softmax and
- * the segment merge; an ISA supplies only the two tile products, where the
- * FLOPs are. Both ISAs' products follow the same per-element arithmetic
- * (score lanes: d mod 8, summed as ((x0+x1)+(x2+x3))+((x4+x5)+(x6+x7)), then
- * times scale; weighted V: one FMA per position, ascending), so AVX-512 gives
- * the AVX2 kernel's bits and every invariance the forward pass relies on
- * (thread count, batch, token split) holds across both.
+ * attn_avx2.c owns the plan, the work items, the segments and their merge;
+ * an ISA supplies the three steps of a tile, where the time goes. Both ISAs'
+ * steps follow the same per-element arithmetic (score lanes: d mod 8, summed
+ * as ((x0+x1)+(x2+x3))+((x4+x5)+(x6+x7)), then times scale; softmax: the same
+ * exp polynomial, max and sum reduced in one order; weighted V: one FMA per
+ * position, ascending), so AVX-512 gives the AVX2 kernel's bits and every
+ * invariance the forward pass relies on (thread count, batch, token split)
+ * holds across both.
  */
 #ifndef MZ_ATTN_TILED_H
 #define MZ_ATTN_TILED_H
@@ -42,8 +43,8 @@ typedef struct attn_tile_kernels {
                     int hd);
 } attn_tile_kernels;
 
-/* mz_attn's contract, with the given tile products (head_dim % 8 == 0 and
- * whatever more the products need). Merge: mz_attn_merge_avx2; scratch
+/* mz_attn's contract, with the given tile steps (head_dim % 8 == 0 and
+ * whatever more the steps need). Merge: mz_attn_merge_avx2; scratch
  * size: mz_attn_partial_floats_avx2. */
 void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kernels *kk);
 

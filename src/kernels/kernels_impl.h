@@ -121,7 +121,7 @@ MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_avx512);
 MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_avx512);
 MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_avx512);
 MZ_GEMM_DECL(mz_gemm_f32_avx512);
-/* attn_avx512.c: mz_attn_avx2 with 16-lane tile products, bit-identical to it
+/* attn_avx512.c: mz_attn_avx2 with 16-lane tile steps, bit-identical to it
  * (head_dim % 16 == 0; merge and scratch size are mz_attn_avx2's). */
 void mz_attn_avx512(const mz_attn_args *a, int ith, int nth);
 #endif
