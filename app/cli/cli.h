@@ -4,15 +4,24 @@
 
 #include "mzcache.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+
+#include "cli_num.h"
+
+/* Largest -c accepted (tokens); beyond the model's trained length is only
+ * warned about. */
+#define CLI_MAX_CTX (1 << 20)
 
 typedef struct cli_opts {
     const char *model;
     int n_threads;
     int n_ctx;
+    bool ctx_given;            /* -c was on the command line */
     int n_batch;
     int n_predict;
+    const char *swap_dir;      /* NULL: the library's default */
     bool quiet;
     bool no_progress;
     mz_sampler_params sampler;
@@ -22,13 +31,41 @@ extern const char *cli_common_help;
 
 void cli_opts_defaults(cli_opts *o);
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
-mz_status cli_load(const cli_opts *o, mz_model_t **model, mz_ctx_t **ctx);
+mz_status cli_load(cli_opts *o, mz_model_t **model, mz_ctx_t **ctx);
+/* Progress callback: prints when user is cli_progress_shown(o), and cancels
+ * the prefill once Ctrl-C was pressed (cli_interrupted). */
 bool cli_progress(void *user, size_t n_done, size_t n_total);
-void cli_print_timings(const mz_ctx_t *ctx);
+void *cli_progress_shown(const cli_opts *o);
 mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, bool parse_special,
                        mz_token **out, size_t *n_out);
+
+/* What one cli_generate call did. */
+typedef struct cli_gen_result {
+    size_t n_tokens;    /* tokens sampled (an end-of-generation token is not counted) */
+    double ms;          /* wall time of the generation loop */
+    bool eog;           /* stopped at an end-of-generation token */
+    bool interrupted;   /* stopped by Ctrl-C (cli_interrupted) */
+    bool ctx_full;      /* stopped because the context has no room for the next token */
+} cli_gen_result;
+/* Samples and prints up to n_predict tokens after the context's current
+ * logits; every printed token is in the context afterwards (and an end-of-
+ * generation token when there is room), so a later turn can follow it. */
 mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampler_t *smp,
-                       FILE *out, char **text_out);
+                       FILE *out, char **text_out, cli_gen_result *res);
+void cli_print_gen_timings(size_t n_prompt, double prompt_ms, const cli_gen_result *g);
+double cli_now_ms(void);
+
+/* Set by the SIGINT handler of commands that catch Ctrl-C (chat). */
+extern volatile sig_atomic_t cli_interrupted;
+
+/* cli_env.c: checks made before the work starts. */
+/* Makes sure the swap directory (DIR, or the default one when NULL or "")
+ * exists (created 0700) and a file can be created in it; prints why not,
+ * naming CMD and the directory, and returns -1. */
+int cli_check_swap_dir(const char *cmd, const char *dir);
+/* The context length against the model's trained one: without -c the
+ * default is cut to the trained length; a -c beyond it is warned about. */
+void cli_fit_ctx(cli_opts *o, const mz_model_t *m);
 mz_status cli_format_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n, char **out);
 
 int cmd_chat(int argc, char **argv);
@@ -39,6 +76,6 @@ int cmd_evict(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
-int cli_info(const cli_opts *o);
+int cli_info(cli_opts *o);
 
 #endif

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct client_opts {
     const char *host;
@@ -32,9 +33,13 @@ static int parse_client_opt(client_opts *c, int argc, char **argv, int *i)
     }
     (*i)++;
     if (!strcmp(a, "--host")) c->host = v;
-    else if (!strcmp(a, "--port")) c->port = atoi(v);
+    else if (!strcmp(a, "--port")) return cli_opt_int(a, v, 1, 65535, &c->port) ? -1 : 1;
     else if (!strcmp(a, "--api-key")) c->api_key = v;
-    else c->timeout_ms = atoi(v) * 1000;
+    else {
+        int s;
+        if (cli_opt_int(a, v, 1, 86400, &s)) return -1;
+        c->timeout_ms = s * 1000;
+    }
     return 1;
 }
 
@@ -105,6 +110,23 @@ static void print_memory(const cJSON *m)
     printf("remaining %.1f%% (%s) | pinned %.1f MiB | context %.0f/%.0f tokens | codec %s | placement %s\n",
            num(m, "remaining_pct"), str(m, "stage"), num(m, "pinned_bytes") / M, num(m, "context_tokens"),
            num(m, "context_size"), str(m, "codec"), str(m, "placement"));
+}
+
+/* An event's Unix time as UTC ISO-8601 and how long ago. */
+static const char *fmt_when(double t_unix, char *buf, size_t cap)
+{
+    time_t secs = (time_t)t_unix;
+    struct tm tm;
+    char iso[32] = "?";
+    if (gmtime_r(&secs, &tm)) strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double ago = (double)now.tv_sec + (double)now.tv_nsec / 1e9 - t_unix;
+    if (ago < 0) ago = 0;
+    if (ago < 120) snprintf(buf, cap, "%s (%3.0f s ago)", iso, ago);
+    else if (ago < 7200) snprintf(buf, cap, "%s (%3.0f min ago)", iso, ago / 60);
+    else snprintf(buf, cap, "%s (%3.0f h ago)", iso, ago / 3600);
+    return buf;
 }
 
 int cmd_evict(int argc, char **argv)
@@ -215,7 +237,9 @@ int cmd_status(int argc, char **argv)
             if (n) printf("recent evictions:\n");
             cJSON_ArrayForEach(e, evs) {
                 if (k++ < n - 10) continue;
-                printf("  t=%.3f %-10s %-32s freed %7.1f MiB in %6.1f ms -> remaining %5.1f%%%s\n", num(e, "t"),
+                char when[64];
+                printf("  %s %-10s %-32s freed %7.1f MiB in %6.1f ms -> remaining %5.1f%%%s\n",
+                       fmt_when(num(e, "t"), when, sizeof when),
                        str(e, "trigger"), str(e, "what"), num(e, "freed_bytes") / 1048576.0, num(e, "ms"),
                        num(e, "remaining_pct"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "at_floor")) ? " (at floor)" : "");
             }

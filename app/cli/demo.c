@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +38,17 @@ static const char *const demo_fallback_text =
     "EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS "
     "FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT.\n\n";
 
-static char *demo_read_text(const char *path, size_t max_bytes)
+/* The first max_bytes of PATH; a text shorter than half of that is followed
+ * by the built-in paragraph (repeated; *padded set). A missing PATH is the
+ * built-in text only when `required` is false (the default file is
+ * Debian's). NULL on error, said. */
+static char *demo_read_text(const char *path, size_t max_bytes, bool required, bool *padded)
 {
     FILE *f = fopen(path, "rb");
+    if (!f && required) {
+        fprintf(stderr, "mzcache demo: --text %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
     char *buf = malloc(max_bytes + 1);
     if (!buf) {
         if (f) fclose(f);
@@ -48,13 +57,21 @@ static char *demo_read_text(const char *path, size_t max_bytes)
     size_t len = 0;
     if (f) {
         len = fread(buf, 1, max_bytes, f);
+        bool bad = ferror(f);
         fclose(f);
+        if (bad) {
+            fprintf(stderr, "mzcache demo: --text %s: read error\n", path);
+            free(buf);
+            return NULL;
+        }
     }
     /* Missing or short: repeat the fallback paragraph. */
     size_t fl = strlen(demo_fallback_text);
+    *padded = false;
     while (len < max_bytes / 2 && len + fl <= max_bytes) {
         memcpy(buf + len, demo_fallback_text, fl);
         len += fl;
+        *padded = true;
     }
     buf[len] = '\0';
     return buf;
@@ -180,6 +197,7 @@ int cmd_demo(int argc, char **argv)
     cli_opts o;
     cli_opts_defaults(&o);
     const char *text_path = "/usr/share/common-licenses/Apache-2.0";
+    bool text_given = false, padded = false;
     size_t max_bytes = 11000;
     int turns = 4;
     mz_restore_params rp = mz_restore_params_default();
@@ -187,12 +205,19 @@ int cmd_demo(int argc, char **argv)
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
-        if (!strcmp(argv[i], "--text") && i + 1 < argc) text_path = argv[++i];
-        else if (!strcmp(argv[i], "--bytes") && i + 1 < argc) max_bytes = strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--turns") && i + 1 < argc) turns = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--restore-threads") && i + 1 < argc)
-            rp.n_restore_threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--text") && v) text_path = argv[++i], text_given = true;
+        else if (!strcmp(a, "--swap-dir") && v) o.swap_dir = argv[++i];
+        else if (!strcmp(a, "--bytes") && v) {
+            if (cli_opt_size(a, v, 256, 1u << 20, &max_bytes)) return 2;
+            i++;
+        } else if (!strcmp(a, "--turns") && v) {
+            if (cli_opt_int(a, v, 1, 12, &turns)) return 2;
+            i++;
+        } else if (!strcmp(a, "--restore-threads") && v) {
+            if (cli_opt_int(a, v, 0, 3, &rp.n_restore_threads)) return 2;
+            i++;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: mzcache demo -m MODEL [options]\n\n"
                    "Builds a conversation of a few thousand tokens from a text file, answers,\n"
                    "evicts to 50 %% and to 0 %% remaining as memory pressure would, answers again,\n"
@@ -201,6 +226,8 @@ int cmd_demo(int argc, char **argv)
                    "                          /usr/share/common-licenses/Apache-2.0)\n"
                    "      --bytes N           at most N bytes of it (default 11000)\n"
                    "      --turns N           split into N user turns (default 4)\n"
+                   "      --swap-dir DIR      where the swap file goes (default\n"
+                   "                          $XDG_CACHE_HOME/mzcache or ~/.cache/mzcache)\n"
                    "      --restore-threads N restore worker threads (default: device profile)\n%s",
                    cli_common_help);
             return 0;
@@ -209,21 +236,19 @@ int cmd_demo(int argc, char **argv)
             return 2;
         }
     }
-    if (turns < 1 || turns > 12 || max_bytes < 256 || max_bytes > (1u << 20)) {
-        fprintf(stderr, "mzcache demo: --turns 1..12, --bytes 256..1048576\n");
-        return 2;
-    }
     mz_model_t *m = NULL;
     mz_ctx_t *ctx = NULL;
     char *text = NULL;
     demo_conv conv = {0};
     int rc = 1;
-    if (cli_load(&o, &m, &ctx)) goto out;
-    text = demo_read_text(text_path, max_bytes);
+    text = demo_read_text(text_path, max_bytes, text_given, &padded);
     if (!text) goto out;
+    if (cli_check_swap_dir("demo", o.swap_dir)) goto out;
+    if (cli_load(&o, &m, &ctx)) goto out;
 
     mz_model_info mi;
     mz_model_get_info(m, &mi);
+    bool f_exists = access(text_path, R_OK) == 0;
     const char *base = strrchr(text_path, '/');
     base = base ? base + 1 : text_path;
     if (demo_add(&conv, "system", "You are a helpful assistant who answers briefly.")) goto out;
@@ -263,7 +288,8 @@ int cmd_demo(int argc, char **argv)
     mname = mname ? mname + 1 : o.model;
     printf("mzcache demo: %s (%s, %d layers), %d compute threads\n", mname, mi.weight_type,
            mi.n_layer, o.n_threads ? o.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-    printf("conversation: %s (%zu bytes) as %d chat turns\n\n", base, len, turns);
+    printf("conversation: %s (%zu bytes%s) as %d chat turns\n\n", f_exists ? base : "built-in text", len,
+           padded && f_exists ? ", padded with a built-in paragraph" : "", turns);
     fflush(stdout);
 
     printf("[1] the whole conversation from scratch\n");

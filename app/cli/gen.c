@@ -38,7 +38,9 @@ int cmd_gen_model(int argc, char **argv)
         else if (!strcmp(a, "--vocab-from")) p.vocab_from = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "--arch")) p.arch = v;
-        else if (!strcmp(a, "--seed")) p.seed = strtoull(v, NULL, 0);
+        else if (!strcmp(a, "--seed")) {
+            if (cli_opt_u64(a, v, &p.seed)) return 2;
+        }
         else if (!strcmp(a, "--layers")) intp = &p.n_layer;
         else if (!strcmp(a, "--embd")) intp = &p.n_embd;
         else if (!strcmp(a, "--heads")) intp = &p.n_head;
@@ -50,7 +52,8 @@ int cmd_gen_model(int argc, char **argv)
             fprintf(stderr, "mzcache gen-model: unknown option '%s' (see --help)\n", a);
             return 2;
         }
-        if (intp) *intp = atoi(v);
+        /* 0 = the preset's value; the generator checks the shape itself. */
+        if (intp && cli_opt_int(a, v, 0, 1 << 20, intp)) return 2;
     }
     if (!out || !p.vocab_from) {
         fprintf(stderr, "mzcache gen-model: need -o OUT and --vocab-from GGUF (see --help)\n");

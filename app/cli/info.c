@@ -50,7 +50,7 @@ static const char *human(double bytes, char *buf, size_t cap)
     return buf;
 }
 
-int cli_info(const cli_opts *o)
+int cli_info(cli_opts *o)
 {
     mz_model_t *m = NULL;
     mz_gguf *g = NULL;

@@ -12,9 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+
+volatile sig_atomic_t cli_interrupted;
 
 /* ---- shared options ----------------------------------------------------------- */
 
@@ -42,17 +45,24 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i)
         (*i)++;                                                                      \
     } while (0)
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED_VALUE(); o->model = v; return 1; }
-    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED_VALUE(); o->n_threads = atoi(v); return 1; }
-    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { NEED_VALUE(); o->n_ctx = atoi(v); return 1; }
-    if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { NEED_VALUE(); o->n_batch = atoi(v); return 1; }
-    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { NEED_VALUE(); o->n_predict = atoi(v); return 1; }
-    if (!strcmp(a, "--temp")) { NEED_VALUE(); o->sampler.temperature = (float)atof(v); return 1; }
-    if (!strcmp(a, "--top-k")) { NEED_VALUE(); o->sampler.top_k = atoi(v); return 1; }
-    if (!strcmp(a, "--top-p")) { NEED_VALUE(); o->sampler.top_p = (float)atof(v); return 1; }
-    if (!strcmp(a, "--min-p")) { NEED_VALUE(); o->sampler.min_p = (float)atof(v); return 1; }
-    if (!strcmp(a, "--repeat-penalty")) { NEED_VALUE(); o->sampler.repeat_penalty = (float)atof(v); return 1; }
-    if (!strcmp(a, "--repeat-last-n")) { NEED_VALUE(); o->sampler.repeat_last_n = atoi(v); return 1; }
-    if (!strcmp(a, "-s") || !strcmp(a, "--seed")) { NEED_VALUE(); o->sampler.seed = strtoull(v, NULL, 0); return 1; }
+    /* Ranges: what the engine can do (threads and batch are capped there at
+     * 256 and 4096), or what the sampler accepts. */
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED_VALUE(); return cli_opt_int(a, v, 0, 256, &o->n_threads) ? -1 : 1; }
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+        NEED_VALUE();
+        if (cli_opt_int(a, v, 0, CLI_MAX_CTX, &o->n_ctx)) return -1;
+        o->ctx_given = true;
+        return 1;
+    }
+    if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { NEED_VALUE(); return cli_opt_int(a, v, 1, 4096, &o->n_batch) ? -1 : 1; }
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { NEED_VALUE(); return cli_opt_int(a, v, -1, 1 << 24, &o->n_predict) ? -1 : 1; }
+    if (!strcmp(a, "--temp")) { NEED_VALUE(); return cli_opt_float(a, v, 0, 100, &o->sampler.temperature) ? -1 : 1; }
+    if (!strcmp(a, "--top-k")) { NEED_VALUE(); return cli_opt_int(a, v, 0, 1 << 20, &o->sampler.top_k) ? -1 : 1; }
+    if (!strcmp(a, "--top-p")) { NEED_VALUE(); return cli_opt_float(a, v, 0, 1, &o->sampler.top_p) ? -1 : 1; }
+    if (!strcmp(a, "--min-p")) { NEED_VALUE(); return cli_opt_float(a, v, 0, 1, &o->sampler.min_p) ? -1 : 1; }
+    if (!strcmp(a, "--repeat-penalty")) { NEED_VALUE(); return cli_opt_float(a, v, 0.01, 100, &o->sampler.repeat_penalty) ? -1 : 1; }
+    if (!strcmp(a, "--repeat-last-n")) { NEED_VALUE(); return cli_opt_int(a, v, 0, 1 << 20, &o->sampler.repeat_last_n) ? -1 : 1; }
+    if (!strcmp(a, "-s") || !strcmp(a, "--seed")) { NEED_VALUE(); return cli_opt_u64(a, v, &o->sampler.seed) ? -1 : 1; }
     if (!strcmp(a, "--greedy")) { o->sampler.temperature = 0.0f; return 1; }
     if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { o->quiet = true; return 1; }
     if (!strcmp(a, "--no-progress")) { o->no_progress = true; return 1; }
@@ -62,8 +72,9 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i)
 
 const char *cli_common_help =
     "  -m, --model FILE        GGUF model file (required)\n"
-    "  -t, --threads N         compute threads (default: all cores)\n"
-    "  -c, --ctx-size N        context length in tokens (default 8192)\n"
+    "  -t, --threads N         compute threads, 1..256 (default 0: all cores)\n"
+    "  -c, --ctx-size N        context length in tokens (default 8192, or the model's trained\n"
+    "                          length if shorter; serve: 4096; 0 = the trained length)\n"
     "  -b, --batch-size N      tokens per forward step during prefill (default 64)\n"
     "  -n, --n-predict N       tokens to generate (default 256; -1 = until end of text)\n"
     "      --temp T            sampling temperature (default 0.8; 0 = greedy)\n"
@@ -77,7 +88,7 @@ const char *cli_common_help =
     "  -q, --quiet             no timings or progress on stderr\n"
     "      --no-progress       no progress indicator during long prefills\n";
 
-mz_status cli_load(const cli_opts *o, mz_model_t **model, mz_ctx_t **ctx)
+mz_status cli_load(cli_opts *o, mz_model_t **model, mz_ctx_t **ctx)
 {
     if (!o->model) {
         fprintf(stderr, "mzcache: no model given; use -m FILE (try: make model, then -m "
@@ -91,15 +102,15 @@ mz_status cli_load(const cli_opts *o, mz_model_t **model, mz_ctx_t **ctx)
         fprintf(stderr, "mzcache: cannot load model: %s\n", mz_last_error());
         return s;
     }
+    cli_fit_ctx(o, *model);
     if (!ctx) return MZ_OK;
     mz_ctx_params cp = mz_ctx_params_default();
     cp.n_ctx = o->n_ctx;
     cp.n_threads = o->n_threads;
     cp.n_batch = o->n_batch;
-    if (!o->quiet && !o->no_progress && isatty(STDERR_FILENO)) {
-        cp.progress = cli_progress;
-        cp.progress_user = NULL;
-    }
+    cp.swap_dir = o->swap_dir;
+    cp.progress = cli_progress; /* also what lets Ctrl-C stop a long prefill */
+    cp.progress_user = cli_progress_shown(o);
     s = mz_ctx_init(*model, &cp, ctx);
     if (s) {
         fprintf(stderr, "mzcache: cannot create context: %s\n", mz_last_error());
@@ -109,24 +120,37 @@ mz_status cli_load(const cli_opts *o, mz_model_t **model, mz_ctx_t **ctx)
     return s;
 }
 
+/* Non-NULL (the progress callback's user pointer) when progress is printed. */
+void *cli_progress_shown(const cli_opts *o)
+{
+    static int shown;
+    return !o->quiet && !o->no_progress && isatty(STDERR_FILENO) ? &shown : NULL;
+}
+
 bool cli_progress(void *user, size_t n_done, size_t n_total)
 {
-    (void)user;
-    if (n_total < 256) return true;
+    if (cli_interrupted) return false;
+    if (!user || n_total < 256) return true;
     fprintf(stderr, "\rprefill: %zu/%zu tokens (%zu%%)", n_done, n_total, n_done * 100 / n_total);
     if (n_done == n_total) fputs("\r\033[K", stderr);
     return true;
 }
 
-void cli_print_timings(const mz_ctx_t *ctx)
+double cli_now_ms(void)
 {
-    mz_ctx_timings t;
-    mz_ctx_get_timings(ctx, &t);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Counted here rather than from mz_ctx_get_timings, which files every
+ * one-token forward pass under decode (a one-token prompt, the end-of-turn
+ * token) and so reported n+1 decode tokens. */
+void cli_print_gen_timings(size_t n_prompt, double prompt_ms, const cli_gen_result *g)
+{
     fprintf(stderr, "\nprefill: %zu tokens in %.0f ms (%.1f tok/s) | decode: %zu tokens in %.0f ms (%.1f tok/s)\n",
-            t.n_prefill_tokens, t.prefill_ms,
-            t.prefill_ms > 0 ? (double)t.n_prefill_tokens * 1000.0 / t.prefill_ms : 0.0,
-            t.n_decode_tokens, t.decode_ms,
-            t.decode_ms > 0 ? (double)t.n_decode_tokens * 1000.0 / t.decode_ms : 0.0);
+            n_prompt, prompt_ms, prompt_ms > 0 ? (double)n_prompt * 1000.0 / prompt_ms : 0.0,
+            g->n_tokens, g->ms, g->ms > 0 ? (double)g->n_tokens * 1000.0 / g->ms : 0.0);
 }
 
 mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, bool parse_special,
@@ -156,11 +180,11 @@ mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, 
     return MZ_OK;
 }
 
-/* Samples and prints up to n_predict tokens after the context's current
- * logits. Returns the tokens generated through *gen (caller frees). */
 mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampler_t *smp,
-                       FILE *out, char **text_out)
+                       FILE *out, char **text_out, cli_gen_result *res)
 {
+    cli_gen_result r = {0};
+    double t0 = cli_now_ms();
     mz_detok_t *dt = NULL;
     mz_status s = mz_detok_init(m, &dt);
     if (s) return s;
@@ -168,15 +192,33 @@ mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampl
     char *text = text_out ? malloc(text_cap) : NULL;
     if (text) text[0] = '\0';
     int n_vocab = mz_model_n_vocab(m);
+    size_t n_ctx = mz_ctx_n_ctx(ctx);
     for (int i = 0; o->n_predict < 0 || i < o->n_predict; i++) {
+        if (cli_interrupted) {
+            r.interrupted = true;
+            break;
+        }
+        /* A token is printed only when it can join the context. */
+        if (mz_ctx_n_tokens(ctx) >= n_ctx) {
+            r.ctx_full = true;
+            break;
+        }
         const float *logits = mz_ctx_logits(ctx);
+        if (!logits) {
+            /* Nothing was prefilled (an empty prompt): nothing to sample from. */
+            fprintf(stderr, "mzcache: nothing to generate from: the prompt has no tokens\n");
+            s = MZ_E_INVAL;
+            break;
+        }
         mz_token t = mz_sampler_sample(smp, logits, n_vocab);
         mz_sampler_accept(smp, t);
         if (mz_token_is_eog(m, t)) {
             /* Keep the end-of-turn token in the context so the next turn follows it. */
+            r.eog = true;
             s = mz_prefill(ctx, &t, 1);
             break;
         }
+        r.n_tokens++;
         char buf[256];
         size_t nb = mz_detok_push(dt, t, false, buf, sizeof buf);
         fwrite(buf, 1, nb, out);
@@ -193,7 +235,13 @@ mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampl
             text[text_len] = '\0';
         }
         if ((s = mz_prefill(ctx, &t, 1))) {
-            fprintf(stderr, "\nmzcache: %s\n", mz_ctx_errmsg(ctx));
+            /* An interrupted forward pass is not an error: the token is not in the context. */
+            if (s == MZ_E_CANCELLED && cli_interrupted) {
+                r.interrupted = true;
+                s = MZ_OK;
+            } else {
+                fprintf(stderr, "\nmzcache: %s\n", mz_ctx_errmsg(ctx));
+            }
             break;
         }
     }
@@ -201,9 +249,16 @@ mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampl
         char buf[16];
         size_t nb = mz_detok_flush(dt, buf, sizeof buf);
         fwrite(buf, 1, nb, out);
+        if (text && nb && text_len + nb + 1 <= text_cap) {
+            memcpy(text + text_len, buf, nb);
+            text_len += nb;
+            text[text_len] = '\0';
+        }
     }
 out:
     mz_detok_free(dt);
+    r.ms = cli_now_ms() - t0;
+    if (res) *res = r;
     if (text_out) *text_out = text;
     else free(text);
     return s;
@@ -259,19 +314,33 @@ static int cmd_run(int argc, char **argv)
         text = formatted;
     }
     if (cli_tokenize(m, text, true, chat, &toks, &n)) goto out;
-    if (mz_sampler_init(&o.sampler, &smp)) {
+    if (n == 0) {
+        /* The sampler needs the logits of at least one token. */
+        fprintf(stderr, "mzcache run: the prompt is empty (no tokens); give some text with -p\n");
+        rc = 2;
+        goto out;
+    }    if (mz_sampler_init(&o.sampler, &smp)) {
         fprintf(stderr, "mzcache: %s\n", mz_last_error());
         goto out;
     }
     for (size_t i = 0; i < n; i++) mz_sampler_accept(smp, toks[i]);
+    if (n >= mz_ctx_n_ctx(ctx)) {
+        fprintf(stderr, "mzcache run: the prompt has %zu tokens; the context holds %zu (raise -c)\n", n,
+                mz_ctx_n_ctx(ctx));
+        goto out;
+    }
     if (!chat) fputs(prompt, stdout);
+    double t0 = cli_now_ms();
     if (mz_prefill(ctx, toks, n)) {
         fprintf(stderr, "mzcache: prefill failed: %s\n", mz_ctx_errmsg(ctx));
         goto out;
     }
-    if (cli_generate(&o, m, ctx, smp, stdout, NULL)) goto out;
+    double prompt_ms = cli_now_ms() - t0;
+    cli_gen_result g;
+    if (cli_generate(&o, m, ctx, smp, stdout, NULL, &g)) goto out;
     fputc('\n', stdout);
-    if (!o.quiet) cli_print_timings(ctx);
+    if (g.ctx_full) fprintf(stderr, "mzcache run: stopped: the context (%zu tokens) is full\n", mz_ctx_n_ctx(ctx));
+    if (!o.quiet) cli_print_gen_timings(n, prompt_ms, &g);
     rc = 0;
 out:
     free(toks);

@@ -145,8 +145,8 @@ static int print_derived(const mz_device_profile *p, const char *label, int n_la
            "50% remaining: memory / storage ms", "0% remaining: memory / storage ms");
     char *list = strdup(ctxs), *save = NULL;
     for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        long ctx = strtol(tok, NULL, 0);
-        if (ctx <= 0) continue;
+        int ctx = 0;
+        if (cli_opt_int("--ctx", tok, 1, CLI_MAX_CTX, &ctx)) continue; /* checked at parse time */
         size_t n_chunks = ((size_t)ctx + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
         long long n_kv = (long long)n_layer * (long long)n_chunks;
         double m50 = 0, s50 = 0, m0 = 0, s0 = 0;
@@ -156,11 +156,24 @@ static int print_derived(const mz_device_profile *p, const char *label, int n_la
         char c50[64], c0[64];
         snprintf(c50, sizeof c50, "%.0f / %.0f (%s)", m50, s50, mz_evict_stage_name(st50));
         snprintf(c0, sizeof c0, "%.0f / %.0f (%s)", m0, s0, mz_evict_stage_name(st0));
-        printf("  %8ld %8lld  %-22s %-34s %-34s\n", ctx, n_kv,
-               n_kv > T ? "N_KV > T: KVonly first" : "N_KV <= T: KVandW first", c50, c0);
+        printf("  %8d %8lld  %-22s %-34s %-34s\n", ctx, n_kv,
+               n_kv > T ? "N_KV > T: kv-only first" : "N_KV <= T: kv-and-w first", c50, c0);
     }
     free(list);
     return 0;
+}
+
+/* --ctx N,N,...: every entry a context length. */
+static int check_ctx_list(const char *opt, const char *v)
+{
+    char *list = strdup(v), *save = NULL;
+    if (!list) return -1;
+    int bad = 0, n = 0, x;
+    for (char *tok = strtok_r(list, ",", &save); tok && !bad; tok = strtok_r(NULL, ",", &save), n++)
+        bad = cli_opt_int(opt, tok, 1, CLI_MAX_CTX, &x);
+    free(list);
+    if (!bad && !n) bad = cli_opt_int(opt, "", 1, CLI_MAX_CTX, &x);
+    return bad ? -1 : 0;
 }
 
 int cmd_profile(int argc, char **argv)
@@ -174,9 +187,15 @@ int cmd_profile(int argc, char **argv)
         if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) out_path = argv[++i];
         else if (!strcmp(a, "--dir") && v) rp.dir = argv[++i];
         else if (!strcmp(a, "--quick")) rp.quick = true;
-        else if (!strcmp(a, "--file-mib") && v) rp.file_bytes = (size_t)atol(argv[++i]) << 20;
-        else if (!strcmp(a, "--mem-mib") && v) rp.mem_bytes = (size_t)atol(argv[++i]) << 20;
-        else if (!strcmp(a, "--wait") && v) rp.reclaim_wait_s = atof(argv[++i]);
+        else if ((!strcmp(a, "--file-mib") || !strcmp(a, "--mem-mib")) && v) {
+            size_t mib;
+            if (cli_opt_size(a, v, 1, 1u << 20, &mib)) return 2;
+            *(!strcmp(a, "--file-mib") ? &rp.file_bytes : &rp.mem_bytes) = mib << 20;
+            i++;
+        } else if (!strcmp(a, "--wait") && v) {
+            if (cli_opt_double(a, v, 0, 3600, &rp.reclaim_wait_s)) return 2;
+            i++;
+        }
         else if (!strcmp(a, "--no-loaded")) rp.skip_loaded = true;
         else if (!strcmp(a, "--no-storage")) rp.skip_storage = true;
         else if (!strcmp(a, "--no-memory")) rp.skip_memory = true;
@@ -185,7 +204,10 @@ int cmd_profile(int argc, char **argv)
         else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model = argv[++i];
         else if (!strcmp(a, "--weight-type") && v) wtype = argv[++i];
         else if (!strcmp(a, "--codec") && v) codec = argv[++i];
-        else if (!strcmp(a, "--ctx") && v) ctxs = argv[++i];
+        else if (!strcmp(a, "--ctx") && v) {
+            if (check_ctx_list(a, v)) return 2;
+            ctxs = argv[++i];
+        }
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: mzcache profile [options]\n\n"

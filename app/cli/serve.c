@@ -85,9 +85,9 @@ static const char serve_help[] =
     "      --queue-timeout MS  longest wait in that queue (default 120000)\n"
     "  -v, --verbose           log every request\n\n"
     "memory:\n"
-    "      --evict-step X      per pressure signal evict X: 25%% of the evictable total (default)\n"
+    "      --evict-step X      per pressure signal evict X: 25% of the evictable total (default)\n"
     "                          or a size (64M); critical signals evict two steps\n"
-    "      --evict-floor X     pressure never goes below X remaining: a %% or a size (default 0)\n"
+    "      --evict-floor X     pressure never goes below X remaining: a % or a size (default 0)\n"
     "      --pressure-level L  act on signals of level L and above: low, medium (default), critical\n"
     "      --pressure-interval MS  least time between two pressure evictions (default 1000)\n"
     "      --pressure-sources LIST  comma list of psi, cg2-events, cg1-level, cg1-usage (default all)\n"
@@ -95,7 +95,7 @@ static const char serve_help[] =
     "      --psi-trigger T     PSI trigger (default 'some 100000 2000000'; windows: multiples of 2 s\n"
     "                          without CAP_SYS_RESOURCE)\n"
     "      --cgroup-v1 DIR     v1 memory cgroup to watch (default: this process's)\n"
-    "      --usage-threshold L v1 usage thresholds: 90%% of the limit (default) or sizes, comma-separated\n"
+    "      --usage-threshold L v1 usage thresholds: 90% of the limit (default) or sizes, comma-separated\n"
     "      --codec NAME        KV codec: q8 (default), q8-g32, q8-g128, raw, cachegen,\n"
     "                          cachegen-layer (docs/CODECS.md)\n"
     "      --swap-dir DIR      where the swap file goes\n"
@@ -134,16 +134,16 @@ int cmd_serve(int argc, char **argv)
         }
         i++;
         if (!strcmp(a, "--host")) sp.host = v;
-        else if (!strcmp(a, "--port")) sp.port = atoi(v);
+        else if (!strcmp(a, "--port")) { if (cli_opt_int(a, v, 0, 65535, &sp.port)) return 2; }
         else if (!strcmp(a, "--port-file")) port_file = v;
         else if (!strcmp(a, "--api-key")) sp.api_key = v;
         else if (!strcmp(a, "--api-key-file")) key_file = v;
         else if (!strcmp(a, "--alias")) sp.model_alias = v;
-        else if (!strcmp(a, "--timeout")) sp.conn_timeout_s = atoi(v);
-        else if (!strcmp(a, "--max-tokens")) sp.max_tokens_limit = atoi(v);
-        else if (!strcmp(a, "--max-queue")) sp.max_queue = atoi(v);
-        else if (!strcmp(a, "--queue-timeout")) sp.queue_timeout_ms = atoi(v);
-        else if (!strcmp(a, "--pressure-interval")) sp.pressure_interval_ms = atoi(v);
+        else if (!strcmp(a, "--timeout")) { if (cli_opt_int(a, v, 1, 86400, &sp.conn_timeout_s)) return 2; }
+        else if (!strcmp(a, "--max-tokens")) { if (cli_opt_int(a, v, 1, 1 << 24, &sp.max_tokens_limit)) return 2; }
+        else if (!strcmp(a, "--max-queue")) { if (cli_opt_int(a, v, 0, 1024, &sp.max_queue)) return 2; }
+        else if (!strcmp(a, "--queue-timeout")) { if (cli_opt_int(a, v, 0, 86400000, &sp.queue_timeout_ms)) return 2; }
+        else if (!strcmp(a, "--pressure-interval")) { if (cli_opt_int(a, v, 0, 3600000, &sp.pressure_interval_ms)) return 2; }
         else if (!strcmp(a, "--psi-trigger")) sp.pressure_params.psi_trigger = v;
         else if (!strcmp(a, "--cgroup-v1")) sp.pressure_params.cg1_dir = v;
         else if (!strcmp(a, "--codec")) sp.kv_codec = v;
@@ -206,6 +206,7 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "mzcache serve: no model; use -m FILE\n");
         return 2;
     }
+    if (cli_check_swap_dir("serve", sp.swap_dir)) return 2;
     if (sp.port < 0 || sp.port > 65535) {
         fprintf(stderr, "mzcache serve: --port must be 0..65535\n");
         return 2;

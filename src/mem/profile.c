@@ -616,7 +616,8 @@ void mz_profile_load_or_builtin(const char *path, mz_device_profile *out)
     /* One warning per process (contexts come and go; the advice does not change). */
     static atomic_bool warned;
     char def[1024];
-    if (!path || !path[0]) {
+    bool asked = path && path[0];
+    if (!asked) {
         if (mz_profile_default_path(def, sizeof def)) {
             mz_profile_builtin(out);
             return;
@@ -624,7 +625,11 @@ void mz_profile_load_or_builtin(const char *path, mz_device_profile *out)
         path = def;
     }
     if (mz_profile_load(path, out) == MZ_OK) return;
-    if (!atomic_exchange(&warned, true))
+    /* Only when it was asked for or is there but broken: without `mzcache
+     * profile` ever run, every context would warn, also those that never
+     * evict; mz_mem_stats.profile_measured tells the callers that do. */
+    bool there = access(path, F_OK) == 0;
+    if ((asked || there) && !atomic_exchange(&warned, true))
         mz_log(MZ_LOG_WARN, "no usable device profile (%s); eviction uses a built-in estimate "
                             "— run `mzcache profile` once to measure this machine",
                mz_last_error());

@@ -344,15 +344,6 @@ static cJSON *category_json(const mz_mem_category *c)
     return o;
 }
 
-/* A coarse name for where eviction stands (the policy's stages, as seen from outside). */
-static const char *stage_name(const mz_mem_stats *st)
-{
-    if (st->remaining_pct >= 100.0) return "resident";
-    if (st->weights.dropped_bytes == 0) return "kv";
-    if (st->weights.resident_bytes || st->kv.resident_bytes) return "kv+weights";
-    return st->kv.compressed_bytes ? "all-evicted" : "all-evicted+compkv";
-}
-
 static cJSON *stats_json(const mz_mem_stats *st, size_t ctx_tokens, int n_ctx)
 {
     cJSON *m = cJSON_CreateObject();
@@ -360,7 +351,8 @@ static cJSON *stats_json(const mz_mem_stats *st, size_t ctx_tokens, int n_ctx)
     cJSON_AddItemToObject(m, "kv", category_json(&st->kv));
     cJSON_AddNumberToObject(m, "pinned_bytes", (double)st->pinned_bytes);
     cJSON_AddNumberToObject(m, "remaining_pct", st->remaining_pct);
-    cJSON_AddStringToObject(m, "stage", stage_name(st));
+    /* The policy's stage, named as everywhere else (mz_evict_stage_name). */
+    cJSON_AddStringToObject(m, "stage", mz_evict_stage_name(st->stage));
     cJSON_AddNumberToObject(m, "compstack_mapped_bytes", (double)st->compstack_mapped_bytes);
     cJSON_AddNumberToObject(m, "swap_file_bytes", (double)st->swap_file_bytes);
     cJSON_AddStringToObject(m, "codec", st->codec);

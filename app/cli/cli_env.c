@@ -1,0 +1,87 @@
+/*
+ * cli_env.c — checks the subcommands make before the real work starts, so a
+ * bad setting is reported at once with its option's name instead of at the
+ * first eviction (the swap directory) or as a slow, huge allocation (the
+ * context length).
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include "io/swapfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int cli_check_swap_dir(const char *cmd, const char *dir)
+{
+    char def[PATH_MAX];
+    const char *what = "--swap-dir";
+    if (!dir || !dir[0]) {
+        if (mz_swapfile_default_dir(def, sizeof def)) {
+            fprintf(stderr, "mzcache %s: no swap directory: %s (give one with --swap-dir)\n", cmd,
+                    mz_last_error());
+            return -1;
+        }
+        dir = def;
+        what = "the default swap directory";
+    }
+    char tmp[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n >= sizeof tmp - 32) {
+        fprintf(stderr, "mzcache %s: %s %s: path too long\n", cmd, what, dir);
+        return -1;
+    }
+    /* mkdir -p, every directory made 0700 whatever the umask (as the swap
+     * file code does): the swap file holds the conversation. */
+    memcpy(tmp, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] != '/' && tmp[i] != '\0') continue;
+        char c = tmp[i];
+        tmp[i] = '\0';
+        if (mkdir(tmp, 0700) == 0) {
+            if (chmod(tmp, 0700)) { /* best effort: mkdir already masked the mode down */ }
+        } else if (errno != EEXIST) {
+            fprintf(stderr, "mzcache %s: %s %s is not usable: cannot create %s: %s\n", cmd, what, dir, tmp,
+                    strerror(errno));
+            return -1;
+        }
+        tmp[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "mzcache %s: %s %s is not a directory\n", cmd, what, dir);
+        return -1;
+    }
+    /* access() is not enough: root passes it on a read-only file system. */
+    snprintf(tmp, sizeof tmp, "%s/.mzcache-probe-XXXXXX", dir);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "mzcache %s: %s %s is not writable: %s\n", cmd, what, dir, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(tmp);
+    return 0;
+}
+
+void cli_fit_ctx(cli_opts *o, const mz_model_t *m)
+{
+    mz_model_info mi;
+    mz_model_get_info(m, &mi);
+    if (mi.n_ctx_train <= 0) return;
+    if (!o->ctx_given) {
+        if (o->n_ctx > mi.n_ctx_train) o->n_ctx = mi.n_ctx_train;
+        return;
+    }
+    int n = o->n_ctx ? o->n_ctx : mi.n_ctx_train;
+    if (n > mi.n_ctx_train)
+        fprintf(stderr, "mzcache: warning: -c %d is more than the %d tokens this model was trained for; "
+                        "answers past %d tokens are likely to degrade, and the context's memory grows "
+                        "with -c\n",
+                o->n_ctx, mi.n_ctx_train, mi.n_ctx_train);
+}
