@@ -243,7 +243,10 @@ int cmd_demo(int argc, char **argv)
     int rc = 1;
     text = demo_read_text(text_path, max_bytes, text_given, &padded);
     if (!text) goto out;
-    if (cli_check_swap_dir("demo", o.swap_dir)) goto out;
+    if (cli_check_swap_dir("demo", o.swap_dir)) {
+        rc = 2;
+        goto out;
+    }
     if (cli_load(&o, &m, &ctx)) goto out;
 
     mz_model_info mi;
