@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""test_cli_chat.py: `mzcache chat` on a terminal (issue 20), through a real
+pseudo-terminal (pty.fork: the chat process is a session leader with the pty
+as its controlling terminal, so the Ctrl-C byte makes the kernel's line
+discipline send SIGINT, as a user's keyboard would).
+
+Session 1 (-n 200, greedy, swap directory private, KV evicted to storage):
+  - a help line at start; a first answer; /evict all puts the KV into the
+    swap file (there is a file now);
+  - a long answer is interrupted with Ctrl-C once it has started: the
+    process lives, says the answer stopped, and shows the prompt again;
+  - the next message reuses the earlier turns' tokens and the interrupted
+    answer's (--timings: "reused N cached tokens"): the conversation was
+    kept, with what the answer had said;
+  - Ctrl-C at the prompt quits: exit 0, and no swap file is left behind.
+Session 2: /help lists the commands; /foo is refused with that list, not
+  sent to the model; the up arrow brings /foo back (libedit history);
+  Ctrl-D at the prompt quits: exit 0.
+
+Exit 0 pass, 1 fail, 77 skip (no model or binary). Python 3
+standard library only; timeouts only bound waits.
+"""
+import os
+import pty
+import re
+import select
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+BIN = os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache"))
+NAME = "test_cli_chat"
+
+failures = 0
+passes = 0
+
+
+def check(cond, what, out=""):
+    global failures, passes
+    if cond:
+        passes += 1
+    else:
+        failures += 1
+        tail = out[-2500:] if isinstance(out, str) else ""
+        print(f"FAIL: {what}\n--- terminal ---\n{tail}\n---", flush=True)
+    return cond
+
+
+class Term:
+    """A program on a pseudo-terminal; everything it writes is kept in .out."""
+
+    def __init__(self, args, env):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.chdir(ROOT)
+            os.execve(args[0], args, env)
+        self.out = ""
+        self.status = None
+
+    def pump(self, timeout):
+        r, _, _ = select.select([self.fd], [], [], timeout)
+        if not r:
+            return False
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:  # EIO: the other side closed
+            data = b""
+        if not data:
+            return None
+        self.out += data.decode("utf-8", "replace")
+        return True
+
+    def wait_for(self, pattern, timeout_s=120, start=0):
+        """Waits until PATTERN (a regex) appears in the output after START."""
+        deadline = time.monotonic() + timeout_s
+        rx = re.compile(pattern)
+        while True:
+            m = rx.search(self.out, start)
+            if m:
+                return m
+            left = deadline - time.monotonic()
+            if left <= 0 or self.pump(min(left, 0.5)) is None:
+                return rx.search(self.out, start)
+
+    def send(self, data):
+        os.write(self.fd, data.encode() if isinstance(data, str) else data)
+
+    def wait_exit(self, timeout_s=60):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pid, st = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                while self.pump(0.1):
+                    pass
+                self.status = st
+                return os.waitstatus_to_exitcode(st)
+            self.pump(0.1)
+        os.kill(self.pid, 9)
+        os.waitpid(self.pid, 0)
+        return None
+
+
+def main():
+    if not os.access(BIN, os.X_OK):
+        print(f"{NAME}: skipped: no mzcache binary at {BIN}")
+        return 77
+    if not os.path.exists(MODEL):
+        print(f"{NAME}: skipped: no {MODEL} (run make model)")
+        return 77
+    base = os.environ.get("MZ_TEST_TMP") or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="cli-chat-", dir=base)
+    swap = os.path.join(tmp, "swap")
+    env = dict(os.environ, TERM="xterm", HOME=tmp, XDG_CACHE_HOME="", LANG="C.UTF-8", LC_ALL="C.UTF-8")
+    args = [BIN, "chat", "-m", MODEL, "-t", "2", "-c", "1024", "-n", "200", "--greedy", "--timings",
+            "--swap-dir", swap, "--kv-placement", "storage", "--codec", "raw", "--no-progress"]
+    PROMPT = r"(^|\n)> "
+
+    # ---- session 1: Ctrl-C during an answer, the swap file, Ctrl-C at the prompt ----
+    t = Term(args, env)
+    check(t.wait_for(r"/help") is not None, "a help line at start", t.out)
+    check(t.wait_for(PROMPT) is not None, "the prompt", t.out)
+    # Typed only once line editing reads the terminal: a line typed earlier
+    # is echoed twice (by the terminal, then by libedit).
+    time.sleep(0.5)
+    mark = len(t.out)
+    t.send("What is the capital of France? One word.\r")
+    first = t.wait_for(r"reused (\d+) cached tokens", 180, mark)
+    check(first is not None, "a first answer", t.out)
+    t.wait_for(PROMPT, 30, first.end() if first else mark)
+    # Evicted KV goes to the swap file (--kv-placement storage).
+    mark = len(t.out)
+    t.send("/evict all\r")
+    check(t.wait_for(r"freed [\d.]+ MiB", 60, mark) is not None, "/evict all", t.out)
+    t.wait_for(PROMPT, 30, mark)
+    check(os.path.isdir(swap) and len(os.listdir(swap)) > 0, "the swap file exists after /evict all", t.out)
+
+    time.sleep(0.3)
+    mark = len(t.out)
+    t.send("Write a very long story about a dragon who learns to bake bread.\r")
+    # The answer has started once the model has written a few characters
+    # after the last echo of the line.
+    started = t.wait_for(r"bread\.\r?\n(?:(?!bread\.)[\s\S]){3,}$", 120, mark)
+    check(started is not None, "the answer starts", t.out)
+    t.send(b"\x03")
+    stopped = t.wait_for(r"answer stopped", 60, mark)
+    check(stopped is not None, "Ctrl-C during the answer stops it and says so", t.out)
+    check(t.wait_for(PROMPT, 30, stopped.end() if stopped else mark) is not None,
+          "the prompt comes back after Ctrl-C", t.out)
+    time.sleep(0.2)
+    t.pump(0.2)
+    pid, st = os.waitpid(t.pid, os.WNOHANG)
+    alive = check(pid == 0, f"the process lives after Ctrl-C during an answer (wait status {st:#x})", t.out)
+    if alive:
+        # The next message reuses the earlier turns' tokens, the interrupted
+        # answer's included: the conversation was kept.
+        m2 = re.search(r"reused (\d+) cached tokens", t.out[mark:])
+        mark = len(t.out)
+        t.send("Thank you. What was the dragon's name?\r")
+        m = t.wait_for(r"reused (\d+) cached tokens", 180, mark)
+        floor = int(m2.group(1)) if m2 else 0
+        check(m is not None and int(m.group(1)) > floor + 20,
+              "the next turn reuses the earlier turns and the interrupted answer", t.out)
+        t.wait_for(PROMPT, 60, m.end() if m else mark)
+        time.sleep(0.2)
+        t.send(b"\x03")  # Ctrl-C at the prompt quits
+        rc = t.wait_exit(60)
+        check(rc == 0, f"Ctrl-C at the prompt: exit 0 (got {rc})", t.out)
+    left = os.listdir(swap) if os.path.isdir(swap) else []
+    check(left == [], f"no swap file left behind (found {left})", t.out)
+
+    # ---- session 2: /help, /foo, history, Ctrl-D ----
+    t = Term([BIN, "chat", "-m", MODEL, "-t", "2", "-c", "256", "-n", "8", "--greedy", "--timings",
+              "--swap-dir", swap], env)
+    check(t.wait_for(PROMPT, 120) is not None, "session 2: the prompt", t.out)
+    time.sleep(0.5)
+    mark = len(t.out)
+    t.send("/help\r")
+    check(t.wait_for(r"commands:.*/clear.*/quit", 30, mark) is not None, "/help lists the commands", t.out)
+    t.wait_for(PROMPT, 30, mark)
+    mark = len(t.out)
+    t.send("/foo\r")
+    check(t.wait_for(r"unknown command /foo.*\n.*commands:", 30, mark) is not None,
+          "/foo is refused with the command list", t.out)
+    t.wait_for(PROMPT, 30, mark)
+    check("reused" not in t.out, "/help and /foo were not sent to the model", t.out)
+    mark = len(t.out)
+    t.send("\x1b[A")  # up arrow: the last line again
+    time.sleep(0.3)
+    t.send("\r")
+    check(t.wait_for(r"unknown command /foo", 30, mark) is not None,
+          "the up arrow brings /foo back (libedit history)", t.out)
+    t.wait_for(PROMPT, 30, mark)
+    time.sleep(0.2)
+    t.send(b"\x04")
+    rc = t.wait_exit(60)
+    check(rc == 0, f"Ctrl-D at the prompt: exit 0 (got {rc})", t.out)
+
+    print(f"{NAME}: {passes} checks passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
