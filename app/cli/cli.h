@@ -66,6 +66,8 @@ int cli_check_swap_dir(const char *cmd, const char *dir);
 /* The context length against the model's trained one: without -c the
  * default is cut to the trained length; a -c beyond it is warned about. */
 void cli_fit_ctx(cli_opts *o, const mz_model_t *m);
+/* The same from the model file's metadata (for serve, which loads it later). */
+void cli_fit_ctx_file(cli_opts *o);
 mz_status cli_format_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n, char **out);
 
 int cmd_chat(int argc, char **argv);

@@ -7,7 +7,9 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include "core/core.h"
 #include "io/swapfile.h"
+#include "model/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -69,19 +71,46 @@ int cli_check_swap_dir(const char *cmd, const char *dir)
     return 0;
 }
 
+static void fit_ctx(cli_opts *o, int n_ctx_train)
+{
+    if (n_ctx_train <= 0) return;
+    if (!o->ctx_given) {
+        if (o->n_ctx > n_ctx_train) o->n_ctx = n_ctx_train;
+        return;
+    }
+    int n = o->n_ctx ? o->n_ctx : n_ctx_train;
+    if (n > n_ctx_train)
+        fprintf(stderr, "mzcache: warning: -c %d is more than the %d tokens this model was trained for; "
+                        "answers past %d tokens are likely to degrade, and the context's memory grows "
+                        "with -c\n",
+                o->n_ctx, n_ctx_train, n_ctx_train);
+}
+
 void cli_fit_ctx(cli_opts *o, const mz_model_t *m)
 {
     mz_model_info mi;
     mz_model_get_info(m, &mi);
-    if (mi.n_ctx_train <= 0) return;
-    if (!o->ctx_given) {
-        if (o->n_ctx > mi.n_ctx_train) o->n_ctx = mi.n_ctx_train;
+    fit_ctx(o, mi.n_ctx_train);
+}
+
+void cli_fit_ctx_file(cli_opts *o)
+{
+    /* The metadata only (the loader's key and default): serve loads the
+     * model itself, later. A file that does not parse is the loader's to
+     * report. */
+    mz_gguf *g = NULL;
+    if (!o->model || mz_gguf_open(o->model, &g)) {
+        mz_clear_error();
         return;
     }
-    int n = o->n_ctx ? o->n_ctx : mi.n_ctx_train;
-    if (n > mi.n_ctx_train)
-        fprintf(stderr, "mzcache: warning: -c %d is more than the %d tokens this model was trained for; "
-                        "answers past %d tokens are likely to degrade, and the context's memory grows "
-                        "with -c\n",
-                o->n_ctx, mi.n_ctx_train, mi.n_ctx_train);
+    mz_gguf_str arch;
+    char key[96];
+    uint32_t n = 2048;
+    if (!mz_gguf_get_str(g, "general.architecture", &arch) && arch.len < 64) {
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.ptr);
+        if (mz_gguf_get_u32(g, key, &n)) n = 2048;
+    }
+    mz_gguf_free(g);
+    mz_clear_error();
+    fit_ctx(o, n > INT_MAX ? INT_MAX : (int)n);
 }

@@ -14,6 +14,7 @@ real model, stdin not a terminal (test_cli_chat.py covers the terminal).
   demo       --text MISSING is an error
   serve      --help prints "25%" (not "25%%") and serve's own -c default
   chat       a full context is said and the conversation goes on (exit 0)
+  serve      -c beyond the trained context warns (from the file's metadata)
   status     eviction times as ISO-8601 UTC plus "ago", not epoch seconds;
              the stage name is the library's (mz_evict_stage_name)
 
@@ -182,7 +183,7 @@ def main():
     port_file = os.path.join(tmp, "port")
     slog = open(os.path.join(tmp, "serve.log"), "w")
     srv = subprocess.Popen([BIN, "serve", *M, "--port", "0", "--port-file", port_file, "--no-pressure",
-                            "-t", "2", "-c", "256", "--swap-dir", os.path.join(tmp, "swap")],
+                            "-t", "2", "-c", "8448", "--swap-dir", os.path.join(tmp, "swap")],
                            stdout=slog, stderr=subprocess.STDOUT, cwd=ROOT,
                            env=dict(os.environ, **env))
     try:
@@ -206,6 +207,9 @@ def main():
             m = re.search(r"remaining [\d.]+% \(([^)]*)\)", out)
             check(m is not None and m.group(1) in ("-", "kv-only", "kv-and-w", "w-only", "comp-kv", "done"),
                   "status's stage is one of mz_evict_stage_name's", out)
+            with open(os.path.join(tmp, "serve.log")) as f:
+                log = f.read()
+            check("8448" in log and "trained" in log, "serve -c 8448 warns about the trained context (8192)", log)
     finally:
         srv.send_signal(signal.SIGTERM)
         try:
