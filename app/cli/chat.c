@@ -12,7 +12,6 @@
 #include "server/server.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -164,14 +163,6 @@ static void do_restore(mz_ctx_t *ctx)
            "%zu weight blocks reloaded\n",
            r.bytes_restored / (1024.0 * 1024.0), r.time_ms, r.n_kv_decoded, r.n_kv_read_raw,
            r.n_kv_read_compressed, r.n_weights_loaded);
-}
-
-static volatile sig_atomic_t g_quit;
-
-static void on_signal(int sig)
-{
-    cli_interrupted = 1;
-    if (sig != SIGINT) g_quit = 1;
 }
 
 static const char chat_commands_help[] =
@@ -369,21 +360,8 @@ int cmd_chat(int argc, char **argv)
     int rc = 1;
     /* Ctrl-C stops an answer (and, at the prompt, quits); SIGTERM and SIGHUP
      * (the terminal went away) quit at the next step. Either way the context
-     * is freed, which removes the swap file. The signals are blocked while
-     * the compute threads start so that only this thread takes them. */
-    sigset_t sigs, old;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sigs, &old);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal; /* no SA_RESTART: a blocking read returns EINTR */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+     * is freed, which removes the swap file. */
+    cli_signals_catch();
     /* The model through the common loader; the context here, because chat
      * has the memory options. */
     if (cli_load(&o, &m, NULL)) goto out;
@@ -405,7 +383,7 @@ int cmd_chat(int argc, char **argv)
             goto out;
         }
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    cli_signals_unblock();
     if (mz_sampler_init(&o.sampler, &smp)) {
         fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
         goto out;
@@ -420,7 +398,7 @@ int cmd_chat(int argc, char **argv)
 
     size_t n_ctx = mz_ctx_n_ctx(ctx);
     for (;;) {
-        if (g_quit) break;
+        if (cli_quit) break;
         cli_interrupted = 0; /* a Ctrl-C during a command was for that command */
         char *line = cli_lines_read(lines);
         if (!line) break; /* end of input, or Ctrl-C / SIGTERM at the prompt */
@@ -477,7 +455,7 @@ int cmd_chat(int argc, char **argv)
             goto out;
         }
         free(answer);
-        if (g.interrupted && !g_quit)
+        if (g.interrupted && !cli_quit)
             printf("(answer stopped; what it said so far is kept in the conversation. Ctrl-C again "
                    "at the prompt or Ctrl-D leaves)\n");
         if (g.ctx_full)
@@ -494,7 +472,7 @@ int cmd_chat(int argc, char **argv)
     }
     rc = 0;
 out:
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    cli_signals_unblock();
     cli_lines_close(lines);
     conv_free(&conv);
     mz_sampler_free(smp);

@@ -55,8 +55,16 @@ mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampl
 void cli_print_gen_timings(size_t n_prompt, double prompt_ms, const cli_gen_result *g);
 double cli_now_ms(void);
 
-/* Set by the SIGINT handler of commands that catch Ctrl-C (chat). */
-extern volatile sig_atomic_t cli_interrupted;
+/* Set by cli_signals_catch's handler: any of SIGINT, SIGTERM, SIGHUP sets
+ * cli_interrupted (the work in progress stops: a prefill through
+ * cli_progress, a generation at the next token); SIGTERM and SIGHUP also set
+ * cli_quit (leave, through the normal clean-up that removes the swap file). */
+extern volatile sig_atomic_t cli_interrupted, cli_quit;
+/* Installs that handler (no SA_RESTART: a blocking read returns EINTR) and
+ * blocks the three signals in this thread, so that threads started before
+ * cli_signals_unblock (the context's compute threads) never take them. */
+void cli_signals_catch(void);
+void cli_signals_unblock(void);
 
 /* cli_env.c: checks made before the work starts. */
 /* Makes sure the swap directory (DIR, or the default one when NULL or "")

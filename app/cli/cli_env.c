@@ -12,6 +12,8 @@
 #include "model/gguf.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -113,4 +115,41 @@ void cli_fit_ctx_file(cli_opts *o)
     mz_gguf_free(g);
     mz_clear_error();
     fit_ctx(o, n > INT_MAX ? INT_MAX : (int)n);
+}
+
+volatile sig_atomic_t cli_quit;
+
+static void on_signal(int sig)
+{
+    cli_interrupted = 1;
+    if (sig != SIGINT) cli_quit = 1;
+}
+
+static sigset_t catch_set(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    return set;
+}
+
+void cli_signals_catch(void)
+{
+    sigset_t set = catch_set();
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+void cli_signals_unblock(void)
+{
+    sigset_t set = catch_set();
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }

@@ -102,6 +102,7 @@ typedef struct demo_answer {
 static bool demo_on_token(void *user, mz_token t)
 {
     demo_answer *a = user;
+    if (cli_interrupted) return false; /* Ctrl-C: stop, clean up (the swap file) */
     char buf[256];
     size_t nb = mz_detok_push(a->dt, t, false, buf, sizeof buf);
     for (size_t i = 0; i < nb && a->len + 1 < sizeof a->text; i++)
@@ -152,6 +153,10 @@ static int demo_ask(mz_model_t *m, mz_ctx_t *ctx, demo_conv *conv, const char *q
     size_t n_gen = 0;
     mz_status s = mz_restore_generate(ctx, toks + common, n - common, rp, NULL, DEMO_ANSWER_TOKENS,
                                       demo_on_token, &ans, &n_gen, &tm);
+    if (cli_interrupted) {
+        fprintf(stderr, "\nmzcache demo: interrupted\n");
+        goto out;
+    }
     if (s) {
         fprintf(stderr, "mzcache demo: %s\n", mz_ctx_errmsg(ctx));
         goto out;
@@ -247,7 +252,12 @@ int cmd_demo(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    if (cli_load(&o, &m, &ctx)) goto out;
+    /* Ctrl-C or SIGTERM ends the demo through the clean-up below, which
+     * removes the swap file its evictions made. */
+    cli_signals_catch();
+    mz_status ls = cli_load(&o, &m, &ctx);
+    cli_signals_unblock();
+    if (ls) goto out;
 
     mz_model_info mi;
     mz_model_get_info(m, &mi);
