@@ -62,7 +62,8 @@ int cli_check_swap_dir(const char *cmd, const char *dir)
         return -1;
     }
     /* access() is not enough: root passes it on a read-only file system. */
-    snprintf(tmp, sizeof tmp, "%s/.mzcache-probe-XXXXXX", dir);
+    int k = snprintf(tmp, sizeof tmp, "%s/.mzcache-probe-XXXXXX", dir);
+    if (k < 0 || (size_t)k >= sizeof tmp) return -1; /* not reached: the length was checked */
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         fprintf(stderr, "mzcache %s: %s %s is not writable: %s\n", cmd, what, dir, strerror(errno));
