@@ -20,9 +20,10 @@ leave behind). Three processes, one conversation replayed in each:
       during the restore of the next request).
   S3  restart: the same start-up checks; M1 == A1, M2 == A2, evict all,
       M2 == A2b; SIGTERM: exit 0 and the swap directory is empty.
-  S4  hardening: a swap directory that cannot be created (below a regular
-      file). The eviction fails with 500 and a message that names no path;
-      the daemon keeps answering.
+  S4  hardening: a --swap-dir that cannot be created (below a regular file)
+      is refused at start, naming it; one made unusable after the start (the
+      directory replaced by a file) fails the eviction with 500 and a
+      message that names no path; the daemon keeps answering.
 
 Exit 0 pass, 1 fail, 77 skip (no model or binary). Python 3 standard library
 only. No wall-clock assertion: timeouts only bound waits.
@@ -314,21 +315,31 @@ def main():
         check(rc == 0, f"S3: SIGTERM exit status {rc}")
         check(swap_files(swap_dir) == [], f"S3: swap file removed on exit ({swap_files(swap_dir)})")
 
-        # ---- S4: an unusable swap directory: a clean 500 that names no path -------------------
+        # ---- S4: an unusable swap directory ------------------------------------------------
+        # Given at start: refused then, naming it (issue 20).
         blocker = os.path.join(tmp, "not-a-dir")
         with open(blocker, "w") as f:
             f.write("x")
         bad_dir = os.path.join(blocker, "swap")
-        s4 = Server(binary, free_port(), bad_dir, os.path.join(tmp, "s4.log"))
+        p = subprocess.run([binary, "serve", "-m", MODEL, "--port", str(free_port()), "--swap-dir", bad_dir,
+                            "--no-pressure"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        check(p.returncode == 2 and bad_dir in p.stderr,
+              f"S4: an unusable --swap-dir is refused at start, naming it ({p.returncode}: {p.stderr.strip()})")
+        # Made unusable after the start: a clean 500 that names no path.
+        late_dir = os.path.join(tmp, "late-swap")
+        s4 = Server(binary, free_port(), late_dir, os.path.join(tmp, "s4.log"))
         servers.append(s4)
         if check(s4.wait_ready(), "S4 starts"):
             check(s4.chat(m1[:1] + [{"role": "user", "content": "Say hi."}]) is not None, "S4: chat before")
+            shutil.rmtree(late_dir)
+            with open(late_dir, "w") as f:
+                f.write("x")
             st, raw = s4.request("POST", "/mz/evict", {"all": True})
             body = raw.decode(errors="replace")
             check(st == 500, f"S4: eviction into an unusable swap directory fails with 500 ({st}: {body})")
-            check(tmp not in body and "not-a-dir" not in body and "mzswap" not in body and "/tmp" not in body,
+            check(tmp not in body and "late-swap" not in body and "mzswap" not in body and "/tmp" not in body,
                   f"S4: the error names no path ({body})")
-            check("not-a-dir" in s4.log_text(), "S4: the log (not the client) gets the details")
+            check("late-swap" in s4.log_text(), "S4: the log (not the client) gets the details")
             check(s4.chat(m1[:1] + [{"role": "user", "content": "Say hi."}]) is not None,
                   "S4: still answers after the failed eviction")
             check(s4.stop() == 0, "S4: clean exit")
