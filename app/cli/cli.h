@@ -74,6 +74,9 @@ int cli_check_swap_dir(const char *cmd, const char *dir);
 /* The context length against the model's trained one: without -c the
  * default is cut to the trained length; a -c beyond it is warned about. */
 void cli_fit_ctx(cli_opts *o, const mz_model_t *m);
+/* For commands that evict (serve, demo): says so when `mzcache profile` has
+ * not been run (the library warns only when a profile was asked for). */
+void cli_note_profile(const char *cmd);
 /* The same from the model file's metadata (for serve, which loads it later). */
 void cli_fit_ctx_file(cli_opts *o);
 mz_status cli_format_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n, char **out);

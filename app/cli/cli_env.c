@@ -9,6 +9,7 @@
 
 #include "core/core.h"
 #include "io/swapfile.h"
+#include "mem/profile.h"
 #include "model/gguf.h"
 
 #include <errno.h>
@@ -153,4 +154,15 @@ void cli_signals_unblock(void)
 {
     sigset_t set = catch_set();
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
+void cli_note_profile(const char *cmd)
+{
+    char def[1024];
+    mz_device_profile p;
+    if (mz_profile_default_path(def, sizeof def) == MZ_OK && mz_profile_load(def, &p) == MZ_OK) return;
+    mz_clear_error();
+    fprintf(stderr, "mzcache %s: no device profile yet: eviction plans with a built-in estimate of this "
+                    "machine; run `mzcache profile` once to measure it\n",
+            cmd);
 }

@@ -254,6 +254,7 @@ int cmd_demo(int argc, char **argv)
     }
     /* Ctrl-C or SIGTERM ends the demo through the clean-up below, which
      * removes the swap file its evictions made. */
+    cli_note_profile("demo");
     cli_signals_catch();
     mz_status ls = cli_load(&o, &m, &ctx);
     cli_signals_unblock();

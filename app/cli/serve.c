@@ -208,6 +208,7 @@ int cmd_serve(int argc, char **argv)
     }
     if (cli_check_swap_dir("serve", sp.swap_dir)) return 2;
     cli_fit_ctx_file(&o);
+    cli_note_profile("serve");
     if (sp.port < 0 || sp.port > 65535) {
         fprintf(stderr, "mzcache serve: --port must be 0..65535\n");
         return 2;

@@ -210,6 +210,7 @@ def main():
             with open(os.path.join(tmp, "serve.log")) as f:
                 log = f.read()
             check("8448" in log and "trained" in log, "serve -c 8448 warns about the trained context (8192)", log)
+            check("no device profile" in log, "serve (which evicts) says there is no device profile", log)
     finally:
         srv.send_signal(signal.SIGTERM)
         try:
