@@ -69,7 +69,8 @@ void cli_signals_unblock(void);
 /* cli_env.c: checks made before the work starts. */
 /* Makes sure the swap directory (DIR, or the default one when NULL or "")
  * exists (created 0700) and a file can be created in it; prints why not,
- * naming CMD and the directory, and returns -1. */
+ * naming CMD and the directory, and returns -1. Removes swap files that dead
+ * processes left there (saying how many). */
 int cli_check_swap_dir(const char *cmd, const char *dir);
 /* The context length against the model's trained one: without -c the
  * default is cut to the trained length; a -c beyond it is warned about. */

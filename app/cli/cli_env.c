@@ -72,6 +72,13 @@ int cli_check_swap_dir(const char *cmd, const char *dir)
     }
     close(fd);
     unlink(tmp);
+    /* Swap files of processes that died (kill -9, a crash) are useless to
+     * anyone: removed here, as serve does at start. */
+    int n_stale = 0;
+    if (mz_swapfile_cleanup_stale(dir, &n_stale) == MZ_OK && n_stale)
+        fprintf(stderr, "mzcache %s: removed %d stale swap file%s left by a process that died\n", cmd, n_stale,
+                n_stale > 1 ? "s" : "");
+    mz_clear_error();
     return 0;
 }
 

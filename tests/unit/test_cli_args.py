@@ -62,6 +62,19 @@ def run(args, stdin=None, env=None, timeout=300):
     return p.returncode, p.stdout + p.stderr
 
 
+def dead_pid():
+    """A pid that no process has now."""
+    pid = 4000000
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            pass
+        pid -= 1
+
+
 def main():
     if not os.access(BIN, os.X_OK):
         print(f"{NAME}: skipped: no mzcache binary at {BIN}")
@@ -151,6 +164,13 @@ def main():
     cache = os.path.join(home, ".cache", "mzcache")
     check(rc == 0 and os.path.isdir(cache) and stat.S_IMODE(os.stat(cache).st_mode) == 0o700,
           f"{cache} created 0700", out)
+    # A swap file left by a process that died (kill -9) is removed at start.
+    stale = os.path.join(cache, "mzswap-%d-0123456789abcdef.swp" % dead_pid())
+    with open(stale, "w"):
+        pass
+    rc, out = run(["chat", *M, "-n", "1", "-t", "2", "-c", "256"], stdin="", env=env)
+    check(rc == 0 and not os.path.exists(stale) and "stale swap file" in out,
+          "chat removes (and reports) a dead process's 0-byte swap file at start", out)
     # fetch-model's wheel cache (it returns early: the model is there).
     fhome = os.path.join(tmp, "fhome")
     os.makedirs(fhome)
