@@ -145,11 +145,14 @@ static void do_evict(mz_ctx_t *ctx, const char *arg)
                "`mzcache profile` once to measure it)\n");
     }
     mz_evict_report r;
+    memset(&r, 0, sizeof r);
     mz_status s = mz_evict(ctx, n, &r);
-    if (s) printf("evict failed: %s\n", mz_ctx_errmsg(ctx));
+    /* On an error what was moved before it stays evicted: said as such, never
+     * as a finished eviction. */
+    if (s) printf("evict stopped by an error: %s; before it: ", mz_ctx_errmsg(ctx));
     printf("freed %.1f MiB%s in %.1f ms: KV %zu compressed, %zu stored raw, %zu stored "
            "compressed, %zu moved to storage; %zu weight blocks dropped; stage %s\n",
-           r.bytes_freed / (1024.0 * 1024.0), r.complete ? "" : " (all it could)", r.time_ms,
+           r.bytes_freed / (1024.0 * 1024.0), s || r.complete ? "" : " (all it could)", r.time_ms,
            r.n_kv_compressed, r.n_kv_stored_raw, r.n_kv_stored_compressed, r.n_kv_compkv,
            r.n_weights_dropped, mz_evict_stage_name(r.stage));
 }
@@ -157,8 +160,9 @@ static void do_evict(mz_ctx_t *ctx, const char *arg)
 static void do_restore(mz_ctx_t *ctx)
 {
     mz_restore_report r;
+    memset(&r, 0, sizeof r);
     mz_status s = mz_restore(ctx, &r);
-    if (s) printf("restore failed: %s\n", mz_ctx_errmsg(ctx));
+    if (s) printf("restore stopped by an error: %s; before it: ", mz_ctx_errmsg(ctx));
     printf("restored %.1f MiB in %.1f ms: KV %zu decoded, %zu read raw, %zu read compressed; "
            "%zu weight blocks reloaded\n",
            r.bytes_restored / (1024.0 * 1024.0), r.time_ms, r.n_kv_decoded, r.n_kv_read_raw,

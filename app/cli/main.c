@@ -145,7 +145,7 @@ double cli_now_ms(void)
 
 /* Counted here rather than from mz_ctx_get_timings, which files every
  * one-token forward pass under decode (a one-token prompt, the end-of-turn
- * token) and so reported n+1 decode tokens. */
+ * token, the last sampled token): the user asked for n tokens and sees n. */
 void cli_print_gen_timings(size_t n_prompt, double prompt_ms, const cli_gen_result *g)
 {
     fprintf(stderr, "\nprefill: %zu tokens in %.0f ms (%.1f tok/s) | decode: %zu tokens in %.0f ms (%.1f tok/s)\n",

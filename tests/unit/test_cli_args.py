@@ -10,7 +10,9 @@ real model, stdin not a terminal (test_cli_chat.py covers the terminal).
              reports "decode: 8 tokens" (was 9); a plain run says nothing
              about a device profile; chat --profile MISSING does
   dirs       an unusable --swap-dir is refused at start by chat, demo and
-             serve; the swap directory and fetch-model's cache are made 0700
+             serve; one that becomes unusable later makes chat's /evict say
+             it failed; the swap directory and fetch-model's cache are made
+             0700; a dead process's swap file is removed at start
   demo       --text MISSING is an error
   serve      --help prints "25%" (not "25%%") and serve's own -c default
   chat       a full context is said and the conversation goes on (exit 0)
@@ -23,6 +25,7 @@ assertions (timeouts only bound waits).
 """
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -180,6 +183,32 @@ def main():
     fcache = os.path.join(fhome, ".cache", "mzcache")
     check(p.returncode == 0 and os.path.isdir(fcache) and stat.S_IMODE(os.stat(fcache).st_mode) == 0o700,
           "scripts/fetch-model.sh makes ~/.cache/mzcache 0700", p.stdout + p.stderr)
+
+    # ---- a swap directory that becomes unusable after the start: /evict says it failed ----
+    late = os.path.join(tmp, "late-swap")
+    p = subprocess.Popen([BIN, "chat", *M, "-n", "4", "-t", "2", "-c", "512", "--greedy", "--timings",
+                          "--swap-dir", late, "--kv-placement", "storage"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                         env=dict(os.environ, **env))
+    p.stdin.write("What is 2+2?\n")
+    p.stdin.flush()
+    got = ""
+    while "reused" not in got:
+        line = p.stdout.readline()
+        if not line:
+            break
+        got += line
+    shutil.rmtree(late, ignore_errors=True)
+    with open(late, "w") as f:
+        f.write("x")
+    try:
+        rest, _ = p.communicate("/evict all\n/quit\n", timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rest, _ = p.communicate()
+    got += rest
+    check(p.returncode == 0 and "evict stopped by an error" in got,
+          "chat: an eviction that fails (swap directory gone) says so, not 'freed'", got)
 
     # ---- demo --text MISSING ----
     rc, out = run(["demo", *M, "-t", "2", "--text", os.path.join(tmp, "missing.txt")], env=env, timeout=60)
