@@ -1,8 +1,10 @@
 /*
- * cli_env.c — checks the subcommands make before the real work starts, so a
- * bad setting is reported at once with its option's name instead of at the
- * first eviction (the swap directory) or as a slow, huge allocation (the
- * context length).
+ * cli_env.c — what the subcommands set up before the real work starts:
+ * checks, so that a bad setting is reported at once with its option's name
+ * instead of at the first eviction (the swap directory) or as a slow, huge
+ * allocation (the context length); the device-profile note for commands that
+ * evict; and the signal handling that lets chat and demo stop work and still
+ * clean up (the swap file).
  */
 #define _GNU_SOURCE
 #include "cli.h"
