@@ -18,7 +18,8 @@
  *     none after the document (the model must then end: end-of-generation);
  *   - integers: at most 18 digits; numbers: at most 18 integer, 18 fraction
  *     and 2 exponent digits (so they parse to finite doubles);
- *   - strings: valid UTF-8 (the same rules as the detokenizer), JSON escapes;
+ *   - strings: valid UTF-8 (the same rules as the detokenizer), JSON escapes,
+ *     surrogate escapes only as high-low pairs;
  *   - nesting of free-form values (json_object, {} schemas) at most
  *     MZ_JGRAM_MAX_DEPTH levels.
  * Every state has a way to finish (a closing quote, bracket, digit or

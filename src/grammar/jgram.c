@@ -23,7 +23,7 @@
 enum { FR_ROOT, FR_VALUE, FR_OBJ, FR_ARR, FR_STR, FR_NUM, FR_LIT };
 enum { O_OPEN, O_KEY, O_COLON, O_AFTER, O_NEXT };
 enum { A_OPEN, A_AFTER, A_NEXT };
-enum { S_CHAR, S_ESC, S_HEX, S_UTF };
+enum { S_CHAR, S_ESC, S_HEX, S_UTF, S_LOW_BS, S_LOW_U };
 enum { N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 enum { CONSUMED, REJECT, RETRY };
 
@@ -236,14 +236,41 @@ static int str_byte(mz_jgram *g, jframe *f, unsigned char c)
         if (c == 'u') {
             f->st = S_HEX;
             f->aux = 4;
+            f->a = 0;
+            f->b = 0;
             return CONSUMED;
         }
         if (!strchr("\"\\/bfnrt", c) || !c) return REJECT;
         f->st = S_CHAR;
         return CONSUMED;
-    case S_HEX:
+    case S_HEX: {
+        /* Surrogates only in pairs (strict parsers refuse lone ones), decided
+         * by the second digit at the latest, so no prefix is a dead end. */
         if (!is_hex(c)) return REJECT;
-        if (--f->aux == 0) f->st = S_CHAR;
+        unsigned h = is_digit(c) ? (unsigned)(c - '0') : (unsigned)((c | 0x20) - 'a' + 10);
+        f->a = f->a * 16 + h;
+        int pos = 4 - f->aux;
+        if (pos == 0 && f->b && h != 0xD) return REJECT;
+        if (pos == 1) {
+            bool low = f->a >= 0xDC && f->a <= 0xDF;
+            if (f->b ? !low : low) return REJECT;
+        }
+        if (--f->aux == 0) {
+            f->st = !f->b && f->a >= 0xD800 && f->a <= 0xDBFF ? S_LOW_BS : S_CHAR;
+            f->b = 0;
+        }
+        return CONSUMED;
+    }
+    case S_LOW_BS:
+        if (c != '\\') return REJECT;
+        f->st = S_LOW_U;
+        return CONSUMED;
+    case S_LOW_U:
+        if (c != 'u') return REJECT;
+        f->st = S_HEX;
+        f->aux = 4;
+        f->a = 0;
+        f->b = 1;
         return CONSUMED;
     default: return REJECT;
     }

@@ -123,6 +123,26 @@ static jnode *lit_node(rd *r, char **vals, size_t *lens, int n)
     return node;
 }
 
+/* Well-formed UTF-8 (as the grammar's strings and the detokenizer demand). */
+static bool utf8_ok(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        size_t need = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        if (!need || i + need > n) return false;
+        for (size_t k = 1; k < need; k++) {
+            unsigned lo = 0x80, hi = 0xBF;
+            if (k == 1 && c == 0xE0) lo = 0xA0;
+            if (k == 1 && c == 0xED) hi = 0x9F;
+            if (k == 1 && c == 0xF0) lo = 0x90;
+            if (k == 1 && c == 0xF4) hi = 0x8F;
+            if (p[i + k] < lo || p[i + k] > hi) return false;
+        }
+        i += need;
+    }
+    return true;
+}
+
 /* Serializes v into the schema's memory; NULL on failure (reported). */
 static char *serialize(rd *r, const cJSON *v, size_t *len)
 {
@@ -132,6 +152,11 @@ static char *serialize(rd *r, const cJSON *v, size_t *len)
         return NULL;
     }
     size_t n = strlen(txt);
+    if (!utf8_ok((const unsigned char *)txt, n)) {
+        cJSON_free(txt);
+        fail(r, "schema: enum, const and property names must be valid UTF-8");
+        return NULL;
+    }
     if (n == 0 || r->s->lit_bytes + n > MZ_JSCHEMA_MAX_LITERAL) {
         cJSON_free(txt);
         fail(r, "schema: literals (enum, const, property names) longer than %d bytes in all", MZ_JSCHEMA_MAX_LITERAL);

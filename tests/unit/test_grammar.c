@@ -266,7 +266,8 @@ int main(void)
         static const char *const bb[] = {"null", "tru", "truee", "1", NULL};
         expect_docs("{\"type\":\"boolean\"}", gb, bb);
         static const char *const gs[] = {"\"\"", "\"a\\\"b\"", "\"\\ud83d\\ude00\"", NULL};
-        static const char *const bs[] = {"\"", "\"a\"b", "a", NULL};
+        static const char *const bs[] = {"\"", "\"a\"b", "a", "\"\\ud83d\"", "\"\\ude00\"", "\"\\ud83dx\"",
+                                         "\"\\ud83d\\u0041\"", NULL};
         expect_docs("{\"type\":\"string\"}", gs, bs);
         static const char *const ga[] = {"{\"x\":\"s\"}", "null", "[1,\"a\"]", NULL};
         static const char *const ba[] = {"{\"x\":1}", "\"s\"", NULL};
