@@ -36,6 +36,15 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* CPU time of the whole process (all compute threads): other load on the
+ * machine changes it much less than wall time. */
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -50,7 +59,7 @@ static double median(double *v, int n)
 
 typedef struct run_result {
     int n;
-    double total_ms, sample_ms;
+    double total_ms, cpu_ms, sample_ms;
     int refusals, docs;
 } run_result;
 
@@ -91,7 +100,7 @@ static int run(mz_model_t *m, const mz_jvocab *v, const mz_jschema *s, const mz_
         if (mz_token_is_eog(m, t)) ban[n_ban++] = (mz_logit_bias){t, -100.0f};
     if (mz_sampler_set_logit_bias(smp, ban, n_ban)) return 1;
     if (s) mz_sampler_set_filter(smp, count_ok, &cnt);
-    double t0 = now_ms();
+    double t0 = now_ms(), c0 = cpu_ms();
     for (int i = 0; i < n_gen; i++) {
         double ts = now_ms();
         long calls0 = cnt.calls;
@@ -113,6 +122,7 @@ static int run(mz_model_t *m, const mz_jvocab *v, const mz_jschema *s, const mz_
         out->n++;
     }
     out->total_ms = now_ms() - t0;
+    out->cpu_ms = cpu_ms() - c0;
     mz_jgram_free(cnt.f.g);
     mz_sampler_free(smp);
     mz_ctx_free(c);
@@ -196,6 +206,7 @@ int main(int argc, char **argv)
     double *plain_tps = calloc((size_t)reps, sizeof(double)), *con_tps = calloc((size_t)reps, sizeof(double));
     double *plain_ms = calloc((size_t)reps, sizeof(double)), *con_ms = calloc((size_t)reps, sizeof(double));
     double *plain_smp = calloc((size_t)reps, sizeof(double)), *con_smp = calloc((size_t)reps, sizeof(double));
+    double *plain_cpu = calloc((size_t)reps, sizeof(double)), *con_cpu = calloc((size_t)reps, sizeof(double));
     int con_n = 0, con_ref = 0, con_docs = 0;
     for (int r = 0; r < reps; r++) {
         run_result a, b;
@@ -207,6 +218,8 @@ int main(int argc, char **argv)
         plain_ms[r] = a.total_ms / a.n;
         con_ms[r] = b.total_ms / b.n;
         plain_smp[r] = a.sample_ms / a.n;
+        plain_cpu[r] = a.cpu_ms / a.n;
+        con_cpu[r] = b.cpu_ms / b.n;
         con_smp[r] = b.sample_ms / b.n;
         con_n = b.n;
         con_ref = b.refusals;
@@ -214,6 +227,7 @@ int main(int argc, char **argv)
     }
     double pt = median(plain_tps, reps), ct = median(con_tps, reps);
     double ps = median(plain_smp, reps), cs = median(con_smp, reps), pm = median(plain_ms, reps);
+    double pc = median(plain_cpu, reps), cc = median(con_cpu, reps);
     double la[3] = {0};
     FILE *fl = fopen("/proc/loadavg", "r");
     if (fl) {
@@ -225,12 +239,15 @@ int main(int argc, char **argv)
     printf("  plain decode        %7.2f tokens/s (%d tokens)\n", pt, n_gen);
     printf("  constrained decode  %7.2f tokens/s (%d tokens, %d documents completed, %d picks refused -> full mask)\n",
            ct, con_n, con_docs, con_ref);
+    printf("  CPU per token       plain %.2f ms, constrained %.2f ms (all threads) -> %+.2f %%\n", pc, cc,
+           100.0 * (cc - pc) / pc);
     printf("  sampling per token  plain %.3f ms, constrained %.3f ms -> grammar %.3f ms/token\n", ps, cs, cs - ps);
     printf("  grammar overhead    %.2f %% of a plain token's time (%.3f ms); wall tokens/s ratio %.3f\n",
            100.0 * (cs - ps) / pm, pm, ct / pt);
     printf("  one full mask       %.2f ms (%d of %d tokens allowed at the start)\n", mask_ms, allowed / 10,
            mz_model_n_vocab(m));
     printf("  per-request set-up  %.2f ms (token bytes, mz_jvocab_init)\n", vocab_ms);
+    free(plain_cpu), free(con_cpu);
     free(plain_tps), free(con_tps), free(plain_ms), free(con_ms), free(plain_smp), free(con_smp);
     mz_jvocab_free(v);
     mz_jschema_free(s);

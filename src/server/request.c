@@ -40,10 +40,10 @@ static bool is_int(const cJSON *j, double lo, double hi)
 /* Every top-level field a request may carry; anything else is refused by
  * name, so nothing a client asks for is silently ignored. */
 static const char *const k_fields_common[] = {
-    "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p",
-    "repeat_penalty", "seed", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
+    "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+    "top_k", "min_p", "repeat_penalty", "seed", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
     "presence_penalty", "response_format", "user", "metadata", "store", "service_tier", NULL};
-static const char *const k_fields_chat[] = {"messages", "max_completion_tokens", "top_logprobs", "modalities", NULL};
+static const char *const k_fields_chat[] = {"messages", "top_logprobs", "modalities", NULL};
 static const char *const k_fields_comp[] = {"prompt", "echo", "best_of", "suffix", NULL};
 
 /* OpenAI fields this server does not implement, with the reason given. */
