@@ -497,7 +497,18 @@ static const jnode *read_node(rd *r, const cJSON *j, int depth)
         cJSON_ArrayForEach(a, any_of) if (!(alts[i++] = read_node(r, a, depth + 1))) return NULL;
         return alt_node(r, alts, n);
     }
-    if (has_lit) return read_literals(r, j, type);
+    if (has_lit) {
+        /* The literals are generated as they are: other constraints would
+         * have to hold for them too, and are not checked here. */
+        static const char *const structural[] = {"properties", "required", "additionalProperties", "items",
+                                                 "minItems", "maxItems", NULL};
+        for (const char *const *k2 = structural; *k2; k2++)
+            if (cJSON_GetObjectItemCaseSensitive(j, *k2)) {
+                fail(r, "schema: \"enum\"/\"const\" cannot be combined with \"%s\"", *k2);
+                return NULL;
+            }
+        return read_literals(r, j, type);
+    }
     if (!type) {
         if (cJSON_GetObjectItemCaseSensitive(j, "properties") || cJSON_GetObjectItemCaseSensitive(j, "additionalProperties"))
             return read_typed(r, j, "object", depth);

@@ -290,6 +290,7 @@ int main(void)
     expect_refused("{\"type\":\"strin\"}", "type");
     expect_refused("{\"type\":\"string\",\"enum\":[1]}", "enum");
     expect_refused("{\"enum\":[]}", "enum");
+    expect_refused("{\"enum\":[{\"a\":1}],\"properties\":{\"a\":{\"type\":\"string\"}}}", "properties");
     expect_refused("{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems");
     expect_refused("[1]", "object");
     {
