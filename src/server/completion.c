@@ -13,6 +13,12 @@
  * exactly what was generated, the end-of-turn token included) and stops at
  * end of generation, max_tokens, a stop string, or a full context.
  *
+ * OpenAI extras (gen_setup_openai): logit_bias and the penalties go to the
+ * sampler; response_format runs the JSON grammar (src/grammar/) as the
+ * sampler's filter, advanced by every sampled token; logprobs are recorded
+ * per token with the text offset where the token starts, so tokens cut off by
+ * a stop string, or still held back in a stream, are not sent early.
+ *
  * Streaming: the request is validated, tokenized, queued and prefilled in
  * the handler (so errors still get a proper status), then a callback
  * response generates one token per call and sends Server-Sent Events. The
