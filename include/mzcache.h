@@ -393,6 +393,20 @@ MZ_API MZ_NODISCARD mz_status mz_engine_mode_parse(const char *name, mz_engine_m
 
 /* ---- sampling ----------------------------------------------------------------- */
 
+/* The chain, applied to a copy of the logits (they are never modified):
+ *   1. repeat_penalty on tokens in the last repeat_last_n accepted ones
+ *      (prompt and generated; llama.cpp's multiplicative form);
+ *   2. OpenAI penalties on generated tokens only (mz_sampler_accept, not
+ *      _accept_prompt): logit -= count * frequency_penalty
+ *      + (count > 0) * presence_penalty;
+ *   3. logit_bias added (a bias <= -100 bans the token);
+ *   4. the filter (mz_sampler_set_filter), if any: tokens it refuses are banned;
+ *   5. greedy (temperature <= 0: highest value, ties -> lowest id), or top-k ->
+ *      softmax with temperature -> top-p -> min-p -> a draw with the seeded RNG.
+ * Step 4 runs lazily: the token picked without it is offered to the filter
+ * and, only if refused, every token is checked and the pick made again among
+ * the allowed ones (as llama.cpp's grammar sampler does), so a filter that
+ * rarely refuses costs one call per token. */
 typedef struct mz_sampler_params {
     float temperature;         /* <= 0: greedy (default 0.8) */
     int top_k;                 /* <= 0: off (default 40) */
@@ -400,16 +414,57 @@ typedef struct mz_sampler_params {
     float min_p;               /* <= 0: off (default 0.05) */
     float repeat_penalty;      /* 1: off (default 1.0) */
     int repeat_last_n;         /* tokens considered by the penalty (default 64) */
-    uint64_t seed;             /* default: fixed 0x5eed */
+    uint64_t seed;             /* default: fixed 0x5eed; same seed + params + logits
+                                  -> same tokens */
+    float frequency_penalty;   /* OpenAI's, in [-2, 2]; 0: off (default) */
+    float presence_penalty;    /* OpenAI's, in [-2, 2]; 0: off (default) */
 } mz_sampler_params;
 
+/* Bias for one token (OpenAI logit_bias): added to the logit, in [-100, 100]. */
+typedef struct mz_logit_bias {
+    mz_token token;
+    float bias;
+} mz_logit_bias;
+
+/* Says whether token t may come next (e.g. a grammar); called on the
+ * sampler's thread during mz_sampler_sample. */
+typedef bool (*mz_token_filter_fn)(void *user, mz_token t);
+
+/* Log-probability of one token. */
+typedef struct mz_token_logprob {
+    mz_token token;
+    float logprob;
+} mz_token_logprob;
+
 MZ_API mz_sampler_params mz_sampler_params_default(void);
+/* MZ_E_INVAL (message names the parameter) for values out of range. */
 MZ_API MZ_NODISCARD mz_status mz_sampler_init(const mz_sampler_params *p, mz_sampler_t **out);
 MZ_API void mz_sampler_free(mz_sampler_t *s);
-/* Picks the next token from logits[n_vocab]; does not modify logits. */
+/* Replaces the logit biases (copied; n <= 1 << 20; a token may appear once).
+ * Tokens outside the vocabulary passed to mz_sampler_sample are ignored there.
+ * MZ_E_INVAL for a bias outside [-100, 100] or a negative token. */
+MZ_API MZ_NODISCARD mz_status mz_sampler_set_logit_bias(mz_sampler_t *s, const mz_logit_bias *b, size_t n);
+/* Sets (fn NULL: removes) the token filter, step 4 of the chain. */
+MZ_API void mz_sampler_set_filter(mz_sampler_t *s, mz_token_filter_fn fn, void *user);
+/* Picks the next token from logits[n_vocab]; does not modify logits. Returns
+ * -1 with mz_last_error() set when there is nothing to sample from: NULL
+ * sampler or logits (e.g. nothing was prefilled), n_vocab <= 0, or every token
+ * banned (logit_bias, filter). */
 MZ_API mz_token mz_sampler_sample(mz_sampler_t *s, const float *logits, int n_vocab);
-/* Records a token in the penalty history (prompt tokens and generated ones). */
+/* Records a generated token: penalty history and OpenAI penalty counts. */
 MZ_API void mz_sampler_accept(mz_sampler_t *s, mz_token t);
+/* Records a prompt token: repeat_penalty history only (OpenAI's penalties
+ * count sampled tokens only). */
+MZ_API void mz_sampler_accept_prompt(mz_sampler_t *s, mz_token t);
+
+/* The model's log-probabilities: log-softmax of the raw logits[n_vocab]
+ * (computed in double; no temperature, penalty, bias or filter applied).
+ * *lp (optional) gets token t's; top[0..n_top) (optional, n_top in 0..256) the
+ * n_top most likely tokens, most likely first (ties -> lowest id).
+ * MZ_E_INVAL for NULL logits, n_vocab <= 0, t outside [0, n_vocab) when lp is
+ * given, or n_top out of range. */
+MZ_API MZ_NODISCARD mz_status mz_logprobs(const float *logits, int n_vocab, mz_token t, float *lp,
+                                          mz_token_logprob *top, int n_top);
 
 /* ---- model generation ----------------------------------------------------------- */
 

@@ -35,6 +35,14 @@ if [ "$(uname -m)" = x86_64 ]; then
     command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
 fi
 
+# tests/unit/test_openai_client.py drives the server with the official OpenAI
+# Python client (PyPI; the test skips, saying so, where it cannot be imported).
+if command -v python3 >/dev/null && ! python3 -c 'import openai' 2>/dev/null; then
+    echo "mzcache: installing the openai Python package (pip)"
+    python3 -m pip install -q openai 2>/dev/null || python3 -m pip install -q --break-system-packages openai \
+        || echo "mzcache: could not install the openai package; test_openai_client will skip" >&2
+fi
+
 [ ${#need[@]} -eq 0 ] && exit 0
 
 echo "mzcache: installing Debian packages: ${need[*]}"

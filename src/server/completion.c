@@ -13,6 +13,12 @@
  * exactly what was generated, the end-of-turn token included) and stops at
  * end of generation, max_tokens, a stop string, or a full context.
  *
+ * OpenAI extras (gen_setup_openai): logit_bias and the penalties go to the
+ * sampler; response_format runs the JSON grammar (src/grammar/) as the
+ * sampler's filter, advanced by every sampled token; logprobs are recorded
+ * per token with the text offset where the token starts, so tokens cut off by
+ * a stop string, or still held back in a stream, are not sent early.
+ *
  * Streaming: the request is validated, tokenized, queued and prefilled in
  * the handler (so errors still get a proper status), then a callback
  * response generates one token per call and sends Server-Sent Events. The
@@ -55,7 +61,26 @@ typedef struct gen_state {
     bool holds_gate;
     srv_timings tm;
     double t0, t_gen0;
+    /* OpenAI extras (set up by gen_setup_openai) */
+    bool want_lp;                  /* logprobs of each token added to the text */
+    int n_top;                     /* alternatives per token */
+    struct lp_entry *lp;           /* [0, lp_sent) already sent */
+    size_t n_lp, cap_lp, lp_sent;
+    bool include_usage;            /* a usage-only chunk before [DONE] */
+    mz_jschema *schema;            /* structured output: grammar over the vocabulary */
+    mz_jvocab *vocab;
+    mz_jfilter jf;
 } gen_state;
+
+/* One generated token's log-probabilities (the model's log-softmax of the raw
+ * logits: before penalties, bias, temperature and the grammar). */
+struct lp_entry {
+    mz_token t;
+    float lp;
+    size_t offset;                 /* where its text starts in gen_state.text */
+    int n_top;
+    mz_token_logprob top[SRV_MAX_TOP_LOGPROBS];
+};
 
 /* ---- prompt → tokens ------------------------------------------------------------------- */
 
@@ -154,6 +179,25 @@ static size_t emittable_end(const gen_state *g)
     return end > g->emitted ? end : g->emitted;
 }
 
+/* Logprobs of token t (just sampled from logits), its text starting at offset. */
+static bool lp_record(gen_state *g, const float *logits, mz_token t, size_t offset)
+{
+    if (g->n_lp == g->cap_lp) {
+        size_t cap = g->cap_lp ? g->cap_lp * 2 : 64;
+        struct lp_entry *b = realloc(g->lp, cap * sizeof *b);
+        if (!b) return false;
+        g->lp = b;
+        g->cap_lp = cap;
+    }
+    struct lp_entry *e = &g->lp[g->n_lp];
+    e->t = t;
+    e->offset = offset;
+    e->n_top = g->n_top;
+    if (mz_logprobs(logits, g->n_vocab, t, &e->lp, e->top, g->n_top)) return false;
+    g->n_lp++;
+    return true;
+}
+
 static void gen_finish_text(gen_state *g)
 {
     char buf[16];
@@ -174,6 +218,12 @@ static void gen_step(gen_state *g)
     }
     const float *logits = mz_ctx_logits(s->ctx);
     mz_token t = mz_sampler_sample(g->smp, logits, g->n_vocab);
+    if (t < 0 || (g->jf.g && !mz_jfilter_accept(&g->jf, t))) {
+        srv_log(s, "sampling failed: %s", t < 0 ? mz_last_error() : "token outside the grammar");
+        g->done = g->failed = true;
+        g->finish = "error";
+        return;
+    }
     mz_sampler_accept(g->smp, t);
     if (g->tm.n_generated == 0 && g->tm.ttft_ms == 0) {
         double now = srv_now_ms();
@@ -191,7 +241,7 @@ static void gen_step(gen_state *g)
     char buf[256];
     size_t nb = mz_detok_push(g->dt, t, false, buf, sizeof buf);
     size_t before = g->len;
-    if (!text_append(g, buf, nb)) {
+    if (!text_append(g, buf, nb) || (g->want_lp && !lp_record(g, logits, t, before))) {
         g->done = g->failed = true;
         g->finish = "error";
         return;
@@ -257,6 +307,10 @@ static void gen_free(gen_state *g)
     mz_sampler_free(g->smp);
     mz_detok_free(g->dt);
     for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
+    free(g->lp);
+    mz_jgram_free(g->jf.g);
+    mz_jvocab_free(g->vocab);
+    mz_jschema_free(g->schema);
     free(g->text);
     free(g->out);
     free(g);
@@ -283,6 +337,107 @@ static void add_usage(cJSON *o, const gen_state *g)
     cJSON_AddNumberToObject(t, "ttft_ms", g->tm.ttft_ms);
     cJSON_AddNumberToObject(t, "remaining_pct_before", g->tm.remaining_pct_before);
     cJSON_AddNumberToObject(t, "evicted_bytes_before", (double)g->tm.evicted_bytes_before);
+}
+
+/* ---- logprobs in responses --------------------------------------------------------------- */
+
+/* The token's bytes as valid UTF-8 (ill-formed bytes become U+FFFD; the
+ * exact bytes go in "bytes"). */
+static char *utf8_lossy(const char *p, size_t n)
+{
+    char *o = malloc(3 * n + 1), *w = o;
+    if (!o) return NULL;
+    const unsigned char *u = (const unsigned char *)p;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = u[i];
+        size_t need = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        bool ok = need > 0 && i + need <= n;
+        for (size_t k = 1; ok && k < need; k++) {
+            unsigned lo = 0x80, hi = 0xBF;
+            if (k == 1 && c == 0xE0) lo = 0xA0;
+            if (k == 1 && c == 0xED) hi = 0x9F;
+            if (k == 1 && c == 0xF0) lo = 0x90;
+            if (k == 1 && c == 0xF4) hi = 0x8F;
+            ok = u[i + k] >= lo && u[i + k] <= hi;
+        }
+        if (ok && c != 0) {
+            memcpy(w, u + i, need);
+            w += need;
+            i += need;
+        } else {
+            memcpy(w, "\xEF\xBF\xBD", 3);
+            w += 3;
+            i++;
+        }
+    }
+    *w = '\0';
+    return o;
+}
+
+static double lp_value(float lp) { return isfinite(lp) ? (double)lp : -9999.0; }
+
+/* {"token", "logprob", "bytes"} of token t (chat format). */
+static cJSON *lp_token_json(const gen_state *g, mz_token t, float lp)
+{
+    size_t n = 0;
+    const char *piece = mz_token_piece(g->srv->model, t, &n);
+    if (!piece) n = 0;
+    cJSON *o = cJSON_CreateObject();
+    char *txt = utf8_lossy(piece ? piece : "", n);
+    cJSON_AddStringToObject(o, "token", txt ? txt : "");
+    free(txt);
+    cJSON_AddNumberToObject(o, "logprob", lp_value(lp));
+    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)piece[i]));
+    return o;
+}
+
+/* Adds "logprobs" to a choice: the entries not sent yet whose text starts
+ * before limit (tokens after a stop string are left out), or null when the
+ * request did not ask. Chat: {"content": [...]}; completions: OpenAI's legacy
+ * {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. */
+static void add_logprobs(cJSON *choice, gen_state *g, size_t limit)
+{
+    if (!g->want_lp) {
+        cJSON_AddNullToObject(choice, "logprobs");
+        return;
+    }
+    cJSON *o = cJSON_AddObjectToObject(choice, "logprobs");
+    cJSON *content = NULL, *tokens = NULL, *lps = NULL, *tops = NULL, *offs = NULL;
+    if (g->chat) {
+        content = cJSON_AddArrayToObject(o, "content");
+        cJSON_AddNullToObject(o, "refusal");
+    } else {
+        tokens = cJSON_AddArrayToObject(o, "tokens");
+        lps = cJSON_AddArrayToObject(o, "token_logprobs");
+        tops = cJSON_AddArrayToObject(o, "top_logprobs");
+        offs = cJSON_AddArrayToObject(o, "text_offset");
+    }
+    for (; g->lp_sent < g->n_lp && g->lp[g->lp_sent].offset < limit; g->lp_sent++) {
+        const struct lp_entry *e = &g->lp[g->lp_sent];
+        if (g->chat) {
+            cJSON *item = lp_token_json(g, e->t, e->lp);
+            cJSON *alts = cJSON_AddArrayToObject(item, "top_logprobs");
+            for (int k = 0; k < e->n_top; k++)
+                if (e->top[k].token >= 0) cJSON_AddItemToArray(alts, lp_token_json(g, e->top[k].token, e->top[k].logprob));
+            cJSON_AddItemToArray(content, item);
+            continue;
+        }
+        cJSON *tj = lp_token_json(g, e->t, e->lp);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(cJSON_GetObjectItem(tj, "token")->valuestring));
+        cJSON_Delete(tj);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp_value(e->lp)));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)e->offset));
+        cJSON *alts = cJSON_CreateObject();
+        for (int k = 0; k < e->n_top; k++) {
+            if (e->top[k].token < 0) continue;
+            cJSON *aj = lp_token_json(g, e->top[k].token, e->top[k].logprob);
+            const char *key = cJSON_GetObjectItem(aj, "token")->valuestring;
+            if (!cJSON_GetObjectItemCaseSensitive(alts, key)) cJSON_AddNumberToObject(alts, key, lp_value(e->top[k].logprob));
+            cJSON_Delete(aj);
+        }
+        cJSON_AddItemToArray(tops, alts);
+    }
 }
 
 static cJSON *response_head(const gen_state *g, const char *object)
@@ -344,10 +499,20 @@ static bool sse_chunk(gen_state *g, const char *text, size_t n, bool role, const
         cJSON_AddStringToObject(c, "text", copy);
     }
     free(copy);
+    if (g->want_lp && !role) add_logprobs(c, g, text ? (size_t)(text - g->text) + n : g->len);
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     cJSON_AddItemToArray(choices, c);
     if (usage) add_usage(o, g);
+    return sse_event(g, o);
+}
+
+/* stream_options.include_usage: a last chunk with no choices and the usage. */
+static bool sse_usage_chunk(gen_state *g)
+{
+    cJSON *o = response_head(g, g->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddArrayToObject(o, "choices");
+    add_usage(o, g);
     return sse_event(g, o);
 }
 
@@ -389,6 +554,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 sse_event(g, o);
             }
             if (!sse_chunk(g, NULL, 0, false, finish_reason(g), true)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (g->include_usage && !sse_usage_chunk(g)) return MHD_CONTENT_READER_END_WITH_ERROR;
             gen_release(g); /* the next request may start while [DONE] goes out */
             continue;
         }
@@ -402,6 +568,24 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 }
 
 static void stream_free(void *cls) { gen_free(cls); }
+
+/* logit_bias, logprobs, include_usage and structured output of a validated
+ * request; the grammar (schema taken over from r) filters the sampler. */
+static bool gen_setup_openai(gen_state *g, srv_comp_req *r)
+{
+    if (r->n_bias && mz_sampler_set_logit_bias(g->smp, r->bias, r->n_bias)) return false;
+    g->want_lp = r->logprobs;
+    g->n_top = r->top_logprobs;
+    g->include_usage = r->include_usage;
+    if (!r->schema) return true;
+    g->schema = r->schema;
+    r->schema = NULL;
+    g->vocab = mz_jvocab_init(g->srv->model);
+    g->jf = (mz_jfilter){.g = mz_jgram_init(g->schema), .v = g->vocab};
+    if (!g->vocab || !g->jf.g) return false;
+    mz_sampler_set_filter(g->smp, mz_jfilter_token_ok, &g->jf);
+    return true;
+}
 
 /* ---- the handler ---------------------------------------------------------------------------------- */
 
@@ -431,7 +615,8 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         return srv_error(s, c, 500, "server_error", "out of memory");
     }
     int status;
-    srv_req_limits lim = {s->model_id, s->p.default_max_tokens, s->p.max_tokens_limit, s->p.sampler};
+    srv_req_limits lim = {s->model_id, s->p.default_max_tokens, s->p.max_tokens_limit, s->p.sampler,
+                          mz_model_n_vocab(s->model)};
     const char *bad = srv_parse_completion(&lim, root, chat, r, &status);
     if (bad) {
         enum MHD_Result ret = srv_error(s, c, status, status == 404 ? "not_found" : "invalid_request_error", "%s", bad);
@@ -468,7 +653,7 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         g->n_stops = i + 1;
         g->max_stop = MZ_MAX(g->max_stop, strlen(r->stops[i]));
     }
-    if (mz_sampler_init(&r->sp, &g->smp) || mz_detok_init(s->model, &g->dt)) {
+    if (mz_sampler_init(&r->sp, &g->smp) || mz_detok_init(s->model, &g->dt) || !gen_setup_openai(g, r)) {
         ret = srv_error(s, c, 500, "server_error", "cannot set up sampling");
         goto out_gen;
     }
@@ -529,7 +714,7 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         const mz_token *all = mz_ctx_tokens(s->ctx);
         size_t nt = mz_ctx_n_tokens(s->ctx);
         size_t from = nt > 256 ? nt - 256 : 0;
-        for (size_t i = from; i < nt; i++) mz_sampler_accept(g->smp, all[i]);
+        for (size_t i = from; i < nt; i++) mz_sampler_accept_prompt(g->smp, all[i]);
     }
     if (r->stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, g, stream_free);
@@ -557,9 +742,10 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
             cJSON_AddStringToObject(m, "content", g->text ? g->text : "");
+            add_logprobs(ch, g, g->len);
         } else {
             cJSON_AddStringToObject(ch, "text", g->text ? g->text : "");
-            cJSON_AddNullToObject(ch, "logprobs");
+            add_logprobs(ch, g, g->len);
         }
         cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g));
         cJSON_AddItemToArray(choices, ch);

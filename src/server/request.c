@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -22,6 +23,10 @@
 void srv_comp_req_free(srv_comp_req *r)
 {
     for (size_t i = 0; i < r->n_msgs; i++) free(r->owned[i]);
+    free(r->bias);
+    r->bias = NULL;
+    mz_jschema_free(r->schema);
+    r->schema = NULL;
 }
 
 static bool is_int(const cJSON *j, double lo, double hi)
@@ -30,12 +35,237 @@ static bool is_int(const cJSON *j, double lo, double hi)
            floor(j->valuedouble) == j->valuedouble;
 }
 
+/* ---- fields: the table of what is honoured, what is refused --------------------------- */
+
+/* Every top-level field a request may carry; anything else is refused by
+ * name, so nothing a client asks for is silently ignored. */
+static const char *const k_fields_common[] = {
+    "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+    "top_k", "min_p", "repeat_penalty", "seed", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
+    "presence_penalty", "response_format", "user", "metadata", "store", "service_tier", NULL};
+static const char *const k_fields_chat[] = {"messages", "top_logprobs", "modalities", NULL};
+static const char *const k_fields_comp[] = {"prompt", "echo", "best_of", "suffix", NULL};
+
+/* OpenAI fields this server does not implement, with the reason given. */
+static const struct {
+    const char *name, *why;
+} k_refused[] = {
+    {"tools", "tool calling is not supported"},
+    {"tool_choice", "tool calling is not supported"},
+    {"parallel_tool_calls", "tool calling is not supported"},
+    {"functions", "function calling is not supported"},
+    {"function_call", "function calling is not supported"},
+    {"audio", "audio output is not supported"},
+    {"prediction", "predicted outputs are not supported"},
+    {"web_search_options", "web search is not supported"},
+    {"reasoning_effort", "this model has no reasoning settings"},
+};
+
+static bool name_in(const char *const *list, const char *name)
+{
+    for (; *list; list++)
+        if (!strcmp(*list, name)) return true;
+    return false;
+}
+
+static const char *check_fields(const cJSON *root, bool chat, srv_comp_req *r)
+{
+    const cJSON *f;
+    cJSON_ArrayForEach(f, root) {
+        const char *k = f->string ? f->string : "";
+        for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0]; i++)
+            if (!strcmp(k, k_refused[i].name)) {
+                snprintf(r->errbuf, sizeof r->errbuf, "\"%s\" is not supported: %s", k, k_refused[i].why);
+                return r->errbuf;
+            }
+        if (name_in(k_fields_common, k) || name_in(chat ? k_fields_chat : k_fields_comp, k)) continue;
+        snprintf(r->errbuf, sizeof r->errbuf, "unknown field \"%.64s\" (docs/SERVER.md lists the fields)", k);
+        return r->errbuf;
+    }
+    return NULL;
+}
+
+/* A token id written as a JSON object key: decimal digits only. */
+static bool parse_token_id(const char *s, int n_vocab, mz_token *out)
+{
+    if (!*s || strlen(s) > 9) return false;
+    long v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return false;
+        v = v * 10 + (*p - '0');
+    }
+    if (n_vocab > 0 && v >= n_vocab) return false;
+    *out = (mz_token)v;
+    return true;
+}
+
+static const char *parse_response_format(const cJSON *j, srv_comp_req *r, int *status)
+{
+    if (!cJSON_IsObject(j)) return "\"response_format\" must be an object";
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(j, "type");
+    if (!cJSON_IsString(ty)) return "\"response_format.type\" must be \"text\", \"json_object\" or \"json_schema\"";
+    const cJSON *f;
+    cJSON_ArrayForEach(f, j) {
+        if (f->string && strcmp(f->string, "type") && strcmp(f->string, "json_schema")) {
+            snprintf(r->errbuf, sizeof r->errbuf, "unknown field \"response_format.%.64s\"", f->string);
+            return r->errbuf;
+        }
+    }
+    if (!strcmp(ty->valuestring, "text")) return NULL;
+    if (!strcmp(ty->valuestring, "json_object")) {
+        r->format = SRV_FORMAT_JSON_OBJECT;
+        r->schema = mz_jschema_any_object();
+        if (!r->schema) {
+            *status = 500;
+            return "out of memory";
+        }
+        return NULL;
+    }
+    if (strcmp(ty->valuestring, "json_schema"))
+        return "\"response_format.type\" must be \"text\", \"json_object\" or \"json_schema\"";
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(j, "json_schema");
+    if (!cJSON_IsObject(js)) return "\"response_format.json_schema\" must be an object with \"name\" and \"schema\"";
+    cJSON_ArrayForEach(f, js) {
+        const char *k = f->string ? f->string : "";
+        if (strcmp(k, "name") && strcmp(k, "schema") && strcmp(k, "strict") && strcmp(k, "description")) {
+            snprintf(r->errbuf, sizeof r->errbuf, "unknown field \"response_format.json_schema.%.64s\"", k);
+            return r->errbuf;
+        }
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+    if (!cJSON_IsString(name) || !*name->valuestring || strlen(name->valuestring) > 64)
+        return "\"response_format.json_schema.name\" must be a string of 1 to 64 characters";
+    const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+    if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
+        return "\"response_format.json_schema.strict\" must be true or false";
+    const cJSON *desc = cJSON_GetObjectItemCaseSensitive(js, "description");
+    if (desc && !cJSON_IsString(desc)) return "\"response_format.json_schema.description\" must be a string";
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (!schema) return "\"response_format.json_schema.schema\" is missing";
+    char err[200];
+    r->schema = mz_jschema_read(schema, err, sizeof err);
+    if (!r->schema) {
+        snprintf(r->errbuf, sizeof r->errbuf, "\"response_format.json_schema.schema\": %s", err);
+        if (strstr(err, "out of memory")) *status = 500;
+        return r->errbuf;
+    }
+    r->format = SRV_FORMAT_JSON_SCHEMA;
+    return NULL;
+}
+
+static const char *parse_openai_extras(const srv_req_limits *lim, const cJSON *root, bool chat, srv_comp_req *r,
+                                       int *status)
+{
+    const cJSON *j;
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "frequency_penalty")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble >= -2 && j->valuedouble <= 2))
+            return "\"frequency_penalty\" must be a number in [-2, 2]";
+        r->sp.frequency_penalty = (float)j->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "presence_penalty")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble >= -2 && j->valuedouble <= 2))
+            return "\"presence_penalty\" must be a number in [-2, 2]";
+        r->sp.presence_penalty = (float)j->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "logit_bias")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsObject(j)) return "\"logit_bias\" must be an object {\"token id\": bias}";
+        int n = cJSON_GetArraySize(j);
+        if (n > SRV_MAX_LOGIT_BIAS) return "\"logit_bias\" has more than 1024 entries";
+        if (n > 0) {
+            r->bias = calloc((size_t)n, sizeof *r->bias);
+            if (!r->bias) {
+                *status = 500;
+                return "out of memory";
+            }
+        }
+        const cJSON *e;
+        cJSON_ArrayForEach(e, j) {
+            mz_token t;
+            if (!parse_token_id(e->string ? e->string : "", lim->n_vocab, &t)) {
+                snprintf(r->errbuf, sizeof r->errbuf, "\"logit_bias\": key \"%.32s\" is not a token id of this model%s",
+                         e->string ? e->string : "", lim->n_vocab > 0 ? "" : " (a decimal number)");
+                if (lim->n_vocab > 0) {
+                    size_t l = strlen(r->errbuf);
+                    snprintf(r->errbuf + l, sizeof r->errbuf - l, " (0..%d)", lim->n_vocab - 1);
+                }
+                return r->errbuf;
+            }
+            if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+                return "\"logit_bias\" values must be numbers in [-100, 100]";
+            for (size_t i = 0; i < r->n_bias; i++)
+                if (r->bias[i].token == t) return "\"logit_bias\" names a token twice";
+            r->bias[r->n_bias++] = (mz_logit_bias){t, (float)e->valuedouble};
+        }
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "logprobs")) && !cJSON_IsNull(j)) {
+        if (chat) {
+            if (!cJSON_IsBool(j)) return "\"logprobs\" must be true or false";
+            r->logprobs = cJSON_IsTrue(j);
+        } else {
+            /* Legacy completions: an integer, the number of alternatives. */
+            if (!is_int(j, 0, 5)) return "\"logprobs\" must be an integer in [0, 5]";
+            r->logprobs = true;
+            r->top_logprobs = (int)j->valuedouble;
+        }
+    }
+    if (chat && (j = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs")) && !cJSON_IsNull(j)) {
+        if (!is_int(j, 0, SRV_MAX_TOP_LOGPROBS)) return "\"top_logprobs\" must be an integer in [0, 20]";
+        if (!r->logprobs) return "\"top_logprobs\" needs \"logprobs\": true";
+        r->top_logprobs = (int)j->valuedouble;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "stream_options")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsObject(j)) return "\"stream_options\" must be an object";
+        if (!r->stream) return "\"stream_options\" is only allowed with \"stream\": true";
+        const cJSON *f;
+        cJSON_ArrayForEach(f, j) {
+            if (f->string && strcmp(f->string, "include_usage")) {
+                snprintf(r->errbuf, sizeof r->errbuf, "unknown field \"stream_options.%.64s\"", f->string);
+                return r->errbuf;
+            }
+            if (!cJSON_IsBool(f)) return "\"stream_options.include_usage\" must be true or false";
+            r->include_usage = cJSON_IsTrue(f);
+        }
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "response_format")) && !cJSON_IsNull(j)) {
+        const char *bad = parse_response_format(j, r, status);
+        if (bad) return bad;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "echo")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsBool(j)) return "\"echo\" must be true or false";
+        if (cJSON_IsTrue(j)) return "\"echo\": true is not supported";
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "best_of")) && !cJSON_IsNull(j) && !is_int(j, 1, 1))
+        return "\"best_of\" is not supported (only 1)";
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "suffix")) && !cJSON_IsNull(j) &&
+        !(cJSON_IsString(j) && !*j->valuestring))
+        return "\"suffix\" is not supported";
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "modalities")) && !cJSON_IsNull(j)) {
+        const cJSON *e;
+        if (!cJSON_IsArray(j)) return "\"modalities\" must be an array";
+        cJSON_ArrayForEach(e, j) if (!cJSON_IsString(e) || strcmp(e->valuestring, "text"))
+            return "\"modalities\": only \"text\" is supported";
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "user")) && !cJSON_IsNull(j) && !cJSON_IsString(j))
+        return "\"user\" must be a string";
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "metadata")) && !cJSON_IsNull(j) && !cJSON_IsObject(j))
+        return "\"metadata\" must be an object";
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "store")) && !cJSON_IsNull(j)) {
+        if (!cJSON_IsBool(j)) return "\"store\" must be true or false";
+        if (cJSON_IsTrue(j)) return "\"store\": true is not supported (nothing is stored)";
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(root, "service_tier")) && !cJSON_IsNull(j) && !cJSON_IsString(j))
+        return "\"service_tier\" must be a string";
+    return NULL;
+}
+
 /* Fills r from the JSON; returns NULL or a message for a 400. */
 const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, bool chat, srv_comp_req *r,
                                  int *status)
 {
     *status = 400;
     if (!cJSON_IsObject(root)) return "body must be a JSON object";
+    const char *bad_field = check_fields(root, chat, r);
+    if (bad_field) return bad_field;
     const cJSON *j;
     if ((j = cJSON_GetObjectItemCaseSensitive(root, "model")) && !cJSON_IsNull(j)) {
         if (!cJSON_IsString(j)) return "\"model\" must be a string";
@@ -69,7 +299,12 @@ const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, b
                 cJSON_ArrayForEach(part, content) {
                     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
                     const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
-                    if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") || !cJSON_IsString(tx))
+                    if (cJSON_IsString(ty) && strcmp(ty->valuestring, "text")) {
+                        snprintf(r->errbuf, sizeof r->errbuf,
+                                 "message content part type \"%.64s\" is not supported (text parts only)", ty->valuestring);
+                        return r->errbuf;
+                    }
+                    if (!cJSON_IsString(ty) || !cJSON_IsString(tx))
                         return "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported";
                     total += strlen(tx->valuestring);
                 }
@@ -162,7 +397,7 @@ const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, b
             if (l == 0 || l > SRV_MAX_STOP_LEN) return "stop strings must be 1 to 64 bytes";
         }
     }
-    return NULL;
+    return parse_openai_extras(lim, root, chat, r, status);
 }
 
 /* ---- /mz/evict ---------------------------------------------------------------------------- */

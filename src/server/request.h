@@ -12,6 +12,7 @@
 #define MZ_SERVER_REQUEST_H
 
 #include "mzcache.h"
+#include "grammar/grammar.h"
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -20,6 +21,15 @@
 #define SRV_MAX_STOPS 4
 #define SRV_MAX_STOP_LEN 64
 #define SRV_MAX_MESSAGES 1024
+#define SRV_MAX_TOP_LOGPROBS 20         /* chat top_logprobs; completions logprobs: 5 */
+#define SRV_MAX_LOGIT_BIAS 1024
+
+/* response_format. */
+typedef enum srv_format {
+    SRV_FORMAT_TEXT = 0,
+    SRV_FORMAT_JSON_OBJECT,         /* any JSON object */
+    SRV_FORMAT_JSON_SCHEMA          /* a document valid under schema */
+} srv_format;
 
 /* What a completion request may ask for, and the defaults it gets. */
 typedef struct srv_req_limits {
@@ -27,6 +37,7 @@ typedef struct srv_req_limits {
     int default_max_tokens;         /* when the request gives none */
     int max_tokens_limit;           /* larger max_tokens → 400 */
     mz_sampler_params sampler;      /* defaults for sampling fields left out */
+    int n_vocab;                    /* logit_bias ids must be below this (0: not checked) */
 } srv_req_limits;
 
 /* A validated completion request. Strings point into the cJSON tree it was
@@ -42,9 +53,18 @@ typedef struct srv_comp_req {
     mz_sampler_params sp;
     const char *stops[SRV_MAX_STOPS];
     int n_stops;                    /* each 1..SRV_MAX_STOP_LEN bytes */
+    bool logprobs;                  /* return the chosen tokens' log-probabilities */
+    int top_logprobs;               /* and that many alternatives (0..SRV_MAX_TOP_LOGPROBS) */
+    mz_logit_bias *bias;            /* owned; n_bias entries, distinct tokens */
+    size_t n_bias;
+    srv_format format;
+    mz_jschema *schema;             /* owned; set for both JSON formats */
+    bool include_usage;             /* stream_options.include_usage */
+    char errbuf[256];               /* messages that name a field are written here */
 } srv_comp_req;
 
-/* Fills r (zeroed by the caller) from a parsed body. Returns NULL when the
+/* Fills r (zeroed by the caller) from a parsed body. Every top-level field
+ * is either honoured or refused by name (docs/SERVER.md has the table). Returns NULL when the
  * request is valid, else a message for the client (never naming a file),
  * with *status 400, 404 (unknown model) or 500 (out of memory). Call
  * srv_comp_req_free(r) either way. */

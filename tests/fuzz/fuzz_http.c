@@ -97,7 +97,7 @@ static void format_and_tokenize(const srv_comp_req *r)
 static void completion(const cJSON *root, bool chat)
 {
     srv_req_limits lim = {.model_id = "SmolLM2-135M-Instruct.Q4_1", .default_max_tokens = 256,
-                          .max_tokens_limit = 4096, .sampler = mz_sampler_params_default()};
+                          .max_tokens_limit = 4096, .sampler = mz_sampler_params_default(), .n_vocab = 49152};
     srv_comp_req *r = calloc(1, sizeof *r);
     check(r != NULL, "calloc");
     int status = 0;
@@ -127,6 +127,21 @@ static void completion(const cJSON *root, bool chat)
         check(r->sp.top_k >= 0, "top_k");
         check(r->sp.min_p >= 0 && r->sp.min_p <= 1, "min_p");
         check(r->sp.repeat_penalty > 0 && r->sp.repeat_penalty <= 10, "repeat_penalty");
+        check(r->sp.frequency_penalty >= -2 && r->sp.frequency_penalty <= 2, "frequency_penalty");
+        check(r->sp.presence_penalty >= -2 && r->sp.presence_penalty <= 2, "presence_penalty");
+        check(r->top_logprobs >= 0 && r->top_logprobs <= SRV_MAX_TOP_LOGPROBS, "top_logprobs");
+        check(r->logprobs || r->top_logprobs == 0, "top_logprobs only with logprobs");
+        check(r->n_bias <= SRV_MAX_LOGIT_BIAS, "logit_bias count");
+        for (size_t i = 0; i < r->n_bias; i++)
+            check(r->bias[i].token >= 0 && r->bias[i].token < lim.n_vocab && r->bias[i].bias >= -100 &&
+                      r->bias[i].bias <= 100,
+                  "logit_bias entry");
+        check((r->format == SRV_FORMAT_TEXT) == (r->schema == NULL), "a schema exactly for the JSON formats");
+        if (r->schema) {
+            mz_jgram *g = mz_jgram_init(r->schema);
+            check(g != NULL && !mz_jgram_complete(g), "grammar at the start of a document");
+            mz_jgram_free(g);
+        }
         if (chat) format_and_tokenize(r);
     }
     srv_comp_req_free(r);
