@@ -211,6 +211,11 @@ mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampl
             break;
         }
         mz_token t = mz_sampler_sample(smp, logits, n_vocab);
+        if (t < 0) {
+            fprintf(stderr, "mzcache: sampling failed: %s\n", mz_last_error());
+            s = MZ_E_INVAL;
+            break;
+        }
         mz_sampler_accept(smp, t);
         if (mz_token_is_eog(m, t)) {
             /* Keep the end-of-turn token in the context so the next turn follows it. */
