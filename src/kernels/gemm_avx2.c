@@ -41,6 +41,17 @@ static inline __m256i gemm_dot_u8s8(__m256i u, __m256i s) { return gemm_madd1(_m
 
 #include "gemm_x86.h"
 
+/* x8 layout (gemm_x8_x86.h): vpmaddubsw saturates its s16 pair sums, exact
+ * only for u8 up to 127 (4-bit quants: 15 * 128 * 2 fits); Q8_0 keeps the
+ * plain layout on AVX2. */
+#define X8_T 4
+#define X8_HAS_Q8_0 0
+static inline __m256i x8_dot(__m256i acc, __m256i w, __m256i x)
+{
+    return _mm256_add_epi32(acc, gemm_madd1(_mm256_maddubs_epi16(w, x)));
+}
+#include "gemm_x8_x86.h"
+
 #else
 typedef int mz_gemm_avx2_unused;
 #endif
