@@ -96,7 +96,7 @@ static mz_status matmul_fused(mz_ctx_t *c, const mz_tensor *const *ws, float *co
     const void *converted = NULL;
     size_t converted_row = 0;
     for (int i = 0; i < n; i++) {
-        const mz_type_kernels *k = mz_kernels_for(ws[i]->type);
+        const mz_type_kernels *k = mz_kernels_for_layout(ws[i]->type, ws[i]->layout);
         if (!k) return mz_fail(MZ_E_UNSUPPORTED, "no kernel for %s", mz_dtype_name(ws[i]->type));
         if (k->vec_dot_type != converted_type) {
             converted_row = convert_rows(k, x, x_stride, ws[i]->ne[0], n_tok, slot);

@@ -158,6 +158,8 @@ static const mz_type_kernels k_x8_ref[MZ_DT_COUNT] = {
 };
 #if MZ_KERNELS_X86
 static const mz_type_kernels k_x8_avx2[MZ_DT_COUNT] = {
+    [MZ_DT_Q8_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q8_0_ref, mz_to_float_q8_0_ref,
+                            mz_quantize_q8_0_ref, mz_gemm_x8_q8_0_q8_0_avx2),
     [MZ_DT_Q4_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q4_0_ref, mz_to_float_q4_0_ref,
                             mz_quantize_q4_0_ref, mz_gemm_x8_q4_0_q8_0_avx2),
     [MZ_DT_Q4_1] = X8_ENTRY(MZ_DT_Q8_1, mz_from_float_q8_1_avx2, mz_vec_dot_x8_q4_1_ref, mz_to_float_q4_1_ref,

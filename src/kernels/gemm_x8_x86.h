@@ -3,10 +3,15 @@
  * interleaved per block, one row per 32-bit lane), x86. Included by
  * gemm_avx512.c (vpdpbusd) and gemm_avx2.c (vpmaddubsw + vpmaddwd) after they
  * define GEMM_SUFFIX, X8_T (tokens per tile) and
- *   x8_dot(acc, w, x): acc + per-lane sum of the 4 products u8 w x s8 x
- *                      (exact: no intermediate saturation for the operand
- *                      ranges the includer enables);
- *   X8_HAS_Q8_0: 1 if x8_dot is exact for u8 0..255 x s8 (VNNI only).
+ *   x8_dot(acc, w, x): acc + per-lane sum of the 4 products u8 w (0..15) x s8 x;
+ *   x8_prep_q8(v), x8_dot_q8(acc, w, x), X8_Q8_CORR: the Q8_0 weights as
+ *     stored (q + 128 as u8) prepared once per block, their 4-product dot
+ *     with s8 x, and the factor of sum(x) that brings it back to sum q * x
+ *     (VNNI: u8 as stored, -128; AVX2: q itself through sign tricks, 0).
+ * It also gives the plain layout's Q4_0 / Q4_1 / Q8_0 gemm and vec_dot the
+ * same order, transposing 8 plain rows into the x8 registers as it goes:
+ * a tensor gives the same bits repacked or not (the os-paging baseline reads
+ * the file's plain bytes; every mode must answer alike).
  * Arithmetic: repack.c's canonical x8 order, bit for bit, for any tile.
  *
  * Per token tile the activations' block scales (and the Q4_0 / Q8_0 offset
@@ -68,7 +73,7 @@ X8_INLINE void x8_prep(X8_FN(x8_act) *a, int kind, size_t nb, const uint8_t *x, 
             } else {
                 const mz_block_q8_0 *bx = (const mz_block_q8_0 *)xt + b;
                 a->dx[t][b] = _cvtsh_ss(bx->d);
-                a->corr[t][b] = (kind == 0 ? -8 : -128) * x8_sum32(bx->qs);
+                a->corr[t][b] = kind == 0 ? -8 * x8_sum32(bx->qs) : X8_Q8_CORR * x8_sum32(bx->qs);
             }
         }
     }
@@ -81,35 +86,96 @@ X8_INLINE const int8_t *x8_xqs(int kind, const uint8_t *x, size_t xrb, int t, si
     return kind == 1 ? ((const mz_block_q8_1 *)xt + b)->qs : ((const mz_block_q8_0 *)xt + b)->qs;
 }
 
-/* One group of 8 rows x T tokens; y[t * ys + r] for r < 8. */
-X8_INLINE void x8_tile(int kind, size_t nb, const uint8_t *restrict gw, const X8_FN(x8_act) *restrict a,
-                       const uint8_t *restrict x, size_t xrb, float *restrict y, size_t ys, const int T)
+/* Block b of 8 plain rows (rows past `rows` repeat row 0): the registers
+ * the x8 layout would load, built by 4 x 4 / 8 x 8 transposes of 32-bit
+ * groups (the weights of a row stay in their lane). */
+X8_INLINE __m128i x8_f16x8(const uint8_t *const p[8], size_t off)
+{
+    uint16_t h[8];
+    X8_UNROLL for (int r = 0; r < 8; r++) memcpy(&h[r], p[r] + off, 2);
+    return _mm_loadu_si128((const __m128i *)h);
+}
+
+X8_INLINE void x8_load_plain(int kind, const uint8_t *restrict w, size_t wrb, int rows, size_t b, __m256 *dw,
+                             __m256 *mw, __m256i wq[8])
+{
+    const size_t bs = kind == 0 ? 18 : kind == 1 ? 20 : 34;
+    const uint8_t *p[8];
+    X8_UNROLL for (int r = 0; r < 8; r++) p[r] = w + (size_t)(r < rows ? r : 0) * wrb + b * bs;
+    *dw = _mm256_cvtph_ps(x8_f16x8(p, 0));
+    if (kind == 1) *mw = _mm256_cvtph_ps(x8_f16x8(p, 2));
+    if (kind != 2) {
+        const size_t qo = kind == 0 ? 2 : 4;
+        __m256i a[4];
+        X8_UNROLL for (int r = 0; r < 4; r++)
+            a[r] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(p[r + 4] + qo)),
+                                    _mm_loadu_si128((const __m128i *)(p[r] + qo)));
+        const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        const __m256i c[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                              _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
+        X8_UNROLL for (int k = 0; k < 4; k++) {
+            wq[k] = _mm256_and_si256(c[k], m4);
+            wq[4 + k] = _mm256_and_si256(_mm256_srli_epi16(c[k], 4), m4);
+        }
+    } else {
+        __m256i v[8], s[8], u[8];
+        X8_UNROLL for (int r = 0; r < 8; r++) v[r] = _mm256_loadu_si256((const __m256i *)(p[r] + 2));
+        X8_UNROLL for (int r = 0; r < 8; r += 2) {
+            s[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
+            s[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
+        }
+        X8_UNROLL for (int h = 0; h < 8; h += 4) {
+            u[h + 0] = _mm256_unpacklo_epi64(s[h + 0], s[h + 2]);
+            u[h + 1] = _mm256_unpackhi_epi64(s[h + 0], s[h + 2]);
+            u[h + 2] = _mm256_unpacklo_epi64(s[h + 1], s[h + 3]);
+            u[h + 3] = _mm256_unpackhi_epi64(s[h + 1], s[h + 3]);
+        }
+        const __m256i flip = _mm256_set1_epi8((char)0x80);
+        X8_UNROLL for (int k = 0; k < 4; k++) {
+            wq[k] = x8_prep_q8(_mm256_xor_si256(_mm256_permute2x128_si256(u[k], u[4 + k], 0x20), flip));
+            wq[4 + k] = x8_prep_q8(_mm256_xor_si256(_mm256_permute2x128_si256(u[k], u[4 + k], 0x31), flip));
+        }
+    }
+}
+
+/* One group of 8 rows x T tokens; y[t * ys + r] for r < rows. gw: the x8
+ * group (plain = 0), or the first of `rows` plain rows of wrb bytes (plain =
+ * 1: transposed into the x8 registers block by block). */
+X8_INLINE void x8_tile(int kind, int plain, size_t nb, const uint8_t *restrict gw, size_t wrb, int rows,
+                       const X8_FN(x8_act) *restrict a, const uint8_t *restrict x, size_t xrb, float *restrict y,
+                       size_t ys, const int T)
 {
     const size_t gbb = kind == 0 ? 144 : kind == 1 ? 160 : 272;
     __m256 acc[X8_T], summ[X8_T];
     X8_UNROLL for (int t = 0; t < T; t++) acc[t] = summ[t] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *g = gw + b * gbb;
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
-        __m256 mw = _mm256_setzero_ps();
+        __m256 dw, mw = _mm256_setzero_ps();
         __m256i wq[8];
-        if (kind == 2) {
-            X8_UNROLL for (int c = 0; c < 8; c++) wq[c] = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * c));
+        if (plain) {
+            x8_load_plain(kind, gw, wrb, rows, b, &dw, &mw, wq);
         } else {
-            const uint8_t *q = g + (kind == 1 ? 32 : 16);
-            if (kind == 1) mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
-            const __m256i m4 = _mm256_set1_epi8(0x0f);
-            X8_UNROLL for (int c = 0; c < 4; c++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
-                wq[c] = _mm256_and_si256(v, m4);                         /* values 4c .. 4c+3 */
-                wq[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4); /* values 16+4c .. */
+            const uint8_t *g = gw + b * gbb;
+            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+            if (kind == 2) {
+                X8_UNROLL for (int c = 0; c < 8; c++) wq[c] = x8_prep_q8(_mm256_loadu_si256((const __m256i *)(g + 16 + 32 * c)));
+            } else {
+                const uint8_t *q = g + (kind == 1 ? 32 : 16);
+                if (kind == 1) mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
+                const __m256i m4 = _mm256_set1_epi8(0x0f);
+                X8_UNROLL for (int c = 0; c < 4; c++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+                    wq[c] = _mm256_and_si256(v, m4);                         /* values 4c .. 4c+3 */
+                    wq[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4); /* values 16+4c .. */
+                }
             }
         }
         X8_UNROLL for (int t = 0; t < T; t++) {
             const int8_t *xq = x8_xqs(kind, x, xrb, t, b);
             __m256i is = _mm256_set1_epi32(a->corr[t][b]);
             if (kind == 2) {
-                X8_UNROLL for (int c = 0; c < 8; c++) is = x8_dot(is, wq[c], x8_bcast4(xq + 4 * c));
+                X8_UNROLL for (int c = 0; c < 8; c++) is = x8_dot_q8(is, wq[c], x8_bcast4(xq + 4 * c));
             } else {
                 X8_UNROLL for (int c = 0; c < 4; c++) {
                     is = x8_dot(is, wq[c], x8_bcast4(xq + 4 * c));
@@ -120,45 +186,78 @@ X8_INLINE void x8_tile(int kind, size_t nb, const uint8_t *restrict gw, const X8
             if (kind == 1) summ[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a->sx[t][b]), summ[t]);
         }
     }
-    X8_UNROLL for (int t = 0; t < T; t++)
-        _mm256_storeu_ps(y + (size_t)t * ys, kind == 1 ? _mm256_add_ps(acc[t], summ[t]) : acc[t]);
+    X8_UNROLL for (int t = 0; t < T; t++) {
+        const __m256 v = kind == 1 ? _mm256_add_ps(acc[t], summ[t]) : acc[t];
+        if (rows == 8) {
+            _mm256_storeu_ps(y + (size_t)t * ys, v);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, v);
+            memcpy(y + (size_t)t * ys, tmp, (size_t)rows * sizeof(float));
+        }
+    }
 }
 
-#define X8_CASE(kind, T_) \
-    case T_: x8_tile(kind, nb, gw, a, xt, xrb, yt, ys, T_); break;
+#define X8_CASE(kind, plain, T_) \
+    case T_: x8_tile(kind, plain, nb, gw, w_row_bytes, rows, a, xt, xrb, yt, ys, T_); break;
 
-#define X8_DRIVER(tname, kind)                                                                          \
-    MZ_GEMM_DECL(X8_FN(mz_gemm_x8_##tname))                                                             \
+/* Rows [r0, r1) in groups of 8 starting at r0 (x8 layout: r0, r1 multiples
+ * of 8, groups at multiples of 8 in the tensor; plain: any r0, last group
+ * ragged). */
+#define X8_DRIVER(fname, kind, plain)                                                                   \
+    MZ_GEMM_DECL(fname)                                                                                 \
     {                                                                                                   \
-        MZ_ASSERT(r0 % 8 == 0 && r1 % 8 == 0 && n / MZ_QK <= MZ_X8_MAX_BLOCKS);                         \
+        MZ_ASSERT(n / MZ_QK <= MZ_X8_MAX_BLOCKS);                                                       \
+        MZ_ASSERT(plain || (r0 % 8 == 0 && r1 % 8 == 0));                                               \
         const size_t nb = n / MZ_QK, xrb = x_row_bytes, ys = y_stride;                                  \
         X8_FN(x8_act) act, *a = &act;                                                                   \
         for (size_t t0 = 0; t0 < n_tok; t0 += X8_T) {                                                   \
             const int tn = (int)(n_tok - t0 < X8_T ? n_tok - t0 : X8_T);                                \
             const uint8_t *xt = (const uint8_t *)x + t0 * xrb;                                          \
             x8_prep(a, kind, nb, xt, xrb, tn);                                                          \
-            for (size_t g = r0 / 8; g < r1 / 8; g++) {                                                  \
-                const uint8_t *gw = (const uint8_t *)w + g * 8 * w_row_bytes;                           \
-                float *yt = y + t0 * ys + g * 8;                                                        \
+            for (size_t ra = r0; ra < r1; ra += 8) {                                                    \
+                const int rows = (int)(r1 - ra < 8 ? r1 - ra : 8);                                      \
+                const uint8_t *gw = (const uint8_t *)w + ra * w_row_bytes;                              \
+                float *yt = y + t0 * ys + ra;                                                           \
                 switch (tn) {                                                                           \
-                    X8_CASE(kind, 1) X8_CASE(kind, 2) X8_CASE(kind, 3) X8_CASE(kind, 4)                 \
-                    X8_CASES_5_8(kind)                                                                  \
+                    X8_CASE(kind, plain, 1) X8_CASE(kind, plain, 2) X8_CASE(kind, plain, 3)             \
+                    X8_CASE(kind, plain, 4) X8_CASES_5_8(kind, plain)                                   \
                 default: MZ_ASSERT(0);                                                                  \
                 }                                                                                       \
             }                                                                                           \
         }                                                                                               \
     }
 
+/* Plain-layout gemm and vec_dot of a quantized type: the x8 order (so a
+ * tensor gives the same bits repacked or not), or gemm_x86.h's tiles for
+ * rows longer than MZ_X8_MAX_BLOCKS blocks. */
+#define X8_PLAIN(tname, kind)                                                                           \
+    static X8_DRIVER(X8_FN(x8_plain_##tname), kind, 1)                                                   \
+    MZ_GEMM_DECL(X8_FN(mz_gemm_##tname))                                                                \
+    {                                                                                                   \
+        if (n / MZ_QK > MZ_X8_MAX_BLOCKS)                                                               \
+            GEMM_FN(mz_gemm_##tname##_tiles)(n, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride); \
+        else                                                                                            \
+            X8_FN(x8_plain_##tname)(n, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);     \
+    }                                                                                                   \
+    float X8_FN(mz_vec_dot_##tname)(size_t n, const void *restrict w, const void *restrict x)           \
+    {                                                                                                   \
+        float out;                                                                                      \
+        X8_FN(mz_gemm_##tname)(n, w, 0, 0, 1, x, 0, 1, &out, 0);                                        \
+        return out;                                                                                     \
+    }
+
 #if X8_T == 8
-#define X8_CASES_5_8(kind) X8_CASE(kind, 5) X8_CASE(kind, 6) X8_CASE(kind, 7) X8_CASE(kind, 8)
+#define X8_CASES_5_8(kind, plain) X8_CASE(kind, plain, 5) X8_CASE(kind, plain, 6) X8_CASE(kind, plain, 7) X8_CASE(kind, plain, 8)
 #elif X8_T == 4
-#define X8_CASES_5_8(kind)
+#define X8_CASES_5_8(kind, plain)
 #else
 #error "X8_T must be 4 or 8"
 #endif
 
-X8_DRIVER(q4_0_q8_0, 0)
-X8_DRIVER(q4_1_q8_1, 1)
-#if X8_HAS_Q8_0
-X8_DRIVER(q8_0_q8_0, 2)
-#endif
+X8_DRIVER(X8_FN(mz_gemm_x8_q4_0_q8_0), 0, 0)
+X8_DRIVER(X8_FN(mz_gemm_x8_q4_1_q8_1), 1, 0)
+X8_DRIVER(X8_FN(mz_gemm_x8_q8_0_q8_0), 2, 0)
+X8_PLAIN(q4_0_q8_0, 0)
+X8_PLAIN(q4_1_q8_1, 1)
+X8_PLAIN(q8_0_q8_0, 2)

@@ -115,6 +115,7 @@ MZ_GEMM_DECL(mz_gemm_f32_avx2);
 MZ_GEMM_DECL(mz_gemm_bf16_avx2);
 MZ_GEMM_DECL(mz_gemm_x8_q4_0_q8_0_avx2); /* gemm_x8_x86.h */
 MZ_GEMM_DECL(mz_gemm_x8_q4_1_q8_1_avx2);
+MZ_GEMM_DECL(mz_gemm_x8_q8_0_q8_0_avx2);
 
 /* attn_avx2.c: same contract as mz_attn / mz_attn_merge (head_dim % 8 == 0). */
 void mz_attn_avx2(const mz_attn_args *a, int ith, int nth);
