@@ -36,9 +36,9 @@ if [ ! -x "$LB" ] && [ -f "${BUNDLE:-.bundle}/llama.cpp.tgz" ]; then
     # shellcheck disable=SC2046
     cmake -S /tmp/llama.cpp -B /tmp/lcb -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON \
-        $(MZ_PEER_PRINT_FLAGS=1 bash scripts/install-peer.sh) >"$OUTD/lcb-cmake.log" 2>&1 &&
+        $(MZ_PEER_PRINT_FLAGS=1 bash "${PEER_SCRIPT:-scripts/install-peer.sh}") >"$OUTD/lcb-cmake.log" 2>&1 &&
         cmake --build /tmp/lcb --target llama-bench -j"$(nproc)" >"$OUTD/lcb-build.log" 2>&1
-    echo "llama-bench built in $(( $(date +%s) - t0 )) s with: $(MZ_PEER_PRINT_FLAGS=1 bash scripts/install-peer.sh)"
+    echo "llama-bench built in $(( $(date +%s) - t0 )) s with: $(MZ_PEER_PRINT_FLAGS=1 bash "${PEER_SCRIPT:-scripts/install-peer.sh}")"
 fi
 [ -x "$LB" ] || echo "no llama-bench ($LB): peer columns stay empty"
 
