@@ -8,10 +8,11 @@
 # On the 16-vCPU machine (see ../shared/DEVICE.md), from the project root,
 # after `../shared/device/bundle.sh build --llama-cpp` here:
 #   device run, carry [".bundle"]:  bash bench/device-scaling.sh
-# Locally (build/ and a llama-bench on PATH or LLAMA_BENCH=...):
+# Locally (`make bench` does this with the llama-bench scripts/install-peer.sh
+# builds; MZ_BUILD=dir for another build folder):
 #   MZ_LOCAL=1 THREADS="2" bash bench/device-scaling.sh
 # (a bundle made by hand elsewhere: BUNDLE=dir, with bin/ lib/ vocab.gguf llama.cpp.tgz)
-# Knobs: THREADS ("2 4 8 16"), MODELS ("preset:TYPE ..."), REPS (3),
+# Knobs: THREADS ("2 4 8 16"), MODELS ("preset:TYPE[:t/t/...] ..."), REPS (3),
 #        NOREPACK ("preset:TYPE@threads ..." also run with MZ_REPACK=0).
 set -uo pipefail
 OUTD=${OUT:-/tmp/scaling-out}; mkdir -p "$OUTD"
@@ -21,7 +22,7 @@ REPS=${REPS:-3}
 NOREPACK=${NOREPACK:-""}
 W=${WORK:-/tmp/scaling-models}; mkdir -p "$W"
 if [ "${MZ_LOCAL:-0}" = 1 ]; then
-    BIN=$PWD/build LIBP=
+    BIN=${MZ_BUILD:-$PWD/build} LIBP=
     VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
 else
     BUNDLE=${BUNDLE:-.bundle}
@@ -66,17 +67,18 @@ echo "| model | threads | kernels | pp512 ours | pp512 llama.cpp | ratio | tg128
 echo "|---|---|---|---|---|---|---|---|---|"
 } | tee "$OUTD/scaling.md"
 for spec in $MODELS; do
-    preset=${spec%%:*}; type=${spec##*:}
+    preset=${spec%%:*}; rest=${spec#*:}; type=${rest%%:*}; ths=$THREADS
+    case "$rest" in *:*) ths=${rest#*:}; ths=${ths//\// } ;; esac
     f="$W/$preset-$type.gguf"
     [ -f "$f" ] || mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$f" >/dev/null 2>>"$OUTD/errors.log"
-    for t in $THREADS; do
+    for t in $ths; do
         [ "$t" -le "$(nproc)" ] || continue
         read -r opp otg isa x8 <<<"$(ours "$f" "$t")"
         read -r lpp ltg <<<"$(peer "$f" "$t")"
         case "$type" in Q*) k="$isa, x8 $x8" ;; *) k="$isa" ;; esac
         echo "| $preset $type | $t | $k | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
         for nr in $NOREPACK; do
-            if [ "$nr" = "$spec@$t" ]; then
+            if [ "$nr" = "$preset:$type@$t" ]; then
                 read -r opp otg isa x8 <<<"$(ours "$f" "$t" MZ_REPACK=0)"
                 echo "| $preset $type | $t | $isa, x8 off (MZ_REPACK=0) | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
             fi

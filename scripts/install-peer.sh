@@ -9,6 +9,8 @@
 # listed (our Xeons); AMD EPYC machines of our kind have AVX2 only, and a
 # peer built with AVX-512 there would die with SIGILL. Without AVX2/FMA/F16C
 # the peer is built for the baseline x86-64 (or the host ISA off x86).
+# Also builds llama.cpp's llama-bench from the same source and flags
+# (MZ_PEER_PRINT_LLAMA_BENCH=1 prints where).
 # MZ_PEER_PRINT_FLAGS=1 prints the chosen CMake flags and exits
 # (MZ_PEER_CPUINFO=file reads the flags from another cpuinfo).
 set -euo pipefail
@@ -39,9 +41,30 @@ FLAGS="$(peer_cmake_flags)"
 # AVX-512 and an AVX2-only machine rebuilds instead of reusing a wrong peer.
 case "$FLAGS" in *GGML_AVX512=ON*) LEVEL=avx512 ;; *GGML_AVX2=ON*) LEVEL=avx2 ;; *) LEVEL=base ;; esac
 STAMP="${XDG_CACHE_HOME:-$HOME/.cache}/mzcache/peer-noamx2-$LEVEL-$VERSION"
+# llama.cpp's own llama-bench (bench/device-scaling.sh: the thread-scaling
+# table), built from the same vendored source with the same flags.
+LB_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/mzcache/llama-bench-$LEVEL-$VERSION"
+if [ "${MZ_PEER_PRINT_LLAMA_BENCH:-0}" = 1 ]; then echo "$LB_DIR/bin/llama-bench"; exit 0; fi
+build_llama_bench() {
+    [ -x "$LB_DIR/bin/llama-bench" ] && return 0
+    command -v cmake >/dev/null || { echo "mzcache: no cmake: llama-bench not built" >&2; return 0; }
+    local tmp
+    tmp=$(mktemp -d)
+    echo "mzcache: building llama-bench $VERSION (a few minutes, once)"
+    if (cd "$tmp" && python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d . \
+          && tar xzf llama_cpp_python-*.tar.gz) \
+       && cmake -S "$tmp"/llama_cpp_python-*/vendor/llama.cpp -B "$LB_DIR" -DCMAKE_BUILD_TYPE=Release \
+            -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+            -DLLAMA_BUILD_TOOLS=ON $FLAGS >/dev/null \
+       && cmake --build "$LB_DIR" --target llama-bench -j"$(nproc)" >/dev/null; then :; else
+        echo "mzcache: building llama-bench failed (the thread-scaling table leaves its columns empty)" >&2
+    fi
+    rm -rf "$tmp"
+}
 if python3 -c "import llama_cpp, sys; sys.exit(0 if llama_cpp.__version__ == '$VERSION' else 1)" 2>/dev/null \
    && { [ -f "$STAMP" ] || { [ "$LEVEL" = avx512 ] && [ -f "${STAMP%-avx512-$VERSION}-$VERSION" ]; }; }; then
     # (the stamp without a level was written by the AVX-512-only version of this script)
+    build_llama_bench
     exit 0
 fi
 echo "mzcache: building llama-cpp-python $VERSION from source (several minutes, once): $FLAGS"
@@ -52,3 +75,4 @@ python3 -m pip install --quiet numpy
 mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/mzcache"
 rm -f "${XDG_CACHE_HOME:-$HOME/.cache}"/mzcache/peer-noamx2-*
 touch "$STAMP"
+build_llama_bench
