@@ -90,6 +90,7 @@ soak: build model
 bench: build model
 	scripts/install-peer.sh
 	python3 bench/bench_throughput.py --threads 2
+	MZ_LOCAL=1 MZ_BUILD=$(BUILD) LLAMA_BENCH=$$(MZ_PEER_PRINT_LLAMA_BENCH=1 scripts/install-peer.sh) bash bench/device-scaling.sh
 	BUILD=$(BUILD) scripts/bench-ttft.sh
 
 # About two minutes: SmolLM2 + qwen3-0.6b at 8k, levels 0/50, 3 runs, mzcache vs os-paging and

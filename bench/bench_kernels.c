@@ -5,7 +5,8 @@
  *
  * usage: bench_kernels [rows cols tokens] [-r reps]
  *        bench_kernels attn      (attention per ISA, qwen3-0.6b shape, 1k/8k/32k context)
- * Default: 1536 x 576 (SmolLM2 ffn), tokens 1 and 64.
+ * Default: 1536 x 576 (SmolLM2 ffn), tokens 1 and 64. Quantized types run
+ * twice: plain layout, then "x8" (weights repacked, repack.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels_impl.h"
@@ -22,10 +23,11 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void bench(enum mz_isa isa, const char *isa_name, int type, size_t rows, size_t cols, size_t ntok, int reps)
+static void bench(enum mz_isa isa, const char *isa_name, int type, size_t rows, size_t cols, size_t ntok, int reps,
+                  bool x8)
 {
-    const mz_type_kernels *k = mz_kernels_for_isa(isa, type);
-    if (!k) return;
+    const mz_type_kernels *k = x8 ? mz_kernels_x8_for_isa(isa, type) : mz_kernels_for_isa(isa, type);
+    if (!k || (x8 && !mz_x8_shape_ok(type, rows, cols))) return;
     const size_t wrb = mz_dtype_row_bytes(type, cols), xrb = mz_dtype_row_bytes(k->vec_dot_type, cols);
     float *wf = malloc(cols * sizeof *wf), *xf = malloc(cols * sizeof *xf);
     uint8_t *w = malloc(rows * wrb), *x = malloc(ntok * xrb);
@@ -39,6 +41,11 @@ static void bench(enum mz_isa isa, const char *isa_name, int type, size_t rows, 
         for (size_t c = 0; c < cols; c++) xf[c] = (float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
         k->from_float(xf, x + t * xrb, cols);
     }
+    if (x8) {
+        void *scratch = malloc(8 * wrb);
+        mz_repack_x8(type, w, rows, cols, scratch);
+        free(scratch);
+    }
     double best = 1e30;
     for (int rep = 0; rep < reps; rep++) {
         double t0 = now_s();
@@ -49,8 +56,8 @@ static void bench(enum mz_isa isa, const char *isa_name, int type, size_t rows, 
         } while (now_s() - t0 < 0.05);
         best = MZ_MIN(best, (now_s() - t0) / inner);
     }
-    printf("%-7s %-5s %5zux%-5zu tok %4zu: %7.2f GOP/s  %6.2f GB/s weights  %8.1f us\n", isa_name,
-           mz_dtype_name(type), rows, cols, ntok, 2.0 * rows * cols * ntok / best / 1e9,
+    printf("%-7s %-5s%s %5zux%-5zu tok %4zu: %7.2f GOP/s  %6.2f GB/s weights  %8.1f us\n", isa_name,
+           mz_dtype_name(type), x8 ? "x8" : "  ", rows, cols, ntok, 2.0 * rows * cols * ntok / best / 1e9,
            (double)rows * wrb / best / 1e9, best * 1e6);
     free(wf);
     free(xf);
@@ -172,6 +179,7 @@ int main(int argc, char **argv)
     for (int ti = 0; ti < 4; ti++)
         for (int i = 0; i < n_toks; i++)
             for (int isa = MZ_ISA_AVX2; isa < MZ_ISA_COUNT; isa++)
-                bench((enum mz_isa)isa, names[isa], types[ti], rows, cols, toks[i], reps);
+                for (int x8 = 0; x8 < 2; x8++)
+                    bench((enum mz_isa)isa, names[isa], types[ti], rows, cols, toks[i], reps, x8);
     return 0;
 }

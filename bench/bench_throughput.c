@@ -9,7 +9,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
+#include "kernels/kernels.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,16 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Whole decimal int in [lo, hi], or -1. */
+static int parse_int(const char *s, int lo, int hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    return (int)v;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -34,12 +46,12 @@ int main(int argc, char **argv)
     int threads = 2, n_prompt = 512, n_gen = 128, reps = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-p")) n_prompt = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-n")) n_gen = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t")) threads = parse_int(argv[i + 1], 1, 1024);
+        else if (!strcmp(argv[i], "-p")) n_prompt = parse_int(argv[i + 1], 1, 1 << 20);
+        else if (!strcmp(argv[i], "-n")) n_gen = parse_int(argv[i + 1], 1, 1 << 20);
+        else if (!strcmp(argv[i], "-r")) reps = parse_int(argv[i + 1], 1, 100);
     }
-    if (!model || reps < 1 || reps > 100 || n_prompt < 1 || n_gen < 1) {
+    if (!model || threads < 1 || reps < 1 || reps > 100 || n_prompt < 1 || n_gen < 1) {
         fprintf(stderr, "usage: bench_throughput -m MODEL [-t 2] [-p 512] [-n 128] [-r 5]\n");
         return 2;
     }
@@ -86,8 +98,11 @@ int main(int argc, char **argv)
     if (!rc) {
         qsort(pp, (size_t)reps, sizeof *pp, cmp_double);
         qsort(tg, (size_t)reps, sizeof *tg, cmp_double);
-        printf("median pp%d=%.2f tg%d=%.2f threads=%d\n", n_prompt, pp[reps / 2], n_gen,
-               tg[reps / 2], threads);
+        /* which kernels ran: the ISA, and whether quantized weights were
+         * repacked (x8, src/kernels/repack.c) on this machine */
+        printf("median pp%d=%.2f tg%d=%.2f threads=%d isa=%s x8=%s\n", n_prompt, pp[reps / 2], n_gen,
+               tg[reps / 2], threads, mz_kernels_isa(),
+               mz_kernels_pick_layout(MZ_DT_Q4_0, 8, MZ_QK) == MZ_LAYOUT_X8 ? "on" : "off");
     }
     free(pp);
     free(tg);

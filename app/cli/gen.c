@@ -20,7 +20,7 @@ int cmd_gen_model(int argc, char **argv)
                    "and llama.cpp, with the tokenizer copied from another GGUF file.\n\n"
                    "  --preset NAME         smollm2-135m, qwen3-0.6b, llama3.2-1b, exaone4-1.2b,\n"
                    "                        tiny-llama, tiny-qwen3\n"
-                   "  --type T              weight type: F16 (default), Q8_0, Q4_0, F32\n"
+                   "  --type T              weight type: F16 (default), Q8_0, Q4_0, Q4_1, F32\n"
                    "  --vocab-from GGUF     copy the tokenizer from this file (required)\n"
                    "  -o, --output FILE     where to write (required)\n"
                    "  --arch A              llama or qwen3 (overrides the preset)\n"

@@ -154,6 +154,7 @@ static mz_status fm_map(fmodel *f)
         mz_tensor *ts[11];
         int n = block_tensor_list(b, ts);
         for (int i = 0; i < n; i++) ts[i]->data = (const uint8_t *)map + ts[i]->file_offset;
+        mz_model_block_set_plain(m, l, true); /* the file's bytes: never repacked */
         /* The block buffer keeps its address (the memory manager's unit points
          * at it) but gives its pages back; reading it now faults. */
         (void)madvise(b->buf, round_up(b->buf_bytes), MADV_DONTNEED);
@@ -195,6 +196,12 @@ static void fm_unmap(fmodel *f)
         int n = block_tensor_list(b, ts);
         for (int i = 0; i < n && !s; i++)
             s = read_all(f->fd, b->buf + ts[i]->offset, ts[i]->nbytes, ts[i]->file_offset);
+        if (!s) {
+            /* into the layouts chosen at load (the tensors still read the map) */
+            mz_model_block_set_plain(m, l, false);
+            s = mz_model_block_to_layout(m, l, b->buf);
+            mz_model_block_set_plain(m, l, true);
+        }
     }
     if (s) {
         mz_log(MZ_LOG_ERROR, "os-paging: cannot read the weights of %s back (%s); they stay "
@@ -206,6 +213,7 @@ static void fm_unmap(fmodel *f)
         mz_tensor *ts[11];
         int n = block_tensor_list(b, ts);
         for (int i = 0; i < n; i++) ts[i]->data = b->buf + ts[i]->offset;
+        mz_model_block_set_plain(m, l, false);
     }
     munmap(f->map, f->map_bytes);
     close(f->fd);

@@ -33,13 +33,25 @@ typedef struct matmul_op {
     size_t n_tok;
     float *y;
     size_t y_stride;
+    size_t slice_rows;
 } matmul_op;
 
-/* Rows per claimed slice: a multiple of the 4-row register tile, small
- * enough that a thread the OS deschedules mid-job (the restore workers share
- * the cores during mz_prefill_restore) leaves little behind for the others,
- * large enough that the counter costs nothing next to the slice. */
+/* Rows per claimed slice: a multiple of 8 (the register tiles and the x8
+ * weight groups), small enough that a thread the OS deschedules mid-job
+ * (the restore workers share the cores during mz_prefill_restore) leaves
+ * little behind for the others, large enough that the counter and the
+ * kernels' per-call activation setup cost little next to the slice. Batches
+ * use 64; a few tokens (decode) use smaller slices so that a 576-row matrix
+ * still gives every one of 16 threads about two slices. */
 #define MATMUL_SLICE_ROWS 64
+#define MATMUL_SLICE_ROWS_MIN 16
+
+static size_t slice_rows_for(size_t n_rows, size_t n_tok, int nth)
+{
+    if (n_tok >= 8) return MATMUL_SLICE_ROWS;
+    size_t r = (n_rows / (2 * (size_t)nth) + 7) / 8 * 8;
+    return r < MATMUL_SLICE_ROWS_MIN ? MATMUL_SLICE_ROWS_MIN : r > MATMUL_SLICE_ROWS ? MATMUL_SLICE_ROWS : r;
+}
 
 typedef struct matmul_job {
     matmul_op ops[3];
@@ -64,8 +76,8 @@ static void matmul_task(void *arg, int ith, int nth)
         const matmul_op *op = &job->ops[i];
         const size_t first = i ? job->slice_end[i - 1] : 0;
         const size_t n_rows = (size_t)op->w->ne[1];
-        const size_t r0 = (s - first) * MATMUL_SLICE_ROWS;
-        const size_t r1 = r0 + MATMUL_SLICE_ROWS < n_rows ? r0 + MATMUL_SLICE_ROWS : n_rows;
+        const size_t r0 = (s - first) * op->slice_rows;
+        const size_t r1 = r0 + op->slice_rows < n_rows ? r0 + op->slice_rows : n_rows;
         mz_matmul_rows(op->k, op->w->data, op->w->row_bytes, op->w->ne[0], n_rows, op->xq,
                        op->xq_row_bytes, op->n_tok, op->y, op->y_stride, r0, r1);
     }
@@ -74,15 +86,59 @@ static void matmul_task(void *arg, int ith, int nth)
 static void attn_task(void *arg, int ith, int nth) { mz_attn(arg, ith, nth); }
 static void attn_merge_task(void *arg, int ith, int nth) { mz_attn_merge(arg, ith, nth); }
 
+/* Per-token work of a batch (norms, rope, K/V writes, residual adds, swiglu,
+ * activation conversion) spread over the pool in contiguous token ranges:
+ * on one thread it capped prefill at 16 threads to the speed of 4-8 (Amdahl).
+ * Small batches (decode) stay on the calling thread, where a fork-join would
+ * cost more than the work. Each token's values do not depend on the split. */
+#define PAR_MIN_FLOATS 32768 /* below this many floats of work: one thread */
+
+typedef struct rows_job {
+    void (*fn)(void *ctx, size_t t0, size_t t1);
+    void *ctx;
+    size_t n;
+} rows_job;
+
+static void rows_task(void *arg, int ith, int nth)
+{
+    const rows_job *j = arg;
+    const size_t t0 = j->n * (size_t)ith / (size_t)nth, t1 = j->n * ((size_t)ith + 1) / (size_t)nth;
+    if (t0 < t1) j->fn(j->ctx, t0, t1);
+}
+
+static void par_rows(mz_ctx_t *c, size_t n, size_t floats_per_row, void (*fn)(void *, size_t, size_t), void *ctx)
+{
+    if (n < 2 || n * floats_per_row < PAR_MIN_FLOATS || mz_threadpool_n_threads(c->pool) == 1) {
+        fn(ctx, 0, n);
+        return;
+    }
+    rows_job j = {.fn = fn, .ctx = ctx, .n = n};
+    mz_threadpool_run(c->pool, rows_task, &j);
+}
+
+typedef struct convert_ctx {
+    const mz_type_kernels *k;
+    const float *x;
+    size_t x_stride, n_cols, row_bytes;
+    uint8_t *dst;
+} convert_ctx;
+
+static void convert_range(void *arg, size_t t0, size_t t1)
+{
+    const convert_ctx *cc = arg;
+    for (size_t t = t0; t < t1; t++)
+        cc->k->from_float(cc->x + t * cc->x_stride, cc->dst + t * cc->row_bytes, cc->n_cols);
+}
+
 /* Converts n_tok rows of n_cols floats (row stride x_stride) into the
  * activation format of k; returns the converted row size. */
-static size_t convert_rows(const mz_type_kernels *k, const float *x, size_t x_stride, size_t n_cols,
-                           size_t n_tok, void *dst)
+static size_t convert_rows(mz_ctx_t *c, const mz_type_kernels *k, const float *x, size_t x_stride,
+                           size_t n_cols, size_t n_tok, void *dst)
 {
-    size_t row_bytes = mz_dtype_row_bytes(k->vec_dot_type, n_cols);
-    for (size_t t = 0; t < n_tok; t++)
-        k->from_float(x + t * x_stride, (uint8_t *)dst + t * row_bytes, n_cols);
-    return row_bytes;
+    convert_ctx cc = {.k = k, .x = x, .x_stride = x_stride, .n_cols = n_cols,
+                      .row_bytes = mz_dtype_row_bytes(k->vec_dot_type, n_cols), .dst = dst};
+    par_rows(c, n_tok, n_cols, convert_range, &cc);
+    return cc.row_bytes;
 }
 
 /* Runs up to three products that share the same input rows x. The xq
@@ -96,17 +152,18 @@ static mz_status matmul_fused(mz_ctx_t *c, const mz_tensor *const *ws, float *co
     const void *converted = NULL;
     size_t converted_row = 0;
     for (int i = 0; i < n; i++) {
-        const mz_type_kernels *k = mz_kernels_for(ws[i]->type);
+        const mz_type_kernels *k = mz_kernels_for_layout(ws[i]->type, ws[i]->layout);
         if (!k) return mz_fail(MZ_E_UNSUPPORTED, "no kernel for %s", mz_dtype_name(ws[i]->type));
         if (k->vec_dot_type != converted_type) {
-            converted_row = convert_rows(k, x, x_stride, ws[i]->ne[0], n_tok, slot);
+            converted_row = convert_rows(c, k, x, x_stride, ws[i]->ne[0], n_tok, slot);
             converted = slot;
             converted_type = k->vec_dot_type;
             slot += c->s.xq_row_cap * (size_t)c->n_batch;
         }
+        const size_t sr = slice_rows_for((size_t)ws[i]->ne[1], n_tok, mz_threadpool_n_threads(c->pool));
         job.ops[i] = (matmul_op){.k = k, .w = ws[i], .xq = converted, .xq_row_bytes = converted_row,
-                                 .n_tok = n_tok, .y = ys[i], .y_stride = ws[i]->ne[1]};
-        const size_t slices = ((size_t)ws[i]->ne[1] + MATMUL_SLICE_ROWS - 1) / MATMUL_SLICE_ROWS;
+                                 .n_tok = n_tok, .y = ys[i], .y_stride = ws[i]->ne[1], .slice_rows = sr};
+        const size_t slices = ((size_t)ws[i]->ne[1] + sr - 1) / sr;
         job.slice_end[i] = (i ? job.slice_end[i - 1] : 0) + slices;
     }
     atomic_init(&job.next, 0);
@@ -127,6 +184,76 @@ static void write_kv(mz_ctx_t *c, int layer, size_t pos, const float *k, const f
                           mz_kv_chunk_v(chunk, cfg->n_head_kv, cfg->head_dim, h, row),
                           (size_t)cfg->head_dim);
     }
+}
+
+/* What the per-token steps of one layer read (par_rows contexts). */
+typedef struct layer_ctx {
+    mz_ctx_t *c;
+    const mz_model_config *cfg;
+    const mz_block_weights *b;
+    int layer;
+    size_t p0, E, QD, KVD, F, HD;
+} layer_ctx;
+
+static void norm_attn_range(void *arg, size_t t0, size_t t1)
+{
+    const layer_ctx *lc = arg;
+    mz_scratch *s = &lc->c->s;
+    for (size_t t = t0; t < t1; t++)
+        mz_rmsnorm(s->x + t * lc->E, lc->b->attn_norm.data, s->xn + t * lc->E, lc->E, lc->cfg->norm_eps);
+}
+
+/* qwen3's per-head q/k norms, rope, and the K/V rows into the cache. */
+static void qkv_post_range(void *arg, size_t t0, size_t t1)
+{
+    const layer_ctx *lc = arg;
+    const mz_model_config *cfg = lc->cfg;
+    mz_scratch *s = &lc->c->s;
+    const size_t HD = lc->HD;
+    float tmp[1024]; /* head_dim <= 1024 (model.c) */
+    MZ_ASSERT(HD <= 1024);
+    for (size_t t = t0; t < t1; t++) {
+        float *q = s->q + t * lc->QD, *k = s->k + t * lc->KVD;
+        if (cfg->arch == MZ_ARCH_QWEN3) {
+            for (int h = 0; h < cfg->n_head; h++) {
+                mz_rmsnorm(q + h * HD, lc->b->q_norm.data, tmp, HD, cfg->norm_eps);
+                memcpy(q + h * HD, tmp, HD * sizeof(float));
+            }
+            for (int h = 0; h < cfg->n_head_kv; h++) {
+                mz_rmsnorm(k + h * HD, lc->b->k_norm.data, tmp, HD, cfg->norm_eps);
+                memcpy(k + h * HD, tmp, HD * sizeof(float));
+            }
+        }
+        int pos = (int)(lc->p0 + t);
+        mz_rope(q, cfg->n_head, cfg->head_dim, cfg->n_rot, pos, cfg->rope_base, cfg->rope_neox);
+        mz_rope(k, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, pos, cfg->rope_base, cfg->rope_neox);
+        write_kv(lc->c, lc->layer, lc->p0 + t, k, s->v + t * lc->KVD);
+    }
+}
+
+/* x += Wo a, then the ffn norm of x. */
+static void resid_norm_ffn_range(void *arg, size_t t0, size_t t1)
+{
+    const layer_ctx *lc = arg;
+    mz_scratch *s = &lc->c->s;
+    for (size_t t = t0; t < t1; t++) {
+        mz_add_inplace(s->x + t * lc->E, s->tmp + t * lc->E, lc->E);
+        mz_rmsnorm(s->x + t * lc->E, lc->b->ffn_norm.data, s->xn + t * lc->E, lc->E, lc->cfg->norm_eps);
+    }
+}
+
+static void swiglu_range(void *arg, size_t t0, size_t t1)
+{
+    const layer_ctx *lc = arg;
+    mz_scratch *s = &lc->c->s;
+    mz_swiglu(s->gate + t0 * lc->F, s->up + t0 * lc->F, s->hb + t0 * lc->F, (t1 - t0) * lc->F);
+}
+
+static void resid_range(void *arg, size_t t0, size_t t1)
+{
+    const layer_ctx *lc = arg;
+    mz_scratch *s = &lc->c->s;
+    mz_add_inplace(s->x + t0 * lc->E, s->tmp + t0 * lc->E, (t1 - t0) * lc->E);
 }
 
 mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits)
@@ -161,30 +288,15 @@ mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_lo
          * for the restore workers (manager.c); otherwise it restores here. */
         if ((st = mz_mem_acquire_layer(c->mem, l, n_chunks))) return st;
         const mz_block_weights *b = &m->blocks[l];
-        for (size_t t = 0; t < n; t++)
-            mz_rmsnorm(s->x + t * E, b->attn_norm.data, s->xn + t * E, E, cfg->norm_eps);
+        layer_ctx lc = {.c = c, .cfg = cfg, .b = b, .layer = l, .p0 = p0, .E = E, .QD = QD, .KVD = KVD,
+                        .F = F, .HD = HD};
+        par_rows(c, n, E, norm_attn_range, &lc);
         {
             const mz_tensor *ws[3] = {&b->wq, &b->wk, &b->wv};
             float *ys[3] = {s->q, s->k, s->v};
             if ((st = matmul_fused(c, ws, ys, 3, s->xn, E, n))) return st;
         }
-        for (size_t t = 0; t < n; t++) {
-            float *q = s->q + t * QD, *k = s->k + t * KVD;
-            if (cfg->arch == MZ_ARCH_QWEN3) {
-                for (int h = 0; h < cfg->n_head; h++) {
-                    mz_rmsnorm(q + h * HD, b->q_norm.data, s->head_tmp, HD, cfg->norm_eps);
-                    memcpy(q + h * HD, s->head_tmp, HD * sizeof(float));
-                }
-                for (int h = 0; h < cfg->n_head_kv; h++) {
-                    mz_rmsnorm(k + h * HD, b->k_norm.data, s->head_tmp, HD, cfg->norm_eps);
-                    memcpy(k + h * HD, s->head_tmp, HD * sizeof(float));
-                }
-            }
-            int pos = (int)(p0 + t);
-            mz_rope(q, cfg->n_head, cfg->head_dim, cfg->n_rot, pos, cfg->rope_base, cfg->rope_neox);
-            mz_rope(k, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, pos, cfg->rope_base, cfg->rope_neox);
-            write_kv(c, l, p0 + t, k, s->v + t * KVD);
-        }
+        par_rows(c, n, QD + 2 * KVD, qkv_post_range, &lc);
         mz_attn_args aa = {.q = s->q,
                            .out = s->attn,
                            .chunks = (const uint8_t *const *)c->kv.chunks[l],
@@ -215,21 +327,19 @@ mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_lo
             float *ys[1] = {s->tmp};
             if ((st = matmul_fused(c, ws, ys, 1, s->attn, QD, n))) return st;
         }
-        mz_add_inplace(s->x, s->tmp, n * E);
-        for (size_t t = 0; t < n; t++)
-            mz_rmsnorm(s->x + t * E, b->ffn_norm.data, s->xn + t * E, E, cfg->norm_eps);
+        par_rows(c, n, 2 * E, resid_norm_ffn_range, &lc);
         {
             const mz_tensor *ws[2] = {&b->w_gate, &b->w_up};
             float *ys[2] = {s->gate, s->up};
             if ((st = matmul_fused(c, ws, ys, 2, s->xn, E, n))) return st;
         }
-        mz_swiglu(s->gate, s->up, s->hb, n * F);
+        par_rows(c, n, 4 * F, swiglu_range, &lc);
         {
             const mz_tensor *ws[1] = {&b->w_down};
             float *ys[1] = {s->tmp};
             if ((st = matmul_fused(c, ws, ys, 1, s->hb, F, n))) return st;
         }
-        mz_add_inplace(s->x, s->tmp, n * E);
+        par_rows(c, n, E, resid_range, &lc);
     }
 
     if (want_logits) {

@@ -144,6 +144,46 @@ static const mz_type_kernels k_neon[MZ_DT_COUNT] = {
 };
 #endif
 
+/* x8 layout tables (repack.c): the activation conversion of the plain
+ * table, the x8 gemm, and as vec_dot the x8 arithmetic on a plain row. */
+#define X8_ENTRY(vdt, ff, vd, tf, q, g) \
+    {.vec_dot_type = vdt, .from_float = ff, .vec_dot = vd, .to_float = tf, .quantize = q, .gemm = g, .row_group = 8}
+static const mz_type_kernels k_x8_ref[MZ_DT_COUNT] = {
+    [MZ_DT_Q8_0] = X8_ENTRY(MZ_DT_Q8_0, mz_quantize_q8_0_ref, mz_vec_dot_x8_q8_0_ref, mz_to_float_q8_0_ref,
+                            mz_quantize_q8_0_ref, mz_gemm_x8_q8_0_q8_0_ref),
+    [MZ_DT_Q4_0] = X8_ENTRY(MZ_DT_Q8_0, mz_quantize_q8_0_ref, mz_vec_dot_x8_q4_0_ref, mz_to_float_q4_0_ref,
+                            mz_quantize_q4_0_ref, mz_gemm_x8_q4_0_q8_0_ref),
+    [MZ_DT_Q4_1] = X8_ENTRY(MZ_DT_Q8_1, mz_quantize_q8_1_ref, mz_vec_dot_x8_q4_1_ref, mz_to_float_q4_1_ref,
+                            mz_quantize_q4_1_ref, mz_gemm_x8_q4_1_q8_1_ref),
+};
+#if MZ_KERNELS_X86
+static const mz_type_kernels k_x8_avx2[MZ_DT_COUNT] = {
+    [MZ_DT_Q8_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q8_0_ref, mz_to_float_q8_0_ref,
+                            mz_quantize_q8_0_ref, mz_gemm_x8_q8_0_q8_0_avx2),
+    [MZ_DT_Q4_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q4_0_ref, mz_to_float_q4_0_ref,
+                            mz_quantize_q4_0_ref, mz_gemm_x8_q4_0_q8_0_avx2),
+    [MZ_DT_Q4_1] = X8_ENTRY(MZ_DT_Q8_1, mz_from_float_q8_1_avx2, mz_vec_dot_x8_q4_1_ref, mz_to_float_q4_1_ref,
+                            mz_quantize_q4_1_ref, mz_gemm_x8_q4_1_q8_1_avx2),
+};
+static const mz_type_kernels k_x8_avx512[MZ_DT_COUNT] = {
+    [MZ_DT_Q8_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q8_0_ref, mz_to_float_q8_0_ref,
+                            mz_quantize_q8_0_ref, mz_gemm_x8_q8_0_q8_0_avx512),
+    [MZ_DT_Q4_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q4_0_ref, mz_to_float_q4_0_ref,
+                            mz_quantize_q4_0_ref, mz_gemm_x8_q4_0_q8_0_avx512),
+    [MZ_DT_Q4_1] = X8_ENTRY(MZ_DT_Q8_1, mz_from_float_q8_1_avx2, mz_vec_dot_x8_q4_1_ref, mz_to_float_q4_1_ref,
+                            mz_quantize_q4_1_ref, mz_gemm_x8_q4_1_q8_1_avx512),
+};
+#endif
+
+/* The scalar table has no x8 entries of its own in the active choice
+ * (MZ_KERNELS=ref keeps the plain layout); k_x8_ref serves the tests. */
+static const mz_type_kernels *const k_x8_tables[MZ_ISA_COUNT] = {
+#if MZ_KERNELS_X86
+    [MZ_ISA_AVX2] = k_x8_avx2,
+    [MZ_ISA_AVX512] = k_x8_avx512,
+#endif
+};
+
 static const mz_type_kernels *const k_tables[MZ_ISA_COUNT] = {
     [MZ_ISA_SCALAR] = k_ref,
 #if MZ_KERNELS_X86
@@ -230,3 +270,24 @@ const mz_type_kernels *mz_kernels_for(int type)
 }
 
 const mz_type_kernels *mz_kernels_ref(int type) { return table_entry(k_ref, type); }
+
+const mz_type_kernels *mz_kernels_x8_for_isa(enum mz_isa isa, int type)
+{
+    if ((int)isa < 0 || isa >= MZ_ISA_COUNT || !mz_kernels_cpu_has(isa)) return NULL;
+    return table_entry(isa == MZ_ISA_SCALAR ? k_x8_ref : k_x8_tables[isa], type);
+}
+
+int mz_kernels_pick_layout(int type, size_t n_rows, size_t n_cols)
+{
+    const char *env = getenv("MZ_REPACK");
+    if (env && !strcmp(env, "0")) return MZ_LAYOUT_PLAIN;
+    if (!table_entry(k_x8_tables[mz_kernels_active_isa()], type)) return MZ_LAYOUT_PLAIN;
+    return mz_x8_shape_ok(type, n_rows, n_cols) ? MZ_LAYOUT_X8 : MZ_LAYOUT_PLAIN;
+}
+
+const mz_type_kernels *mz_kernels_for_layout(int type, int layout)
+{
+    if (layout == MZ_LAYOUT_PLAIN) return mz_kernels_for(type);
+    if (layout != MZ_LAYOUT_X8) return NULL;
+    return table_entry(k_x8_tables[mz_kernels_active_isa()], type);
+}

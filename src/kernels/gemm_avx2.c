@@ -41,6 +41,21 @@ static inline __m256i gemm_dot_u8s8(__m256i u, __m256i s) { return gemm_madd1(_m
 
 #include "gemm_x86.h"
 
+/* x8 layout (gemm_x8_x86.h): vpmaddubsw saturates its s16 pair sums, so
+ * Q8_0 goes back to s8 weights and the |w| x sign(x, w) form (as above). */
+#define X8_T 4
+#define X8_Q8_CORR 0
+static inline __m256i x8_dot(__m256i acc, __m256i w, __m256i x)
+{
+    return _mm256_add_epi32(acc, gemm_madd1(_mm256_maddubs_epi16(w, x)));
+}
+static inline __m256i x8_prep_q8(__m256i v) { return _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)); }
+static inline __m256i x8_dot_q8(__m256i acc, __m256i w, __m256i x)
+{
+    return _mm256_add_epi32(acc, gemm_madd1(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))));
+}
+#include "gemm_x8_x86.h"
+
 #else
 typedef int mz_gemm_avx2_unused;
 #endif

@@ -43,6 +43,14 @@ static inline __m256i gemm_dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd
 
 #include "gemm_x86.h"
 
+/* x8 layout (gemm_x8_x86.h): vpdpbusd is exact for u8 0..255 x s8. */
+#define X8_T 4
+#define X8_Q8_CORR (-128)
+static inline __m256i x8_dot(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(acc, w, x); }
+static inline __m256i x8_prep_q8(__m256i v) { return v; }
+static inline __m256i x8_dot_q8(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(acc, w, x); }
+#include "gemm_x8_x86.h"
+
 #else
 typedef int mz_gemm_avx512_unused;
 #endif

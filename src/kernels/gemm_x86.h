@@ -260,7 +260,7 @@ GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const
     case R_ * 8 + T_: tile(len, w, wrb, x, xrb, y, ys, R_, T_); break;
 #define GEMM_CASES_T(tile, R_) GEMM_CASE(tile, R_, 1) GEMM_CASE(tile, R_, 2) GEMM_CASE(tile, R_, 3) GEMM_CASE(tile, R_, 4)
 
-#define GEMM_DRIVER(type, tile, len_of_n)                                                               \
+#define GEMM_DRIVER(type, tile, len_of_n, sfx, storage)                                                 \
     static void GEMM_FN(run_##type)(int rn, int tn, size_t len, const uint8_t *restrict w, size_t wrb,  \
                                     const uint8_t *restrict x, size_t xrb, float *restrict y, size_t ys) \
     {                                                                                                   \
@@ -269,7 +269,8 @@ GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const
         default: MZ_ASSERT(0);                                                                          \
         }                                                                                               \
     }                                                                                                   \
-    void GEMM_FN(mz_gemm_##type)(size_t n, const void *restrict w, size_t wrb, size_t r0, size_t r1,    \
+    storage void GEMM_FN(mz_gemm_##type##sfx)(size_t n, const void *restrict w, size_t wrb, size_t r0,  \
+                                 size_t r1,                                                             \
                                  const void *restrict x, size_t xrb, size_t n_tok, float *restrict y,   \
                                  size_t ys)                                                             \
     {                                                                                                   \
@@ -288,7 +289,7 @@ GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const
             }                                                                                           \
         }                                                                                               \
     }                                                                                                   \
-    float GEMM_FN(mz_vec_dot_##type)(size_t n, const void *restrict w, const void *restrict x)          \
+    storage float GEMM_FN(mz_vec_dot_##type##sfx)(size_t n, const void *restrict w, const void *restrict x) \
     {                                                                                                   \
         float out;                                                                                      \
         const size_t len = len_of_n;                                                                    \
@@ -296,7 +297,12 @@ GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const
         return out;                                                                                     \
     }
 
-GEMM_DRIVER(q8_0_q8_0, tile_q8_0, n / MZ_QK)
-GEMM_DRIVER(q4_0_q8_0, tile_q4_0, n / MZ_QK)
-GEMM_DRIVER(q4_1_q8_1, tile_q4_1, n / MZ_QK)
-GEMM_DRIVER(f16, tile_f16, n)
+/* The quantized types' public gemm / vec_dot are in gemm_x8_x86.h (the x8
+ * order, on plain rows too); these tiles serve rows longer than the x8
+ * kernels take (MZ_X8_MAX_BLOCKS). */
+#define GEMM_STATIC static __attribute__((unused))
+#define GEMM_PUBLIC
+GEMM_DRIVER(q8_0_q8_0, tile_q8_0, n / MZ_QK, _tiles, GEMM_STATIC)
+GEMM_DRIVER(q4_0_q8_0, tile_q4_0, n / MZ_QK, _tiles, GEMM_STATIC)
+GEMM_DRIVER(q4_1_q8_1, tile_q4_1, n / MZ_QK, _tiles, GEMM_STATIC)
+GEMM_DRIVER(f16, tile_f16, n, , GEMM_PUBLIC)

@@ -52,7 +52,31 @@ typedef struct mz_type_kernels {
     void (*gemm)(size_t n, const void *restrict w, size_t w_row_bytes, size_t r0, size_t r1,
                  const void *restrict x, size_t x_row_bytes, size_t n_tok, float *restrict y,
                  size_t y_stride);
+    /* 0 for the plain layout; 8 for the x8 layout (repack.c), whose gemm
+     * needs r0 and r1 multiples of 8 and whose vec_dot computes the x8
+     * arithmetic on a plain (unrepacked) row. */
+    int row_group;
 } mz_type_kernels;
+
+/* ---- weight layouts ---------------------------------------------------------- */
+
+/* MZ_LAYOUT_X8: 8 rows interleaved per 32-value block (repack.c), for Q4_0,
+ * Q4_1 and Q8_0 where the active ISA has x8 kernels; tensors keep their
+ * size and offsets. */
+enum { MZ_LAYOUT_PLAIN = 0, MZ_LAYOUT_X8 = 1 };
+#define MZ_X8_MAX_BLOCKS 512 /* row length limit of the x8 layout: 16384 values */
+
+/* The layout weights of this type and shape should be kept in for the
+ * active kernels: MZ_LAYOUT_X8 when there is an x8 gemm for the type, rows
+ * % 8 == 0 and the row fits; MZ_LAYOUT_PLAIN otherwise or with MZ_REPACK=0. */
+int mz_kernels_pick_layout(int type, size_t n_rows, size_t n_cols);
+/* Kernels for a weight type in a layout; NULL if unsupported. */
+const mz_type_kernels *mz_kernels_for_layout(int type, int layout);
+bool mz_x8_shape_ok(int type, size_t n_rows, size_t n_cols);
+size_t mz_x8_group_block_bytes(int type);
+/* In-place conversion plain -> x8 and back; scratch holds 8 rows. */
+void mz_repack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch);
+void mz_unpack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch);
 
 /* Selects implementations for this CPU. Safe to call more than once. */
 void mz_kernels_init(void);

@@ -79,6 +79,17 @@ MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_ref);
 MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_ref);
 MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_ref);
 
+/* x8 layout (repack.c): reference gemm and the canonical x8 arithmetic of
+ * one output on a plain row. */
+MZ_GEMM_DECL(mz_gemm_x8_q4_0_q8_0_ref);
+MZ_GEMM_DECL(mz_gemm_x8_q4_1_q8_1_ref);
+MZ_GEMM_DECL(mz_gemm_x8_q8_0_q8_0_ref);
+float mz_vec_dot_x8_q4_0_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_x8_q4_1_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_x8_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
+/* x8 kernel table of a given ISA (NULL as mz_kernels_for_isa). */
+const mz_type_kernels *mz_kernels_x8_for_isa(enum mz_isa isa, int type);
+
 /* ---- AVX2 + FMA + F16C (vecdot_avx2.c, gemm_avx2.c) ------------------------------------------ */
 
 #if MZ_KERNELS_X86
@@ -102,6 +113,9 @@ MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_avx2);
 MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_avx2);
 MZ_GEMM_DECL(mz_gemm_f32_avx2);
 MZ_GEMM_DECL(mz_gemm_bf16_avx2);
+MZ_GEMM_DECL(mz_gemm_x8_q4_0_q8_0_avx2); /* gemm_x8_x86.h */
+MZ_GEMM_DECL(mz_gemm_x8_q4_1_q8_1_avx2);
+MZ_GEMM_DECL(mz_gemm_x8_q8_0_q8_0_avx2);
 
 /* attn_avx2.c: same contract as mz_attn / mz_attn_merge (head_dim % 8 == 0). */
 void mz_attn_avx2(const mz_attn_args *a, int ith, int nth);
@@ -121,6 +135,9 @@ MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_avx512);
 MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_avx512);
 MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_avx512);
 MZ_GEMM_DECL(mz_gemm_f32_avx512);
+MZ_GEMM_DECL(mz_gemm_x8_q4_0_q8_0_avx512); /* gemm_x8_x86.h */
+MZ_GEMM_DECL(mz_gemm_x8_q4_1_q8_1_avx512);
+MZ_GEMM_DECL(mz_gemm_x8_q8_0_q8_0_avx512);
 /* attn_avx512.c: mz_attn_avx2 with 16-lane tile steps, bit-identical to it
  * (head_dim % 16 == 0; merge and scratch size are mz_attn_avx2's). */
 void mz_attn_avx512(const mz_attn_args *a, int ith, int nth);

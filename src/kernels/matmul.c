@@ -66,11 +66,13 @@ void mz_matmul(const mz_type_kernels *k, const void *restrict w, size_t w_row_by
     MZ_ASSERT(w_row_bytes > 0 && x_row_bytes > 0);
     if (n_rows == 0 || n_tok == 0) return;
 
-    /* Row ranges rounded to multiples of 4 (the widest register tile) so that
-     * only the last range has a ragged edge. */
-    const size_t n4 = (n_rows + 3) / 4;
-    const size_t r0 = MZ_MIN(n4 * (size_t)ith / (size_t)nth * 4, n_rows);
-    const size_t r1 = MZ_MIN(n4 * ((size_t)ith + 1) / (size_t)nth * 4, n_rows);
+    /* Row ranges rounded to multiples of 4 (the widest register tile; 8 for
+     * the x8 layout, whose row count is a multiple of 8) so that only the
+     * last range has a ragged edge. */
+    const size_t g = k->row_group > 4 ? (size_t)k->row_group : 4;
+    const size_t n4 = (n_rows + g - 1) / g;
+    const size_t r0 = MZ_MIN(n4 * (size_t)ith / (size_t)nth * g, n_rows);
+    const size_t r1 = MZ_MIN(n4 * ((size_t)ith + 1) / (size_t)nth * g, n_rows);
     if (r0 < r1) k->gemm(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
 }
 
@@ -80,6 +82,7 @@ void mz_matmul_rows(const mz_type_kernels *k, const void *restrict w, size_t w_r
 {
     MZ_ASSERT(k && k->gemm);
     MZ_ASSERT(r0 % 4 == 0 && r0 <= r1 && r1 <= n_rows);
+    MZ_ASSERT(!k->row_group || (r0 % (size_t)k->row_group == 0 && r1 % (size_t)k->row_group == 0));
     MZ_ASSERT(n_tok <= 1 || y_stride >= n_rows);
     if (r0 < r1 && n_tok > 0) k->gemm(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
 }

@@ -667,6 +667,8 @@ static mz_status read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from, uint8_t
             mz_fail_prefix(s, "reloading it from the model file failed");
             break;
         }
+        /* the file's layout -> the one the kernels read (src/model: repacking) */
+        if ((s = mz_model_block_to_layout(mm->model, u->layer, u->buf))) break;
         if (mz_hash64(u->buf, u->bytes, 0) != mm->wt->hash[u->layer])
             s = mz_fail(MZ_E_CORRUPT, "the bytes reloaded from the model file differ from "
                                       "those dropped (did %s change?)", mm->model->path);

@@ -214,7 +214,8 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
 
     const char *wt = p->weight_type ? p->weight_type : "F16";
     static const struct { const char *name; int type; uint32_t ftype; } types[] = {
-        {"F32", MZ_DT_F32, 0}, {"F16", MZ_DT_F16, 1}, {"Q4_0", MZ_DT_Q4_0, 2}, {"Q8_0", MZ_DT_Q8_0, 7},
+        {"F32", MZ_DT_F32, 0}, {"F16", MZ_DT_F16, 1}, {"Q4_0", MZ_DT_Q4_0, 2}, {"Q4_1", MZ_DT_Q4_1, 3},
+        {"Q8_0", MZ_DT_Q8_0, 7},
     };
     c->wtype = -1;
     for (size_t i = 0; i < MZ_ARRAY_LEN(types); i++) {
@@ -225,7 +226,7 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
         }
     }
     if (c->wtype < 0)
-        return mz_fail(MZ_E_INVAL, "weight type '%s' not available (choose F16 Q8_0 Q4_0 F32)", wt);
+        return mz_fail(MZ_E_INVAL, "weight type '%s' not available (choose F16 Q8_0 Q4_0 Q4_1 F32)", wt);
 
     /* Every matrix row must be whole blocks of the weight type. */
     size_t blk = mz_dtype_block_len(c->wtype);

@@ -7,7 +7,9 @@
  *   block l buffer  all tensors of transformer block l, each at a 64-byte
  *                   aligned offset, in the order the forward pass reads them
  * Every buffer is its own anonymous mapping (mz_pages_alloc), so releasing a
- * unit returns its pages to the OS.
+ * unit returns its pages to the OS. Matrices the active kernels read faster
+ * repacked (src/kernels/repack.c, x8 layout) are converted in place after the
+ * read; mz_model_block_to_layout does the same for a block read again.
  */
 #define _GNU_SOURCE
 #include "model.h"
@@ -236,6 +238,48 @@ static mz_status load_tensors(int fd, uint8_t *buf, mz_tensor *const *ts, const 
 
 enum { BLOCK_TENSORS = 11 };
 
+/* ---- weight layouts ------------------------------------------------------------------- */
+
+/* Converts t's bytes at buf + t->offset from the file's layout to t->layout
+ * (choose = true: picks t->layout first). */
+static mz_status to_layout(mz_tensor *t, uint8_t *buf, bool choose)
+{
+    if (choose) t->layout = mz_kernels_pick_layout(t->type, (size_t)t->ne[1], (size_t)t->ne[0]);
+    if (t->layout == MZ_LAYOUT_PLAIN || !t->nbytes) return MZ_OK;
+    void *scratch = malloc(8 * t->row_bytes);
+    if (!scratch) return mz_fail(MZ_E_NOMEM, "no memory to repack weights");
+    mz_repack_x8(t->type, buf + t->offset, (size_t)t->ne[1], (size_t)t->ne[0], scratch);
+    free(scratch);
+    return MZ_OK;
+}
+
+static int block_matrices(mz_block_weights *b, mz_tensor *out[7])
+{
+    mz_tensor *all[7] = {&b->wq, &b->wk, &b->wv, &b->wo, &b->w_gate, &b->w_up, &b->w_down};
+    for (int i = 0; i < 7; i++) out[i] = all[i];
+    return 7;
+}
+
+mz_status mz_model_block_to_layout(const mz_model_t *m, int layer, uint8_t *buf)
+{
+    mz_tensor *ts[7];
+    int n = block_matrices(&m->blocks[layer], ts);
+    for (int i = 0; i < n; i++) {
+        mz_status s = to_layout(ts[i], buf, false);
+        if (s) return s;
+    }
+    return MZ_OK;
+}
+
+void mz_model_block_set_plain(mz_model_t *m, int layer, bool plain)
+{
+    mz_tensor *ts[7];
+    int n = block_matrices(&m->blocks[layer], ts);
+    for (int i = 0; i < n; i++)
+        ts[i]->layout = plain ? MZ_LAYOUT_PLAIN
+                              : mz_kernels_pick_layout(ts[i]->type, (size_t)ts[i]->ne[1], (size_t)ts[i]->ne[0]);
+}
+
 static void block_tensor_list(mz_block_weights *b, int layer, mz_tensor *ts[BLOCK_TENSORS],
                               char names[BLOCK_TENSORS][64])
 {
@@ -368,7 +412,8 @@ static mz_status load_weights(mz_model_t *m, const mz_gguf *g)
         const char *names[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
         if ((s = load_tensors(fd, m->pinned_buf, ts, names, MZ_ARRAY_LEN(ts)))) goto out_close;
     }
-    if (!has_output) m->output = m->tok_embd;
+    if (!has_output) m->output = m->tok_embd; /* plain: its rows are also looked up */
+    if (has_output && (s = to_layout(&m->output, m->pinned_buf, true))) goto out_close;
     for (int l = 0; l < c->n_layer; l++) {
         mz_block_weights *b = &m->blocks[l];
         b->buf = mz_pages_alloc(b->buf_bytes);
@@ -382,6 +427,8 @@ static mz_status load_weights(mz_model_t *m, const mz_gguf *g)
         block_tensor_list(b, l, ts, names);
         for (int i = 0; i < BLOCK_TENSORS; i++) name_ptrs[i] = names[i];
         if ((s = load_tensors(fd, b->buf, ts, name_ptrs, BLOCK_TENSORS))) goto out_close;
+        mz_model_block_set_plain(m, l, false);
+        if ((s = mz_model_block_to_layout(m, l, b->buf))) goto out_close;
     }
 out_close:
     close(fd);

@@ -24,6 +24,7 @@ typedef struct mz_tensor {
     size_t offset;             /* within its unit buffer */
     uint64_t file_offset;      /* absolute offset in the GGUF file */
     const void *data;          /* points into the unit buffer while resident */
+    int layout;                /* MZ_LAYOUT_* of src/kernels/kernels.h: how data is laid out */
 } mz_tensor;
 
 typedef struct mz_block_weights {
@@ -53,5 +54,20 @@ struct mz_model {
 };
 
 const mz_tokenizer *mz_model_tokenizer(const mz_model_t *m);
+
+/* Weight layouts. At load, each matrix of a block (and an untied output head)
+ * whose type and shape the active kernels prefer repacked gets layout
+ * MZ_LAYOUT_X8 and its bytes are converted in place (same size, same
+ * offsets). Bytes read again from the model file into a block buffer come
+ * in the file's layout: mz_model_block_to_layout converts them to the
+ * tensors' layouts (the memory manager's weight reload calls it before
+ * checking the hash taken at drop time). Thread-safe for different layers;
+ * fails only for lack of memory (8 rows of scratch). */
+mz_status mz_model_block_to_layout(const mz_model_t *m, int layer, uint8_t *buf);
+/* Sets every matrix of block `layer` to the file's layout (plain = true:
+ * while its tensors point into a mapping of the file) or back to the layout
+ * chosen at load (plain = false; the buffer must then be converted with
+ * mz_model_block_to_layout). */
+void mz_model_block_set_plain(mz_model_t *m, int layer, bool plain);
 
 #endif /* MZ_MODEL_H */

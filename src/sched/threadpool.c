@@ -32,6 +32,8 @@
 #include "../core/core.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
@@ -66,11 +68,15 @@ struct mz_threadpool {
     mz_task_fn fn;          /* current job; written by the owner before gen++ */
     void *arg;
 
-    atomic_uint gen;        /* job generation; workers run once per increment */
-    atomic_int pending;     /* workers still running the current job */
+    /* gen (and stop) are read by every spinning worker; pending is written
+     * by every worker as it finishes: on one cache line, each finishing
+     * worker's decrement would take the line from all the spinners. */
+    _Alignas(64) atomic_uint gen; /* job generation; workers run once per increment */
     atomic_bool stop;       /* set once by free() */
+    _Alignas(64) atomic_int pending; /* workers still running the current job */
     atomic_int n_sleeping;  /* workers announced as (about to be) in cond_wait */
     atomic_bool caller_sleeping;
+    _Alignas(64) char pad_end; /* keeps the mutex off pending's line */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* gen changed or stop */
@@ -148,8 +154,13 @@ mz_threadpool *mz_threadpool_init(int n_threads)
         mz_fail(MZ_E_INVAL, "threadpool: n_threads %d < 1", n_threads);
         return NULL;
     }
-    struct mz_threadpool *tp = mz_calloc(1, sizeof *tp);
-    if (!tp) return NULL;
+    /* 64-byte aligned: the struct has cache-line aligned members */
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, sizeof(struct mz_threadpool))) {
+        mz_fail(MZ_E_NOMEM, "threadpool: out of memory");
+        return NULL;
+    }
+    struct mz_threadpool *tp = memset(mem, 0, sizeof(struct mz_threadpool));
     tp->n_threads = n_threads;
     atomic_init(&tp->gen, 0u);
     atomic_init(&tp->pending, 0);

@@ -526,6 +526,110 @@ static void test_matmul(void)
         if (mz_kernels_cpu_has((enum mz_isa)i)) test_matmul_isa((enum mz_isa)i, names[i]);
 }
 
+/* ---- x8 layout (repack.c) -------------------------------------------------------------- */
+
+/* Every ISA's x8 gemm on repacked weights (the scalar one included) gives,
+ * bit for bit, the x8 vec_dot of the plain row, for any slicing and token
+ * count; the x8 arithmetic stays within the plain reference's tolerance;
+ * repack then unpack gives the original bytes back. */
+static void test_x8(void)
+{
+    static const size_t shapes[][3] = {/* rows, tokens, cols */
+        {8, 1, 32}, {16, 5, 64}, {72, 9, 576}, {8, 3, 4128}, {24, 4, 16384}, {136, 13, 96}, {64, 512, 64}};
+    static const int types[] = {MZ_DT_Q4_0, MZ_DT_Q4_1, MZ_DT_Q8_0};
+    int n_checked = 0;
+    for (size_t ti = 0; ti < MZ_ARRAY_LEN(types); ti++) {
+        const int t = types[ti];
+        const mz_type_kernels *kr = mz_kernels_x8_for_isa(MZ_ISA_SCALAR, t), *kp = mz_kernels_ref(t);
+        CHECK(kr != NULL && kr->row_group == 8 && kr->vec_dot_type == kp->vec_dot_type);
+        CHECK(!mz_x8_shape_ok(t, 12, 64) && !mz_x8_shape_ok(t, 8, 48) && !mz_x8_shape_ok(t, 8, 32 * (MZ_X8_MAX_BLOCKS + 1)));
+        for (size_t s = 0; s < MZ_ARRAY_LEN(shapes); s++) {
+            const size_t n_rows = shapes[s][0], n_tok = shapes[s][1], n_cols = shapes[s][2];
+            CHECK(mz_x8_shape_ok(t, n_rows, n_cols));
+            const size_t wrb = mz_dtype_row_bytes(t, n_cols), xrb = mz_dtype_row_bytes(kr->vec_dot_type, n_cols);
+            const size_t y_stride = n_rows + 1;
+            float *wf = malloc(n_rows * n_cols * sizeof *wf), *xf = malloc(n_tok * n_cols * sizeof *xf);
+            uint8_t *w = malloc(n_rows * wrb), *wp = malloc(n_rows * wrb), *x = malloc(n_tok * xrb);
+            uint8_t *scratch = malloc(8 * wrb);
+            float *y = malloc(n_tok * y_stride * sizeof *y), *yn = malloc(n_tok * y_stride * sizeof *yn);
+            fill_weights(wf, n_rows * n_cols);
+            for (size_t i = 0; i < n_tok * n_cols; i++) xf[i] = rnd() * (i % 3 == 0 ? 10.0f : 1.0f);
+            for (size_t r = 0; r < n_rows; r++) kp->quantize(wf + r * n_cols, w + r * wrb, n_cols);
+            for (size_t i = 0; i < n_tok; i++) kp->from_float(xf + i * n_cols, x + i * xrb, n_cols);
+            memcpy(wp, w, n_rows * wrb);
+            mz_repack_x8(t, wp, n_rows, n_cols, scratch);
+            CHECK_MSG(memcmp(wp, w, n_rows * wrb) != 0, "repack %s changed nothing", mz_dtype_name(t));
+            int bad_ref = 0;
+            for (size_t i = 0; i < n_tok; i++)
+                for (size_t r = 0; r < n_rows; r++) {
+                    const float v = kr->vec_dot(n_cols, w + r * wrb, x + i * xrb);
+                    const float vp = kp->vec_dot(n_cols, w + r * wrb, x + i * xrb);
+                    yn[i * y_stride + r] = v;
+                    /* same exact block integers, another float order: relative
+                     * to the magnitude of the terms (the plain ref's tolerance) */
+                    double mag = 0;
+                    for (size_t c = 0; c < n_cols; c++) mag += fabs((double)wf[r * n_cols + c] * xf[i * n_cols + c]);
+                    bad_ref += fabs((double)v - (double)vp) > 1e-5 * mag + 1e-6;
+                }
+            CHECK_MSG(bad_ref == 0, "x8 ref %s %zux%zu: %d outputs off the plain reference", mz_dtype_name(t),
+                      n_rows, n_cols, bad_ref);
+            for (int isa = 0; isa < MZ_ISA_COUNT; isa++) {
+                const mz_type_kernels *k = mz_kernels_x8_for_isa((enum mz_isa)isa, t);
+                if (!k) continue;
+                for (int nth = 1; nth <= 4; nth++) {
+                    for (size_t i = 0; i < n_tok * y_stride; i++) y[i] = NAN;
+                    if (nth == 4) {
+                        for (size_t i = 0; i < n_tok; i++)
+                            mz_matmul(k, wp, wrb, n_cols, n_rows, x + i * xrb, xrb, 1, y + i * y_stride, y_stride, 0, 1);
+                    } else {
+                        for (int ith = 0; ith < nth; ith++)
+                            mz_matmul(k, wp, wrb, n_cols, n_rows, x, xrb, n_tok, y, y_stride, ith, nth);
+                    }
+                    int bad = 0;
+                    for (size_t i = 0; i < n_tok; i++) {
+                        for (size_t r = 0; r < n_rows; r++) bad += memcmp(&y[i * y_stride + r], &yn[i * y_stride + r], 4) != 0;
+                        bad += !isnan(y[i * y_stride + n_rows]);
+                    }
+                    CHECK_MSG(bad == 0, "%s x8 matmul %s %zux%zu tok %zu nth %d: %d not bit-equal to the x8 reference",
+                              mz_isa_names[isa], mz_dtype_name(t), n_rows, n_cols, n_tok, nth, bad);
+                    n_checked++;
+                }
+            }
+            /* The plain layout's SIMD kernels give the x8 order too (gathering
+             * rows), so a tensor answers alike repacked or not. */
+            for (int isa = MZ_ISA_AVX2; isa < MZ_ISA_COUNT; isa++) {
+                const mz_type_kernels *k = mz_kernels_for_isa((enum mz_isa)isa, t);
+                if (!k || isa == MZ_ISA_NEON) continue;
+                for (size_t i = 0; i < n_tok * y_stride; i++) y[i] = NAN;
+                for (int ith = 0; ith < 3; ith++) mz_matmul(k, w, wrb, n_cols, n_rows, x, xrb, n_tok, y, y_stride, ith, 3);
+                int bad = 0;
+                for (size_t i = 0; i < n_tok; i++)
+                    for (size_t r = 0; r < n_rows; r++) bad += memcmp(&y[i * y_stride + r], &yn[i * y_stride + r], 4) != 0;
+                CHECK_MSG(bad == 0, "%s plain matmul %s %zux%zu tok %zu: %d not bit-equal to the x8 reference",
+                          mz_isa_names[isa], mz_dtype_name(t), n_rows, n_cols, n_tok, bad);
+                n_checked++;
+            }
+            mz_unpack_x8(t, wp, n_rows, n_cols, scratch);
+            CHECK_MSG(memcmp(wp, w, n_rows * wrb) == 0, "unpack(repack(%s)) differs", mz_dtype_name(t));
+            free(wf);
+            free(xf);
+            free(w);
+            free(wp);
+            free(x);
+            free(scratch);
+            free(y);
+            free(yn);
+        }
+    }
+    CHECK(n_checked > 0);
+    /* The layout choice follows the active kernels and the shape. */
+    const int l = mz_kernels_pick_layout(MZ_DT_Q4_0, 64, 576);
+    CHECK(l == MZ_LAYOUT_PLAIN || (l == MZ_LAYOUT_X8 && mz_kernels_for_layout(MZ_DT_Q4_0, l)->row_group == 8));
+    CHECK(mz_kernels_pick_layout(MZ_DT_Q4_0, 60, 576) == MZ_LAYOUT_PLAIN);
+    CHECK(mz_kernels_pick_layout(MZ_DT_F16, 64, 576) == MZ_LAYOUT_PLAIN);
+    CHECK(mz_kernels_for_layout(MZ_DT_F16, MZ_LAYOUT_PLAIN) == mz_kernels_for(MZ_DT_F16));
+}
+
 /* ---- ops ---------------------------------------------------------------------------- */
 
 static void test_rope(void)
@@ -632,6 +736,7 @@ int main(void)
     test_quantize_roundtrip();
     test_tables();
     test_matmul();
+    test_x8();
     test_rope();
     test_rows();
     return t_done("test_kernels");

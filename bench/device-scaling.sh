@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Thread scaling: our bench_throughput against llama.cpp's llama-bench (same
+# vendored version as llama-cpp-python 0.3.36, built with the ISA flags
+# scripts/install-peer.sh picks for this CPU), same generated GGUF files,
+# pp512 and tg128 at several thread counts. Prints a markdown table
+# (docs/BENCHMARKS.md, "Thread scaling") and writes it to $OUT/scaling.md.
+#
+# On the 16-vCPU machine (see ../shared/DEVICE.md), from the project root,
+# after `../shared/device/bundle.sh build --llama-cpp` here:
+#   device run, carry [".bundle"]:  bash bench/device-scaling.sh
+# Locally (`make bench` does this with the llama-bench scripts/install-peer.sh
+# builds; MZ_BUILD=dir for another build folder):
+#   MZ_LOCAL=1 THREADS="2" bash bench/device-scaling.sh
+# (a bundle made by hand elsewhere: BUNDLE=dir, with bin/ lib/ vocab.gguf llama.cpp.tgz)
+# Knobs: THREADS ("2 4 8 16"), MODELS ("preset:TYPE[:t/t/...] ..."), REPS (3),
+#        NOREPACK ("preset:TYPE@threads ..." also run with MZ_REPACK=0).
+set -uo pipefail
+OUTD=${OUT:-/tmp/scaling-out}; mkdir -p "$OUTD"
+THREADS=${THREADS:-"2 4 8 16"}
+MODELS=${MODELS:-"smollm2-135m:Q4_0 smollm2-135m:Q4_1 smollm2-135m:Q8_0 smollm2-135m:F16"}
+REPS=${REPS:-3}
+NOREPACK=${NOREPACK:-""}
+W=${WORK:-/tmp/scaling-models}; mkdir -p "$W"
+if [ "${MZ_LOCAL:-0}" = 1 ]; then
+    BIN=${MZ_BUILD:-$PWD/build} LIBP=
+    VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
+else
+    BUNDLE=${BUNDLE:-.bundle}
+    BIN=$PWD/$BUNDLE/bin LIBP=$PWD/$BUNDLE/lib
+    VOCAB=$BUNDLE/vocab.gguf
+fi
+mz() { LD_LIBRARY_PATH=$LIBP "$BIN/$1" "${@:2}"; }
+LB=${LLAMA_BENCH:-/tmp/lcb/bin/llama-bench}
+if [ ! -x "$LB" ] && [ -f "${BUNDLE:-.bundle}/llama.cpp.tgz" ]; then
+    t0=$(date +%s)
+    tar xzf "${BUNDLE:-.bundle}/llama.cpp.tgz" -C /tmp
+    # shellcheck disable=SC2046
+    cmake -S /tmp/llama.cpp -B /tmp/lcb -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON \
+        $(MZ_PEER_PRINT_FLAGS=1 bash "${PEER_SCRIPT:-scripts/install-peer.sh}") >"$OUTD/lcb-cmake.log" 2>&1 &&
+        cmake --build /tmp/lcb --target llama-bench -j"$(nproc)" >"$OUTD/lcb-build.log" 2>&1
+    echo "llama-bench built in $(( $(date +%s) - t0 )) s with: $(MZ_PEER_PRINT_FLAGS=1 bash "${PEER_SCRIPT:-scripts/install-peer.sh}")"
+fi
+[ -x "$LB" ] || echo "no llama-bench ($LB): peer columns stay empty"
+
+ours() { # model threads [env...] -> "pp tg isa x8"
+    local m=$1 t=$2; shift 2
+    env "$@" LD_LIBRARY_PATH="$LIBP" "$BIN/bench_throughput" -m "$m" -t "$t" -p 512 -n 128 -r "$REPS" 2>>"$OUTD/errors.log" |
+        sed -n 's/^median pp512=\([0-9.]*\) tg128=\([0-9.]*\) threads=[0-9]* isa=\([a-z0-9]*\) x8=\([a-z]*\).*/\1 \2 \3 \4/p'
+}
+peer() { # model threads -> "pp tg"
+    [ -x "$LB" ] || { echo "- -"; return; }
+    "$LB" -m "$1" -t "$2" -p 512 -n 128 -r "$REPS" -o csv 2>>"$OUTD/errors.log" | python3 -c '
+import csv, sys
+pp = tg = "-"
+for r in csv.DictReader(sys.stdin):
+    if r.get("n_prompt") == "512" and r.get("n_gen") == "0": pp = "%.1f" % float(r["avg_ts"])
+    if r.get("n_prompt") == "0" and r.get("n_gen") == "128": tg = "%.1f" % float(r["avg_ts"])
+print(pp, tg)'
+}
+ratio() { python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(a)/float(b)) if a not in '-' and b not in '-' else '-')" "$1" "$2"; }
+
+{
+echo "machine: $(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), reps $REPS, $(date -u +%FT%TZ)"
+echo
+echo "| model | threads | kernels | pp512 ours | pp512 llama.cpp | ratio | tg128 ours | tg128 llama.cpp | ratio |"
+echo "|---|---|---|---|---|---|---|---|---|"
+} | tee "$OUTD/scaling.md"
+for spec in $MODELS; do
+    preset=${spec%%:*}; rest=${spec#*:}; type=${rest%%:*}; ths=$THREADS
+    case "$rest" in *:*) ths=${rest#*:}; ths=${ths//\// } ;; esac
+    f="$W/$preset-$type.gguf"
+    [ -f "$f" ] || mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$f" >/dev/null 2>>"$OUTD/errors.log"
+    for t in $ths; do
+        [ "$t" -le "$(nproc)" ] || continue
+        read -r opp otg isa x8 <<<"$(ours "$f" "$t")"
+        read -r lpp ltg <<<"$(peer "$f" "$t")"
+        case "$type" in Q*) k="$isa, x8 $x8" ;; *) k="$isa" ;; esac
+        echo "| $preset $type | $t | $k | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
+        for nr in $NOREPACK; do
+            if [ "$nr" = "$preset:$type@$t" ]; then
+                read -r opp otg isa x8 <<<"$(ours "$f" "$t" MZ_REPACK=0)"
+                echo "| $preset $type | $t | $isa, x8 off (MZ_REPACK=0) | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
+            fi
+        done
+    done
+done

@@ -1,0 +1,241 @@
+/*
+ * repack.c — the "x8" weight layout (8 rows interleaved per 32-value block)
+ * for Q4_0, Q4_1 and Q8_0, its in-place conversion, and the scalar reference
+ * of the kernels that read it.
+ *
+ * Layout. A tensor of n_rows (a multiple of 8) rows keeps its size: the 8
+ * rows of group g still occupy bytes [g * 8 * row_bytes, (g + 1) * 8 * row_bytes),
+ * now as nb = n_cols / 32 group blocks of 8 * block_bytes each:
+ *   Q4_0 (144 B): f16 d[8]; u8 qs[128]
+ *   Q4_1 (160 B): f16 d[8]; f16 m[8]; u8 qs[128]
+ *   Q8_0 (272 B): f16 d[8]; u8 q[256]
+ * d[r] (and m[r]) belong to row r of the group. The quants are in chunks of
+ * 32 bytes, byte 4r + j of a chunk holding row r:
+ *   Q4: chunk c (0..3) = the plain qs[4c .. 4c+3] of row r, i.e. low nibble =
+ *       value 4c+j, high nibble = value 16+4c+j;
+ *   Q8: chunk c (0..7) = value 4c+j of row r, stored as q ^ 0x80 (= q + 128 as u8).
+ * So one 32-byte load is 8 lanes of one row each: a u8 x s8 dot instruction
+ * (vpdpbusd) against 4 activation bytes broadcast to every lane forms 4
+ * products of 8 rows at once, and a block's integer sum ends up whole in
+ * the row's lane. The scales are applied once per block for 8 rows.
+ *
+ * Canonical arithmetic of the x8 kernels (every output, whatever its tile):
+ *   isum_b = exact integer dot of block b (Q4_0: sum (nib - 8) * x;
+ *            Q8_0: sum q * x; Q4_1: sum nib * x)
+ *   acc    = fma(f32(dw_b) * f32(dx_b), f32(isum_b), acc)   over b in order
+ *   Q4_1:  summ = fma(f32(mw_b), f32(sx_b), summ); y = acc + summ
+ * isum_b is below 2^24 in magnitude, so f32(isum_b) is exact, and the SIMD
+ * versions (gemm_x8_x86.h) give these very bits. It is not the plain
+ * kernels' order (8 partial lanes per output, ggml's AVX2 order): logits of
+ * a repacked model differ from an unrepacked one in the last bits
+ * (test_forward_golden's tolerance covers it; llama.cpp's own repacked
+ * Q4_0 path on x86 sums whole blocks the same way).
+ *
+ * The conversion is a byte permutation (plus the Q8 sign flip) within each
+ * group of 8 rows: reversible, no size change, so the tensor offsets and the
+ * memory units are the same as the file's.
+ */
+#include "kernels_impl.h"
+
+#include <string.h>
+
+size_t mz_x8_group_block_bytes(int type)
+{
+    switch (type) {
+    case MZ_DT_Q4_0: return 8 * sizeof(mz_block_q4_0);
+    case MZ_DT_Q4_1: return 8 * sizeof(mz_block_q4_1);
+    case MZ_DT_Q8_0: return 8 * sizeof(mz_block_q8_0);
+    default: return 0;
+    }
+}
+
+bool mz_x8_shape_ok(int type, size_t n_rows, size_t n_cols)
+{
+    return mz_x8_group_block_bytes(type) && n_rows > 0 && n_rows % 8 == 0 && n_cols % MZ_QK == 0 &&
+           n_cols / MZ_QK >= 1 && n_cols / MZ_QK <= MZ_X8_MAX_BLOCKS;
+}
+
+/* One group: plain rows in src (8 rows of wrb bytes) -> x8 layout in dst. */
+static void pack_group(int type, const uint8_t *src, size_t wrb, uint8_t *dst, size_t nb)
+{
+    const size_t gbb = mz_x8_group_block_bytes(type);
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *g = dst + b * gbb;
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *row = src + (size_t)r * wrb;
+            if (type == MZ_DT_Q4_0) {
+                const mz_block_q4_0 *blk = (const mz_block_q4_0 *)row + b;
+                memcpy(g + 2 * r, &blk->d, 2);
+                for (int c = 0; c < 4; c++) memcpy(g + 16 + 32 * c + 4 * r, blk->qs + 4 * c, 4);
+            } else if (type == MZ_DT_Q4_1) {
+                const mz_block_q4_1 *blk = (const mz_block_q4_1 *)row + b;
+                memcpy(g + 2 * r, &blk->d, 2);
+                memcpy(g + 16 + 2 * r, &blk->m, 2);
+                for (int c = 0; c < 4; c++) memcpy(g + 32 + 32 * c + 4 * r, blk->qs + 4 * c, 4);
+            } else {
+                const mz_block_q8_0 *blk = (const mz_block_q8_0 *)row + b;
+                memcpy(g + 2 * r, &blk->d, 2);
+                for (int c = 0; c < 8; c++)
+                    for (int j = 0; j < 4; j++) g[16 + 32 * c + 4 * r + j] = (uint8_t)blk->qs[4 * c + j] ^ 0x80u;
+            }
+        }
+    }
+}
+
+static void unpack_group(int type, const uint8_t *src, uint8_t *dst, size_t wrb, size_t nb)
+{
+    const size_t gbb = mz_x8_group_block_bytes(type);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *g = src + b * gbb;
+        for (int r = 0; r < 8; r++) {
+            uint8_t *row = dst + (size_t)r * wrb;
+            if (type == MZ_DT_Q4_0) {
+                mz_block_q4_0 *blk = (mz_block_q4_0 *)row + b;
+                memcpy(&blk->d, g + 2 * r, 2);
+                for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 16 + 32 * c + 4 * r, 4);
+            } else if (type == MZ_DT_Q4_1) {
+                mz_block_q4_1 *blk = (mz_block_q4_1 *)row + b;
+                memcpy(&blk->d, g + 2 * r, 2);
+                memcpy(&blk->m, g + 16 + 2 * r, 2);
+                for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 32 + 32 * c + 4 * r, 4);
+            } else {
+                mz_block_q8_0 *blk = (mz_block_q8_0 *)row + b;
+                memcpy(&blk->d, g + 2 * r, 2);
+                for (int c = 0; c < 8; c++)
+                    for (int j = 0; j < 4; j++) blk->qs[4 * c + j] = (int8_t)(g[16 + 32 * c + 4 * r + j] ^ 0x80u);
+            }
+        }
+    }
+}
+
+void mz_repack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch)
+{
+    MZ_ASSERT(mz_x8_shape_ok(type, n_rows, n_cols));
+    const size_t wrb = mz_dtype_row_bytes(type, n_cols), nb = n_cols / MZ_QK;
+    for (size_t g = 0; g < n_rows / 8; g++) {
+        uint8_t *p = (uint8_t *)data + g * 8 * wrb;
+        memcpy(scratch, p, 8 * wrb);
+        pack_group(type, scratch, wrb, p, nb);
+    }
+}
+
+void mz_unpack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch)
+{
+    MZ_ASSERT(mz_x8_shape_ok(type, n_rows, n_cols));
+    const size_t wrb = mz_dtype_row_bytes(type, n_cols), nb = n_cols / MZ_QK;
+    for (size_t g = 0; g < n_rows / 8; g++) {
+        uint8_t *p = (uint8_t *)data + g * 8 * wrb;
+        memcpy(scratch, p, 8 * wrb);
+        unpack_group(type, scratch, p, wrb, nb);
+    }
+}
+
+/* ---- scalar reference ------------------------------------------------------------- */
+
+/* The canonical x8 arithmetic for one output, on a PLAIN weight row: the
+ * vec_dot of the x8 tables (tests compare the repacked gemm against it). */
+float mz_vec_dot_x8_q4_0_ref(size_t n, const void *restrict w, const void *restrict x)
+{
+    const mz_block_q4_0 *a = w;
+    const mz_block_q8_0 *bx = x;
+    float acc = 0.0f;
+    for (size_t b = 0; b < n / MZ_QK; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < MZ_QK / 2; j++)
+            s += ((a[b].qs[j] & 0x0f) - 8) * bx[b].qs[j] + ((a[b].qs[j] >> 4) - 8) * bx[b].qs[j + MZ_QK / 2];
+        acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)s, acc);
+    }
+    return acc;
+}
+
+float mz_vec_dot_x8_q8_0_ref(size_t n, const void *restrict w, const void *restrict x)
+{
+    const mz_block_q8_0 *a = w;
+    const mz_block_q8_0 *bx = x;
+    float acc = 0.0f;
+    for (size_t b = 0; b < n / MZ_QK; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < MZ_QK; j++) s += a[b].qs[j] * bx[b].qs[j];
+        acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)s, acc);
+    }
+    return acc;
+}
+
+float mz_vec_dot_x8_q4_1_ref(size_t n, const void *restrict w, const void *restrict x)
+{
+    const mz_block_q4_1 *a = w;
+    const mz_block_q8_1 *bx = x;
+    float acc = 0.0f, summ = 0.0f;
+    for (size_t b = 0; b < n / MZ_QK; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < MZ_QK / 2; j++)
+            s += (a[b].qs[j] & 0x0f) * bx[b].qs[j] + (a[b].qs[j] >> 4) * bx[b].qs[j + MZ_QK / 2];
+        acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)s, acc);
+        summ = __builtin_fmaf(mz_f16_to_f32(a[b].m), mz_f16_to_f32(bx[b].s), summ);
+    }
+    return acc + summ;
+}
+
+/* Reference gemm on the x8 layout: unpacks one group block at a time into
+ * plain blocks (8 rows) and runs the canonical arithmetic above. */
+#define X8_REF_GEMM(tname, TYPE, WBLK, dotfn)                                                         \
+    MZ_GEMM_DECL(mz_gemm_x8_##tname##_ref)                                                            \
+    {                                                                                                 \
+        MZ_ASSERT(r0 % 8 == 0 && r1 % 8 == 0 && n / MZ_QK <= MZ_X8_MAX_BLOCKS);                       \
+        const size_t nb = n / MZ_QK;                                                                  \
+        WBLK rows[8][64];                                                                             \
+        for (size_t g = r0 / 8; g < r1 / 8; g++) {                                                    \
+            const uint8_t *gp = (const uint8_t *)w + g * 8 * w_row_bytes;                             \
+            for (size_t t = 0; t < n_tok; t++) {                                                      \
+                float acc[8] = {0}, summ[8] = {0};                                                    \
+                for (size_t b0 = 0; b0 < nb; b0 += 64) {                                              \
+                    const size_t bn = nb - b0 < 64 ? nb - b0 : 64;                                    \
+                    /* plain copies of blocks [b0, b0 + bn) of the 8 rows */                          \
+                    unpack_group(TYPE, gp + b0 * mz_x8_group_block_bytes(TYPE), (uint8_t *)rows,      \
+                                 sizeof rows[0], bn);                                                 \
+                    for (int r = 0; r < 8; r++)                                                       \
+                        dotfn(bn, rows[r], (const uint8_t *)x + t * x_row_bytes, b0, &acc[r], &summ[r]); \
+                }                                                                                     \
+                for (int r = 0; r < 8; r++)                                                           \
+                    y[t * y_stride + g * 8 + r] = TYPE == MZ_DT_Q4_1 ? acc[r] + summ[r] : acc[r];     \
+            }                                                                                         \
+        }                                                                                             \
+    }
+
+/* Blocks [b0, b0 + bn) of one output, continuing acc (and summ for Q4_1). */
+static void part_q4_0(size_t bn, const mz_block_q4_0 *a, const void *x, size_t b0, float *acc, float *summ)
+{
+    (void)summ;
+    const mz_block_q8_0 *bx = (const mz_block_q8_0 *)x + b0;
+    for (size_t b = 0; b < bn; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < MZ_QK / 2; j++)
+            s += ((a[b].qs[j] & 0x0f) - 8) * bx[b].qs[j] + ((a[b].qs[j] >> 4) - 8) * bx[b].qs[j + MZ_QK / 2];
+        *acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)s, *acc);
+    }
+}
+static void part_q8_0(size_t bn, const mz_block_q8_0 *a, const void *x, size_t b0, float *acc, float *summ)
+{
+    (void)summ;
+    const mz_block_q8_0 *bx = (const mz_block_q8_0 *)x + b0;
+    for (size_t b = 0; b < bn; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < MZ_QK; j++) s += a[b].qs[j] * bx[b].qs[j];
+        *acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)s, *acc);
+    }
+}
+static void part_q4_1(size_t bn, const mz_block_q4_1 *a, const void *x, size_t b0, float *acc, float *summ)
+{
+    const mz_block_q8_1 *bx = (const mz_block_q8_1 *)x + b0;
+    for (size_t b = 0; b < bn; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < MZ_QK / 2; j++)
+            s += (a[b].qs[j] & 0x0f) * bx[b].qs[j] + (a[b].qs[j] >> 4) * bx[b].qs[j + MZ_QK / 2];
+        *acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)s, *acc);
+        *summ = __builtin_fmaf(mz_f16_to_f32(a[b].m), mz_f16_to_f32(bx[b].s), *summ);
+    }
+}
+
+X8_REF_GEMM(q4_0_q8_0, MZ_DT_Q4_0, mz_block_q4_0, part_q4_0)
+X8_REF_GEMM(q8_0_q8_0, MZ_DT_Q8_0, mz_block_q8_0, part_q8_0)
+X8_REF_GEMM(q4_1_q8_1, MZ_DT_Q4_1, mz_block_q4_1, part_q4_1)
