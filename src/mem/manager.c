@@ -1,12 +1,11 @@
 /*
  * manager.c — the memory manager of one context (contract in manager.h).
  *
- * Tables. A context has one KV unit per (layer, chunk slot) — n_layer x
- * max_chunks, fixed at init — and shares the model's weight units with every
- * other context on the same model through a small process-wide registry
- * (weights belong to the model, not to a context). Weight blocks are evicted
- * only while the model has exactly one context, because another context could
- * be computing on them; that rule goes away when compute pins units.
+ * Tables. A session has one KV unit per (layer, chunk slot) — n_layer x
+ * max_chunks, fixed at init — and shares its engine's weight units
+ * (weights.h) with the engine's other sessions. Weight blocks carry pin
+ * counts: acquire_layer pins a block before it looks at it and the engine
+ * unpins at the end of the forward step; a pinned block is never dropped.
  *
  * Moves (each one: claim the unit BUSY, do the work, settle it):
  *   evict   RESIDENT -> COMPRESSED         encode into scratch, push on the stack
@@ -25,10 +24,11 @@
  * with its stored copy untouched — nothing unverified is ever left readable.
  *
  * Lock order (outer first):
- *     g_wt_lock            registry of weight tables (init/free/evict start)
- *       mm->lock           this context's stack, swap slots, scratch, dfile,
+ *     (engine locks: src/engine/engine.h)
+ *       mm->lock           this session's stack, swap slots, scratch, dfile,
  *                          and the COMPRESSED -> BUSY claim
  *         swapfile mutex   inside mz_swapfile_* (slot table)
+ *         wtable lock      session count of the weight table (a leaf)
  *     rjob mu              the pipelined restore's progress (a leaf: never held
  *                          while taking another lock or waiting on a unit)
  * Unit ready events (futex on the state word) are never waited on while
@@ -48,101 +48,20 @@
 #include "compstack.h"
 #include "policy.h"
 #include "profile.h"
+#include "weights.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
 #include <string.h>
 #include <time.h>
 
-/* ---- weight-unit registry ---------------------------------------------------------- */
-
-typedef struct wtable {
-    mz_model_t *model;
-    int refs;                  /* contexts using the model */
-    int n_layer;
-    mz_unit *units;            /* [n_layer] */
-    uint64_t *hash;            /* [n_layer]: XXH64 of the block taken when it was dropped */
-    struct wtable *next;
-} wtable;
-
-static pthread_mutex_t g_wt_lock = PTHREAD_MUTEX_INITIALIZER;
-static wtable *g_wt;
-
-static void wtable_free(wtable *t)
-{
-    if (!t) return;
-    free(t->units);
-    free(t->hash);
-    free(t);
-}
-
-/* A leftover table (refs 0, kept because its dropped weights could not be
- * reloaded when its last context went away) still describes m only if the
- * buffers are the same. */
-static bool wtable_matches(const wtable *t, const mz_model_t *m)
-{
-    if (t->n_layer != m->cfg.n_layer) return false;
-    for (int l = 0; l < t->n_layer; l++)
-        if (t->units[l].buf != m->blocks[l].buf || t->units[l].bytes != m->blocks[l].buf_bytes)
-            return false;
-    return true;
-}
-
-static mz_status wtable_attach(mz_model_t *m, wtable **out)
-{
-    mz_status s = MZ_OK;
-    pthread_mutex_lock(&g_wt_lock);
-    wtable **pp = &g_wt, *t = NULL;
-    for (; *pp; pp = &(*pp)->next) {
-        if ((*pp)->model != m) continue;
-        if ((*pp)->refs == 0 && !wtable_matches(*pp, m)) {
-            wtable *stale = *pp;
-            *pp = stale->next;
-            wtable_free(stale);
-        } else {
-            t = *pp;
-        }
-        break;
-    }
-    if (!t) {
-        t = mz_calloc(1, sizeof *t);
-        if (!t) goto out_nomem;
-        t->model = m;
-        t->n_layer = m->cfg.n_layer;
-        t->units = mz_calloc((size_t)m->cfg.n_layer, sizeof *t->units);
-        t->hash = mz_calloc((size_t)m->cfg.n_layer, sizeof *t->hash);
-        if (!t->units || !t->hash) {
-            wtable_free(t);
-            goto out_nomem;
-        }
-        for (int l = 0; l < t->n_layer; l++) {
-            mz_unit *u = &t->units[l];
-            u->kind = MZ_UNIT_WEIGHTS;
-            u->layer = l;
-            u->chunk = -1;
-            u->buf = m->blocks[l].buf;
-            u->bytes = m->blocks[l].buf_bytes;
-            mz_unit_set(u, MZ_UNIT_RESIDENT);
-        }
-        t->next = g_wt;
-        g_wt = t;
-    }
-    t->refs++;
-    *out = t;
-    goto out_unlock;
-out_nomem:
-    s = MZ_E_NOMEM;
-out_unlock:
-    pthread_mutex_unlock(&g_wt_lock);
-    return s;
-}
-
 /* ---- the manager --------------------------------------------------------------------- */
 
 struct mz_mem {
     mz_model_t *model;
     mz_kv_cache *kv;
-    wtable *wt;
+    mz_wtable *wt;             /* the engine's weight units (shared by its sessions) */
+    unsigned char *wpinned;    /* [n_layer]: blocks this manager pinned in the current step */
     int n_layer;
     size_t max_chunks;
     size_t n_values;           /* F16 values in one chunk */
@@ -339,7 +258,11 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
         mm->profile_measured = prof.measured;
         mm->restore_threads = mz_profile_restore_threads(&prof);
     }
-    if ((s = wtable_attach(m, &mm->wt))) goto out_fail;
+    MZ_ASSERT(p && p->wt && p->wt->model == m);
+    mm->wpinned = mz_calloc((size_t)MZ_MAX(mm->n_layer, 1), 1);
+    if (!mm->wpinned) goto out_nomem;
+    mm->wt = p->wt;
+    mz_wtable_attach(mm->wt);
     sync_kv(mm);
     *out = mm;
     return MZ_OK;
@@ -403,16 +326,6 @@ static mz_status encode_chunk(mz_mem *mm, const mz_unit *u, const mz_codec **use
     return s;
 }
 
-static int block_tensors(const mz_block_weights *b, const mz_tensor *out[11])
-{
-    const mz_tensor *all[11] = {&b->attn_norm, &b->wq,   &b->wk,   &b->wv,     &b->wo,    &b->ffn_norm,
-                                &b->w_gate,    &b->w_up, &b->w_down, &b->q_norm, &b->k_norm};
-    int n = 0;
-    for (int i = 0; i < 11; i++)
-        if (all[i]->nbytes) out[n++] = all[i];
-    return n;
-}
-
 /* ---- eviction --------------------------------------------------------------------------- */
 
 /* Carries out one step; *delta = fall of (resident + compressed) bytes.
@@ -425,13 +338,12 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     if (st->kind == MZ_UNIT_WEIGHTS) {
         mz_unit *u = &mm->wt->units[st->layer];
         MZ_ASSERT(st->dest == MZ_DEST_DROP);
-        if (!mz_unit_claim(u, MZ_UNIT_RESIDENT))
-            return mz_fail(MZ_E_INVAL, "%s: not resident", unit_name(u, nm, sizeof nm));
-        /* Reloading from the file must give these very bytes back; the hash
-         * catches a model file that changed (or a bad read) at restore. */
-        mm->wt->hash[st->layer] = mz_hash64(u->buf, u->bytes, 0);
-        mz_unit_release_pages(u);
-        mz_unit_settle(u, MZ_UNIT_DROPPED);
+        /* Shared by the engine's sessions: another one may be moving it or
+         * computing on it (pinned). Either way it stays; the step frees
+         * nothing and the caller plans again (weights.h, "Pins"). */
+        if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) return MZ_OK;
+        if (!mz_wtable_drop_claimed(mm->wt, st->layer)) return MZ_OK;
+        (void)nm;
         *delta = (int64_t)u->bytes;
         r->n_weights_dropped++;
         return MZ_OK;
@@ -538,7 +450,78 @@ static void fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
                           .times = mm->times};
 }
 
+/* Carries out steps in order until freed reaches goal. Caller holds mm->lock. */
+static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, size_t goal,
+                            int64_t *freed, size_t *moved, mz_evict_report *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        const mz_evict_step *st = &steps[i];
+        int64_t delta = 0;
+        mz_unit_state before = st->kind == MZ_UNIT_WEIGHTS
+                                   ? mz_unit_state_get(&mm->wt->units[st->layer])
+                                   : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
+        mz_status s = evict_step(mm, st, &delta, r);
+        if (s) return s;
+        mz_unit_state after = st->kind == MZ_UNIT_WEIGHTS
+                                  ? mz_unit_state_get(&mm->wt->units[st->layer])
+                                  : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
+        if (after != before) {
+            (*moved)++;
+            r->stage = st->stage;
+        }
+        *freed += delta;
+        if (*freed >= 0 && (uint64_t)*freed >= (uint64_t)goal) break;
+    }
+    return MZ_OK;
+}
+
+mz_status mz_mem_evict_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, size_t goal,
+                             int64_t *freed, size_t *moved, mz_evict_report *r)
+{
+    pthread_mutex_lock(&mm->lock);
+    mz_status s = exec_steps(mm, steps, n, goal, freed, moved, r);
+    pthread_mutex_unlock(&mm->lock);
+    return s;
+}
+
+void mz_mem_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
+{
+    sync_kv(mm);
+    pthread_mutex_lock(&mm->lock);
+    refresh_times(mm);
+    fill_view(mm, weights_evictable, v);
+    pthread_mutex_unlock(&mm->lock);
+}
+
+const mz_policy *mz_mem_policy(const mz_mem *mm) { return mm->policy; }
+mz_evict_plan *mz_mem_plan_scratch(mz_mem *mm) { return &mm->plan; }
+mz_wtable *mz_mem_wtable(const mz_mem *mm) { return mm->wt; }
+
+void mz_mem_pin_weights(mz_mem *mm, int layer)
+{
+    if (mm->wpinned[layer]) return;
+    mm->wpinned[layer] = 1;
+    mz_wtable_pin(mm->wt, layer);
+}
+
+void mz_mem_unpin_weights(mz_mem *mm)
+{
+    for (int l = 0; l < mm->n_layer; l++) {
+        if (!mm->wpinned[l]) continue;
+        mm->wpinned[l] = 0;
+        mz_wtable_unpin(mm->wt, l);
+    }
+}
+
 mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
+{
+    /* Weights only while this is the engine's one session (mzcache.h):
+     * several sessions give weights up through mz_engine_evict's plan. */
+    bool weights_ok = mz_wtable_refs(mm->wt) == 1 && !mz_wtable_any_pinned(mm->wt);
+    return mz_mem_evict_ex(mm, nbytes, weights_ok, r);
+}
+
+mz_status mz_mem_evict_ex(mz_mem *mm, size_t nbytes, bool weights_evictable, mz_evict_report *r)
 {
     mz_evict_report dummy;
     if (!r) r = &dummy;
@@ -548,10 +531,6 @@ mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
     mz_status s = MZ_OK;
     int64_t freed = 0;
     if (nbytes == 0) goto out;
-
-    pthread_mutex_lock(&g_wt_lock);
-    bool weights_evictable = mm->wt->refs == 1;
-    pthread_mutex_unlock(&g_wt_lock);
 
     sync_kv(mm);
     pthread_mutex_lock(&mm->lock);
@@ -570,14 +549,12 @@ mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
                             : (uint64_t)nbytes + (uint64_t)-freed;
         mm->policy->plan(mm->policy, &v, (size_t)MZ_MIN(left, (uint64_t)SIZE_MAX), &mm->plan);
         if (mm->plan.n == 0) break;
-        for (size_t i = 0; i < mm->plan.n; i++) {
-            const mz_evict_step *st = &mm->plan.steps[i];
-            int64_t delta = 0;
-            if ((s = evict_step(mm, st, &delta, r))) break;
-            freed += delta;
-            r->stage = st->stage;
-            if (freed >= 0 && (uint64_t)freed >= (uint64_t)nbytes) break;
-        }
+        size_t moved = 0;
+        s = exec_steps(mm, mm->plan.steps, mm->plan.n, nbytes, &freed, &moved, r);
+        /* A round where no step moved anything (a shared weight block that
+         * another session holds) ends the eviction: planning again would
+         * give the same steps. */
+        if (moved == 0) break;
     }
     pthread_mutex_unlock(&mm->lock);
 out:
@@ -654,24 +631,10 @@ static mz_status read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from, uint8_t
         if (s) mz_fail_prefix(s, "decoding it after reading it from the swap file failed");
         break;
     }
-    case MZ_UNIT_DROPPED: {
-        const mz_tensor *ts[11];
-        mz_dread_item items[11];
-        int n = block_tensors(&mm->model->blocks[u->layer], ts);
+    case MZ_UNIT_DROPPED:
         if ((s = ensure_dfile(mm))) break;
-        for (int i = 0; i < n; i++)
-            items[i] = (mz_dread_item){.off = ts[i]->file_offset, .len = ts[i]->nbytes,
-                                       .dst = u->buf + ts[i]->offset};
-        s = mz_dfile_read_batch(mm->dfile, items, (size_t)n);
-        if (s) {
-            mz_fail_prefix(s, "reloading it from the model file failed");
-            break;
-        }
-        if (mz_hash64(u->buf, u->bytes, 0) != mm->wt->hash[u->layer])
-            s = mz_fail(MZ_E_CORRUPT, "the bytes reloaded from the model file differ from "
-                                      "those dropped (did %s change?)", mm->model->path);
+        s = mz_wtable_read_block(mm->wt, mm->dfile, u->layer);
         break;
-    }
     default:
         MZ_ASSERT(!"read_stored from a state that is not stored");
     }
@@ -1521,6 +1484,7 @@ mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
     return s;
 }
 
+bool mz_mem_restore_running(const mz_mem *mm) { return mm->job != NULL; }
 void mz_mem_last_restore(const mz_mem *mm, mz_restore_timings *out) { *out = mm->last; }
 void mz_mem_set_last_restore(mz_mem *mm, const mz_restore_timings *t) { mm->last = *t; }
 
@@ -1580,9 +1544,7 @@ void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out)
 
     /* Policy: stage and planned restore time of each path, from the units'
      * states and the profile's per-unit times. */
-    pthread_mutex_lock(&g_wt_lock);
-    bool weights_evictable = mm->wt->refs == 1;
-    pthread_mutex_unlock(&g_wt_lock);
+    bool weights_evictable = mz_wtable_refs(mm->wt) == 1;
     mz_policy_view v;
     mz_restore_plan_times rt;
     pthread_mutex_lock(&mm->lock);
@@ -1611,33 +1573,11 @@ void mz_mem_free(mz_mem *mm)
         (void)s0;
     }
     if (mm->wt) {
-        pthread_mutex_lock(&g_wt_lock);
-        wtable *t = mm->wt;
-        if (--t->refs == 0) {
-            /* The model outlives its contexts: give it its weights back. */
-            mz_status s = MZ_OK;
-            for (int l = 0; l < t->n_layer; l++) {
-                mz_unit *u = &t->units[l];
-                if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) continue;
-                mz_status s1 = restore_unit(mm, u, NULL);
-                if (s1) {
-                    mz_log(MZ_LOG_ERROR, "%s", mz_last_error());
-                    s = s1;
-                }
-            }
-            if (s == MZ_OK) {
-                for (wtable **pp = &g_wt; *pp; pp = &(*pp)->next) {
-                    if (*pp == t) {
-                        *pp = t->next;
-                        break;
-                    }
-                }
-                wtable_free(t);
-            }
-            /* else: kept, so the next context on this model reloads on demand. */
-        }
-        pthread_mutex_unlock(&g_wt_lock);
+        /* Weights belong to the engine, which restores them when it goes. */
+        if (mm->wpinned) mz_mem_unpin_weights(mm);
+        mz_wtable_detach(mm->wt);
     }
+    free(mm->wpinned);
     if (mm->policy) mm->policy->free(mm->policy);
     mz_evict_plan_free(&mm->plan);
     free(mm->kv_seq);
