@@ -474,6 +474,8 @@ typedef struct mz_session_info {
     bool busy;                 /* a thread is computing on it now */
     size_t kv_resident_bytes, kv_compressed_bytes, kv_stored_bytes;
     double last_ttft_ms;       /* of its last mz_prefill_restore / mz_restore_generate */
+    size_t deferred_freed_bytes; /* freed between its forward steps for mz_engine_evict
+                                    requests that came while it computed (total) */
 } mz_session_info;
 /* Writes up to cap sessions (creation order) and returns how many exist. */
 MZ_API size_t mz_engine_sessions(mz_engine_t *e, mz_session_info *out, size_t cap);

@@ -182,6 +182,7 @@ void mz_session_init_fields(mz_ctx_t *c, mz_engine_t *e)
     atomic_init(&c->last_use_ns, now_ns());
     atomic_init(&c->pending_evict, 0);
     atomic_init(&c->busy, false);
+    atomic_init(&c->deferred_freed, 0);
 }
 
 mz_status mz_engine_reserve_session(mz_engine_t *e)
@@ -231,6 +232,7 @@ void mz_session_pay_deferred(mz_ctx_t *c)
      * as its own Algorithm 1 says. */
     bool weights_ok = !mz_wtable_any_pinned(c->engine->wt);
     mz_status s = mz_mem_evict_ex(c->mem, n, weights_ok, &r);
+    atomic_fetch_add(&c->deferred_freed, r.bytes_freed);
     if (s) mz_log(MZ_LOG_WARN, "deferred eviction of session %llu: %s",
                   (unsigned long long)c->id, mz_last_error());
 }
@@ -439,6 +441,7 @@ size_t mz_engine_sessions(mz_engine_t *e, mz_session_info *out, size_t cap)
         in->ctx = c;
         in->id = c->id;
         in->last_use_ns = atomic_load(&c->last_use_ns);
+        in->deferred_freed_bytes = atomic_load(&c->deferred_freed);
         if (pthread_mutex_trylock(&c->use_lock) != 0) {
             in->busy = true; /* its tables are changing: counts left at 0 */
             continue;
