@@ -90,7 +90,8 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
         mz_mem_params mp = {.codec = prm.kv_codec,
                             .swap_dir = prm.swap_dir && prm.swap_dir[0] ? prm.swap_dir : e->swap_dir,
                             .placement = prm.kv_placement, .profile_path = prm.profile_path,
-                            .order = prm.evict_order, .seed = prm.evict_seed, .wt = e->wt};
+                            .order = prm.evict_order, .seed = prm.evict_seed, .wt = e->wt,
+                            .shared = &e->shared};
         /* The engine read its profile once; a session's own path wins. */
         if (e->prof && !(prm.profile_path && prm.profile_path[0])) mp.profile = e->prof;
         mz_baseline_mem_params(prm.mode, &mp);

@@ -63,6 +63,7 @@ struct mz_engine {
     char *profile_path;
     struct mz_device_profile *prof; /* read once at create */
     bool implicit;             /* made by mz_ctx_init: freed with its last session */
+    mz_mem_shared shared;      /* the swap file and model-file reader of its sessions */
     pthread_mutex_t compute_lock;
     pthread_mutex_t lock;      /* sessions list */
     struct mz_ctx *sessions;   /* creation order */

@@ -45,6 +45,7 @@ static void engine_destroy(mz_engine_t *e)
     if (!e) return;
     mz_threadpool_free(e->pool);
     mz_wtable_free(e->wt); /* the model gets its dropped blocks back */
+    mz_mem_shared_close(&e->shared);
     free(e->prof);
     free(e->swap_dir);
     free(e->profile_path);
@@ -77,6 +78,7 @@ static mz_status engine_new(mz_model_t *m, const mz_engine_params *p, bool impli
         s = mz_fail(MZ_E_NOMEM, "out of memory creating the engine");
         goto out_fail;
     }
+    mz_mem_shared_init(&e->shared, e->swap_dir);
     e->n_threads = prm.n_threads ? prm.n_threads : mz_n_cpus();
     if (e->n_threads > 256) e->n_threads = 256;
     if (!implicit) {
@@ -145,7 +147,7 @@ mz_status mz_engine_for_ctx(mz_model_t *m, const mz_ctx_params *p, mz_engine_t *
     mz_status s = MZ_OK;
     mz_engine_t *e = m->engine;
     if (!e) {
-        mz_engine_params ep = {.n_threads = p->n_threads, .swap_dir = NULL,
+        mz_engine_params ep = {.n_threads = p->n_threads, .swap_dir = p->swap_dir,
                                .profile_path = p->profile_path};
         if ((s = engine_new(m, &ep, true, &e)) == MZ_OK) m->engine = e;
     }
@@ -302,8 +304,6 @@ mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes, mz_evict_report *r)
                 if (locked[i]) {
                     /* A locked session of another mode: its own eviction. */
                     mz_evict_report br;
-                    mz_mem_stats st0;
-                    mz_get_mem_stats(c, &st0);
                     s = mz_evict(c, want, &br);
                     if (!s && br.bytes_freed) {
                         freed += (int64_t)br.bytes_freed;
@@ -388,6 +388,9 @@ void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out)
 {
     memset(out, 0, sizeof *out);
     if (!e) return;
+    pthread_mutex_lock(&e->shared.lock);
+    const mz_swapfile_t *shared_swap = e->shared.swap;
+    pthread_mutex_unlock(&e->shared.lock);
     pthread_mutex_lock(&e->lock);
     uint64_t best = 0;
     bool any = false;
@@ -400,7 +403,8 @@ void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out)
         pthread_mutex_unlock(&c->use_lock);
         add_cat(&kv, &st.kv);
         stack += st.compstack_mapped_bytes;
-        swap += st.swap_file_bytes;
+        if (!shared_swap || mz_mem_swapfile(c->mem) != shared_swap)
+            swap += st.swap_file_bytes; /* a file of its own */
         uint64_t lu = atomic_load(&c->last_use_ns);
         if (!any || lu >= best) {
             *out = st; /* policy fields of the session used last */
@@ -409,6 +413,13 @@ void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out)
         }
     }
     pthread_mutex_unlock(&e->lock);
+    pthread_mutex_lock(&e->shared.lock);
+    if (e->shared.swap) {
+        mz_swapfile_stats ss;
+        mz_swapfile_get_stats(e->shared.swap, &ss);
+        swap += ss.file_bytes; /* the shared file once */
+    }
+    pthread_mutex_unlock(&e->shared.lock);
     out->kv = kv;
     out->compstack_mapped_bytes = stack;
     out->swap_file_bytes = swap;

@@ -92,6 +92,9 @@ struct mz_mem {
     uint8_t *scratch;          /* page-aligned: encoded chunks on their way to/from storage */
     size_t scratch_cap;
     struct rjob *job;          /* the running pipelined restore (owner thread sets/clears) */
+    mz_mem_shared *shared;     /* the engine's swap file and model-file reader (NULL: own) */
+    bool shared_swap;          /* this session stores into the engine's swap file */
+    _Atomic size_t n_slots;    /* swap slots this manager holds */
     int restore_threads;       /* default split: restore threads (1..3) from the profile */
     mz_restore_timings last;   /* breakdown of the last pipelined restore */
     double last_first_compute_ms; /* when acquire_layer(0) returned in the last job */
@@ -263,6 +266,13 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     if (!mm->wpinned) goto out_nomem;
     mm->wt = p->wt;
     mz_wtable_attach(mm->wt);
+    mm->shared = p->shared;
+    /* The engine's swap file unless the session asked for its own place
+     * (another directory) or test flags. */
+    mm->shared_swap = p->shared && !mm->swap_flags &&
+                      ((!mm->swap_dir && !p->shared->swap_dir) ||
+                       (mm->swap_dir && p->shared->swap_dir &&
+                        strcmp(mm->swap_dir, p->shared->swap_dir) == 0));
     sync_kv(mm);
     *out = mm;
     return MZ_OK;
@@ -283,13 +293,27 @@ static void codec_display_name(const mz_codec *c, char *buf, size_t cap)
 
 /* ---- storage helpers ------------------------------------------------------------------ */
 
+/* The swap file: the engine's (shared by its sessions, opened by the first
+ * that stores) or, for a session with a swap directory or flags of its own,
+ * the session's. */
 static mz_status ensure_swap(mz_mem *mm)
 {
     if (mm->swap) return MZ_OK;
+    mz_mem_shared *sh = mm->shared_swap ? mm->shared : NULL;
+    if (sh) {
+        pthread_mutex_lock(&sh->lock);
+        if (sh->swap) {
+            mm->swap = sh->swap;
+            pthread_mutex_unlock(&sh->lock);
+            return MZ_OK;
+        }
+    }
     mz_swapfile_params sp = mz_swapfile_params_default();
     sp.dir = mm->swap_dir;
     sp.flags = mm->swap_flags;
     mz_status s = mz_swapfile_open(&sp, &mm->swap);
+    if (!s && sh) sh->swap = mm->swap;
+    if (sh) pthread_mutex_unlock(&sh->lock);
     if (s) return mz_fail_prefix(s, "cannot create the swap file");
     if (!mz_swapfile_is_direct(mm->swap))
         mz_log(MZ_LOG_WARN, "swap file %s: O_DIRECT refused; using buffered I/O + fadvise",
@@ -297,12 +321,50 @@ static mz_status ensure_swap(mz_mem *mm)
     return MZ_OK;
 }
 
+static mz_status swap_write(mz_mem *mm, const void *buf, size_t len, uint64_t tag,
+                            mz_swap_slot *slot)
+{
+    mz_status s = mz_swapfile_write(mm->swap, buf, len, tag, slot);
+    if (!s) atomic_fetch_add(&mm->n_slots, 1);
+    return s;
+}
+
+static void swap_slot_free(mz_mem *mm, mz_swap_slot slot)
+{
+    mz_swapfile_slot_free(mm->swap, slot);
+    atomic_fetch_sub(&mm->n_slots, 1);
+}
+
+/* The model-file reader: the engine's when there is one. Weight reloads
+ * run under the engine's compute lock, one session at a time, and a reader
+ * is used by one thread at a time (direct_read.h). */
 static mz_status ensure_dfile(mz_mem *mm)
 {
     if (mm->dfile) return MZ_OK;
-    mz_status s = mz_dfile_open(mm->model->path, NULL, &mm->dfile);
+    mz_mem_shared *sh = mm->shared;
+    if (sh) pthread_mutex_lock(&sh->lock);
+    mz_status s = MZ_OK;
+    if (sh && sh->dfile) mm->dfile = sh->dfile;
+    else if (!(s = mz_dfile_open(mm->model->path, NULL, &mm->dfile)) && sh) sh->dfile = mm->dfile;
+    if (sh) pthread_mutex_unlock(&sh->lock);
     if (s) return mz_fail_prefix(s, "cannot open the model file %s", mm->model->path);
     return MZ_OK;
+}
+
+void mz_mem_shared_init(mz_mem_shared *sh, const char *swap_dir)
+{
+    memset(sh, 0, sizeof *sh);
+    pthread_mutex_init(&sh->lock, NULL);
+    sh->swap_dir = swap_dir && swap_dir[0] ? strdup(swap_dir) : NULL;
+}
+
+void mz_mem_shared_close(mz_mem_shared *sh)
+{
+    mz_swapfile_close(sh->swap);
+    mz_dfile_close(sh->dfile);
+    free(sh->swap_dir);
+    pthread_mutex_destroy(&sh->lock);
+    memset(sh, 0, sizeof *sh);
 }
 
 /* Encodes a resident chunk into mm->scratch; falls back to the raw codec for
@@ -366,7 +428,7 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
         if (!mz_unit_claim(u, MZ_UNIT_COMPRESSED))
             return mz_fail(MZ_E_INVAL, "%s: busy", nm);
         mz_swap_slot slot = 0;
-        s = mz_swapfile_write(mm->swap, data, len, tag, &slot);
+        s = swap_write(mm, data, len, tag, &slot);
         if (s) {
             mz_unit_settle(u, MZ_UNIT_COMPRESSED);
             return mz_fail_prefix(s, "%s: moving it from memory to the swap file failed", nm);
@@ -398,7 +460,7 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
         mz_swap_slot slot = 0;
         /* The chunk is page-aligned: the swap file writes it straight from
          * its own pages (no copy) when its size is a 4 KiB multiple. */
-        if ((s = mz_swapfile_write(mm->swap, u->buf, u->bytes, tag, &slot))) break;
+        if ((s = swap_write(mm, u->buf, u->bytes, tag, &slot))) break;
         u->slot = slot;
         to = MZ_UNIT_STORED_RAW;
         *delta = (int64_t)u->bytes;
@@ -409,7 +471,7 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
         if ((s = ensure_swap(mm))) break;
         if ((s = encode_chunk(mm, u, &used, &len))) break;
         mz_swap_slot slot = 0;
-        if ((s = mz_swapfile_write(mm->swap, mm->scratch, len, tag, &slot))) break;
+        if ((s = swap_write(mm, mm->scratch, len, tag, &slot))) break;
         u->slot = slot;
         to = MZ_UNIT_STORED_COMPRESSED;
         *delta = (int64_t)u->bytes;
@@ -681,7 +743,7 @@ static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_
     }
     if (s) goto out_fail;
     if (from == MZ_UNIT_STORED_RAW || from == MZ_UNIT_STORED_COMPRESSED) {
-        mz_swapfile_slot_free(mm->swap, u->slot);
+        swap_slot_free(mm, u->slot);
         u->slot = 0;
     }
     mz_unit_settle(u, MZ_UNIT_RESIDENT);
@@ -780,7 +842,7 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
             if (st == MZ_UNIT_COMPRESSED) n_drop_stack++;
             if (st != MZ_UNIT_STORED_RAW && st != MZ_UNIT_STORED_COMPRESSED) continue;
             MZ_ASSERT(mz_unit_claim(u, st));
-            mz_swapfile_slot_free(mm->swap, u->slot);
+            swap_slot_free(mm, u->slot);
             u->slot = 0;
             /* Back to a plain mapping that the cache is about to unmap. */
             if ((s = mz_unit_map_pages(u))) {
@@ -1047,7 +1109,7 @@ static mz_status storage_unit_finish(rjob *j, size_t i, mz_status st, size_t len
         return st;
     }
     pthread_mutex_lock(&mm->lock);
-    mz_swapfile_slot_free(mm->swap, u->slot);
+    swap_slot_free(mm, u->slot);
     u->slot = 0;
     pthread_mutex_unlock(&mm->lock);
     job_settled(j, i, u);
@@ -1167,7 +1229,7 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
     }
     if (from != MZ_UNIT_DROPPED) {
         pthread_mutex_lock(&mm->lock);
-        mz_swapfile_slot_free(mm->swap, u->slot);
+        swap_slot_free(mm, u->slot);
         u->slot = 0;
         pthread_mutex_unlock(&mm->lock);
     }
@@ -1581,8 +1643,17 @@ void mz_mem_free(mz_mem *mm)
     if (mm->policy) mm->policy->free(mm->policy);
     mz_evict_plan_free(&mm->plan);
     free(mm->kv_seq);
-    mz_swapfile_close(mm->swap);
-    mz_dfile_close(mm->dfile);
+    if (mm->shared_swap && mm->swap) {
+        /* The engine's file: give this session's slots back at once. */
+        for (size_t i = 0; i < (size_t)mm->n_layer * mm->max_chunks; i++) {
+            mz_unit_state st = mz_unit_state_get(&mm->kvu[i]);
+            if (st == MZ_UNIT_STORED_RAW || st == MZ_UNIT_STORED_COMPRESSED)
+                swap_slot_free(mm, mm->kvu[i].slot);
+        }
+    } else {
+        mz_swapfile_close(mm->swap);
+    }
+    if (!mm->shared) mz_dfile_close(mm->dfile);
     mz_compstack_free(mm->stack);
     mz_pages_free(mm->scratch, mm->scratch_cap);
     free(mm->kvu);
@@ -1630,10 +1701,12 @@ bool mz_mem_is_valid(mz_mem *mm)
         }
     }
     ok = ok && n_comp == mz_compstack_count(mm->stack);
+    ok = ok && atomic_load(&mm->n_slots) == n_stored;
     if (mm->swap) {
         mz_swapfile_stats ss;
         mz_swapfile_get_stats(mm->swap, &ss);
-        ok = ok && ss.n_slots == n_stored;
+        /* A shared file also holds the other sessions' slots. */
+        ok = ok && (mm->shared_swap ? ss.n_slots >= n_stored : ss.n_slots == n_stored);
     }
     return ok;
 }

@@ -27,8 +27,24 @@
 #include "policy.h"
 #include "unit.h"
 
+#include <pthread.h>
+
 typedef struct mz_mem mz_mem;
 struct mz_device_profile;
+
+/* What an engine's sessions share (src/engine/engine.h): one swap file
+ * (opened by the first session that stores; each session frees its own
+ * slots when it goes) and one model-file reader. */
+typedef struct mz_mem_shared {
+    pthread_mutex_t lock;      /* opening them */
+    mz_swapfile_t *swap;
+    char *swap_dir;            /* the engine's; sessions with another directory keep
+                                  a file of their own */
+    struct mz_dfile *dfile;
+} mz_mem_shared;
+MZ_INTERNAL void mz_mem_shared_init(mz_mem_shared *sh, const char *swap_dir);
+/* After every session's manager is freed. */
+MZ_INTERNAL void mz_mem_shared_close(mz_mem_shared *sh);
 
 typedef struct mz_mem_params {
     const char *codec;         /* NULL: "q8" */
@@ -44,6 +60,7 @@ typedef struct mz_mem_params {
      * modes: partial-offload's layer-granular one, src/baseline). */
     mz_policy *(*policy_init)(const mz_policy_params *p);
     struct mz_wtable *wt;      /* required: the engine's weight units (weights.h) */
+    mz_mem_shared *shared;     /* the engine's swap file and reader; NULL: the session's own */
 } mz_mem_params;
 
 /* kv must outlive the manager; the model and the weight table too. */

@@ -97,6 +97,9 @@ void mz_wtable_pin(mz_wtable *t, int layer)
 {
     atomic_fetch_add(&t->pins[layer], 1);
     atomic_fetch_add(&t->n_pinned, 1);
+    /* Pairs with the fence in drop_claimed: the caller's state check that
+     * follows and the evictor's pin check cannot both miss (weights.h). */
+    atomic_thread_fence(memory_order_seq_cst);
 }
 
 void mz_wtable_unpin(mz_wtable *t, int layer)
@@ -114,6 +117,7 @@ bool mz_wtable_any_pinned(const mz_wtable *t)
 bool mz_wtable_drop_claimed(mz_wtable *t, int layer)
 {
     mz_unit *u = &t->units[layer];
+    atomic_thread_fence(memory_order_seq_cst); /* pairs with mz_wtable_pin */
     if (atomic_load(&t->pins[layer]) > 0) {
         mz_unit_settle(u, MZ_UNIT_RESIDENT);
         return false;

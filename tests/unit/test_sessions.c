@@ -140,6 +140,7 @@ static void test_alternating(const char *path, bool small)
 
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
     mz_engine_t *e = NULL;
     CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
     mz_engine_t *e2 = NULL;
@@ -148,6 +149,7 @@ static void test_alternating(const char *path, bool small)
     mz_ctx_t *s[NS] = {0};
     for (int k = 0; k < NS; k++) {
         mz_ctx_params cp = sess_params("sess-alt");
+        cp.swap_dir = NULL;
         CHECK(mz_session_create(e, &cp, &s[k]) == MZ_OK);
         if (!s[k]) goto out_engine;
         CHECK(mz_ctx_engine(s[k]) == e);
@@ -279,8 +281,22 @@ static void test_alternating(const char *path, bool small)
         mz_engine_get_mem_stats(e, &a);
         mz_mem_stats s1;
         mz_get_mem_stats(s[1], &s1);
+        mz_swapfile_t *sf = mz_mem_swapfile(s[0]->mem);
+        CHECK(sf && sf == mz_mem_swapfile(s[1]->mem));
+        mz_swapfile_stats ss0, ss1;
+        if (sf) mz_swapfile_get_stats(sf, &ss0);
+        size_t held1 = 0;
+        for (int l = 0; l < mi.n_layer; l++)
+            for (size_t ck = 0; ck < s[1]->kv.n_chunks; ck++) {
+                mz_unit_state us = mz_mem_kv_state(s[1]->mem, l, ck);
+                held1 += us == MZ_UNIT_STORED_RAW || us == MZ_UNIT_STORED_COMPRESSED;
+            }
         mz_ctx_free(s[1]);
         s[1] = NULL;
+        if (sf) {
+            mz_swapfile_get_stats(sf, &ss1);
+            CHECK_EQ_INT(ss0.n_slots - ss1.n_slots, held1); /* its slots, freed at once */
+        }
         mz_engine_get_mem_stats(e, &b);
         CHECK_EQ_INT(a.kv.total_bytes - b.kv.total_bytes, s1.kv.total_bytes);
         CHECK_EQ_INT(a.kv.stored_bytes - b.kv.stored_bytes, s1.kv.stored_bytes);
@@ -310,10 +326,12 @@ static void test_faults(void)
 {
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
     mz_engine_t *e = NULL;
     CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
     if (!e) return;
     mz_ctx_params cp = sess_params("sess-faults");
+    cp.swap_dir = NULL;
     cp.kv_placement = MZ_KV_PLACE_STORAGE;
     mz_ctx_params rp = sess_params("sess-faults-ref");
     mz_ctx_t *a = NULL, *b = NULL, *ra = NULL, *rb = NULL;
@@ -338,6 +356,13 @@ static void test_faults(void)
         mz_evict_report r;
         CHECK(mz_engine_evict(e, st.kv.resident_bytes, &r) == MZ_OK);
         CHECK(where_of(a).n_res == 0 && where_of(b).n_res == 0);
+        /* One swap file for the engine, holding both sessions' slots. */
+        CHECK(mz_mem_swapfile(a->mem) && mz_mem_swapfile(a->mem) == mz_mem_swapfile(b->mem));
+        if (mz_mem_swapfile(a->mem)) {
+            mz_swapfile_stats ss;
+            mz_swapfile_get_stats(mz_mem_swapfile(a->mem), &ss);
+            CHECK_EQ_INT(ss.n_slots, 2 * 4 * 2); /* 2 sessions x 4 layers x 2 chunks */
+        }
         where wb = where_of(b);
         mz_io_fault fl = {.op = MZ_IO_READ, .kind = cases[i].kind, .err = cases[i].err, .nth = 2,
                           .count = UINT32_MAX};
@@ -379,6 +404,7 @@ static void test_random(unsigned long long seed, int n_ops)
 {
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
     mz_engine_t *e = NULL;
     CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
     if (!e) return;
@@ -394,6 +420,7 @@ static void test_random(unsigned long long seed, int n_ops)
         if (!r->c) {
             /* create */
             mz_ctx_params cp = sess_params("sess-rand");
+            cp.swap_dir = t_rand_u64(&rng) % 4 ? NULL : t_tmp_path("sess-rand-own");
             cp.kv_placement = (mz_kv_placement)(t_rand_u64(&rng) % 5);
             mz_ctx_params rp = sess_params("sess-rand-ref");
             r->tok = malloc(cap * sizeof *r->tok);
@@ -541,10 +568,12 @@ static void test_pressure(void)
 {
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
     mz_engine_t *e = NULL;
     CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
     if (!e) return;
     mz_ctx_params cp = sess_params("sess-pressure");
+    cp.swap_dir = NULL;
     cp.kv_placement = MZ_KV_PLACE_STORAGE;
     mz_ctx_params rp = sess_params("sess-pressure-ref");
     mz_ctx_t *a = NULL, *b = NULL, *ra = NULL;
