@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "pressure/pressure.h"
+#include "pressure/evict_size.h"
 
 #include "core/core.h"
 
@@ -55,6 +56,12 @@ struct mz_pressure_monitor {
     size_t cg1_limit;                  /* limit the thresholds were armed for (0: none) */
     char cg1_dir[512];
 
+    /* Eviction sizing (evict_size.h): where to read the signal, and the state
+     * the callback keeps between signals. */
+    char sig_v2_dir[512];              /* "" when v2 has no memory controller here */
+    char sig_v1_dir[512];              /* "" when no v1 memory controller */
+    mz_esize_state esize;
+
     pthread_mutex_t state_mu;          /* guards active[] and state[]: the thread re-arms */
     bool active[MZ_PRESSURE_N_SOURCES];
     char state[MZ_PRESSURE_N_SOURCES][200];
@@ -82,6 +89,26 @@ mz_pressure_params mz_pressure_params_default(void)
     p.psi_trigger = "some 100000 2000000";
     p.cg1_thresholds[0] = 90.0;
     p.resignal_ms = 1000;
+    p.size = mz_esize_params_default();
+    /* MZCACHE_PRESSURE_HEADROOM: "15%" or a size ("64M", "1G", bytes). */
+    const char *e = getenv("MZCACHE_PRESSURE_HEADROOM");
+    if (e && *e) {
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(e, &end);
+        if (errno || end == e || v < 0 || v != v) {
+            mz_log(MZ_LOG_WARN, "pressure: MZCACHE_PRESSURE_HEADROOM=%s is not a size or a %%; ignored", e);
+        } else if (*end == '%' && end[1] == '\0' && v <= 100) {
+            p.size.headroom_pct = v;
+        } else {
+            double mul = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                       : *end == 'G' || *end == 'g' ? 1073741824.0 : *end == '\0' ? 1.0 : -1.0;
+            if (mul < 0 || (*end && end[1] != '\0') || v * mul > 1e18)
+                mz_log(MZ_LOG_WARN, "pressure: MZCACHE_PRESSURE_HEADROOM=%s is not a size or a %%; ignored", e);
+            else
+                p.size.headroom_bytes = (unsigned long long)(v * mul), p.size.headroom_pct = 0;
+        }
+    }
     return p;
 }
 
@@ -465,6 +492,7 @@ static bool recheck_cg1_limit(mz_pressure_monitor_t *m)
 static void emit(mz_pressure_monitor_t *m, mz_pressure_event *ev)
 {
     ev->t_ms = mz_time_ms();
+    ev->monitor = m;
     atomic_fetch_add_explicit(&m->n_events[ev->source], 1, memory_order_relaxed);
     m->fn(m->user, ev);
 }
@@ -605,6 +633,17 @@ mz_status mz_pressure_start(const mz_pressure_params *p, mz_pressure_fn fn, void
         free(m);
         return mz_fail(MZ_E_NOMEM, "pressure: eventfd: %s", strerror(errno));
     }
+    mz_esize_state_init(&m->esize, &m->p.size);
+    {
+        char dir[512], path[600];
+        if (m->p.cg2_dir) snprintf(dir, sizeof dir, "%s", m->p.cg2_dir);
+        else if (mz_cgroup_v2_dir(dir, sizeof dir)) dir[0] = '\0';
+        snprintf(path, sizeof path, "%s/memory.current", dir);
+        if (dir[0] && access(path, R_OK) == 0) snprintf(m->sig_v2_dir, sizeof m->sig_v2_dir, "%s", dir);
+        if (m->p.cg1_dir) snprintf(dir, sizeof dir, "%s", m->p.cg1_dir);
+        else if (mz_cgroup_v1_memory_dir(dir, sizeof dir)) dir[0] = '\0';
+        snprintf(m->sig_v1_dir, sizeof m->sig_v1_dir, "%s", dir);
+    }
     typedef void (*reg_fn)(mz_pressure_monitor_t *);
     static const reg_fn regs[MZ_PRESSURE_N_SOURCES] = {register_psi, register_cg2_events,
                                                        register_cg1_level, register_cg1_usage};
@@ -694,3 +733,17 @@ size_t mz_pressure_describe(const mz_pressure_monitor_t *m, char *buf, size_t ca
     }
     return len;
 }
+
+/* ---- 4. the signal for eviction sizing ------------------------------------------------------ */
+
+void mz_pressure_read_signal(const mz_pressure_monitor_t *m, const mz_pressure_event *ev, mz_psig *sig)
+{
+    memset(sig, 0, sizeof *sig);
+    sig->source = ev->source;
+    sig->level = ev->level;
+    sig->t_ms = ev->t_ms;
+    if (m) mz_psig_read_dirs(m->sig_v2_dir, m->sig_v1_dir, sig);
+}
+
+mz_esize_state *mz_pressure_esize_state(mz_pressure_monitor_t *m) { return &m->esize; }
+const mz_esize_params *mz_pressure_esize_params(const mz_pressure_monitor_t *m) { return &m->p.size; }
