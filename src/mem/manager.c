@@ -415,9 +415,24 @@ static int block_tensors(const mz_block_weights *b, const mz_tensor *out[11])
 
 /* ---- eviction --------------------------------------------------------------------------- */
 
+/* Weight blocks dropped by one mz_mem_evict whose PROT_NONE waits for the
+ * end of it (mz_unit_drop_pages / mz_unit_protect_pages: nothing charged to
+ * the cgroup until every page of the eviction is freed). */
+typedef struct protect_later {
+    mz_unit *u[64];
+    size_t n;
+} protect_later;
+
+static void protect_now(protect_later *pl)
+{
+    for (size_t i = 0; i < pl->n; i++) mz_unit_protect_pages(pl->u[i]);
+    pl->n = 0;
+}
+
 /* Carries out one step; *delta = fall of (resident + compressed) bytes.
  * Caller holds mm->lock. On error the unit keeps its state and data. */
-static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta, mz_evict_report *r)
+static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta, mz_evict_report *r,
+                            protect_later *pl)
 {
     char nm[64];
     mz_status s = MZ_OK;
@@ -430,7 +445,9 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
         /* Reloading from the file must give these very bytes back; the hash
          * catches a model file that changed (or a bad read) at restore. */
         mm->wt->hash[st->layer] = mz_hash64(u->buf, u->bytes, 0);
-        mz_unit_release_pages(u);
+        if (pl->n == sizeof pl->u / sizeof pl->u[0]) protect_now(pl);
+        mz_unit_drop_pages(u);
+        pl->u[pl->n++] = u;
         mz_unit_settle(u, MZ_UNIT_DROPPED);
         *delta = (int64_t)u->bytes;
         r->n_weights_dropped++;
@@ -554,6 +571,7 @@ mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
     pthread_mutex_unlock(&g_wt_lock);
 
     sync_kv(mm);
+    protect_later pl = {.n = 0};
     pthread_mutex_lock(&mm->lock);
     refresh_times(mm); /* the sizes measured by earlier evictions */
     /* Plan, carry out, and plan again for the rest when the real bytes fell
@@ -573,12 +591,13 @@ mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
         for (size_t i = 0; i < mm->plan.n; i++) {
             const mz_evict_step *st = &mm->plan.steps[i];
             int64_t delta = 0;
-            if ((s = evict_step(mm, st, &delta, r))) break;
+            if ((s = evict_step(mm, st, &delta, r, &pl))) break;
             freed += delta;
             r->stage = st->stage;
             if (freed >= 0 && (uint64_t)freed >= (uint64_t)nbytes) break;
         }
     }
+    protect_now(&pl); /* still under the lock: no restore sees a DROPPED unit mapped */
     pthread_mutex_unlock(&mm->lock);
 out:
     r->bytes_freed = freed > 0 ? (size_t)freed : 0;

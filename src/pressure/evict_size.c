@@ -119,35 +119,39 @@ void mz_esize(const mz_esize_params *p, mz_esize_state *st, const mz_psig *sig, 
 
 /* ---- reading the signal ------------------------------------------------------------ */
 
-/* A cgroup value file: a number, or "max" (v2) → MZ_PSIG_NOLIMIT; 0 when unreadable. */
-static uint64_t read_value(const char *dir, const char *name)
+/* The files a reading takes, in mz_psig_fds order. */
+static const char *const k_files[MZ_PSIG_N_FILES] = {
+    "memory.current", "memory.high", "memory.max", "memory.stat",         /* v2 */
+    "memory.usage_in_bytes", "memory.limit_in_bytes", "memory.stat",     /* v1 */
+};
+
+/* Reads a whole small file at offset 0 (pread: an fd kept open costs the
+ * kernel no new allocation per reading). Returns the length, or -1. */
+static ssize_t read_fd(int fd, char *buf, size_t cap)
 {
-    char path[700], buf[64];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 0;
+    if (fd < 0) return -1;
+    ssize_t n = pread(fd, buf, cap - 1, 0);
+    if (n <= 0) return -1;
     buf[n] = '\0';
+    return n;
+}
+
+/* A cgroup value: a number, or "max" (v2) → MZ_PSIG_NOLIMIT; 0 when unreadable. */
+static uint64_t read_value(int fd)
+{
+    char buf[64];
+    if (read_fd(fd, buf, sizeof buf) < 0) return 0;
     if (!strncmp(buf, "max", 3)) return MZ_PSIG_NOLIMIT;
     char *end = NULL;
     unsigned long long v = strtoull(buf, &end, 10);
-    if (end == buf) return 0;
-    return (uint64_t)v;
+    return end == buf ? 0 : (uint64_t)v;
 }
 
 /* One key of memory.stat ("inactive_file", "total_inactive_file"); 0 if absent. */
-static uint64_t read_stat(const char *dir, const char *key)
+static uint64_t read_stat(int fd, const char *key)
 {
-    char path[700], buf[8192];
-    snprintf(path, sizeof path, "%s/memory.stat", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = '\0';
+    char buf[8192];
+    if (read_fd(fd, buf, sizeof buf) < 0) return 0;
     size_t kl = strlen(key);
     for (char *line = buf; line && *line;) {
         char *nl = strchr(line, '\n');
@@ -161,22 +165,48 @@ static uint64_t read_stat(const char *dir, const char *key)
     return 0;
 }
 
-void mz_psig_read_dirs(const char *v2_dir, const char *v1_dir, mz_psig *sig)
+void mz_psig_fds_open(mz_psig_fds *f, const char *v2_dir, const char *v1_dir)
 {
-    if (v2_dir && v2_dir[0]) {
-        sig->v2_current = read_value(v2_dir, "memory.current");
-        if (sig->v2_current) {
-            sig->v2_high = read_value(v2_dir, "memory.high");
-            sig->v2_max = read_value(v2_dir, "memory.max");
-            sig->inactive_file = read_stat(v2_dir, "inactive_file");
-            return;
-        }
+    char path[700];
+    for (int i = 0; i < MZ_PSIG_N_FILES; i++) {
+        const char *dir = i < 4 ? v2_dir : v1_dir;
+        f->fd[i] = -1;
+        if (!dir || !dir[0]) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, k_files[i]);
+        f->fd[i] = open(path, O_RDONLY | O_CLOEXEC);
     }
-    if (v1_dir && v1_dir[0]) {
-        sig->v1_usage = read_value(v1_dir, "memory.usage_in_bytes");
-        uint64_t lim = read_value(v1_dir, "memory.limit_in_bytes");
+}
+
+void mz_psig_fds_close(mz_psig_fds *f)
+{
+    for (int i = 0; i < MZ_PSIG_N_FILES; i++) {
+        if (f->fd[i] >= 0) close(f->fd[i]);
+        f->fd[i] = -1;
+    }
+}
+
+void mz_psig_read_fds(const mz_psig_fds *f, mz_psig *sig)
+{
+    sig->v2_current = read_value(f->fd[0]);
+    if (sig->v2_current) {
+        sig->v2_high = read_value(f->fd[1]);
+        sig->v2_max = read_value(f->fd[2]);
+        sig->inactive_file = read_stat(f->fd[3], "inactive_file");
+        return;
+    }
+    sig->v1_usage = read_value(f->fd[4]);
+    if (sig->v1_usage) {
+        uint64_t lim = read_value(f->fd[5]);
         /* v1 says "no limit" with a huge page-rounded number. */
         sig->v1_limit = lim >= (1ULL << 62) ? MZ_PSIG_NOLIMIT : lim;
-        sig->inactive_file = read_stat(v1_dir, "total_inactive_file");
+        sig->inactive_file = read_stat(f->fd[6], "total_inactive_file");
     }
+}
+
+void mz_psig_read_dirs(const char *v2_dir, const char *v1_dir, mz_psig *sig)
+{
+    mz_psig_fds f;
+    mz_psig_fds_open(&f, v2_dir, v1_dir);
+    mz_psig_read_fds(&f, sig);
+    mz_psig_fds_close(&f);
 }

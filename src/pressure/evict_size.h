@@ -92,10 +92,23 @@ void mz_esize(const mz_esize_params *p, mz_esize_state *st, const mz_psig *sig, 
 
 const char *mz_esize_basis_name(mz_esize_basis b);
 
+/* The cgroup files a reading needs, opened once: reading them again with
+ * pread allocates nothing in the kernel, where a fresh open() would charge a
+ * file object to the very cgroup that is over its memory.high (and stall the
+ * reader for up to 2 s). fd -1 = absent. */
+#define MZ_PSIG_N_FILES 7
+typedef struct mz_psig_fds {
+    int fd[MZ_PSIG_N_FILES]; /* v2 current, high, max, stat; v1 usage, limit, stat */
+} mz_psig_fds;
+void mz_psig_fds_open(mz_psig_fds *f, const char *v2_dir, const char *v1_dir);
+void mz_psig_fds_close(mz_psig_fds *f);
+void mz_psig_read_fds(const mz_psig_fds *f, mz_psig *sig);
+
 /* Reads the cgroup figures of the monitor's cgroups into sig (source, level
  * and time from ev). Fields it cannot read stay 0. Any thread. */
 void mz_pressure_read_signal(const mz_pressure_monitor_t *m, const mz_pressure_event *ev, mz_psig *sig);
-/* The same from explicit directories (either may be NULL). */
+/* The same from explicit directories (either may be NULL); opens and closes
+ * the files (for tests and tools; the monitor keeps its own open). */
 void mz_psig_read_dirs(const char *v2_dir, const char *v1_dir, mz_psig *sig);
 
 /* The sizing state and parameters the monitor keeps for its callback (the

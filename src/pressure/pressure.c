@@ -58,8 +58,7 @@ struct mz_pressure_monitor {
 
     /* Eviction sizing (evict_size.h): where to read the signal, and the state
      * the callback keeps between signals. */
-    char sig_v2_dir[512];              /* "" when v2 has no memory controller here */
-    char sig_v1_dir[512];              /* "" when no v1 memory controller */
+    mz_psig_fds sig_fds;               /* the cgroup files, open from start to stop */
     mz_esize_state esize;
 
     pthread_mutex_t state_mu;          /* guards active[] and state[]: the thread re-arms */
@@ -612,6 +611,7 @@ static void close_all(mz_pressure_monitor_t *m)
     if (m->cg1_usage_efd >= 0) close(m->cg1_usage_efd);
     if (m->cg1_usage_target >= 0) close(m->cg1_usage_target);
     if (m->stop_fd >= 0) close(m->stop_fd);
+    mz_psig_fds_close(&m->sig_fds);
 }
 
 mz_status mz_pressure_start(const mz_pressure_params *p, mz_pressure_fn fn, void *user,
@@ -635,14 +635,14 @@ mz_status mz_pressure_start(const mz_pressure_params *p, mz_pressure_fn fn, void
     }
     mz_esize_state_init(&m->esize, &m->p.size);
     {
-        char dir[512], path[600];
-        if (m->p.cg2_dir) snprintf(dir, sizeof dir, "%s", m->p.cg2_dir);
-        else if (mz_cgroup_v2_dir(dir, sizeof dir)) dir[0] = '\0';
-        snprintf(path, sizeof path, "%s/memory.current", dir);
-        if (dir[0] && access(path, R_OK) == 0) snprintf(m->sig_v2_dir, sizeof m->sig_v2_dir, "%s", dir);
-        if (m->p.cg1_dir) snprintf(dir, sizeof dir, "%s", m->p.cg1_dir);
-        else if (mz_cgroup_v1_memory_dir(dir, sizeof dir)) dir[0] = '\0';
-        snprintf(m->sig_v1_dir, sizeof m->sig_v1_dir, "%s", dir);
+        char v2[512], v1[512], path[600];
+        if (m->p.cg2_dir) snprintf(v2, sizeof v2, "%s", m->p.cg2_dir);
+        else if (mz_cgroup_v2_dir(v2, sizeof v2)) v2[0] = '\0';
+        snprintf(path, sizeof path, "%s/memory.current", v2);
+        if (v2[0] && access(path, R_OK) != 0) v2[0] = '\0'; /* no v2 memory controller here */
+        if (m->p.cg1_dir) snprintf(v1, sizeof v1, "%s", m->p.cg1_dir);
+        else if (mz_cgroup_v1_memory_dir(v1, sizeof v1)) v1[0] = '\0';
+        mz_psig_fds_open(&m->sig_fds, v2, v1);
     }
     typedef void (*reg_fn)(mz_pressure_monitor_t *);
     static const reg_fn regs[MZ_PRESSURE_N_SOURCES] = {register_psi, register_cg2_events,
@@ -742,7 +742,7 @@ void mz_pressure_read_signal(const mz_pressure_monitor_t *m, const mz_pressure_e
     sig->source = ev->source;
     sig->level = ev->level;
     sig->t_ms = ev->t_ms;
-    if (m) mz_psig_read_dirs(m->sig_v2_dir, m->sig_v1_dir, sig);
+    if (m) mz_psig_read_fds(&m->sig_fds, sig);
 }
 
 mz_esize_state *mz_pressure_esize_state(mz_pressure_monitor_t *m) { return &m->esize; }
