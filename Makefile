@@ -91,6 +91,10 @@ bench: build model
 	scripts/install-peer.sh
 	python3 bench/bench_throughput.py --threads 2
 	BUILD=$(BUILD) scripts/bench-ttft.sh
+# then the paper's Fig. 15 multitasking scenario (root and a v1 memory cgroup; ~35 min on 2 vCPUs;
+# exit 77 = skipped, saying why)
+	MZ_BIN=$(BUILD)/mzcache scripts/pressure-scenario.sh --multitask --out bench/results/multitask \
+		--png bench/results/multitask.png || [ $$? -eq 77 ]
 
 # About two minutes: SmolLM2 + qwen3-0.6b at 8k, levels 0/50, 3 runs, mzcache vs os-paging and
 # partial-offload (no recompute) + llama.cpp in memory and state reload.
