@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "evict_size.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,33 +137,66 @@ static ssize_t read_fd(int fd, char *buf, size_t cap)
     return n;
 }
 
-/* A cgroup value: a number, or "max" (v2) → MZ_PSIG_NOLIMIT; 0 when unreadable. */
-static uint64_t read_value(int fd)
+uint64_t mz_psig_parse_value(const char *buf)
 {
-    char buf[64];
-    if (read_fd(fd, buf, sizeof buf) < 0) return 0;
     if (!strncmp(buf, "max", 3)) return MZ_PSIG_NOLIMIT;
+    if (*buf < '0' || *buf > '9') return 0; /* strtoull would take a sign or spaces */
     char *end = NULL;
+    errno = 0;
     unsigned long long v = strtoull(buf, &end, 10);
-    return end == buf ? 0 : (uint64_t)v;
+    if (errno || end == buf || (*end && *end != '\n')) return 0;
+    return (uint64_t)v;
 }
 
-/* One key of memory.stat ("inactive_file", "total_inactive_file"); 0 if absent. */
-static uint64_t read_stat(int fd, const char *key)
+uint64_t mz_psig_parse_stat(const char *buf, const char *key)
 {
-    char buf[8192];
-    if (read_fd(fd, buf, sizeof buf) < 0) return 0;
     size_t kl = strlen(key);
-    for (char *line = buf; line && *line;) {
-        char *nl = strchr(line, '\n');
+    for (const char *line = buf; line && *line;) {
+        const char *nl = strchr(line, '\n');
         if (!strncmp(line, key, kl) && line[kl] == ' ') {
+            const char *v = line + kl + 1;
+            if (*v < '0' || *v > '9') return 0;
             char *end = NULL;
-            unsigned long long v = strtoull(line + kl + 1, &end, 10);
-            return end == line + kl + 1 ? 0 : (uint64_t)v;
+            errno = 0;
+            unsigned long long x = strtoull(v, &end, 10);
+            return errno || (*end && *end != '\n') ? 0 : (uint64_t)x;
         }
         line = nl ? nl + 1 : NULL;
     }
     return 0;
+}
+
+int mz_esize_parse_headroom(const char *s, mz_esize_params *p)
+{
+    if (!s || *s < '0' || *s > '9') return -1;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0)) return -1;
+    if (*end == '%' && end[1] == '\0') {
+        if (v > 100) return -1;
+        p->headroom_pct = v, p->headroom_bytes = 0;
+        return 0;
+    }
+    double mul = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+               : *end == 'G' || *end == 'g' ? 1073741824.0 : *end == '\0' ? 1.0 : -1.0;
+    if (mul < 0 || (*end && end[1] != '\0') || v * mul > 1e18) return -1;
+    p->headroom_bytes = (unsigned long long)(v * mul), p->headroom_pct = 0;
+    return 0;
+}
+
+/* A cgroup value file (see mz_psig_parse_value); 0 when unreadable. */
+static uint64_t read_value(int fd)
+{
+    char buf[64];
+    return read_fd(fd, buf, sizeof buf) < 0 ? 0 : mz_psig_parse_value(buf);
+}
+
+/* One key of memory.stat; 0 if absent or unreadable. */
+static uint64_t read_stat(int fd, const char *key)
+{
+    char buf[8192];
+    return read_fd(fd, buf, sizeof buf) < 0 ? 0 : mz_psig_parse_stat(buf, key);
 }
 
 void mz_psig_fds_open(mz_psig_fds *f, const char *v2_dir, const char *v1_dir)

@@ -104,6 +104,16 @@ void mz_psig_fds_open(mz_psig_fds *f, const char *v2_dir, const char *v1_dir);
 void mz_psig_fds_close(mz_psig_fds *f);
 void mz_psig_read_fds(const mz_psig_fds *f, mz_psig *sig);
 
+/* Parsers (fuzzed by tests/fuzz/fuzz_pressure.c). A cgroup value file's
+ * text: digits (and an optional newline) → the number, "max" →
+ * MZ_PSIG_NOLIMIT, anything else → 0. memory.stat text: the value of the
+ * line "key N", 0 when absent or malformed. A headroom ("15%", "64M", "1G",
+ * "4096"): sets headroom_pct or headroom_bytes (the other to 0) and returns
+ * 0, or -1 leaving *p as it was. */
+uint64_t mz_psig_parse_value(const char *buf);
+uint64_t mz_psig_parse_stat(const char *buf, const char *key);
+int mz_esize_parse_headroom(const char *s, mz_esize_params *p);
+
 /* Reads the cgroup figures of the monitor's cgroups into sig (source, level
  * and time from ev). Fields it cannot read stay 0. Any thread. */
 void mz_pressure_read_signal(const mz_pressure_monitor_t *m, const mz_pressure_event *ev, mz_psig *sig);

@@ -91,23 +91,8 @@ mz_pressure_params mz_pressure_params_default(void)
     p.size = mz_esize_params_default();
     /* MZCACHE_PRESSURE_HEADROOM: "15%" or a size ("64M", "1G", bytes). */
     const char *e = getenv("MZCACHE_PRESSURE_HEADROOM");
-    if (e && *e) {
-        char *end = NULL;
-        errno = 0;
-        double v = strtod(e, &end);
-        if (errno || end == e || v < 0 || v != v) {
-            mz_log(MZ_LOG_WARN, "pressure: MZCACHE_PRESSURE_HEADROOM=%s is not a size or a %%; ignored", e);
-        } else if (*end == '%' && end[1] == '\0' && v <= 100) {
-            p.size.headroom_pct = v;
-        } else {
-            double mul = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
-                       : *end == 'G' || *end == 'g' ? 1073741824.0 : *end == '\0' ? 1.0 : -1.0;
-            if (mul < 0 || (*end && end[1] != '\0') || v * mul > 1e18)
-                mz_log(MZ_LOG_WARN, "pressure: MZCACHE_PRESSURE_HEADROOM=%s is not a size or a %%; ignored", e);
-            else
-                p.size.headroom_bytes = (unsigned long long)(v * mul), p.size.headroom_pct = 0;
-        }
-    }
+    if (e && *e && mz_esize_parse_headroom(e, &p.size))
+        mz_log(MZ_LOG_WARN, "pressure: MZCACHE_PRESSURE_HEADROOM=%s is not a size or a %%; ignored", e);
     return p;
 }
 

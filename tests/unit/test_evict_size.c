@@ -327,8 +327,39 @@ static void part_real_v1(void)
     CHECK_MSG(access(cg, F_OK) != 0, "test cgroup left behind");
 }
 
+/* ---- 6. the parsers ---------------------------------------------------------------------- */
+
+static void part_parsers(void)
+{
+    CHECK(mz_psig_parse_value("268435456\n") == 268435456ULL);
+    CHECK(mz_psig_parse_value("max\n") == MZ_PSIG_NOLIMIT);
+    CHECK(mz_psig_parse_value("") == 0);
+    CHECK(mz_psig_parse_value("-5") == 0);
+    CHECK(mz_psig_parse_value(" 5") == 0);
+    CHECK(mz_psig_parse_value("12abc") == 0);
+    CHECK(mz_psig_parse_value("99999999999999999999999") == 0); /* overflow */
+    const char *stat = "cache 1\ninactive_anon 7\ninactive_file 4096\ntotal_inactive_file 8192\n";
+    CHECK(mz_psig_parse_stat(stat, "inactive_file") == 4096);
+    CHECK(mz_psig_parse_stat(stat, "total_inactive_file") == 8192);
+    CHECK(mz_psig_parse_stat(stat, "active_file") == 0);
+    CHECK(mz_psig_parse_stat("inactive_file x\n", "inactive_file") == 0);
+    mz_esize_params p = mz_esize_params_default();
+    CHECK(mz_esize_parse_headroom("20%", &p) == 0 && p.headroom_pct == 20 && p.headroom_bytes == 0);
+    CHECK(mz_esize_parse_headroom("64M", &p) == 0 && p.headroom_bytes == MIB(64) && p.headroom_pct == 0);
+    CHECK(mz_esize_parse_headroom("1G", &p) == 0 && p.headroom_bytes == MIB(1024));
+    CHECK(mz_esize_parse_headroom("4096", &p) == 0 && p.headroom_bytes == 4096);
+    mz_esize_params before = p;
+    CHECK(mz_esize_parse_headroom("101%", &p) == -1);
+    CHECK(mz_esize_parse_headroom("-1M", &p) == -1);
+    CHECK(mz_esize_parse_headroom("5MB", &p) == -1);
+    CHECK(mz_esize_parse_headroom("nan", &p) == -1);
+    CHECK(mz_esize_parse_headroom("", &p) == -1);
+    CHECK(memcmp(&before, &p, sizeof p) == 0);
+}
+
 int main(void)
 {
+    part_parsers();
     part_tables();
     part_sequence();
     part_psi();
