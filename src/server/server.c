@@ -285,6 +285,7 @@ static void on_pressure(void *user, const mz_pressure_event *pe)
     if ((s->p.evict_floor_bytes || s->p.evict_floor_pct > 0) && allowed < unit_min) allowed = 0;
     mz_esize_params prm = *mz_pressure_esize_params(pe->monitor);
     if (s->p.evict_step_bytes) prm.psi_step_bytes = s->p.evict_step_bytes;
+    if (s->p.pressure_interval_ms > 0) prm.psi_backoff_ms = s->p.pressure_interval_ms;
     mz_esize_held h = {.held = allowed > 0 ? (uint64_t)allowed : 0, .total = total, .unit = (uint64_t)unit_min};
     mz_esize_out o;
     mz_esize(&prm, mz_pressure_esize_state(pe->monitor), &sig, &h, &o);
