@@ -190,7 +190,7 @@ def main():
     ap.add_argument("--hold-s", type=float, default=2.0)
     ap.add_argument("--zram", default="",
                     help="the zram device the daemon swaps to: its pool is RAM of the same budget, so the "
-                         "cgroup limit follows budget - the pool's memory (every 100 ms)")
+                         "cgroup limit follows budget - pool and the pool's cap budget - usage (every 100 ms)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cg = a.cgroup
@@ -267,14 +267,26 @@ def main():
     th.start()
 
     def zram_budget(budget):
-        # zram keeps what it is given in RAM (compressed): the daemon and the
-        # hog get the budget less the pool. Writing a limit below the usage
-        # makes the kernel reclaim (swap more into zram) or refuse (EBUSY):
-        # then the next tick tries again.
+        # zram keeps what it is given in RAM (compressed), beside the cgroup:
+        # every 100 ms the cgroup's limit becomes the budget less the pool, and
+        # the pool's own cap (zram mem_limit) the budget less the cgroup's
+        # usage, so usage + pool stays within the budget (to within what the
+        # hog allocates in 100 ms). A swap-out to a full pool fails, and then
+        # the kernel must kill. Writing a limit below the usage makes the
+        # kernel reclaim, or refuse (EBUSY): the next tick tries again.
         lim_path = os.path.join(cg, "memory.limit_in_bytes")
+        cap_path = f"/sys/block/{os.path.basename(a.zram)}/mem_limit"
+        floor = 16 * MiB
         while not state["stop"]:
             zs = zram_stat(a.zram)
-            want = budget - int(zs[2] * MiB) if zs else budget
+            pool = int(zs[2] * MiB) if zs else 0
+            usage = max(read_int(os.path.join(cg, "memory.usage_in_bytes")), 0)
+            try:
+                with open(cap_path, "w") as f:
+                    f.write(str(max(budget - usage, 4 * MiB)))
+            except OSError:
+                pass
+            want = max(budget - pool, floor)
             if abs(want - state["limit"]) >= MiB:
                 try:
                     with open(lim_path, "w") as f:
@@ -404,6 +416,10 @@ def main():
                "zram_orig_mib": zs[0] if zs else None, "zram_compr_mib": zs[1] if zs else None,
                "zram_used_mib": zs[2] if zs else None}
         rounds.append(row)
+        with open(os.path.join(a.out, f"{a.tag}-rounds.csv"), "w") as f:  # kept up to date: a cut-short run keeps its rounds
+            f.write(",".join(rounds[0].keys()) + "\n")
+            for x in rounds:
+                f.write(",".join("" if v is None else str(v) for v in x.values()) + "\n")
         log(f"round {r}: {'survived' if alive else 'KILLED'}; hog {grown} MiB; TTFT {ttft:.0f} ms "
             f"({tm['prompt_n']} tokens computed, {row['evicted_mib_before']:.0f} MiB evicted before)"
             + (f"; zram {zs[0]:.0f} -> {zs[1]:.0f} MiB" if zs else ""))

@@ -18,11 +18,13 @@
 # usage: scripts/pressure-scenario.sh [--quick] [--no-control] [--no-os-paging] [--out DIR]
 #                                     [--png FILE] [--model FILE] [--bin FILE] [--codec raw|q8]
 #        scripts/pressure-scenario.sh --multitask [--rounds N] [--ctx-tokens N] [--out DIR] [--png FILE]
+#                                     [--daemons mzcache,os-paging-zram,os-paging]
 #   --multitask    the paper's Fig. 15 scenario instead (scripts/multitask_scenario.py): a real
 #                  conversation of >= 8k tokens, ten rounds of a hog growing and releasing, a
 #                  question after each; mzcache, os-paging with zram (the cgroup limit follows
 #                  the budget less zram's pool: zram keeps what it stores in RAM), os-paging
-#                  without swap
+#                  without swap. --daemons runs some of them (the plan, limit and hog peak, is
+#                  made by the first run and kept in OUT/plan.json for the others)
 #   --quick        small conversation, no control or os-paging run (what the ctest test runs)
 #   --no-os-paging skip the os-paging baseline run
 #   --no-zram      run the os-paging baseline without swap even where zram is available
@@ -33,13 +35,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MULTI=0; ROUNDS=10; CTX_TOKENS=8192; QUICK=0; CONTROL=1; OSPAGING=1; USE_ZRAM=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
+MULTI=0; DAEMONS=mzcache,os-paging-zram,os-paging; ROUNDS=10; CTX_TOKENS=8192; QUICK=0; CONTROL=1; OSPAGING=1; USE_ZRAM=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
 BIN="${MZ_BIN:-build/mzcache}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1; CONTROL=0; OSPAGING=0 ;;
         --multitask) MULTI=1 ;;
         --rounds) ROUNDS="$2"; shift ;;
+        --daemons) DAEMONS="$2"; shift ;;
         --ctx-tokens) CTX_TOKENS="$2"; shift ;;
         --no-control) CONTROL=0 ;;
         --no-os-paging) OSPAGING=0 ;;
@@ -49,7 +52,7 @@ while [ $# -gt 0 ]; do
         --model) MODEL="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --codec) CODEC="$2"; shift ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "pressure-scenario: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -92,27 +95,37 @@ if [ "$MULTI" -eq 1 ]; then
     OUT="${USER_OUT:-build/multitask}"
     PNG="${USER_PNG:-$OUT/multitask.png}"
     mkdir -p "$OUT"
-    rm -f "$OUT/plan.json"
+    want() { case ",$DAEMONS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+    # A new plan when mzcache (the first daemon) runs; else the kept one.
+    if want mzcache || [ ! -f "$OUT/plan.json" ]; then rm -f "$OUT/plan.json"; fi
     MT=(python3 scripts/multitask_scenario.py --bin "$BIN" --model "$MODEL" --out "$OUT" --plan "$OUT/plan.json"
         --rounds "$ROUNDS" --ctx-tokens "$CTX_TOKENS")
-    TAGS="mzcache"
-    make_cg mt-mzcache
-    echo "pressure-scenario: multitask, mzcache, cgroup $CG; output in $OUT" >&2
-    "${MT[@]}" --cgroup "$CG" --tag mzcache --pressure > "$OUT/mzcache-result.json"
-    make_cg mt-zram
-    if scripts/zram-swap.sh check >/dev/null 2>&1 && ZRAM=$(scripts/zram-swap.sh up 1G); then
-        echo "pressure-scenario: multitask, os-paging with zram swap on $ZRAM" >&2
-        "${MT[@]}" --cgroup "$CG" --tag os-paging-zram --mode os-paging --zram "$ZRAM" \
-            > "$OUT/os-paging-zram-result.json" || true
-        scripts/zram-swap.sh down "$ZRAM" >/dev/null 2>&1 || true; ZRAM=""
-        TAGS="$TAGS os-paging-zram"
-    else
-        echo "pressure-scenario: no zram here ($(scripts/zram-swap.sh check 2>&1 | tail -1)): os-paging+zram skipped" >&2
+    TAGS=""
+    if want mzcache; then
+        make_cg mt-mzcache
+        echo "pressure-scenario: multitask, mzcache, cgroup $CG; output in $OUT" >&2
+        "${MT[@]}" --cgroup "$CG" --tag mzcache --pressure > "$OUT/mzcache-result.json"
     fi
-    make_cg mt-noswap
-    echo "pressure-scenario: multitask, os-paging without swap" >&2
-    "${MT[@]}" --cgroup "$CG" --tag os-paging --mode os-paging > "$OUT/os-paging-result.json" || true
-    TAGS="$TAGS os-paging"
+    [ -f "$OUT/mzcache-summary.json" ] && TAGS="mzcache"
+    if want os-paging-zram; then
+        make_cg mt-zram
+        if scripts/zram-swap.sh check >/dev/null 2>&1 && ZRAM=$(scripts/zram-swap.sh up 1G); then
+            echo "pressure-scenario: multitask, os-paging with zram swap on $ZRAM" >&2
+            "${MT[@]}" --cgroup "$CG" --tag os-paging-zram --mode os-paging --zram "$ZRAM" \
+                > "$OUT/os-paging-zram-result.json" || true
+            scripts/zram-swap.sh down "$ZRAM" >/dev/null 2>&1 || true; ZRAM=""
+        else
+            echo "pressure-scenario: no zram here ($(scripts/zram-swap.sh check 2>&1 | tail -1)): os-paging+zram skipped" >&2
+        fi
+    fi
+    [ -f "$OUT/os-paging-zram-summary.json" ] && TAGS="$TAGS os-paging-zram"
+    if want os-paging; then
+        make_cg mt-noswap
+        echo "pressure-scenario: multitask, os-paging without swap" >&2
+        "${MT[@]}" --cgroup "$CG" --tag os-paging --mode os-paging > "$OUT/os-paging-result.json" || true
+    fi
+    [ -f "$OUT/os-paging-summary.json" ] && TAGS="$TAGS os-paging"
+    TAGS="${TAGS# }"
     python3 - "$OUT" $TAGS <<'EOF2'
 import json, os, sys
 out, tags = sys.argv[1], sys.argv[2:]
