@@ -5,10 +5,10 @@ if (!exists("dir")) dir = "build/multitask"
 if (!exists("out")) out = dir."/multitask.png"
 if (!exists("tags")) tags = "mzcache os-paging-zram os-paging"
 n = words(tags)
-set terminal pngcairo size 1200, 330 * n font "sans,10"
+set terminal pngcairo size 1400, 330 * n font "sans,10"
 set output out
 set datafile separator ","
-set key top right opaque box horizontal
+set key outside right top vertical
 set grid
 set ylabel "MiB"
 set yrange [0:*]
