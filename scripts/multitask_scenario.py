@@ -16,7 +16,10 @@ Inside a cgroup-v1 memory cgroup:
      so when the kernel must kill, it kills the daemon, as Android's
      low-memory killer kills the background LLM service; lowering the hog's
      score instead needs a capability containers often lack), holds,
-     releases; then the next question. A
+     releases; then the next question. When the cgroup thrashes instead
+     (a hog step stalls --stall-s: with zram's pool full the kernel reclaims
+     a little forever and never declares OOM) the daemon is killed as
+     Android's lmkd would on the memory stall. A
      daemon that was OOM-killed is restarted and pays the cold start: model
      load + the whole conversation prefilled again (TTFT = restart + that
      request's TTFT).
@@ -31,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -188,6 +192,8 @@ def main():
     ap.add_argument("--hog-step-mib", type=int, default=24)
     ap.add_argument("--hog-step-s", type=float, default=0.5)
     ap.add_argument("--hold-s", type=float, default=2.0)
+    ap.add_argument("--stall-s", type=float, default=10.0,
+                    help="a hog step stalled this long = thrashing: the daemon is killed (lmkd emulation)")
     ap.add_argument("--zram", default="",
                     help="the zram device the daemon swaps to: its pool is RAM of the same budget, so the "
                          "cgroup limit follows budget - pool and the pool's cap budget - usage (every 100 ms)")
@@ -369,12 +375,23 @@ def main():
         hog = subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                text=True, preexec_fn=join_cgroup(cg))
         state["hog"] = hog
-        grown, hog_failed = 0, False
+        grown, hog_failed, lmk = 0, False, False
         while grown < plan["hog_max_mib"]:
             step = min(a.hog_step_mib, plan["hog_max_mib"] - grown)
             try:
                 hog.stdin.write(f"grow {step}\n")
                 hog.stdin.flush()
+                # A step takes ~0.1 s. When the cgroup thrashes (every page
+                # wants to go to a zram pool that is full: the kernel keeps
+                # reclaiming a little and never declares OOM), Android's lmkd
+                # would act on the memory stall: after --stall-s the daemon
+                # (the background process) is killed as lmkd would.
+                ready, _, _ = select.select([hog.stdout], [], [], a.stall_s)
+                if not ready and p.poll() is None:
+                    log(f"round {r}: the hog stalled {a.stall_s:.0f} s (thrashing): killing the daemon, as lmkd would")
+                    p.kill()
+                    p.wait()
+                    lmk = True
                 if hog.stdout.readline().strip() != "ok":
                     hog_failed = True
                     break
@@ -407,7 +424,7 @@ def main():
         t_q = time.time() - state["t0"]
         (ans, u, tm), q = ask(r)
         ttft = restart_ms + tm["ttft_ms"]
-        row = {"round": r, "t_rounds_s": round(t_q, 2), "survived": int(alive), "hog_reached_mib": grown, "hog_failed": hog_failed,
+        row = {"round": r, "t_rounds_s": round(t_q, 2), "survived": int(alive), "lmk_kill": int(lmk), "hog_reached_mib": grown, "hog_failed": hog_failed,
                "peak_usage_mib": peak_usage / MiB, "restart_ms": restart_ms, "ttft_ms": ttft,
                "server_ttft_ms": tm["ttft_ms"], "prompt_n": tm["prompt_n"], "cached_n": tm["cached_n"],
                "evicted_mib_before": tm.get("evicted_bytes_before", 0) / MiB,
@@ -420,7 +437,7 @@ def main():
             f.write(",".join(rounds[0].keys()) + "\n")
             for x in rounds:
                 f.write(",".join("" if v is None else str(v) for v in x.values()) + "\n")
-        log(f"round {r}: {'survived' if alive else 'KILLED'}; hog {grown} MiB; TTFT {ttft:.0f} ms "
+        log(f"round {r}: {'survived' if alive else 'KILLED' + (' (stall)' if lmk else '')}; hog {grown} MiB; TTFT {ttft:.0f} ms "
             f"({tm['prompt_n']} tokens computed, {row['evicted_mib_before']:.0f} MiB evicted before)"
             + (f"; zram {zs[0]:.0f} -> {zs[1]:.0f} MiB" if zs else ""))
         msgs = q + [{"role": "assistant", "content": ans}]
