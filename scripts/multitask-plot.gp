@@ -24,6 +24,6 @@ do for [i = 1:n] {
        f every ::1 using ($8 >= 0 ? $8 : 1/0):3 with lines lw 1 lc rgb "#000000" title "cgroup usage", \
        f every ::1 using ($8 >= 0 ? $8 : 1/0):5 with lines dt 2 lw 1.5 lc rgb "#7f7f7f" title "limit", \
        r every ::1 using 2:($3 == 1 ? 10 : 1/0) with points pt 7 ps 1.4 lc rgb "#2ca02c" title "question: survived", \
-       r every ::1 using 2:($3 == 0 ? 10 : 1/0) with points pt 2 ps 2 lw 3 lc rgb "#d62728" title "question: OOM-killed, cold start"
+       r every ::1 using 2:($3 == 0 ? 10 : 1/0) with points pt 2 ps 2 lw 3 lc rgb "#d62728" title "question: killed before it (OOM or stall), cold start"
 }
 unset multiplot
