@@ -92,6 +92,10 @@ bench: build model
 	python3 bench/bench_throughput.py --threads 2
 	MZ_LOCAL=1 MZ_BUILD=$(BUILD) LLAMA_BENCH=$$(MZ_PEER_PRINT_LLAMA_BENCH=1 scripts/install-peer.sh) bash bench/device-scaling.sh
 	BUILD=$(BUILD) scripts/bench-ttft.sh
+# then the paper's Fig. 15 multitasking scenario (root and a v1 memory cgroup; ~35 min on 2 vCPUs;
+# exit 77 = skipped, saying why)
+	MZ_BIN=$(BUILD)/mzcache scripts/pressure-scenario.sh --multitask --out bench/results/multitask \
+		--png bench/results/multitask.png || [ $$? -eq 77 ]
 
 # About two minutes: SmolLM2 + qwen3-0.6b at 8k, levels 0/50, 3 runs, mzcache vs os-paging and
 # partial-offload (no recompute) + llama.cpp in memory and state reload.

@@ -8,10 +8,10 @@
  *                 [--restore-threads 0,1,2,3] [--modes none,all] [--codec q8]
  *                 [--profile FILE]
  *
- * --synthetic: the context's KV chunks are written straight with
- * deterministic random F16 values instead of prefilling CONTEXT tokens (which
- * takes hours for 16k tokens of a 0.6B model on two cores), as
- * bench/bench_ttft.c does. Restore and attention costs do not depend on the
+ * --synthetic: the context's KV chunks are written straight by the calibrated
+ * fill (src/kv/kv_fill.h; values that compress as the model's real KV does)
+ * instead of prefilling CONTEXT tokens (which takes hours for 16k tokens of a
+ * 0.6B model on two cores). Restore and attention costs do not depend on the
  * values; the answer is meaningless. --restore-threads lists the splits to
  * run (n_restore_threads; 0 = the device profile's default). The load
  * average is printed before and after (the machine is shared).
@@ -28,6 +28,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
 #include "engine/engine.h"
+#include "kv/kv_fill.h"
 #include "kernels/kernels.h"
 
 #include <stdio.h>
@@ -63,31 +64,22 @@ static void print_loadavg(const char *when)
     printf("load average %s: %s\n", when, buf);
 }
 
-/* The synthetic context: N positions of random F16 KV, as bench_ttft.c. */
+/* The synthetic context: N positions written by the calibrated fill
+ * (src/kv/kv_fill.h: per-channel distributions of a real 512-token prefill of
+ * this model), so the codec and zram compress it as they would real KV. */
 static int fill_synthetic(mz_ctx_t *c, size_t N)
 {
-    if (mz_kv_cache_reserve(&c->kv, N)) return -1;
-    uint64_t rng = 0x9e3779b97f4a7c15ULL;
-    static mz_f16 table[4096];
-    for (size_t i = 0; i < 4096; i++) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        table[i] = mz_f32_to_f16((float)(rng >> 40) / (float)(1 << 23) - 1.0f);
-    }
-    const size_t n_chunks = (N + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
-    const size_t halves = c->kv.chunk_bytes / sizeof(mz_f16);
-    for (int l = 0; l < c->kv.n_layer; l++)
-        for (size_t ci = 0; ci < n_chunks; ci++) {
-            mz_f16 *h = (mz_f16 *)c->kv.chunks[l][ci];
-            for (size_t i = 0; i < halves; i++) {
-                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-                h[i] = table[(i + (rng & 7)) & 4095];
-            }
-        }
-    int nv = mz_model_n_vocab(c->model);
-    for (size_t i = 0; i < N; i++) c->tokens[i] = (mz_token)(i % (size_t)nv);
-    c->n_tokens = N;
-    c->have_logits = false;
-    return 0;
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = 512;
+    cp.n_threads = c->params.n_threads;
+    mz_ctx_t *cal = NULL;
+    mz_kvfill *f = NULL;
+    if (mz_ctx_init(c->model, &cp, &cal)) return -1;
+    mz_status st = mz_kvfill_calibrate_default(cal, 512, &f);
+    mz_ctx_free(cal);
+    if (!st) st = mz_kvfill_write(f, c, N, 0x9e3779b97f4a7c15ULL);
+    mz_kvfill_free(f);
+    return st ? -1 : 0;
 }
 
 static double median(double *v, int n)

@@ -3,8 +3,8 @@
  * context, in memory (no eviction): the paper's workload, isolated.
  *
  * The context is SYNTHETIC: instead of prefilling N tokens (minutes to hours
- * on two cores), the KV chunks of positions [0, N) are filled straight with
- * deterministic random F16 values in [-1, 1] and the context is told it holds
+ * on two cores), the KV chunks of positions [0, N) are filled straight by the
+ * calibrated fill (src/kv/kv_fill.h) and the context is told it holds
  * N tokens. Attention cost does not depend on the values, so the query's
  * timing is that of a real context of the same length; its output is
  * meaningless. bench/bench_ttft.py gives llama.cpp a synthetic state of the
@@ -19,6 +19,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
 #include "engine/engine.h"
+#include "kv/kv_fill.h"
 #include "kernels/kernels.h"
 
 #include <stdio.h>
@@ -74,29 +75,21 @@ int main(int argc, char **argv)
 
     /* The synthetic context. */
     double t0 = now_s();
-    if (mz_kv_cache_reserve(&c->kv, N)) {
-        fprintf(stderr, "bench_ttft: %s\n", mz_last_error());
-        return 1;
-    }
-    uint64_t rng = 0x9e3779b97f4a7c15ULL;
-    mz_f16 table[4096];
-    for (size_t i = 0; i < 4096; i++) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        table[i] = mz_f32_to_f16((float)(rng >> 40) / (float)(1 << 23) - 1.0f);
-    }
-    const size_t n_chunks = (N + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
-    const size_t chunk_halves = c->kv.chunk_bytes / sizeof(mz_f16);
-    for (int l = 0; l < c->kv.n_layer; l++)
-        for (size_t ci = 0; ci < n_chunks; ci++) {
-            mz_f16 *h = (mz_f16 *)c->kv.chunks[l][ci];
-            for (size_t i = 0; i < chunk_halves; i++) {
-                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-                h[i] = table[(i + (rng & 7)) & 4095];
-            }
+    /* Values from the calibrated fill (src/kv/kv_fill.h), as the other harnesses. */
+    mz_kvfill *fill = NULL;
+    {
+        mz_ctx_params cc = mz_ctx_params_default();
+        cc.n_ctx = 512;
+        cc.n_threads = threads;
+        mz_ctx_t *cal = NULL;
+        if (mz_ctx_init(m, &cc, &cal) || mz_kvfill_calibrate_default(cal, 512, &fill) ||
+            mz_kvfill_write(fill, c, N, 0x9e3779b97f4a7c15ULL)) {
+            fprintf(stderr, "bench_ttft: %s\n", mz_last_error());
+            return 1;
         }
-    for (size_t i = 0; i < N; i++) c->tokens[i] = (mz_token)(i % (size_t)n_vocab);
-    c->n_tokens = N;
-    c->have_logits = false;
+        mz_ctx_free(cal);
+        mz_kvfill_free(fill);
+    }
     const double t_fill = now_s() - t0;
 
     mz_token *q = malloc((size_t)n_q * sizeof *q);

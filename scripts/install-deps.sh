@@ -17,7 +17,8 @@ pkg-config --exists libcjson 2>/dev/null || need+=(libcjson-dev)
 pkg-config --exists libedit 2>/dev/null || need+=(libedit-dev)  # chat: line editing and history
 [ -n "${MZ_WITH_PLOT:-}" ] && ! command -v gnuplot >/dev/null && need+=(gnuplot-nox)
 command -v wrk >/dev/null || need+=(wrk)  # scripts/soak.sh: load test of `mzcache serve`
-# optional: bench/eval_codec compares the KV codecs with lz4 and zstd
+# optional: bench/eval_codec compares the KV codecs with lz4 and zstd, and test_kv_fill
+# checks the synthetic KV fill against real KV with them (each part skips without its library)
 pkg-config --exists liblz4 2>/dev/null || need+=(liblz4-dev)
 pkg-config --exists libzstd 2>/dev/null || need+=(libzstd-dev)
 # The fuzzers need clang plus its libFuzzer/sanitizer runtimes: try a link.

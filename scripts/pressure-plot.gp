@@ -16,7 +16,7 @@ set ytics nomirror
 set y2tics 0, 20, 100
 set yrange [0:*]
 if (control) { set multiplot layout 2, 1 }
-set title "mzcache serve in a memory cgroup while a hog grows (usage thresholds -> evict 25% steps)"
+set title "mzcache serve in a memory cgroup while a hog grows (usage thresholds -> evict what the cgroup needs)"
 plot dir."/mzcache-trace.csv" every ::1 using 1:3 with lines lw 2 lc rgb "#000000" title "cgroup usage", \
      "" every ::1 using 1:2 with lines lw 2 lc rgb "#1f77b4" title "mzcache RSS", \
      "" every ::1 using 1:4 with lines lw 2 lc rgb "#d62728" title "hog RSS", \

@@ -17,6 +17,14 @@
 #
 # usage: scripts/pressure-scenario.sh [--quick] [--no-control] [--no-os-paging] [--out DIR]
 #                                     [--png FILE] [--model FILE] [--bin FILE] [--codec raw|q8]
+#        scripts/pressure-scenario.sh --multitask [--rounds N] [--ctx-tokens N] [--out DIR] [--png FILE]
+#                                     [--daemons mzcache,os-paging-zram,os-paging]
+#   --multitask    the paper's Fig. 15 scenario instead (scripts/multitask_scenario.py): a real
+#                  conversation of >= 8k tokens, ten rounds of a hog growing and releasing, a
+#                  question after each; mzcache, os-paging with zram (the cgroup limit follows
+#                  the budget less zram's pool: zram keeps what it stores in RAM), os-paging
+#                  without swap. --daemons runs some of them (the plan, limit and hog peak, is
+#                  made by the first run and kept in OUT/plan.json for the others)
 #   --quick        small conversation, no control or os-paging run (what the ctest test runs)
 #   --no-os-paging skip the os-paging baseline run
 #   --no-zram      run the os-paging baseline without swap even where zram is available
@@ -27,11 +35,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-QUICK=0; CONTROL=1; OSPAGING=1; USE_ZRAM=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
+MULTI=0; DAEMONS=mzcache,os-paging-zram,os-paging; ROUNDS=10; CTX_TOKENS=8192; QUICK=0; CONTROL=1; OSPAGING=1; USE_ZRAM=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
 BIN="${MZ_BIN:-build/mzcache}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1; CONTROL=0; OSPAGING=0 ;;
+        --multitask) MULTI=1 ;;
+        --rounds) ROUNDS="$2"; shift ;;
+        --daemons) DAEMONS="$2"; shift ;;
+        --ctx-tokens) CTX_TOKENS="$2"; shift ;;
         --no-control) CONTROL=0 ;;
         --no-os-paging) OSPAGING=0 ;;
         --no-zram) USE_ZRAM=0 ;;
@@ -40,11 +52,12 @@ while [ $# -gt 0 ]; do
         --model) MODEL="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --codec) CODEC="$2"; shift ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "pressure-scenario: unknown option $1" >&2; exit 2 ;;
     esac
     shift
 done
+USER_OUT="$OUT"; USER_PNG="$PNG"
 OUT="${OUT:-build/pressure-scenario}"
 PNG="${PNG:-$OUT/pressure-scenario.png}"
 skip() { echo "pressure-scenario: SKIP: $*" >&2; exit 77; }
@@ -77,6 +90,70 @@ make_cg() {
     mkdir "$CG" 2>/dev/null || skip "cannot create a child memory cgroup under $PARENT"
     CGS+=("$CG")
 }
+
+if [ "$MULTI" -eq 1 ]; then
+    OUT="${USER_OUT:-build/multitask}"
+    PNG="${USER_PNG:-$OUT/multitask.png}"
+    mkdir -p "$OUT"
+    want() { case ",$DAEMONS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+    # A new plan when mzcache (the first daemon) runs; else the kept one.
+    if want mzcache || [ ! -f "$OUT/plan.json" ]; then rm -f "$OUT/plan.json"; fi
+    MT=(python3 scripts/multitask_scenario.py --bin "$BIN" --model "$MODEL" --out "$OUT" --plan "$OUT/plan.json"
+        --rounds "$ROUNDS" --ctx-tokens "$CTX_TOKENS")
+    TAGS=""
+    if want mzcache; then
+        make_cg mt-mzcache
+        echo "pressure-scenario: multitask, mzcache, cgroup $CG; output in $OUT" >&2
+        "${MT[@]}" --cgroup "$CG" --tag mzcache --pressure > "$OUT/mzcache-result.json"
+    fi
+    [ -f "$OUT/mzcache-summary.json" ] && TAGS="mzcache"
+    if want os-paging-zram; then
+        make_cg mt-zram
+        if scripts/zram-swap.sh check >/dev/null 2>&1 && ZRAM=$(scripts/zram-swap.sh up 1G); then
+            echo "pressure-scenario: multitask, os-paging with zram swap on $ZRAM" >&2
+            "${MT[@]}" --cgroup "$CG" --tag os-paging-zram --mode os-paging --zram "$ZRAM" \
+                > "$OUT/os-paging-zram-result.json" || true
+            scripts/zram-swap.sh down "$ZRAM" >/dev/null 2>&1 || true; ZRAM=""
+        else
+            echo "pressure-scenario: no zram here ($(scripts/zram-swap.sh check 2>&1 | tail -1)): os-paging+zram skipped" >&2
+        fi
+    fi
+    [ -f "$OUT/os-paging-zram-summary.json" ] && TAGS="$TAGS os-paging-zram"
+    if want os-paging; then
+        make_cg mt-noswap
+        echo "pressure-scenario: multitask, os-paging without swap" >&2
+        "${MT[@]}" --cgroup "$CG" --tag os-paging --mode os-paging > "$OUT/os-paging-result.json" || true
+    fi
+    [ -f "$OUT/os-paging-summary.json" ] && TAGS="$TAGS os-paging"
+    TAGS="${TAGS# }"
+    python3 - "$OUT" $TAGS <<'EOF2'
+import json, os, sys
+out, tags = sys.argv[1], sys.argv[2:]
+plan = json.load(open(os.path.join(out, "plan.json")))
+print("multitask: limit %.0f MiB, hog peak %d MiB (planned on %s: usage %.0f MiB, KV %.0f MiB, weights %.0f MiB)" % (
+    plan["limit_mib"], plan["hog_max_mib"], plan["planned_by"], plan["usage_mib"], plan["kv_mib"], plan["weights_mib"]))
+print("| daemon | survived | TTFT in memory ms | TTFT per round ms | evictions | freed/need max (need >= 2 MiB) |")
+print("|---|---|---|---|---|---|")
+for t in tags:
+    p = os.path.join(out, t + "-summary.json")
+    if not os.path.exists(p):
+        print("| %s | (no summary: see %s-daemon.log) | | | | |" % (t, t))
+        continue
+    r = json.load(open(p))
+    marks = " ".join(("%.0f" % x["ttft_ms"]) + ("" if x["survived"] else "(K)") for x in r["round_rows"])
+    rm = r.get("ratio_max_need_ge_2mib")
+    print("| %s | %d/%d | %.0f | %s | %d | %s |" % (t, r["survived"], r["rounds"], r["ttft_in_memory_ms"], marks,
+          r["evictions"], "%.2f" % rm if rm is not None else "-"))
+EOF2
+    if command -v gnuplot >/dev/null; then
+        gnuplot -e "dir='$OUT'; out='$PNG'; tags='$TAGS'" scripts/multitask-plot.gp 2>"$OUT/gnuplot.log" \
+            && echo "pressure-scenario: plot in $PNG" >&2 \
+            || echo "pressure-scenario: plotting failed (see $OUT/gnuplot.log)" >&2
+    else
+        echo "pressure-scenario: no gnuplot (apt-get install gnuplot-nox): no plot" >&2
+    fi
+    exit 0
+fi
 
 if [ "$QUICK" -eq 1 ]; then
     ARGS=(--turns 2 --words 90 --answer-tokens 12 --headroom-mib 40 --hog-step-mib 24 --hog-step-s 1.0)

@@ -16,15 +16,16 @@
  * and compressed bytes, memory used) and its algorithm (this kernel offers
  * lzo/lzo-rle/lz4, no zstd): zram keeps the swapped KV in RAM, compressed, and
  * that counts as remaining, so os-paging's full eviction with zram leaves the
- * compressed KV. How much that is depends on the synthetic values (random F16
- * from a 4096-entry table copied in 1 KiB runs; lz4 took SmolLM2's 8k context
- * to 62 %, where real KV is incompressible for it: docs/CODECS.md, Table 2),
- * which the output says.
+ * compressed KV. How much that is depends on the values, so the synthetic
+ * contexts are drawn to compress as real KV does (below).
  *
- * The cached contexts are SYNTHETIC: deterministic random F16 K/V written
- * straight into the KV chunks of positions [0, N) (as bench/bench_ttft.c
- * does), because prefilling 32k tokens on two cores takes hours. Attention
- * and restore costs do not depend on the values; every row says so.
+ * The cached contexts are SYNTHETIC: K/V written straight into the KV chunks
+ * of positions [0, N), because prefilling 32k tokens on two cores takes
+ * hours. The values come from src/kv/kv_fill.c, calibrated once per model on
+ * a real 512-token prefill: per-channel distributions (K before RoPE, rotated
+ * to each position), so lz4, zstd and q8 treat them as they treat the
+ * model's real KV (test_kv_fill: within 2 points and 20 %). Attention and
+ * restore costs do not depend on the values.
  *
  * This file is a harness only: it reaches the KV chunks through the engine's
  * internal header to write the synthetic context and otherwise uses the
@@ -35,6 +36,7 @@
 
 #include "engine/engine.h"
 #include "kernels/kernels.h"
+#include "kv/kv_fill.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -356,32 +358,33 @@ static int overlap_parse(const char *s, mz_restore_overlap *o)
 
 /* ---- one context: synthetic fill ------------------------------------------------- */
 
+/* The fill is calibrated once per model from a real prefill of
+ * BENCH_CALIB_TOKENS tokens of English text (src/kv/kv_fill.h), so the values
+ * compress (lz4, zstd, q8) as the model's real KV does. */
+#define BENCH_CALIB_TOKENS 512
+static mz_kvfill *g_fill;
+static char g_fill_model[4096];
+
 static int fill_synthetic(mz_ctx_t *c, size_t N)
 {
-    if (mz_kv_cache_reserve(&c->kv, N)) return -1;
-    uint64_t rng = 0x9e3779b97f4a7c15ULL;
-    mz_f16 table[4096];
-    for (size_t i = 0; i < 4096; i++) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        table[i] = mz_f32_to_f16((float)(rng >> 40) / (float)(1 << 23) - 1.0f);
+    const char *path = c->model->path;
+    if (!g_fill || strcmp(g_fill_model, path) != 0) {
+        mz_kvfill_free(g_fill);
+        g_fill = NULL;
+        mz_ctx_params cp = mz_ctx_params_default();
+        cp.n_ctx = BENCH_CALIB_TOKENS;
+        cp.n_threads = c->params.n_threads;
+        mz_ctx_t *cal = NULL;
+        double t0 = now_s();
+        if (mz_ctx_init(c->model, &cp, &cal)) return -1;
+        mz_status st = mz_kvfill_calibrate_default(cal, BENCH_CALIB_TOKENS, &g_fill);
+        mz_ctx_free(cal);
+        if (st) return -1;
+        snprintf(g_fill_model, sizeof g_fill_model, "%s", path);
+        fprintf(stderr, "  KV fill calibrated on a real %d-token prefill in %.1f s\n", BENCH_CALIB_TOKENS,
+                now_s() - t0);
     }
-    const size_t n_chunks = (N + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
-    const size_t halves = c->kv.chunk_bytes / sizeof(mz_f16);
-    for (int l = 0; l < c->kv.n_layer; l++)
-        for (size_t ci = 0; ci < n_chunks; ci++) {
-            mz_f16 *h = (mz_f16 *)c->kv.chunks[l][ci];
-            size_t off = (size_t)(rng & 4095);
-            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-            for (size_t i = 0; i < halves; i += 512) {
-                size_t n = halves - i < 512 ? halves - i : 512;
-                memcpy(h + i, table + ((off + i * 7) & 3583), n * sizeof *h);
-            }
-        }
-    const int nv = mz_model_n_vocab(c->model);
-    for (size_t i = 0; i < N; i++) c->tokens[i] = (mz_token)(i % (size_t)nv);
-    c->n_tokens = N;
-    c->have_logits = false;
-    return 0;
+    return mz_kvfill_write(g_fill, c, N, 0x9e3779b97f4a7c15ULL) ? -1 : 0;
 }
 
 /* ---- zram swap for os-paging -------------------------------------------------------- */
@@ -851,7 +854,9 @@ static int write_md(const char *path, const bench_opts *o, const char *stamp, co
             stamp, cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release, o->threads, o->query, o->runs,
             o->recompute_runs, o->tol);
     fprintf(f, "Command: `%s`\n\n", cmdline);
-    fprintf(f, "Contexts are SYNTHETIC (random F16 K/V written into the KV chunks; timing only). "
+    fprintf(f, "Contexts are SYNTHETIC: K/V written into the KV chunks by the calibrated fill "
+               "(src/kv/kv_fill.c: per-channel value distributions of a real 512-token prefill of "
+               "the same model, so lz4/zstd/q8 compress them as real KV). "
                "Page cache of the model and swap files dropped and checked (mincore) before every "
                "restore; `cached` = KiB still cached (max over runs). `load` = 1-min load average "
                "during the point (2 vCPUs: above ~2.5 means other programs took CPU). "
@@ -879,11 +884,10 @@ static int write_md(const char *path, const bench_opts *o, const char *stamp, co
                     z->zram_orig_mib > 0 ? 100.0 * z->zram_compr_mib / z->zram_orig_mib : 0.0,
                     z->zram_used_mib, z->remaining_med);
         }
-        fprintf(f, "\nThe ratio is the SYNTHETIC KV's (random F16 values from a 4096-entry table, "
-                   "copied in 1 KiB runs, which gives lz4 repeats to find), not real KV's: lz4 in "
-                   "4 KiB pages saves 0.22 %% on real SmolLM2 KV (docs/CODECS.md, Table 2), so with "
-                   "a real context zram would hold about all of the KV and os-paging's full "
-                   "eviction would leave about the KV's whole share.\n\n");
+        fprintf(f, "\nThe contexts are the calibrated fill (src/kv/kv_fill.c), which lz4 treats as "
+                   "real KV (lz4 in 4 KiB pages saves 0.22 %% on real SmolLM2 KV, docs/CODECS.md, "
+                   "Table 2; test_kv_fill checks the fill within 2 points), so zram holds about all "
+                   "of the KV it is given.\n\n");
         break;
     }
 
@@ -1137,7 +1141,8 @@ static void help(void)
     printf("usage: mzcache bench ttft [options]\n\n"
            "TTFT of a short query over a cached context after eviction to each remaining-memory\n"
            "level, for mzcache and the built-in baselines (engine modes), paper section 6.\n"
-           "Contexts are SYNTHETIC (random F16 K/V written into the KV chunks): timing only.\n\n"
+           "Contexts are SYNTHETIC: K/V drawn from the model's real per-channel distributions\n"
+           "(a 512-token calibration prefill), so zram/q8 compress them as real KV.\n\n"
            "  --models LIST         aliases or GGUF paths (default smollm2,qwen3-0.6b,exaone-1.2b;\n"
            "                        qwen3-0.6b / exaone-1.2b are generated on first use)\n"
            "  --ctx LIST            context lengths in tokens (default 8192,16384,32768)\n"

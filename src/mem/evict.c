@@ -32,7 +32,21 @@ static mz_status encode_chunk(mz_mem *mm, const mz_unit *u, const mz_codec **use
 
 /* Carries out one step; *delta = fall of (resident + compressed) bytes.
  * Caller holds mm->lock. On error the unit keeps its state and data. */
-static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta, mz_evict_report *r)
+/* Weight blocks dropped by one exec_steps, finished (PROT_NONE, DROPPED) at
+ * its end: mz_wtable_drop_finish says why. */
+typedef struct drop_later {
+    int layer[64];
+    size_t n;
+} drop_later;
+
+static void finish_drops(mz_mem *mm, drop_later *dl)
+{
+    for (size_t i = 0; i < dl->n; i++) mz_wtable_drop_finish(mm->wt, dl->layer[i]);
+    dl->n = 0;
+}
+
+static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta, mz_evict_report *r,
+                            drop_later *dl)
 {
     char nm[64];
     mz_status s = MZ_OK;
@@ -44,7 +58,9 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
          * computing on it (pinned). Either way it stays; the step frees
          * nothing and the caller plans again (weights.h, "Pins"). */
         if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) return MZ_OK;
+        if (dl->n == sizeof dl->layer / sizeof dl->layer[0]) finish_drops(mm, dl);
         if (!mz_wtable_drop_claimed(mm->wt, st->layer)) return MZ_OK;
+        dl->layer[dl->n++] = st->layer;
         (void)nm;
         *delta = (int64_t)u->bytes;
         r->n_weights_dropped++;
@@ -156,14 +172,15 @@ void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
 static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, size_t goal,
                             int64_t *freed, size_t *moved, mz_evict_report *r)
 {
+    drop_later dl = {.n = 0};
+    mz_status s = MZ_OK;
     for (size_t i = 0; i < n; i++) {
         const mz_evict_step *st = &steps[i];
         int64_t delta = 0;
         mz_unit_state before = st->kind == MZ_UNIT_WEIGHTS
                                    ? mz_unit_state_get(&mm->wt->units[st->layer])
                                    : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
-        mz_status s = evict_step(mm, st, &delta, r);
-        if (s) return s;
+        if ((s = evict_step(mm, st, &delta, r, &dl))) break;
         mz_unit_state after = st->kind == MZ_UNIT_WEIGHTS
                                   ? mz_unit_state_get(&mm->wt->units[st->layer])
                                   : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
@@ -174,7 +191,8 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
         *freed += delta;
         if (*freed >= 0 && (uint64_t)*freed >= (uint64_t)goal) break;
     }
-    return MZ_OK;
+    finish_drops(mm, &dl);
+    return s;
 }
 
 mz_status mz_mem_evict_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, size_t goal,

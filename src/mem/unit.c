@@ -65,6 +65,18 @@ static size_t mapped_len(size_t n)
     return (n + p - 1) / p * p;
 }
 
+void mz_unit_drop_pages(mz_unit *u)
+{
+    int r = madvise(u->buf, mapped_len(u->bytes), MADV_DONTNEED);
+    MZ_ASSERT(r == 0);
+}
+
+void mz_unit_protect_pages(mz_unit *u)
+{
+    int r = mprotect(u->buf, mapped_len(u->bytes), PROT_NONE);
+    MZ_ASSERT(r == 0);
+}
+
 void mz_unit_release_pages(mz_unit *u)
 {
     /* DONTNEED first (frees the pages, RSS falls now), then PROT_NONE so a

@@ -96,6 +96,14 @@ MZ_INTERNAL mz_unit_state mz_unit_wait_settled(mz_unit *u);
 
 /* Releases the unit's pages to the OS and makes the range inaccessible. */
 MZ_INTERNAL void mz_unit_release_pages(mz_unit *u);
+/* The two halves of mz_unit_release_pages: drop frees the pages and allocates
+ * nothing; protect (PROT_NONE) may split a merged mapping, and the kernel
+ * object that takes is charged to the memory cgroup. Dropping every unit of
+ * an eviction first and protecting afterwards keeps those charges until the
+ * cgroup is back below memory.high (a charge above it stalls the thread for
+ * up to 2 s). */
+MZ_INTERNAL void mz_unit_drop_pages(mz_unit *u);
+MZ_INTERNAL void mz_unit_protect_pages(mz_unit *u);
 /* Makes the range readable and writable again (pages fault in as zeros). */
 MZ_INTERNAL mz_status mz_unit_map_pages(mz_unit *u);
 

@@ -125,9 +125,15 @@ bool mz_wtable_drop_claimed(mz_wtable *t, int layer)
     /* Reloading from the file must give these very bytes back; the hash
      * catches a model file that changed (or a bad read) at restore. */
     t->hash[layer] = mz_hash64(u->buf, u->bytes, 0);
-    mz_unit_release_pages(u);
-    mz_unit_settle(u, MZ_UNIT_DROPPED);
+    mz_unit_drop_pages(u);
     return true;
+}
+
+void mz_wtable_drop_finish(mz_wtable *t, int layer)
+{
+    mz_unit *u = &t->units[layer];
+    mz_unit_protect_pages(u);
+    mz_unit_settle(u, MZ_UNIT_DROPPED);
 }
 
 static int block_tensors(const mz_block_weights *b, const mz_tensor *out[11])

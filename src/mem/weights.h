@@ -54,6 +54,13 @@ MZ_INTERNAL bool mz_wtable_any_pinned(const mz_wtable *t);
  * its hash and releases the pages. Returns false (and settles it RESIDENT
  * again) when it is pinned. */
 MZ_INTERNAL bool mz_wtable_drop_claimed(mz_wtable *t, int layer);
+/* After a true mz_wtable_drop_claimed the block's pages are freed but the unit
+ * stays BUSY and mapped; this makes it PROT_NONE and settles it DROPPED. An
+ * eviction drops every block first and finishes them at its end, because the
+ * PROT_NONE may split a merged mapping, and the kernel object that takes is
+ * charged to the memory cgroup: above memory.high that charge stalls the
+ * thread for up to 2 s, so it must come after the pages are gone. */
+MZ_INTERNAL void mz_wtable_drop_finish(mz_wtable *t, int layer);
 
 /* Fills block `layer` (BUSY, pages mapped) from the model file through f,
  * and checks it against the hash taken when it was dropped. Error message

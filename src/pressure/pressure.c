@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "pressure/pressure.h"
+#include "pressure/evict_size.h"
 
 #include "core/core.h"
 
@@ -55,6 +56,11 @@ struct mz_pressure_monitor {
     size_t cg1_limit;                  /* limit the thresholds were armed for (0: none) */
     char cg1_dir[512];
 
+    /* Eviction sizing (evict_size.h): where to read the signal, and the state
+     * the callback keeps between signals. */
+    mz_psig_fds sig_fds;               /* the cgroup files, open from start to stop */
+    mz_esize_state esize;
+
     pthread_mutex_t state_mu;          /* guards active[] and state[]: the thread re-arms */
     bool active[MZ_PRESSURE_N_SOURCES];
     char state[MZ_PRESSURE_N_SOURCES][200];
@@ -82,6 +88,11 @@ mz_pressure_params mz_pressure_params_default(void)
     p.psi_trigger = "some 100000 2000000";
     p.cg1_thresholds[0] = 90.0;
     p.resignal_ms = 1000;
+    p.size = mz_esize_params_default();
+    /* MZCACHE_PRESSURE_HEADROOM: "15%" or a size ("64M", "1G", bytes). */
+    const char *e = getenv("MZCACHE_PRESSURE_HEADROOM");
+    if (e && *e && mz_esize_parse_headroom(e, &p.size))
+        mz_log(MZ_LOG_WARN, "pressure: MZCACHE_PRESSURE_HEADROOM=%s is not a size or a %%; ignored", e);
     return p;
 }
 
@@ -465,6 +476,7 @@ static bool recheck_cg1_limit(mz_pressure_monitor_t *m)
 static void emit(mz_pressure_monitor_t *m, mz_pressure_event *ev)
 {
     ev->t_ms = mz_time_ms();
+    ev->monitor = m;
     atomic_fetch_add_explicit(&m->n_events[ev->source], 1, memory_order_relaxed);
     m->fn(m->user, ev);
 }
@@ -584,6 +596,7 @@ static void close_all(mz_pressure_monitor_t *m)
     if (m->cg1_usage_efd >= 0) close(m->cg1_usage_efd);
     if (m->cg1_usage_target >= 0) close(m->cg1_usage_target);
     if (m->stop_fd >= 0) close(m->stop_fd);
+    mz_psig_fds_close(&m->sig_fds);
 }
 
 mz_status mz_pressure_start(const mz_pressure_params *p, mz_pressure_fn fn, void *user,
@@ -604,6 +617,17 @@ mz_status mz_pressure_start(const mz_pressure_params *p, mz_pressure_fn fn, void
     if (m->stop_fd < 0) {
         free(m);
         return mz_fail(MZ_E_NOMEM, "pressure: eventfd: %s", strerror(errno));
+    }
+    mz_esize_state_init(&m->esize, &m->p.size);
+    {
+        char v2[512], v1[512], path[600];
+        if (m->p.cg2_dir) snprintf(v2, sizeof v2, "%s", m->p.cg2_dir);
+        else if (mz_cgroup_v2_dir(v2, sizeof v2)) v2[0] = '\0';
+        snprintf(path, sizeof path, "%s/memory.current", v2);
+        if (v2[0] && access(path, R_OK) != 0) v2[0] = '\0'; /* no v2 memory controller here */
+        if (m->p.cg1_dir) snprintf(v1, sizeof v1, "%s", m->p.cg1_dir);
+        else if (mz_cgroup_v1_memory_dir(v1, sizeof v1)) v1[0] = '\0';
+        mz_psig_fds_open(&m->sig_fds, v2, v1);
     }
     typedef void (*reg_fn)(mz_pressure_monitor_t *);
     static const reg_fn regs[MZ_PRESSURE_N_SOURCES] = {register_psi, register_cg2_events,
@@ -694,3 +718,17 @@ size_t mz_pressure_describe(const mz_pressure_monitor_t *m, char *buf, size_t ca
     }
     return len;
 }
+
+/* ---- 4. the signal for eviction sizing ------------------------------------------------------ */
+
+void mz_pressure_read_signal(const mz_pressure_monitor_t *m, const mz_pressure_event *ev, mz_psig *sig)
+{
+    memset(sig, 0, sizeof *sig);
+    sig->source = ev->source;
+    sig->level = ev->level;
+    sig->t_ms = ev->t_ms;
+    if (m) mz_psig_read_fds(&m->sig_fds, sig);
+}
+
+mz_esize_state *mz_pressure_esize_state(mz_pressure_monitor_t *m) { return &m->esize; }
+const mz_esize_params *mz_pressure_esize_params(const mz_pressure_monitor_t *m) { return &m->p.size; }

@@ -65,11 +65,23 @@ typedef struct mz_pressure_event {
     size_t threshold_bytes;   /* cg1-usage: the lowest threshold; else 0 */
     char what[64];            /* short description: "psi some 100000 2000000", "cg1 medium",
                                  "cg2 max +1", "usage 301 MiB >= 280 MiB", "...(still)" */
+    mz_pressure_monitor_t *monitor; /* the monitor that fired (for mz_pressure_read_signal
+                                       and the sizing state; valid during the callback) */
 } mz_pressure_event;
 
 typedef void (*mz_pressure_fn)(void *user, const mz_pressure_event *ev);
 
 #define MZ_PRESSURE_MAX_THRESHOLDS 4
+
+/* How much one signal evicts (src/pressure/evict_size.h has the rules). */
+typedef struct mz_esize_params {
+    double headroom_pct;         /* target headroom below the cgroup limit, % of it (default 15) */
+    unsigned long long headroom_bytes; /* ... or at least these bytes (default 0) */
+    double psi_step_pct;         /* PSI step, % of the evictable total (default 2) */
+    unsigned long long psi_step_bytes; /* PSI step in bytes; overrides the % when nonzero */
+    double psi_backoff_ms;       /* first back-off after a PSI step (default 2000) */
+    double psi_backoff_max_ms;   /* longest back-off (default 32000) */
+} mz_esize_params;
 
 typedef struct mz_pressure_params {
     bool enable[MZ_PRESSURE_N_SOURCES]; /* default: all true */
@@ -82,6 +94,10 @@ typedef struct mz_pressure_params {
      * Zero-terminated; default { 90 } (90 % of the limit). */
     double cg1_thresholds[MZ_PRESSURE_MAX_THRESHOLDS];
     int resignal_ms;          /* cg1-usage re-signal period while above (default 1000) */
+    /* Eviction sizing. Defaults from mz_esize_params_default(); the
+     * environment variable MZCACHE_PRESSURE_HEADROOM ("64M", "15%") sets the
+     * headroom for daemons started without a flag for it. */
+    mz_esize_params size;
 } mz_pressure_params;
 
 mz_pressure_params mz_pressure_params_default(void);
@@ -117,5 +133,9 @@ int mz_cgroup_v1_memory_dir(char *buf, size_t cap);
 int mz_cgroup_v2_dir(char *buf, size_t cap);
 /* Reads one unsigned number from a file; 0 on success. */
 int mz_read_u64_file(const char *path, unsigned long long *out);
+
+/* How much a signal should evict: the sizing that goes with the monitor
+ * (included last: it uses the types above). */
+#include "evict_size.h"
 
 #endif /* MZ_PRESSURE_H */

@@ -248,16 +248,16 @@ static mz_status do_evict(mz_server_t *s, size_t nbytes, srv_event *ev, mz_evict
 
 static void on_pressure(void *user, const mz_pressure_event *pe)
 {
+    /* How much to evict comes from src/pressure/evict_size.c: the cgroup's
+     * need (usage above limit − headroom), or a small PSI step with back-off;
+     * nothing once the signal has cleared. */
     mz_server_t *s = user;
     const char *src = mz_pressure_source_name(pe->source);
     double now = srv_now_ms();
     pthread_mutex_lock(&s->snap_mu);
     s->n_signals[pe->source]++;
     bool ignore_level = pe->level < s->p.pressure_min_level;
-    bool ignore_interval = !ignore_level && s->last_pressure_evict_ms > 0 &&
-                           now - s->last_pressure_evict_ms < s->p.pressure_interval_ms;
     if (ignore_level) s->n_ignored_level++;
-    if (ignore_interval) s->n_ignored_interval++;
     bool log_low = ignore_level && now - s->last_low_log_ms > 10000.0;
     if (log_low) s->last_low_log_ms = now;
     pthread_mutex_unlock(&s->snap_mu);
@@ -267,50 +267,54 @@ static void on_pressure(void *user, const mz_pressure_event *pe)
                     src, pe->what);
         return;
     }
-    if (ignore_interval) {
-        if (s->p.verbose) srv_log(s, "pressure %s (%s): within %d ms of the last eviction, coalesced", src,
-                                  pe->what, s->p.pressure_interval_ms);
-        return;
-    }
+    /* The cgroup figures are read before waiting for the gate: a request in
+     * flight may finish first, and the need is re-read on the next signal. */
+    mz_psig sig;
+    mz_pressure_read_signal(pe->monitor, pe, &sig);
     if (srv_gate_enter(s, true, NULL)) return; /* shutting down */
     mz_mem_stats st;
     mz_get_mem_stats(s->ctx, &st);
     size_t total = evictable_total(&st), held = evictable_held(&st);
-    int steps = pe->level == MZ_PRESSURE_CRITICAL ? 2 : 1;
-    double step = s->p.evict_step_bytes ? (double)s->p.evict_step_bytes
-                                        : (double)total * s->p.evict_step_pct / 100.0;
-    step *= steps;
     double floor_b = fmax((double)s->p.evict_floor_bytes, (double)total * s->p.evict_floor_pct / 100.0);
     double allowed = (double)held - floor_b;
-    /* Units are whole (a weight block, a KV chunk) and mz_evict frees at least
-     * what it is asked, so a request smaller than a unit would overshoot the
-     * floor by a whole unit: below the smallest average unit, stop. */
     double unit_w = st.weights.n_units ? (double)st.weights.total_bytes / (double)st.weights.n_units : 0;
     double unit_kv = st.kv.n_units ? (double)st.kv.total_bytes / (double)st.kv.n_units : 0;
     double unit_min = unit_w > 0 && unit_kv > 0 ? fmin(unit_w, unit_kv) : fmax(unit_w, unit_kv);
-    if (s->p.evict_floor_bytes || s->p.evict_floor_pct > 0)
-        if (allowed < unit_min) allowed = 0;
-    size_t n = allowed <= 0 ? 0 : (size_t)fmin(step, allowed);
+    /* Units are whole and mz_evict frees at least what it is asked: with a
+     * floor, less than a unit above it is nothing to give. */
+    if ((s->p.evict_floor_bytes || s->p.evict_floor_pct > 0) && allowed < unit_min) allowed = 0;
+    mz_esize_params prm = *mz_pressure_esize_params(pe->monitor);
+    if (s->p.evict_step_bytes) prm.psi_step_bytes = s->p.evict_step_bytes;
+    if (s->p.pressure_interval_ms > 0) prm.psi_backoff_ms = s->p.pressure_interval_ms;
+    mz_esize_held h = {.held = allowed > 0 ? (uint64_t)allowed : 0, .total = total, .unit = (uint64_t)unit_min};
+    mz_esize_out o;
+    mz_esize(&prm, mz_pressure_esize_state(pe->monitor), &sig, &h, &o);
     srv_event ev = {.t_unix = srv_unix_now()};
     snprintf(ev.trigger, sizeof ev.trigger, "%s", src);
     snprintf(ev.what, sizeof ev.what, "%s", pe->what);
-    if (n == 0) {
-        ev.at_floor = true;
-        ev.remaining_pct = st.remaining_pct;
+    if (o.bytes == 0) {
+        bool empty = o.basis == MZ_ESIZE_EMPTY;
         pthread_mutex_lock(&s->snap_mu);
-        s->n_ignored_floor++;
-        bool first = s->last_pressure_evict_ms >= 0; /* log once per floor episode */
-        s->last_pressure_evict_ms = -1;
+        if (empty) s->n_ignored_floor++;
+        else s->n_ignored_interval++;
+        bool first = empty && s->last_pressure_evict_ms >= 0; /* log once per floor episode */
+        if (empty) s->last_pressure_evict_ms = -1;
         pthread_mutex_unlock(&s->snap_mu);
         srv_gate_leave(s);
-        if (first)
-            srv_log(s, "pressure %s (%s): at the floor (remaining %.1f%%), nothing more to give", src,
-                    pe->what, st.remaining_pct);
-        record_event(s, &ev);
+        if (empty) {
+            ev.at_floor = true;
+            ev.remaining_pct = st.remaining_pct;
+            record_event(s, &ev);
+            if (first)
+                srv_log(s, "pressure %s (%s): %s; at the floor (remaining %.1f%%), nothing more to give", src,
+                        pe->what, o.why, st.remaining_pct);
+        } else if (s->p.verbose) {
+            srv_log(s, "pressure %s (%s): %s, not evicting", src, pe->what, o.why);
+        }
         return;
     }
     mz_evict_report rep = {0};
-    mz_status rc = do_evict(s, n, &ev, &rep);
+    mz_status rc = do_evict(s, (size_t)o.bytes, &ev, &rep);
     pthread_mutex_lock(&s->snap_mu);
     s->n_evictions[0]++;
     s->evicted_bytes[0] += rep.bytes_freed;
@@ -318,13 +322,11 @@ static void on_pressure(void *user, const mz_pressure_event *pe)
     pthread_mutex_unlock(&s->snap_mu);
     srv_gate_leave(s);
     record_event(s, &ev);
-    srv_log(s, "pressure %s (%s): evict %.1f MiB (%s%.0f%% step%s) -> freed %.1f MiB in %.1f ms "
+    srv_log(s, "pressure %s (%s): %s [%s] -> evict %.1f MiB%s -> freed %.1f MiB (%.2fx the need) in %.1f ms "
                "(KV %zu compressed, %zu stored, %zu moved; %zu weight blocks dropped); remaining %.1f%%%s",
-            src, pe->what, (double)n / 1048576.0, steps > 1 ? "2 x " : "",
-            s->p.evict_step_bytes ? 100.0 * (double)s->p.evict_step_bytes / (double)(total ? total : 1)
-                                  : s->p.evict_step_pct,
-            (double)n >= step ? "" : floor_b > 0 ? ", limited by the floor" : ", all that is left",
-            (double)rep.bytes_freed / 1048576.0,
+            src, pe->what, o.why, mz_esize_basis_name(o.basis), (double)o.bytes / 1048576.0,
+            o.bytes < o.need ? (floor_b > 0 ? ", limited by the floor" : ", all that is left") : "",
+            (double)rep.bytes_freed / 1048576.0, o.need ? (double)rep.bytes_freed / (double)o.need : 0.0,
             rep.time_ms, rep.n_kv_compressed, rep.n_kv_stored_raw + rep.n_kv_stored_compressed,
             rep.n_kv_compkv, rep.n_weights_dropped, ev.remaining_pct, rc ? " (failed part way; see above)" : "");
 }

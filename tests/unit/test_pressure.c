@@ -338,8 +338,13 @@ static void part_cgroup_v1(void)
         sp.pressure_params.cg1_thresholds[0] = 48.0 * MiB;
         sp.pressure_params.resignal_ms = 200;
         sp.pressure_interval_ms = 100;
-        sp.evict_step_pct = 25;
-        sp.evict_floor_pct = 10;
+        sp.evict_floor_pct = 50;
+        /* Sizing (evict_size.h): target = 256 MiB - 162 MiB = 94 MiB, so the
+         * child's 96 MiB give a need of ~2 MiB per signal. The server's own
+         * memory is not in this cgroup, so the need stays and the server
+         * steps down signal by signal, each step the need, to the floor. */
+        sp.pressure_params.size.headroom_pct = 0;
+        sp.pressure_params.size.headroom_bytes = 162ull << 20;
         mz_server_t *srv = NULL;
         CHECK_MSG(mz_server_start(&sp, &srv) == MZ_OK, "server: %s", mz_last_error());
         if (srv) {
@@ -349,15 +354,16 @@ static void part_cgroup_v1(void)
             char *before = answer(body);
             CHECK(status_num("memory", "remaining_pct") == 100);
             CHECK_EQ_INT(hog_cmd(&h, 'a'), 0);
-            /* wait for the floor: 25 % steps down to 10 % */
+            /* The need (~2 MiB) is more than this tiny model holds above the
+             * floor: one eviction down to the floor, then at-floor signals. */
             double rem = 100;
             for (int i = 0; i < 100 && status_num("pressure", "at_floor") < 1; i++) usleep(100 * 1000);
             rem = status_num("memory", "remaining_pct");
             double nev = status_num("pressure", "evictions");
             fprintf(stderr, "server under pressure: %.0f evictions, remaining %.1f%%\n", nev, rem);
-            CHECK_MSG(nev >= 2, "pressure evictions: %.0f", nev);
+            CHECK_MSG(nev >= 1, "pressure evictions: %.0f", nev);
             /* Whole units: the floor holds to within one unit (here ~6 % each). */
-            CHECK_MSG(rem <= 35 && rem >= 10, "remaining %.1f%% (floor 10%%)", rem);
+            CHECK_MSG(rem <= 50 && rem >= 40, "remaining %.1f%% (floor 50%%)", rem);
             CHECK(status_num("pressure", "at_floor") >= 1);
             CHECK_EQ_INT(hog_cmd(&h, 'f'), 0);
             char *after = answer(body);
@@ -370,8 +376,12 @@ static void part_cgroup_v1(void)
             cJSON_ArrayForEach(e, evs) {
                 const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "trigger");
                 if (cJSON_IsString(t) && !strcmp(t->valuestring, "cg1-usage")) n_cg++;
+                /* Each eviction asked at most the need (~2 MiB), never a fixed step. */
+                const cJSON *rq = cJSON_GetObjectItemCaseSensitive(e, "requested_bytes");
+                if (cJSON_IsNumber(rq) && rq->valuedouble > 0)
+                    CHECK_MSG(rq->valuedouble <= 3.0 * MiB, "requested %.2f MiB", rq->valuedouble / MiB);
             }
-            CHECK_MSG(n_cg >= 2, "cg1-usage events in status: %d", n_cg);
+            CHECK_MSG(n_cg >= 2, "cg1-usage events in status: %d", n_cg); /* the eviction and the floor */
             cJSON_Delete(j);
             free(before);
             free(after);
