@@ -94,6 +94,7 @@ struct mz_ctx {
     mz_ctx_timings timings;
     char errmsg[1024];
     struct mz_baseline *base; /* engine mode state (src/baseline); params.mode says which */
+    struct mz_sstore *sstore; /* [store] its session store attachment (src/store), or NULL */
 };
 
 /* Runs the forward pass for n tokens at positions [c->n_tokens, c->n_tokens + n)

@@ -99,6 +99,8 @@ struct mz_mem {
     mz_restore_timings last;   /* breakdown of the last pipelined restore */
     double last_first_compute_ms; /* when acquire_layer(0) returned in the last job */
     double last_ready_ms;      /* when its last unit became ready */
+    _Atomic size_t n_clean_evicted; /* [store] evictions that only released pages */
+    bool store_leaked;         /* [store] a truncation left clean records behind */
 };
 
 static mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }
@@ -446,6 +448,15 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     const mz_codec *used = NULL;
     size_t len = 0;
     mz_unit_state to = MZ_UNIT_RESIDENT;
+    if (u->clean) { /* [store] a current copy in the session store: no encode, no write */
+        u->slot = u->clean;
+        mz_unit_release_pages(u);
+        mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+        *delta = (int64_t)u->bytes;
+        r->n_kv_stored_raw++;
+        atomic_fetch_add(&mm->n_clean_evicted, 1);
+        return MZ_OK;
+    }
     switch (st->dest) {
     case MZ_DEST_COMPRESS:
         if ((s = encode_chunk(mm, u, &used, &len))) break;
@@ -742,10 +753,11 @@ static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_
         MZ_ASSERT(!"restore from a settled, evicted state");
     }
     if (s) goto out_fail;
-    if (from == MZ_UNIT_STORED_RAW || from == MZ_UNIT_STORED_COMPRESSED) {
+    if ((from == MZ_UNIT_STORED_RAW || from == MZ_UNIT_STORED_COMPRESSED) &&
+        u->slot != u->clean) { /* [store] a clean copy stays */
         swap_slot_free(mm, u->slot);
-        u->slot = 0;
     }
+    if (from == MZ_UNIT_STORED_RAW || from == MZ_UNIT_STORED_COMPRESSED) u->slot = 0;
     mz_unit_settle(u, MZ_UNIT_RESIDENT);
     count_restore(r, u, from);
     return MZ_OK;
@@ -835,6 +847,20 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
     mz_status s = MZ_OK;
     sync_kv(mm);
     pthread_mutex_lock(&mm->lock);
+    /* [store] chunks from the one n_pos falls in will be written again: their
+     * stored copies are no longer current (the store file keeps the record
+     * until the next manifest stops naming it). */
+    for (int l = 0; l < mm->n_layer; l++)
+        for (size_t c = n_pos / MZ_KV_CHUNK_TOKENS; c < mm->max_chunks; c++) {
+            mz_unit *u = kv_unit(mm, l, c);
+            mz_unit_state st = mz_unit_state_get(u);
+            /* A kept chunk stored at its clean slot keeps it as an ordinary
+             * slot; a dropped one's clean slot is left to the loop below. */
+            if (c < keep || (st != MZ_UNIT_STORED_RAW && st != MZ_UNIT_STORED_COMPRESSED)) {
+                if (u->clean && u->slot != u->clean) mm->store_leaked = true;
+                u->clean = 0;
+            }
+        }
     for (int l = 0; l < mm->n_layer; l++) {
         for (size_t c = keep; c < mm->kv->n_chunks; c++) {
             mz_unit *u = kv_unit(mm, l, c);
@@ -842,7 +868,9 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
             if (st == MZ_UNIT_COMPRESSED) n_drop_stack++;
             if (st != MZ_UNIT_STORED_RAW && st != MZ_UNIT_STORED_COMPRESSED) continue;
             MZ_ASSERT(mz_unit_claim(u, st));
-            swap_slot_free(mm, u->slot);
+            if (u->slot != u->clean) swap_slot_free(mm, u->slot); /* [store] kept for the manifest */
+            else mm->store_leaked = true;
+            u->clean = 0;
             u->slot = 0;
             /* Back to a plain mapping that the cache is about to unmap. */
             if ((s = mz_unit_map_pages(u))) {
@@ -1109,7 +1137,7 @@ static mz_status storage_unit_finish(rjob *j, size_t i, mz_status st, size_t len
         return st;
     }
     pthread_mutex_lock(&mm->lock);
-    swap_slot_free(mm, u->slot);
+    if (u->slot != u->clean) swap_slot_free(mm, u->slot); /* [store] a clean copy stays */
     u->slot = 0;
     pthread_mutex_unlock(&mm->lock);
     job_settled(j, i, u);
@@ -1698,15 +1726,22 @@ bool mz_mem_is_valid(mz_mem *mm)
             }
             if (c >= mm->kv->n_chunks) ok = ok && s == MZ_UNIT_ABSENT;
             ok = ok && s != MZ_UNIT_BUSY && s != MZ_UNIT_DROPPED;
+            if (u->clean) { /* [store] a resident chunk's clean copy holds a slot too */
+                ok = ok && mm->swap && mz_swapfile_slot_len(mm->swap, u->clean) == u->bytes;
+                if (s != MZ_UNIT_STORED_RAW) n_stored++;
+                else ok = ok && u->slot == u->clean;
+            }
         }
     }
     ok = ok && n_comp == mz_compstack_count(mm->stack);
-    ok = ok && atomic_load(&mm->n_slots) == n_stored;
+    /* [store] truncation leaves dropped chunks' clean records for the manifest */
+    ok = ok && (atomic_load(&mm->n_slots) == n_stored || mm->store_leaked);
     if (mm->swap) {
         mz_swapfile_stats ss;
         mz_swapfile_get_stats(mm->swap, &ss);
         /* A shared file also holds the other sessions' slots. */
-        ok = ok && (mm->shared_swap ? ss.n_slots >= n_stored : ss.n_slots == n_stored);
+        ok = ok && (mm->shared_swap || mm->store_leaked ? ss.n_slots >= n_stored
+                                                        : ss.n_slots == n_stored);
     }
     return ok;
 }
@@ -1770,3 +1805,71 @@ const char *mz_evict_stage_name(mz_evict_stage st)
     };
     return (unsigned)st < MZ_ARRAY_LEN(names) ? names[st] : NULL;
 }
+
+/* ---- [store] hooks for the session store (src/store/session_store.c) ------------------------ */
+
+void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf)
+{
+    pthread_mutex_lock(&mm->lock);
+    MZ_ASSERT(!mm->swap);
+    mm->swap = sf;
+    mm->shared_swap = false; /* ours: closed (kept on disk) by mz_mem_free */
+    pthread_mutex_unlock(&mm->lock);
+}
+
+mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic size_t *full,
+                             bool *clean, bool *wrote)
+{
+    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && chunk < mm->max_chunks);
+    mz_unit *u = kv_unit(mm, layer, chunk);
+    mz_status s = MZ_OK;
+    *wrote = false;
+    pthread_mutex_lock(&mm->lock);
+    /* *full is lowered before a truncation takes mm->lock, so a chunk about
+     * to be cut is never given a copy after the truncation cleared it. */
+    if (chunk >= atomic_load(full)) {
+        *clean = false;
+        pthread_mutex_unlock(&mm->lock);
+        return MZ_OK;
+    }
+    if (!u->clean && mm->swap) {
+        mz_unit_state st = mz_unit_state_get(u);
+        if (st == MZ_UNIT_STORED_RAW) {
+            u->clean = u->slot; /* evicted raw into the store file: already a copy */
+        } else if (st == MZ_UNIT_RESIDENT && mz_unit_claim(u, MZ_UNIT_RESIDENT)) {
+            mz_swap_slot slot = 0;
+            s = swap_write(mm, u->buf, u->bytes, kv_tag(layer, chunk), &slot);
+            if (!s) u->clean = slot;
+            *wrote = !s;
+            mz_unit_settle(u, MZ_UNIT_RESIDENT);
+        }
+    }
+    *clean = u->clean != 0;
+    pthread_mutex_unlock(&mm->lock);
+    return s;
+}
+
+mz_status mz_mem_store_clean_info(mz_mem *mm, int layer, size_t chunk, mz_swap_slot_info *out)
+{
+    mz_unit *u = kv_unit(mm, layer, chunk);
+    pthread_mutex_lock(&mm->lock);
+    mz_status s = u->clean && mm->swap ? mz_swapfile_slot_info(mm->swap, u->clean, out)
+                                       : mz_fail(MZ_E_INVAL, "no stored copy");
+    pthread_mutex_unlock(&mm->lock);
+    return s;
+}
+
+mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk, mz_swap_slot slot)
+{
+    sync_kv(mm);
+    mz_unit *u = kv_unit(mm, layer, chunk);
+    if (!mz_unit_claim(u, MZ_UNIT_RESIDENT))
+        return mz_fail(MZ_E_INVAL, "KV chunk %d/%zu is not a fresh resident chunk", layer, chunk);
+    u->slot = u->clean = slot;
+    atomic_fetch_add(&mm->n_slots, 1);
+    mz_unit_release_pages(u);
+    mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+    return MZ_OK;
+}
+
+size_t mz_mem_store_n_clean_evicted(const mz_mem *mm) { return atomic_load(&mm->n_clean_evicted); }

@@ -68,6 +68,12 @@ typedef struct mz_unit {
     size_t enc_bytes;              /* COMPRESSED / STORED_COMPRESSED: encoded size */
     const struct mz_codec *enc;    /* codec of the encoded blob (raw when the codec refused) */
     mz_swap_slot slot;             /* STORED_*: the record */
+    /* Session store (src/store): a verified-on-read copy of this full KV
+     * chunk in the session's store file, current while set (the chunk's
+     * bytes never change again; truncation below the chunk clears it).
+     * Evicting a unit with a clean copy writes nothing: its pages go and it
+     * settles STORED_RAW with slot = clean. Restore keeps the slot. */
+    mz_swap_slot clean;
 } mz_unit;
 
 MZ_INTERNAL const char *mz_unit_state_name(mz_unit_state s);
