@@ -227,7 +227,7 @@ void mz_session_touch(mz_ctx_t *c) { atomic_store(&c->last_use_ns, now_ns()); }
 void mz_session_pay_deferred(mz_ctx_t *c)
 {
     size_t n = atomic_exchange(&c->pending_evict, 0);
-    if (!n || c->params.mode != MZ_MODE_MZCACHE) return;
+    if (!n || !c->ops->unit_plans) return;
     mz_evict_report r;
     /* Between two steps nothing of this session is pinned; other sessions
      * do not compute now (the compute lock is ours), so the weights may go
@@ -278,16 +278,14 @@ mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes, mz_evict_report *r)
         for (size_t i = 0; i < n; i++) {
             mz_ctx_t *c = cs[i];
             sv[i] = (mz_session_view){.id = c->id, .last_use = atomic_load(&c->last_use_ns),
-                                      .busy = !locked[i] || c->params.mode != MZ_MODE_MZCACHE};
-            if (!locked[i] || c->params.mode != MZ_MODE_MZCACHE) continue;
+                                      .busy = !locked[i] || !c->ops->unit_plans};
+            if (!locked[i] || !c->ops->unit_plans) continue;
             sv[i].policy = mz_mem_policy(c->mem);
             sv[i].scratch = mz_mem_plan_scratch(c->mem);
             mz_mem_view(c->mem, false, &sv[i].view);
         }
-        /* Baseline sessions are not planned unit by unit: they come last,
-         * through their own mode's eviction (below) when locked. */
-        for (size_t i = 0; i < n; i++)
-            if (locked[i] && cs[i]->params.mode != MZ_MODE_MZCACHE) sv[i].busy = true;
+        /* Sessions of modes that are not planned unit by unit (the
+         * baselines) come last, through their own mode's eviction (below). */
         if ((s = mz_xplan_reserve(&xp, sv, n))) {
             mz_fail(s, "out of memory planning an eviction");
             break;
