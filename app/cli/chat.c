@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chat_store.h" /* [store] --session NAME */
+
 typedef struct conversation {
     mz_chat_msg *msgs;
     size_t n, cap;
@@ -31,6 +33,11 @@ static int conv_add(conversation *c, const char *role, const char *content)
     if (!copy) return -1;
     c->msgs[c->n++] = (mz_chat_msg){role, copy};
     return 0;
+}
+
+static int conv_add_cb(void *u, const char *role, const char *content) /* [store] */
+{
+    return conv_add(u, role, content);
 }
 
 static void conv_free(conversation *c)
@@ -166,6 +173,7 @@ static void do_restore(mz_ctx_t *ctx)
 int cmd_chat(int argc, char **argv)
 {
     const char *codec = NULL, *swap_dir = NULL, *profile = NULL;
+    chat_store cs = {.fsync = MZ_FSYNC_BATCH}; /* [store] */
     mz_kv_placement placement = MZ_KV_PLACE_AUTO;
     mz_evict_order order = MZ_EVICT_BACKWARD;
     mz_engine_mode mode = MZ_MODE_MZCACHE;
@@ -178,6 +186,9 @@ int cmd_chat(int argc, char **argv)
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
+        int so = chat_store_option(&cs, argc, argv, &i); /* [store] */
+        if (so < 0) return 2;
+        if (so > 0) continue;
         if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
         else if (!strcmp(argv[i], "--timings")) show_timings = true;
         else if (!strcmp(argv[i], "--restore-overlap") && i + 1 < argc) {
@@ -250,8 +261,8 @@ int cmd_chat(int argc, char **argv)
                    "                          sequentially before the prefill), recompute (cold\n"
                    "                          start: reload the weights, prefill it all again)\n"
                    "      --profile FILE      device profile from `mzcache profile` (default\n"
-                   "                          $XDG_CACHE_HOME/mzcache/profile.json)\n%s",
-                   cli_common_help);
+                   "                          $XDG_CACHE_HOME/mzcache/profile.json)\n%s%s",
+                   chat_store_help(), cli_common_help);
             return 0;
         } else {
             fprintf(stderr, "mzcache chat: unknown option '%s' (see mzcache chat --help)\n", argv[i]);
@@ -278,13 +289,15 @@ int cmd_chat(int argc, char **argv)
         cp.evict_order = order;
         cp.mode = mode;
         if (!o.quiet && !o.no_progress && isatty(STDERR_FILENO)) cp.progress = cli_progress;
-        if (mz_ctx_init(m, &cp, &ctx)) {
+        if (cs.session) { /* [store] resume or start the named session */
+            if (chat_store_open(&cs, m, &cp, &ctx, conv_add_cb, &conv)) goto out;
+        } else if (mz_ctx_init(m, &cp, &ctx)) {
             fprintf(stderr, "mzcache: cannot create context: %s\n", mz_last_error());
             goto out;
         }
     }
     if (mz_sampler_init(&o.sampler, &smp)) goto out;
-    if (system && conv_add(&conv, "system", system)) goto out;
+    if (system && conv.n == 0 && conv_add(&conv, "system", system)) goto out;
 
     bool tty = isatty(STDIN_FILENO);
     char line[8192];
@@ -343,6 +356,7 @@ int cmd_chat(int argc, char **argv)
             goto out;
         }
         free(answer);
+        if (cs.session) chat_store_save(&cs, conv.msgs, conv.n); /* [store] */
         if (show_timings && !o.quiet) {
             fprintf(stderr, "(reused %zu cached tokens)", reused);
             cli_print_timings(ctx);
@@ -355,6 +369,7 @@ out:
     conv_free(&conv);
     mz_sampler_free(smp);
     mz_ctx_free(ctx);
+    chat_store_close(&cs); /* [store] */
     mz_model_free(m);
     return rc;
 }

@@ -29,6 +29,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SWAP_BLOCK ((uint64_t)MZ_IO_ALIGN)
@@ -545,6 +546,14 @@ mz_status mz_swapfile_open(const mz_swapfile_params *p, mz_swapfile_t **out)
         s = mz_fail(MZ_E_IO, "cannot create swap file %s: %s", sf->path, strerror(errno));
         sf->unlinked = true; /* nothing to remove */
         goto out_close;
+    }
+    /* A process killed with io_uring requests in flight releases its files
+     * (and so the lock) only when the kernel has torn its rings down, a
+     * moment after it is reaped: a persistent file waits up to 2 s for that. */
+    for (int tries = 0; (p->flags & MZ_SWAP_PERSIST) && tries < 100; tries++) {
+        if (flock(sf->fd, LOCK_EX | LOCK_NB) == 0) break;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
     }
     if (flock(sf->fd, LOCK_EX | LOCK_NB) != 0) {
         if (p->flags & MZ_SWAP_PERSIST) {

@@ -129,7 +129,8 @@ static mz_status pass(struct mz_sstore *a, bool force)
     pthread_mutex_lock(&a->mu);
     size_t n = a->n_tok;
     pthread_mutex_unlock(&a->mu);
-    size_t kmax = n ? (n - 1) / MZ_KV_CHUNK_TOKENS : 0;
+    if (n == 0) goto out; /* nothing worth a manifest yet */
+    size_t kmax = (n - 1) / MZ_KV_CHUNK_TOKENS;
     k = MZ_MIN(k, kmax);
     if (a->written_once && k == a->last_k && n == a->last_n) goto out;
     if (!force && a->written_once && k <= a->last_k &&
