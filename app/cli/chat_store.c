@@ -5,6 +5,8 @@
 
 #include "../../src/store/history.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +14,8 @@
 int chat_store_option(chat_store *cs, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
-    if (!strcmp(a, "--session") || !strcmp(a, "--store") || !strcmp(a, "--fsync")) {
+    if (!strcmp(a, "--session") || !strcmp(a, "--store") || !strcmp(a, "--fsync") ||
+        !strcmp(a, "--store-limit")) {
         if (*i + 1 >= argc) {
             fprintf(stderr, "mzcache chat: %s wants a value\n", a);
             return -1;
@@ -20,6 +23,20 @@ int chat_store_option(chat_store *cs, int argc, char **argv, int *i)
         const char *v = argv[++*i];
         if (!strcmp(a, "--session")) cs->session = v;
         else if (!strcmp(a, "--store")) cs->dir = v;
+        else if (!strcmp(a, "--store-limit")) {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long x = strtoull(v, &end, 10);
+            unsigned long long mul = 1;
+            if (end && (*end == 'K' || *end == 'k')) mul = 1ull << 10, end++;
+            else if (end && (*end == 'M' || *end == 'm')) mul = 1ull << 20, end++;
+            else if (end && (*end == 'G' || *end == 'g')) mul = 1ull << 30, end++;
+            if (errno || end == v || *end || v[0] == '-' || x > UINT64_MAX / mul) {
+                fprintf(stderr, "mzcache chat: --store-limit wants a size (e.g. 2G)\n");
+                return -1;
+            }
+            cs->limit = (uint64_t)(x * mul);
+        }
         else if (mz_fsync_policy_parse(v, &cs->fsync)) {
             fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
             return -1;
@@ -35,7 +52,8 @@ const char *chat_store_help(void)
            "                          the next time (restored, not recomputed)\n"
            "      --store DIR         session store (default $XDG_STATE_HOME/mzcache, else\n"
            "                          ~/.local/state/mzcache)\n"
-           "      --fsync POLICY      none, batch (default) or always\n";
+           "      --store-limit SIZE  keep the store under SIZE (K/M/G): oldest sessions go\n"
+           "      --fsync POLICY      none, batch (default: fsync before each manifest) or always\n";
 }
 
 int chat_store_open(chat_store *cs, mz_model_t *m, const mz_ctx_params *cp, mz_ctx_t **ctx,
@@ -48,10 +66,14 @@ int chat_store_open(chat_store *cs, mz_model_t *m, const mz_ctx_params *cp, mz_c
     mz_store_params sp = mz_store_params_default();
     sp.dir = cs->dir;
     sp.fsync = cs->fsync;
+    sp.limit_bytes = cs->limit;
     if (mz_engine_create(m, &ep, &cs->engine) || mz_store_open(cs->engine, &sp, &cs->store)) {
         fprintf(stderr, "mzcache: session store: %s\n", mz_last_error());
         return -1;
     }
+    size_t n_del = 0;
+    if (cs->limit && mz_store_enforce_limit(cs->store, &n_del) == MZ_OK && n_del)
+        fprintf(stderr, "(session store over --store-limit: %zu oldest sessions deleted)\n", n_del);
     mz_resume_info ri;
     if (mz_session_resume(cs->store, cs->session, cp, ctx, &ri) == MZ_OK) {
         fprintf(stderr, "(session %s resumed: %zu tokens, %zu of %zu stored chunks restored in "

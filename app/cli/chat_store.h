@@ -12,6 +12,7 @@ typedef struct chat_store {
     const char *session;       /* --session NAME (NULL: no store) */
     const char *dir;           /* --store DIR */
     mz_fsync_policy fsync;     /* --fsync */
+    uint64_t limit;            /* --store-limit (0: none) */
     mz_engine_t *engine;
     mz_store_t *store;
 } chat_store;
