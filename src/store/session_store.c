@@ -41,10 +41,12 @@ struct mz_sstore {
     size_t cap, n_tok;
     _Atomic size_t full;       /* chunks [0, full) are full and committed */
     bool stop, kick;
+    bool rescan;               /* a truncation: clean_upto is void */
     pthread_t th;
     bool th_started;
     pthread_mutex_t pass_lock; /* one pass at a time; the fields below */
     size_t last_k, last_n;
+    size_t clean_upto;         /* chunks [0, clean_upto) are clean in every layer */
     bool written_once, data_unsynced, pending;
     double last_write_ms;
     uint64_t created_ns;
@@ -75,6 +77,7 @@ void mz_sstore_note_truncate(mz_ctx_t *c, size_t n_keep)
     pthread_mutex_lock(&a->mu);
     if (n_keep < a->n_tok) a->n_tok = n_keep;
     atomic_store(&a->full, MZ_MIN(atomic_load(&a->full), n_keep / MZ_KV_CHUNK_TOKENS));
+    a->rescan = true;
     a->kick = true;
     pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
@@ -102,9 +105,13 @@ static mz_status pass(struct mz_sstore *a, bool force)
     mz_status s = MZ_OK;
     pthread_mutex_lock(&a->pass_lock);
     size_t full = atomic_load(&a->full);
-    size_t k = 0;
+    pthread_mutex_lock(&a->mu);
+    if (a->rescan) a->clean_upto = 0; /* clean flags are only ever cleared by a truncation */
+    a->rescan = false;
+    pthread_mutex_unlock(&a->mu);
+    size_t k = MZ_MIN(a->clean_upto, full);
     bool prefix = true;
-    for (size_t ch = 0; ch < full && !s; ch++) {
+    for (size_t ch = k; ch < full && !s; ch++) {
         bool all = true;
         for (int l = 0; l < L; l++) {
             bool clean = false, wrote = false;
@@ -124,6 +131,7 @@ static mz_status pass(struct mz_sstore *a, bool force)
         mz_fail_prefix(s, "session %s: write-behind", a->id);
         goto out;
     }
+    a->clean_upto = k;
     /* The manifest: at once when it names more chunks, else at most every
      * manifest_interval_ms. */
     pthread_mutex_lock(&a->mu);

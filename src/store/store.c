@@ -340,7 +340,7 @@ mz_status mz_store_read_manifest(mz_store_t *st, const char *id, mz_manifest *m)
     if (s) return s;
     unsigned char *buf;
     size_t n;
-    if ((s = read_file(path, &buf, &n))) return s;
+    if ((s = read_file(path, &buf, &n))) return mz_fail_prefix(s, "session %s", id);
     s = mz_manifest_decode(buf, n, m);
     free(buf);
     if (s) return mz_fail_prefix(s, "session %s: manifest refused", id);

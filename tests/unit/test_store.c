@@ -395,6 +395,7 @@ static void test_real(void)
         mz_ctx_free(a);
         CHECK(mz_session_create(e, &cp, &b) == MZ_OK && mz_session_store(b, st, "newer") == MZ_OK);
         CHECK(mz_prefill(b, prompt, 300) == MZ_OK);
+        CHECK(mz_session_sync(b) == MZ_OK);
         mz_stored_session ls[8];
         size_t n = mz_store_list(st, ls, 8);
         CHECK_EQ_INT(n, 3);
