@@ -47,10 +47,11 @@ struct mz_sstore {
     pthread_mutex_t pass_lock; /* one pass at a time; the fields below */
     size_t last_k, last_n;
     size_t clean_upto;         /* chunks [0, clean_upto) are clean in every layer */
-    bool written_once, data_unsynced, pending;
+    bool written_once, data_unsynced;
+    bool pending;              /* under mu: a manifest is due (timed retry) */
     double last_write_ms;
     uint64_t created_ns;
-    mz_status last_err;
+    mz_status last_err;        /* under mu: the last pass failed (retry in 1 s) */
     bool no_final;             /* tests: leave the store as a kill would */
     mz_manifest man;           /* scratch */
     size_t man_tok_cap, man_rec_cap;
@@ -104,6 +105,7 @@ static mz_status pass(struct mz_sstore *a, bool force)
     const int L = c->model->cfg.n_layer;
     mz_status s = MZ_OK;
     pthread_mutex_lock(&a->pass_lock);
+    bool pend = false; /* a manifest is still due */
     size_t full = atomic_load(&a->full);
     pthread_mutex_lock(&a->mu);
     if (a->rescan) a->clean_upto = 0; /* clean flags are only ever cleared by a truncation */
@@ -143,7 +145,7 @@ static mz_status pass(struct mz_sstore *a, bool force)
     if (a->written_once && k == a->last_k && n == a->last_n) goto out;
     if (!force && a->written_once && k <= a->last_k &&
         mz_time_ms() - a->last_write_ms < (double)a->st->p.manifest_interval_ms) {
-        a->pending = true;
+        pend = true;
         goto out;
     }
     if (a->data_unsynced && a->st->p.fsync != MZ_FSYNC_NONE) {
@@ -178,15 +180,19 @@ static mz_status pass(struct mz_sstore *a, bool force)
         a->written_once = true;
         a->last_k = got;
         a->last_n = n;
-        a->pending = false;
+        pend = false;
         a->last_write_ms = mz_time_ms();
     }
 out:
     if (s) {
-        a->last_err = s;
-        a->pending = true; /* retried at the next pass */
+        pend = true; /* retried at the next pass */
+
         mz_log(MZ_LOG_WARN, "%s", mz_last_error());
     }
+    pthread_mutex_lock(&a->mu); /* the worker's wait reads them */
+    a->pending = pend;
+    a->last_err = s;
+    pthread_mutex_unlock(&a->mu);
     pthread_mutex_unlock(&a->pass_lock);
     return s;
 }
@@ -227,7 +233,7 @@ static void *worker_main(void *arg)
         if (a->stop) break;
         a->kick = false;
         pthread_mutex_unlock(&a->mu);
-        a->last_err = MZ_OK;
+
         (void)pass(a, false);
         pthread_mutex_lock(&a->mu);
     }

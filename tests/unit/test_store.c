@@ -227,6 +227,8 @@ static long chunk_resident_pages(mz_ctx_t *c, int l, size_t ch)
     return r;
 }
 
+/* Counts the writes of f. The session's write-behind worker must be idle
+ * (synced, nothing new): the table changes only while no thread does I/O. */
 static unsigned count_writes_during(mz_status (*f)(void *), void *arg, mz_status *s)
 {
     mz_io_fault never = {.op = MZ_IO_WRITE, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
@@ -306,6 +308,7 @@ static void test_real(void)
     CHECK(greedy(c, NGEN, got) == NGEN);
     CHECK(memcmp(got, want, NGEN * sizeof *got) == 0);
     /* a second eviction of the restored clean chunks writes nothing for them */
+    CHECK(mz_session_sync(c) == MZ_OK);
     w = count_writes_during(do_evict_all, c, &s);
     CHECK_MSG(w == (unsigned)L, "second eviction: %u writes", w);
     CHECK(mz_mem_is_valid(c->mem));
@@ -461,22 +464,24 @@ static void test_faults(void)
     int n_full = 0, n_trunc = 0, n_lost = 0, n_failed_sync = 0;
     for (size_t kd = 0; kd < 3; kd++) {
         for (unsigned nth = 1; nth <= 7; nth++) {
-            mz_ctx_t *c = NULL;
-            CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
-            CHECK(mz_session_store(c, st, "f") == MZ_OK);
-            /* the worker is idle: the first sync happens inside the fault window */
+            /* The table changes only while no store thread runs (io.h): the
+             * fault window spans the session's whole life, write-behind
+             * worker included. */
             mz_io_fault f = {.op = MZ_IO_WRITE, .kind = kinds[kd].k, .err = kinds[kd].err,
                              .nth = nth, .count = 1};
             mz_io.use_uring = false;
             mz_io_fault_set(&f);
+            mz_ctx_t *c = NULL;
+            CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
+            CHECK(mz_session_store(c, st, "f") == MZ_OK);
             mz_status ps = mz_prefill(c, prompt, 600);
             mz_status ss = mz_session_sync(c);
-            mz_io_fault_set(NULL);
             CHECK(ps == MZ_OK);
             n_failed_sync += ss != MZ_OK;
             /* as if killed now: no last manifest */
             mz_sstore_test_abandon(c);
             mz_ctx_free(c);
+            mz_io_fault_set(NULL);
             mz_resume_info ri;
             mz_ctx_t *r = NULL;
             mz_status rs = mz_session_resume(st, "f", &cp, &r, &ri);
