@@ -38,13 +38,13 @@ mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic 
     if (!u->clean && mm->swap) {
         mz_unit_state st = mz_unit_state_get(u);
         if (st == MZ_UNIT_STORED_RAW) {
-            u->clean = u->slot; /* evicted raw into the store file: already a copy */
+            mz_unit_set_clean(u, u->slot); /* evicted raw into the store file: already a copy */
         } else if (st == MZ_UNIT_RESIDENT && mz_unit_claim(u, MZ_UNIT_RESIDENT)) {
             /* BUSY while written: eviction (under mm->lock, as here) never sees
              * it, and compute waits for the settle before it reads the unit. */
             mz_swap_slot slot = 0;
             s = mm_swap_write(mm, u->buf, u->bytes, kv_tag(layer, chunk), &slot);
-            if (!s) u->clean = slot;
+            if (!s) mz_unit_set_clean(u, slot);
             *wrote = !s;
             mz_unit_settle(u, MZ_UNIT_RESIDENT);
         }
@@ -70,7 +70,8 @@ mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk, mz_swap_slot s
     mz_unit *u = kv_unit(mm, layer, chunk);
     if (!mz_unit_claim(u, MZ_UNIT_RESIDENT))
         return mz_fail(MZ_E_INVAL, "KV chunk %d/%zu is not a fresh resident chunk", layer, chunk);
-    u->slot = u->clean = slot;
+    u->slot = slot;
+    mz_unit_set_clean(u, slot);
     atomic_fetch_add(&mm->n_slots, 1);
     mz_unit_release_pages(u);
     mz_unit_settle(u, MZ_UNIT_STORED_RAW);

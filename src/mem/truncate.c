@@ -24,7 +24,7 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
             mz_unit_state st = mz_unit_state_get(u);
             if (c < keep || (st != MZ_UNIT_STORED_RAW && st != MZ_UNIT_STORED_COMPRESSED)) {
                 if (u->clean && u->slot != u->clean) mm->store_leaked = true;
-                u->clean = 0;
+                mz_unit_set_clean(u, 0);
             }
         }
     for (int l = 0; l < mm->n_layer; l++) {
@@ -36,7 +36,7 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
             MZ_ASSERT(mz_unit_claim(u, st));
             if (u->slot != u->clean) mm_swap_slot_free(mm, u->slot); /* [store] kept for the manifest */
             else mm->store_leaked = true;
-            u->clean = 0;
+            mz_unit_set_clean(u, 0);
             u->slot = 0;
             /* Back to a plain mapping that the cache is about to unmap. */
             if ((s = mz_unit_map_pages(u))) {

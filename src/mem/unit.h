@@ -92,6 +92,17 @@ static inline bool mz_unit_claim(mz_unit *u, mz_unit_state from)
                                                    memory_order_acq_rel, memory_order_acquire);
 }
 
+/* [store] u->clean is written under the manager's lock; the planner reads
+ * it without (mz_unit_is_clean), so both go through atomics. */
+static inline void mz_unit_set_clean(mz_unit *u, mz_swap_slot s)
+{
+    __atomic_store_n(&u->clean, s, __ATOMIC_RELAXED);
+}
+static inline bool mz_unit_is_clean(const mz_unit *u)
+{
+    return __atomic_load_n(&u->clean, __ATOMIC_RELAXED) != 0;
+}
+
 /* Stores a settled state (release) and wakes waiters. Caller holds it BUSY. */
 MZ_INTERNAL void mz_unit_settle(mz_unit *u, mz_unit_state to);
 /* Sets the state of a unit nobody else can see yet (init, ABSENT <-> RESIDENT by
