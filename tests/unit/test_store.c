@@ -314,6 +314,24 @@ static void test_real(void)
     CHECK(mz_mem_is_valid(c->mem));
     mz_ctx_free(c); /* last manifest */
 
+    /* the hybrid planner (placement auto) sends clean chunks to storage for
+     * free instead of compressing them */
+    {
+        mz_ctx_params ap = sp_params();
+        ap.kv_placement = MZ_KV_PLACE_AUTO;
+        mz_ctx_t *h = NULL;
+        CHECK(mz_session_create(e, &ap, &h) == MZ_OK && mz_session_store(h, st, "hybrid") == MZ_OK);
+        CHECK(mz_prefill(h, prompt, 600) == MZ_OK && mz_session_sync(h) == MZ_OK);
+        mz_evict_report er;
+        CHECK(mz_evict(h, SIZE_MAX, &er) == MZ_OK);
+        int n_raw = 0;
+        for (int l = 0; l < L; l++)
+            for (size_t ch = 0; ch < 2; ch++) n_raw += mz_mem_kv_state(h->mem, l, ch) == MZ_UNIT_STORED_RAW;
+        CHECK_EQ_INT(n_raw, 2 * L);
+        CHECK(er.n_kv_compressed + er.n_kv_stored_compressed <= (size_t)L); /* chunk 2 only */
+        mz_ctx_free(h);
+        CHECK(mz_store_delete(st, "hybrid") == MZ_OK);
+    }
     /* resume by id: same tokens, chunks restored from the store */
     mz_resume_info ri;
     mz_ctx_t *r = NULL;
