@@ -197,7 +197,8 @@ int main(void)
     }
     char cwd[512];
     if (!getcwd(cwd, sizeof cwd)) return 1;
-    snprintf(g_dir, sizeof g_dir, "%s/%s/crash-store", cwd, t_tmp_dir());
+    if (t_tmp_dir()[0] == '/') snprintf(g_dir, sizeof g_dir, "%s/crash-store", t_tmp_dir());
+    else snprintf(g_dir, sizeof g_dir, "%s/%s/crash-store", cwd, t_tmp_dir());
     mz_model_t *m = ev_load(path);
     if (!m) return 1;
     {
