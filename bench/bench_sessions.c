@@ -13,14 +13,17 @@
  *              every switch prefills the new conversation's whole history;
  *   os-paging  K os-paging sessions (every session's KV in anonymous memory;
  *              the budget is kept the same way, by the mode's own eviction:
- *              MADV_PAGEOUT, restore by page faults).
+ *              MADV_PAGEOUT, restore by page faults);
+ *   single     the reference for a switch: one session alone, its whole KV
+ *              evicted (mz_evict) and restored by the next question, K * r
+ *              times (-b is ignored).
  *
  * Tokens are random ids (the timing does not depend on them). TTFT = the
  * first token sampled (greedy) after the question; each turn is truncated
  * away again so every session stays at N tokens.
  *
  * usage: bench_sessions -m MODEL [-k 4] [-c 1024] [-q 8] [-t 2] [-r 2]
- *                       [-b all|half|eighth] [-M mzcache|recompute|os-paging]
+ *                       [-b all|half|eighth] [-M mzcache|recompute|os-paging|single]
  * Prints one line per switch and "median ttft_ms=... mode=... k=... n=...
  * budget=...".
  */
@@ -84,11 +87,12 @@ int main(int argc, char **argv)
     double frac = !strcmp(budget_s, "all") ? 1.0 : !strcmp(budget_s, "half") ? 0.5
                   : !strcmp(budget_s, "eighth")                                ? 0.125
                                                                                : -1;
-    mz_engine_mode mode;
-    if (!ok || !model || frac < 0 || mz_engine_mode_parse(mode_s, &mode) ||
+    mz_engine_mode mode = MZ_MODE_MZCACHE;
+    const bool single = !strcmp(mode_s, "single");
+    if (!ok || !model || frac < 0 || (!single && mz_engine_mode_parse(mode_s, &mode)) ||
         mode == MZ_MODE_PARTIAL_OFFLOAD) {
         fprintf(stderr, "usage: bench_sessions -m MODEL [-k 4] [-c 1024] [-q 8] [-t 2] [-r 2] "
-                        "[-b all|half|eighth] [-M mzcache|recompute|os-paging]\n");
+                        "[-b all|half|eighth] [-M mzcache|recompute|os-paging|single]\n");
         return 2;
     }
     mz_model_t *m = NULL;
@@ -109,7 +113,27 @@ int main(int argc, char **argv)
     cp.mode = mode == MZ_MODE_RECOMPUTE ? MZ_MODE_MZCACHE : mode;
     size_t sw = 0;
     int rc = 0;
-    if (mode == MZ_MODE_RECOMPUTE) {
+    if (single) {
+        /* One session: evict its KV, restore it with the next question. */
+        mz_ctx_t *c = NULL;
+        if (mz_ctx_init(m, &cp, &c) || mz_prefill(c, hist, (size_t)n)) return 1;
+        for (sw = 0; sw < n_sw; sw++) {
+            mz_mem_stats st;
+            mz_get_mem_stats(c, &st);
+            mz_evict_report er;
+            if (mz_evict(c, st.kv.resident_bytes, &er)) return 1;
+            rand_tokens(qs, (size_t)q, nv, 1000 + (unsigned long long)sw);
+            mz_restore_timings tm;
+            size_t ng = 0;
+            if (mz_restore_generate(c, qs, (size_t)q, NULL, NULL, 1, NULL, NULL, &ng, &tm) ||
+                mz_ctx_truncate(c, (size_t)n))
+                return 1;
+            ttft[sw] = tm.ttft_ms;
+            printf("restore %zu: ttft_ms=%.1f restore_ms=%.1f units=%zu (evicted %zu B)\n", sw,
+                   tm.ttft_ms, tm.restore_ms, tm.n_units, er.bytes_freed);
+        }
+        mz_ctx_free(c);
+    } else if (mode == MZ_MODE_RECOMPUTE) {
         /* One conversation at a time: every switch prefills the history. */
         mz_ctx_t *c = NULL;
         if (mz_ctx_init(m, &cp, &c)) return 1;

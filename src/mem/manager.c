@@ -6,8 +6,9 @@
  * Tables. A session has one KV unit per (layer, chunk slot) — n_layer x
  * max_chunks, fixed at init — and shares its engine's weight units
  * (weights.h) with the engine's other sessions. Weight blocks carry pin
- * counts: acquire_layer pins a block before it looks at it and the engine
- * unpins at the end of the forward step; a pinned block is never dropped.
+ * counts: the forward pass pins a block (mz_mem_pin_weights) before
+ * acquire_layer looks at it and unpins them all at the end of its step; a
+ * pinned block is never dropped.
  *
  * Moves (each one: claim the unit BUSY, do the work, settle it):
  *   evict   RESIDENT -> COMPRESSED         encode into scratch, push on the stack

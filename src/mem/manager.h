@@ -1,5 +1,5 @@
 /*
- * manager.h — the memory manager of one context: the unit table, eviction
+ * manager.h — the memory manager of one session: the unit table, eviction
  * (driven by a policy, policy.h) and restore (paper §4.2).
  *
  * The mechanism moves units between tiers through the codec and I/O
@@ -13,10 +13,12 @@
  * request into ordered steps, and mz_mem_evict performs them one by one,
  * planning again for the rest if the bytes really freed fall short.
  *
- * Thread contract: the context's owner thread calls everything here; between
- * mz_mem_restore_begin and _end the restore workers (manager.c, "pipelined
- * restore") move units concurrently and the owner only waits on them.
- * Lock order: manager.c's top comment.
+ * Thread contract: the thread holding the session's use lock calls
+ * everything here (its user's thread, or mz_engine_evict's, which try-locks
+ * it: src/engine/engine.h); between mz_mem_restore_begin and _end the
+ * restore workers (restore_job.c) move units concurrently and the owner only
+ * waits on them. The weight units are the engine's and move under their own
+ * claim protocol and pins (weights.h). Lock order: manager.c's top comment.
  */
 #ifndef MZ_MANAGER_H
 #define MZ_MANAGER_H

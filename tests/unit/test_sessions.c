@@ -28,6 +28,9 @@
  *                  after a call.
  *   mixed modes    (tiny model) a recompute session beside an mzcache one:
  *                  mz_engine_evict reaches it through its own mode.
+ *   pins           (tiny model) a pinned weight block stays whatever the plan
+ *                  says; none is offered while one is pinned; a forward step
+ *                  leaves no pin behind.
  *   pressure       (tiny model; TSan) an mz_engine_evict from another thread
  *                  in the middle of a generation returns without waiting
  *                  for it: idle sessions' units move at once, the busy
@@ -278,6 +281,7 @@ static void test_alternating(const char *path, bool small, bool tiny_run)
         /* Delete one: its units go at once, the others are unchanged. */
         mz_evict_report r;
         CHECK(mz_engine_evict(e, one_kv / 2, &r) == MZ_OK);
+        CHECK(mz_evict(s[1], SIZE_MAX, &r) == MZ_OK); /* its KV, some of it to the file */
         where w0 = where_of(s[0]), w2 = where_of(s[2]);
         mz_mem_stats a, b;
         mz_engine_get_mem_stats(e, &a);
@@ -293,6 +297,7 @@ static void test_alternating(const char *path, bool small, bool tiny_run)
                 mz_unit_state us = mz_mem_kv_state(s[1]->mem, l, ck);
                 held1 += us == MZ_UNIT_STORED_RAW || us == MZ_UNIT_STORED_COMPRESSED;
             }
+        CHECK(held1 > 0);
         mz_ctx_free(s[1]);
         s[1] = NULL;
         if (sf) {
@@ -413,7 +418,7 @@ static void test_random(unsigned long long seed, int n_ops)
     rsess rs[RS] = {0};
     unsigned long long rng = seed;
     int n_alive = 0, n_created = 0, bad_tokens = 0, bad_logits = 0, bad_valid = 0, errors = 0;
-    int n_evict_moves = 0, n_restores = 0;
+    int n_evict_moves = 0, n_restores = 0, bad_slots = 0;
     const size_t cap = 1500;
     for (int op = 0; op < n_ops; op++) {
         unsigned k = (unsigned)(t_rand_u64(&rng) % RS);
@@ -505,6 +510,25 @@ static void test_random(unsigned long long seed, int n_ops)
             bad_valid += !mz_mem_is_valid(rs[j].c->mem);
         }
         bad_valid += mz_wtable_any_pinned(e->wt);
+        {
+            /* The engine's swap file holds exactly the live sessions' slots
+             * (a deleted session's went with it). */
+            size_t held = 0;
+            for (int j = 0; j < RS; j++) {
+                if (!rs[j].c || !e->shared.swap || mz_mem_swapfile(rs[j].c->mem) != e->shared.swap)
+                    continue;
+                for (int l = 0; l < rs[j].c->kv.n_layer; l++)
+                    for (size_t ck = 0; ck < rs[j].c->kv.n_chunks; ck++) {
+                        mz_unit_state us = mz_mem_kv_state(rs[j].c->mem, l, ck);
+                        held += us == MZ_UNIT_STORED_RAW || us == MZ_UNIT_STORED_COMPRESSED;
+                    }
+            }
+            if (e->shared.swap) {
+                mz_swapfile_stats ss;
+                mz_swapfile_get_stats(e->shared.swap, &ss);
+                bad_slots += ss.n_slots != held;
+            }
+        }
         if (mz_engine_n_sessions(e) != (size_t)n_alive) bad_valid++;
     }
     /* Finally every session restores and still answers as its shadow. */
@@ -527,6 +551,7 @@ static void test_random(unsigned long long seed, int n_ops)
     CHECK_EQ_INT(bad_tokens, 0);
     CHECK_EQ_INT(bad_logits, 0);
     CHECK_EQ_INT(bad_valid, 0);
+    CHECK_EQ_INT(bad_slots, 0);
     CHECK(n_created > 1 && n_evict_moves > 0);
     printf("  random seed %llu: %d ops, %d sessions created, %d evictions moved units, %d restores\n",
            seed, n_ops, n_created, n_evict_moves, n_restores);
@@ -660,6 +685,49 @@ out:
     mz_engine_free(e);
 }
 
+/* Pins: a block a forward pass holds is never dropped, whatever the plan
+ * says; mz_engine_evict offers no block while any is pinned. */
+static void test_pins(void)
+{
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("sess-pins");
+    mz_engine_t *e = NULL;
+    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    if (!e) return;
+    mz_ctx_params cp = sess_params("sess-pins");
+    cp.swap_dir = NULL;
+    mz_ctx_t *a = NULL;
+    CHECK(mz_session_create(e, &cp, &a) == MZ_OK);
+    if (!a) goto out;
+    mz_token t[100];
+    ev_tokens(t, 100, g_nv, 77);
+    CHECK(mz_prefill(a, t, 100) == MZ_OK);
+    const int nl = e->wt->n_layer;
+    mz_wtable_pin(e->wt, 1);
+    mz_evict_report r;
+    CHECK(mz_engine_evict(e, SIZE_MAX, &r) == MZ_OK);
+    CHECK_EQ_INT(r.n_weights_dropped, 0); /* not offered while pinned */
+    /* The mechanism itself: offered anyway, the pinned block stays. */
+    CHECK(mz_mem_evict_ex(a->mem, SIZE_MAX, true, &r) == MZ_OK);
+    CHECK_EQ_INT(r.n_weights_dropped, nl - 1);
+    CHECK(mz_mem_weights_state(a->mem, 1) == MZ_UNIT_RESIDENT);
+    for (int l = 0; l < nl; l++)
+        if (l != 1) CHECK(mz_mem_weights_state(a->mem, l) == MZ_UNIT_DROPPED);
+    mz_wtable_unpin(e->wt, 1);
+    CHECK(mz_engine_evict(e, SIZE_MAX, &r) == MZ_OK);
+    CHECK_EQ_INT(r.n_weights_dropped, 1);
+    CHECK(mz_mem_weights_state(a->mem, 1) == MZ_UNIT_DROPPED);
+    CHECK(!mz_wtable_any_pinned(e->wt));
+    mz_token q[2];
+    ev_tokens(q, 2, g_nv, 78);
+    CHECK(mz_prefill(a, q, 2) == MZ_OK); /* reloads what it computes on */
+    CHECK(!mz_wtable_any_pinned(e->wt)); /* the step's pins went with it */
+    for (int l = 0; l < nl; l++) CHECK(mz_mem_weights_state(a->mem, l) == MZ_UNIT_RESIDENT);
+out:
+    mz_engine_free(e);
+}
+
 int main(void)
 {
     const char *real = t_real_model_path();
@@ -682,6 +750,7 @@ int main(void)
     test_pressure();
     test_faults();
     test_mixed_modes();
+    test_pins();
     test_random(1, tsan ? 40 : small ? 60 : 200);
     if (!small) test_random(2, 200);
     mz_model_free(g_tiny);
