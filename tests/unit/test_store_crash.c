@@ -17,7 +17,8 @@
  *     (clean chunks released, the rest written) and a sync every 16, with
  *     manifests rewritten at every write-behind pass;
  *   - at the end of S deletes the session and exits 0.
- * The parent kills it with SIGKILL after a random 0.1-4 s (prefill,
+ * The parent kills it with SIGKILL after a random 0.1-4 s (0.1-20 s under
+ * sanitizers; prefill,
  * generation, write-behind, eviction or a manifest update, whichever is
  * running), and reads the child's verdicts from a pipe. Any wrong token, a
  * non-prefix history or an unnamed loss fails the test. A last child checks
@@ -242,7 +243,9 @@ int main(void)
             _exit(child(m, pfd[1]));
         }
         close(pfd[1]);
-        unsigned delay_ms = 100 + (unsigned)(t_rand_u64(&rng) % 3900);
+        /* sanitized builds run ~5x slower: kills spread over a longer span */
+        unsigned span = getenv("MZ_SANITIZED") ? 20000 : 3900;
+        unsigned delay_ms = 100 + (unsigned)(t_rand_u64(&rng) % span);
         int status = 0;
         bool killed = false;
         for (unsigned waited = 0;; waited += 10) {
@@ -285,7 +288,8 @@ int main(void)
     }
     printf("%s: %d killed; resumed and verified %d full, %d truncated (named); %d lost (named); "
            "%d ran to the end\n", T, n_killed, n_ok_full, n_ok_trunc, n_lost, n_done);
-    CHECK(n_ok_full + n_ok_trunc > 0);
+    /* with a handful of iterations every kill may land before a first manifest */
+    if (iters >= 10) CHECK(n_ok_full + n_ok_trunc > 0);
     mz_model_free(m);
     return t_done(T);
 }
