@@ -650,6 +650,112 @@ MZ_API MZ_NODISCARD mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *t
 /* Breakdown of the context's last pipelined restore (zeros before the first). */
 MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *out);
 
+/* ---- session store: durable sessions ---------------------------------------------
+ *
+ * A store is a per-user directory (default $XDG_STATE_HOME/mzcache, else
+ * ~/.local/state/mzcache; created 0700, refused when another user owns it or
+ * others can enter it) in which sessions outlive the process. A stored
+ * session has a manifest <id>.mzs (model identity: XXH64 of the GGUF file's
+ * bytes, metadata and tensor data; tokenizer identity; codec; token ids; the
+ * record of every full 256-token KV chunk) and a data file <id>.kv (0600),
+ * which is also the session's swap file. Ids are 1..63 of [A-Za-z0-9_.-],
+ * not starting with '.' or '-'; no path ever comes from an id.
+ *
+ * Write-behind: a background thread (lowest CPU and I/O priority) writes each
+ * full chunk raw, checksummed, to the data file once, and keeps the manifest
+ * current (replaced atomically). A chunk with a current copy is clean:
+ * evicting it writes nothing and only releases its pages.
+ *
+ * Resume reads the manifest, checks model and tokenizer identity, takes the
+ * stored chunks back as stored units and restores them through the
+ * pipelined restore while recomputing the last, partial chunk (1..256 tokens)
+ * from the stored token ids. Every chunk is verified (record header and
+ * XXH64) as it is read; a chunk that fails truncates the session to the
+ * chunks before it (they are recomputed instead), never answered from. */
+
+typedef struct mz_store mz_store_t;
+
+typedef enum mz_fsync_policy {
+    MZ_FSYNC_BATCH = 0,   /* default: fsync the data file and the new manifest before each
+                             rename, and the directory after it (a manifest only ever names
+                             durable chunks; one fsync pair per manifest update) */
+    MZ_FSYNC_NONE = 1,    /* never: survives kill -9 (the page cache keeps the writes), not a
+                             power loss */
+    MZ_FSYNC_ALWAYS = 2,  /* batch, plus an fsync after every chunk written */
+} mz_fsync_policy;
+/* "batch", "none", "always". */
+MZ_API const char *mz_fsync_policy_name(mz_fsync_policy p);
+MZ_API MZ_NODISCARD mz_status mz_fsync_policy_parse(const char *name, mz_fsync_policy *out);
+
+typedef struct mz_store_params {
+    const char *dir;           /* NULL/"": the default (above) */
+    mz_fsync_policy fsync;
+    uint64_t limit_bytes;      /* 0: no limit; else mz_store_enforce_limit keeps the store
+                                  under it, oldest sessions first */
+    unsigned manifest_interval_ms; /* a manifest that only adds tokens is rewritten at
+                                  most this often (default 100; chunks: at once) */
+} mz_store_params;
+MZ_API mz_store_params mz_store_params_default(void);
+
+/* Opens (creates) the store for engine e's model; computes the model identity
+ * (cached in the store by file identity: device, inode, size, mtime). */
+MZ_API MZ_NODISCARD mz_status mz_store_open(mz_engine_t *e, const mz_store_params *p,
+                                            mz_store_t **out);
+/* Detach (mz_ctx_free) every session of the store first. NULL is fine. */
+MZ_API void mz_store_close(mz_store_t *st);
+MZ_API const char *mz_store_dir(const mz_store_t *st);
+
+/* Makes c (empty, or with tokens; mode mzcache) the stored session `id`,
+ * replacing a stored session of that id. From now on its full chunks are
+ * written behind and its manifest kept current until mz_ctx_free, which
+ * writes the last manifest. */
+MZ_API MZ_NODISCARD mz_status mz_session_store(mz_ctx_t *c, mz_store_t *st, const char *id);
+/* Writes every full chunk and the manifest now (on the caller's thread). */
+MZ_API MZ_NODISCARD mz_status mz_session_sync(mz_ctx_t *c);
+
+typedef enum mz_resume_outcome {
+    MZ_RESUME_FULL = 0,        /* every stored chunk restored */
+    MZ_RESUME_TRUNCATED = 1,   /* a chunk failed verification: kept the chunks before it,
+                                  recomputed the rest of the stored tokens */
+    MZ_RESUME_LOST = 2,        /* nothing usable (manifest missing, corrupt, other model):
+                                  no session made */
+} mz_resume_outcome;
+
+typedef struct mz_resume_info {
+    mz_resume_outcome outcome;
+    size_t n_tokens;           /* tokens of the resumed session */
+    size_t n_chunks_stored;    /* full chunks the manifest named */
+    size_t n_chunks_restored;  /* of those, restored from the store */
+    size_t n_tokens_recomputed;
+    char reason[512];          /* why truncated / lost ("" when full) */
+    mz_restore_timings timings; /* the pipelined restore of the resume */
+} mz_resume_info;
+
+/* Resumes stored session `id` as a new session of the store's engine, stored
+ * again under the same id. LOST: returns the error (MZ_E_CORRUPT,
+ * MZ_E_FORMAT, MZ_E_UNSUPPORTED for another model or tokenizer, MZ_E_IO,
+ * MZ_E_INVAL for a bad id) and *out is NULL; the stored files stay for
+ * inspection until deleted. info may be NULL. */
+MZ_API MZ_NODISCARD mz_status mz_session_resume(mz_store_t *st, const char *id,
+                                                const mz_ctx_params *p, mz_ctx_t **out,
+                                                mz_resume_info *info);
+
+typedef struct mz_stored_session {
+    char id[64];
+    size_t n_tokens;           /* 0 when unreadable */
+    uint64_t bytes;            /* manifest + data file, allocated */
+    uint64_t updated_ns;       /* CLOCK_REALTIME of its last manifest (file mtime if unreadable) */
+    bool same_model;           /* made with this store's model and tokenizer */
+    bool readable;             /* the manifest passed the strict reader */
+} mz_stored_session;
+/* Writes up to cap stored sessions (oldest first) and returns how many exist. */
+MZ_API size_t mz_store_list(mz_store_t *st, mz_stored_session *out, size_t cap);
+/* Removes the session's files. MZ_E_IO "in use" while a process has it open. */
+MZ_API MZ_NODISCARD mz_status mz_store_delete(mz_store_t *st, const char *id);
+/* Deletes the oldest sessions not in use until the store is within its
+ * limit; *n_deleted may be NULL. */
+MZ_API MZ_NODISCARD mz_status mz_store_enforce_limit(mz_store_t *st, size_t *n_deleted);
+
 #ifdef __cplusplus
 }
 #endif

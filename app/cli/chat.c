@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chat_store.h" /* [store] --session NAME */
+
 typedef struct conversation {
     mz_chat_msg *msgs;
     size_t n, cap;
@@ -36,6 +38,11 @@ static int conv_add(conversation *c, const char *role, const char *content)
     if (!copy) return -1;
     c->msgs[c->n++] = (mz_chat_msg){role, copy};
     return 0;
+}
+
+static int conv_add_cb(void *u, const char *role, const char *content) /* [store] */
+{
+    return conv_add(u, role, content);
 }
 
 static void conv_free(conversation *c)
@@ -261,6 +268,7 @@ static int fit_conversation(const mz_model_t *m, conversation *conv, size_t n_ct
 int cmd_chat(int argc, char **argv)
 {
     const char *codec = NULL, *swap_dir = NULL, *profile = NULL;
+    chat_store cs = {.fsync = MZ_FSYNC_BATCH}; /* [store] */
     mz_kv_placement placement = MZ_KV_PLACE_AUTO;
     mz_evict_order order = MZ_EVICT_BACKWARD;
     mz_engine_mode mode = MZ_MODE_MZCACHE;
@@ -273,6 +281,9 @@ int cmd_chat(int argc, char **argv)
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
+        int so = chat_store_option(&cs, argc, argv, &i); /* [store] */
+        if (so < 0) return 2;
+        if (so > 0) continue;
         if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
         else if (!strcmp(argv[i], "--timings")) show_timings = true;
         else if (!strcmp(argv[i], "--restore-overlap") && i + 1 < argc) {
@@ -347,8 +358,8 @@ int cmd_chat(int argc, char **argv)
                    "                          sequentially before the prefill), recompute (cold\n"
                    "                          start: reload the weights, prefill it all again)\n"
                    "      --profile FILE      device profile from `mzcache profile` (default\n"
-                   "                          $XDG_CACHE_HOME/mzcache/profile.json)\n%s",
-                   cli_common_help);
+                   "                          $XDG_CACHE_HOME/mzcache/profile.json)\n%s%s",
+                   chat_store_help(), cli_common_help);
             return 0;
         } else {
             fprintf(stderr, "mzcache chat: unknown option '%s' (see mzcache chat --help)\n", argv[i]);
@@ -382,7 +393,9 @@ int cmd_chat(int argc, char **argv)
         cp.mode = mode;
         cp.progress = cli_progress;
         cp.progress_user = cli_progress_shown(&o);
-        if (mz_ctx_init(m, &cp, &ctx)) {
+        if (cs.session) { /* [store] resume or start the named session */
+            if (chat_store_open(&cs, m, &cp, &ctx, conv_add_cb, &conv)) goto out;
+        } else if (mz_ctx_init(m, &cp, &ctx)) {
             fprintf(stderr, "mzcache: cannot create context: %s\n", mz_last_error());
             goto out;
         }
@@ -392,7 +405,7 @@ int cmd_chat(int argc, char **argv)
         fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
         goto out;
     }
-    if (system && conv_add(&conv, "system", system)) goto out;
+    if (system && conv.n == 0 && conv_add(&conv, "system", system)) goto out;
     lines = cli_lines_open("> ");
     if (!lines) goto out;
     if (isatty(STDIN_FILENO))
@@ -467,6 +480,7 @@ int cmd_chat(int argc, char **argv)
                    "message drops the oldest turns to make room, and says so; /clear starts over)\n",
                    mz_ctx_n_tokens(ctx), n_ctx);
         fflush(stdout);
+        if (cs.session) chat_store_save(&cs, conv.msgs, conv.n); /* [store] */
         if (show_timings && !o.quiet) {
             fprintf(stderr, "(reused %zu cached tokens)", reused);
             cli_print_gen_timings(n - reused, prompt_ms, &g);
@@ -480,7 +494,8 @@ out:
     cli_lines_close(lines);
     conv_free(&conv);
     mz_sampler_free(smp);
-    mz_ctx_free(ctx); /* removes the swap file */
+    mz_ctx_free(ctx); /* removes the swap file (a stored session's data file stays) */
+    chat_store_close(&cs); /* [store] */
     mz_model_free(m);
     return rc;
 }

@@ -6,6 +6,7 @@
  * engine's compute lock too (engine.h).
  */
 #include "engine.h"
+#include "../store/store.h"
 
 #include "../baseline/baseline.h"
 #include "../kernels/kernels.h"
@@ -180,6 +181,7 @@ void mz_ctx_free(mz_ctx_t *c)
     }
     mz_threadpool_free(c->own_pool);
     mz_baseline_free(c);
+    mz_sstore_detach(c); /* [store] last manifest, worker stopped, before the file goes */
     mz_mem_free(c->mem);
     mz_kv_cache_free(&c->kv);
     scratch_free(&c->s);
@@ -276,6 +278,7 @@ static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_to
         return ctx_fail(c, s);
     }
     c->have_logits = true;
+    if (c->sstore) mz_sstore_note(c); /* [store] new tokens for the write-behind */
     double dt = mz_time_ms() - t0;
     if (n_tokens == 1) {
         c->timings.decode_ms += dt;
@@ -306,6 +309,8 @@ static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep)
 {
     if (n_keep > c->n_tokens) return mz_fail(MZ_E_RANGE, "cannot keep %zu of %zu tokens", n_keep, c->n_tokens);
     mz_clear_error();
+    /* [store] the write-behind stops treating the cut chunks as full first */
+    if (c->sstore) mz_sstore_note_truncate(c, n_keep);
     /* Evicted chunks beyond n_keep give up their stored copies first. */
     mz_status s = mz_mem_kv_truncate(c->mem, n_keep);
     if (s) return ctx_fail(c, s);

@@ -121,6 +121,7 @@ struct mz_ctx {
     char errmsg[1024];
     const mz_mode_ops *ops;   /* the engine mode (params.mode) */
     struct mz_baseline *base; /* a baseline mode's state (src/baseline) */
+    struct mz_sstore *sstore; /* [store] its session store attachment (src/store), or NULL */
 };
 
 /* Runs the forward pass for n tokens at positions [c->n_tokens, c->n_tokens + n)

@@ -29,6 +29,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SWAP_BLOCK ((uint64_t)MZ_IO_ALIGN)
@@ -328,6 +329,85 @@ bool mz_swapfile_uses_uring(const mz_swapfile_t *sf) { return sf->uring; }
 const char *mz_swapfile_path(const mz_swapfile_t *sf) { return sf->path; }
 int mz_swapfile_last_errno(const mz_swapfile_t *sf) { return sf->last_errno; }
 
+/* ---- persistent records (session store) ------------------------------------------------------ */
+
+mz_status mz_swapfile_slot_info(mz_swapfile_t *sf, mz_swap_slot slot, mz_swap_slot_info *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&sf->lock);
+    slot_rec *r = slot_lookup(sf, slot, NULL);
+    if (r) *out = (mz_swap_slot_info){.off = r->off, .ext = r->ext, .len = r->len, .tag = r->tag,
+                                      .seq = r->seq, .hash = r->hash, .split = r->split};
+    pthread_mutex_unlock(&sf->lock);
+    return r ? MZ_OK : mz_fail(MZ_E_INVAL, "swap slot 0x%llx is not live", (unsigned long long)slot);
+}
+
+/* Removes [off, off+len) from the free list; false if any of it is not free. */
+static bool ext_carve(mz_swapfile_t *sf, uint64_t off, uint64_t len)
+{
+    for (size_t i = 0; i < sf->n_holes; i++) {
+        extent *h = &sf->holes[i];
+        if (off < h->off || off + len > h->off + h->len) continue;
+        uint64_t a_len = off - h->off, b_off = off + len, b_len = h->off + h->len - b_off;
+        if (a_len && b_len) {
+            if (!holes_reserve(sf, sf->n_holes + 1)) return false;
+            h = &sf->holes[i];
+            memmove(&sf->holes[i + 2], &sf->holes[i + 1], (sf->n_holes - i - 1) * sizeof *h);
+            sf->holes[i] = (extent){h->off, a_len};
+            sf->holes[i + 1] = (extent){b_off, b_len};
+            sf->n_holes++;
+        } else if (a_len) {
+            h->len = a_len;
+        } else if (b_len) {
+            *h = (extent){b_off, b_len};
+        } else {
+            holes_remove(sf, i);
+        }
+        return true;
+    }
+    return false;
+}
+
+mz_status mz_swapfile_slot_import(mz_swapfile_t *sf, const mz_swap_slot_info *in, mz_swap_slot *out)
+{
+    *out = 0;
+    uint64_t need = in->split ? SWAP_BLOCK + in->len : MZ_SWAP_REC_HDR_BYTES + in->len;
+    if (in->off % SWAP_BLOCK || in->ext % SWAP_BLOCK || in->ext == 0 || in->len > SWAP_MAX_LEN ||
+        in->ext > SWAP_MAX_LEN || need > in->ext || in->seq == 0 || in->split > 1 ||
+        in->off > SWAP_MAX_LEN)
+        return mz_fail(MZ_E_INVAL, "malformed record extent (offset %llu, %llu bytes)",
+                       (unsigned long long)in->off, (unsigned long long)in->ext);
+    pthread_mutex_lock(&sf->lock);
+    mz_status s = MZ_OK;
+    uint32_t idx = slot_new(sf);
+    if (idx == UINT32_MAX) {
+        s = mz_fail(MZ_E_NOMEM, "out of memory (swap slot table)");
+    } else if (!ext_carve(sf, in->off, in->ext)) {
+        sf->free_ids[sf->n_free_ids++] = idx;
+        s = mz_fail(MZ_E_INVAL, "record at offset %llu (%llu bytes) is beyond the end of %s or "
+                    "overlaps another", (unsigned long long)in->off, (unsigned long long)in->ext,
+                    sf->path);
+    } else {
+        sf->slots[idx] = (slot_rec){.off = in->off, .ext = in->ext, .len = in->len, .tag = in->tag,
+                                    .seq = in->seq, .hash = in->hash, .state = SLOT_VALID,
+                                    .split = (uint8_t)in->split};
+        if (in->seq >= sf->next_seq) sf->next_seq = in->seq + 1;
+        sf->st.used_bytes += in->ext;
+        sf->st.payload_bytes += in->len;
+        sf->st.n_slots++;
+        *out = slot_handle(idx, in->seq);
+    }
+    pthread_mutex_unlock(&sf->lock);
+    return s;
+}
+
+mz_status mz_swapfile_sync(mz_swapfile_t *sf)
+{
+    if (mz_io.fsync(sf->fd) != 0)
+        return mz_fail(MZ_E_IO, "fsync %s: %s", sf->path, strerror(errno));
+    return MZ_OK;
+}
+
 /* ---- 4. directory, open, close, cleanup --------------------------------------------------- */
 
 mz_swapfile_params mz_swapfile_params_default(void)
@@ -441,6 +521,18 @@ mz_status mz_swapfile_open(const mz_swapfile_params *p, mz_swapfile_t **out)
 
     int base = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
     sf->direct = !(p->flags & MZ_SWAP_FORCE_BUFFERED);
+    if (p->flags & MZ_SWAP_PERSIST) {
+        /* Session store: a named file that outlives the process. */
+        if (!p->path || strlen(p->path) >= sizeof sf->path) {
+            s = mz_fail(MZ_E_INVAL, "persistent swap file: bad path");
+            sf->unlinked = true;
+            goto out_close;
+        }
+        snprintf(sf->path, sizeof sf->path, "%s", p->path);
+        base = O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
+        sf->direct = false;
+        sf->unlinked = true; /* kept at close */
+    }
     sf->fd = mz_io.open(sf->path, base | (sf->direct ? O_DIRECT : 0), 0600);
     if (sf->fd < 0 && sf->direct && errno == EINVAL) {
         /* Some filesystems create the file and then refuse O_DIRECT. */
@@ -455,8 +547,32 @@ mz_status mz_swapfile_open(const mz_swapfile_params *p, mz_swapfile_t **out)
         sf->unlinked = true; /* nothing to remove */
         goto out_close;
     }
-    if (flock(sf->fd, LOCK_EX | LOCK_NB) != 0)
+    /* A process killed with io_uring requests in flight releases its files
+     * (and so the lock) only when the kernel has torn its rings down, a
+     * moment after it is reaped: a persistent file waits up to 2 s for that. */
+    for (int tries = 0; (p->flags & MZ_SWAP_PERSIST) && tries < 100; tries++) {
+        if (flock(sf->fd, LOCK_EX | LOCK_NB) == 0) break;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (flock(sf->fd, LOCK_EX | LOCK_NB) != 0) {
+        if (p->flags & MZ_SWAP_PERSIST) {
+            s = mz_fail(MZ_E_IO, "%s is in use by another process", sf->path);
+            goto out_close;
+        }
         mz_log(MZ_LOG_DEBUG, "swap file %s: flock: %s", sf->path, strerror(errno));
+    }
+    if (p->flags & MZ_SWAP_PERSIST) {
+        /* The old contents are one free extent until records are imported. */
+        struct stat fst;
+        if (fstat(sf->fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
+            s = mz_fail(MZ_E_IO, "%s is not a regular file", sf->path);
+            goto out_close;
+        }
+        uint64_t end = (uint64_t)fst.st_size / SWAP_BLOCK * SWAP_BLOCK;
+        sf->file_end = end;
+        if (end && holes_reserve(sf, 1)) sf->holes[sf->n_holes++] = (extent){0, end};
+    }
     if (sf->direct && (s = probe_direct(sf)) != MZ_OK) goto out_close;
     if (p->flags & MZ_SWAP_UNLINK_EARLY) {
         if (mz_io.unlink(sf->path) == 0) sf->unlinked = true;

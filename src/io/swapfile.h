@@ -57,6 +57,11 @@ enum {
     MZ_SWAP_FORCE_BUFFERED = 1u << 0, /* don't try O_DIRECT (tests, or a known-bad fs) */
     MZ_SWAP_NO_URING = 1u << 1,       /* pread/pwrite one at a time */
     MZ_SWAP_UNLINK_EARLY = 1u << 2,   /* unlink the name right after creation */
+    /* Session store (src/store): params.path names the file, which is opened
+     * or created (never O_EXCL, never truncated) and kept at close. Its old
+     * contents are free space except the records mz_swapfile_slot_import
+     * takes back. Implies buffered I/O (no O_DIRECT probe at offset 0). */
+    MZ_SWAP_PERSIST = 1u << 3,
 };
 
 typedef struct mz_swapfile_params {
@@ -64,6 +69,7 @@ typedef struct mz_swapfile_params {
     int queue_depth;           /* requests in flight; <= 0: 4 */
     size_t max_io_bytes;       /* payload bytes per request; 0: 1 MiB (rounded to 4 KiB) */
     unsigned flags;            /* MZ_SWAP_* */
+    const char *path;          /* MZ_SWAP_PERSIST: the file (its directory must exist) */
 } mz_swapfile_params;
 
 MZ_INTERNAL mz_swapfile_params mz_swapfile_params_default(void);
@@ -137,6 +143,26 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_swapfile_default_dir(char *buf, size_t cap
  * pid in the name no longer exists and nobody holds the file's lock. Never
  * touches this process's files or other names. *n_removed may be NULL. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_swapfile_cleanup_stale(const char *dir, int *n_removed);
+
+/* ---- persistent records (session store, src/store) ---------------------------------------
+ * A record's place and identity, as a manifest keeps it. Importing one into
+ * a freshly opened MZ_SWAP_PERSIST file makes it a live slot again without
+ * any I/O; every later read verifies it against these values (header,
+ * sequence, tag, payload checksum) as for any slot, so a record that was
+ * overwritten or damaged since is refused (MZ_E_CORRUPT), never returned. */
+typedef struct mz_swap_slot_info {
+    uint64_t off, ext;         /* extent (4 KiB multiples) */
+    uint64_t len, tag, seq, hash;
+    uint32_t split;            /* layout: 1 = payload at +4096 */
+} mz_swap_slot_info;
+MZ_INTERNAL MZ_NODISCARD mz_status mz_swapfile_slot_info(mz_swapfile_t *sf, mz_swap_slot slot,
+                                                         mz_swap_slot_info *out);
+/* MZ_E_INVAL when the extent is malformed or overlaps a live one. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_swapfile_slot_import(mz_swapfile_t *sf,
+                                                           const mz_swap_slot_info *in,
+                                                           mz_swap_slot *out);
+/* fsync of the file (through mz_io). */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_swapfile_sync(mz_swapfile_t *sf);
 
 /* ---- asynchronous form (for a restore worker) ----------------------------------------
  * A queue belongs to one thread. Submit items (they must stay valid, buffers

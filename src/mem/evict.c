@@ -98,10 +98,26 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
         return MZ_OK;
     }
 
+    {
+        /* [store] a clean chunk that an earlier step of this plan meant to
+         * compress went to storage instead (it cost no write): a later
+         * step that moves it from memory to storage has nothing to do. */
+        mz_unit_state cur = mz_unit_state_get(u);
+        if (cur == MZ_UNIT_STORED_RAW && u->clean) return MZ_OK;
+    }
     if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) return mz_fail(MZ_E_INVAL, "%s: not resident", nm);
     const mz_codec *used = NULL;
     size_t len = 0;
     mz_unit_state to = MZ_UNIT_RESIDENT;
+    if (u->clean) { /* [store] a current copy in the session store: no encode, no write */
+        u->slot = u->clean;
+        mz_unit_release_pages(u);
+        mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+        *delta = (int64_t)u->bytes;
+        r->n_kv_stored_raw++;
+        atomic_fetch_add(&mm->n_clean_evicted, 1);
+        return MZ_OK;
+    }
     switch (st->dest) {
     case MZ_DEST_COMPRESS:
         if ((s = encode_chunk(mm, u, &used, &len))) break;

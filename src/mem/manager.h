@@ -30,6 +30,7 @@
 #include "unit.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 typedef struct mz_mem mz_mem;
 struct mz_device_profile;
@@ -161,5 +162,24 @@ MZ_INTERNAL const struct mz_codec *mz_mem_layer_codec(const mz_mem *mm, int laye
 MZ_INTERNAL size_t mz_mem_enc_expected(const mz_mem *mm);
 /* Full consistency walk (stack items vs unit states, slots, counts). */
 MZ_INTERNAL bool mz_mem_is_valid(mz_mem *mm);
+
+/* ---- [store] session store hooks (src/store/session_store.c) ------------------------- *
+ * The session's swap file is its store file (given before the first store).
+ * mz_mem_store_chunk gives KV unit (layer, chunk) a clean copy: written from
+ * its resident pages (claimed BUSY meanwhile, so no eviction moves it), or
+ * adopted when it already sits raw in the file; *clean says whether it has
+ * one now, *wrote whether this call wrote. Only chunks below *full (the
+ * committed full chunks, read under mm->lock) are considered.
+ * Any thread; takes mm->lock. adopt: a chunk just reserved by the owner
+ * becomes STORED_RAW at an imported record, clean. */
+MZ_INTERNAL void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf);
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk,
+                                                      const _Atomic size_t *full, bool *clean,
+                                                      bool *wrote);
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_clean_info(mz_mem *mm, int layer, size_t chunk,
+                                                           mz_swap_slot_info *out);
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk,
+                                                      mz_swap_slot slot);
+MZ_INTERNAL size_t mz_mem_store_n_clean_evicted(const mz_mem *mm);
 
 #endif /* MZ_MANAGER_H */

@@ -74,6 +74,8 @@ struct mz_mem {
     mz_restore_timings last;   /* breakdown of the last pipelined restore */
     double last_first_compute_ms; /* when acquire_layer(0) returned in the last job */
     double last_ready_ms;      /* when its last unit became ready */
+    _Atomic size_t n_clean_evicted; /* [store] evictions that only released pages */
+    bool store_leaked;         /* [store] a truncation left clean records behind */
 };
 
 static inline mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }

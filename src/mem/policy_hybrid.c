@@ -206,6 +206,10 @@ static void hybrid_plan(const mz_policy *pol, const mz_policy_view *v, size_t nb
             s.kind = MZ_UNIT_KV;
             s.layer = (int)(i / v->max_chunks);
             s.chunk = i % v->max_chunks;
+            /* [store] a chunk with a current copy in the session store costs
+             * nothing to evict (pages released, no encode or write): it goes
+             * to the storage path whichever path was due. */
+            if (act == KV_TO_MEM && mz_unit_is_clean(&v->kv[i])) act = KV_TO_STORAGE;
             if (act == KV_TO_MEM) {
                 s.dest = MZ_DEST_COMPRESS;
                 s.est_freed = comp_gain;

@@ -119,7 +119,7 @@ static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_
     }
     if (s) goto out_fail;
     if (from == MZ_UNIT_STORED_RAW || from == MZ_UNIT_STORED_COMPRESSED) {
-        mm_swap_slot_free(mm, u->slot);
+        if (u->slot != u->clean) mm_swap_slot_free(mm, u->slot); /* [store] a clean copy stays */
         u->slot = 0;
     }
     mz_unit_settle(u, MZ_UNIT_RESIDENT);

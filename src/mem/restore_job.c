@@ -236,7 +236,7 @@ static mz_status storage_unit_finish(rjob *j, size_t i, mz_status st, size_t len
         return st;
     }
     pthread_mutex_lock(&mm->lock);
-    mm_swap_slot_free(mm, u->slot);
+    if (u->slot != u->clean) mm_swap_slot_free(mm, u->slot); /* [store] a clean copy stays */
     u->slot = 0;
     pthread_mutex_unlock(&mm->lock);
     job_settled(j, i, u);
@@ -356,7 +356,7 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
     }
     if (from != MZ_UNIT_DROPPED) {
         pthread_mutex_lock(&mm->lock);
-        mm_swap_slot_free(mm, u->slot);
+        if (u->slot != u->clean) mm_swap_slot_free(mm, u->slot); /* [store] a clean copy stays */
         u->slot = 0;
         pthread_mutex_unlock(&mm->lock);
     }

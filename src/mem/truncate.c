@@ -14,6 +14,19 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
     mz_status s = MZ_OK;
     mm_sync_kv(mm);
     pthread_mutex_lock(&mm->lock);
+    /* [store] chunks from the one n_pos falls in will be written again: their
+     * stored copies are no longer current. A kept chunk stored at its clean
+     * slot keeps it as an ordinary slot; a dropped chunk's clean record stays
+     * in the file (the current manifest may name it) and is left behind. */
+    for (int l = 0; l < mm->n_layer; l++)
+        for (size_t c = n_pos / MZ_KV_CHUNK_TOKENS; c < mm->max_chunks; c++) {
+            mz_unit *u = kv_unit(mm, l, c);
+            mz_unit_state st = mz_unit_state_get(u);
+            if (c < keep || (st != MZ_UNIT_STORED_RAW && st != MZ_UNIT_STORED_COMPRESSED)) {
+                if (u->clean && u->slot != u->clean) mm->store_leaked = true;
+                mz_unit_set_clean(u, 0);
+            }
+        }
     for (int l = 0; l < mm->n_layer; l++) {
         for (size_t c = keep; c < mm->kv->n_chunks; c++) {
             mz_unit *u = kv_unit(mm, l, c);
@@ -21,7 +34,9 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
             if (st == MZ_UNIT_COMPRESSED) n_drop_stack++;
             if (st != MZ_UNIT_STORED_RAW && st != MZ_UNIT_STORED_COMPRESSED) continue;
             MZ_ASSERT(mz_unit_claim(u, st));
-            mm_swap_slot_free(mm, u->slot);
+            if (u->slot != u->clean) mm_swap_slot_free(mm, u->slot); /* [store] kept for the manifest */
+            else mm->store_leaked = true;
+            mz_unit_set_clean(u, 0);
             u->slot = 0;
             /* Back to a plain mapping that the cache is about to unmap. */
             if ((s = mz_unit_map_pages(u))) {

@@ -68,6 +68,12 @@ typedef struct mz_unit {
     size_t enc_bytes;              /* COMPRESSED / STORED_COMPRESSED: encoded size */
     const struct mz_codec *enc;    /* codec of the encoded blob (raw when the codec refused) */
     mz_swap_slot slot;             /* STORED_*: the record */
+    /* Session store (src/store): a verified-on-read copy of this full KV
+     * chunk in the session's store file, current while set (the chunk's
+     * bytes never change again; truncation below the chunk clears it).
+     * Evicting a unit with a clean copy writes nothing: its pages go and it
+     * settles STORED_RAW with slot = clean. Restore keeps the slot. */
+    mz_swap_slot clean;
 } mz_unit;
 
 MZ_INTERNAL const char *mz_unit_state_name(mz_unit_state s);
@@ -84,6 +90,17 @@ static inline bool mz_unit_claim(mz_unit *u, mz_unit_state from)
     uint32_t exp = (uint32_t)from;
     return atomic_compare_exchange_strong_explicit(&u->state, &exp, (uint32_t)MZ_UNIT_BUSY,
                                                    memory_order_acq_rel, memory_order_acquire);
+}
+
+/* [store] u->clean is written under the manager's lock; the planner reads
+ * it without (mz_unit_is_clean), so both go through atomics. */
+static inline void mz_unit_set_clean(mz_unit *u, mz_swap_slot s)
+{
+    __atomic_store_n(&u->clean, s, __ATOMIC_RELAXED);
+}
+static inline bool mz_unit_is_clean(const mz_unit *u)
+{
+    return __atomic_load_n(&u->clean, __ATOMIC_RELAXED) != 0;
 }
 
 /* Stores a settled state (release) and wakes waiters. Caller holds it BUSY. */

@@ -1,0 +1,81 @@
+/*
+ * store_hooks.c — what the session store (src/store/session_store.c) asks of
+ * a session's memory manager (contract: manager.h, "[store]").
+ *
+ * A full KV chunk never changes again, so one copy of it in the session's
+ * store file stays current: the unit keeps that record as u->clean, eviction
+ * then only releases its pages (evict.c), a restore keeps the record
+ * (restore.c, restore_job.c), and a truncation below the chunk clears it
+ * (truncate.c).
+ */
+#define _GNU_SOURCE
+#include "manager_impl.h"
+
+void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf)
+{
+    pthread_mutex_lock(&mm->lock);
+    MZ_ASSERT(!mm->swap);
+    mm->swap = sf;
+    mm->shared_swap = false; /* the session's own: closed (kept on disk) by mz_mem_free */
+    pthread_mutex_unlock(&mm->lock);
+}
+
+mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic size_t *full,
+                             bool *clean, bool *wrote)
+{
+    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && chunk < mm->max_chunks);
+    mz_unit *u = kv_unit(mm, layer, chunk);
+    mz_status s = MZ_OK;
+    *wrote = false;
+    pthread_mutex_lock(&mm->lock);
+    /* *full is lowered before a truncation takes mm->lock, so a chunk about
+     * to be cut is never given a copy after the truncation cleared it. */
+    if (chunk >= atomic_load(full)) {
+        *clean = false;
+        pthread_mutex_unlock(&mm->lock);
+        return MZ_OK;
+    }
+    if (!u->clean && mm->swap) {
+        mz_unit_state st = mz_unit_state_get(u);
+        if (st == MZ_UNIT_STORED_RAW) {
+            mz_unit_set_clean(u, u->slot); /* evicted raw into the store file: already a copy */
+        } else if (st == MZ_UNIT_RESIDENT && mz_unit_claim(u, MZ_UNIT_RESIDENT)) {
+            /* BUSY while written: eviction (under mm->lock, as here) never sees
+             * it, and compute waits for the settle before it reads the unit. */
+            mz_swap_slot slot = 0;
+            s = mm_swap_write(mm, u->buf, u->bytes, kv_tag(layer, chunk), &slot);
+            if (!s) mz_unit_set_clean(u, slot);
+            *wrote = !s;
+            mz_unit_settle(u, MZ_UNIT_RESIDENT);
+        }
+    }
+    *clean = u->clean != 0;
+    pthread_mutex_unlock(&mm->lock);
+    return s;
+}
+
+mz_status mz_mem_store_clean_info(mz_mem *mm, int layer, size_t chunk, mz_swap_slot_info *out)
+{
+    mz_unit *u = kv_unit(mm, layer, chunk);
+    pthread_mutex_lock(&mm->lock);
+    mz_status s = u->clean && mm->swap ? mz_swapfile_slot_info(mm->swap, u->clean, out)
+                                       : mz_fail(MZ_E_INVAL, "no stored copy");
+    pthread_mutex_unlock(&mm->lock);
+    return s;
+}
+
+mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk, mz_swap_slot slot)
+{
+    mm_sync_kv(mm);
+    mz_unit *u = kv_unit(mm, layer, chunk);
+    if (!mz_unit_claim(u, MZ_UNIT_RESIDENT))
+        return mz_fail(MZ_E_INVAL, "KV chunk %d/%zu is not a fresh resident chunk", layer, chunk);
+    u->slot = slot;
+    mz_unit_set_clean(u, slot);
+    atomic_fetch_add(&mm->n_slots, 1);
+    mz_unit_release_pages(u);
+    mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+    return MZ_OK;
+}
+
+size_t mz_mem_store_n_clean_evicted(const mz_mem *mm) { return atomic_load(&mm->n_clean_evicted); }

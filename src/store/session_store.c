@@ -1,0 +1,541 @@
+/*
+ * session_store.c — a session's place in the store: the write-behind worker
+ * that gives full KV chunks their clean copies and keeps the manifest
+ * current, and resume (contract: include/mzcache.h, "session store").
+ *
+ * Consistency. A manifest names tokens [0, n) and the records of chunks
+ * [0, k) with k <= (n - 1) / 256. It is assembled under att->mu from the
+ * token snapshot and the chunks' clean records: a chunk is clean only while
+ * its bytes are current (mz_mem_kv_truncate clears it, and the worker never
+ * gives a copy to a chunk at or beyond att->full, which a truncation lowers
+ * first), so every chunk it names was computed from exactly the tokens it
+ * names. The data file is fsynced before the manifest that names new chunks
+ * (batch, always), and the manifest replaces the old one by rename: a kill
+ * at any instant leaves the previous or the next consistent manifest.
+ * Records it names are never freed while clean, and a record overwritten
+ * anyway (after a truncation) fails the read's sequence/checksum check.
+ */
+#define _GNU_SOURCE
+#include "store.h"
+
+#include "../engine/engine.h"
+#include "../io/io.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+struct mz_sstore {
+    mz_store_t *st;
+    mz_ctx_t *c;
+    char id[MZ_SESSION_ID_MAX + 1];
+    mz_swapfile_t *sf;         /* the data file (owned by the session's manager) */
+    pthread_mutex_t mu;        /* tok, n_tok, stop, kick */
+    pthread_cond_t cv;
+    mz_token *tok;             /* [cap] snapshot of the session's tokens */
+    size_t cap, n_tok;
+    _Atomic size_t full;       /* chunks [0, full) are full and committed */
+    bool stop, kick;
+    bool rescan;               /* a truncation: clean_upto is void */
+    pthread_t th;
+    bool th_started;
+    pthread_mutex_t pass_lock; /* one pass at a time; the fields below */
+    size_t last_k, last_n;
+    size_t clean_upto;         /* chunks [0, clean_upto) are clean in every layer */
+    bool written_once, data_unsynced;
+    bool pending;              /* under mu: a manifest is due (timed retry) */
+    double last_write_ms;
+    uint64_t created_ns;
+    mz_status last_err;        /* under mu: the last pass failed (retry in 1 s) */
+    bool no_final;             /* tests: leave the store as a kill would */
+    mz_manifest man;           /* scratch */
+    size_t man_tok_cap, man_rec_cap;
+};
+
+/* ---- owner-thread hooks (ctx.c) ------------------------------------------------------------ */
+
+void mz_sstore_note(mz_ctx_t *c)
+{
+    struct mz_sstore *a = c->sstore;
+    pthread_mutex_lock(&a->mu);
+    size_t n = MZ_MIN(c->n_tokens, a->cap);
+    if (n > a->n_tok) memcpy(a->tok + a->n_tok, c->tokens + a->n_tok, (n - a->n_tok) * sizeof *a->tok);
+    a->n_tok = n;
+    atomic_store(&a->full, n / MZ_KV_CHUNK_TOKENS);
+    a->kick = true;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+void mz_sstore_note_truncate(mz_ctx_t *c, size_t n_keep)
+{
+    struct mz_sstore *a = c->sstore;
+    pthread_mutex_lock(&a->mu);
+    if (n_keep < a->n_tok) a->n_tok = n_keep;
+    atomic_store(&a->full, MZ_MIN(atomic_load(&a->full), n_keep / MZ_KV_CHUNK_TOKENS));
+    a->rescan = true;
+    a->kick = true;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- one pass: write full chunks, then the manifest --------------------------------------- */
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return true;
+    size_t nc = MZ_MAX(need, *cap * 2);
+    void *np = realloc(*p, (nc ? nc : 1) * elem);
+    if (!np) return false;
+    *p = np;
+    *cap = nc;
+    return true;
+}
+
+/* force: write the manifest even if only tokens changed within the interval. */
+static mz_status pass(struct mz_sstore *a, bool force)
+{
+    mz_ctx_t *c = a->c;
+    mz_mem *mm = c->mem;
+    const int L = c->model->cfg.n_layer;
+    mz_status s = MZ_OK;
+    pthread_mutex_lock(&a->pass_lock);
+    bool pend = false; /* a manifest is still due */
+    size_t full = atomic_load(&a->full);
+    pthread_mutex_lock(&a->mu);
+    if (a->rescan) a->clean_upto = 0; /* clean flags are only ever cleared by a truncation */
+    a->rescan = false;
+    pthread_mutex_unlock(&a->mu);
+    size_t k = MZ_MIN(a->clean_upto, full);
+    bool prefix = true;
+    for (size_t ch = k; ch < full && !s; ch++) {
+        bool all = true;
+        for (int l = 0; l < L; l++) {
+            bool clean = false, wrote = false;
+            s = mz_mem_store_chunk(mm, l, ch, &a->full, &clean, &wrote);
+            if (s) break;
+            if (wrote) a->data_unsynced = true;
+            all = all && clean;
+        }
+        if (!s && a->st->p.fsync == MZ_FSYNC_ALWAYS && a->data_unsynced) {
+            s = mz_swapfile_sync(a->sf);
+            if (!s) a->data_unsynced = false;
+        }
+        if (prefix && all) k = ch + 1;
+        else prefix = false;
+    }
+    if (s) {
+        mz_fail_prefix(s, "session %s: write-behind", a->id);
+        goto out;
+    }
+    a->clean_upto = k;
+    /* The manifest: at once when it names more chunks, else at most every
+     * manifest_interval_ms. */
+    pthread_mutex_lock(&a->mu);
+    size_t n = a->n_tok;
+    pthread_mutex_unlock(&a->mu);
+    if (n == 0) goto out; /* nothing worth a manifest yet */
+    size_t kmax = (n - 1) / MZ_KV_CHUNK_TOKENS;
+    k = MZ_MIN(k, kmax);
+    if (a->written_once && k == a->last_k && n == a->last_n) goto out;
+    if (!force && a->written_once && k <= a->last_k &&
+        mz_time_ms() - a->last_write_ms < (double)a->st->p.manifest_interval_ms) {
+        pend = true;
+        goto out;
+    }
+    if (a->data_unsynced && a->st->p.fsync != MZ_FSYNC_NONE) {
+        if ((s = mz_swapfile_sync(a->sf))) goto out;
+        a->data_unsynced = false;
+    }
+    mz_manifest *m = &a->man;
+    pthread_mutex_lock(&a->mu);
+    n = a->n_tok; /* a truncation since: fewer tokens, and chunks only below it */
+    k = MZ_MIN(k, n ? (n - 1) / MZ_KV_CHUNK_TOKENS : 0);
+    if (!grow((void **)&m->tokens, &a->man_tok_cap, n, sizeof *m->tokens) ||
+        !grow((void **)&m->recs, &a->man_rec_cap, k * (size_t)L, sizeof *m->recs)) {
+        pthread_mutex_unlock(&a->mu);
+        s = mz_fail(MZ_E_NOMEM, "out of memory (manifest)");
+        goto out;
+    }
+    memcpy(m->tokens, a->tok, n * sizeof *m->tokens);
+    size_t got = 0;
+    for (; got < k; got++) {
+        bool ok = true;
+        for (int l = 0; l < L && ok; l++)
+            ok = mz_mem_store_clean_info(mm, l, got, &m->recs[got * (size_t)L + (size_t)l]) == MZ_OK;
+        if (!ok) break;
+    }
+    pthread_mutex_unlock(&a->mu);
+    mz_clear_error();
+    m->n_tokens = n;
+    m->n_chunks = got;
+    m->updated_ns = mz_store_now_ns();
+    s = mz_store_write_manifest(a->st, m);
+    if (!s) {
+        a->written_once = true;
+        a->last_k = got;
+        a->last_n = n;
+        pend = false;
+        a->last_write_ms = mz_time_ms();
+    }
+out:
+    if (s) {
+        pend = true; /* retried at the next pass */
+
+        mz_log(MZ_LOG_WARN, "%s", mz_last_error());
+    }
+    pthread_mutex_lock(&a->mu); /* the worker's wait reads them */
+    a->pending = pend;
+    a->last_err = s;
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_unlock(&a->pass_lock);
+    return s;
+}
+
+static void lower_priority(void)
+{
+    /* Write-behind never competes with a request: lowest CPU priority and
+     * the idle I/O class (ioprio_set; ignored where it is not available). */
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    (void)setpriority(PRIO_PROCESS, (id_t)tid, 19);
+#ifdef SYS_ioprio_set
+    (void)syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, tid, 3 << 13 /* IOPRIO_CLASS_IDLE */);
+#endif
+}
+
+static void *worker_main(void *arg)
+{
+    struct mz_sstore *a = arg;
+    lower_priority();
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->stop && !a->kick) {
+            if (a->pending || a->last_err) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                long ms = a->last_err ? 1000 : (long)a->st->p.manifest_interval_ms + 1;
+                ts.tv_sec += ms / 1000;
+                ts.tv_nsec += (ms % 1000) * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) == ETIMEDOUT) break;
+            } else {
+                pthread_cond_wait(&a->cv, &a->mu);
+            }
+        }
+        if (a->stop) break;
+        a->kick = false;
+        pthread_mutex_unlock(&a->mu);
+
+        (void)pass(a, false);
+        pthread_mutex_lock(&a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* ---- attach / detach ------------------------------------------------------------------------ */
+
+static void att_free(struct mz_sstore *a)
+{
+    if (!a) return;
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->pass_lock);
+    free(a->tok);
+    free(a->man.tokens);
+    free(a->man.recs);
+    free(a);
+}
+
+/* Opens the data file as the session's swap file and makes the attachment
+ * (worker not started). fresh: remove an old session of that id first. */
+static mz_status attach(mz_ctx_t *c, mz_store_t *st, const char *id, bool fresh,
+                        struct mz_sstore **out)
+{
+    *out = NULL;
+    char pk[PATH_MAX], pm[PATH_MAX];
+    mz_status s;
+    if ((s = mz_store_path(st, id, ".kv", pk, sizeof pk)) ||
+        (s = mz_store_path(st, id, ".mzs", pm, sizeof pm)))
+        return s;
+    if (c->params.mode != MZ_MODE_MZCACHE)
+        return mz_fail(MZ_E_UNSUPPORTED, "session store: only mzcache-mode sessions are stored");
+    if (c->engine != st->e) return mz_fail(MZ_E_INVAL, "session store: another engine's session");
+    if (c->sstore) return mz_fail(MZ_E_INVAL, "session is stored already");
+    if (mz_mem_swapfile(c->mem))
+        return mz_fail(MZ_E_INVAL, "session store: the session already has a swap file (store it "
+                       "before its first eviction)");
+    if (fresh) {
+        s = mz_store_delete(st, id);
+        if (s == MZ_E_IO) return s; /* in use */
+        mz_clear_error();
+    }
+    struct mz_sstore *a = mz_calloc(1, sizeof *a);
+    if (!a) return MZ_E_NOMEM;
+    a->st = st;
+    a->c = c;
+    snprintf(a->id, sizeof a->id, "%s", id);
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    pthread_mutex_init(&a->pass_lock, NULL);
+    a->cap = c->n_ctx;
+    a->tok = malloc(a->cap * sizeof *a->tok);
+    if (!a->tok) {
+        att_free(a);
+        return mz_fail(MZ_E_NOMEM, "out of memory (session store)");
+    }
+    mz_swapfile_params sp = mz_swapfile_params_default();
+    sp.flags = MZ_SWAP_PERSIST;
+    sp.path = pk;
+    if ((s = mz_swapfile_open(&sp, &a->sf))) {
+        att_free(a);
+        return mz_fail_prefix(s, "session %s", id);
+    }
+    mz_mem_use_store_file(c->mem, a->sf);
+    a->created_ns = mz_store_now_ns();
+    mz_manifest *m = &a->man;
+    m->model_id = st->model_id;
+    m->tok_id = st->tok_id;
+    snprintf(m->codec, sizeof m->codec, "raw");
+    m->n_layer = (uint32_t)c->model->cfg.n_layer;
+    m->chunk_bytes = c->kv.chunk_bytes;
+    m->created_ns = a->created_ns;
+    snprintf(m->name, sizeof m->name, "%s", id);
+    *out = a;
+    return MZ_OK;
+}
+
+static mz_status start_worker(struct mz_sstore *a)
+{
+    if (pthread_create(&a->th, NULL, worker_main, a) != 0)
+        return mz_fail(MZ_E_NOMEM, "cannot start the write-behind thread");
+    a->th_started = true;
+    return MZ_OK;
+}
+
+mz_status mz_session_store(mz_ctx_t *c, mz_store_t *st, const char *id)
+{
+    if (!c || !st) return mz_fail(MZ_E_INVAL, "null argument");
+    pthread_mutex_lock(&c->use_lock);
+    struct mz_sstore *a = NULL;
+    mz_status s = attach(c, st, id, true, &a);
+    if (!s) {
+        c->sstore = a;
+        mz_sstore_note(c);
+        if ((s = start_worker(a))) {
+            c->sstore = NULL;
+            att_free(a); /* the data file stays the session's swap file */
+        }
+    }
+    pthread_mutex_unlock(&c->use_lock);
+    return s;
+}
+
+void mz_sstore_test_abandon(mz_ctx_t *c)
+{
+    if (c->sstore) c->sstore->no_final = true;
+}
+
+mz_status mz_session_sync(mz_ctx_t *c)
+{
+    if (!c || !c->sstore) return mz_fail(MZ_E_INVAL, "session is not stored");
+    return pass(c->sstore, true);
+}
+
+void mz_sstore_detach(mz_ctx_t *c)
+{
+    struct mz_sstore *a = c->sstore;
+    if (!a) return;
+    if (a->th_started) {
+        pthread_mutex_lock(&a->mu);
+        a->stop = true;
+        pthread_cond_signal(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        pthread_join(a->th, NULL);
+    }
+    if (!a->no_final) (void)pass(a, true); /* the last manifest; the file closes with the manager */
+    c->sstore = NULL;
+    att_free(a);
+}
+
+/* ---- resume ------------------------------------------------------------------------------------ */
+
+static mz_status lost(mz_resume_info *info, mz_status s)
+{
+    info->outcome = MZ_RESUME_LOST;
+    snprintf(info->reason, sizeof info->reason, "%s", mz_last_error());
+    return s;
+}
+
+/* After a failed restore: every stored chunk is read (and verified) layer by
+ * layer in order; the first chunk of any layer that fails bounds what is
+ * kept. Returns the number of chunks [0, good) whose every layer restored;
+ * *why gets the first failure's message. */
+static size_t verified_prefix(mz_ctx_t *c, size_t k, char *why, size_t cap)
+{
+    size_t good = k;
+    why[0] = '\0';
+    pthread_mutex_lock(&c->engine->compute_lock);
+    for (int l = 0; l < c->model->cfg.n_layer; l++) {
+        if (mz_mem_acquire_layer(c->mem, l, MZ_MIN(k, good)) == MZ_OK) continue;
+        if (!why[0]) snprintf(why, cap, "%s", mz_last_error());
+        for (size_t ch = 0; ch < good; ch++)
+            if (mz_mem_kv_state(c->mem, l, ch) != MZ_UNIT_RESIDENT) {
+                good = ch;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&c->engine->compute_lock);
+    return good;
+}
+
+mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params *p, mz_ctx_t **out,
+                            mz_resume_info *info_out)
+{
+    mz_resume_info dummy;
+    mz_resume_info *info = info_out ? info_out : &dummy;
+    memset(info, 0, sizeof *info);
+    *out = NULL;
+    if (!st) return mz_fail(MZ_E_INVAL, "null store");
+    mz_clear_error();
+    mz_manifest m;
+    mz_status s = mz_store_read_manifest(st, id, &m);
+    if (s) return lost(info, s);
+    if (m.model_id != st->model_id) {
+        s = mz_fail(MZ_E_UNSUPPORTED, "session %s was made with another model (id %016llx, this "
+                    "model %016llx)", id, (unsigned long long)m.model_id,
+                    (unsigned long long)st->model_id);
+    } else if (m.tok_id != st->tok_id) {
+        s = mz_fail(MZ_E_UNSUPPORTED, "session %s was made with another tokenizer", id);
+    } else if (m.n_layer != (uint32_t)st->e->model->cfg.n_layer) {
+        s = mz_fail(MZ_E_FORMAT, "session %s: %u layers, the model has %d", id, m.n_layer,
+                    st->e->model->cfg.n_layer);
+    } else if (m.n_tokens == 0) {
+        s = mz_fail(MZ_E_FORMAT, "session %s holds no tokens", id);
+    }
+    for (size_t i = 0; !s && i < m.n_tokens; i++)
+        if (m.tokens[i] >= st->n_vocab)
+            s = mz_fail(MZ_E_FORMAT, "session %s: token %zu is outside the vocabulary", id, i);
+    if (s) {
+        mz_manifest_clear(&m);
+        return lost(info, s);
+    }
+    info->n_chunks_stored = m.n_chunks;
+
+    mz_ctx_t *c = NULL;
+    mz_swap_slot *slots = NULL;
+    if ((s = mz_session_create(st->e, p, &c))) {
+        mz_manifest_clear(&m);
+        return lost(info, s);
+    }
+    const int L = c->model->cfg.n_layer;
+    if (m.n_tokens >= c->n_ctx) {
+        s = mz_fail(MZ_E_CONTEXT_FULL, "session %s: %zu tokens do not fit a context of %zu", id,
+                    m.n_tokens, c->n_ctx);
+        goto fail;
+    }
+    if (c->kv.chunk_bytes != m.chunk_bytes) {
+        s = mz_fail(MZ_E_FORMAT, "session %s: its chunk size differs from this model's", id);
+        goto fail;
+    }
+    slots = calloc(m.n_chunks * (size_t)L + 1, sizeof *slots);
+    if (!slots) {
+        s = mz_fail(MZ_E_NOMEM, "out of memory (resume)");
+        goto fail;
+    }
+    pthread_mutex_lock(&c->use_lock);
+    struct mz_sstore *a = NULL;
+    if ((s = attach(c, st, id, false, &a))) {
+        pthread_mutex_unlock(&c->use_lock);
+        goto fail;
+    }
+    a->man.created_ns = m.created_ns;
+    c->sstore = a;
+    /* Take the named records back: chunks [0, k) become stored, clean units,
+     * checked as the restore reads them. */
+    size_t k = m.n_chunks;
+    for (size_t ch = 0; ch < k; ch++)
+        for (int l = 0; l < L; l++) {
+            size_t i = ch * (size_t)L + (size_t)l;
+            if (mz_swapfile_slot_import(a->sf, &m.recs[i], &slots[i]) != MZ_OK) {
+                snprintf(info->reason, sizeof info->reason,
+                         "session %s: KV chunk %d/%zu: %s; truncated to %zu chunks", id, l, ch,
+                         mz_last_error(), ch);
+                k = ch;
+                break;
+            }
+        }
+    size_t n0 = k * MZ_KV_CHUNK_TOKENS;
+    s = mz_kv_cache_reserve(&c->kv, n0);
+    for (size_t ch = 0; ch < k && !s; ch++)
+        for (int l = 0; l < L && !s; l++)
+            s = mz_mem_store_adopt(c->mem, l, ch, slots[ch * (size_t)L + (size_t)l]);
+    if (!s) {
+        memcpy(c->tokens, m.tokens, n0 * sizeof *c->tokens);
+        c->n_tokens = n0;
+        c->have_logits = false;
+        mz_sstore_note(c);
+    }
+    pthread_mutex_unlock(&c->use_lock);
+    if (s) goto fail;
+    /* Restore the stored chunks through the pipelined restore while the
+     * partial last chunk is recomputed. A chunk that fails verification
+     * (its name is in the message) cuts the session back to the chunks
+     * before it; the rest of the stored tokens are computed again. */
+    for (int attempt = 0;; attempt++) {
+        size_t have = c->n_tokens;
+        s = mz_prefill_restore(c, m.tokens + have, m.n_tokens - have, NULL, &info->timings);
+        if (!s) break;
+        if ((s != MZ_E_CORRUPT && s != MZ_E_IO) || attempt >= 3) goto fail;
+        char first[400];
+        snprintf(first, sizeof first, "%s", mz_last_error());
+        char why[400];
+        size_t good = verified_prefix(c, MZ_MIN(k, c->kv.n_chunks), why, sizeof why);
+        snprintf(info->reason, sizeof info->reason, "session %s: %s; truncated to %zu chunks (%zu "
+                 "tokens)", id, why[0] ? why : first, good, good * MZ_KV_CHUNK_TOKENS);
+        mz_log(MZ_LOG_WARN, "%s", info->reason);
+        if ((s = mz_ctx_truncate(c, MZ_MIN(c->n_tokens, good * MZ_KV_CHUNK_TOKENS)))) goto fail;
+        k = good;
+    }
+    info->n_chunks_restored = k;
+    info->n_tokens = c->n_tokens;
+    info->n_tokens_recomputed = m.n_tokens - k * MZ_KV_CHUNK_TOKENS;
+    info->outcome = k == m.n_chunks ? MZ_RESUME_FULL : MZ_RESUME_TRUNCATED;
+    if (info->outcome == MZ_RESUME_FULL) info->reason[0] = '\0';
+    free(slots);
+    mz_manifest_clear(&m);
+    if ((s = start_worker(c->sstore))) {
+        mz_ctx_free(c);
+        return lost(info, s);
+    }
+    *out = c;
+    return MZ_OK;
+fail:
+    info->n_tokens = 0;
+    {
+        mz_resume_info keep = *info;
+        (void)lost(info, s);
+        if (keep.reason[0] && strcmp(keep.reason, info->reason) != 0) {
+            char tmp[sizeof info->reason];
+            snprintf(tmp, sizeof tmp, "%s", info->reason);
+            snprintf(info->reason, sizeof info->reason, "%.250s; %.250s", keep.reason, tmp);
+        }
+    }
+    /* No manifest update from a session that never resumed. */
+    if (c && c->sstore) {
+        att_free(c->sstore);
+        c->sstore = NULL;
+    }
+    mz_ctx_free(c);
+    free(slots);
+    mz_manifest_clear(&m);
+    return s;
+}

@@ -1,0 +1,58 @@
+/*
+ * store.h — the session store (public contract in include/mzcache.h,
+ * "session store"): a per-user directory of stored sessions, each a manifest
+ * (manifest.h) and a data file that is also the session's swap file.
+ *
+ * Files here:
+ *   store.c          directory (0700, owner checked), model and tokenizer
+ *                    identity, atomic manifest writes, list / delete / limit
+ *   session_store.c  a session's attachment: write-behind worker, sync,
+ *                    resume
+ *
+ * Hooks elsewhere (marked [store]): struct mz_ctx.sstore and three calls in
+ * src/engine/ctx.c (after a prefill, before a truncation, at free); the
+ * clean-copy field of mz_unit and the mz_mem_store_* calls in
+ * src/mem/manager.c; MZ_SWAP_PERSIST and slot import/info in
+ * src/io/swapfile.c.
+ *
+ * Lock order: pass_lock (one write-behind pass at a time) -> att->mu (token
+ * snapshot) -> mm->lock (inside mz_mem_store_*) -> swapfile lock.
+ */
+#ifndef MZ_STORE_H
+#define MZ_STORE_H
+
+#include "../core/core.h"
+#include "manifest.h"
+
+#include <limits.h>
+#include <stdint.h>
+
+struct mz_store {
+    mz_engine_t *e;
+    mz_store_params p;
+    char dir[3968];            /* PATH_MAX less room for "/<id>.mzs.tmp" */
+    uint64_t model_id, tok_id;
+    int n_vocab;
+};
+
+/* ctx.c hooks (owner thread, c->sstore != NULL for the first two). */
+MZ_INTERNAL void mz_sstore_note(mz_ctx_t *c);
+MZ_INTERNAL void mz_sstore_note_truncate(mz_ctx_t *c, size_t n_keep);
+MZ_INTERNAL void mz_sstore_detach(mz_ctx_t *c);
+/* Tests: the session's free will not write a last manifest (as after kill -9). */
+MZ_INTERNAL void mz_sstore_test_abandon(mz_ctx_t *c);
+
+/* store.c, for session_store.c */
+/* <dir>/<id><suffix> into buf; MZ_E_INVAL for a bad id. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_store_path(const mz_store_t *st, const char *id,
+                                                 const char *suffix, char *buf, size_t cap);
+/* Writes m to <id>.mzs atomically with the store's fsync policy. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_store_write_manifest(mz_store_t *st, const mz_manifest *m);
+/* Reads and decodes <id>.mzs (strict). */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_store_read_manifest(mz_store_t *st, const char *id,
+                                                          mz_manifest *m);
+/* XXH64-chained hash of a file's bytes (8 MiB blocks); tests use it. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_store_hash_file(const char *path, uint64_t *out);
+MZ_INTERNAL uint64_t mz_store_now_ns(void);
+
+#endif /* MZ_STORE_H */

@@ -1,0 +1,295 @@
+/*
+ * test_store_crash.c — crash consistency of the session store: kill -9 at
+ * random moments, then resume in a new process.
+ *
+ * The parent loads SmolLM2 once, computes the uninterrupted conversation S
+ * (a 600-token prompt and 40 greedy tokens, raw codec) on an engine it then
+ * frees (no threads are left when it forks), and runs MZ_CRASH_ITERS
+ * iterations (default 20; 5 under sanitizers; docs/RELIABILITY.md records a
+ * 100-iteration run). Each iteration forks a child that
+ *   - resumes stored session "crash" if there is one, and checks it: its
+ *     tokens must be a prefix of S, and continuing it (the rest of the
+ *     prompt, then greedy tokens) must give exactly S's next tokens;
+ *     a session reported lost must say so by name ("session crash");
+ *   - else starts it: a new stored session, the prompt prefilled 100 tokens
+ *     at a time;
+ *   - then carries on along S with an eviction of everything every 8 tokens
+ *     (clean chunks released, the rest written) and a sync every 16, with
+ *     manifests rewritten at every write-behind pass;
+ *   - at the end of S deletes the session and exits 0.
+ * The parent kills it with SIGKILL after a random 0.1-4 s (0.1-20 s under
+ * sanitizers; prefill,
+ * generation, write-behind, eviction or a manifest update, whichever is
+ * running), and reads the child's verdicts from a pipe. Any wrong token, a
+ * non-prefix history or an unnamed loss fails the test. A last child checks
+ * the final state without a kill.
+ */
+#define _GNU_SOURCE
+#include "evict_util.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *T = "test_store_crash";
+
+#define NP 600
+#define NG 40
+#define NS (NP + NG)
+
+static mz_token S[NS];
+static char g_dir[1024];
+
+static mz_token argmax(const mz_model_t *m, const float *lg)
+{
+    int nv = mz_model_n_vocab(m);
+    mz_token best = 0;
+    for (int i = 1; i < nv; i++)
+        if (lg[i] > lg[best]) best = i;
+    return best;
+}
+
+static void say(int fd, const char *fmt, ...) MZ_PRINTF(2, 3);
+static void say(int fd, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof buf - 2) n = (int)sizeof buf - 2;
+    buf[n++] = '\n';
+    if (write(fd, buf, (size_t)n) != n) _exit(3);
+}
+
+static mz_ctx_params params(void)
+{
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = 1024;
+    cp.kv_codec = "raw";
+    cp.swap_dir = t_tmp_path("crash-swap");
+    return cp;
+}
+
+/* One step along S: the next prompt tokens, or one greedy token checked
+ * against S. 0 ok, 1 mismatch, 2 error. */
+static int advance(mz_ctx_t *c, mz_model_t *m, int fd)
+{
+    size_t n = mz_ctx_n_tokens(c);
+    if (n < NP) {
+        size_t k = MZ_MIN((size_t)100, (size_t)NP - n);
+        if (mz_prefill(c, S + n, k)) {
+            say(fd, "ERR prefill: %s", mz_last_error());
+            return 2;
+        }
+        return 0;
+    }
+    const float *lg = mz_ctx_logits(c);
+    if (!lg) {
+        say(fd, "ERR no logits at %zu", n);
+        return 2;
+    }
+    mz_token t = argmax(m, lg);
+    if (t != S[n]) {
+        say(fd, "BAD token %zu: %d, uninterrupted run %d", n, t, S[n]);
+        return 1;
+    }
+    if (mz_prefill(c, &t, 1)) {
+        say(fd, "ERR decode: %s", mz_last_error());
+        return 2;
+    }
+    return 0;
+}
+
+static int child(mz_model_t *m, int fd)
+{
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("crash-swap");
+    mz_engine_t *e = NULL;
+    if (mz_engine_create(m, &ep, &e)) return 2;
+    mz_store_params sp = mz_store_params_default();
+    sp.dir = g_dir;
+    sp.manifest_interval_ms = 0;
+    mz_store_t *st = NULL;
+    if (mz_store_open(e, &sp, &st)) {
+        say(fd, "ERR store: %s", mz_last_error());
+        return 2;
+    }
+    mz_ctx_params cp = params();
+    mz_resume_info ri;
+    mz_ctx_t *c = NULL;
+    mz_status s = mz_session_resume(st, "crash", &cp, &c, &ri);
+    if (s == MZ_OK) {
+        size_t n = mz_ctx_n_tokens(c);
+        if (n > NS || memcmp(mz_ctx_tokens(c), S, n * sizeof *S) != 0) {
+            say(fd, "BAD resumed history of %zu tokens is not a prefix of the conversation", n);
+            return 1;
+        }
+        if (ri.outcome == MZ_RESUME_TRUNCATED && !strstr(ri.reason, "session crash")) {
+            say(fd, "BAD truncation not named: %s", ri.reason);
+            return 1;
+        }
+        size_t n0 = n;
+        for (int i = 0; i < 8 && mz_ctx_n_tokens(c) < NS; i++) {
+            int r = advance(c, m, fd);
+            if (r) return r;
+        }
+        say(fd, "OK %s %zu tokens, %zu/%zu chunks restored, continued to %zu%s%s",
+            ri.outcome == MZ_RESUME_FULL ? "full" : "truncated", n0, ri.n_chunks_restored,
+            ri.n_chunks_stored, mz_ctx_n_tokens(c), ri.reason[0] ? ": " : "", ri.reason);
+    } else {
+        if (strstr(ri.reason, "No such file") == NULL) {
+            if (!strstr(ri.reason, "session crash")) {
+                say(fd, "BAD loss not named: %s", ri.reason);
+                return 1;
+            }
+            say(fd, "LOST %s", ri.reason);
+            if (mz_store_delete(st, "crash")) return 2;
+        }
+        if (mz_session_create(e, &cp, &c) || mz_session_store(c, st, "crash")) {
+            say(fd, "ERR new session: %s", mz_last_error());
+            return 2;
+        }
+    }
+    for (int step = 0; mz_ctx_n_tokens(c) < NS; step++) {
+        int r = advance(c, m, fd);
+        if (r) return r;
+        if (step % 8 == 7) {
+            mz_evict_report er;
+            if (mz_evict(c, SIZE_MAX, &er)) {
+                say(fd, "ERR evict: %s", mz_last_error());
+                return 2;
+            }
+        }
+        if (step % 16 == 15 && mz_session_sync(c)) {
+            say(fd, "ERR sync: %s", mz_last_error());
+            return 2;
+        }
+    }
+    mz_ctx_free(c);
+    if (mz_store_delete(st, "crash")) return 2;
+    say(fd, "DONE");
+    mz_store_close(st);
+    mz_engine_free(e);
+    return 0;
+}
+
+int main(void)
+{
+    const char *path = t_real_model_path();
+    if (!path) return t_skip(T, "real model missing");
+    const char *it_env = getenv("MZ_CRASH_ITERS");
+    long iters = getenv("MZ_SANITIZED") ? 5 : 20;
+    if (it_env) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(it_env, &end, 10);
+        if (errno || end == it_env || *end || v < 0 || v > 100000) {
+            fprintf(stderr, "%s: bad MZ_CRASH_ITERS\n", T);
+            return 1;
+        }
+        iters = v;
+    }
+    char cwd[512];
+    if (!getcwd(cwd, sizeof cwd)) return 1;
+    if (t_tmp_dir()[0] == '/') snprintf(g_dir, sizeof g_dir, "%s/crash-store", t_tmp_dir());
+    else snprintf(g_dir, sizeof g_dir, "%s/%s/crash-store", cwd, t_tmp_dir());
+    mz_model_t *m = ev_load(path);
+    if (!m) return 1;
+    {
+        /* the uninterrupted run */
+        ev_tokens(S, NP, mz_model_n_vocab(m), 1234);
+        mz_engine_params ep = mz_engine_params_default();
+        ep.n_threads = 2;
+        mz_engine_t *e = NULL;
+        mz_ctx_params cp = params();
+        mz_ctx_t *c = NULL;
+        CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
+        CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
+        CHECK(mz_prefill(c, S, NP) == MZ_OK);
+        for (size_t n = NP; n < NS; n++) {
+            S[n] = argmax(m, mz_ctx_logits(c));
+            CHECK(mz_prefill(c, &S[n], 1) == MZ_OK);
+        }
+        mz_ctx_free(c);
+        mz_engine_free(e); /* no threads left before fork */
+    }
+    /* start clean */
+    {
+        char p[1200];
+        snprintf(p, sizeof p, "%s/crash.mzs", g_dir);
+        unlink(p);
+    }
+    unsigned long long rng = (unsigned long long)time(NULL);
+    if (getenv("MZ_CRASH_SEED")) rng = strtoull(getenv("MZ_CRASH_SEED"), NULL, 10);
+    printf("%s: %ld iterations, seed %llu\n", T, iters, rng);
+    int n_ok_full = 0, n_ok_trunc = 0, n_lost = 0, n_done = 0, n_killed = 0;
+    for (long it = 0; it <= iters; it++) {
+        bool last = it == iters; /* the final check runs to the end */
+        int pfd[2];
+        if (pipe(pfd) != 0) return 1;
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) return 1;
+        if (pid == 0) {
+            close(pfd[0]);
+            _exit(child(m, pfd[1]));
+        }
+        close(pfd[1]);
+        /* sanitized builds run ~5x slower: kills spread over a longer span */
+        unsigned span = getenv("MZ_SANITIZED") ? 20000 : 3900;
+        unsigned delay_ms = 100 + (unsigned)(t_rand_u64(&rng) % span);
+        int status = 0;
+        bool killed = false;
+        for (unsigned waited = 0;; waited += 10) {
+            pid_t w = waitpid(pid, &status, WNOHANG);
+            if (w == pid) break;
+            if (!last && waited >= delay_ms && !killed) {
+                kill(pid, SIGKILL);
+                killed = true;
+            }
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        char buf[8192];
+        size_t got = 0;
+        ssize_t r;
+        while (got < sizeof buf - 1 && (r = read(pfd[0], buf + got, sizeof buf - 1 - got)) > 0)
+            got += (size_t)r;
+        buf[got] = '\0';
+        close(pfd[0]);
+        bool was_killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+        n_killed += was_killed;
+        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+            if (!strncmp(line, "BAD", 3) || !strncmp(line, "ERR", 3)) {
+                CHECK_MSG(false, "iteration %ld: %s", it, line);
+            } else if (!strncmp(line, "OK full", 7)) {
+                n_ok_full++;
+            } else if (!strncmp(line, "OK truncated", 12)) {
+                n_ok_trunc++;
+                printf("%s: iteration %ld: %s\n", T, it, line);
+            } else if (!strncmp(line, "LOST", 4)) {
+                n_lost++;
+                printf("%s: iteration %ld: %s\n", T, it, line);
+            } else if (!strcmp(line, "DONE")) {
+                n_done++;
+            }
+        }
+        if (!was_killed)
+            CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "iteration %ld: child status %d",
+                      it, status);
+    }
+    printf("%s: %d killed; resumed and verified %d full, %d truncated (named); %d lost (named); "
+           "%d ran to the end\n", T, n_killed, n_ok_full, n_ok_trunc, n_lost, n_done);
+    /* with a handful of iterations every kill may land before a first manifest */
+    if (iters >= 10) CHECK(n_ok_full + n_ok_trunc > 0);
+    mz_model_free(m);
+    return t_done(T);
+}
