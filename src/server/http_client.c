@@ -210,3 +210,15 @@ int mz_parse_amount(const char *s, double *value, bool *is_pct)
     *value = v * mult;
     return 0;
 }
+
+int mz_parse_size(const char *s, size_t *out)
+{
+    if (!s) return -1;
+    for (const char *p = s; *p; p++) /* strtod would also take hex, inf and nan */
+        if (!((*p >= '0' && *p <= '9') || *p == '.' || *p == ' ' || strchr("kKmMgGiIbB", *p))) return -1;
+    double v;
+    bool pct;
+    if (mz_parse_amount(s, &v, &pct) || pct || !(v >= 1) || v > 1125899906842624.0) return -1;
+    *out = (size_t)v;
+    return 0;
+}
