@@ -654,8 +654,9 @@ static enum MHD_Result handle_metrics(mz_server_t *s, struct MHD_Connection *c)
         P("# HELP mzcache_last_prefill_seconds Prefill (with on-demand restore) of the last completion.\n"
           "# TYPE mzcache_last_prefill_seconds gauge\nmzcache_last_prefill_seconds %.6f\n", s->last.prefill_ms / 1e3);
     }
-    P("# HELP mzcache_sessions Conversations held, and the most allowed.\n# TYPE mzcache_sessions gauge\n"
-      "mzcache_sessions %d\nmzcache_sessions_max %d\n", s->n_snap_sess, s->p.max_sessions);
+    P("# HELP mzcache_sessions Conversations held.\n# TYPE mzcache_sessions gauge\nmzcache_sessions %d\n"
+      "# HELP mzcache_sessions_max --max-sessions.\n# TYPE mzcache_sessions_max gauge\nmzcache_sessions_max %d\n",
+      s->n_snap_sess, s->p.max_sessions);
     P("# HELP mzcache_sessions_total Sessions created, forgotten (LRU) and deleted.\n"
       "# TYPE mzcache_sessions_total counter\n"
       "mzcache_sessions_total{event=\"created\"} %zu\nmzcache_sessions_total{event=\"forgotten\"} %zu\n"

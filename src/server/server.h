@@ -113,6 +113,10 @@ typedef struct mz_http_response {
 int mz_http_request(const char *host, int port, const char *method, const char *path,
                     const char *api_key, const char *body, size_t body_len, int timeout_ms,
                     mz_http_response *out);
+/* The same with extra header lines ("Name: value\r\n" each; NULL = none). */
+int mz_http_request_ex(const char *host, int port, const char *method, const char *path, const char *api_key,
+                       const char *extra_headers, const char *body, size_t body_len, int timeout_ms,
+                       mz_http_response *out);
 void mz_http_response_free(mz_http_response *r);
 
 /* "512M", "2G", "300K", "12345", "40%" (percent → *is_pct): 0 on success. */
