@@ -82,11 +82,12 @@ static char *read_key_file(const char *path)
 
 static const char serve_help[] =
     "usage: mzcache serve -m MODEL [options]\n\n"
-    "Serves an OpenAI-style API over one persistent conversation, and gives memory\n"
+    "Serves an OpenAI-style API over persistent conversations (sessions), and gives memory\n"
     "back when the system is under memory pressure (PSI, cgroup v2 memory.events,\n"
     "cgroup v1 pressure levels and usage thresholds). See docs/SERVER.md.\n\n"
     "  endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
-    "             GET /health, POST /mz/evict, POST /mz/restore, GET /mz/status, GET /metrics\n\n"
+    "             GET /health, POST /mz/evict, POST /mz/restore, GET /mz/status, GET /metrics,\n"
+    "             GET /mz/sessions, DELETE /mz/sessions/ID\n\n"
     "network:\n"
     "      --host ADDR         address to listen on (default 127.0.0.1: this machine only)\n"
     "      --port N            port (default 8080; 0 = any free port)\n"
