@@ -3,7 +3,10 @@
  *
  * Objects:
  *   mz_model_t      weights, tokenizer and chat template of one GGUF file
- *   mz_ctx_t        one conversation: its chunked KV cache and scratch space
+ *   mz_engine_t     one model's memory system and compute: weight units, device
+ *                   profile, eviction policy, compute thread pool; its sessions
+ *   mz_ctx_t        one session (conversation) of an engine: its tokens, chunked
+ *                   KV cache and scratch space
  *   mz_sampler_t    token sampling state (RNG, penalty history)
  *   mz_detok_t      streaming token → UTF-8 decoder (holds partial sequences)
  *
@@ -60,6 +63,7 @@ typedef int32_t mz_token;
 
 typedef struct mz_model mz_model_t;
 typedef struct mz_ctx mz_ctx_t;
+typedef struct mz_engine mz_engine_t;
 typedef struct mz_sampler mz_sampler_t;
 typedef struct mz_detok mz_detok_t;
 
@@ -293,9 +297,11 @@ MZ_API void mz_ctx_reset_timings(mz_ctx_t *c);
  * profile_path); mz_get_mem_stats reports the stage and each path's planned
  * restore time.
  *
- * Weight blocks belong to the model: they are evicted only while the model
- * is used by exactly one context (other contexts' units stay untouched).
- * A context is used by one thread at a time, eviction included. */
+ * Weight blocks belong to the engine (see "engine and sessions"): mz_evict
+ * on a session moves that session's units, and the weight blocks only while
+ * it is its engine's one session; other sessions' units stay untouched.
+ * mz_engine_evict plans over every session and the weights. A session is used by one thread at a time,
+ * eviction included; mz_engine_evict may come from any thread. */
 
 typedef struct mz_evict_report {
     size_t bytes_requested;
@@ -311,6 +317,10 @@ typedef struct mz_evict_report {
     bool complete;               /* bytes_freed >= bytes_requested */
     double time_ms;
     mz_evict_stage stage;        /* stage of the last step carried out (NONE: no step) */
+    /* mz_engine_evict only (zero from mz_evict): */
+    size_t n_sessions;           /* sessions whose units moved */
+    size_t bytes_deferred;       /* asked of sessions that were computing: they give it up
+                                    between two forward steps (not counted in bytes_freed) */
 } mz_evict_report;
 
 /* Evicts units until at least nbytes of LLM memory (resident + compressed
@@ -390,6 +400,86 @@ MZ_API const char *mz_evict_stage_name(mz_evict_stage s);
 MZ_API const char *mz_engine_mode_name(mz_engine_mode m);
 /* Parses those names; MZ_E_INVAL for anything else. */
 MZ_API MZ_NODISCARD mz_status mz_engine_mode_parse(const char *name, mz_engine_mode *out);
+
+/* ---- engine and sessions (paper §7, multi-context) ------------------------------
+ *
+ * An engine owns one model's memory system: the weight units (one per
+ * transformer block, shared by every session and counted once), the device
+ * profile and eviction policy, and one compute thread pool. A session is an
+ * mz_ctx_t made by mz_session_create: it owns its tokens, its KV units (with
+ * their compressed stack and swap-file slots) and its scratch. Every mz_ctx_*
+ * / mz_prefill* / mz_evict / mz_restore call works on a session as on any
+ * context. mz_ctx_init(m, p, out) is a session of the model's engine: the
+ * one made by mz_engine_create, else an implicit engine created with the
+ * first such context and freed with the last.
+ *
+ * Weight blocks carry pin counts: a session's forward pass pins each block
+ * it computes on until its step ends, and a pinned block is never evicted.
+ * Sessions may exist in any number while weights are evicted and restored.
+ *
+ * Threads. A session is used by one thread at a time; sessions of an engine
+ * may be used from different threads. Forward passes (and the restores that
+ * feed them: mz_prefill, mz_prefill_restore, mz_restore_generate, mz_restore)
+ * take turns on the engine's compute lock, so one session computes at a time
+ * on the shared pool. mz_engine_evict, mz_engine_get_mem_stats and
+ * mz_engine_sessions may be called from any thread at any time and never
+ * wait for a running generation: idle sessions' units are moved at once; a
+ * session that is computing is asked to give its share up between two of
+ * its forward steps (report->bytes_deferred). A session is freed
+ * (mz_ctx_free: its swap slots and compressed-stack items go at once) by its
+ * user thread; free every session before its engine. */
+
+typedef struct mz_engine_params {
+    int n_threads;             /* compute threads of the shared pool; 0 = all cores */
+    const char *swap_dir;      /* default swap directory of the sessions (their
+                                  mz_ctx_params.swap_dir wins); copied */
+    const char *profile_path;  /* device profile, read once (see mz_ctx_params) */
+} mz_engine_params;
+
+MZ_API mz_engine_params mz_engine_params_default(void);
+/* One engine per model: MZ_E_INVAL if m already has one (explicit, or the
+ * implicit engine of live mz_ctx_init contexts). */
+MZ_API MZ_NODISCARD mz_status mz_engine_create(mz_model_t *m, const mz_engine_params *p,
+                                               mz_engine_t **out);
+/* Restores dropped weights into the model; sessions still alive are freed
+ * first. NULL is fine. */
+MZ_API void mz_engine_free(mz_engine_t *e);
+/* A new, empty session. p->n_threads is ignored (the engine's pool computes);
+ * p->mode, codec, placement, order and swap_dir apply to the session. */
+MZ_API MZ_NODISCARD mz_status mz_session_create(mz_engine_t *e, const mz_ctx_params *p,
+                                                mz_ctx_t **out);
+MZ_API mz_engine_t *mz_ctx_engine(const mz_ctx_t *c);
+/* Unique within the process, never reused (1, 2, ...). */
+MZ_API uint64_t mz_ctx_id(const mz_ctx_t *c);
+
+/* Evicts at least nbytes over all sessions and the shared weights, one plan
+ * for all (src/mem/policy_engine.c): idle sessions' KV first, least recently
+ * used first (cheaper restore first on a tie), the session used last (or one
+ * that is computing) last; within a session Algorithm 1 and backward-out as
+ * mz_evict; weight blocks only in the last session's Algorithm 1, where
+ * dropping them balances against its own KV. Contract of mz_evict otherwise
+ * (MZ_OK when nothing is left; report may be NULL). */
+MZ_API MZ_NODISCARD mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes,
+                                              mz_evict_report *report);
+/* The engine's memory: weights counted once, KV summed over the sessions
+ * (policy fields: those of the session used last). */
+MZ_API void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out);
+
+typedef struct mz_session_info {
+    mz_ctx_t *ctx;             /* borrowed: valid while the session lives */
+    uint64_t id;               /* mz_ctx_id */
+    size_t n_tokens;
+    uint64_t last_use_ns;      /* CLOCK_MONOTONIC at the end of its last compute or
+                                  restore call (its creation before any) */
+    bool busy;                 /* a thread is computing on it now */
+    size_t kv_resident_bytes, kv_compressed_bytes, kv_stored_bytes;
+    double last_ttft_ms;       /* of its last mz_prefill_restore / mz_restore_generate */
+    size_t deferred_freed_bytes; /* freed between its forward steps for mz_engine_evict
+                                    requests that came while it computed (total) */
+} mz_session_info;
+/* Writes up to cap sessions (creation order) and returns how many exist. */
+MZ_API size_t mz_engine_sessions(mz_engine_t *e, mz_session_info *out, size_t cap);
+MZ_API size_t mz_engine_n_sessions(mz_engine_t *e);
 
 /* ---- sampling ----------------------------------------------------------------- */
 

@@ -1,12 +1,16 @@
 /*
- * ctx.c — the context object: owns the KV cache, the thread pool and the
- * scratch buffers, and splits a prefill into forward steps of n_batch tokens.
+ * ctx.c — the session object (struct mz_ctx): owns the KV cache, the memory
+ * manager of its units and the scratch buffers, computes on its engine's
+ * thread pool, and splits a prefill into forward steps of n_batch tokens.
+ * Every public call takes the session's use lock; computing calls take the
+ * engine's compute lock too (engine.h).
  */
 #include "engine.h"
 
 #include "../baseline/baseline.h"
 #include "../kernels/kernels.h"
 
+#include <stdint.h>
 #include <string.h>
 
 mz_ctx_params mz_ctx_params_default(void)
@@ -55,33 +59,41 @@ out_nomem:
     return MZ_E_NOMEM;
 }
 
-mz_status mz_ctx_init(mz_model_t *m, const mz_ctx_params *p, mz_ctx_t **out)
+/* Builds a session of e (a place already reserved: mz_engine_for_ctx /
+ * mz_engine_reserve_session). from_ctx_init: the caller's n_threads and
+ * profile_path are honoured as mz_ctx_init always did. */
+static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ctx_init,
+                            mz_ctx_t **out)
 {
     mz_status s;
-    *out = NULL;
-    mz_clear_error();
-    if (!m) return mz_fail(MZ_E_INVAL, "no model given");
+    mz_model_t *m = e->model;
     mz_ctx_params prm = p ? *p : mz_ctx_params_default();
     const mz_model_config *cfg = &m->cfg;
-    if (prm.n_ctx < 0 || prm.n_batch < 0 || prm.n_threads < 0)
-        return mz_fail(MZ_E_INVAL, "negative context parameter");
-    size_t n_ctx = prm.n_ctx ? (size_t)prm.n_ctx : (size_t)cfg->n_ctx_train;
+    size_t n_ctx = prm.n_ctx > 0 ? (size_t)prm.n_ctx : (size_t)cfg->n_ctx_train;
     int n_threads = prm.n_threads ? prm.n_threads : mz_n_cpus();
     int n_batch = prm.n_batch ? prm.n_batch : 64;
     if (n_threads > 256) n_threads = 256;
     if (n_batch > 4096) n_batch = 4096;
 
     mz_ctx_t *c = mz_calloc(1, sizeof *c);
-    if (!c) return MZ_E_NOMEM;
+    if (!c) {
+        mz_session_detach(&(mz_ctx_t){.engine = e});
+        return MZ_E_NOMEM;
+    }
+    mz_session_init_fields(c, e);
     c->model = m;
     c->params = prm;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
     if ((s = mz_kv_cache_init(&c->kv, cfg->n_layer, cfg->n_head_kv, cfg->head_dim, n_ctx))) goto out_fail;
     {
-        mz_mem_params mp = {.codec = prm.kv_codec, .swap_dir = prm.swap_dir,
+        mz_mem_params mp = {.codec = prm.kv_codec,
+                            .swap_dir = prm.swap_dir && prm.swap_dir[0] ? prm.swap_dir : e->swap_dir,
                             .placement = prm.kv_placement, .profile_path = prm.profile_path,
-                            .order = prm.evict_order, .seed = prm.evict_seed};
+                            .order = prm.evict_order, .seed = prm.evict_seed, .wt = e->wt,
+                            .shared = &e->shared};
+        /* The engine read its profile once; a session's own path wins. */
+        if (e->prof && !(prm.profile_path && prm.profile_path[0])) mp.profile = e->prof;
         mz_baseline_mem_params(prm.mode, &mp);
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;
         if ((s = mz_baseline_init(c, &prm))) goto out_fail; /* engine mode (src/baseline) */
@@ -96,11 +108,20 @@ mz_status mz_ctx_init(mz_model_t *m, const mz_ctx_params *p, mz_ctx_t **out)
         s = MZ_E_NOMEM;
         goto out_fail;
     }
-    c->pool = mz_threadpool_init(n_threads);
-    if (!c->pool) {
-        s = mz_fail(MZ_E_NOMEM, "cannot start %d compute threads", n_threads);
-        goto out_fail;
+    /* The engine's pool computes; a context made by mz_ctx_init that asks
+     * for another thread count keeps its own (its answers and timings are
+     * those of that count, as before engines existed). */
+    if (from_ctx_init && prm.n_threads && n_threads != e->n_threads) {
+        c->own_pool = mz_threadpool_init(n_threads);
+        if (!c->own_pool) {
+            s = mz_fail(MZ_E_NOMEM, "cannot start %d compute threads", n_threads);
+            goto out_fail;
+        }
+        c->pool = c->own_pool;
+    } else {
+        c->pool = e->pool;
     }
+    (void)mz_session_attach(e, c);
     *out = c;
     return MZ_OK;
 out_fail:
@@ -108,15 +129,60 @@ out_fail:
     return s;
 }
 
+mz_status mz_ctx_init(mz_model_t *m, const mz_ctx_params *p, mz_ctx_t **out)
+{
+    *out = NULL;
+    mz_clear_error();
+    if (!m) return mz_fail(MZ_E_INVAL, "no model given");
+    mz_ctx_params prm = p ? *p : mz_ctx_params_default();
+    if (prm.n_ctx < 0 || prm.n_batch < 0 || prm.n_threads < 0)
+        return mz_fail(MZ_E_INVAL, "negative context parameter");
+    mz_engine_t *e;
+    mz_status s = mz_engine_for_ctx(m, &prm, &e);
+    if (s) return s;
+    return ctx_create(e, &prm, true, out);
+}
+
+mz_status mz_session_create(mz_engine_t *e, const mz_ctx_params *p, mz_ctx_t **out)
+{
+    if (!out) return mz_fail(MZ_E_INVAL, "null argument");
+    *out = NULL;
+    mz_clear_error();
+    if (!e) return mz_fail(MZ_E_INVAL, "no engine given");
+    mz_ctx_params prm = p ? *p : mz_ctx_params_default();
+    if (prm.n_ctx < 0 || prm.n_batch < 0 || prm.n_threads < 0)
+        return mz_fail(MZ_E_INVAL, "negative context parameter");
+    (void)mz_engine_reserve_session(e);
+    return ctx_create(e, &prm, false, out);
+}
+
 void mz_ctx_free(mz_ctx_t *c)
 {
     if (!c) return;
-    mz_threadpool_free(c->pool);
+    /* Unlinked first: no mz_engine_evict can reach it afterwards (detach
+     * waits for a running one). The implicit engine of mz_ctx_init goes
+     * with its last session, after the session's own parts. */
+    mz_engine_t *e = c->engine;
+    bool implicit_last = false;
+    if (e) {
+        pthread_mutex_lock(&e->lock);
+        for (mz_ctx_t **pp = &e->sessions; *pp; pp = &(*pp)->next) {
+            if (*pp == c) {
+                *pp = c->next;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&e->lock);
+        (void)implicit_last;
+    }
+    mz_threadpool_free(c->own_pool);
     mz_baseline_free(c);
     mz_mem_free(c->mem);
     mz_kv_cache_free(&c->kv);
     scratch_free(&c->s);
     free(c->tokens);
+    mz_session_detach(c); /* the reservation; may free an implicit engine */
+    if (e) pthread_mutex_destroy(&c->use_lock);
     free(c);
 }
 
@@ -128,10 +194,39 @@ static mz_status ctx_fail(mz_ctx_t *c, mz_status s)
     return s;
 }
 
+/* The session's use lock (every call) and the engine's compute lock
+ * (calls that compute or restore). Both recursive: restore_generate and the
+ * baselines call mz_prefill inside. */
+static void use_begin(mz_ctx_t *c) { pthread_mutex_lock(&c->use_lock); }
+static void use_end(mz_ctx_t *c) { pthread_mutex_unlock(&c->use_lock); }
+static void compute_begin(mz_ctx_t *c)
+{
+    use_begin(c);
+    pthread_mutex_lock(&c->engine->compute_lock);
+    atomic_store(&c->busy, true);
+}
+static void compute_end(mz_ctx_t *c)
+{
+    mz_session_touch(c);
+    atomic_store(&c->busy, false);
+    pthread_mutex_unlock(&c->engine->compute_lock);
+    use_end(c);
+}
+
+static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens);
+
 mz_status mz_prefill(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens)
 {
     if (!c || (!tokens && n_tokens)) return mz_fail(MZ_E_INVAL, "null argument");
     if (n_tokens == 0) return MZ_OK;
+    compute_begin(c);
+    mz_status s = prefill_locked(c, tokens, n_tokens);
+    compute_end(c);
+    return s;
+}
+
+static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens)
+{
     mz_clear_error();
     if (n_tokens > c->n_ctx - c->n_tokens) {
         mz_fail(MZ_E_CONTEXT_FULL,
@@ -148,6 +243,10 @@ mz_status mz_prefill(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens)
     double t0 = mz_time_ms();
     mz_status s = MZ_OK;
     for (size_t done = 0; done < n_tokens;) {
+        /* Between two forward steps: bytes mz_engine_evict asked of this
+         * session while it computed (not while a restore job runs). */
+        if (atomic_load(&c->pending_evict) && !mz_mem_restore_running(c->mem))
+            mz_session_pay_deferred(c);
         size_t n = MZ_MIN((size_t)c->n_batch, n_tokens - done);
         bool last = done + n == n_tokens;
         s = mz_forward(c, tokens + done, n, last);
@@ -182,7 +281,17 @@ size_t mz_ctx_n_tokens(const mz_ctx_t *c) { return c->n_tokens; }
 size_t mz_ctx_n_ctx(const mz_ctx_t *c) { return c->n_ctx; }
 const mz_token *mz_ctx_tokens(const mz_ctx_t *c) { return c->tokens; }
 
+static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep);
+
 mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep)
+{
+    use_begin(c);
+    mz_status s = truncate_locked(c, n_keep);
+    use_end(c);
+    return s;
+}
+
+static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep)
 {
     if (n_keep > c->n_tokens) return mz_fail(MZ_E_RANGE, "cannot keep %zu of %zu tokens", n_keep, c->n_tokens);
     mz_clear_error();
@@ -205,8 +314,10 @@ mz_status mz_evict(mz_ctx_t *c, size_t nbytes, mz_evict_report *report)
 {
     if (!c) return mz_fail(MZ_E_INVAL, "null context");
     mz_clear_error();
+    use_begin(c);
     mz_status s = c->params.mode != MZ_MODE_MZCACHE ? mz_baseline_evict(c, nbytes, report)
                                                     : mz_mem_evict(c->mem, nbytes, report);
+    use_end(c);
     return s ? ctx_fail(c, s) : MZ_OK;
 }
 
@@ -214,15 +325,20 @@ mz_status mz_restore(mz_ctx_t *c, mz_restore_report *report)
 {
     if (!c) return mz_fail(MZ_E_INVAL, "null context");
     mz_clear_error();
+    compute_begin(c);
     mz_status s = c->params.mode != MZ_MODE_MZCACHE ? mz_baseline_restore(c, report)
                                                     : mz_mem_restore_all(c->mem, report);
+    compute_end(c);
     return s ? ctx_fail(c, s) : MZ_OK;
 }
 
 void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out)
 {
+    mz_ctx_t *w = (mz_ctx_t *)(uintptr_t)c; /* the lock, not the session, changes */
+    use_begin(w);
     if (c->params.mode != MZ_MODE_MZCACHE) mz_baseline_get_stats(c, out);
     else mz_mem_get_stats(c->mem, out);
+    use_end(w);
 }
 
 /* ---- restore_generate (pipelined restore; manager.c has the workers) -------------- */
@@ -278,10 +394,17 @@ mz_status mz_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
 {
     if (!c || (!tokens && n)) return mz_fail(MZ_E_INVAL, "null argument");
     mz_restore_timings tm;
+    compute_begin(c);
     mz_status s = prefill_restore(c, tokens, n, p, &tm, mz_time_ms());
+    compute_end(c);
     if (out) *out = tm;
     return s;
 }
+
+static mz_status restore_generate_locked(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                                         const mz_restore_params *p, mz_sampler_t *smp,
+                                         size_t max_tokens, mz_token_fn cb, void *user,
+                                         size_t *n_generated, mz_restore_timings *out);
 
 mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
                               const mz_restore_params *p, mz_sampler_t *smp, size_t max_tokens,
@@ -290,9 +413,28 @@ mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
 {
     if (n_generated) *n_generated = 0;
     if (!c || (!tokens && n)) return mz_fail(MZ_E_INVAL, "null argument");
+    /* The session stays in use (busy for mz_engine_evict) for the whole
+     * generation; the compute lock is taken per forward call, so other
+     * sessions' requests interleave with the decode steps. */
+    use_begin(c);
+    atomic_store(&c->busy, true);
+    mz_status s = restore_generate_locked(c, tokens, n, p, smp, max_tokens, cb, user, n_generated, out);
+    atomic_store(&c->busy, false);
+    mz_session_touch(c);
+    use_end(c);
+    return s;
+}
+
+static mz_status restore_generate_locked(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                                         const mz_restore_params *p, mz_sampler_t *smp,
+                                         size_t max_tokens, mz_token_fn cb, void *user,
+                                         size_t *n_generated, mz_restore_timings *out)
+{
     double t0 = mz_time_ms();
     mz_restore_timings tm;
+    pthread_mutex_lock(&c->engine->compute_lock);
     mz_status s = prefill_restore(c, tokens, n, p, &tm, t0);
+    pthread_mutex_unlock(&c->engine->compute_lock);
     if (out) *out = tm;
     if (s) return s;
     const int nv = c->model->cfg.n_vocab;
@@ -324,5 +466,8 @@ mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
 
 void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *out)
 {
+    mz_ctx_t *w = (mz_ctx_t *)(uintptr_t)c;
+    use_begin(w);
     mz_mem_last_restore(c->mem, out);
+    use_end(w);
 }

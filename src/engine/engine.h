@@ -1,5 +1,25 @@
 /*
- * engine.h — a context (one conversation) and its forward pass.
+ * engine.h — the engine (one model's weights, memory system and compute),
+ * its sessions (struct mz_ctx: one conversation each) and the forward pass.
+ *
+ * Ownership: the engine owns the weight table (src/mem/weights.h), the
+ * device profile it read once, the compute thread pool and the list of its
+ * sessions; a session owns its tokens, KV cache, memory manager (its KV
+ * units, compressed stack, swap file) and scratch.
+ *
+ * Locks (outer first):
+ *     c->use_lock       (recursive) held by every call on the session, and by
+ *                       mz_engine_evict (trylock only) while it moves the
+ *                       session's units
+ *       e->compute_lock (recursive) one session computes / restores at a time
+ *         mm->lock ...  (src/mem/manager.c)
+ *     e->lock           the session list; mz_engine_evict holds it throughout,
+ *                       so a session is never freed under an eviction; taken
+ *                       with no session lock held except by mz_ctx_free/create
+ *                       (whose use_lock nobody else can be waiting for)
+ * mz_engine_evict never blocks on a use_lock or the compute lock: a session
+ * it cannot lock is busy and gets its share as c->pending_evict, which the
+ * session carries out between two forward steps.
  *
  * The forward pass reads weights through each block's unit buffer and the KV
  * cache through per-layer chunk-pointer arrays; it never assumes one
@@ -12,6 +32,9 @@
 #include "../mem/manager.h"
 #include "../model/model.h"
 #include "../sched/threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 /* Scratch for one forward step of up to n_batch tokens. */
 typedef struct mz_scratch {
@@ -31,14 +54,39 @@ typedef struct mz_scratch {
     float *logits;   /* [n_vocab] */
 } mz_scratch;
 
+struct mz_engine {
+    mz_model_t *model;
+    struct mz_wtable *wt;      /* the weight units, shared by the sessions */
+    mz_threadpool *pool;
+    int n_threads;
+    char *swap_dir;            /* default for sessions (NULL: swapfile's default) */
+    char *profile_path;
+    struct mz_device_profile *prof; /* read once at create */
+    bool implicit;             /* made by mz_ctx_init: freed with its last session */
+    mz_mem_shared shared;      /* the swap file and model-file reader of its sessions */
+    pthread_mutex_t compute_lock;
+    pthread_mutex_t lock;      /* sessions list */
+    struct mz_ctx *sessions;   /* creation order */
+    size_t n_sessions;
+};
+
 struct mz_ctx {
+    mz_engine_t *engine;
+    struct mz_ctx *next;       /* engine's list */
+    uint64_t id;
+    pthread_mutex_t use_lock;
+    _Atomic uint64_t last_use_ns;
+    _Atomic size_t pending_evict; /* bytes mz_engine_evict asked while it computed */
+    _Atomic bool busy;         /* computing (for listings) */
+    _Atomic size_t deferred_freed; /* bytes freed paying pending_evict (total) */
+    mz_threadpool *own_pool;   /* mz_ctx_init with n_threads other than the engine's */
     mz_model_t *model;
     mz_ctx_params params;
     size_t n_ctx;
     int n_batch;
     mz_kv_cache kv;
     mz_mem *mem;           /* units, eviction and restore of kv and the model's blocks */
-    mz_threadpool *pool;
+    mz_threadpool *pool;       /* the engine's (or own_pool) */
     mz_scratch s;
     mz_token *tokens;      /* [n_ctx] tokens whose KV is in the cache */
     size_t n_tokens;
@@ -52,5 +100,20 @@ struct mz_ctx {
  * (n <= n_batch); writes their K/V into the cache, and the logits of the last
  * token into c->s.logits when want_logits. Does not update c->n_tokens. */
 mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits);
+
+/* session.c: the engine side of a session. */
+MZ_INTERNAL void mz_session_touch(mz_ctx_t *c); /* last use = now */
+/* Gives up bytes mz_engine_evict deferred to this session (between steps;
+ * caller holds c->use_lock and no restore job runs). */
+MZ_INTERNAL void mz_session_pay_deferred(mz_ctx_t *c);
+/* Creating a session: reserve a place (the engine cannot go away), init its
+ * lock and id, build it, attach (link it: visible to mz_engine_evict).
+ * mz_session_detach undoes the reservation and the link. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_engine_for_ctx(mz_model_t *m, const mz_ctx_params *p,
+                                                     mz_engine_t **out);
+MZ_INTERNAL mz_status mz_engine_reserve_session(mz_engine_t *e);
+MZ_INTERNAL void mz_session_init_fields(mz_ctx_t *c, mz_engine_t *e);
+MZ_INTERNAL mz_status mz_session_attach(mz_engine_t *e, mz_ctx_t *c);
+MZ_INTERNAL void mz_session_detach(mz_ctx_t *c);
 
 #endif

@@ -129,7 +129,18 @@ static void write_kv(mz_ctx_t *c, int layer, size_t pos, const float *k, const f
     }
 }
 
+static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits);
+
+/* The weight blocks acquire_layer pinned stay pinned for the whole step
+ * (src/mem/weights.h): another session's eviction leaves them alone. */
 mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits)
+{
+    mz_status s = forward_step(c, tokens, n, want_logits);
+    mz_mem_unpin_weights(c->mem);
+    return s;
+}
+
+static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits)
 {
     const mz_model_t *m = c->model;
     const mz_model_config *cfg = &m->cfg;
@@ -159,6 +170,7 @@ mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_lo
          * chunk its attention reads (and the one it writes) must be resident.
          * Per unit, in forward order: during mz_prefill_restore this waits
          * for the restore workers (manager.c); otherwise it restores here. */
+        mz_mem_pin_weights(c->mem, l); /* before acquire looks at it; mz_forward unpins */
         if ((st = mz_mem_acquire_layer(c->mem, l, n_chunks))) return st;
         const mz_block_weights *b = &m->blocks[l];
         for (size_t t = 0; t < n; t++)

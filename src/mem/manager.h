@@ -27,8 +27,24 @@
 #include "policy.h"
 #include "unit.h"
 
+#include <pthread.h>
+
 typedef struct mz_mem mz_mem;
 struct mz_device_profile;
+
+/* What an engine's sessions share (src/engine/engine.h): one swap file
+ * (opened by the first session that stores; each session frees its own
+ * slots when it goes) and one model-file reader. */
+typedef struct mz_mem_shared {
+    pthread_mutex_t lock;      /* opening them */
+    mz_swapfile_t *swap;
+    char *swap_dir;            /* the engine's; sessions with another directory keep
+                                  a file of their own */
+    struct mz_dfile *dfile;
+} mz_mem_shared;
+MZ_INTERNAL void mz_mem_shared_init(mz_mem_shared *sh, const char *swap_dir);
+/* After every session's manager is freed. */
+MZ_INTERNAL void mz_mem_shared_close(mz_mem_shared *sh);
 
 typedef struct mz_mem_params {
     const char *codec;         /* NULL: "q8" */
@@ -43,13 +59,16 @@ typedef struct mz_mem_params {
     /* NULL: the policy follows placement; else it makes the policy (engine
      * modes: partial-offload's layer-granular one, src/baseline). */
     mz_policy *(*policy_init)(const mz_policy_params *p);
+    struct mz_wtable *wt;      /* required: the engine's weight units (weights.h) */
+    mz_mem_shared *shared;     /* the engine's swap file and reader; NULL: the session's own */
 } mz_mem_params;
 
-/* kv must outlive the manager; the model too. */
+/* kv must outlive the manager; the model and the weight table too. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv,
                                                const mz_mem_params *p, mz_mem **out);
-/* Restores the model's dropped weights when this was its last context, closes
- * (removes) the swap file and frees the compressed stack. NULL is fine. */
+/* Releases its weight pins, closes (removes) the swap file and frees the
+ * compressed stack at once; the engine restores dropped weights when it goes.
+ * NULL is fine. */
 MZ_INTERNAL void mz_mem_free(mz_mem *mm);
 
 /* Makes weight block `layer` and KV chunks [0, n_chunks) of that layer
@@ -57,7 +76,33 @@ MZ_INTERNAL void mz_mem_free(mz_mem *mm);
  * could not be restored stay evicted. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks);
 
+/* Evicts with the session's policy; weight blocks only while the session is
+ * its engine's one session and none is pinned. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r);
+/* The same with the weights' eligibility given (the engine's cross-session
+ * plan, a session giving up deferred bytes between two steps). Pinned blocks
+ * stay whatever the plan says. Ends when a round moves nothing. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_evict_ex(mz_mem *mm, size_t nbytes,
+                                                   bool weights_evictable, mz_evict_report *r);
+
+/* ---- for the engine's cross-session plan (src/engine/session.c) ---- */
+/* The policy's view of this session's units (times refreshed). The session
+ * must be idle (its user lock held by the caller). */
+MZ_INTERNAL void mz_mem_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v);
+MZ_INTERNAL const mz_policy *mz_mem_policy(const mz_mem *mm);
+/* The session's plan buffer (sized for its table): the planner's scratch. */
+MZ_INTERNAL mz_evict_plan *mz_mem_plan_scratch(mz_mem *mm);
+MZ_INTERNAL struct mz_wtable *mz_mem_wtable(const mz_mem *mm);
+/* Carries out planned steps in order until *freed reaches goal; *moved
+ * counts the units that changed state (a shared block held elsewhere is
+ * skipped). On error the unit being moved stays where it was. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_evict_steps(mz_mem *mm, const mz_evict_step *steps,
+                                                      size_t n, size_t goal, int64_t *freed,
+                                                      size_t *moved, mz_evict_report *r);
+/* The forward pass pins block `layer` before mz_mem_acquire_layer looks at
+ * it (weights.h, "Pins") and releases all its pins at the end of the step. */
+MZ_INTERNAL void mz_mem_pin_weights(mz_mem *mm, int layer);
+MZ_INTERNAL void mz_mem_unpin_weights(mz_mem *mm);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_all(mz_mem *mm, mz_restore_report *r);
 MZ_INTERNAL void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out);
 
@@ -91,6 +136,8 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_begin(mz_mem *mm, const mz_res
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_wait(mz_mem *mm);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out);
 MZ_INTERNAL void mz_mem_last_restore(const mz_mem *mm, mz_restore_timings *out);
+/* Between begin and end (owner thread). */
+MZ_INTERNAL bool mz_mem_restore_running(const mz_mem *mm);
 /* The engine completes the breakdown (prefill, TTFT). */
 MZ_INTERNAL void mz_mem_set_last_restore(mz_mem *mm, const mz_restore_timings *t);
 /* Tests: when the last job's compute first got past layer 0, and when its

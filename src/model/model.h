@@ -50,6 +50,7 @@ struct mz_model {
     uint8_t *pinned_buf;       /* embeddings, output norm, output head */
     size_t pinned_bytes;
     mz_block_weights *blocks;  /* [n_layer] */
+    struct mz_engine *engine;  /* its engine (one at most; src/engine/session.c sets it) */
 };
 
 const mz_tokenizer *mz_model_tokenizer(const mz_model_t *m);

@@ -1,0 +1,272 @@
+/*
+ * evict.c — carrying out eviction plans: each step moves one unit one tier
+ * down (manager.c's top comment has the moves and the lock order).
+ */
+#define _GNU_SOURCE
+#include "manager_impl.h"
+
+#include <string.h>
+
+/* Encodes a resident chunk into mm->scratch; falls back to the raw codec for
+ * chunks the codec refuses (q8: inf/NaN), so eviction never fails on data. */
+static mz_status encode_chunk(mz_mem *mm, const mz_unit *u, const mz_codec **used, size_t *len)
+{
+    /* the layer's own instance (cachegen: its bit budget); it stays the
+     * unit's decoder (u->enc), so it must live as long as the manager */
+    *used = &mm->layer_codec[u->layer];
+    mz_status s = mz_codec_encode(*used, (const mz_f16 *)u->buf, mm->n_values, mm->scratch,
+                                  mm->scratch_cap, len);
+    if (s == MZ_OK) {
+        mm->enc_sum += *len;
+        mm->enc_n++;
+    }
+    if (s == MZ_E_FORMAT && mm->codec != &mz_codec_raw_vt) {
+        *used = &mz_codec_raw_vt;
+        s = mz_codec_encode(&mz_codec_raw_vt, (const mz_f16 *)u->buf, mm->n_values, mm->scratch,
+                            mm->scratch_cap, len);
+    }
+    return s;
+}
+
+/* ---- eviction --------------------------------------------------------------------------- */
+
+/* Carries out one step; *delta = fall of (resident + compressed) bytes.
+ * Caller holds mm->lock. On error the unit keeps its state and data. */
+static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta, mz_evict_report *r)
+{
+    char nm[64];
+    mz_status s = MZ_OK;
+    *delta = 0;
+    if (st->kind == MZ_UNIT_WEIGHTS) {
+        mz_unit *u = &mm->wt->units[st->layer];
+        MZ_ASSERT(st->dest == MZ_DEST_DROP);
+        /* Shared by the engine's sessions: another one may be moving it or
+         * computing on it (pinned). Either way it stays; the step frees
+         * nothing and the caller plans again (weights.h, "Pins"). */
+        if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) return MZ_OK;
+        if (!mz_wtable_drop_claimed(mm->wt, st->layer)) return MZ_OK;
+        (void)nm;
+        *delta = (int64_t)u->bytes;
+        r->n_weights_dropped++;
+        return MZ_OK;
+    }
+
+    mz_unit *u = kv_unit(mm, st->layer, st->chunk);
+    uint64_t tag = kv_tag(st->layer, st->chunk);
+    mm_unit_name(u, nm, sizeof nm);
+
+    if (mz_unit_state_get(u) == MZ_UNIT_COMPRESSED) {
+        /* CompKV: the stack's bottom item (the chunk needed last) to storage. */
+        const uint8_t *data;
+        size_t len;
+        uint64_t btag;
+        MZ_ASSERT(st->dest == MZ_DEST_STORE_COMPRESSED);
+        if (mz_compstack_peek_bottom(mm->stack, &data, &len, &btag) != MZ_OK || btag != tag)
+            return mz_fail(MZ_E_INVAL, "%s: not at the bottom of the compressed stack", nm);
+        if ((s = mm_ensure_swap(mm)))
+            return mz_fail_prefix(s, "%s: moving it from memory to the swap file failed", nm);
+        if (!mz_unit_claim(u, MZ_UNIT_COMPRESSED))
+            return mz_fail(MZ_E_INVAL, "%s: busy", nm);
+        mz_swap_slot slot = 0;
+        s = mm_swap_write(mm, data, len, tag, &slot);
+        if (s) {
+            mz_unit_settle(u, MZ_UNIT_COMPRESSED);
+            return mz_fail_prefix(s, "%s: moving it from memory to the swap file failed", nm);
+        }
+        s = mz_compstack_drop_bottom(mm->stack);
+        MZ_ASSERT(s == MZ_OK);
+        u->slot = slot;
+        mz_unit_settle(u, MZ_UNIT_STORED_COMPRESSED);
+        *delta = (int64_t)len;
+        r->n_kv_compkv++;
+        return MZ_OK;
+    }
+
+    if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) return mz_fail(MZ_E_INVAL, "%s: not resident", nm);
+    const mz_codec *used = NULL;
+    size_t len = 0;
+    mz_unit_state to = MZ_UNIT_RESIDENT;
+    switch (st->dest) {
+    case MZ_DEST_COMPRESS:
+        if ((s = encode_chunk(mm, u, &used, &len))) break;
+        if ((s = mz_compstack_push(mm->stack, mm->scratch, len, tag))) break;
+        mm->kv_seq[(size_t)st->layer * mm->max_chunks + st->chunk] = ++mm->push_seq;
+        to = MZ_UNIT_COMPRESSED;
+        *delta = (int64_t)u->bytes - (int64_t)len;
+        r->n_kv_compressed++;
+        break;
+    case MZ_DEST_STORE_RAW: {
+        if ((s = mm_ensure_swap(mm))) break;
+        mz_swap_slot slot = 0;
+        /* The chunk is page-aligned: the swap file writes it straight from
+         * its own pages (no copy) when its size is a 4 KiB multiple. */
+        if ((s = mm_swap_write(mm, u->buf, u->bytes, tag, &slot))) break;
+        u->slot = slot;
+        to = MZ_UNIT_STORED_RAW;
+        *delta = (int64_t)u->bytes;
+        r->n_kv_stored_raw++;
+        break;
+    }
+    case MZ_DEST_STORE_COMPRESSED: {
+        if ((s = mm_ensure_swap(mm))) break;
+        if ((s = encode_chunk(mm, u, &used, &len))) break;
+        mz_swap_slot slot = 0;
+        if ((s = mm_swap_write(mm, mm->scratch, len, tag, &slot))) break;
+        u->slot = slot;
+        to = MZ_UNIT_STORED_COMPRESSED;
+        *delta = (int64_t)u->bytes;
+        r->n_kv_stored_compressed++;
+        break;
+    }
+    default:
+        s = mz_fail(MZ_E_INVAL, "bad destination %d for a KV chunk", (int)st->dest);
+        break;
+    }
+    if (s) {
+        mz_unit_settle(u, MZ_UNIT_RESIDENT);
+        *delta = 0;
+        return mz_fail_prefix(s, "%s: eviction failed (the chunk stays resident)", nm);
+    }
+    if (used) {
+        u->enc = used;
+        u->enc_bytes = len;
+        if (used != &mm->layer_codec[u->layer]) r->n_kv_raw_fallback++;
+    }
+    mz_unit_release_pages(u);
+    mz_unit_settle(u, to);
+    return MZ_OK;
+}
+
+void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
+{
+    *v = (mz_policy_view){.n_layer = mm->n_layer,
+                          .max_chunks = mm->max_chunks,
+                          .n_chunks = mm->kv->n_chunks,
+                          .weights = mm->wt->units,
+                          .kv = mm->kvu,
+                          .kv_seq = mm->kv_seq,
+                          .weights_evictable = weights_evictable,
+                          .can_store = true,
+                          .unit_bytes_kv = mm->kv->chunk_bytes,
+                          .enc_bytes_kv_est = mm_enc_expected(mm),
+                          .times = mm->times};
+}
+
+/* Carries out steps in order until freed reaches goal. Caller holds mm->lock. */
+static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, size_t goal,
+                            int64_t *freed, size_t *moved, mz_evict_report *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        const mz_evict_step *st = &steps[i];
+        int64_t delta = 0;
+        mz_unit_state before = st->kind == MZ_UNIT_WEIGHTS
+                                   ? mz_unit_state_get(&mm->wt->units[st->layer])
+                                   : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
+        mz_status s = evict_step(mm, st, &delta, r);
+        if (s) return s;
+        mz_unit_state after = st->kind == MZ_UNIT_WEIGHTS
+                                  ? mz_unit_state_get(&mm->wt->units[st->layer])
+                                  : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
+        if (after != before) {
+            (*moved)++;
+            r->stage = st->stage;
+        }
+        *freed += delta;
+        if (*freed >= 0 && (uint64_t)*freed >= (uint64_t)goal) break;
+    }
+    return MZ_OK;
+}
+
+mz_status mz_mem_evict_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, size_t goal,
+                             int64_t *freed, size_t *moved, mz_evict_report *r)
+{
+    pthread_mutex_lock(&mm->lock);
+    mz_status s = exec_steps(mm, steps, n, goal, freed, moved, r);
+    pthread_mutex_unlock(&mm->lock);
+    return s;
+}
+
+void mz_mem_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
+{
+    mm_sync_kv(mm);
+    pthread_mutex_lock(&mm->lock);
+    mm_refresh_times(mm);
+    mm_fill_view(mm, weights_evictable, v);
+    pthread_mutex_unlock(&mm->lock);
+}
+
+const mz_policy *mz_mem_policy(const mz_mem *mm) { return mm->policy; }
+mz_evict_plan *mz_mem_plan_scratch(mz_mem *mm) { return &mm->plan; }
+mz_wtable *mz_mem_wtable(const mz_mem *mm) { return mm->wt; }
+
+void mz_mem_pin_weights(mz_mem *mm, int layer)
+{
+    if (mm->wpinned[layer]) return;
+    mm->wpinned[layer] = 1;
+    mz_wtable_pin(mm->wt, layer);
+}
+
+void mz_mem_unpin_weights(mz_mem *mm)
+{
+    for (int l = 0; l < mm->n_layer; l++) {
+        if (!mm->wpinned[l]) continue;
+        mm->wpinned[l] = 0;
+        mz_wtable_unpin(mm->wt, l);
+    }
+}
+
+mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
+{
+    /* Weights only while this is the engine's one session (mzcache.h):
+     * several sessions give weights up through mz_engine_evict's plan. */
+    bool weights_ok = mz_wtable_refs(mm->wt) == 1 && !mz_wtable_any_pinned(mm->wt);
+    return mz_mem_evict_ex(mm, nbytes, weights_ok, r);
+}
+
+mz_status mz_mem_evict_ex(mz_mem *mm, size_t nbytes, bool weights_evictable, mz_evict_report *r)
+{
+    mz_evict_report dummy;
+    if (!r) r = &dummy;
+    memset(r, 0, sizeof *r);
+    r->bytes_requested = nbytes;
+    double t0 = mz_time_ms();
+    mz_status s = MZ_OK;
+    int64_t freed = 0;
+    if (nbytes == 0) goto out;
+
+    mm_sync_kv(mm);
+    pthread_mutex_lock(&mm->lock);
+    mm_refresh_times(mm); /* the sizes measured by earlier evictions */
+    /* Plan, carry out, and plan again for the rest when the real bytes fell
+     * short of the estimate (a chunk the codec refused, a codec that beat its
+     * bound the other way). Every round moves at least one unit one tier
+     * down, so this ends. */
+    while (s == MZ_OK && (freed < 0 || (uint64_t)freed < (uint64_t)nbytes)) {
+        mz_policy_view v;
+        mm_fill_view(mm, weights_evictable, &v);
+        /* Still to free (freed < nbytes here; freed < 0 when compressing cost bytes). */
+        uint64_t left = freed >= 0 ? (uint64_t)nbytes - (uint64_t)freed
+                        : (uint64_t)nbytes > UINT64_MAX - (uint64_t)-freed
+                            ? UINT64_MAX
+                            : (uint64_t)nbytes + (uint64_t)-freed;
+        mm->policy->plan(mm->policy, &v, (size_t)MZ_MIN(left, (uint64_t)SIZE_MAX), &mm->plan);
+        if (mm->plan.n == 0) break;
+        size_t moved = 0;
+        s = exec_steps(mm, mm->plan.steps, mm->plan.n, nbytes, &freed, &moved, r);
+        /* A round where no step moved anything (a shared weight block that
+         * another session holds) ends the eviction: planning again would
+         * give the same steps. */
+        if (moved == 0) break;
+    }
+    pthread_mutex_unlock(&mm->lock);
+out:
+    r->bytes_freed = freed > 0 ? (size_t)freed : 0;
+    r->complete = r->bytes_freed >= nbytes;
+    r->time_ms = mz_time_ms() - t0;
+    if (s == MZ_OK)
+        mz_log(MZ_LOG_DEBUG, "evict %zu: freed %zu (compressed %zu, raw %zu, stored-comp %zu, "
+                             "compkv %zu, weights %zu) in %.1f ms", nbytes, r->bytes_freed,
+               r->n_kv_compressed, r->n_kv_stored_raw, r->n_kv_stored_compressed, r->n_kv_compkv,
+               r->n_weights_dropped, r->time_ms);
+    return s;
+}

@@ -1,0 +1,122 @@
+/*
+ * manager_impl.h — what the memory manager's files share (the contract is
+ * manager.h; nothing outside src/mem/manager*.c, evict.c, restore*.c and
+ * truncate.c includes this).
+ *
+ *   manager.c      the tables (struct mz_mem), init/free, storage helpers,
+ *                  statistics and test hooks
+ *   evict.c        carrying out eviction plans (the mechanism's half of
+ *                  policy.h)
+ *   restore.c      blocking restore: per unit, per layer (acquire), all
+ *   truncate.c     giving up evicted chunks beyond a new length
+ *   restore_job.c  the pipelined restore (restore_generate)
+ *   mem_names.c    public names of placements, orders and stages
+ *
+ * Lock order and the move protocol: manager.c's top comment.
+ */
+#ifndef MZ_MANAGER_IMPL_H
+#define MZ_MANAGER_IMPL_H
+
+#include "manager.h"
+
+#include "../codec/codec.h"
+#include "../io/direct_read.h"
+#include "../io/io.h"
+#include "compstack.h"
+#include "policy.h"
+#include "profile.h"
+#include "weights.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct rjob;
+
+struct mz_mem {
+    mz_model_t *model;
+    mz_kv_cache *kv;
+    mz_wtable *wt;             /* the engine's weight units (shared by its sessions) */
+    unsigned char *wpinned;    /* [n_layer]: blocks this manager pinned in the current step */
+    int n_layer;
+    size_t max_chunks;
+    size_t n_values;           /* F16 values in one chunk */
+    mz_unit *kvu;              /* [n_layer * max_chunks] */
+    const mz_codec *codec;
+    mz_codec *layer_codec;     /* [n_layer]: the instance that encodes layer l's chunks
+                                  (mz_codec_for_layer: cachegen's rows = head_dim and its
+                                  layer schedule; q8/raw: *codec) */
+    mz_device_profile prof;    /* where the per-unit times come from; re-derived as the */
+    mz_profile_units pu;       /*   expected encoded size moves (mm_refresh_times) */
+    char codec_name[24];
+    uint64_t enc_seed;         /* expected bytes of an encoded chunk before any was measured */
+    uint64_t enc_sum, enc_n;   /* bytes and count of chunks encoded by their layer's codec */
+    mz_kv_placement placement;
+    mz_policy *policy;
+    mz_policy_params pprm;     /* order, seed, rounding */
+    mz_evict_plan plan;        /* steps of the current eviction (and the planner's scratch) */
+    mz_unit_times times;       /* per-unit restore times from the device profile */
+    bool profile_measured;     /* false: built-in estimate */
+    uint64_t *kv_seq;          /* [n_layer * max_chunks]: push number of each COMPRESSED chunk */
+    uint64_t push_seq;         /* last push number handed out */
+    pthread_mutex_t lock;
+    mz_compstack_t *stack;
+    mz_swapfile_t *swap;       /* opened at the first store */
+    char *swap_dir;
+    unsigned swap_flags;
+    mz_dfile_t *dfile;         /* the model file, opened at the first weight reload */
+    uint8_t *scratch;          /* page-aligned: encoded chunks on their way to/from storage */
+    size_t scratch_cap;
+    struct rjob *job;          /* the running pipelined restore (owner thread sets/clears) */
+    mz_mem_shared *shared;     /* the engine's swap file and model-file reader (NULL: own) */
+    bool shared_swap;          /* this session stores into the engine's swap file */
+    _Atomic size_t n_slots;    /* swap slots this manager holds */
+    int restore_threads;       /* default split: restore threads (1..3) from the profile */
+    mz_restore_timings last;   /* breakdown of the last pipelined restore */
+    double last_first_compute_ms; /* when acquire_layer(0) returned in the last job */
+    double last_ready_ms;      /* when its last unit became ready */
+};
+
+static inline mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }
+
+static inline uint64_t kv_tag(int l, size_t c) { return (uint64_t)(uint32_t)l << 32 | (uint32_t)c; }
+
+static inline mz_unit *unit_by_tag(mz_mem *mm, uint64_t tag)
+{
+    int l = (int)(tag >> 32);
+    size_t c = (size_t)(uint32_t)tag;
+    MZ_ASSERT(l >= 0 && l < mm->n_layer && c < mm->max_chunks);
+    return kv_unit(mm, l, c);
+}
+
+/* "KV chunk (layer l, chunk c)" / "weights of layer l". */
+MZ_INTERNAL const char *mm_unit_name(const mz_unit *u, char *buf, size_t cap);
+/* Brings KV unit states in line with the cache's mappings (owner thread). */
+MZ_INTERNAL void mm_sync_kv(mz_mem *mm);
+/* Expected encoded size of one chunk (running mean, seeded). */
+MZ_INTERNAL size_t mm_enc_expected(const mz_mem *mm);
+/* Per-unit times at the current expected encoded size. */
+MZ_INTERNAL void mm_refresh_times(mz_mem *mm);
+/* The swap file (the engine's or the session's own), opened on first use. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_ensure_swap(mz_mem *mm);
+/* Swap-file write / slot free, counting the slots this manager holds. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_swap_write(mz_mem *mm, const void *buf, size_t len,
+                                                 uint64_t tag, mz_swap_slot *slot);
+MZ_INTERNAL void mm_swap_slot_free(mz_mem *mm, mz_swap_slot slot);
+/* The model-file reader (the engine's when shared), opened on first use. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_ensure_dfile(mz_mem *mm);
+/* The policy's view of the tables. Caller holds mm->lock. */
+MZ_INTERNAL void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v);
+/* Decodes the stack's top item into u (BUSY, mapped) and pops it. Caller
+ * holds mm->lock. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_decode_top_into(mz_mem *mm, mz_unit *u);
+/* Fills u (BUSY, mapped) from the swap file or the model file. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from,
+                                                  uint8_t *scratch, size_t scratch_cap);
+/* Makes u resident, waiting for another mover if there is one. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_restore_unit(mz_mem *mm, mz_unit *u, mz_restore_report *r);
+/* restore_job.c, for acquire_layer: wait for u in the running job; note
+ * when compute got past layer 0. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_job_wait_unit(mz_mem *mm, struct rjob *j, mz_unit *u);
+MZ_INTERNAL void mm_job_note_compute(struct rjob *j);
+
+#endif /* MZ_MANAGER_IMPL_H */

@@ -1,0 +1,202 @@
+/*
+ * restore.c — blocking restore: one unit, a layer before the forward pass
+ * reads it (acquire), or everything (mz_mem_restore_all).
+ */
+#define _GNU_SOURCE
+#include "manager_impl.h"
+
+#include <string.h>
+
+/* ---- restore -------------------------------------------------------------------------------- */
+
+/* Decodes the stack's top item into its chunk and pops it. u is BUSY (claimed
+ * by the caller) and its pages are mapped. Caller holds mm->lock. */
+mz_status mm_decode_top_into(mz_mem *mm, mz_unit *u)
+{
+    const uint8_t *data;
+    size_t len;
+    uint64_t tag;
+    mz_status s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
+    MZ_ASSERT(s == MZ_OK && unit_by_tag(mm, tag) == u);
+    s = mz_codec_decode(u->enc, data, len, (mz_f16 *)u->buf, mm->n_values);
+    if (s) return mz_fail_prefix(s, "decoding from the compressed stack failed");
+    s = mz_compstack_drop_top(mm->stack);
+    MZ_ASSERT(s == MZ_OK);
+    return MZ_OK;
+}
+
+static void count_restore(mz_restore_report *r, const mz_unit *u, mz_unit_state from)
+{
+    if (!r) return;
+    r->bytes_restored += u->bytes;
+    switch (from) {
+    case MZ_UNIT_COMPRESSED: r->n_kv_decoded++; break;
+    case MZ_UNIT_STORED_RAW: r->n_kv_read_raw++; break;
+    case MZ_UNIT_STORED_COMPRESSED: r->n_kv_read_compressed++; break;
+    case MZ_UNIT_DROPPED: r->n_weights_loaded++; break;
+    default: break;
+    }
+}
+
+/* Fills u (BUSY, pages mapped) from the swap file or the model file, using
+ * scratch for encoded records. Needs no manager lock: the swap file has its
+ * own, mm->dfile is opened before any concurrent use, and only u's mover
+ * writes u->buf. Error message set (without the unit's name). */
+mz_status mm_read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from, uint8_t *scratch,
+                             size_t scratch_cap)
+{
+    mz_status s = MZ_OK;
+    switch (from) {
+    case MZ_UNIT_STORED_RAW: {
+        size_t len = 0;
+        s = mz_swapfile_read(mm->swap, u->slot, u->buf, u->bytes, &len);
+        if (s) {
+            mz_fail_prefix(s, "reading it from the swap file failed");
+        } else if (len != u->bytes) {
+            s = mz_fail(MZ_E_CORRUPT, "the swap file holds %zu bytes for it, expected %zu", len,
+                        u->bytes);
+        }
+        break;
+    }
+    case MZ_UNIT_STORED_COMPRESSED: {
+        size_t len = 0;
+        s = mz_swapfile_read(mm->swap, u->slot, scratch, scratch_cap, &len);
+        if (s) {
+            mz_fail_prefix(s, "reading it from the swap file failed");
+            break;
+        }
+        s = mz_codec_decode(u->enc, scratch, len, (mz_f16 *)u->buf, mm->n_values);
+        if (s) mz_fail_prefix(s, "decoding it after reading it from the swap file failed");
+        break;
+    }
+    case MZ_UNIT_DROPPED:
+        if ((s = mm_ensure_dfile(mm))) break;
+        s = mz_wtable_read_block(mm->wt, mm->dfile, u->layer);
+        break;
+    default:
+        MZ_ASSERT(!"mm_read_stored from a state that is not stored");
+    }
+    return s;
+}
+
+/* Restores a unit claimed BUSY from state `from`. Caller holds mm->lock.
+ * Settles the unit: RESIDENT, or `from` again on error. */
+static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_restore_report *r)
+{
+    char nm[64];
+    mz_status s = mz_unit_map_pages(u);
+    if (s) goto out_fail;
+    switch (from) {
+    case MZ_UNIT_COMPRESSED:
+        /* Pop-through: decode the items above u back into their own chunks. */
+        for (;;) {
+            const uint8_t *data;
+            size_t len;
+            uint64_t tag;
+            s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
+            MZ_ASSERT(s == MZ_OK);
+            mz_unit *t = unit_by_tag(mm, tag);
+            if (t == u) break;
+            MZ_ASSERT(mz_unit_claim(t, MZ_UNIT_COMPRESSED));
+            if ((s = mz_unit_map_pages(t)) || (s = mm_decode_top_into(mm, t))) {
+                mz_unit_release_pages(t);
+                mz_unit_settle(t, MZ_UNIT_COMPRESSED);
+                mz_fail_prefix(s, "%s", mm_unit_name(t, nm, sizeof nm));
+                goto out_fail;
+            }
+            mz_unit_settle(t, MZ_UNIT_RESIDENT);
+            count_restore(r, t, MZ_UNIT_COMPRESSED);
+        }
+        s = mm_decode_top_into(mm, u);
+        break;
+    case MZ_UNIT_STORED_RAW:
+    case MZ_UNIT_STORED_COMPRESSED:
+    case MZ_UNIT_DROPPED:
+        s = mm_read_stored(mm, u, from, mm->scratch, mm->scratch_cap);
+        break;
+    default:
+        MZ_ASSERT(!"restore from a settled, evicted state");
+    }
+    if (s) goto out_fail;
+    if (from == MZ_UNIT_STORED_RAW || from == MZ_UNIT_STORED_COMPRESSED) {
+        mm_swap_slot_free(mm, u->slot);
+        u->slot = 0;
+    }
+    mz_unit_settle(u, MZ_UNIT_RESIDENT);
+    count_restore(r, u, from);
+    return MZ_OK;
+out_fail:
+    /* Nothing unverified stays readable: the pages go back and the unit stays
+     * evicted, its stored copy (slot, stack item, file) untouched. */
+    mz_unit_release_pages(u);
+    mz_unit_settle(u, from);
+    return mz_fail_prefix(s, "cannot restore %s", mm_unit_name(u, nm, sizeof nm));
+}
+
+/* Makes u resident, waiting for another mover if there is one. */
+mz_status mm_restore_unit(mz_mem *mm, mz_unit *u, mz_restore_report *r)
+{
+    for (int attempt = 0;; attempt++) {
+        mz_unit_state s = mz_unit_state_get(u);
+        if (s == MZ_UNIT_RESIDENT) return MZ_OK;
+        if (s == MZ_UNIT_BUSY) {
+            s = mz_unit_wait_settled(u);
+            if (s == MZ_UNIT_RESIDENT) return MZ_OK;
+            /* The other mover failed; try once ourselves to get our own error. */
+        }
+        MZ_ASSERT(s != MZ_UNIT_ABSENT);
+        MZ_ASSERT(attempt < 1000);
+        pthread_mutex_lock(&mm->lock);
+        mz_status st = MZ_AGAIN;
+        if (mz_unit_claim(u, s)) st = restore_claimed(mm, u, s, r);
+        pthread_mutex_unlock(&mm->lock);
+        if (st != MZ_AGAIN) {
+            return st;
+        }
+    }
+}
+
+mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks)
+{
+    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
+    mz_status s;
+    struct rjob *j = mm->job;
+    mz_unit *w = &mm->wt->units[layer];
+    if (mz_unit_state_get(w) != MZ_UNIT_RESIDENT &&
+        (s = j ? mm_job_wait_unit(mm, j, w) : mm_restore_unit(mm, w, NULL)))
+        return s;
+    for (size_t c = 0; c < n_chunks; c++) {
+        mz_unit *u = kv_unit(mm, layer, c);
+        mz_unit_state st = mz_unit_state_get(u);
+        if (st == MZ_UNIT_RESIDENT) continue;
+        if (st == MZ_UNIT_ABSENT) {
+            mm_sync_kv(mm); /* mapped by a reserve since the last sync */
+            if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) continue;
+        }
+        if ((s = j ? mm_job_wait_unit(mm, j, u) : mm_restore_unit(mm, u, NULL))) return s;
+    }
+    if (j && layer == 0) mm_job_note_compute(j);
+    return MZ_OK;
+}
+
+mz_status mz_mem_restore_all(mz_mem *mm, mz_restore_report *r)
+{
+    mz_restore_report dummy;
+    if (!r) r = &dummy;
+    memset(r, 0, sizeof *r);
+    double t0 = mz_time_ms();
+    mz_status s = MZ_OK;
+    mm_sync_kv(mm);
+    /* Forward-in: layer by layer, the weights and then the chunks in order,
+     * which pops the compressed stack from its top. */
+    for (int l = 0; l < mm->n_layer && !s; l++) {
+        mz_unit *w = &mm->wt->units[l];
+        if (mz_unit_state_get(w) != MZ_UNIT_RESIDENT) s = mm_restore_unit(mm, w, r);
+        for (size_t c = 0; c < mm->kv->n_chunks && !s; c++) {
+            mz_unit *u = kv_unit(mm, l, c);
+            if (mz_unit_state_get(u) != MZ_UNIT_RESIDENT) s = mm_restore_unit(mm, u, r);
+        }
+    }
+    r->time_ms = mz_time_ms() - t0;
+    return s;
+}

@@ -1,0 +1,684 @@
+/*
+ * restore_job.c — the pipelined restore of restore_generate (contract in
+ * manager.h, "pipelined restore").
+ */
+#define _GNU_SOURCE
+#include "manager_impl.h"
+
+#include <sys/mman.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- pipelined restore (restore_generate, paper §4.2 / §6.3) ----------------------------- *
+ *
+ * Three activities bring every unit that is evicted when the request
+ * arrives back in forward order (layer by layer: the weight block, then the
+ * layer's KV chunks), while the owner thread computes and waits per unit in
+ * mz_mem_acquire_layer. They run on 1-3 threads (the split: see
+ * job_thread_main and mz_mem_restore_begin):
+ *
+ *   alloc    pre-faults each unit's range (MADV_POPULATE_WRITE; else a
+ *            write per page), on every restore thread: each claims the
+ *            next unit in forward order, and the prefix of units done is
+ *            published (j->n_alloc). The ranges were all made writable
+ *            at the start (mz_unit_map_pages, one pass: see
+ *            mz_mem_restore_begin). It runs ahead of the loaders; without
+ *            alloc||reload overlap the loaders start only when it has
+ *            finished.
+ *   storage  weight blocks (O_DIRECT batch from the model file, hash check)
+ *            and stored chunks (swap file, checksummed), forward order.
+ *   memory   the compressed stack from its top (its head order; forward
+ *            order after a backward-out eviction), one item at a time; the
+ *            stack shrinks item by item.
+ *
+ * A loader waits until the unit is allocated, claims it BUSY (the COMPRESSED
+ * claim under mm->lock, as everywhere), works *without* mm->lock (the stack
+ * is not modified by anyone else while the job runs: compute only waits, and
+ * eviction/truncate are owner-thread calls that do not run during a
+ * request), then takes mm->lock only to pop the stack item or free the swap
+ * slot, settles the unit RESIDENT and broadcasts j->cv. Compute waits on
+ * j->cv until its unit is RESIDENT or the job failed.
+ *
+ * Errors: the failing unit releases its pages and settles back to the state
+ * it came from, with its copy intact; the job records the first error (its
+ * message names the unit) and every worker stops. Units that were allocated
+ * but never loaded get their pages released at the end, so the accounting
+ * stays exact and nothing unverified stays readable.
+ *
+ * Lock order: j->mu is a leaf (never held while taking mm->lock, never
+ * held while waiting on a unit's futex).
+ */
+
+#ifdef MADV_POPULATE_WRITE
+#define MZ_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
+#else
+#define MZ_MADV_POPULATE_WRITE 23
+#endif
+
+#define STO_DEPTH 4
+
+typedef struct job_thread {
+    struct rjob *j;
+    unsigned mask;             /* 1 << ACT_*: the activities this thread runs */
+} job_thread;
+
+typedef struct rjob {
+    mz_mem *mm;
+    size_t n;                  /* units in the job */
+    mz_unit **units;           /* forward order */
+    mz_unit_state *from;       /* state at the start */
+    size_t *kv_idx;            /* [n_layer * max_chunks]: job index of a KV unit, SIZE_MAX if none */
+    bool overlap_alloc;
+    unsigned delay_us_max;
+    uint64_t seed;
+    uint8_t *scratch;          /* storage worker's (page-aligned) */
+    /* Storage path: stored KV chunks are read asynchronously, up to
+     * STO_DEPTH units in flight (one O_DIRECT read of a chunk is one or two
+     * requests; the disk needs about four to reach its throughput). Only
+     * the thread running the storage activity touches these. NULL aio:
+     * one synchronous read at a time. */
+    mz_swap_aio_t *aio;
+    struct sto_req {
+        mz_swap_item item;
+        size_t i;              /* job index of the unit */
+        uint8_t *scratch;      /* encoded record (STORED_COMPRESSED), page-aligned */
+        bool busy;
+    } req[STO_DEPTH];
+    int n_inflight;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t n_opened;           /* prefix of units made readable and writable */
+    size_t alloc_next;         /* next unit an allocating thread claims */
+    unsigned char *mapped;     /* [n]: mapped and pre-faulted (any order) */
+    size_t n_alloc;            /* prefix of units mapped and pre-faulted */
+    size_t n_ready;            /* units made RESIDENT */
+    int n_running;             /* workers still running */
+    bool failed;
+    mz_status err;
+    char errmsg[512];
+    unsigned char *loaded;     /* [n]: made resident by a loader */
+    pthread_t th[3];
+    int n_th;
+    int n_threads;             /* the split: restore threads started */
+    job_thread thr[3];         /* each thread's activities */
+    double act_ms[3];          /* busy time per activity (ACT_*) */
+    size_t n_storage, n_mem;   /* units each loader handles */
+    double t_begin, t_ready;
+    double stall_ms;           /* owner: time waiting in acquire_layer */
+    double first_compute_ms;
+} rjob;
+
+static void job_delay(rjob *j, uint64_t *rng)
+{
+    if (!j->delay_us_max) return;
+    *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    unsigned us = (unsigned)(*rng >> 33) % (j->delay_us_max + 1);
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* First error wins; wakes everyone. */
+static void job_fail(rjob *j, mz_status s, const char *msg)
+{
+    pthread_mutex_lock(&j->mu);
+    if (!j->failed) {
+        j->failed = true;
+        j->err = s;
+        snprintf(j->errmsg, sizeof j->errmsg, "%s", msg);
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void job_worker_exit(rjob *j)
+{
+    pthread_mutex_lock(&j->mu);
+    if (--j->n_running == 0) j->t_ready = mz_time_ms();
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Unit i may be loaded: it is allocated (or, without alloc overlap, all
+ * are). Caller holds j->mu. */
+static bool job_allocated(const rjob *j, size_t i)
+{
+    return j->n_alloc >= (j->overlap_alloc ? i + 1 : j->n);
+}
+
+static void job_settled(rjob *j, size_t i, mz_unit *u)
+{
+    j->loaded[i] = 1;
+    mz_unit_settle(u, MZ_UNIT_RESIDENT);
+    pthread_mutex_lock(&j->mu);
+    j->n_ready++;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* The three activities are step functions, so that a restore thread can run
+ * one of them or several in turn (n_restore_threads < 3). A step does one
+ * unit (JOB_PROGRESS), finds its next unit not yet allocated (JOB_BLOCKED:
+ * *seen_alloc is the allocation count it saw), or has nothing left or the
+ * job failed (JOB_DONE). */
+enum { JOB_DONE, JOB_PROGRESS, JOB_BLOCKED };
+enum { ACT_ALLOC, ACT_STORAGE, ACT_MEM, ACT_COUNT };
+
+typedef struct job_act {
+    int kind;
+    size_t next;               /* alloc/storage: next unit index; memory: items popped */
+    uint64_t rng;
+    double busy;
+    bool done;
+} job_act;
+
+static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
+{
+    (void)seen_alloc;
+    pthread_mutex_lock(&j->mu);
+    const bool done = j->failed || j->alloc_next >= j->n;
+    const size_t i = done ? 0 : j->alloc_next++;
+    pthread_mutex_unlock(&j->mu);
+    if (done) return JOB_DONE;
+    double t0 = mz_time_ms();
+    job_delay(j, &a->rng);
+    mz_unit *u = j->units[i];
+    /* Nobody else touches u before n_alloc passes i (the loaders wait
+     * for it, compute waits for RESIDENT; each index is claimed once).
+     * Its range is already readable and writable (restore_begin). Pre-fault: one MADV_POPULATE_WRITE (Linux 5.14+) populates the
+     * range in one call, about twice as fast as a write per page on memory
+     * the hypervisor has reclaimed (docs/BENCHMARKS.md, bench_reserve);
+     * older kernels: a write per page. */
+    if (madvise(u->buf, u->bytes, MZ_MADV_POPULATE_WRITE) != 0) {
+        size_t pg = mz_page_size();
+        volatile uint8_t *p = u->buf;
+        for (size_t off = 0; off < u->bytes; off += pg) p[off] = 0;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->mapped[i] = 1;
+    while (j->n_alloc < j->n && j->mapped[j->n_alloc]) j->n_alloc++;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    a->busy += mz_time_ms() - t0;
+    return JOB_PROGRESS;
+}
+
+/* Stops the job on unit i's failure: its pages go back, it returns to the
+ * state it came from with its stored copy intact. */
+static void storage_unit_failed(rjob *j, size_t i, mz_status s)
+{
+    mz_unit *u = j->units[i];
+    char nm[64], msg[512];
+    snprintf(msg, sizeof msg, "cannot restore %s: %s", mm_unit_name(u, nm, sizeof nm), mz_last_error());
+    mz_unit_release_pages(u);
+    mz_unit_settle(u, j->from[i]);
+    job_fail(j, s, msg);
+}
+
+/* Unit i's record is in (raw: in u->buf, compressed: in scratch): check,
+ * decode, free the slot, settle. */
+static mz_status storage_unit_finish(rjob *j, size_t i, mz_status st, size_t len,
+                                     const uint8_t *scratch)
+{
+    mz_mem *mm = j->mm;
+    mz_unit *u = j->units[i];
+    if (st) {
+        mz_fail_prefix(st, "reading it from the swap file failed");
+    } else if (j->from[i] == MZ_UNIT_STORED_RAW) {
+        if (len != u->bytes)
+            st = mz_fail(MZ_E_CORRUPT, "the swap file holds %zu bytes for it, expected %zu", len,
+                         u->bytes);
+    } else {
+        st = mz_codec_decode(u->enc, scratch, len, (mz_f16 *)u->buf, mm->n_values);
+        if (st) mz_fail_prefix(st, "decoding it after reading it from the swap file failed");
+    }
+    if (st) {
+        storage_unit_failed(j, i, st);
+        return st;
+    }
+    pthread_mutex_lock(&mm->lock);
+    mm_swap_slot_free(mm, u->slot);
+    u->slot = 0;
+    pthread_mutex_unlock(&mm->lock);
+    job_settled(j, i, u);
+    return MZ_OK;
+}
+
+/* Waits for one read in flight and finishes its unit. */
+static mz_status storage_reap_one(rjob *j, bool wait)
+{
+    mz_swap_item *it = mz_swap_aio_reap(j->aio, wait);
+    if (!it) return MZ_AGAIN;
+    struct sto_req *r = (struct sto_req *)(void *)it; /* item is the first member */
+    r->busy = false;
+    j->n_inflight--;
+    return storage_unit_finish(j, r->i, it->status, it->len, r->scratch);
+}
+
+/* After a failure: wait for every read in flight (their buffers must stay
+ * valid until the kernel is done) and put those units back. */
+static void storage_drain(rjob *j)
+{
+    while (j->n_inflight > 0) {
+        mz_swap_item *it = mz_swap_aio_reap(j->aio, true);
+        if (!it) break;
+        struct sto_req *r = (struct sto_req *)(void *)it;
+        r->busy = false;
+        j->n_inflight--;
+        mz_unit_release_pages(j->units[r->i]);
+        mz_unit_settle(j->units[r->i], j->from[r->i]);
+    }
+}
+
+static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
+{
+    mz_mem *mm = j->mm;
+    double t0 = mz_time_ms();
+    /* Finished reads first: they free a place in the queue. */
+    if (j->n_inflight > 0) {
+        mz_status st = storage_reap_one(j, false);
+        if (st != MZ_AGAIN) {
+            if (st) storage_drain(j);
+            a->busy += mz_time_ms() - t0;
+            return st ? JOB_DONE : JOB_PROGRESS;
+        }
+    }
+    while (a->next < j->n && j->from[a->next] != MZ_UNIT_DROPPED &&
+           j->from[a->next] != MZ_UNIT_STORED_RAW && j->from[a->next] != MZ_UNIT_STORED_COMPRESSED)
+        a->next++;
+    bool failed = false, ready = false;
+    size_t i = a->next;
+    if (i < j->n) {
+        pthread_mutex_lock(&j->mu);
+        failed = j->failed;
+        ready = job_allocated(j, i);
+        *seen_alloc = j->n_alloc;
+        pthread_mutex_unlock(&j->mu);
+    } else {
+        pthread_mutex_lock(&j->mu);
+        failed = j->failed;
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (failed) {
+        storage_drain(j);
+        return JOB_DONE;
+    }
+    bool queue_full = j->n_inflight >= STO_DEPTH;
+    bool is_kv = i < j->n && j->from[i] != MZ_UNIT_DROPPED;
+    if (i >= j->n || !ready || (queue_full && is_kv)) {
+        /* Nothing to start now: wait for a read in flight, if any. (A weight
+         * block is read synchronously through the model file's own queue;
+         * chunk reads in flight go on meanwhile.) */
+        if (j->n_inflight == 0) return i >= j->n ? JOB_DONE : JOB_BLOCKED;
+        mz_status st = storage_reap_one(j, true);
+        if (st) storage_drain(j);
+        a->busy += mz_time_ms() - t0;
+        return st ? JOB_DONE : JOB_PROGRESS;
+    }
+    a->next++;
+    mz_unit_state from = j->from[i];
+    job_delay(j, &a->rng);
+    mz_unit *u = j->units[i];
+    char nm[64];
+    if (!mz_unit_claim(u, from)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "cannot restore %s: it is busy", mm_unit_name(u, nm, sizeof nm));
+        job_fail(j, MZ_E_INVAL, msg);
+        storage_drain(j);
+        return JOB_DONE;
+    }
+    if (is_kv && j->aio) {
+        struct sto_req *r = NULL;
+        for (int q = 0; q < STO_DEPTH && !r; q++)
+            if (!j->req[q].busy) r = &j->req[q];
+        MZ_ASSERT(r);
+        r->busy = true;
+        r->i = i;
+        bool raw = from == MZ_UNIT_STORED_RAW;
+        r->item = (mz_swap_item){.buf = raw ? u->buf : r->scratch,
+                                 .len = raw ? u->bytes : mm->scratch_cap,
+                                 .slot = u->slot};
+        j->n_inflight++;
+        /* A request refused up front is still reaped, with its error. */
+        (void)mz_swap_aio_submit_read(j->aio, &r->item);
+        a->busy += mz_time_ms() - t0;
+        return JOB_PROGRESS;
+    }
+    mz_status s = mm_read_stored(mm, u, from, j->scratch, mm->scratch_cap);
+    if (s) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "cannot restore %s: %s", mm_unit_name(u, nm, sizeof nm),
+                 mz_last_error());
+        mz_unit_release_pages(u);
+        mz_unit_settle(u, from);
+        job_fail(j, s, msg);
+        storage_drain(j);
+        return JOB_DONE;
+    }
+    if (from != MZ_UNIT_DROPPED) {
+        pthread_mutex_lock(&mm->lock);
+        mm_swap_slot_free(mm, u->slot);
+        u->slot = 0;
+        pthread_mutex_unlock(&mm->lock);
+    }
+    job_settled(j, i, u);
+    a->busy += mz_time_ms() - t0;
+    return JOB_PROGRESS;
+}
+
+static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
+{
+    mz_mem *mm = j->mm;
+    if (a->next >= j->n_mem) return JOB_DONE;
+    const uint8_t *data;
+    size_t len;
+    uint64_t tag;
+    pthread_mutex_lock(&mm->lock);
+    mz_status s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
+    pthread_mutex_unlock(&mm->lock);
+    if (s) return JOB_DONE; /* empty */
+    mz_unit *u = unit_by_tag(mm, tag);
+    size_t i = j->kv_idx[(size_t)u->layer * mm->max_chunks + (size_t)u->chunk];
+    MZ_ASSERT(i != SIZE_MAX);
+    pthread_mutex_lock(&j->mu);
+    bool failed = j->failed, ready = job_allocated(j, i);
+    *seen_alloc = j->n_alloc;
+    pthread_mutex_unlock(&j->mu);
+    if (failed) return JOB_DONE;
+    if (!ready) return JOB_BLOCKED;
+    double t0 = mz_time_ms();
+    job_delay(j, &a->rng);
+    char nm[64];
+    pthread_mutex_lock(&mm->lock);
+    bool claimed = mz_unit_claim(u, MZ_UNIT_COMPRESSED);
+    pthread_mutex_unlock(&mm->lock);
+    if (!claimed) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "cannot restore %s: it is busy", mm_unit_name(u, nm, sizeof nm));
+        job_fail(j, MZ_E_INVAL, msg);
+        return JOB_DONE;
+    }
+    /* data stays valid: only this activity pops the stack during the job. */
+    s = mz_codec_decode(u->enc, data, len, (mz_f16 *)u->buf, mm->n_values);
+    if (s) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "cannot restore %s: decoding from the compressed stack "
+                 "failed: %s", mm_unit_name(u, nm, sizeof nm), mz_last_error());
+        mz_unit_release_pages(u);
+        mz_unit_settle(u, MZ_UNIT_COMPRESSED);
+        job_fail(j, s, msg);
+        return JOB_DONE;
+    }
+    pthread_mutex_lock(&mm->lock);
+    s = mz_compstack_drop_top(mm->stack);
+    pthread_mutex_unlock(&mm->lock);
+    MZ_ASSERT(s == MZ_OK);
+    a->next++;
+    job_settled(j, i, u);
+    a->busy += mz_time_ms() - t0;
+    return JOB_PROGRESS;
+}
+
+/* One restore thread: runs the activities of its mask in turn, one step
+ * each, and sleeps only when every unfinished one is blocked on
+ * allocation (which then runs on another thread). */
+
+static void *job_thread_main(void *arg)
+{
+    job_thread *t = arg;
+    rjob *j = t->j;
+    static int (*const steps[ACT_COUNT])(rjob *, job_act *, size_t *) = {
+        job_alloc_step, job_storage_step, job_mem_step};
+    static const uint64_t salt[ACT_COUNT] = {0xa11c, 0x5707, 0x3e3};
+    job_act acts[ACT_COUNT];
+    for (int k = 0; k < ACT_COUNT; k++)
+        acts[k] = (job_act){.kind = k, .rng = j->seed ^ salt[k], .done = !(t->mask & (1u << k))};
+    for (;;) {
+        bool progress = false, pending = false;
+        size_t seen = SIZE_MAX;
+        for (int k = 0; k < ACT_COUNT; k++) {
+            if (acts[k].done) continue;
+            size_t sa = SIZE_MAX;
+            int r = steps[k](j, &acts[k], &sa);
+            if (r == JOB_DONE) acts[k].done = true;
+            else if (r == JOB_PROGRESS) progress = true;
+            else seen = MZ_MIN(seen, sa);
+            pending |= !acts[k].done;
+        }
+        if (!pending) break;
+        if (progress) continue;
+        /* Every unfinished activity waits for the allocation thread. */
+        pthread_mutex_lock(&j->mu);
+        while (j->n_alloc == seen && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
+        pthread_mutex_unlock(&j->mu);
+    }
+    pthread_mutex_lock(&j->mu);
+    for (int k = 0; k < ACT_COUNT; k++)
+        if (t->mask & (1u << k)) j->act_ms[k] += acts[k].busy;
+    pthread_mutex_unlock(&j->mu);
+    job_worker_exit(j);
+    return NULL;
+}
+
+static void job_free(rjob *j)
+{
+    if (!j) return;
+    free(j->units);
+    free(j->from);
+    free(j->kv_idx);
+    free(j->loaded);
+    free(j->mapped);
+    if (j->scratch) mz_pages_free(j->scratch, j->mm->scratch_cap);
+    for (int q = 0; q < STO_DEPTH; q++)
+        if (j->req[q].scratch) mz_pages_free(j->req[q].scratch, j->mm->scratch_cap);
+    if (j->aio) mz_swap_aio_free(j->aio);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
+{
+    MZ_ASSERT(!mm->job);
+    memset(&mm->last, 0, sizeof mm->last);
+    mm->last_first_compute_ms = mm->last_ready_ms = 0;
+    mm_sync_kv(mm);
+    rjob *j = mz_calloc(1, sizeof *j);
+    if (!j) return mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->mm = mm;
+    j->overlap_alloc = p ? p->overlap_alloc : true;
+    j->delay_us_max = p ? p->delay_us_max : 0;
+    j->seed = p ? p->seed : 0;
+    j->t_begin = mz_time_ms();
+    j->first_compute_ms = -1;
+    size_t cap = (size_t)mm->n_layer * (1 + mm->max_chunks);
+    j->units = mz_calloc(MZ_MAX(cap, 1), sizeof *j->units);
+    j->from = mz_calloc(MZ_MAX(cap, 1), sizeof *j->from);
+    j->loaded = mz_calloc(MZ_MAX(cap, 1), 1);
+    j->mapped = mz_calloc(MZ_MAX(cap, 1), 1);
+    j->kv_idx = mz_calloc(MZ_MAX((size_t)mm->n_layer * mm->max_chunks, 1), sizeof *j->kv_idx);
+    if (!j->units || !j->from || !j->loaded || !j->mapped || !j->kv_idx) {
+        job_free(j);
+        return mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
+    }
+    bool any_dropped = false, any_stored = false;
+    for (size_t k = 0; k < (size_t)mm->n_layer * mm->max_chunks; k++) j->kv_idx[k] = SIZE_MAX;
+    for (int l = 0; l < mm->n_layer; l++) {
+        mz_unit *w = &mm->wt->units[l];
+        mz_unit_state st = mz_unit_state_get(w);
+        if (st == MZ_UNIT_DROPPED) {
+            j->units[j->n] = w;
+            j->from[j->n++] = st;
+            any_dropped = true;
+            j->n_storage++;
+        }
+        for (size_t c = 0; c < mm->kv->n_chunks; c++) {
+            mz_unit *u = kv_unit(mm, l, c);
+            st = mz_unit_state_get(u);
+            if (st == MZ_UNIT_RESIDENT || st == MZ_UNIT_ABSENT) continue;
+            MZ_ASSERT(st != MZ_UNIT_BUSY);
+            j->kv_idx[(size_t)l * mm->max_chunks + c] = j->n;
+            j->units[j->n] = u;
+            j->from[j->n++] = st;
+            if (st == MZ_UNIT_COMPRESSED) j->n_mem++;
+            else {
+                j->n_storage++;
+                any_stored = true;
+            }
+        }
+    }
+    mz_status s = MZ_OK;
+    if (any_dropped) {
+        pthread_mutex_lock(&mm->lock);
+        s = mm_ensure_dfile(mm);
+        pthread_mutex_unlock(&mm->lock);
+    }
+    if (!s && any_stored) {
+        j->scratch = mz_pages_alloc(mm->scratch_cap);
+        if (!j->scratch) s = mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
+        /* Reads in flight need their own buffers; without them (or without
+         * the queue) the storage path reads one unit at a time. */
+        bool ok = !s && mz_swap_aio_init(mm->swap, STO_DEPTH, &j->aio) == MZ_OK;
+        for (int q = 0; ok && q < STO_DEPTH; q++)
+            ok = (j->req[q].scratch = mz_pages_alloc(mm->scratch_cap)) != NULL;
+        if (!ok && j->aio) {
+            mz_swap_aio_free(j->aio);
+            j->aio = NULL;
+        }
+    }
+    if (s) {
+        job_free(j);
+        return s;
+    }
+    mm->last.n_units = j->n;
+    mm->last.n_storage_units = j->n_storage;
+    mm->last.n_mem_units = j->n_mem;
+    if (j->n == 0) {
+        job_free(j);
+        return MZ_OK; /* nothing to do: acquire_layer sees no job */
+    }
+    /* Every unit's range is made writable here, in one pass, rather than
+     * by the allocating threads: a protection change takes the process's
+     * mmap lock for writing and would stall every concurrent page fault —
+     * with it, two threads pre-faulted no faster than one. The ranges stay
+     * unpopulated (the allocating threads' work) and unread: compute waits
+     * for RESIDENT, and restore_end closes those that were not loaded. */
+    for (; j->n_opened < j->n; j->n_opened++)
+        if ((s = mz_unit_map_pages(j->units[j->n_opened]))) break;
+    if (s) {
+        char nm[64];
+        mz_fail_prefix(s, "cannot restore %s", mm_unit_name(j->units[j->n_opened], nm, sizeof nm));
+        for (size_t i = 0; i < j->n_opened; i++) mz_unit_release_pages(j->units[i]);
+        job_free(j);
+        return s;
+    }
+    /* The split (n_restore_threads). Allocation is the costliest activity
+     * (faulting in pages the hypervisor reclaimed) and runs on every
+     * restore thread, each claiming the next unit; besides it: 3 = storage
+     * and decoding on threads of their own; 2 = decoding shares the first
+     * thread and the storage path, which mostly waits on reads, the
+     * second; 1 = everything in turn on one thread. */
+    /* The memory path empties stack segments while the others fault pages
+     * in: their unmapping waits for restore_end. */
+    pthread_mutex_lock(&mm->lock);
+    mz_compstack_defer_unmap(mm->stack, true);
+    pthread_mutex_unlock(&mm->lock);
+    int nt = p && p->n_threads >= 1 && p->n_threads <= 3 ? p->n_threads : mm->restore_threads;
+    static const unsigned masks[3][3] = {
+        {1u << ACT_ALLOC | 1u << ACT_STORAGE | 1u << ACT_MEM, 0, 0},
+        {1u << ACT_ALLOC | 1u << ACT_MEM, 1u << ACT_ALLOC | 1u << ACT_STORAGE, 0},
+        {1u << ACT_ALLOC, 1u << ACT_ALLOC | 1u << ACT_STORAGE, 1u << ACT_ALLOC | 1u << ACT_MEM}};
+    j->n_threads = nt;
+    j->n_running = nt;
+    for (int t = 0; t < nt; t++) {
+        j->thr[t] = (job_thread){.j = j, .mask = masks[nt - 1][t]};
+        int rc = pthread_create(&j->th[t], NULL, job_thread_main, &j->thr[t]);
+        if (rc) {
+            job_fail(j, MZ_E_NOMEM, "cannot start a restore worker thread");
+            pthread_mutex_lock(&j->mu);
+            j->n_running -= nt - t;
+            pthread_mutex_unlock(&j->mu);
+            break;
+        }
+        j->n_th++;
+    }
+    mm->job = j;
+    return MZ_OK;
+}
+
+/* Owner thread: waits until u is RESIDENT or the job failed / ended. */
+mz_status mm_job_wait_unit(mz_mem *mm, struct rjob *j, mz_unit *u)
+{
+    if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) return MZ_OK;
+    double t0 = mz_time_ms();
+    pthread_mutex_lock(&j->mu);
+    while (mz_unit_state_get(u) != MZ_UNIT_RESIDENT && !j->failed && j->n_running > 0)
+        pthread_cond_wait(&j->cv, &j->mu);
+    bool failed = j->failed;
+    pthread_mutex_unlock(&j->mu);
+    j->stall_ms += mz_time_ms() - t0;
+    if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) return MZ_OK;
+    if (failed) return mz_fail(j->err, "%s", j->errmsg);
+    /* Not in the job (or the job ended without it): restore it here. */
+    return mm_restore_unit(mm, u, NULL);
+}
+
+void mm_job_note_compute(struct rjob *j)
+{
+    if (j->first_compute_ms < 0) j->first_compute_ms = mz_time_ms();
+}
+
+mz_status mz_mem_restore_wait(mz_mem *mm)
+{
+    rjob *j = mm->job;
+    if (!j) return MZ_OK;
+    double t0 = mz_time_ms();
+    pthread_mutex_lock(&j->mu);
+    while (j->n_running > 0 && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
+    bool failed = j->failed;
+    pthread_mutex_unlock(&j->mu);
+    j->stall_ms += mz_time_ms() - t0;
+    return failed ? mz_fail(j->err, "%s", j->errmsg) : MZ_OK;
+}
+
+mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
+{
+    rjob *j = mm->job;
+    mz_status s = MZ_OK;
+    if (j) {
+        for (int t = 0; t < j->n_th; t++) pthread_join(j->th[t], NULL);
+        /* Allocated but never loaded (a failure stopped the loaders): give
+         * the pages back; the unit is still in its evicted state. */
+        for (size_t i = 0; i < j->n_opened; i++)
+            if (!j->loaded[i] && mz_unit_state_get(j->units[i]) == j->from[i])
+                mz_unit_release_pages(j->units[i]);
+        if (j->failed) s = mz_fail(j->err, "%s", j->errmsg);
+        pthread_mutex_lock(&mm->lock);
+        mz_compstack_defer_unmap(mm->stack, false);
+        pthread_mutex_unlock(&mm->lock);
+        mm->last.alloc_ms = j->act_ms[ACT_ALLOC];
+        mm->last.storage_ms = j->act_ms[ACT_STORAGE];
+        mm->last.mem_ms = j->act_ms[ACT_MEM];
+        mm->last.n_restore_threads = j->n_threads;
+        mm->last.stall_ms = j->stall_ms;
+        mm->last.restore_ms = j->t_ready - j->t_begin;
+        mm->last.n_ready = j->n_ready;
+        mm->last_first_compute_ms = j->first_compute_ms;
+        mm->last_ready_ms = j->t_ready;
+        mm->job = NULL;
+        job_free(j);
+    }
+    if (out) *out = mm->last;
+    return s;
+}
+
+bool mz_mem_restore_running(const mz_mem *mm) { return mm->job != NULL; }
+void mz_mem_last_restore(const mz_mem *mm, mz_restore_timings *out) { *out = mm->last; }
+void mz_mem_set_last_restore(mz_mem *mm, const mz_restore_timings *t) { mm->last = *t; }
+
+void mz_mem_restore_order_probe(const mz_mem *mm, double *first_compute_ms, double *ready_ms)
+{
+    *first_compute_ms = mm->last_first_compute_ms;
+    *ready_ms = mm->last_ready_ms;
+}

@@ -1,0 +1,636 @@
+/*
+ * test_sessions.c — an engine with several sessions (include/mzcache.h,
+ * "engine and sessions"): one memory system across conversations.
+ *
+ *   alternating    (real model, SmolLM2) three sessions alternate turns
+ *                  (an 8-token question, a greedy answer) under a memory
+ *                  budget below their sum, kept by mz_engine_evict after
+ *                  every turn. Every answer is identical (raw codec) to the
+ *                  same conversation run alone on another load of the
+ *                  model; each turn prefills only its question; the
+ *                  eviction takes idle sessions' KV before the session just
+ *                  used and before any weight block; a turn restores only
+ *                  its session (the others' bytes stay where the plan put
+ *                  them). Then everything is evicted, weights included,
+ *                  with three sessions alive, and one more round still
+ *                  gives the same answers. Deleting a session frees its
+ *                  units at once; the others go on unchanged.
+ *   faults         (tiny model) EIO and a flipped byte while restoring one
+ *                  session: the request fails naming the unit, the other
+ *                  session restores and answers correctly, the failed one
+ *                  succeeds on a retry.
+ *   random         (tiny model) random create / append / generate /
+ *                  mz_engine_evict(bytes) / mz_restore / truncate / delete
+ *                  over up to four sessions, against a model of what each
+ *                  must hold: its tokens (never another's) and the logits of
+ *                  a shadow context that got the same calls without
+ *                  eviction; every manager table consistent, nothing pinned
+ *                  after a call.
+ *   pressure       (tiny model; TSan) an mz_engine_evict from another thread
+ *                  in the middle of a generation returns without waiting
+ *                  for it: idle sessions' units move at once, the busy
+ *                  session's share is deferred and given up between two of
+ *                  its steps; the answer is unchanged. A deadlock here
+ *                  hangs the test (ctest's timeout fails it).
+ */
+#include "evict_util.h"
+#include "io/io.h"
+#include "mem/weights.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+static const char *T = "test_sessions";
+
+/* ---- shared helpers --------------------------------------------------------------- */
+
+static mz_ctx_params sess_params(const char *swap)
+{
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = 2048;
+    cp.n_threads = 2;
+    cp.kv_codec = "raw";
+    cp.swap_dir = t_tmp_path(swap);
+    return cp;
+}
+
+typedef struct gen_out {
+    mz_token t[64];
+    size_t n;
+} gen_out;
+
+static bool collect(void *user, mz_token t)
+{
+    gen_out *g = user;
+    if (g->n < MZ_ARRAY_LEN(g->t)) g->t[g->n++] = t;
+    return true;
+}
+
+static mz_status turn(mz_ctx_t *c, const mz_token *q, size_t nq, size_t max_gen, gen_out *g,
+                      mz_restore_timings *tm)
+{
+    g->n = 0;
+    size_t ng = 0;
+    return mz_restore_generate(c, q, nq, NULL, NULL, max_gen, collect, g, &ng, tm);
+}
+
+static size_t footprint(mz_engine_t *e)
+{
+    mz_mem_stats st;
+    mz_engine_get_mem_stats(e, &st);
+    return st.weights.resident_bytes + st.kv.resident_bytes + st.kv.compressed_bytes;
+}
+
+typedef struct where {
+    size_t res, comp, stored, n_res;
+} where;
+
+static where where_of(mz_ctx_t *c)
+{
+    mz_mem_stats st;
+    mz_get_mem_stats(c, &st);
+    return (where){st.kv.resident_bytes, st.kv.compressed_bytes, st.kv.stored_bytes,
+                   st.kv.n_resident};
+}
+
+static bool same_where(where a, where b)
+{
+    return a.res == b.res && a.comp == b.comp && a.stored == b.stored && a.n_res == b.n_res;
+}
+
+/* ---- alternating sessions on the real model ------------------------------------- */
+
+#define NS 3
+#define NQ 8
+#define MAX_TURNS 5
+
+static void test_alternating(const char *path, bool small)
+{
+    mz_model_t *m = ev_load(path), *mref = ev_load(path);
+    CHECK(m && mref);
+    if (!m || !mref) {
+        mz_model_free(m);
+        mz_model_free(mref);
+        return;
+    }
+    const int nv = mz_model_n_vocab(m);
+    const size_t n_base = small ? 90 : 300, max_gen = small ? 3 : 6;
+    const int rounds = small ? 2 : 3; /* then one after evicting everything */
+    mz_token base[NS][300], q[NS][MAX_TURNS][NQ];
+    for (int k = 0; k < NS; k++) {
+        ev_tokens(base[k], n_base, nv, 100 + (unsigned)k);
+        for (int t = 0; t < MAX_TURNS; t++) ev_tokens(q[k][t], NQ, nv, 1000 + 10u * (unsigned)k + (unsigned)t);
+    }
+    /* Alone: each conversation by itself, never evicted. Turn 0 is the
+     * base prompt, turn t >= 1 the question q[t]. */
+    gen_out ref[NS][MAX_TURNS + 1];
+    const int n_turns = rounds + 1;
+    for (int k = 0; k < NS; k++) {
+        mz_ctx_params cp = sess_params("sess-alone");
+        mz_ctx_t *c = NULL;
+        CHECK(mz_ctx_init(mref, &cp, &c) == MZ_OK);
+        if (!c) goto out_models;
+        for (int t = 0; t <= n_turns; t++) {
+            mz_status s = t == 0 ? turn(c, base[k], n_base, max_gen, &ref[k][t], NULL)
+                                 : turn(c, q[k][t - 1], NQ, max_gen, &ref[k][t], NULL);
+            CHECK_MSG(s == MZ_OK, "alone %d/%d: %s", k, t, mz_ctx_errmsg(c));
+        }
+        mz_ctx_free(c);
+    }
+
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
+    mz_engine_t *e = NULL;
+    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
+    mz_engine_t *e2 = NULL;
+    CHECK(mz_engine_create(m, &ep, &e2) == MZ_E_INVAL && !e2); /* one engine per model */
+    if (!e) goto out_models;
+    mz_ctx_t *s[NS] = {0};
+    for (int k = 0; k < NS; k++) {
+        mz_ctx_params cp = sess_params("sess-alt");
+        cp.swap_dir = NULL;
+        CHECK(mz_session_create(e, &cp, &s[k]) == MZ_OK);
+        if (!s[k]) goto out_engine;
+        CHECK(mz_ctx_engine(s[k]) == e);
+    }
+    CHECK(mz_ctx_id(s[0]) != mz_ctx_id(s[1]) && mz_ctx_id(s[1]) != mz_ctx_id(s[2]));
+    mz_model_info mi;
+    mz_model_get_info(m, &mi);
+    {
+        /* Turn 0 everywhere (no budget yet): the base prompts. */
+        for (int k = 0; k < NS; k++) {
+            gen_out g;
+            CHECK(turn(s[k], base[k], n_base, max_gen, &g, NULL) == MZ_OK);
+            CHECK_MSG(g.n == ref[k][0].n && memcmp(g.t, ref[k][0].t, g.n * sizeof g.t[0]) == 0,
+                      "session %d turn 0 differs", k);
+        }
+    }
+    mz_mem_stats est;
+    mz_engine_get_mem_stats(e, &est);
+    /* Weights counted once; KV summed over the sessions. */
+    {
+        size_t kv_sum = 0, wb = 0;
+        for (int k = 0; k < NS; k++) {
+            mz_mem_stats st;
+            mz_get_mem_stats(s[k], &st);
+            kv_sum += st.kv.total_bytes;
+            wb = st.weights.total_bytes;
+        }
+        CHECK_EQ_INT(est.weights.total_bytes, wb);
+        CHECK_EQ_INT(est.kv.total_bytes, kv_sum);
+        CHECK(est.weights.n_units == (size_t)mi.n_layer);
+    }
+    /* The budget: weights and a bit more than one session's KV. */
+    const size_t one_kv = est.kv.total_bytes / NS;
+    const size_t budget = est.weights.total_bytes + one_kv + one_kv / 4;
+    CHECK(budget < est.weights.total_bytes + est.kv.total_bytes);
+    int n_restoring = 0;
+    for (int t = 1; t <= rounds; t++) {
+        for (int k = 0; k < NS; k++) {
+            /* Keep the budget: the session just used is the most recent. */
+            size_t fp = footprint(e);
+            where before[NS];
+            for (int j = 0; j < NS; j++) before[j] = where_of(s[j]);
+            if (fp > budget) {
+                mz_evict_report r;
+                CHECK(mz_engine_evict(e, fp - budget, &r) == MZ_OK);
+                CHECK_MSG(r.complete, "round %d/%d: freed %zu of %zu", t, k, r.bytes_freed,
+                          fp - budget);
+                CHECK(r.n_weights_dropped == 0 && r.bytes_deferred == 0);
+                CHECK(footprint(e) <= budget);
+                /* The session used last keeps its KV while idle ones suffice. */
+                int last = (k + NS - 1) % NS;
+                size_t idle_res = 0;
+                for (int j = 0; j < NS; j++)
+                    if (j != last) idle_res += before[j].res;
+                if (fp - budget <= idle_res)
+                    CHECK_MSG(same_where(where_of(s[last]), before[last]),
+                              "round %d: the session used last lost units", t);
+            }
+            where after_evict[NS];
+            for (int j = 0; j < NS; j++) after_evict[j] = where_of(s[j]);
+            bool was_evicted = after_evict[k].n_res < where_of(s[k]).n_res ||
+                               after_evict[k].comp + after_evict[k].stored > 0;
+            mz_ctx_timings t0, t1;
+            mz_ctx_get_timings(s[k], &t0);
+            size_t n0 = mz_ctx_n_tokens(s[k]);
+            gen_out g;
+            mz_restore_timings rt;
+            mz_status st = turn(s[k], q[k][t - 1], NQ, max_gen, &g, &rt);
+            CHECK_MSG(st == MZ_OK, "session %d turn %d: %s", k, t, mz_ctx_errmsg(s[k]));
+            CHECK_MSG(g.n == ref[k][t].n && memcmp(g.t, ref[k][t].t, g.n * sizeof g.t[0]) == 0,
+                      "session %d turn %d: answer differs from the conversation alone", k, t);
+            mz_ctx_get_timings(s[k], &t1);
+            /* Only the question was prefilled (one batch); the rest decoded. */
+            CHECK_EQ_INT(t1.n_prefill_tokens - t0.n_prefill_tokens, NQ);
+            CHECK_EQ_INT(mz_ctx_n_tokens(s[k]) - n0, NQ + g.n); /* each answer token fed back */
+            if (was_evicted) {
+                n_restoring++;
+                CHECK(rt.n_units > 0);
+            }
+            /* The request restored its own session, nobody else's. */
+            where w = where_of(s[k]);
+            CHECK(w.comp == 0 && w.stored == 0);
+            for (int j = 0; j < NS; j++)
+                if (j != k)
+                    CHECK_MSG(same_where(where_of(s[j]), after_evict[j]),
+                              "turn on %d moved session %d's units", k, j);
+        }
+    }
+    CHECK(n_restoring > 0);
+    {
+        mz_session_info info[NS + 1];
+        CHECK_EQ_INT(mz_engine_sessions(e, info, NS + 1), NS);
+        CHECK_EQ_INT(mz_engine_n_sessions(e), NS);
+        for (int k = 0; k < NS; k++) {
+            CHECK(info[k].ctx == s[k] && info[k].id == mz_ctx_id(s[k]));
+            CHECK(info[k].n_tokens == mz_ctx_n_tokens(s[k]) && !info[k].busy);
+        }
+        CHECK(info[NS - 1].last_use_ns > info[0].last_use_ns);
+    }
+    {
+        /* Everything, weights included, with three sessions alive. */
+        mz_evict_report r;
+        CHECK(mz_engine_evict(e, SIZE_MAX, &r) == MZ_OK);
+        CHECK_EQ_INT(r.n_weights_dropped, mi.n_layer);
+        mz_mem_stats st;
+        mz_engine_get_mem_stats(e, &st);
+        CHECK(st.weights.n_resident == 0 && st.kv.resident_bytes == 0);
+        for (int k = 0; k < NS; k++) {
+            gen_out g;
+            CHECK(turn(s[k], q[k][rounds], NQ, max_gen, &g, NULL) == MZ_OK);
+            CHECK_MSG(g.n == ref[k][rounds + 1].n &&
+                          memcmp(g.t, ref[k][rounds + 1].t, g.n * sizeof g.t[0]) == 0,
+                      "session %d: answer after evicting everything differs", k);
+            if (k == 0) {
+                /* Weights back (the forward pass needed them), the others'
+                 * KV still evicted. */
+                mz_engine_get_mem_stats(e, &st);
+                CHECK(st.weights.n_resident == (size_t)mi.n_layer);
+                CHECK(where_of(s[1]).n_res == 0 && where_of(s[2]).n_res == 0);
+            }
+        }
+    }
+    {
+        /* Delete one: its units go at once, the others are unchanged. */
+        mz_evict_report r;
+        CHECK(mz_engine_evict(e, one_kv / 2, &r) == MZ_OK);
+        where w0 = where_of(s[0]), w2 = where_of(s[2]);
+        mz_mem_stats a, b;
+        mz_engine_get_mem_stats(e, &a);
+        mz_mem_stats s1;
+        mz_get_mem_stats(s[1], &s1);
+        mz_swapfile_t *sf = mz_mem_swapfile(s[0]->mem);
+        CHECK(sf && sf == mz_mem_swapfile(s[1]->mem));
+        mz_swapfile_stats ss0, ss1;
+        if (sf) mz_swapfile_get_stats(sf, &ss0);
+        size_t held1 = 0;
+        for (int l = 0; l < mi.n_layer; l++)
+            for (size_t ck = 0; ck < s[1]->kv.n_chunks; ck++) {
+                mz_unit_state us = mz_mem_kv_state(s[1]->mem, l, ck);
+                held1 += us == MZ_UNIT_STORED_RAW || us == MZ_UNIT_STORED_COMPRESSED;
+            }
+        mz_ctx_free(s[1]);
+        s[1] = NULL;
+        if (sf) {
+            mz_swapfile_get_stats(sf, &ss1);
+            CHECK_EQ_INT(ss0.n_slots - ss1.n_slots, held1); /* its slots, freed at once */
+        }
+        mz_engine_get_mem_stats(e, &b);
+        CHECK_EQ_INT(a.kv.total_bytes - b.kv.total_bytes, s1.kv.total_bytes);
+        CHECK_EQ_INT(a.kv.stored_bytes - b.kv.stored_bytes, s1.kv.stored_bytes);
+        CHECK(same_where(where_of(s[0]), w0) && same_where(where_of(s[2]), w2));
+        CHECK_EQ_INT(mz_engine_n_sessions(e), NS - 1);
+    }
+out_engine:
+    mz_engine_free(e); /* frees the sessions left */
+out_models:
+    mz_model_free(m);
+    mz_model_free(mref);
+}
+
+/* ---- tiny model: faults, random sequences, pressure -------------------------------- */
+
+static mz_model_t *g_tiny, *g_tiny_ref;
+static int g_nv;
+
+static mz_status prefill_logits_eq(mz_ctx_t *a, mz_ctx_t *b, bool *eq)
+{
+    const float *la = mz_ctx_logits(a), *lb = mz_ctx_logits(b);
+    *eq = la && lb && memcmp(la, lb, (size_t)g_nv * sizeof(float)) == 0;
+    return MZ_OK;
+}
+
+static void test_faults(void)
+{
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
+    mz_engine_t *e = NULL;
+    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    if (!e) return;
+    mz_ctx_params cp = sess_params("sess-faults");
+    cp.swap_dir = NULL;
+    cp.kv_placement = MZ_KV_PLACE_STORAGE;
+    mz_ctx_params rp = sess_params("sess-faults-ref");
+    mz_ctx_t *a = NULL, *b = NULL, *ra = NULL, *rb = NULL;
+    CHECK(mz_session_create(e, &cp, &a) == MZ_OK && mz_session_create(e, &cp, &b) == MZ_OK);
+    CHECK(mz_ctx_init(g_tiny_ref, &rp, &ra) == MZ_OK && mz_ctx_init(g_tiny_ref, &rp, &rb) == MZ_OK);
+    if (!a || !b || !ra || !rb) goto out;
+    mz_token ta[300], tb[300], f[4];
+    ev_tokens(ta, 300, g_nv, 5);
+    ev_tokens(tb, 300, g_nv, 6);
+    ev_tokens(f, 4, g_nv, 7);
+    CHECK(mz_prefill(a, ta, 300) == MZ_OK && mz_prefill(ra, ta, 300) == MZ_OK);
+    CHECK(mz_prefill(b, tb, 300) == MZ_OK && mz_prefill(rb, tb, 300) == MZ_OK);
+    CHECK(mz_prefill(ra, f, 4) == MZ_OK && mz_prefill(rb, f, 4) == MZ_OK);
+    const struct { enum mz_io_fault_kind kind; int err; mz_status want; } cases[] = {
+        {MZ_IO_FAULT_ERRNO, EIO, MZ_E_IO},
+        {MZ_IO_FAULT_CORRUPT, 0, MZ_E_CORRUPT},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(cases); i++) {
+        /* Both sessions' KV to the swap file (weights stay: only KV asked). */
+        mz_mem_stats st;
+        mz_engine_get_mem_stats(e, &st);
+        mz_evict_report r;
+        CHECK(mz_engine_evict(e, st.kv.resident_bytes, &r) == MZ_OK);
+        CHECK(where_of(a).n_res == 0 && where_of(b).n_res == 0);
+        /* One swap file for the engine, holding both sessions' slots. */
+        CHECK(mz_mem_swapfile(a->mem) && mz_mem_swapfile(a->mem) == mz_mem_swapfile(b->mem));
+        if (mz_mem_swapfile(a->mem)) {
+            mz_swapfile_stats ss;
+            mz_swapfile_get_stats(mz_mem_swapfile(a->mem), &ss);
+            CHECK_EQ_INT(ss.n_slots, 2 * 4 * 2); /* 2 sessions x 4 layers x 2 chunks */
+        }
+        where wb = where_of(b);
+        mz_io_fault fl = {.op = MZ_IO_READ, .kind = cases[i].kind, .err = cases[i].err, .nth = 2,
+                          .count = UINT32_MAX};
+        mz_io_fault_set(&fl);
+        mz_restore_timings tm;
+        mz_status s = mz_prefill_restore(a, f, 4, NULL, &tm);
+        mz_io_fault_set(NULL);
+        CHECK_MSG(s == cases[i].want, "case %zu: %d %s", i, s, mz_ctx_errmsg(a));
+        CHECK(strstr(mz_ctx_errmsg(a), "KV chunk") != NULL);
+        CHECK_EQ_INT(mz_ctx_n_tokens(a), 300);
+        CHECK(mz_mem_is_valid(a->mem) && mz_mem_is_valid(b->mem));
+        /* The other session: untouched, then restores and answers right. */
+        CHECK(same_where(where_of(b), wb));
+        bool eq = false;
+        CHECK(mz_prefill_restore(b, f, 4, NULL, NULL) == MZ_OK);
+        prefill_logits_eq(b, rb, &eq);
+        CHECK_MSG(eq, "case %zu: the other session's answer changed", i);
+        /* The failed one on a retry. */
+        CHECK(mz_prefill_restore(a, f, 4, NULL, NULL) == MZ_OK);
+        prefill_logits_eq(a, ra, &eq);
+        CHECK_MSG(eq, "case %zu: retry answer differs", i);
+        CHECK(mz_ctx_truncate(a, 300) == MZ_OK && mz_ctx_truncate(b, 300) == MZ_OK);
+    }
+out:
+    mz_ctx_free(ra);
+    mz_ctx_free(rb);
+    mz_engine_free(e);
+}
+
+#define RS 4
+
+typedef struct rsess {
+    mz_ctx_t *c, *shadow;
+    mz_token *tok;
+    size_t n;
+} rsess;
+
+static void test_random(unsigned long long seed, int n_ops)
+{
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
+    mz_engine_t *e = NULL;
+    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    if (!e) return;
+    rsess rs[RS] = {0};
+    unsigned long long rng = seed;
+    int n_alive = 0, n_created = 0, bad_tokens = 0, bad_logits = 0, bad_valid = 0, errors = 0;
+    int n_evict_moves = 0, n_restores = 0;
+    const size_t cap = 1500;
+    for (int op = 0; op < n_ops; op++) {
+        unsigned k = (unsigned)(t_rand_u64(&rng) % RS);
+        rsess *r = &rs[k];
+        unsigned what = (unsigned)(t_rand_u64(&rng) % 10);
+        if (!r->c) {
+            /* create */
+            mz_ctx_params cp = sess_params("sess-rand");
+            cp.swap_dir = t_rand_u64(&rng) % 4 ? NULL : t_tmp_path("sess-rand-own");
+            cp.kv_placement = (mz_kv_placement)(t_rand_u64(&rng) % 5);
+            mz_ctx_params rp = sess_params("sess-rand-ref");
+            r->tok = malloc(cap * sizeof *r->tok);
+            if (!r->tok || mz_session_create(e, &cp, &r->c) || mz_ctx_init(g_tiny_ref, &rp, &r->shadow)) {
+                errors++;
+                break;
+            }
+            r->n = 0;
+            n_alive++;
+            n_created++;
+            continue;
+        }
+        if (what <= 2) {
+            /* append */
+            size_t n = 1 + t_rand_u64(&rng) % 200;
+            if (r->n + n + 8 > cap) n = 0;
+            if (n) {
+                ev_tokens(r->tok + r->n, n, g_nv, t_rand_u64(&rng));
+                bool pipelined = t_rand_u64(&rng) % 2;
+                mz_status s = pipelined ? mz_prefill_restore(r->c, r->tok + r->n, n, NULL, NULL)
+                                        : mz_prefill(r->c, r->tok + r->n, n);
+                errors += s != MZ_OK;
+                errors += mz_prefill(r->shadow, r->tok + r->n, n) != MZ_OK;
+                r->n += n;
+                bool eq;
+                prefill_logits_eq(r->c, r->shadow, &eq);
+                bad_logits += !eq;
+            }
+        } else if (what == 3) {
+            /* generate (greedy) */
+            if (r->n > 0 && r->n + 8 < cap) {
+                gen_out g, gs;
+                mz_token one = r->tok[r->n - 1];
+                (void)one;
+                mz_token q[2];
+                ev_tokens(q, 2, g_nv, t_rand_u64(&rng));
+                errors += turn(r->c, q, 2, 4, &g, NULL) != MZ_OK;
+                errors += turn(r->shadow, q, 2, 4, &gs, NULL) != MZ_OK;
+                bad_logits += g.n != gs.n || memcmp(g.t, gs.t, g.n * sizeof g.t[0]) != 0;
+                memcpy(r->tok + r->n, q, sizeof q);
+                r->n += 2;
+                memcpy(r->tok + r->n, g.t, g.n * sizeof g.t[0]); /* all fed back */
+                r->n += g.n;
+            }
+        } else if (what <= 5) {
+            /* engine-wide eviction of a random amount */
+            mz_mem_stats st;
+            mz_engine_get_mem_stats(e, &st);
+            size_t all = st.weights.total_bytes + st.kv.total_bytes;
+            size_t want = t_rand_u64(&rng) % 4 == 0 ? SIZE_MAX : (size_t)(t_rand_u64(&rng) % (all + 1));
+            mz_evict_report er;
+            errors += mz_engine_evict(e, want, &er) != MZ_OK;
+            n_evict_moves += er.bytes_freed > 0;
+            errors += er.bytes_deferred != 0; /* nothing computes now */
+        } else if (what == 6) {
+            errors += mz_restore(r->c, NULL) != MZ_OK;
+            n_restores++;
+        } else if (what == 7) {
+            /* truncate */
+            size_t keep = r->n ? (size_t)(t_rand_u64(&rng) % (r->n + 1)) : 0;
+            errors += mz_ctx_truncate(r->c, keep) != MZ_OK;
+            errors += mz_ctx_truncate(r->shadow, keep) != MZ_OK;
+            r->n = keep;
+        } else if (what == 8 && n_alive > 1) {
+            /* delete */
+            mz_ctx_free(r->c);
+            mz_ctx_free(r->shadow);
+            free(r->tok);
+            memset(r, 0, sizeof *r);
+            n_alive--;
+            continue;
+        }
+        /* The model: each session holds its own tokens, never another's;
+         * every table consistent; nothing pinned between calls. */
+        for (int j = 0; j < RS; j++) {
+            if (!rs[j].c) continue;
+            bad_tokens += mz_ctx_n_tokens(rs[j].c) != rs[j].n ||
+                          (rs[j].n && memcmp(mz_ctx_tokens(rs[j].c), rs[j].tok,
+                                             rs[j].n * sizeof(mz_token)) != 0);
+            bad_valid += !mz_mem_is_valid(rs[j].c->mem);
+        }
+        bad_valid += mz_wtable_any_pinned(e->wt);
+        if (mz_engine_n_sessions(e) != (size_t)n_alive) bad_valid++;
+    }
+    /* Finally every session restores and still answers as its shadow. */
+    for (int j = 0; j < RS; j++) {
+        if (!rs[j].c) continue;
+        mz_token q[3];
+        ev_tokens(q, 3, g_nv, 99 + (unsigned)j);
+        if (rs[j].n + 3 < cap) {
+            errors += mz_prefill_restore(rs[j].c, q, 3, NULL, NULL) != MZ_OK;
+            errors += mz_prefill(rs[j].shadow, q, 3) != MZ_OK;
+            bool eq;
+            prefill_logits_eq(rs[j].c, rs[j].shadow, &eq);
+            bad_logits += !eq;
+        }
+        mz_ctx_free(rs[j].c);
+        mz_ctx_free(rs[j].shadow);
+        free(rs[j].tok);
+    }
+    CHECK_EQ_INT(errors, 0);
+    CHECK_EQ_INT(bad_tokens, 0);
+    CHECK_EQ_INT(bad_logits, 0);
+    CHECK_EQ_INT(bad_valid, 0);
+    CHECK(n_created > 1 && n_evict_moves > 0);
+    printf("  random seed %llu: %d ops, %d sessions created, %d evictions moved units, %d restores\n",
+           seed, n_ops, n_created, n_evict_moves, n_restores);
+    mz_engine_free(e);
+}
+
+/* Pressure in the middle of a generation. */
+typedef struct pressure_ctx {
+    mz_engine_t *e;
+    mz_ctx_t *busy;
+    int fired;
+    mz_evict_report r;
+    mz_status s;
+    gen_out g;
+} pressure_ctx;
+
+static void *pressure_thread(void *arg)
+{
+    pressure_ctx *p = arg;
+    p->s = mz_engine_evict(p->e, SIZE_MAX, &p->r);
+    return NULL;
+}
+
+static bool pressure_cb(void *user, mz_token t)
+{
+    pressure_ctx *p = user;
+    collect(&p->g, t);
+    if (p->g.n == 2 && !p->fired) {
+        /* Another thread evicts while this generation is between tokens
+         * and still owns its session; joined here, so an eviction that
+         * waited for the generation would never return. */
+        p->fired = 1;
+        pthread_t th;
+        if (pthread_create(&th, NULL, pressure_thread, p) == 0) pthread_join(th, NULL);
+        else p->fired = -1;
+    }
+    return true;
+}
+
+static void test_pressure(void)
+{
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
+    mz_engine_t *e = NULL;
+    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    if (!e) return;
+    mz_ctx_params cp = sess_params("sess-pressure");
+    cp.swap_dir = NULL;
+    cp.kv_placement = MZ_KV_PLACE_STORAGE;
+    mz_ctx_params rp = sess_params("sess-pressure-ref");
+    mz_ctx_t *a = NULL, *b = NULL, *ra = NULL;
+    CHECK(mz_session_create(e, &cp, &a) == MZ_OK && mz_session_create(e, &cp, &b) == MZ_OK);
+    CHECK(mz_ctx_init(g_tiny_ref, &rp, &ra) == MZ_OK);
+    if (!a || !b || !ra) goto out;
+    mz_token ta[400], tb[300], q[4];
+    ev_tokens(ta, 400, g_nv, 15);
+    ev_tokens(tb, 300, g_nv, 16);
+    ev_tokens(q, 4, g_nv, 17);
+    CHECK(mz_prefill(a, ta, 400) == MZ_OK && mz_prefill(ra, ta, 400) == MZ_OK);
+    CHECK(mz_prefill(b, tb, 300) == MZ_OK);
+    gen_out want;
+    CHECK(turn(ra, q, 4, 8, &want, NULL) == MZ_OK);
+    pressure_ctx p = {.e = e, .busy = a};
+    size_t ng = 0;
+    mz_status s = mz_restore_generate(a, q, 4, NULL, NULL, 8, pressure_cb, &p, &ng, NULL);
+    CHECK(s == MZ_OK);
+    CHECK_EQ_INT(p.fired, 1);
+    CHECK(p.s == MZ_OK);
+    /* b (idle) went at once; a's share was deferred, not waited for. */
+    CHECK(p.r.bytes_freed > 0 && p.r.n_sessions >= 1 && p.r.bytes_deferred > 0);
+    CHECK(where_of(b).n_res == 0);
+    /* a gave its share up between its steps, and the next step brought
+     * back what it reads, i.e. all of it. */
+    mz_mem_stats sa;
+    mz_get_mem_stats(a, &sa);
+    mz_session_info info[2];
+    CHECK(mz_engine_sessions(e, info, 2) == 2 && info[0].ctx == a);
+    CHECK_MSG(info[0].deferred_freed_bytes > 0, "the busy session gave nothing up after its step");
+    CHECK(info[1].deferred_freed_bytes == 0);
+    CHECK(sa.kv.n_resident == sa.kv.n_units && sa.weights.n_resident == sa.weights.n_units);
+    CHECK_MSG(p.g.n == want.n && memcmp(p.g.t, want.t, want.n * sizeof want.t[0]) == 0,
+              "answer under pressure differs");
+    CHECK(mz_mem_is_valid(a->mem) && mz_mem_is_valid(b->mem));
+out:
+    mz_ctx_free(ra);
+    mz_engine_free(e);
+}
+
+int main(void)
+{
+    const char *real = t_real_model_path();
+    if (!real) return t_skip(T, "the real model is missing (models/)");
+    const bool small = getenv("MZ_SANITIZED") != NULL;
+    const char *tiny = t_tmp_path("sess-tiny.gguf");
+    if (ev_gen_tiny(tiny, 4)) return t_skip(T, "cannot generate the tiny model");
+    g_tiny = ev_load(tiny);
+    g_tiny_ref = ev_load(tiny);
+    if (!g_tiny || !g_tiny_ref) return 1;
+    g_nv = mz_model_n_vocab(g_tiny);
+    test_pressure();
+    test_faults();
+    test_random(1, small ? 60 : 200);
+    if (!small) test_random(2, 200);
+    mz_model_free(g_tiny);
+    mz_model_free(g_tiny_ref);
+    test_alternating(real, small);
+    return t_done(T);
+}
