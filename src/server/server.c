@@ -1084,13 +1084,9 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     } else {
         srv_log(s, "pressure monitor: disabled");
     }
-    if (s->p.mem_budget_bytes) {
+    if (s->p.mem_budget_bytes)
         srv_log(s, "memory budget %.1f MiB (weights + KV + compressed stacks; now %.1f MiB)",
                 (double)s->p.mem_budget_bytes / 1048576.0, (double)s->footprint / 1048576.0);
-        if (s->p.max_sessions > 1 && s->footprint > s->p.mem_budget_bytes)
-            srv_log(s, "the budget is below the weights alone: it holds only while one session exists "
-                       "(weights are evicted only then)");
-    }
     srv_log(s, "serving %s on %s:%d (context %zu tokens, up to %d sessions, %s)%s", s->model_id, s->p.host, s->port,
             s->n_ctx, s->p.max_sessions, s->api_key ? "API key required" : "no API key",
             strcmp(s->p.host, "127.0.0.1") && strcmp(s->p.host, "::1") && strcmp(s->p.host, "localhost")

@@ -16,9 +16,11 @@
  *     reads it, never a copy, so cached_tokens is always the prefix actually
  *     kept.
  *
- * Weight blocks are shared and, with today's library, evicted only while the
- * model has exactly one context: with several sessions the budget is kept by
- * evicting KV (least recently used session first, the active one last).
+ * The sessions are contexts of the model's engine (mz_ctx_init makes them
+ * sessions of its implicit engine): eviction for the pressure monitor, the
+ * API and the budget is one mz_engine_evict plan over every session's KV and
+ * the shared weights (least recently used sessions first, the one just used
+ * last, weights where dropping them is cheaper than the KV that would go).
  */
 #include "server/server_impl.h"
 #include "server/request.h"
@@ -257,11 +259,21 @@ static void add_category(mz_mem_category *a, const mz_mem_category *b)
     a->n_resident += b->n_resident;
 }
 
+static mz_engine_t *engine_of(const mz_server_t *s)
+{
+    return s->n_sess ? mz_ctx_engine(s->sess[0].ctx) : NULL;
+}
+
 void srv_mem_stats(mz_server_t *s, mz_mem_stats *out)
 {
     memset(out, 0, sizeof *out);
     int m = s->cur >= 0 ? s->cur : most_recent(s);
     if (m < 0) return;
+    mz_engine_t *e = engine_of(s);
+    if (e) {
+        mz_engine_get_mem_stats(e, out); /* weights once, KV and swap files summed */
+        return;
+    }
     /* Weights, pinned bytes and the policy's view: the shared table, as any
      * session reports it (the most recent one's stage). */
     mz_get_mem_stats(s->sess[m].ctx, out);
@@ -317,6 +329,12 @@ mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep
 {
     memset(rep, 0, sizeof *rep);
     rep->bytes_requested = nbytes;
+    mz_engine_t *e = engine_of(s);
+    if (e) {
+        mz_status st = mz_engine_evict(e, nbytes, rep);
+        if (st) srv_log(s, "eviction failed: %s", mz_last_error());
+        return st;
+    }
     int order[SRV_MAX_SESSIONS + 1];
     lru_order(s, order);
     mz_status rc = MZ_OK;
@@ -372,7 +390,23 @@ void srv_enforce_budget(mz_server_t *s)
     size_t before = fp, freed = 0;
     int order[SRV_MAX_SESSIONS + 1];
     lru_order(s, order); /* the active (most recent) session comes last */
-    for (int k = 0; k < s->n_sess && fp > budget; k++) {
+    mz_engine_t *e = engine_of(s);
+    /* One plan over every session and the weights; a few rounds, as units
+     * are whole and a compressed stack may keep a segment mapped. */
+    for (int round = 0; e && round < 16 && fp > budget; round++) {
+        mz_evict_report r = {0};
+        mz_status st = mz_engine_evict(e, fp - budget, &r);
+        if (st) {
+            srv_log(s, "budget: eviction failed: %s", mz_last_error());
+            break;
+        }
+        freed += r.bytes_freed;
+        size_t fp2 = srv_footprint(s);
+        bool progress = r.bytes_freed > 0 || fp2 < fp;
+        fp = fp2;
+        if (!progress) break;
+    }
+    for (int k = 0; e == NULL && k < s->n_sess && fp > budget; k++) {
         srv_session *ss = &s->sess[order[k]];
         /* Whole units, and a compressed stack that may keep a segment mapped:
          * a few rounds per session, until it has nothing more to give. */
@@ -392,8 +426,8 @@ void srv_enforce_budget(mz_server_t *s)
     }
     bool over = fp > budget;
     if (over && !s->over_budget)
-        srv_log(s, "budget %.1f MiB not reachable: %.1f MiB after evicting every session's KV%s", budget / 1048576.0,
-                fp / 1048576.0, s->n_sess > 1 ? " (weights are evicted only while one session exists)" : "");
+        srv_log(s, "budget %.1f MiB not reachable: %.1f MiB after evicting all it could", budget / 1048576.0,
+                fp / 1048576.0);
     s->over_budget = over;
     double ms = srv_now_ms() - t0;
     srv_event ev = {.t_unix = srv_unix_now(), .requested = before - budget, .freed = before > fp ? before - fp : 0, .ms = ms};
