@@ -8,7 +8,7 @@ signal comes. In each case a reference answer is taken first (its own
 session), then the same request runs on a second session and the signal is
 sent while it generates:
 
-  T1  SIGTERM, non-streamed request in flight: the client receives the whole
+  T1  `mzcache sessions` lists and deletes; then SIGTERM, non-streamed request in flight: the client receives the whole
       answer (equal to the reference, with finish_reason and usage); a new
       request during the drain gets 503 (or is refused once the port closed);
       exit status 0; the port file and the swap file are gone.
@@ -200,6 +200,20 @@ def main():
     plain(s, chat_body(48), "ref", ref)
     ref_text = ref.get("json", {}).get("choices", [{}])[0].get("message", {}).get("content")
     check(ref.get("status") == 200 and ref_text, f"T1: reference answer ({ref})")
+    # the client command: list, delete, a malformed id refused before any request
+    cli = [binary, "sessions", "--port", str(s.port)]
+    r = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and "\nref " in r.stdout, f"T1: `mzcache sessions` lists ref: {r.stdout!r} {r.stderr!r}")
+    r = subprocess.run(cli + ["--json"], capture_output=True, text=True, timeout=60)
+    ids = [e["id"] for e in json.loads(r.stdout)["data"]] if r.returncode == 0 else []
+    check(ids == ["ref"], f"T1: `mzcache sessions --json` ids {ids}")
+    plain(s, chat_body(2), "gone", {})
+    r = subprocess.run(cli + ["--delete", "gone"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and "deleted" in r.stdout, f"T1: `sessions --delete gone`: {r.stdout!r} {r.stderr!r}")
+    r = subprocess.run(cli + ["--delete", "gone"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "404" in r.stderr, f"T1: deleting it again: {r.returncode} {r.stderr!r}")
+    r = subprocess.run(cli + ["--delete", "a/../b"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2, f"T1: a malformed id is refused ({r.returncode})")
     out = {}
     th = threading.Thread(target=plain, args=(s, chat_body(48), "inflight", out), daemon=True)
     th.start()
