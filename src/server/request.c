@@ -255,21 +255,20 @@ const char *srv_session_id(const cJSON *root, const char *header, char *id, size
 {
     id[0] = '\0';
     const char *v = header && *header ? header : NULL;
-    const char *what = "the X-Session-Id header";
+    bool from_user = false;
     if (!v) {
         const cJSON *u = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "user") : NULL;
         if (!u || cJSON_IsNull(u)) return NULL;
         if (!cJSON_IsString(u)) return "\"user\" must be a string (it names the session)";
         if (!*u->valuestring) return NULL;
         v = u->valuestring;
-        what = "\"user\"";
+        from_user = true;
     }
-    if (!srv_session_id_valid(v, false) || strlen(v) >= cap) {
-        static const char *const msgs[2] = {
-            "the X-Session-Id header must be 1 to 64 characters of A-Z a-z 0-9 . _ : @ + - and not begin with \"anon-\"",
-            "\"user\" names the session: 1 to 64 characters of A-Z a-z 0-9 . _ : @ + - , not beginning with \"anon-\""};
-        return msgs[what[0] == '"'];
-    }
+    if (!srv_session_id_valid(v, false) || strlen(v) >= cap)
+        return from_user ? "\"user\" names the session: 1 to 64 characters of A-Z a-z 0-9 . _ : @ + -, not beginning "
+                           "with \"anon-\""
+                         : "the X-Session-Id header must be 1 to 64 characters of A-Z a-z 0-9 . _ : @ + - and not "
+                           "begin with \"anon-\"";
     memcpy(id, v, strlen(v) + 1);
     return NULL;
 }
