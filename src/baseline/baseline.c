@@ -1,6 +1,7 @@
 /*
  * baseline.c — the engine modes other than mzcache (contract in baseline.h):
- * dispatch, and the partial-offload and recompute baselines, which reuse the
+ * the engine's mode interface for them (mz_mode_ops, engine.h), dispatch, and
+ * the partial-offload and recompute baselines, which reuse the
  * memory manager's mechanism (src/mem/manager.c: raw KV to the swap file,
  * weight blocks dropped and reloaded from the model file with O_DIRECT and a
  * hash check, restore_all: one thread, forward order).
@@ -25,7 +26,6 @@ struct mz_baseline {
     mz_ospage *op;             /* os-paging */
     bool evicted;              /* partial-offload: something may be evicted */
     bool kv_dropped;           /* recompute: the KV is gone, c->tokens must be prefilled again */
-    bool busy;                 /* recompute: our own prefill is running */
     double reload_ms;          /* recompute: weights part of the last restore */
 };
 
@@ -122,9 +122,7 @@ static mz_status recompute_kv(mz_ctx_t *c, mz_baseline *b)
     if (!copy) return mz_fail(MZ_E_NOMEM, "recompute: out of memory");
     memcpy(copy, c->tokens, n * sizeof *copy);
     c->n_tokens = 0;
-    b->busy = true;
-    mz_status s = mz_prefill(c, copy, n);
-    b->busy = false;
+    mz_status s = mz_ctx_prefill_internal(c, copy, n); /* no mode hook: no re-entry */
     free(copy);
     if (s) {
         /* Back to "evicted": the length stays, the partial KV goes. */
@@ -197,7 +195,7 @@ mz_status mz_baseline_restore(mz_ctx_t *c, mz_restore_report *r)
 mz_status mz_baseline_before_prefill(mz_ctx_t *c)
 {
     mz_baseline *b = c->base;
-    if (!b || b->busy) return MZ_OK;
+    if (!b) return MZ_OK;
     if ((b->mode == MZ_MODE_PARTIAL_OFFLOAD && b->evicted) ||
         (b->mode == MZ_MODE_RECOMPUTE && b->kv_dropped))
         return mz_baseline_restore(c, NULL);
@@ -219,7 +217,7 @@ mz_status mz_baseline_prefill_restore(mz_ctx_t *c, const mz_token *t, size_t n,
     tm->n_storage_units = tm->n_units;
     tm->n_ready = tm->n_units;
     tm->storage_ms = b->mode == MZ_MODE_RECOMPUTE ? b->reload_ms : rr.time_ms;
-    if (!s) s = mz_prefill(c, t, n);
+    if (!s) s = mz_ctx_prefill_internal(c, t, n);
     double t1 = mz_time_ms();
     tm->prefill_ms = t1 - tr;
     tm->ttft_ms = t1 - t0;
@@ -253,3 +251,26 @@ void mz_baseline_get_stats(const mz_ctx_t *c, mz_mem_stats *out)
     }
     snprintf(out->policy, sizeof out->policy, "%s", mz_engine_mode_name(b->mode));
 }
+
+/* ---- the baselines behind the engine's mode interface (engine.h) ---------------------- */
+
+static mz_status ops_prefill_restore(mz_ctx_t *c, const mz_token *t, size_t n,
+                                     const mz_restore_params *rp, mz_restore_timings *tm,
+                                     double t0)
+{
+    (void)rp; /* the baselines restore sequentially, without the pipeline's knobs */
+    return mz_baseline_prefill_restore(c, t, n, tm, t0);
+}
+
+static const mz_mode_ops baseline_ops = {
+    .name = "baseline",
+    .evict = mz_baseline_evict,
+    .restore = mz_baseline_restore,
+    .get_stats = mz_baseline_get_stats,
+    .before_prefill = mz_baseline_before_prefill,
+    .prefill_restore = ops_prefill_restore,
+    .kv_truncate = mz_baseline_kv_truncate,
+    .unit_plans = false,
+};
+
+const mz_mode_ops *mz_baseline_ops(void) { return &baseline_ops; }

@@ -59,6 +59,8 @@ out_nomem:
     return MZ_E_NOMEM;
 }
 
+static const mz_mode_ops mzcache_ops; /* below, with the mode's functions */
+
 /* Builds a session of e (a place already reserved: mz_engine_for_ctx /
  * mz_engine_reserve_session). from_ctx_init: the caller's n_threads and
  * profile_path are honoured as mz_ctx_init always did. */
@@ -94,6 +96,7 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
                             .shared = &e->shared};
         /* The engine read its profile once; a session's own path wins. */
         if (e->prof && !(prm.profile_path && prm.profile_path[0])) mp.profile = e->prof;
+        c->ops = prm.mode == MZ_MODE_MZCACHE ? &mzcache_ops : mz_baseline_ops();
         mz_baseline_mem_params(prm.mode, &mp);
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;
         if ((s = mz_baseline_init(c, &prm))) goto out_fail; /* engine mode (src/baseline) */
@@ -213,19 +216,27 @@ static void compute_end(mz_ctx_t *c)
     use_end(c);
 }
 
-static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens);
+static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens,
+                                bool mode_hook);
 
 mz_status mz_prefill(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens)
 {
     if (!c || (!tokens && n_tokens)) return mz_fail(MZ_E_INVAL, "null argument");
     if (n_tokens == 0) return MZ_OK;
     compute_begin(c);
-    mz_status s = prefill_locked(c, tokens, n_tokens);
+    mz_status s = prefill_locked(c, tokens, n_tokens, true);
     compute_end(c);
     return s;
 }
 
-static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens)
+mz_status mz_ctx_prefill_internal(mz_ctx_t *c, const mz_token *t, size_t n)
+{
+    if (n == 0) return MZ_OK;
+    return prefill_locked(c, t, n, false);
+}
+
+static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_tokens,
+                                bool mode_hook)
 {
     mz_clear_error();
     if (n_tokens > c->n_ctx - c->n_tokens) {
@@ -234,9 +245,9 @@ static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_to
                 n_tokens, c->n_tokens, c->n_ctx);
         return ctx_fail(c, MZ_E_CONTEXT_FULL);
     }
-    if (c->params.mode != MZ_MODE_MZCACHE) {
-        /* Baselines that restore before computing (recompute: the context again). */
-        mz_status sb = mz_baseline_before_prefill(c);
+    if (mode_hook && c->ops->before_prefill) {
+        /* Modes that restore before computing (recompute: the context again). */
+        mz_status sb = c->ops->before_prefill(c);
         if (sb) return ctx_fail(c, sb);
     }
     const size_t n0 = c->n_tokens;
@@ -300,7 +311,7 @@ static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep)
     if (s) return ctx_fail(c, s);
     if (n_keep < c->n_tokens) c->have_logits = false;
     c->n_tokens = n_keep;
-    mz_baseline_kv_truncate(c, n_keep); /* before the chunks go (os-paging's file-backed ones) */
+    if (c->ops->kv_truncate) c->ops->kv_truncate(c, n_keep); /* before the chunks go */
     mz_kv_cache_shrink(&c->kv, n_keep);
     return MZ_OK;
 }
@@ -315,8 +326,7 @@ mz_status mz_evict(mz_ctx_t *c, size_t nbytes, mz_evict_report *report)
     if (!c) return mz_fail(MZ_E_INVAL, "null context");
     mz_clear_error();
     use_begin(c);
-    mz_status s = c->params.mode != MZ_MODE_MZCACHE ? mz_baseline_evict(c, nbytes, report)
-                                                    : mz_mem_evict(c->mem, nbytes, report);
+    mz_status s = c->ops->evict(c, nbytes, report);
     use_end(c);
     return s ? ctx_fail(c, s) : MZ_OK;
 }
@@ -326,8 +336,7 @@ mz_status mz_restore(mz_ctx_t *c, mz_restore_report *report)
     if (!c) return mz_fail(MZ_E_INVAL, "null context");
     mz_clear_error();
     compute_begin(c);
-    mz_status s = c->params.mode != MZ_MODE_MZCACHE ? mz_baseline_restore(c, report)
-                                                    : mz_mem_restore_all(c->mem, report);
+    mz_status s = c->ops->restore(c, report);
     compute_end(c);
     return s ? ctx_fail(c, s) : MZ_OK;
 }
@@ -336,8 +345,7 @@ void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out)
 {
     mz_ctx_t *w = (mz_ctx_t *)(uintptr_t)c; /* the lock, not the session, changes */
     use_begin(w);
-    if (c->params.mode != MZ_MODE_MZCACHE) mz_baseline_get_stats(c, out);
-    else mz_mem_get_stats(c->mem, out);
+    c->ops->get_stats(c, out);
     use_end(w);
 }
 
@@ -358,12 +366,33 @@ static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
         return ctx_fail(c, mz_fail(MZ_E_INVAL, "n_restore_threads %d: use 0 (profile) or 1..3",
                                    rp.n_restore_threads));
     mz_clear_error();
-    if (c->params.mode != MZ_MODE_MZCACHE) {
-        /* Baselines: restore the mode's way, then prefill (src/baseline). */
-        mz_status sb = mz_baseline_prefill_restore(c, tokens, n, tm, t0);
-        mz_mem_set_last_restore(c->mem, tm);
-        return sb;
-    }
+    mz_status s = c->ops->prefill_restore(c, tokens, n, &rp, tm, t0);
+    mz_mem_set_last_restore(c->mem, tm);
+    if (s) snprintf(c->errmsg, sizeof c->errmsg, "%s", mz_last_error());
+    return s;
+}
+
+/* ---- the mzcache mode: the memory manager of src/mem ---------------------------------- */
+
+static mz_status mzc_evict(mz_ctx_t *c, size_t nbytes, mz_evict_report *r)
+{
+    return mz_mem_evict(c->mem, nbytes, r);
+}
+
+static mz_status mzc_restore(mz_ctx_t *c, mz_restore_report *r)
+{
+    return mz_mem_restore_all(c->mem, r);
+}
+
+static void mzc_get_stats(const mz_ctx_t *c, mz_mem_stats *out) { mz_mem_get_stats(c->mem, out); }
+
+/* The pipelined restore: the workers start on every evicted unit and the
+ * prefill begins at once, waiting per unit (src/mem/restore_job.c). */
+static mz_status mzc_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                                     const mz_restore_params *p, mz_restore_timings *tm,
+                                     double t0)
+{
+    const mz_restore_params rp = *p;
     mz_restore_job_params jp = {
         .overlap_alloc = rp.overlap == MZ_OVERLAP_ALL || rp.overlap == MZ_OVERLAP_ALLOC_RELOAD,
         .delay_us_max = rp.debug_delay_us,
@@ -372,22 +401,31 @@ static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
     };
     bool overlap_prefill = rp.overlap == MZ_OVERLAP_ALL || rp.overlap == MZ_OVERLAP_RELOAD_PREFILL;
     mz_status s = mz_mem_restore_begin(c->mem, &jp);
-    if (s) return ctx_fail(c, s);
+    if (s) {
+        memset(tm, 0, sizeof *tm);
+        return s;
+    }
     if (!overlap_prefill) s = mz_mem_restore_wait(c->mem);
     double tp = mz_time_ms();
-    if (!s) s = mz_prefill(c, tokens, n);
+    if (!s) s = mz_ctx_prefill_internal(c, tokens, n);
     double t1 = mz_time_ms();
     mz_status s2 = mz_mem_restore_end(c->mem, tm);
     if (!s) s = s2;
     tm->prefill_ms = t1 - tp;
     tm->ttft_ms = t1 - t0;
-    mz_mem_set_last_restore(c->mem, tm);
-    if (s) {
-        snprintf(c->errmsg, sizeof c->errmsg, "%s", mz_last_error());
-        return s;
-    }
-    return MZ_OK;
+    return s;
 }
+
+static const mz_mode_ops mzcache_ops = {
+    .name = "mzcache",
+    .evict = mzc_evict,
+    .restore = mzc_restore,
+    .get_stats = mzc_get_stats,
+    .before_prefill = NULL,
+    .prefill_restore = mzc_prefill_restore,
+    .kv_truncate = NULL,
+    .unit_plans = true,
+};
 
 mz_status mz_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
                              const mz_restore_params *p, mz_restore_timings *out)

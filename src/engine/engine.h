@@ -54,6 +54,32 @@ typedef struct mz_scratch {
     float *logits;   /* [n_vocab] */
 } mz_scratch;
 
+/* An engine mode: how a session gives memory back and gets it back
+ * (mzcache, or a baseline of src/baseline). ctx.c calls these without
+ * knowing which mode it is; every mode keeps the public contracts. */
+typedef struct mz_mode_ops {
+    const char *name;
+    MZ_NODISCARD mz_status (*evict)(mz_ctx_t *c, size_t nbytes, mz_evict_report *r);
+    MZ_NODISCARD mz_status (*restore)(mz_ctx_t *c, mz_restore_report *r);
+    void (*get_stats)(const mz_ctx_t *c, mz_mem_stats *out);
+    /* Before mz_prefill's forward pass: bring back what the mode restores
+     * before computing. NULL: nothing (mzcache restores per unit). */
+    MZ_NODISCARD mz_status (*before_prefill)(mz_ctx_t *c);
+    /* mz_prefill_restore: restore the mode's way and prefill (through
+     * mz_ctx_prefill_internal); fills the breakdown. */
+    MZ_NODISCARD mz_status (*prefill_restore)(mz_ctx_t *c, const mz_token *t, size_t n,
+                                              const mz_restore_params *rp,
+                                              mz_restore_timings *tm, double t0);
+    /* mz_ctx_truncate, before the chunks beyond n_keep go. NULL: nothing. */
+    void (*kv_truncate)(mz_ctx_t *c, size_t n_keep);
+    /* mz_engine_evict may plan this session's units one by one (the
+     * mechanism of src/mem); else it calls evict for the session's share. */
+    bool unit_plans;
+} mz_mode_ops;
+
+/* The baselines' table (src/baseline/baseline.c). */
+MZ_INTERNAL const mz_mode_ops *mz_baseline_ops(void);
+
 struct mz_engine {
     mz_model_t *model;
     struct mz_wtable *wt;      /* the weight units, shared by the sessions */
@@ -93,13 +119,19 @@ struct mz_ctx {
     bool have_logits;
     mz_ctx_timings timings;
     char errmsg[1024];
-    struct mz_baseline *base; /* engine mode state (src/baseline); params.mode says which */
+    const mz_mode_ops *ops;   /* the engine mode (params.mode) */
+    struct mz_baseline *base; /* a baseline mode's state (src/baseline) */
 };
 
 /* Runs the forward pass for n tokens at positions [c->n_tokens, c->n_tokens + n)
  * (n <= n_batch); writes their K/V into the cache, and the logits of the last
  * token into c->s.logits when want_logits. Does not update c->n_tokens. */
 mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits);
+
+/* mz_prefill without the mode's before_prefill hook and without taking the
+ * locks (the caller, a mode's op, already holds them). */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_ctx_prefill_internal(mz_ctx_t *c, const mz_token *t,
+                                                           size_t n);
 
 /* session.c: the engine side of a session. */
 MZ_INTERNAL void mz_session_touch(mz_ctx_t *c); /* last use = now */

@@ -227,7 +227,7 @@ void mz_session_touch(mz_ctx_t *c) { atomic_store(&c->last_use_ns, now_ns()); }
 void mz_session_pay_deferred(mz_ctx_t *c)
 {
     size_t n = atomic_exchange(&c->pending_evict, 0);
-    if (!n || c->params.mode != MZ_MODE_MZCACHE) return;
+    if (!n || !c->ops->unit_plans) return;
     mz_evict_report r;
     /* Between two steps nothing of this session is pinned; other sessions
      * do not compute now (the compute lock is ours), so the weights may go
@@ -262,9 +262,11 @@ mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes, mz_evict_report *r)
     mz_session_view *sv = mz_calloc(MZ_MAX(n, 1), sizeof *sv);
     bool *locked = mz_calloc(MZ_MAX(n, 1), sizeof *locked);
     bool *touched = mz_calloc(MZ_MAX(n, 1), sizeof *touched);
+    bool *done_opaque = mz_calloc(MZ_MAX(n, 1), sizeof *done_opaque);
+    bool deferred_once = false;
     mz_xplan xp = {0};
     int64_t freed = 0;
-    if (!cs || !sv || !locked || !touched) {
+    if (!cs || !sv || !locked || !touched || !done_opaque) {
         s = mz_fail(MZ_E_NOMEM, "out of memory planning an eviction");
         goto out;
     }
@@ -278,16 +280,13 @@ mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes, mz_evict_report *r)
         for (size_t i = 0; i < n; i++) {
             mz_ctx_t *c = cs[i];
             sv[i] = (mz_session_view){.id = c->id, .last_use = atomic_load(&c->last_use_ns),
-                                      .busy = !locked[i] || c->params.mode != MZ_MODE_MZCACHE};
-            if (!locked[i] || c->params.mode != MZ_MODE_MZCACHE) continue;
+                                      .busy = !locked[i],
+                                      .opaque = locked[i] && !c->ops->unit_plans};
+            if (!locked[i] || !c->ops->unit_plans) continue;
             sv[i].policy = mz_mem_policy(c->mem);
             sv[i].scratch = mz_mem_plan_scratch(c->mem);
             mz_mem_view(c->mem, false, &sv[i].view);
         }
-        /* Baseline sessions are not planned unit by unit: they come last,
-         * through their own mode's eviction (below) when locked. */
-        for (size_t i = 0; i < n; i++)
-            if (locked[i] && cs[i]->params.mode != MZ_MODE_MZCACHE) sv[i].busy = true;
         if ((s = mz_xplan_reserve(&xp, sv, n))) {
             mz_fail(s, "out of memory planning an eviction");
             break;
@@ -299,20 +298,36 @@ mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes, mz_evict_report *r)
         for (size_t k = 0; k < xp.n && s == MZ_OK;) {
             uint32_t i = xp.steps[k].session;
             mz_ctx_t *c = cs[i];
-            if (xp.steps[k].deferred) {
-                size_t want = xp.steps[k].bytes;
-                if (locked[i]) {
-                    /* A locked session of another mode: its own eviction. */
+            if (freed >= 0 && (uint64_t)freed >= nbytes) break;
+            uint64_t now_left = freed >= 0 ? nbytes - (uint64_t)freed : nbytes + (uint64_t)-freed;
+            size_t want = (size_t)MZ_MIN(now_left, (uint64_t)SIZE_MAX);
+            if (xp.steps[k].opaque) {
+                /* A baseline session: its own mode's eviction, once per call. */
+                if (!done_opaque[i]) {
+                    done_opaque[i] = true;
                     mz_evict_report br;
                     s = mz_evict(c, want, &br);
                     if (!s && br.bytes_freed) {
                         freed += (int64_t)br.bytes_freed;
                         moved++;
                         touched[i] = true;
+                        r->n_kv_compressed += br.n_kv_compressed;
+                        r->n_kv_stored_raw += br.n_kv_stored_raw;
+                        r->n_kv_stored_compressed += br.n_kv_stored_compressed;
+                        r->n_kv_compkv += br.n_kv_compkv;
+                        r->n_weights_dropped += br.n_weights_dropped;
+                        if (br.stage) r->stage = br.stage;
                     }
-                } else if (round == 0 || r->bytes_deferred == 0) {
+                }
+                k++;
+                continue;
+            }
+            if (xp.steps[k].deferred) {
+                /* Computing: its share waits for its next step boundary. */
+                if (!deferred_once) {
                     atomic_fetch_add(&c->pending_evict, want);
                     r->bytes_deferred += want;
+                    deferred_once = true;
                 }
                 k++;
                 continue;
@@ -324,7 +339,8 @@ mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes, mz_evict_report *r)
                 s = mz_fail(MZ_E_NOMEM, "out of memory carrying out an eviction");
                 break;
             }
-            while (k1 < xp.n && !xp.steps[k1].deferred && xp.steps[k1].session == i) {
+            while (k1 < xp.n && !xp.steps[k1].deferred && !xp.steps[k1].opaque &&
+                   xp.steps[k1].session == i) {
                 run[k1 - k] = xp.steps[k1].step;
                 k1++;
             }
@@ -348,6 +364,7 @@ out:
     free(sv);
     free(locked);
     free(touched);
+    free(done_opaque);
     r->bytes_freed = freed > 0 ? (size_t)freed : 0;
     r->complete = r->bytes_freed >= nbytes;
     r->time_ms = mz_time_ms() - t0;

@@ -53,9 +53,11 @@ int64_t mz_session_restore_cost(const mz_policy_view *v)
 }
 
 /* true when a goes before b (rule 1). */
+static int rank(const mz_session_view *v) { return v->busy ? 2 : v->opaque ? 1 : 0; }
+
 static bool before(const mz_session_view *a, int64_t ca, const mz_session_view *b, int64_t cb)
 {
-    if (a->busy != b->busy) return !a->busy;
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
     if (a->last_use != b->last_use) return a->last_use < b->last_use;
     if (ca != cb) return ca < cb;
     return a->id < b->id;
@@ -67,7 +69,7 @@ void mz_session_order(const mz_session_view *sv, size_t n, uint32_t *order)
     int64_t cost_small[16];
     int64_t *cost = n <= 16 ? cost_small : malloc(n * sizeof *cost);
     for (size_t i = 0; i < n; i++)
-        if (cost) cost[i] = sv[i].busy ? 0 : mz_session_restore_cost(&sv[i].view);
+        if (cost) cost[i] = sv[i].busy || sv[i].opaque ? 0 : mz_session_restore_cost(&sv[i].view);
     for (size_t i = 0; i < n; i++) {
         size_t j = i;
         for (; j > 0; j--) {
@@ -95,7 +97,7 @@ void mz_plan_sessions(mz_session_view *sv, size_t n, size_t nbytes, bool weights
     bool any_busy = false;
     for (size_t k = 0; k < n; k++) {
         if (sv[out->order[k]].busy) any_busy = true;
-        else last_idle = k;
+        else if (!sv[out->order[k]].opaque) last_idle = k;
     }
     if (nbytes == 0) {
         out->exhausted = false;
@@ -105,8 +107,15 @@ void mz_plan_sessions(mz_session_view *sv, size_t n, size_t nbytes, bool weights
     for (size_t k = 0; k < n && left > 0; k++) {
         uint32_t i = out->order[k];
         mz_session_view *s = &sv[i];
+        if (s->opaque) {
+            /* Rule 4: its own mode, for what is left when it is reached. */
+            MZ_ASSERT(out->n < out->cap);
+            out->steps[out->n++] = (mz_xstep){.session = i, .opaque = true, .bytes = (size_t)left};
+            out->exhausted = false;
+            continue;
+        }
         if (s->busy) {
-            /* Rule 4: everything still to free, asked of the first busy one. */
+            /* Rule 5: everything still to free, asked of the first busy one. */
             MZ_ASSERT(out->n < out->cap);
             out->steps[out->n++] = (mz_xstep){.session = i, .deferred = true, .bytes = (size_t)left};
             out->bytes_deferred += (size_t)left;

@@ -20,9 +20,13 @@
  *      cheaper than the KV that would otherwise go. An idle session's KV goes
  *      before any weight block: every next request needs the weights, an
  *      idle session's KV only its own return.
- *   4. A busy session cannot be planned unit by unit (its table is changing
- *      under its forward pass): what is left is asked of it as one deferred
- *      step, which it carries out between two of its forward steps.
+ *   4. Sessions whose mode is not planned unit by unit (the baselines:
+ *      opaque) come after the planned ones, least recently used first, one
+ *      step each: their own mode's eviction for what is left.
+ *   5. A busy session cannot be planned unit by unit (its table is changing
+ *      under its forward pass): what is left is asked of the first busy one
+ *      as one deferred step, which it carries out between two of its
+ *      forward steps.
  * With one idle session this is exactly that session's own plan with the
  * weights offered: mz_evict on the engine's only session.
  */
@@ -35,6 +39,8 @@ typedef struct mz_session_view {
     uint64_t id;                /* for the tie-break and diagnostics */
     uint64_t last_use;          /* larger: used later */
     bool busy;                  /* computing now: no view, its share is deferred */
+    bool opaque;                /* idle, but its mode is not planned unit by unit (the
+                                   baselines): one step, its own mode's eviction */
     const mz_policy *policy;    /* idle only */
     mz_policy_view view;        /* idle only; weights_evictable is set by the planner */
     mz_evict_plan *scratch;     /* idle only: the session's plan buffer (sized for its table) */
@@ -43,7 +49,9 @@ typedef struct mz_session_view {
 typedef struct mz_xstep {
     uint32_t session;           /* index into the views */
     bool deferred;              /* busy session: `bytes` asked of it between its steps */
-    size_t bytes;
+    bool opaque;                /* opaque session: its own mode evicts up to `bytes` now */
+    size_t bytes;               /* deferred / opaque: what is still to free when it is
+                                   reached (the mechanism uses its own running count) */
     mz_evict_step step;         /* !deferred */
 } mz_xstep;
 
@@ -52,7 +60,8 @@ typedef struct mz_xplan {
     size_t n, cap;
     uint32_t *order;            /* session indices in the order taken */
     size_t n_order, order_cap;
-    int64_t bytes_planned;      /* estimated bytes of the unit steps (deferred ones excluded) */
+    int64_t bytes_planned;      /* estimated bytes of the unit steps (deferred and opaque
+                                   ones excluded) */
     size_t bytes_deferred;
     bool exhausted;             /* every idle session has nothing evictable left */
 } mz_xplan;
@@ -67,7 +76,7 @@ MZ_INTERNAL void mz_xplan_free(mz_xplan *p);
 MZ_INTERNAL int64_t mz_session_restore_cost(const mz_policy_view *v);
 /* The order of rule 1 (n entries). */
 MZ_INTERNAL void mz_session_order(const mz_session_view *sv, size_t n, uint32_t *order);
-/* The plan (rules 1-4) for nbytes; weights_ok: the engine's blocks may be
+/* The plan (rules 1-5) for nbytes; weights_ok: the engine's blocks may be
  * offered at all (none pinned). Uses each idle view's scratch. */
 MZ_INTERNAL void mz_plan_sessions(mz_session_view *sv, size_t n, size_t nbytes, bool weights_ok,
                                   mz_xplan *out);

@@ -142,7 +142,8 @@ static size_t n_weight_steps(uint32_t *session_out)
 {
     size_t n = 0;
     for (size_t k = 0; k < g_xp.n; k++)
-        if (!g_xp.steps[k].deferred && g_xp.steps[k].step.kind == MZ_UNIT_WEIGHTS) {
+        if (!g_xp.steps[k].deferred && !g_xp.steps[k].opaque &&
+            g_xp.steps[k].step.kind == MZ_UNIT_WEIGHTS) {
             n++;
             if (session_out) *session_out = g_xp.steps[k].session;
         }
@@ -280,6 +281,34 @@ static void test_busy(void)
     for (int i = 0; i < 3; i++) sess_free(&s[i]);
 }
 
+/* Opaque sessions (baseline modes): after the planned ones, least recently
+ * used first, one step each; busy still last; weights for the last planned
+ * idle session. */
+static void test_opaque(void)
+{
+    weights_reset();
+    sess s[4];
+    mz_session_view v[4];
+    for (int i = 0; i < 4; i++) CHECK(sess_init(&s[i], 2) == 0);
+    view_of(&s[0], &v[0], 1, 1, false);
+    v[0].opaque = true;
+    view_of(&s[1], &v[1], 2, 2, false);
+    view_of(&s[2], &v[2], 3, 3, false);
+    v[2].opaque = true;
+    view_of(&s[3], &v[3], 4, 4, false);
+    plan(v, 4, SIZE_MAX, true);
+    CHECK(g_xp.order[0] == 1 && g_xp.order[1] == 3 && g_xp.order[2] == 0 && g_xp.order[3] == 2);
+    CHECK(g_xp.n >= 2 && g_xp.steps[g_xp.n - 2].opaque && g_xp.steps[g_xp.n - 2].session == 0);
+    CHECK(g_xp.steps[g_xp.n - 1].opaque && g_xp.steps[g_xp.n - 1].session == 2);
+    uint32_t ws = 99;
+    size_t nw = n_weight_steps(&ws);
+    CHECK_MSG(nw == NL && ws == 3, "%zu weight steps, session %u", nw, ws);
+    for (size_t k = 0; k < g_xp.n; k++)
+        CHECK(!g_xp.steps[k].opaque || v[g_xp.steps[k].session].opaque);
+    CHECK(g_xp.bytes_deferred == 0);
+    for (int i = 0; i < 4; i++) sess_free(&s[i]);
+}
+
 static void test_random(void)
 {
     unsigned long long rng = 12345;
@@ -292,6 +321,7 @@ static void test_random(void)
         for (size_t i = 0; i < n; i++) {
             CHECK(sess_init(&s[i], t_rand_u64(&rng) % 4) == 0);
             view_of(&s[i], &v[i], i + 1, t_rand_u64(&rng) % 5, t_rand_u64(&rng) % 7 == 0);
+            v[i].opaque = !v[i].busy && t_rand_u64(&rng) % 6 == 0;
         }
         for (int round = 0; round < 4; round++) {
             size_t want = (size_t)(t_rand_u64(&rng) % (20 * KVB + 4 * WB));
@@ -302,7 +332,7 @@ static void test_random(void)
             bool any_busy = false;
             for (size_t k = 0; k < n; k++) {
                 if (v[g_xp.order[k]].busy) any_busy = true;
-                else last_idle = g_xp.order[k];
+                else if (!v[g_xp.order[k]].opaque) last_idle = g_xp.order[k];
             }
             for (size_t k = 0; k < g_xp.n; k++) {
                 const mz_xstep *x = &g_xp.steps[k];
@@ -310,12 +340,18 @@ static void test_random(void)
                     bad += !v[x->session].busy;
                     continue;
                 }
+                if (x->opaque) {
+                    bad += !v[x->session].opaque;
+                    continue;
+                }
                 bool wa = wok && !any_busy && x->session == last_idle;
                 if (x->step.kind == MZ_UNIT_WEIGHTS && !wa) wrong_weights++;
                 bad += apply(&s[x->session], &x->step, wa) != 0;
             }
             noncontig += !contiguous(n);
-            if ((uint64_t)(g_xp.bytes_planned > 0 ? g_xp.bytes_planned : 0) + g_xp.bytes_deferred <
+            bool any_opaque = false; /* what an opaque step frees is not planned */
+            for (size_t k = 0; k < g_xp.n; k++) any_opaque |= g_xp.steps[k].opaque;
+            if (!any_opaque && (uint64_t)(g_xp.bytes_planned > 0 ? g_xp.bytes_planned : 0) + g_xp.bytes_deferred <
                     want && !g_xp.exhausted)
                 short_of++;
         }
@@ -336,6 +372,7 @@ int main(void)
     test_lru_order();
     test_tie_break();
     test_busy();
+    test_opaque();
     test_random();
     g_pol->free(g_pol);
     mz_xplan_free(&g_xp);
