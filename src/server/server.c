@@ -816,6 +816,8 @@ static srv_endpoint route(const char *url, const char *method, bool *method_ok, 
     return EP_OTHER;
 }
 
+static enum MHD_Result dispatch(mz_server_t *s, struct MHD_Connection *c, srv_request *rq);
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -897,6 +899,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (rq->too_big)
         return srv_error(s, c, 413, "invalid_request_error", "request body too large (limit %zu bytes)",
                          s->p.max_body_bytes);
+    /* A handler computes until its response is queued (a stream: until its
+     * prefill is done); the drain waits for that without a time limit. */
+    pthread_mutex_lock(&s->mu);
+    s->n_handling++;
+    pthread_mutex_unlock(&s->mu);
+    enum MHD_Result ret = dispatch(s, c, rq);
+    pthread_mutex_lock(&s->mu);
+    s->n_handling--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return ret;
+}
+
+static enum MHD_Result dispatch(mz_server_t *s, struct MHD_Connection *c, srv_request *rq)
+{
     switch (rq->ep) {
     case EP_HEALTH:
         return srv_respond(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL);
@@ -1141,6 +1158,12 @@ static void drain(mz_server_t *s)
     n = s->n_inflight;
     pthread_mutex_unlock(&s->mu);
     srv_log(s, "shutdown: grace period over; ending %d request%s now", n, n > 1 ? "s" : "");
+    /* Handlers still computing (a prefill cannot stop half way) finish their
+     * step, however long it takes, and queue their answer; then clients get
+     * 5 s to read what is left (a stream that is not read never ends). */
+    pthread_mutex_lock(&s->mu);
+    while (s->n_handling > 0) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     dl = deadline_in(5000);
     pthread_mutex_lock(&s->mu);
     done = wait_drained(s, &dl);

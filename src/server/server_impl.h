@@ -109,6 +109,7 @@ struct mz_server {
     bool stopping;
     bool draining;               /* shutdown started: new requests get 503 */
     int n_inflight;              /* admitted requests not yet completed */
+    int n_handling;              /* handlers running (computing until their response is queued) */
     atomic_bool cut;             /* the grace period ran out: generations end now */
     int n_waiting;               /* completions in the queue */
     int n_priority_waiting;      /* evictions/restores waiting: they go first */

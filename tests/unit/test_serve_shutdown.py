@@ -192,7 +192,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="serve-shutdown-", dir=base)
 
     # ---- T1: SIGTERM with a non-streamed request in flight ----------------------------
-    s = Server(binary, tmp, "t1", ["--token-delay", "40"])
+    # a grace long enough for sanitizer builds too (the default, 30 s, is in --help)
+    s = Server(binary, tmp, "t1", ["--token-delay", "40", "--shutdown-grace", "300"])
     if not check(s.wait_ready(), "T1 starts"):
         print(s.log_text())
         return 1
@@ -232,10 +233,13 @@ def main():
     check(j.get("usage", {}).get("completion_tokens", 0) >= 1, "T1: usage present")
     rc = s.wait_exit()
     after_exit(s, rc, "T1")
-    check("shutdown: waiting up to 30.0 s" in s.log_text(), "T1: the log states the grace period")
+    check("shutdown: waiting up to 300.0 s" in s.log_text(), "T1: the log states the grace period")
+    h = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, timeout=60)
+    at = h.stdout.find("--shutdown-grace S")
+    check(at >= 0 and "(default 30)" in h.stdout[at:at + 200], "T1: --help states the default grace")
 
     # ---- T2: SIGINT with a stream in flight --------------------------------------------
-    s = Server(binary, tmp, "t2", ["--token-delay", "40"])
+    s = Server(binary, tmp, "t2", ["--token-delay", "40", "--shutdown-grace", "300"])
     if not check(s.wait_ready(), "T2 starts"):
         print(s.log_text())
         return 1
