@@ -88,6 +88,7 @@ int cmd_profile(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_evict(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_sessions(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cli_info(cli_opts *o);

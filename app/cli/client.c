@@ -249,3 +249,73 @@ int cmd_status(int argc, char **argv)
     mz_http_response_free(&resp);
     return rc;
 }
+
+/* ---- mzcache sessions ------------------------------------------------------------------ */
+
+int cmd_sessions(int argc, char **argv)
+{
+    client_opts c;
+    client_defaults(&c);
+    const char *del = NULL;
+    for (int i = 1; i < argc; i++) {
+        int r = parse_client_opt(&c, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: mzcache sessions [--delete ID] [options]\n\n"
+                   "Lists a running `mzcache serve`'s conversations (most recent first): tokens,\n"
+                   "where their KV is, last use and last time to first token. --delete ID forgets\n"
+                   "one (waiting for its running request, if any, to end).\n\n%s", client_help);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--delete") && i + 1 < argc) {
+            del = argv[++i];
+            continue;
+        }
+        fprintf(stderr, "mzcache sessions: unexpected '%s' (see mzcache sessions --help)\n", argv[i]);
+        return 2;
+    }
+    mz_http_response resp;
+    cJSON *j = NULL;
+    int rc;
+    if (del) {
+        /* The id goes into the path: refuse what would change the path. */
+        for (const char *p = del; *p; p++)
+            if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@+-", *p) || p - del >= 64) {
+                fprintf(stderr, "mzcache sessions: '%s' is not a session id\n", del);
+                return 2;
+            }
+        char path[96];
+        snprintf(path, sizeof path, "/mz/sessions/%s", del);
+        rc = call(&c, "DELETE", path, NULL, &j, &resp);
+        if (!rc) printf("%s\n", c.json ? resp.body : "deleted");
+    } else {
+        rc = call(&c, "GET", "/mz/sessions", NULL, &j, &resp);
+        if (!rc && c.json) {
+            printf("%s\n", resp.body);
+        } else if (!rc) {
+            const double M = 1024.0 * 1024.0;
+            const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "budget");
+            printf("%.0f of %.0f sessions | footprint %.1f MiB", num(b, "sessions"), num(b, "max_sessions"),
+                   num(b, "footprint_bytes") / M);
+            if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(b, "budget_bytes")))
+                printf(" of a %.1f MiB budget%s", num(b, "budget_bytes") / M,
+                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "over_budget")) ? " (over)" : "");
+            printf("\n%-24s %7s %10s %11s %9s  %-24s %9s\n", "session", "tokens", "resident", "compressed", "stored",
+                   "last use (UTC)", "TTFT ms");
+            const cJSON *e;
+            cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "data")) {
+                const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "last_ttft_ms");
+                char ttft[32] = "-";
+                if (cJSON_IsNumber(t)) snprintf(ttft, sizeof ttft, "%.1f", t->valuedouble);
+                printf("%-24s %7.0f %9.1fM %10.1fM %8.1fM  %-24s %9s%s\n", str(e, "id"), num(e, "tokens"),
+                       num(e, "resident_bytes") / M, num(e, "compressed_bytes") / M, num(e, "stored_bytes") / M,
+                       str(e, "last_use"), ttft,
+                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "active")) ? "  (in use)" : "");
+            }
+        }
+    }
+    cJSON_Delete(j);
+    mz_http_response_free(&resp);
+    return rc;
+}

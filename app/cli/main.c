@@ -496,6 +496,7 @@ static void usage(FILE *f)
             "  serve      OpenAI-style HTTP server that gives memory back under pressure\n"
             "  evict      ask a running server to give memory back (512M, 40%%, all)\n"
             "  status     show a running server's memory and recent evictions\n"
+            "  sessions   list a running server's conversations, or --delete ID\n"
             "  bench      benchmarks: `bench ttft` = TTFT after eviction vs the baselines\n"
             "  demo       evict a long conversation and answer again: TTFT vs recompute\n\n"
             "example:\n"
@@ -527,6 +528,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "evict")) return cmd_evict(argc - 1, argv + 1);
     if (!strcmp(cmd, "status")) return cmd_status(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sessions")) return cmd_sessions(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
     fprintf(stderr, "mzcache: unknown command '%s'\n\n", cmd);

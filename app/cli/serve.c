@@ -12,10 +12,12 @@
 
 #include "server/server.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int parse_amount_arg(const char *opt, const char *v, double *pct, size_t *bytes)
 {
@@ -52,6 +54,20 @@ static int parse_thresholds(const char *v, double *out)
     return n ? 0 : -1;
 }
 
+/* An integer option in [lo, hi]; the whole value must be a number. */
+static int serve_int_opt(const char *opt, const char *v, long lo, long hi, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "mzcache serve: %s wants a whole number from %ld to %ld, not '%s'\n", opt, lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
 static char *read_key_file(const char *path)
 {
     FILE *f = fopen(path, "re");
@@ -66,11 +82,12 @@ static char *read_key_file(const char *path)
 
 static const char serve_help[] =
     "usage: mzcache serve -m MODEL [options]\n\n"
-    "Serves an OpenAI-style API over one persistent conversation, and gives memory\n"
+    "Serves an OpenAI-style API over persistent conversations (sessions), and gives memory\n"
     "back when the system is under memory pressure (PSI, cgroup v2 memory.events,\n"
     "cgroup v1 pressure levels and usage thresholds). See docs/SERVER.md.\n\n"
     "  endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
-    "             GET /health, POST /mz/evict, POST /mz/restore, GET /mz/status, GET /metrics\n\n"
+    "             GET /health, POST /mz/evict, POST /mz/restore, GET /mz/status, GET /metrics,\n"
+    "             GET /mz/sessions, DELETE /mz/sessions/ID\n\n"
     "network:\n"
     "      --host ADDR         address to listen on (default 127.0.0.1: this machine only)\n"
     "      --port N            port (default 8080; 0 = any free port)\n"
@@ -104,6 +121,16 @@ static const char serve_help[] =
     "                          (weights mmap'd from the model file, KV paged out to swap by\n"
     "                          the OS), partial-offload (whole layers to storage, restored\n"
     "                          sequentially), recompute (cold start: reload, prefill again)\n\n"
+    "sessions (docs/SERVER.md \"Sessions\"):\n"
+    "      --max-sessions N    conversations held at once, each with its own KV cache (default 4,\n"
+    "                          at most 64); a request names one with X-Session-Id or \"user\",\n"
+    "                          else goes to the one its prompt continues; when full the least\n"
+    "                          recently used is forgotten\n"
+    "      --mem-budget SIZE   keep weights + KV + compressed stacks under SIZE (512M, 2G),\n"
+    "                          evicting the least recently used sessions first (default: none)\n"
+    "      --shutdown-grace S  on SIGTERM/SIGINT running requests get S seconds to finish, then\n"
+    "                          end at their next token; new ones get 503 (default 30)\n"
+    "      --token-delay MS    pause after each generated token (tests and demos; default 0)\n\n"
     "engine (-n sets the default max_tokens; --temp etc. the default sampling):\n";
 
 int cmd_serve(int argc, char **argv)
@@ -148,6 +175,20 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--cgroup-v1")) sp.pressure_params.cg1_dir = v;
         else if (!strcmp(a, "--codec")) sp.kv_codec = v;
         else if (!strcmp(a, "--swap-dir")) sp.swap_dir = v;
+        else if (!strcmp(a, "--max-sessions")) {
+            if (serve_int_opt(a, v, 1, 64, &sp.max_sessions)) return 2;
+        } else if (!strcmp(a, "--shutdown-grace")) {
+            int g;
+            if (serve_int_opt(a, v, 0, 3600, &g)) return 2;
+            sp.shutdown_grace_ms = g * 1000;
+        } else if (!strcmp(a, "--token-delay")) {
+            if (serve_int_opt(a, v, 0, 10000, &sp.token_delay_ms)) return 2;
+        } else if (!strcmp(a, "--mem-budget")) {
+            if (mz_parse_size(v, &sp.mem_budget_bytes)) {
+                fprintf(stderr, "mzcache serve: --mem-budget wants a size such as 512M or 2G, not '%s'\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--max-body")) {
             double x;
             bool pct;
@@ -258,6 +299,7 @@ int cmd_serve(int argc, char **argv)
     sigwait(&set, &sig);
     fprintf(stderr, "mzcache: %s: shutting down\n", sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
     mz_server_stop(srv);
+    if (port_file) unlink(port_file); /* the port is free again: no stale file for supervisors */
     free(key_owned);
     return 0;
 }

@@ -210,7 +210,7 @@ static void gen_step(gen_state *g)
 {
     mz_server_t *s = g->srv;
     if (g->done) return;
-    if (mz_ctx_n_tokens(s->ctx) + 1 > mz_ctx_n_ctx(s->ctx)) {
+    if (mz_ctx_n_tokens(s->ctx) + 1 > mz_ctx_n_ctx(s->ctx) || srv_cut_short(s)) { /* full, or shutdown */
         g->done = true;
         g->finish = "length";
         gen_finish_text(g);
@@ -292,6 +292,7 @@ static void gen_release(gen_state *g)
     s->n_cached_tokens += g->tm.n_cached;
     s->n_generated_tokens += g->tm.n_generated;
     pthread_mutex_unlock(&s->snap_mu);
+    srv_session_done(s, &g->tm);
     g->holds_gate = false;
     srv_gate_leave(s);
     if (s->p.verbose)
@@ -625,10 +626,17 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         cJSON_Delete(root);
         return ret;
     }
-    gen_state *g = calloc(1, sizeof *g);
+    char sid[SRV_SESSION_ID_MAX + 1];
+    const char *bad_sid = srv_session_id(root, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id"), sid,
+                                         sizeof sid);
+    gen_state *g = bad_sid ? NULL : calloc(1, sizeof *g);
     mz_token *toks = NULL;
     size_t n = 0;
     enum MHD_Result ret;
+    if (bad_sid) {
+        ret = srv_error(s, c, 400, "invalid_request_error", "%s", bad_sid);
+        goto out_req;
+    }
     if (!g) {
         ret = srv_error(s, c, 500, "server_error", "out of memory");
         goto out_req;
@@ -687,6 +695,10 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         goto out_gen;
     }
     g->holds_gate = true;
+    if ((st = srv_session_route(s, sid, toks, n))) {
+        ret = srv_error(s, c, 503, "unavailable", "cannot open a session (%s)", mz_status_str(st));
+        goto out_gen;
+    }
     {
         mz_mem_stats before;
         mz_get_mem_stats(s->ctx, &before);

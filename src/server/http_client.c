@@ -114,15 +114,22 @@ static void header_value(const char *hdrs, size_t hlen, const char *name, char *
 int mz_http_request(const char *host, int port, const char *method, const char *path, const char *api_key,
                     const char *body, size_t body_len, int timeout_ms, mz_http_response *out)
 {
+    return mz_http_request_ex(host, port, method, path, api_key, NULL, body, body_len, timeout_ms, out);
+}
+
+int mz_http_request_ex(const char *host, int port, const char *method, const char *path, const char *api_key,
+                       const char *extra_headers, const char *body, size_t body_len, int timeout_ms,
+                       mz_http_response *out)
+{
     memset(out, 0, sizeof *out);
     int fd = connect_to(host, port, timeout_ms);
     if (fd < 0) return fd;
-    char head[1024];
+    char head[2048];
     int hn = snprintf(head, sizeof head,
-                      "%s %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\nAccept: */*\r\n%s%s%s"
+                      "%s %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\nAccept: */*\r\n%s%s%s%s"
                       "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
                       method, path, host, port, api_key ? "Authorization: Bearer " : "", api_key ? api_key : "",
-                      api_key ? "\r\n" : "", body ? body_len : 0);
+                      api_key ? "\r\n" : "", extra_headers ? extra_headers : "", body ? body_len : 0);
     int rc = hn > 0 && (size_t)hn < sizeof head ? send_all(fd, head, (size_t)hn, timeout_ms) : -EINVAL;
     if (!rc && body && body_len) rc = send_all(fd, body, body_len, timeout_ms);
     size_t cap = 8192, len = 0;
@@ -208,5 +215,17 @@ int mz_parse_amount(const char *s, double *value, bool *is_pct)
     if (*end) return -1;
     if (*is_pct && v > 100) return -1;
     *value = v * mult;
+    return 0;
+}
+
+int mz_parse_size(const char *s, size_t *out)
+{
+    if (!s) return -1;
+    for (const char *p = s; *p; p++) /* strtod would also take hex, inf and nan */
+        if (!((*p >= '0' && *p <= '9') || *p == '.' || *p == ' ' || strchr("kKmMgGiIbB", *p))) return -1;
+    double v;
+    bool pct;
+    if (mz_parse_amount(s, &v, &pct) || pct || !(v >= 1) || v > 1125899906842624.0) return -1;
+    *out = (size_t)v;
     return 0;
 }

@@ -470,3 +470,40 @@ bool srv_key_matches(const char *key, size_t key_len, const char *given)
     }
     return diff == 0;
 }
+
+/* ---- sessions ------------------------------------------------------------------------------- */
+
+bool srv_session_id_valid(const char *id, bool allow_anon)
+{
+    size_t n = 0;
+    for (const char *p = id; *p; p++, n++) {
+        char c = *p;
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+                  c == '_' || c == ':' || c == '@' || c == '+' || c == '-';
+        if (!ok || n >= SRV_SESSION_ID_MAX_LEN) return false;
+    }
+    if (n == 0) return false;
+    return allow_anon || strncmp(id, "anon-", 5);
+}
+
+const char *srv_session_id(const cJSON *root, const char *header, char *id, size_t cap)
+{
+    id[0] = '\0';
+    const char *v = header && *header ? header : NULL;
+    bool from_user = false;
+    if (!v) {
+        const cJSON *u = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "user") : NULL;
+        if (!u || cJSON_IsNull(u)) return NULL;
+        if (!cJSON_IsString(u)) return "\"user\" must be a string (it names the session)";
+        if (!*u->valuestring) return NULL;
+        v = u->valuestring;
+        from_user = true;
+    }
+    if (!srv_session_id_valid(v, false) || strlen(v) >= cap)
+        return from_user ? "\"user\" names the session: 1 to 64 characters of A-Z a-z 0-9 . _ : @ + -, not beginning "
+                           "with \"anon-\""
+                         : "the X-Session-Id header must be 1 to 64 characters of A-Z a-z 0-9 . _ : @ + - and not "
+                           "begin with \"anon-\"";
+    memcpy(id, v, strlen(v) + 1);
+    return NULL;
+}

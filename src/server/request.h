@@ -100,4 +100,19 @@ const char *srv_bearer_token(const char *authorization);
  * depends only on the configured key's length, never on how much matches. */
 bool srv_key_matches(const char *key, size_t key_len, const char *given);
 
+/* ---- sessions (docs/SERVER.md "Sessions") ---- */
+
+#define SRV_SESSION_ID_MAX_LEN 64
+
+/* A session id: 1..64 bytes of A-Z a-z 0-9 . _ : @ + -. Ids beginning with
+ * "anon-" are the server's own (anonymous sessions): allowed only when
+ * allow_anon (DELETE /mz/sessions/ID), never chosen by a client. */
+bool srv_session_id_valid(const char *id, bool allow_anon);
+
+/* The session a completion names: the X-Session-Id header value (header,
+ * NULL when absent) wins over the body's "user" field; an empty value counts
+ * as absent. Copies it into id[cap] ("" when none). NULL on success, else a
+ * message for a 400. */
+const char *srv_session_id(const cJSON *root, const char *header, char *id, size_t cap);
+
 #endif /* MZ_SERVER_REQUEST_H */

@@ -52,6 +52,16 @@ double srv_unix_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+void srv_iso8601(double t_unix, char *out, size_t cap)
+{
+    time_t sec = (time_t)t_unix;
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    size_t n = strftime(out, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+    int ms = (int)((t_unix - (double)sec) * 1000.0);
+    if (n && n < cap) snprintf(out + n, cap - n, ".%03dZ", ms < 0 ? 0 : ms > 999 ? 999 : ms);
+}
+
 void srv_log(mz_server_t *s, const char *fmt, ...)
 {
     char line[1024];
@@ -175,10 +185,10 @@ int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
             dl.tv_sec += (time_t)(ns / 1000000000LL);
             dl.tv_nsec = (long)(ns % 1000000000LL);
             s->n_waiting++;
-            while ((s->busy || s->n_priority_waiting) && !s->stopping && !rc)
+            while ((s->busy || s->n_priority_waiting) && !s->stopping && !rc && !srv_cut_short(s))
                 if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) rc = 503;
             s->n_waiting--;
-            if (s->stopping) rc = 503;
+            if (s->stopping || srv_cut_short(s)) rc = 503;
         }
     }
     if (!rc) s->busy = true;
@@ -188,22 +198,17 @@ int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
 }
 
 /* Caller owns the engine. */
-static void refresh_snapshot(mz_server_t *s)
-{
-    mz_mem_stats st;
-    mz_restore_timings rt;
-    mz_get_mem_stats(s->ctx, &st);
-    mz_get_last_restore_timings(s->ctx, &rt);
-    size_t n = mz_ctx_n_tokens(s->ctx);
-    pthread_mutex_lock(&s->snap_mu);
-    s->stats = st;
-    s->restore = rt;
-    s->ctx_tokens = n;
-    pthread_mutex_unlock(&s->snap_mu);
-}
+static void refresh_snapshot(mz_server_t *s) { srv_sessions_snapshot(s); }
 
 void srv_gate_leave(mz_server_t *s)
 {
+    /* The budget is checked after every use of the engine: a request that
+     * brought its session back, a restore, a new session. */
+    srv_enforce_budget(s);
+    s->cur = -1;
+    pthread_mutex_lock(&s->snap_mu);
+    s->active_id[0] = '\0';
+    pthread_mutex_unlock(&s->snap_mu);
     refresh_snapshot(s);
     pthread_mutex_lock(&s->mu);
     s->busy = false;
@@ -232,13 +237,13 @@ static size_t evictable_held(const mz_mem_stats *st)
            st->kv.compressed_bytes;
 }
 
-/* Caller owns the engine. Evicts nbytes (SIZE_MAX: all); fills ev. */
+/* Caller owns the engine. Evicts nbytes (SIZE_MAX: all) over the sessions,
+ * least recently used first; fills ev. */
 static mz_status do_evict(mz_server_t *s, size_t nbytes, srv_event *ev, mz_evict_report *rep)
 {
-    mz_status st = mz_evict(s->ctx, nbytes, rep);
-    if (st) srv_log(s, "eviction failed: %s", mz_ctx_errmsg(s->ctx));
+    mz_status st = srv_evict_sessions(s, nbytes, rep);
     mz_mem_stats after;
-    mz_get_mem_stats(s->ctx, &after);
+    srv_mem_stats(s, &after);
     ev->requested = nbytes;
     ev->freed = rep->bytes_freed;
     ev->remaining_pct = after.remaining_pct;
@@ -273,7 +278,7 @@ static void on_pressure(void *user, const mz_pressure_event *pe)
     mz_pressure_read_signal(pe->monitor, pe, &sig);
     if (srv_gate_enter(s, true, NULL)) return; /* shutting down */
     mz_mem_stats st;
-    mz_get_mem_stats(s->ctx, &st);
+    srv_mem_stats(s, &st);
     size_t total = evictable_total(&st), held = evictable_held(&st);
     double floor_b = fmax((double)s->p.evict_floor_bytes, (double)total * s->p.evict_floor_pct / 100.0);
     double allowed = (double)held - floor_b;
@@ -412,6 +417,96 @@ static bool cgroup_usage(size_t *usage, size_t *limit)
     return true;
 }
 
+/* Caller holds snap_mu. */
+static cJSON *session_json(const mz_server_t *s, const srv_session_snap *ss)
+{
+    char t[40];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", ss->id);
+    cJSON_AddBoolToObject(o, "named", ss->named);
+    cJSON_AddBoolToObject(o, "active", s->active_id[0] && !strcmp(s->active_id, ss->id));
+    cJSON_AddNumberToObject(o, "tokens", (double)ss->n_tokens);
+    cJSON_AddNumberToObject(o, "kv_total_bytes", (double)ss->kv.total_bytes);
+    cJSON_AddNumberToObject(o, "resident_bytes", (double)ss->kv.resident_bytes);
+    cJSON_AddNumberToObject(o, "compressed_bytes", (double)ss->kv.compressed_bytes);
+    cJSON_AddNumberToObject(o, "stored_bytes", (double)ss->kv.stored_bytes);
+    cJSON_AddNumberToObject(o, "compstack_mapped_bytes", (double)ss->compstack_mapped_bytes);
+    cJSON_AddNumberToObject(o, "swap_file_bytes", (double)ss->swap_file_bytes);
+    srv_iso8601(ss->created_unix, t, sizeof t);
+    cJSON_AddStringToObject(o, "created", t);
+    srv_iso8601(ss->last_use_unix, t, sizeof t);
+    cJSON_AddStringToObject(o, "last_use", t);
+    cJSON_AddNumberToObject(o, "last_use_unix", ss->last_use_unix);
+    if (ss->last_ttft_ms >= 0) cJSON_AddNumberToObject(o, "last_ttft_ms", ss->last_ttft_ms);
+    else cJSON_AddNullToObject(o, "last_ttft_ms");
+    cJSON_AddNumberToObject(o, "requests", (double)ss->n_requests);
+    return o;
+}
+
+/* Caller holds snap_mu. Most recently used first. */
+static cJSON *sessions_json(const mz_server_t *s)
+{
+    int order[SRV_MAX_SESSIONS + 1], n = s->n_snap_sess;
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && s->snap_sess[order[j - 1]].last_use_unix < s->snap_sess[order[j]].last_use_unix; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, session_json(s, &s->snap_sess[order[i]]));
+    return arr;
+}
+
+/* Caller holds snap_mu. */
+static cJSON *budget_json(const mz_server_t *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (s->p.mem_budget_bytes) cJSON_AddNumberToObject(o, "budget_bytes", (double)s->p.mem_budget_bytes);
+    else cJSON_AddNullToObject(o, "budget_bytes");
+    cJSON_AddNumberToObject(o, "footprint_bytes", (double)s->footprint);
+    cJSON_AddBoolToObject(o, "over_budget", s->p.mem_budget_bytes && s->footprint > s->p.mem_budget_bytes);
+    cJSON_AddNumberToObject(o, "max_sessions", s->p.max_sessions);
+    cJSON_AddNumberToObject(o, "sessions", s->n_snap_sess);
+    cJSON_AddNumberToObject(o, "sessions_created", (double)s->n_sessions_created);
+    cJSON_AddNumberToObject(o, "sessions_forgotten", (double)s->n_sessions_forgotten);
+    cJSON_AddNumberToObject(o, "sessions_deleted", (double)s->n_sessions_deleted);
+    cJSON_AddNumberToObject(o, "budget_evictions", (double)s->n_budget_evictions);
+    cJSON_AddNumberToObject(o, "budget_evicted_bytes", (double)s->budget_evicted_bytes);
+    return o;
+}
+
+static enum MHD_Result handle_sessions(mz_server_t *s, struct MHD_Connection *c)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    pthread_mutex_lock(&s->snap_mu);
+    cJSON_AddItemToObject(root, "data", sessions_json(s));
+    cJSON_AddItemToObject(root, "budget", budget_json(s));
+    pthread_mutex_unlock(&s->snap_mu);
+    return srv_respond_json(s, c, 200, root);
+}
+
+/* DELETE /mz/sessions/ID: waits for the engine (ahead of queued completions,
+ * like an eviction), so a session in use is deleted once its request ends. */
+static enum MHD_Result handle_session_delete(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq)
+{
+    if (!srv_session_id_valid(rq->session, true))
+        return srv_error(s, c, 400, "invalid_request_error",
+                         "a session id is 1 to 64 characters of A-Z a-z 0-9 . _ : @ + -");
+    if (srv_gate_enter(s, true, NULL)) return srv_error(s, c, 503, "unavailable", "server is shutting down");
+    mz_status st = srv_session_delete(s, rq->session);
+    srv_gate_leave(s);
+    if (st == MZ_E_INVAL) return srv_error(s, c, 404, "not_found", "no such session");
+    if (st) return srv_error(s, c, 500, "server_error", "cannot delete the session (%s)", mz_status_str(st));
+    srv_log(s, "session %s deleted", rq->session);
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "id", rq->session);
+    cJSON_AddBoolToObject(out, "deleted", true);
+    return srv_respond_json(s, c, 200, out);
+}
+
 static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
 {
     pthread_mutex_lock(&s->mu);
@@ -423,7 +518,9 @@ static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
     cJSON_AddStringToObject(root, "model", s->model_id);
     cJSON_AddBoolToObject(root, "busy", busy);
     cJSON_AddNumberToObject(root, "queued", queued);
-    cJSON_AddItemToObject(root, "memory", stats_json(&s->stats, s->ctx_tokens, (int)mz_ctx_n_ctx(s->ctx)));
+    cJSON_AddItemToObject(root, "memory", stats_json(&s->stats, s->ctx_tokens, (int)s->n_ctx));
+    cJSON_AddItemToObject(root, "sessions", sessions_json(s));
+    cJSON_AddItemToObject(root, "budget", budget_json(s));
     cJSON *last = cJSON_AddObjectToObject(root, "last_request");
     if (s->last.valid) timings_json(last, &s->last);
     {
@@ -477,7 +574,7 @@ static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
 
 static enum MHD_Result handle_metrics(mz_server_t *s, struct MHD_Connection *c)
 {
-    size_t cap = 16384, len = 0;
+    size_t cap = 16384 + (size_t)SRV_MAX_SESSIONS * 2048, len = 0;
     char *buf = malloc(cap);
     if (!buf) return srv_error(s, c, 500, "server_error", "out of memory");
 #define P(...)                                                                             \
@@ -515,7 +612,8 @@ static enum MHD_Result handle_metrics(mz_server_t *s, struct MHD_Connection *c)
     P("# HELP mzcache_queue_length Completions waiting for the engine.\n"
       "# TYPE mzcache_queue_length gauge\nmzcache_queue_length %d\n", queued);
     static const char *const ep_names[EP_COUNT] = {"health", "models", "chat", "completions", "evict",
-                                                   "restore", "status", "metrics", "other"};
+                                                   "restore", "status", "metrics", "other", "sessions",
+                                                   "session_delete"};
     P("# HELP mzcache_requests_total HTTP requests by endpoint.\n# TYPE mzcache_requests_total counter\n");
     for (int i = 0; i < EP_COUNT; i++) P("mzcache_requests_total{endpoint=\"%s\"} %zu\n", ep_names[i], s->n_requests[i]);
     P("# HELP mzcache_responses_total HTTP responses by status class.\n# TYPE mzcache_responses_total counter\n");
@@ -550,6 +648,45 @@ static enum MHD_Result handle_metrics(mz_server_t *s, struct MHD_Connection *c)
         P("# HELP mzcache_last_prefill_seconds Prefill (with on-demand restore) of the last completion.\n"
           "# TYPE mzcache_last_prefill_seconds gauge\nmzcache_last_prefill_seconds %.6f\n", s->last.prefill_ms / 1e3);
     }
+    P("# HELP mzcache_sessions Conversations held.\n# TYPE mzcache_sessions gauge\nmzcache_sessions %d\n"
+      "# HELP mzcache_sessions_max --max-sessions.\n# TYPE mzcache_sessions_max gauge\nmzcache_sessions_max %d\n",
+      s->n_snap_sess, s->p.max_sessions);
+    P("# HELP mzcache_sessions_total Sessions created, forgotten (LRU) and deleted.\n"
+      "# TYPE mzcache_sessions_total counter\n"
+      "mzcache_sessions_total{event=\"created\"} %zu\nmzcache_sessions_total{event=\"forgotten\"} %zu\n"
+      "mzcache_sessions_total{event=\"deleted\"} %zu\n",
+      s->n_sessions_created, s->n_sessions_forgotten, s->n_sessions_deleted);
+    P("# HELP mzcache_footprint_bytes Pinned + weights + every session's KV and compressed stack.\n"
+      "# TYPE mzcache_footprint_bytes gauge\nmzcache_footprint_bytes %zu\n", s->footprint);
+    if (s->p.mem_budget_bytes)
+        P("# HELP mzcache_budget_bytes --mem-budget.\n# TYPE mzcache_budget_bytes gauge\nmzcache_budget_bytes %zu\n",
+          s->p.mem_budget_bytes);
+    P("# HELP mzcache_budget_evictions_total Evictions made to keep the memory budget.\n"
+      "# TYPE mzcache_budget_evictions_total counter\nmzcache_budget_evictions_total %zu\n"
+      "# HELP mzcache_budget_evicted_bytes_total Bytes freed to keep the memory budget.\n"
+      "# TYPE mzcache_budget_evicted_bytes_total counter\nmzcache_budget_evicted_bytes_total %zu\n",
+      s->n_budget_evictions, s->budget_evicted_bytes);
+    P("# HELP mzcache_session_tokens Tokens in a session's context.\n# TYPE mzcache_session_tokens gauge\n");
+    for (int i = 0; i < s->n_snap_sess; i++)
+        P("mzcache_session_tokens{session=\"%s\"} %zu\n", s->snap_sess[i].id, s->snap_sess[i].n_tokens);
+    P("# HELP mzcache_session_kv_bytes A session's KV by state.\n# TYPE mzcache_session_kv_bytes gauge\n");
+    for (int i = 0; i < s->n_snap_sess; i++) {
+        const srv_session_snap *ss = &s->snap_sess[i];
+        P("mzcache_session_kv_bytes{session=\"%s\",state=\"resident\"} %zu\n", ss->id, ss->kv.resident_bytes);
+        P("mzcache_session_kv_bytes{session=\"%s\",state=\"compressed\"} %zu\n", ss->id, ss->kv.compressed_bytes);
+        P("mzcache_session_kv_bytes{session=\"%s\",state=\"stored\"} %zu\n", ss->id, ss->kv.stored_bytes);
+    }
+    P("# HELP mzcache_session_last_use_timestamp_seconds Last use of a session (Unix time).\n"
+      "# TYPE mzcache_session_last_use_timestamp_seconds gauge\n");
+    for (int i = 0; i < s->n_snap_sess; i++)
+        P("mzcache_session_last_use_timestamp_seconds{session=\"%s\"} %.3f\n", s->snap_sess[i].id,
+          s->snap_sess[i].last_use_unix);
+    P("# HELP mzcache_session_last_ttft_seconds Time to first token of a session's last request.\n"
+      "# TYPE mzcache_session_last_ttft_seconds gauge\n");
+    for (int i = 0; i < s->n_snap_sess; i++)
+        if (s->snap_sess[i].last_ttft_ms >= 0)
+            P("mzcache_session_last_ttft_seconds{session=\"%s\"} %.6f\n", s->snap_sess[i].id,
+              s->snap_sess[i].last_ttft_ms / 1e3);
     pthread_mutex_unlock(&s->snap_mu);
     P("# HELP process_resident_memory_bytes Resident set size.\n# TYPE process_resident_memory_bytes gauge\n"
       "process_resident_memory_bytes %zu\n", rss_bytes());
@@ -573,7 +710,7 @@ static enum MHD_Result handle_models(mz_server_t *s, struct MHD_Connection *c)
     cJSON_AddStringToObject(meta, "arch", s->info.arch);
     cJSON_AddStringToObject(meta, "weight_type", s->info.weight_type);
     cJSON_AddNumberToObject(meta, "n_params", (double)s->info.n_params);
-    cJSON_AddNumberToObject(meta, "n_ctx", (double)mz_ctx_n_ctx(s->ctx));
+    cJSON_AddNumberToObject(meta, "n_ctx", (double)s->n_ctx);
     cJSON_AddNumberToObject(meta, "n_ctx_train", s->info.n_ctx_train);
     cJSON_AddItemToArray(data, m);
     return srv_respond_json(s, c, 200, root);
@@ -589,7 +726,7 @@ static enum MHD_Result handle_evict(mz_server_t *s, struct MHD_Connection *c, co
     if (bad) return srv_error(s, c, 400, "invalid_request_error", "%s", bad);
     if (srv_gate_enter(s, true, NULL)) return srv_error(s, c, 503, "unavailable", "server is shutting down");
     mz_mem_stats st;
-    mz_get_mem_stats(s->ctx, &st);
+    srv_mem_stats(s, &st);
     size_t n = srv_evict_amount(&er, evictable_total(&st));
     srv_event ev = {.t_unix = srv_unix_now()};
     snprintf(ev.trigger, sizeof ev.trigger, "api");
@@ -600,8 +737,8 @@ static enum MHD_Result handle_evict(mz_server_t *s, struct MHD_Connection *c, co
     mz_status rc = n ? do_evict(s, n, &ev, &rep) : MZ_OK;
     if (!n) ev.remaining_pct = st.remaining_pct;
     mz_mem_stats after;
-    mz_get_mem_stats(s->ctx, &after);
-    size_t ctx_tokens = mz_ctx_n_tokens(s->ctx);
+    srv_mem_stats(s, &after);
+    size_t ctx_tokens = s->ctx ? mz_ctx_n_tokens(s->ctx) : 0;
     pthread_mutex_lock(&s->snap_mu);
     s->n_evictions[1]++;
     s->evicted_bytes[1] += rep.bytes_freed;
@@ -622,7 +759,7 @@ static enum MHD_Result handle_evict(mz_server_t *s, struct MHD_Connection *c, co
     cJSON_AddNumberToObject(out, "kv_stored_compressed", (double)rep.n_kv_stored_compressed);
     cJSON_AddNumberToObject(out, "kv_compkv", (double)rep.n_kv_compkv);
     cJSON_AddNumberToObject(out, "weights_dropped", (double)rep.n_weights_dropped);
-    cJSON_AddItemToObject(out, "memory", stats_json(&after, ctx_tokens, (int)mz_ctx_n_ctx(s->ctx)));
+    cJSON_AddItemToObject(out, "memory", stats_json(&after, ctx_tokens, (int)s->n_ctx));
     return srv_respond_json(s, c, 200, out);
 }
 
@@ -630,11 +767,10 @@ static enum MHD_Result handle_restore(mz_server_t *s, struct MHD_Connection *c)
 {
     if (srv_gate_enter(s, true, NULL)) return srv_error(s, c, 503, "unavailable", "server is shutting down");
     mz_restore_report rep = {0};
-    mz_status rc = mz_restore(s->ctx, &rep);
-    if (rc) srv_log(s, "restore failed: %s", mz_ctx_errmsg(s->ctx));
+    mz_status rc = srv_restore_sessions(s, &rep);
     mz_mem_stats after;
-    mz_get_mem_stats(s->ctx, &after);
-    size_t ctx_tokens = mz_ctx_n_tokens(s->ctx);
+    srv_mem_stats(s, &after);
+    size_t ctx_tokens = s->ctx ? mz_ctx_n_tokens(s->ctx) : 0;
     srv_gate_leave(s);
     srv_log(s, "api restore: %.1f MiB in %.1f ms; remaining %.1f%%", (double)rep.bytes_restored / 1048576.0,
             rep.time_ms, after.remaining_pct);
@@ -643,19 +779,26 @@ static enum MHD_Result handle_restore(mz_server_t *s, struct MHD_Connection *c)
     cJSON *out = cJSON_CreateObject();
     cJSON_AddNumberToObject(out, "restored_bytes", (double)rep.bytes_restored);
     cJSON_AddNumberToObject(out, "ms", rep.time_ms);
-    cJSON_AddItemToObject(out, "memory", stats_json(&after, ctx_tokens, (int)mz_ctx_n_ctx(s->ctx)));
+    cJSON_AddItemToObject(out, "memory", stats_json(&after, ctx_tokens, (int)s->n_ctx));
     return srv_respond_json(s, c, 200, out);
 }
 
 /* ---- 5. the access handler ------------------------------------------------------------------ */
 
-static srv_endpoint route(const char *url, const char *method, bool *method_ok)
+static srv_endpoint route(const char *url, const char *method, bool *method_ok, srv_request *rq)
 {
+    if (!strncmp(url, "/mz/sessions/", 13)) {
+        *method_ok = !strcmp(method, "DELETE");
+        /* Checked by the handler: an over-long or odd id becomes "" (400). */
+        if (strlen(url + 13) < sizeof rq->session) snprintf(rq->session, sizeof rq->session, "%s", url + 13);
+        return EP_SESSION_DELETE;
+    }
     static const struct { const char *url, *method; srv_endpoint ep; } routes[] = {
         {"/health", "GET", EP_HEALTH},          {"/v1/models", "GET", EP_MODELS},
         {"/v1/chat/completions", "POST", EP_CHAT}, {"/v1/completions", "POST", EP_COMPLETIONS},
         {"/mz/evict", "POST", EP_EVICT},        {"/mz/restore", "POST", EP_RESTORE},
         {"/mz/status", "GET", EP_STATUS},       {"/metrics", "GET", EP_METRICS},
+        {"/mz/sessions", "GET", EP_SESSIONS},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (!strcmp(url, routes[i].url)) {
@@ -666,6 +809,8 @@ static srv_endpoint route(const char *url, const char *method, bool *method_ok)
     *method_ok = true;
     return EP_OTHER;
 }
+
+static enum MHD_Result dispatch(mz_server_t *s, struct MHD_Connection *c, srv_request *rq);
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
@@ -679,13 +824,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!rq) return MHD_NO;
         *con_cls = rq;
         bool method_ok;
-        rq->ep = route(url, method, &method_ok);
+        rq->ep = route(url, method, &method_ok, rq);
         pthread_mutex_lock(&s->snap_mu);
         s->n_requests[rq->ep]++;
         pthread_mutex_unlock(&s->snap_mu);
         if (s->p.verbose) srv_log(s, "%s %s", method, rq->ep == EP_OTHER ? "(unknown path)" : url);
         /* Everything that can be decided from the headers is decided now,
          * before any body is read. */
+        /* Shutting down: admit nothing new; count what is admitted, so the
+         * drain knows when every admitted request has been answered. */
+        pthread_mutex_lock(&s->mu);
+        bool draining = s->draining;
+        if (!draining) {
+            s->n_inflight++;
+            rq->inflight = true;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (draining) {
+            rq->answered = true;
+            return srv_error(s, c, 503, "unavailable", "server is shutting down");
+        }
         if (rq->ep == EP_OTHER) {
             rq->answered = true;
             return srv_error(s, c, 404, "not_found", "no such endpoint");
@@ -735,6 +893,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (rq->too_big)
         return srv_error(s, c, 413, "invalid_request_error", "request body too large (limit %zu bytes)",
                          s->p.max_body_bytes);
+    /* A handler computes until its response is queued (a stream: until its
+     * prefill is done); the drain waits for that without a time limit. */
+    pthread_mutex_lock(&s->mu);
+    s->n_handling++;
+    pthread_mutex_unlock(&s->mu);
+    enum MHD_Result ret = dispatch(s, c, rq);
+    pthread_mutex_lock(&s->mu);
+    s->n_handling--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return ret;
+}
+
+static enum MHD_Result dispatch(mz_server_t *s, struct MHD_Connection *c, srv_request *rq)
+{
     switch (rq->ep) {
     case EP_HEALTH:
         return srv_respond(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL);
@@ -745,17 +918,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case EP_RESTORE: return handle_restore(s, c);
     case EP_STATUS: return handle_status(s, c);
     case EP_METRICS: return handle_metrics(s, c);
+    case EP_SESSIONS: return handle_sessions(s, c);
+    case EP_SESSION_DELETE: return handle_session_delete(s, c, rq);
     default: return srv_error(s, c, 404, "not_found", "no such endpoint");
     }
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
+    mz_server_t *s = cls;
     (void)c;
     (void)toe;
     srv_request *rq = *con_cls;
     if (!rq) return;
+    if (rq->inflight) {
+        pthread_mutex_lock(&s->mu);
+        s->n_inflight--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
     free(rq->body);
     free(rq);
     *con_cls = NULL;
@@ -792,6 +973,8 @@ mz_server_params mz_server_params_default(void)
     p.evict_step_pct = 25.0;
     p.pressure_min_level = MZ_PRESSURE_MEDIUM;
     p.pressure_interval_ms = 1000;
+    p.max_sessions = 4;
+    p.shutdown_grace_ms = 30000;
     return p;
 }
 
@@ -826,6 +1009,9 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     if (s->p.max_queue < 0) s->p.max_queue = 0;
     if (s->p.queue_timeout_ms <= 0) s->p.queue_timeout_ms = d.queue_timeout_ms;
     if (s->p.pressure_interval_ms < 0) s->p.pressure_interval_ms = 0;
+    if (s->p.max_sessions <= 0) s->p.max_sessions = d.max_sessions;
+    if (s->p.max_sessions > SRV_MAX_SESSIONS) s->p.max_sessions = SRV_MAX_SESSIONS;
+    if (s->p.shutdown_grace_ms < 0) s->p.shutdown_grace_ms = 0;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->snap_mu, NULL);
@@ -864,7 +1050,8 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     cp.swap_dir = s->p.swap_dir;
     cp.kv_placement = s->p.kv_placement;
     cp.mode = s->p.mode;
-    if ((st = mz_ctx_init(s->model, &cp, &s->ctx))) goto out_free;
+    s->ctx_params = cp;
+    if ((st = srv_sessions_init(s))) goto out_free;
     refresh_snapshot(s);
 
     /* Bind address: numeric or a name; loopback unless told otherwise. */
@@ -908,8 +1095,11 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     } else {
         srv_log(s, "pressure monitor: disabled");
     }
-    srv_log(s, "serving %s on %s:%d (context %zu tokens, %s)%s", s->model_id, s->p.host, s->port,
-            mz_ctx_n_ctx(s->ctx), s->api_key ? "API key required" : "no API key",
+    if (s->p.mem_budget_bytes)
+        srv_log(s, "memory budget %.1f MiB (weights + KV + compressed stacks; now %.1f MiB)",
+                (double)s->p.mem_budget_bytes / 1048576.0, (double)s->footprint / 1048576.0);
+    srv_log(s, "serving %s on %s:%d (context %zu tokens, up to %d sessions, %s)%s", s->model_id, s->p.host, s->port,
+            s->n_ctx, s->p.max_sessions, s->api_key ? "API key required" : "no API key",
             strcmp(s->p.host, "127.0.0.1") && strcmp(s->p.host, "::1") && strcmp(s->p.host, "localhost")
                 ? " -- WARNING: not loopback; anyone who can reach this address can use it"
                 : "");
@@ -920,11 +1110,68 @@ out_free:
     return st;
 }
 
+/* Waits until no admitted request is left or deadline (CLOCK_REALTIME);
+ * true when none is left. Caller holds mu. */
+static bool wait_drained(mz_server_t *s, const struct timespec *dl)
+{
+    while (s->n_inflight > 0)
+        if (pthread_cond_timedwait(&s->cv, &s->mu, dl) == ETIMEDOUT) break;
+    return s->n_inflight == 0;
+}
+
+static struct timespec deadline_in(int ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    long long ns = dl.tv_nsec + (long long)ms * 1000000LL;
+    dl.tv_sec += (time_t)(ns / 1000000000LL);
+    dl.tv_nsec = (long)(ns % 1000000000LL);
+    return dl;
+}
+
+/* Lets admitted requests finish (new ones get 503 from on_request). */
+static void drain(mz_server_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = true;
+    int n = s->n_inflight;
+    pthread_mutex_unlock(&s->mu);
+    if (n == 0) return;
+    srv_log(s, "shutdown: waiting up to %.1f s for %d running request%s; new ones get 503",
+            s->p.shutdown_grace_ms / 1e3, n, n > 1 ? "s" : "");
+    struct timespec dl = deadline_in(s->p.shutdown_grace_ms);
+    pthread_mutex_lock(&s->mu);
+    bool done = wait_drained(s, &dl);
+    pthread_mutex_unlock(&s->mu);
+    if (done) return;
+    /* Grace over: running generations end at their next token (their
+     * answer goes out complete, finish_reason "length"), queued ones get 503. */
+    atomic_store(&s->cut, true);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->cv);
+    n = s->n_inflight;
+    pthread_mutex_unlock(&s->mu);
+    srv_log(s, "shutdown: grace period over; ending %d request%s now", n, n > 1 ? "s" : "");
+    /* Handlers still computing (a prefill cannot stop half way) finish their
+     * step, however long it takes, and queue their answer; then clients get
+     * 5 s to read what is left (a stream that is not read never ends). */
+    pthread_mutex_lock(&s->mu);
+    while (s->n_handling > 0) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    dl = deadline_in(5000);
+    pthread_mutex_lock(&s->mu);
+    done = wait_drained(s, &dl);
+    n = s->n_inflight;
+    pthread_mutex_unlock(&s->mu);
+    if (!done) srv_log(s, "shutdown: %d request%s still open (slow clients); closing them", n, n > 1 ? "s" : "");
+}
+
 void mz_server_stop(mz_server_t *s)
 {
     if (!s) return;
     if (s->mhd) {
-        MHD_stop_daemon(s->mhd); /* joins the connection threads: running requests end first */
+        drain(s);
+        MHD_stop_daemon(s->mhd); /* closes what is left and joins the connection threads */
         s->mhd = NULL;
     }
     pthread_mutex_lock(&s->mu);
@@ -932,7 +1179,7 @@ void mz_server_stop(mz_server_t *s)
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     mz_pressure_stop(s->mon);
-    mz_ctx_free(s->ctx);
+    srv_sessions_free(s);
     mz_model_free(s->model);
     if (s->api_key) {
         volatile char *k = s->api_key;

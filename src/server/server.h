@@ -71,6 +71,14 @@ typedef struct mz_server_params {
     bool verbose;               /* log every request */
     int token_delay_ms;         /* artificial pause after each generated token: tests and
                                    demos of concurrency only (default 0) */
+    /* Sessions (docs/SERVER.md "Sessions"). */
+    int max_sessions;           /* conversations held at once, each its own context
+                                   (default 4; 1..64) */
+    size_t mem_budget_bytes;    /* 0 = none; else weights + KV + compressed stacks are kept
+                                   under it after every request, by evicting the least
+                                   recently used sessions first */
+    int shutdown_grace_ms;      /* mz_server_stop lets running requests finish this long,
+                                   then ends their generation (default 30000) */
 } mz_server_params;
 
 mz_server_params mz_server_params_default(void);
@@ -82,7 +90,11 @@ MZ_NODISCARD mz_status mz_server_start(const mz_server_params *p, mz_server_t **
 int mz_server_port(const mz_server_t *s);
 /* The pressure monitor (for its description); NULL if disabled. */
 const mz_pressure_monitor_t *mz_server_monitor(const mz_server_t *s);
-/* Stops accepting, waits for running requests, stops the monitor, frees all. */
+/* Graceful stop: from now on new requests get 503; running (and queued)
+ * requests finish, for at most shutdown_grace_ms; then generations still
+ * running end at their next token (finish_reason "length", a stream still
+ * gets its final chunk and [DONE]) and get a few more seconds to send it.
+ * Then the daemon closes, the monitor stops, and everything is freed. */
 void mz_server_stop(mz_server_t *s);
 
 /* ---- a small blocking HTTP/1.1 client (CLI subcommands and tests) ---------------- */
@@ -101,9 +113,17 @@ typedef struct mz_http_response {
 int mz_http_request(const char *host, int port, const char *method, const char *path,
                     const char *api_key, const char *body, size_t body_len, int timeout_ms,
                     mz_http_response *out);
+/* The same with extra header lines ("Name: value\r\n" each; NULL = none). */
+int mz_http_request_ex(const char *host, int port, const char *method, const char *path, const char *api_key,
+                       const char *extra_headers, const char *body, size_t body_len, int timeout_ms,
+                       mz_http_response *out);
 void mz_http_response_free(mz_http_response *r);
 
 /* "512M", "2G", "300K", "12345", "40%" (percent → *is_pct): 0 on success. */
 int mz_parse_amount(const char *s, double *value, bool *is_pct);
+/* A byte size: "512M", "2G", "300K", "1.5G", "12345" (K/M/G are 1024-based,
+ * an "iB"/"B" suffix is allowed). 0 on success; -1 for anything else: a
+ * percentage, hex, inf/nan, zero, or more than 1 PiB. */
+int mz_parse_size(const char *s, size_t *out);
 
 #endif /* MZ_SERVER_H */

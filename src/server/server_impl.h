@@ -1,13 +1,16 @@
 /*
  * server_impl.h — internals shared by the server's files (server.c: daemon,
- * routing, control endpoints, pressure; completion.c: the completion
- * endpoints and generation). Not for use outside src/server/.
+ * routing, control endpoints, pressure; sessions.c: the conversations, their
+ * routing and the memory budget; completion.c: the completion endpoints and
+ * generation). Not for use outside src/server/.
  *
  * Lock order (outer first):
  *   gate (mu/cv: who owns the engine; never held while computing)
  *     snap_mu (snapshot, counters, event ring; held only to copy)
- * The engine (model + context) itself is owned by whoever holds the gate
- * token (busy == true): a request, an eviction, or a restore.
+ * The engine (model + every session's context) itself is owned by whoever
+ * holds the gate token (busy == true): a request, an eviction, a restore, a
+ * session deletion. The session table (sess, n_sess) and s->ctx change only
+ * under the gate.
  */
 #ifndef MZ_SERVER_IMPL_H
 #define MZ_SERVER_IMPL_H
@@ -21,10 +24,12 @@
 #include <stdatomic.h>
 
 #define SRV_N_EVENTS 64
+#define SRV_SESSION_ID_MAX 64
+#define SRV_MAX_SESSIONS 64   /* --max-sessions limit */
 
 typedef enum srv_endpoint {
     EP_HEALTH, EP_MODELS, EP_CHAT, EP_COMPLETIONS, EP_EVICT, EP_RESTORE, EP_STATUS, EP_METRICS,
-    EP_OTHER, EP_COUNT
+    EP_OTHER, EP_SESSIONS, EP_SESSION_DELETE, EP_COUNT
 } srv_endpoint;
 
 /* One eviction (pressure or API), kept in a ring for /mz/status. */
@@ -49,14 +54,48 @@ typedef struct srv_timings {
     char finish_reason[16];
 } srv_timings;
 
+/* One conversation: its own context over the shared model. */
+typedef struct srv_session {
+    char id[SRV_SESSION_ID_MAX + 1];
+    bool named;                  /* the id came from the client (X-Session-Id or "user") */
+    mz_ctx_t *ctx;
+    uint64_t last_seq;           /* LRU clock at the last use: larger = more recent */
+    double created_unix, last_use_unix;
+    size_t n_prompt_last;        /* prompt tokens of its last request (prefix routing) */
+    double last_ttft_ms;         /* < 0: no request finished yet */
+    size_t n_requests;
+} srv_session;
+
+/* What /mz/status, /mz/sessions and /metrics show of a session (snap_mu). */
+typedef struct srv_session_snap {
+    char id[SRV_SESSION_ID_MAX + 1];
+    bool named;
+    size_t n_tokens;
+    mz_mem_category kv;
+    size_t compstack_mapped_bytes, swap_file_bytes;
+    double created_unix, last_use_unix, last_ttft_ms;
+    size_t n_requests;
+} srv_session_snap;
+
 struct mz_server {
     mz_server_params p;
     char model_id[128];
     char *api_key;
     size_t api_key_len;
     mz_model_t *model;
+    /* The context of the session in use: set by srv_session_route (or by an
+     * eviction walking the sessions) while the gate is held; between gate
+     * holders it is the most recently used session's, never a freed one. */
     mz_ctx_t *ctx;
     mz_model_info info;
+    size_t n_ctx;                /* tokens per session context */
+    mz_ctx_params ctx_params;    /* for new sessions */
+    srv_session *sess;           /* [p.max_sessions]; [0, n_sess) live (gate) */
+    int n_sess;
+    uint64_t lru_clock;
+    unsigned long next_anon;
+    int cur;                     /* index of the session in use, -1 none (gate) */
+    bool over_budget;            /* the last budget check could not get under it */
     struct MHD_Daemon *mhd;
     int port;
     mz_pressure_monitor_t *mon;
@@ -68,6 +107,10 @@ struct mz_server {
     pthread_cond_t cv;
     bool busy;
     bool stopping;
+    bool draining;               /* shutdown started: new requests get 503 */
+    int n_inflight;              /* admitted requests not yet completed */
+    int n_handling;              /* handlers running (computing until their response is queued) */
+    atomic_bool cut;             /* the grace period ran out: generations end now */
     int n_waiting;               /* completions in the queue */
     int n_priority_waiting;      /* evictions/restores waiting: they go first */
 
@@ -76,6 +119,12 @@ struct mz_server {
     mz_mem_stats stats;
     mz_restore_timings restore;  /* breakdown of the last pipelined restore */
     size_t ctx_tokens;
+    srv_session_snap *snap_sess; /* [p.max_sessions] */
+    int n_snap_sess;
+    char active_id[SRV_SESSION_ID_MAX + 1]; /* session of the running completion ("" none) */
+    size_t footprint;            /* srv_footprint at the last snapshot */
+    size_t n_sessions_created, n_sessions_forgotten, n_sessions_deleted;
+    size_t n_budget_evictions, budget_evicted_bytes;
     srv_timings last;
     srv_event events[SRV_N_EVENTS];
     size_t n_events;             /* ever recorded; the ring holds the last SRV_N_EVENTS */
@@ -98,6 +147,8 @@ typedef struct srv_request {
     bool started;
     bool too_big;
     bool answered;               /* a response was queued early */
+    bool inflight;               /* counted in n_inflight */
+    char session[SRV_SESSION_ID_MAX + 1]; /* DELETE /mz/sessions/ID */
 } srv_request;
 
 /* Logging with a UTC timestamp, one line per call. */
@@ -127,5 +178,38 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
 
 double srv_now_ms(void);
 double srv_unix_now(void);
+/* "2026-12-01T23:10:45.123Z" */
+void srv_iso8601(double t_unix, char *out, size_t cap);
+
+/* ---- sessions.c (every function: the caller owns the engine, unless noted) ---- */
+
+/* Creates the first (empty, anonymous) session. Called once by start. */
+mz_status srv_sessions_init(mz_server_t *s);
+void srv_sessions_free(mz_server_t *s);
+/* Picks the session for a completion and makes it current (s->ctx, s->cur):
+ * id non-empty: that named session, created if new; else the anonymous
+ * session the tokens continue (see docs/SERVER.md "Sessions"), else a new one.
+ * A new session when the table is full forgets the least recently used one. */
+mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks, size_t n);
+/* The current session's request ended: its TTFT and prompt length. */
+void srv_session_done(mz_server_t *s, const srv_timings *tm);
+/* Deletes a session by id: MZ_OK, or MZ_E_INVAL when no session has it. */
+mz_status srv_session_delete(mz_server_t *s, const char *id);
+/* Memory over every session, shared weights counted once. */
+void srv_mem_stats(mz_server_t *s, mz_mem_stats *out);
+/* What --mem-budget limits: pinned + weights (resident + compressed) + every
+ * session's KV (resident + compressed, or its stack's mapped bytes if more). */
+size_t srv_footprint(mz_server_t *s);
+/* Evicts nbytes (SIZE_MAX: all) over the sessions, least recently used
+ * first, the most recent last. rep sums the sessions' reports. */
+mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep);
+/* Restores every session (least recent first). */
+mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep);
+/* Evicts until srv_footprint <= the budget (no-op without one). */
+void srv_enforce_budget(mz_server_t *s);
+/* Copies the sessions' state into the snapshot; takes snap_mu itself. */
+void srv_sessions_snapshot(mz_server_t *s);
+/* The grace period ran out: generation stops at the next token (any thread). */
+bool srv_cut_short(mz_server_t *s);
 
 #endif /* MZ_SERVER_IMPL_H */

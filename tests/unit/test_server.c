@@ -267,6 +267,8 @@ int main(void)
     sp.max_queue = 1;
     sp.queue_timeout_ms = 30000;
     sp.token_delay_ms = 2;
+    sp.max_sessions = 1; /* one conversation: divergence truncates it, eviction drops weights
+                            (sessions: test_server_sessions.c) */
     mz_server_t *srv = NULL;
     if (mz_server_start(&sp, &srv)) {
         fprintf(stderr, "server start: %s\n", mz_last_error());

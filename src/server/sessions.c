@@ -1,0 +1,485 @@
+/*
+ * sessions.c — the daemon's conversations: up to max_sessions contexts over
+ * the one loaded model, how a request finds its session, least-recently-used
+ * forgetting, eviction across sessions and the memory budget
+ * (docs/SERVER.md "Sessions").
+ *
+ * Invariants (all under the engine gate):
+ *   - sess[0, n_sess) are live; n_sess <= max_sessions between gate holders
+ *     (a new session is created before the one it replaces is freed, so the
+ *     array has room for one more). At least one session always exists: the
+ *     model's weight blocks belong to its contexts' shared table, and freeing
+ *     the last context would reload every dropped block.
+ *   - s->ctx is the current session's context while the gate is held by a
+ *     completion, and the most recently used session's otherwise.
+ *   - A session's token history is its context's (mz_ctx_tokens); routing
+ *     reads it, never a copy, so cached_tokens is always the prefix actually
+ *     kept.
+ *
+ * The sessions are contexts of the model's engine (mz_ctx_init makes them
+ * sessions of its implicit engine): eviction for the pressure monitor, the
+ * API and the budget is one mz_engine_evict plan over every session's KV and
+ * the shared weights (least recently used sessions first, the one just used
+ * last, weights where dropping them is cheaper than the KV that would go).
+ */
+#include "server/server_impl.h"
+#include "server/request.h"
+
+#include "core/core.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool srv_cut_short(mz_server_t *s) { return atomic_load(&s->cut); }
+
+static int most_recent(const mz_server_t *s)
+{
+    int best = -1;
+    for (int i = 0; i < s->n_sess; i++)
+        if (best < 0 || s->sess[i].last_seq > s->sess[best].last_seq) best = i;
+    return best;
+}
+
+static void touch(mz_server_t *s, srv_session *ss)
+{
+    ss->last_seq = ++s->lru_clock;
+    ss->last_use_unix = srv_unix_now();
+}
+
+/* Session indices, least recently used first. order has n_sess entries. */
+static void lru_order(const mz_server_t *s, int *order)
+{
+    for (int i = 0; i < s->n_sess; i++) order[i] = i;
+    for (int i = 1; i < s->n_sess; i++) /* insertion sort: a handful of sessions */
+        for (int j = i; j > 0 && s->sess[order[j - 1]].last_seq > s->sess[order[j]].last_seq; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+}
+
+static mz_status session_new(mz_server_t *s, const char *id, int *idx)
+{
+    srv_session *ss = &s->sess[s->n_sess];
+    memset(ss, 0, sizeof *ss);
+    mz_status st = mz_ctx_init(s->model, &s->ctx_params, &ss->ctx);
+    if (st) {
+        srv_log(s, "cannot create a session: %s", mz_last_error());
+        return st;
+    }
+    if (id && *id) {
+        snprintf(ss->id, sizeof ss->id, "%s", id);
+        ss->named = true;
+    } else {
+        snprintf(ss->id, sizeof ss->id, "anon-%lu", ++s->next_anon);
+    }
+    ss->created_unix = srv_unix_now();
+    ss->last_ttft_ms = -1;
+    touch(s, ss);
+    *idx = s->n_sess++;
+    pthread_mutex_lock(&s->snap_mu);
+    s->n_sessions_created++;
+    pthread_mutex_unlock(&s->snap_mu);
+    return MZ_OK;
+}
+
+/* Frees session i (its swap slots, stack items and KV go at once). */
+static void session_remove(mz_server_t *s, int i)
+{
+    mz_ctx_free(s->sess[i].ctx);
+    memmove(&s->sess[i], &s->sess[i + 1], (size_t)(s->n_sess - i - 1) * sizeof *s->sess);
+    s->n_sess--;
+    if (s->cur == i) s->cur = -1;
+    else if (s->cur > i) s->cur--;
+    int m = s->cur >= 0 ? s->cur : most_recent(s);
+    s->ctx = m >= 0 ? s->sess[m].ctx : NULL;
+}
+
+mz_status srv_sessions_init(mz_server_t *s)
+{
+    int cap = s->p.max_sessions + 1;
+    s->sess = calloc((size_t)cap, sizeof *s->sess);
+    s->snap_sess = calloc((size_t)cap, sizeof *s->snap_sess);
+    if (!s->sess || !s->snap_sess) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
+    s->cur = -1;
+    int idx;
+    mz_status st = session_new(s, NULL, &idx);
+    if (st) return st;
+    s->ctx = s->sess[idx].ctx;
+    s->n_ctx = mz_ctx_n_ctx(s->ctx);
+    return MZ_OK;
+}
+
+void srv_sessions_free(mz_server_t *s)
+{
+    /* Last to first: the first context keeps the weight table until the end. */
+    for (int i = s->n_sess - 1; i >= 0; i--) mz_ctx_free(s->sess[i].ctx);
+    s->n_sess = 0;
+    s->ctx = NULL;
+    free(s->sess);
+    free(s->snap_sess);
+    s->sess = NULL;
+    s->snap_sess = NULL;
+}
+
+static size_t common_prefix(const mz_token *a, size_t na, const mz_token *b, size_t nb)
+{
+    size_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks, size_t n)
+{
+    int pick = -1;
+    if (id && *id) {
+        for (int i = 0; i < s->n_sess && pick < 0; i++)
+            if (s->sess[i].named && !strcmp(s->sess[i].id, id)) pick = i;
+        /* An unused anonymous session (the one made at start) is taken over. */
+        for (int i = 0; i < s->n_sess && pick < 0; i++)
+            if (!s->sess[i].named && mz_ctx_n_tokens(s->sess[i].ctx) == 0) {
+                pick = i;
+                snprintf(s->sess[i].id, sizeof s->sess[i].id, "%s", id);
+                s->sess[i].named = true;
+            }
+    } else {
+        /* The anonymous session this request continues: its whole history is
+         * a prefix of the request, or the request keeps at least the prompt
+         * of its last turn (a regenerated or re-rendered answer). A request
+         * that would cut deeper into someone's history starts its own
+         * session instead, so two conversations that share only a system
+         * prompt never truncate each other. */
+        size_t best = 0;
+        for (int i = 0; i < s->n_sess; i++) {
+            srv_session *ss = &s->sess[i];
+            if (ss->named) continue;
+            size_t nh = mz_ctx_n_tokens(ss->ctx);
+            size_t common = common_prefix(mz_ctx_tokens(ss->ctx), nh, toks, n);
+            bool continues = common == nh || (ss->n_prompt_last > 0 && common >= ss->n_prompt_last);
+            if (!continues) continue;
+            if (pick < 0 || common > best || (common == best && ss->last_seq > s->sess[pick].last_seq)) {
+                pick = i;
+                best = common;
+            }
+        }
+    }
+    if (pick < 0 && !(id && *id) && s->n_sess >= s->p.max_sessions) {
+        /* Full, and the least recently used session is anonymous: it is
+         * forgotten, but its context serves the new conversation, which keeps
+         * whatever prefix the two share (with --max-sessions 1 this is the
+         * single conversation of earlier versions). Named sessions are never
+         * reused this way: cached_tokens would tell one client about
+         * another's conversation. */
+        int lru = 0;
+        for (int i = 1; i < s->n_sess; i++)
+            if (s->sess[i].last_seq < s->sess[lru].last_seq) lru = i;
+        if (!s->sess[lru].named) {
+            srv_session *ss = &s->sess[lru];
+            char old[sizeof ss->id];
+            memcpy(old, ss->id, sizeof old);
+            snprintf(ss->id, sizeof ss->id, "anon-%lu", ++s->next_anon);
+            ss->created_unix = srv_unix_now();
+            ss->n_prompt_last = 0;
+            ss->last_ttft_ms = -1;
+            ss->n_requests = 0;
+            srv_log(s, "session %s forgotten (least recently used; %d sessions at most); its context starts %s",
+                    old, s->p.max_sessions, ss->id);
+            pthread_mutex_lock(&s->snap_mu);
+            s->n_sessions_forgotten++;
+            s->n_sessions_created++;
+            pthread_mutex_unlock(&s->snap_mu);
+            pick = lru;
+        }
+    }
+    if (pick < 0) {
+        mz_status st = session_new(s, id, &pick);
+        if (st) return st;
+        if (s->n_sess > s->p.max_sessions) {
+            int lru = -1;
+            for (int i = 0; i < s->n_sess; i++)
+                if (i != pick && (lru < 0 || s->sess[i].last_seq < s->sess[lru].last_seq)) lru = i;
+            srv_log(s, "session %s forgotten (least recently used; %d sessions at most) for %s", s->sess[lru].id,
+                    s->p.max_sessions, s->sess[pick].id);
+            session_remove(s, lru);
+            if (lru < pick) pick--;
+            pthread_mutex_lock(&s->snap_mu);
+            s->n_sessions_forgotten++;
+            pthread_mutex_unlock(&s->snap_mu);
+        }
+    }
+    touch(s, &s->sess[pick]);
+    s->cur = pick;
+    s->ctx = s->sess[pick].ctx;
+    pthread_mutex_lock(&s->snap_mu);
+    memcpy(s->active_id, s->sess[pick].id, sizeof s->active_id);
+    pthread_mutex_unlock(&s->snap_mu);
+    return MZ_OK;
+}
+
+void srv_session_done(mz_server_t *s, const srv_timings *tm)
+{
+    if (s->cur < 0) return;
+    srv_session *ss = &s->sess[s->cur];
+    ss->n_prompt_last = tm->n_prompt;
+    if (tm->ttft_ms > 0) ss->last_ttft_ms = tm->ttft_ms;
+    ss->n_requests++;
+    touch(s, ss);
+}
+
+mz_status srv_session_delete(mz_server_t *s, const char *id)
+{
+    int i = 0;
+    while (i < s->n_sess && strcmp(s->sess[i].id, id)) i++;
+    if (i == s->n_sess) return MZ_E_INVAL;
+    if (s->n_sess == 1) {
+        /* Keep one context: a fresh, empty one replaces it first. */
+        int idx;
+        mz_status st = session_new(s, NULL, &idx);
+        if (st) return st;
+        s->sess[idx].last_seq = 0; /* nothing happened in it yet */
+    }
+    session_remove(s, i);
+    pthread_mutex_lock(&s->snap_mu);
+    s->n_sessions_deleted++;
+    pthread_mutex_unlock(&s->snap_mu);
+    return MZ_OK;
+}
+
+/* ---- memory ----------------------------------------------------------------------------- */
+
+static void add_category(mz_mem_category *a, const mz_mem_category *b)
+{
+    a->total_bytes += b->total_bytes;
+    a->resident_bytes += b->resident_bytes;
+    a->compressed_bytes += b->compressed_bytes;
+    a->stored_bytes += b->stored_bytes;
+    a->dropped_bytes += b->dropped_bytes;
+    a->n_units += b->n_units;
+    a->n_resident += b->n_resident;
+}
+
+static mz_engine_t *engine_of(const mz_server_t *s)
+{
+    return s->n_sess ? mz_ctx_engine(s->sess[0].ctx) : NULL;
+}
+
+void srv_mem_stats(mz_server_t *s, mz_mem_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    int m = s->cur >= 0 ? s->cur : most_recent(s);
+    if (m < 0) return;
+    mz_engine_t *e = engine_of(s);
+    if (e) {
+        mz_engine_get_mem_stats(e, out); /* weights once, KV and swap files summed */
+        return;
+    }
+    /* Weights, pinned bytes and the policy's view: the shared table, as any
+     * session reports it (the most recent one's stage). */
+    mz_get_mem_stats(s->sess[m].ctx, out);
+    memset(&out->kv, 0, sizeof out->kv);
+    out->compstack_mapped_bytes = 0;
+    out->swap_file_bytes = 0;
+    for (int i = 0; i < s->n_sess; i++) {
+        mz_mem_stats st;
+        mz_get_mem_stats(s->sess[i].ctx, &st);
+        add_category(&out->kv, &st.kv);
+        out->compstack_mapped_bytes += st.compstack_mapped_bytes;
+        out->swap_file_bytes += st.swap_file_bytes;
+    }
+    size_t total = out->weights.total_bytes + out->kv.total_bytes;
+    size_t kept = out->weights.resident_bytes + out->weights.compressed_bytes + out->kv.resident_bytes +
+                  out->kv.compressed_bytes;
+    out->remaining_pct = total ? 100.0 * (double)kept / (double)total : 100.0;
+}
+
+static size_t session_kv_footprint(const mz_mem_stats *st)
+{
+    size_t comp = st->kv.compressed_bytes > st->compstack_mapped_bytes ? st->kv.compressed_bytes
+                                                                       : st->compstack_mapped_bytes;
+    return st->kv.resident_bytes + comp;
+}
+
+size_t srv_footprint(mz_server_t *s)
+{
+    size_t fp = 0;
+    for (int i = 0; i < s->n_sess; i++) {
+        mz_mem_stats st;
+        mz_get_mem_stats(s->sess[i].ctx, &st);
+        if (i == 0) fp += st.pinned_bytes + st.weights.resident_bytes + st.weights.compressed_bytes;
+        fp += session_kv_footprint(&st);
+    }
+    return fp;
+}
+
+static void add_report(mz_evict_report *a, const mz_evict_report *b)
+{
+    a->bytes_freed += b->bytes_freed;
+    a->n_kv_compressed += b->n_kv_compressed;
+    a->n_kv_stored_raw += b->n_kv_stored_raw;
+    a->n_kv_stored_compressed += b->n_kv_stored_compressed;
+    a->n_kv_compkv += b->n_kv_compkv;
+    a->n_kv_raw_fallback += b->n_kv_raw_fallback;
+    a->n_weights_dropped += b->n_weights_dropped;
+    a->time_ms += b->time_ms;
+    if (b->stage != MZ_EVICT_STAGE_NONE) a->stage = b->stage;
+}
+
+mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->bytes_requested = nbytes;
+    mz_engine_t *e = engine_of(s);
+    if (e) {
+        mz_status st = mz_engine_evict(e, nbytes, rep);
+        if (st) srv_log(s, "eviction failed: %s", mz_last_error());
+        return st;
+    }
+    int order[SRV_MAX_SESSIONS + 1];
+    lru_order(s, order);
+    mz_status rc = MZ_OK;
+    for (int k = 0; k < s->n_sess && rep->bytes_freed < nbytes; k++) {
+        srv_session *ss = &s->sess[order[k]];
+        size_t want = nbytes == SIZE_MAX ? SIZE_MAX : nbytes - rep->bytes_freed;
+        mz_evict_report r = {0};
+        mz_status st = mz_evict(ss->ctx, want, &r);
+        add_report(rep, &r);
+        if (st) {
+            srv_log(s, "eviction of session %s failed: %s", ss->id, mz_ctx_errmsg(ss->ctx));
+            rc = st;
+        }
+    }
+    rep->complete = rep->bytes_freed >= nbytes;
+    return rc;
+}
+
+mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    int order[SRV_MAX_SESSIONS + 1];
+    lru_order(s, order);
+    mz_status rc = MZ_OK;
+    for (int k = 0; k < s->n_sess; k++) {
+        srv_session *ss = &s->sess[order[k]];
+        mz_restore_report r = {0};
+        mz_status st = mz_restore(ss->ctx, &r);
+        rep->bytes_restored += r.bytes_restored;
+        rep->n_kv_decoded += r.n_kv_decoded;
+        rep->n_kv_read_raw += r.n_kv_read_raw;
+        rep->n_kv_read_compressed += r.n_kv_read_compressed;
+        rep->n_weights_loaded += r.n_weights_loaded;
+        rep->time_ms += r.time_ms;
+        if (st) {
+            srv_log(s, "restore of session %s failed: %s", ss->id, mz_ctx_errmsg(ss->ctx));
+            rc = st;
+        }
+    }
+    return rc;
+}
+
+void srv_enforce_budget(mz_server_t *s)
+{
+    size_t budget = s->p.mem_budget_bytes;
+    if (!budget || !s->n_sess) return;
+    size_t fp = srv_footprint(s);
+    if (fp <= budget) {
+        s->over_budget = false;
+        return;
+    }
+    double t0 = srv_now_ms();
+    size_t before = fp, freed = 0;
+    int order[SRV_MAX_SESSIONS + 1];
+    lru_order(s, order); /* the active (most recent) session comes last */
+    mz_engine_t *e = engine_of(s);
+    /* One plan over every session and the weights; a few rounds, as units
+     * are whole and a compressed stack may keep a segment mapped. */
+    for (int round = 0; e && round < 16 && fp > budget; round++) {
+        mz_evict_report r = {0};
+        mz_status st = mz_engine_evict(e, fp - budget, &r);
+        if (st) {
+            srv_log(s, "budget: eviction failed: %s", mz_last_error());
+            break;
+        }
+        freed += r.bytes_freed;
+        size_t fp2 = srv_footprint(s);
+        bool progress = r.bytes_freed > 0 || fp2 < fp;
+        fp = fp2;
+        if (!progress) break;
+    }
+    for (int k = 0; e == NULL && k < s->n_sess && fp > budget; k++) {
+        srv_session *ss = &s->sess[order[k]];
+        /* Whole units, and a compressed stack that may keep a segment mapped:
+         * a few rounds per session, until it has nothing more to give. */
+        for (int round = 0; round < 8 && fp > budget; round++) {
+            mz_evict_report r = {0};
+            mz_status st = mz_evict(ss->ctx, fp - budget, &r);
+            if (st) {
+                srv_log(s, "budget: eviction of session %s failed: %s", ss->id, mz_ctx_errmsg(ss->ctx));
+                break;
+            }
+            freed += r.bytes_freed;
+            size_t fp2 = srv_footprint(s);
+            bool progress = r.bytes_freed > 0 || fp2 < fp;
+            fp = fp2;
+            if (!progress) break;
+        }
+    }
+    bool over = fp > budget;
+    if (over && !s->over_budget)
+        srv_log(s, "budget %.1f MiB not reachable: %.1f MiB after evicting all it could", budget / 1048576.0,
+                fp / 1048576.0);
+    s->over_budget = over;
+    double ms = srv_now_ms() - t0;
+    srv_event ev = {.t_unix = srv_unix_now(), .requested = before - budget, .freed = before > fp ? before - fp : 0, .ms = ms};
+    snprintf(ev.trigger, sizeof ev.trigger, "budget");
+    snprintf(ev.what, sizeof ev.what, "%.1f of %.1f MiB", fp / 1048576.0, budget / 1048576.0);
+    mz_mem_stats st;
+    srv_mem_stats(s, &st);
+    ev.remaining_pct = st.remaining_pct;
+    pthread_mutex_lock(&s->snap_mu);
+    s->n_budget_evictions++;
+    s->budget_evicted_bytes += freed;
+    s->events[s->n_events % SRV_N_EVENTS] = ev;
+    s->n_events++;
+    pthread_mutex_unlock(&s->snap_mu);
+    if (s->p.verbose)
+        srv_log(s, "budget: footprint %.1f -> %.1f MiB (budget %.1f MiB) in %.1f ms", before / 1048576.0,
+                fp / 1048576.0, budget / 1048576.0, ms);
+}
+
+void srv_sessions_snapshot(mz_server_t *s)
+{
+    mz_mem_stats agg;
+    srv_mem_stats(s, &agg);
+    mz_restore_timings rt;
+    memset(&rt, 0, sizeof rt);
+    if (s->ctx) mz_get_last_restore_timings(s->ctx, &rt);
+    size_t n_tok = s->ctx ? mz_ctx_n_tokens(s->ctx) : 0;
+    size_t fp = srv_footprint(s);
+    srv_session_snap tmp[SRV_MAX_SESSIONS + 1];
+    int n = s->n_sess;
+    for (int i = 0; i < n; i++) {
+        const srv_session *ss = &s->sess[i];
+        srv_session_snap *o = &tmp[i];
+        mz_mem_stats st;
+        mz_get_mem_stats(ss->ctx, &st);
+        memcpy(o->id, ss->id, sizeof o->id);
+        o->named = ss->named;
+        o->n_tokens = mz_ctx_n_tokens(ss->ctx);
+        o->kv = st.kv;
+        o->compstack_mapped_bytes = st.compstack_mapped_bytes;
+        o->swap_file_bytes = st.swap_file_bytes;
+        o->created_unix = ss->created_unix;
+        o->last_use_unix = ss->last_use_unix;
+        o->last_ttft_ms = ss->last_ttft_ms;
+        o->n_requests = ss->n_requests;
+    }
+    pthread_mutex_lock(&s->snap_mu);
+    s->stats = agg;
+    s->restore = rt;
+    s->ctx_tokens = n_tok;
+    s->footprint = fp;
+    memcpy(s->snap_sess, tmp, (size_t)n * sizeof *tmp);
+    s->n_snap_sess = n;
+    pthread_mutex_unlock(&s->snap_mu);
+}
