@@ -53,6 +53,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -557,8 +558,15 @@ static mz_status evict_chunk(mz_ctx_t *c, mz_ospage *op, int l, size_t ck)
          * anonymous; taking it for the file-backed one would MADV_DONTNEED its
          * data away.) */
         op->fb[idx] = NULL;
-        (void)madvise(chunk, op->slot_bytes, MADV_PAGEOUT);
-        if (resident_bytes(chunk, op->slot_bytes) == 0) return MZ_OK; /* in swap */
+        /* A page the kernel is still writing to swap, or that another CPU
+         * touched a moment ago, is skipped by one pass; a few passes give the
+         * swap device its chance before the chunk goes to the file. */
+        for (int pass = 0; pass < 4; pass++) {
+            (void)madvise(chunk, op->slot_bytes, MADV_PAGEOUT);
+            if (resident_bytes(chunk, op->slot_bytes) == 0) return MZ_OK; /* in swap */
+            if (mz_ospage_swap_total(NULL) == 0) break; /* no swap: the file it is */
+            sched_yield();
+        }
         mz_status s = chunk_to_file(op, chunk, idx, l, ck);
         if (s) return s;
     }
