@@ -1077,7 +1077,11 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     cp.mode = s->p.mode;
     s->ctx_params = cp;
     if ((st = srv_sessions_init(s))) goto out_free;
-    if (s->p.store && (st = srv_store_open(s))) goto out_free;
+    if (s->p.store && s->p.mode != MZ_MODE_MZCACHE) {
+        srv_log(s, "store: off (--mode %s sessions are not stored; only mzcache mode)", mz_engine_mode_name(s->p.mode));
+    } else if (s->p.store && (st = srv_store_open(s))) {
+        goto out_free;
+    }
     refresh_snapshot(s);
 
     /* Bind address: numeric or a name; loopback unless told otherwise. */
