@@ -534,6 +534,7 @@ static enum MHD_Result handle_session_delete(mz_server_t *s, struct MHD_Connecti
 
 static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
 {
+    srv_store_snapshot(s);
     pthread_mutex_lock(&s->mu);
     bool busy = s->busy;
     int queued = s->n_waiting;

@@ -603,7 +603,8 @@ void srv_sessions_snapshot(mz_server_t *s)
     memcpy(s->snap_sess, tmp, (size_t)n * sizeof *tmp);
     s->n_snap_sess = n;
     pthread_mutex_unlock(&s->snap_mu);
-    srv_store_snapshot(s);
+    /* The stored list is not re-read here: reading every manifest would
+     * delay the next request; GET /mz/sessions and /mz/status re-read it. */
 }
 
 void srv_store_snapshot(mz_server_t *s)
