@@ -130,7 +130,16 @@ static const char serve_help[] =
     "                          evicting the least recently used sessions first (default: none)\n"
     "      --shutdown-grace S  on SIGTERM/SIGINT running requests get S seconds to finish, then\n"
     "                          end at their next token; new ones get 503 (default 30)\n"
-    "      --token-delay MS    pause after each generated token (tests and demos; default 0)\n\n"
+    "      --token-delay MS    pause after each generated token (tests and demos; default 0)\n\n";
+
+static const char serve_store_help[] =
+    "durable sessions (docs/SERVER.md \"Durable sessions\"):\n"
+    "      --store DIR         keep named sessions (X-Session-Id / \"user\") in this session store;\n"
+    "                          a restarted daemon resumes them by restoring, not recomputing\n"
+    "                          (default $XDG_STATE_HOME/mzcache, else ~/.local/state/mzcache)\n"
+    "      --no-store          keep nothing: sessions end with the process\n"
+    "      --store-limit SIZE  at start, delete the oldest stored sessions until under SIZE\n"
+    "      --fsync POLICY      none, batch (default: fsync before each manifest) or always\n\n"
     "engine (-n sets the default max_tokens; --temp etc. the default sampling):\n";
 
 int cmd_serve(int argc, char **argv)
@@ -141,7 +150,8 @@ int cmd_serve(int argc, char **argv)
     mz_server_params sp = mz_server_params_default();
     const char *port_file = NULL, *key_file = NULL;
     char *key_owned = NULL;
-    bool n_given = false;
+    bool n_given = false, no_store = false;
+    sp.store = true; /* write-behind on by default in serve */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) n_given = true;
@@ -150,11 +160,12 @@ int cmd_serve(int argc, char **argv)
         if (r) continue;
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("%s%s", serve_help, cli_common_help);
+            printf("%s%s%s", serve_help, serve_store_help, cli_common_help);
             return 0;
         }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { sp.verbose = true; continue; }
         if (!strcmp(a, "--no-pressure")) { sp.pressure = false; continue; }
+        if (!strcmp(a, "--no-store")) { no_store = true; continue; }
         if (!v) {
             fprintf(stderr, "mzcache serve: unknown option '%s' or missing value (see mzcache serve --help)\n", a);
             return 2;
@@ -175,6 +186,20 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--cgroup-v1")) sp.pressure_params.cg1_dir = v;
         else if (!strcmp(a, "--codec")) sp.kv_codec = v;
         else if (!strcmp(a, "--swap-dir")) sp.swap_dir = v;
+        else if (!strcmp(a, "--store")) sp.store_dir = v;
+        else if (!strcmp(a, "--store-limit")) {
+            size_t lim;
+            if (mz_parse_size(v, &lim)) {
+                fprintf(stderr, "mzcache serve: --store-limit wants a size such as 512M or 2G, not '%s'\n", v);
+                return 2;
+            }
+            sp.store_limit_bytes = lim;
+        } else if (!strcmp(a, "--fsync")) {
+            if (mz_fsync_policy_parse(v, &sp.store_fsync)) {
+                fprintf(stderr, "mzcache serve: %s\n", mz_last_error());
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--max-sessions")) {
             if (serve_int_opt(a, v, 1, 64, &sp.max_sessions)) return 2;
         } else if (!strcmp(a, "--shutdown-grace")) {
@@ -243,6 +268,7 @@ int cmd_serve(int argc, char **argv)
             return 2;
         }
     }
+    if (no_store) sp.store = false;
     if (!o.model) {
         fprintf(stderr, "mzcache serve: no model; use -m FILE\n");
         return 2;

@@ -425,6 +425,9 @@ static cJSON *session_json(const mz_server_t *s, const srv_session_snap *ss)
     cJSON_AddStringToObject(o, "id", ss->id);
     cJSON_AddBoolToObject(o, "named", ss->named);
     cJSON_AddBoolToObject(o, "active", s->active_id[0] && !strcmp(s->active_id, ss->id));
+    cJSON_AddBoolToObject(o, "loaded", true);
+    cJSON_AddBoolToObject(o, "stored", ss->stored);
+    if (ss->stored_tokens >= 0) cJSON_AddNumberToObject(o, "stored_tokens", (double)ss->stored_tokens);
     cJSON_AddNumberToObject(o, "tokens", (double)ss->n_tokens);
     cJSON_AddNumberToObject(o, "kv_total_bytes", (double)ss->kv.total_bytes);
     cJSON_AddNumberToObject(o, "resident_bytes", (double)ss->kv.resident_bytes);
@@ -456,6 +459,27 @@ static cJSON *sessions_json(const mz_server_t *s)
         }
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, session_json(s, &s->snap_sess[order[i]]));
+    /* Then the stored sessions not in memory (newest first): a request naming
+     * one resumes it. */
+    for (int i = s->n_snap_stored - 1; i >= 0; i--) {
+        const mz_stored_session *v = &s->snap_stored[i];
+        cJSON *o = cJSON_CreateObject();
+        char t[40];
+        cJSON_AddStringToObject(o, "id", v->id);
+        cJSON_AddBoolToObject(o, "named", true);
+        cJSON_AddBoolToObject(o, "active", false);
+        cJSON_AddBoolToObject(o, "loaded", false);
+        cJSON_AddBoolToObject(o, "stored", true);
+        cJSON_AddNumberToObject(o, "stored_tokens", (double)v->n_tokens);
+        cJSON_AddNumberToObject(o, "stored_file_bytes", (double)v->bytes);
+        cJSON_AddBoolToObject(o, "resumable", v->readable && v->same_model);
+        if (!v->readable) cJSON_AddStringToObject(o, "refused", "corrupt manifest");
+        else if (!v->same_model) cJSON_AddStringToObject(o, "refused", "another model or tokenizer");
+        srv_iso8601((double)v->updated_ns / 1e9, t, sizeof t);
+        cJSON_AddStringToObject(o, "last_use", t);
+        cJSON_AddNumberToObject(o, "last_use_unix", (double)v->updated_ns / 1e9);
+        cJSON_AddItemToArray(arr, o);
+    }
     return arr;
 }
 
@@ -479,6 +503,7 @@ static cJSON *budget_json(const mz_server_t *s)
 
 static enum MHD_Result handle_sessions(mz_server_t *s, struct MHD_Connection *c)
 {
+    srv_store_snapshot(s); /* the manifests as write-behind left them now */
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     pthread_mutex_lock(&s->snap_mu);
@@ -509,6 +534,7 @@ static enum MHD_Result handle_session_delete(mz_server_t *s, struct MHD_Connecti
 
 static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
 {
+    srv_store_snapshot(s);
     pthread_mutex_lock(&s->mu);
     bool busy = s->busy;
     int queued = s->n_waiting;
@@ -1052,6 +1078,11 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     cp.mode = s->p.mode;
     s->ctx_params = cp;
     if ((st = srv_sessions_init(s))) goto out_free;
+    if (s->p.store && s->p.mode != MZ_MODE_MZCACHE) {
+        srv_log(s, "store: off (--mode %s sessions are not stored; only mzcache mode)", mz_engine_mode_name(s->p.mode));
+    } else if (s->p.store && (st = srv_store_open(s))) {
+        goto out_free;
+    }
     refresh_snapshot(s);
 
     /* Bind address: numeric or a name; loopback unless told otherwise. */
@@ -1180,6 +1211,7 @@ void mz_server_stop(mz_server_t *s)
     pthread_mutex_unlock(&s->mu);
     mz_pressure_stop(s->mon);
     srv_sessions_free(s);
+    srv_store_close(s);
     mz_model_free(s->model);
     if (s->api_key) {
         volatile char *k = s->api_key;

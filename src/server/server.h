@@ -77,6 +77,12 @@ typedef struct mz_server_params {
     size_t mem_budget_bytes;    /* 0 = none; else weights + KV + compressed stacks are kept
                                    under it after every request, by evicting the least
                                    recently used sessions first */
+    /* Durable sessions (docs/SERVER.md "Durable sessions"). */
+    bool store;                 /* keep named sessions in a session store (default false
+                                   here; `mzcache serve` turns it on unless --no-store) */
+    const char *store_dir;      /* NULL: the store's default directory */
+    uint64_t store_limit_bytes; /* 0: no limit; enforced at start */
+    mz_fsync_policy store_fsync; /* default MZ_FSYNC_BATCH */
     int shutdown_grace_ms;      /* mz_server_stop lets running requests finish this long,
                                    then ends their generation (default 30000) */
 } mz_server_params;

@@ -26,6 +26,7 @@
 #define SRV_N_EVENTS 64
 #define SRV_SESSION_ID_MAX 64
 #define SRV_MAX_SESSIONS 64   /* --max-sessions limit */
+#define SRV_MAX_STORED 256    /* stored-but-not-loaded sessions /mz/sessions lists */
 
 typedef enum srv_endpoint {
     EP_HEALTH, EP_MODELS, EP_CHAT, EP_COMPLETIONS, EP_EVICT, EP_RESTORE, EP_STATUS, EP_METRICS,
@@ -58,6 +59,7 @@ typedef struct srv_timings {
 typedef struct srv_session {
     char id[SRV_SESSION_ID_MAX + 1];
     bool named;                  /* the id came from the client (X-Session-Id or "user") */
+    bool stored;                 /* attached to s->store (write-behind, manifest) */
     mz_ctx_t *ctx;
     uint64_t last_seq;           /* LRU clock at the last use: larger = more recent */
     double created_unix, last_use_unix;
@@ -69,7 +71,8 @@ typedef struct srv_session {
 /* What /mz/status, /mz/sessions and /metrics show of a session (snap_mu). */
 typedef struct srv_session_snap {
     char id[SRV_SESSION_ID_MAX + 1];
-    bool named;
+    bool named, stored;
+    long stored_tokens;          /* tokens its manifest on storage holds (-1: not stored) */
     size_t n_tokens;
     mz_mem_category kv;
     size_t compstack_mapped_bytes, swap_file_bytes;
@@ -90,6 +93,7 @@ struct mz_server {
     mz_model_info info;
     size_t n_ctx;                /* tokens per session context */
     mz_ctx_params ctx_params;    /* for new sessions */
+    mz_store_t *store;           /* NULL: --no-store (nothing outlives the process) */
     srv_session *sess;           /* [p.max_sessions]; [0, n_sess) live (gate) */
     int n_sess;
     uint64_t lru_clock;
@@ -121,6 +125,8 @@ struct mz_server {
     size_t ctx_tokens;
     srv_session_snap *snap_sess; /* [p.max_sessions] */
     int n_snap_sess;
+    mz_stored_session *snap_stored; /* [SRV_MAX_STORED]: stored sessions not loaded */
+    int n_snap_stored;
     char active_id[SRV_SESSION_ID_MAX + 1]; /* session of the running completion ("" none) */
     size_t footprint;            /* srv_footprint at the last snapshot */
     size_t n_sessions_created, n_sessions_forgotten, n_sessions_deleted;
@@ -185,6 +191,12 @@ void srv_iso8601(double t_unix, char *out, size_t cap);
 
 /* Creates the first (empty, anonymous) session. Called once by start. */
 mz_status srv_sessions_init(mz_server_t *s);
+/* Opens the session store (p.store), enforces its limit, logs what it holds. */
+mz_status srv_store_open(mz_server_t *s);
+/* Re-reads the store's list into the snapshot (any thread; takes snap_mu). */
+void srv_store_snapshot(mz_server_t *s);
+/* After srv_sessions_free. */
+void srv_store_close(mz_server_t *s);
 void srv_sessions_free(mz_server_t *s);
 /* Picks the session for a completion and makes it current (s->ctx, s->cur):
  * id non-empty: that named session, created if new; else the anonymous

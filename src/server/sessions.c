@@ -26,8 +26,13 @@
 #include "server/request.h"
 
 #include "core/core.h"
+#include "store/manifest.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,11 +64,13 @@ static void lru_order(const mz_server_t *s, int *order)
         }
 }
 
-static mz_status session_new(mz_server_t *s, const char *id, int *idx)
+/* ctx: a context made already (a resumed session), or NULL to make one. */
+static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int *idx)
 {
     srv_session *ss = &s->sess[s->n_sess];
     memset(ss, 0, sizeof *ss);
-    mz_status st = mz_ctx_init(s->model, &s->ctx_params, &ss->ctx);
+    ss->ctx = ctx;
+    mz_status st = ctx ? MZ_OK : mz_ctx_init(s->model, &s->ctx_params, &ss->ctx);
     if (st) {
         srv_log(s, "cannot create a session: %s", mz_last_error());
         return st;
@@ -104,7 +111,7 @@ mz_status srv_sessions_init(mz_server_t *s)
     if (!s->sess || !s->snap_sess) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
     s->cur = -1;
     int idx;
-    mz_status st = session_new(s, NULL, &idx);
+    mz_status st = session_new(s, NULL, NULL, &idx);
     if (st) return st;
     s->ctx = s->sess[idx].ctx;
     s->n_ctx = mz_ctx_n_ctx(s->ctx);
@@ -123,6 +130,102 @@ void srv_sessions_free(mz_server_t *s)
     s->snap_sess = NULL;
 }
 
+static mz_engine_t *engine_of(const mz_server_t *s);
+
+/* ---- the session store ------------------------------------------------------------------ */
+
+mz_status srv_store_open(mz_server_t *s)
+{
+    mz_store_params sp = mz_store_params_default();
+    sp.dir = s->p.store_dir;
+    sp.fsync = s->p.store_fsync;
+    sp.limit_bytes = s->p.store_limit_bytes;
+    s->snap_stored = calloc(SRV_MAX_STORED, sizeof *s->snap_stored);
+    if (!s->snap_stored) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
+    mz_status st = mz_store_open(engine_of(s), &sp, &s->store);
+    if (st) return st;
+    size_t n_del = 0;
+    if (mz_store_enforce_limit(s->store, &n_del)) srv_log(s, "store: --store-limit: %s", mz_last_error());
+    else if (n_del) srv_log(s, "store: over --store-limit: %zu oldest sessions deleted", n_del);
+    mz_stored_session *v = s->snap_stored;
+    size_t n = mz_store_list(s->store, v, SRV_MAX_STORED), k = n < SRV_MAX_STORED ? n : SRV_MAX_STORED;
+    size_t n_same = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (!v[i].readable) srv_log(s, "store: session %s refused: its manifest is unreadable (corrupt)", v[i].id);
+        else if (!v[i].same_model) srv_log(s, "store: session %s refused: made with another model or tokenizer", v[i].id);
+        else {
+            srv_log(s, "store: session %s (%zu tokens) can be resumed", v[i].id, v[i].n_tokens);
+            n_same++;
+        }
+    }
+    srv_log(s, "store: %s, %zu sessions of this model, %zu refused, fsync %s", mz_store_dir(s->store), n_same,
+            n - n_same, mz_fsync_policy_name(s->p.store_fsync));
+    return MZ_OK;
+}
+
+void srv_store_close(mz_server_t *s)
+{
+    mz_store_close(s->store); /* after srv_sessions_free: every stored session is detached */
+    s->store = NULL;
+    free(s->snap_stored);
+    s->snap_stored = NULL;
+}
+
+/* Whether the store has files for id: 0 none, 1 yes. */
+static int stored_exists(const mz_server_t *s, const char *id)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/%s.mzs", mz_store_dir(s->store), id);
+    if (n < 0 || (size_t)n >= sizeof path) return 0;
+    return access(path, F_OK) == 0;
+}
+
+/* A named session not in memory: resume it from the store if it is there.
+ * Returns 1 with *out set (resumed, full or truncated), 0 when it is to start
+ * empty and be stored, -1 when it is to start empty and NOT be stored (its
+ * files belong to another model and are kept). */
+static int store_resume(mz_server_t *s, const char *id, mz_ctx_t **out)
+{
+    *out = NULL;
+    if (!mz_session_id_valid(id)) {
+        srv_log(s, "session %s is not kept in the store (store ids are 1..63 of A-Z a-z 0-9 _ . -, "
+                "not beginning with . or -)", id);
+        return -1;
+    }
+    if (!stored_exists(s, id)) return 0;
+    mz_resume_info ri;
+    memset(&ri, 0, sizeof ri);
+    mz_status st = mz_session_resume(s->store, id, &s->ctx_params, out, &ri);
+    if (st == MZ_OK) {
+        if (ri.outcome == MZ_RESUME_TRUNCATED)
+            srv_log(s, "session %s resumed TRUNCATED: %zu tokens, %zu of %zu stored chunks restored, %zu tokens "
+                    "recomputed (%s)", id, ri.n_tokens, ri.n_chunks_restored, ri.n_chunks_stored,
+                    ri.n_tokens_recomputed, ri.reason);
+        else
+            srv_log(s, "session %s resumed from the store: %zu tokens, %zu chunks restored, %zu tokens recomputed, "
+                    "%.0f ms", id, ri.n_tokens, ri.n_chunks_restored, ri.n_tokens_recomputed, ri.timings.ttft_ms);
+        return 1;
+    }
+    *out = NULL;
+    if (st == MZ_E_UNSUPPORTED) {
+        srv_log(s, "session %s LOST: %s; it starts empty and is not stored (the files stay)", id,
+                ri.reason[0] ? ri.reason : mz_last_error());
+        return -1;
+    }
+    srv_log(s, "session %s LOST: %s; it starts empty and replaces the stored one", id,
+            ri.reason[0] ? ri.reason : mz_last_error());
+    return 0;
+}
+
+static void store_attach(mz_server_t *s, srv_session *ss)
+{
+    if (mz_session_store(ss->ctx, s->store, ss->id)) {
+        srv_log(s, "session %s is not stored: %s", ss->id, mz_last_error());
+        return;
+    }
+    ss->stored = true;
+}
+
 static size_t common_prefix(const mz_token *a, size_t na, const mz_token *b, size_t nb)
 {
     size_t n = na < nb ? na : nb, i = 0;
@@ -133,11 +236,14 @@ static size_t common_prefix(const mz_token *a, size_t na, const mz_token *b, siz
 mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks, size_t n)
 {
     int pick = -1;
+    mz_ctx_t *resumed = NULL;
+    int in_store = 0; /* store_resume's answer for a named session not in memory */
     if (id && *id) {
         for (int i = 0; i < s->n_sess && pick < 0; i++)
             if (s->sess[i].named && !strcmp(s->sess[i].id, id)) pick = i;
+        if (pick < 0 && s->store) in_store = store_resume(s, id, &resumed);
         /* An unused anonymous session (the one made at start) is taken over. */
-        for (int i = 0; i < s->n_sess && pick < 0; i++)
+        for (int i = 0; i < s->n_sess && pick < 0 && !resumed; i++)
             if (!s->sess[i].named && mz_ctx_n_tokens(s->sess[i].ctx) == 0) {
                 pick = i;
                 snprintf(s->sess[i].id, sizeof s->sess[i].id, "%s", id);
@@ -193,8 +299,9 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
         }
     }
     if (pick < 0) {
-        mz_status st = session_new(s, id, &pick);
+        mz_status st = session_new(s, id, resumed, &pick);
         if (st) return st;
+        if (resumed) s->sess[pick].stored = true; /* mz_session_resume stores it again */
         if (s->n_sess > s->p.max_sessions) {
             int lru = -1;
             for (int i = 0; i < s->n_sess; i++)
@@ -208,6 +315,8 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
             pthread_mutex_unlock(&s->snap_mu);
         }
     }
+    if (s->store && s->sess[pick].named && !s->sess[pick].stored && in_store == 0 && !resumed)
+        store_attach(s, &s->sess[pick]);
     touch(s, &s->sess[pick]);
     s->cur = pick;
     s->ctx = s->sess[pick].ctx;
@@ -231,15 +340,25 @@ mz_status srv_session_delete(mz_server_t *s, const char *id)
 {
     int i = 0;
     while (i < s->n_sess && strcmp(s->sess[i].id, id)) i++;
-    if (i == s->n_sess) return MZ_E_INVAL;
-    if (s->n_sess == 1) {
+    bool loaded = i < s->n_sess;
+    bool files = s->store && mz_session_id_valid(id) && stored_exists(s, id);
+    if (!loaded && !files) return MZ_E_INVAL;
+    if (loaded && s->n_sess == 1) {
         /* Keep one context: a fresh, empty one replaces it first. */
         int idx;
-        mz_status st = session_new(s, NULL, &idx);
+        mz_status st = session_new(s, NULL, NULL, &idx);
         if (st) return st;
         s->sess[idx].last_seq = 0; /* nothing happened in it yet */
     }
-    session_remove(s, i);
+    /* The context goes first: it holds the data file's lock (in use). */
+    if (loaded) session_remove(s, i);
+    if (files) {
+        mz_status st = mz_store_delete(s->store, id);
+        if (st && st != MZ_E_INVAL) {
+            srv_log(s, "session %s: its stored files could not be deleted: %s", id, mz_last_error());
+            return st;
+        }
+    }
     pthread_mutex_lock(&s->snap_mu);
     s->n_sessions_deleted++;
     pthread_mutex_unlock(&s->snap_mu);
@@ -465,6 +584,8 @@ void srv_sessions_snapshot(mz_server_t *s)
         mz_get_mem_stats(ss->ctx, &st);
         memcpy(o->id, ss->id, sizeof o->id);
         o->named = ss->named;
+        o->stored = ss->stored;
+        o->stored_tokens = -1;
         o->n_tokens = mz_ctx_n_tokens(ss->ctx);
         o->kv = st.kv;
         o->compstack_mapped_bytes = st.compstack_mapped_bytes;
@@ -482,4 +603,30 @@ void srv_sessions_snapshot(mz_server_t *s)
     memcpy(s->snap_sess, tmp, (size_t)n * sizeof *tmp);
     s->n_snap_sess = n;
     pthread_mutex_unlock(&s->snap_mu);
+    /* The stored list is not re-read here: reading every manifest would
+     * delay the next request; GET /mz/sessions and /mz/status re-read it. */
+}
+
+void srv_store_snapshot(mz_server_t *s)
+{
+    if (!s->store) return;
+    /* The directory is read without any lock (manifests are replaced by
+     * rename, so each is read whole or not at all); then merged under snap_mu
+     * with the loaded sessions' snapshot. */
+    mz_stored_session *v = malloc(SRV_MAX_STORED * sizeof *v);
+    if (!v) return;
+    size_t ns = mz_store_list(s->store, v, SRV_MAX_STORED);
+    int n = (int)(ns < SRV_MAX_STORED ? ns : SRV_MAX_STORED), k = 0;
+    pthread_mutex_lock(&s->snap_mu);
+    for (int i = 0; i < s->n_snap_sess; i++) s->snap_sess[i].stored_tokens = -1;
+    for (int j = 0; j < n; j++) {
+        int loaded = -1;
+        for (int i = 0; i < s->n_snap_sess && loaded < 0; i++)
+            if (s->snap_sess[i].stored && !strcmp(s->snap_sess[i].id, v[j].id)) loaded = i;
+        if (loaded >= 0) s->snap_sess[loaded].stored_tokens = (long)v[j].n_tokens;
+        else s->snap_stored[k++] = v[j];
+    }
+    s->n_snap_stored = k;
+    pthread_mutex_unlock(&s->snap_mu);
+    free(v);
 }

@@ -57,7 +57,7 @@ class Server:
         self.log_path = os.path.join(tmp, f"{tag}.log")
         self.log = open(self.log_path, "w")
         args = [binary, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "--port-file", self.port_file,
-                "--swap-dir", self.swap_dir, "--codec", "raw", "--kv-placement", "storage", "--no-pressure",
+                "--swap-dir", self.swap_dir, "--codec", "raw", "--kv-placement", "storage", "--no-pressure", "--no-store",
                 "-t", "2", "-c", "1024", "--temp", "0", *extra]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
         self.port = None

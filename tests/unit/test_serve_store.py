@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""test_serve_store.py: durable sessions in `mzcache serve` (issue 17).
+
+A real daemon (the `mzcache` binary from $MZ_BIN, default build/mzcache) on a
+free loopback port, the real model, greedy decoding:
+
+  R   --no-store --store DIR0: the reference. Named session "ref" (X-Session-Id),
+      turns M1..M4 with a system prompt long enough for full 256-token KV
+      chunks; answers R1..R4. After SIGTERM DIR0 holds no file.
+  A   --store DIR: session "conv1", turns M1..M3 (answers must be R1..R3);
+      wait until GET /mz/sessions says its manifest holds all its tokens
+      (write-behind), then kill -9.
+  B   restart on DIR: the start-up log names conv1 as resumable; GET
+      /mz/sessions lists it as stored and not loaded; M4 sent to conv1 is
+      answered with cached_tokens > 0 (the resumed prefix) and exactly R4; the
+      log says it was resumed. DELETE /mz/sessions/conv1 removes conv1.mzs and
+      conv1.kv, and it is no longer listed; an anonymous conversation leaves no
+      file in the store. A second named session, conv2, keeps its files
+      across a graceful stop.
+  C   restart with --store-limit 1K: conv2 is deleted at start (logged).
+
+Exit 0 pass, 1 fail, 77 skip (no model or binary). Python 3 standard library
+only. No wall-clock assertion: timeouts only bound waits.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+NAME = "test_serve_store"
+
+failures = 0
+passes = 0
+
+
+def check(cond, what):
+    global failures, passes
+    if cond:
+        passes += 1
+    else:
+        failures += 1
+        print(f"FAIL: {what}", flush=True)
+    return cond
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, binary, swap_dir, log_path, extra):
+        self.port = free_port()
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        args = [binary, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
+                "--swap-dir", swap_dir, "--no-pressure", "-t", "2", "-c", "2048", "--temp", "0", "-v", *extra]
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.pid = self.proc.pid
+
+    def wait_ready(self, timeout_s=120):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                st, _ = self.request("GET", "/health", timeout=2)
+                if st == 200:
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def request(self, method, path, body=None, headers=None, timeout=300):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            h = dict(headers or {})
+            if data:
+                h["Content-Type"] = "application/json"
+            c.request(method, path, body=data, headers=h)
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def json(self, method, path, body=None, headers=None):
+        st, raw = self.request(method, path, body, headers)
+        try:
+            return st, json.loads(raw)
+        except ValueError:
+            return st, None
+
+    def chat(self, messages, sid):
+        st, j = self.json("POST", "/v1/chat/completions",
+                          {"messages": messages, "max_tokens": 24, "temperature": 0},
+                          {"X-Session-Id": sid} if sid else None)
+        if st != 200 or not j:
+            print(f"chat: HTTP {st}: {j}", flush=True)
+            return None, -1
+        return j["choices"][0]["message"]["content"], j["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    def sessions(self):
+        st, j = self.json("GET", "/mz/sessions")
+        return {o["id"]: o for o in j["data"]} if st == 200 and j else {}
+
+    def kill9(self):
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                rc = self.proc.wait()
+        else:
+            rc = self.proc.returncode
+        self.log.close()
+        return rc
+
+    def log_text(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+
+SYSTEM = ("You are a careful assistant for a small library. " +
+          " ".join(f"Rule {i}: answer politely, briefly and only about books, shelves and opening hours."
+                   for i in range(1, 25)))
+QUESTIONS = ["What are the opening hours?", "Where are the history books?",
+             "Can I borrow three books at once?", "What did I ask first?"]
+
+
+def conversation(srv, sid, answers_so_far, upto):
+    """Replays the conversation up to turn `upto` (exclusive of later ones),
+    using answers_so_far as the assistant turns; returns the new answers."""
+    msgs = [{"role": "system", "content": SYSTEM}]
+    out = []
+    for k in range(upto):
+        msgs.append({"role": "user", "content": QUESTIONS[k]})
+        a, cached = srv.chat(msgs, sid)
+        out.append((a, cached))
+        msgs.append({"role": "assistant", "content": answers_so_far[k] if k < len(answers_so_far) else (a or "")})
+    return out
+
+
+def main():
+    binary = os.environ.get("MZ_BIN") or os.path.join(ROOT, "build", "mzcache")
+    if not os.path.exists(MODEL):
+        print(f"{NAME}: SKIP: no model at {MODEL}")
+        return 77
+    if not os.access(binary, os.X_OK):
+        print(f"{NAME}: SKIP: no mzcache binary at {binary} (set MZ_BIN)")
+        return 77
+    base = os.environ.get("MZ_TEST_TMP") or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="serve-store-", dir=base)
+    swap = os.path.join(tmp, "swap")
+    store = os.path.join(tmp, "store")
+    store0 = os.path.join(tmp, "store0")
+    try:
+        # R: the uninterrupted reference, without a store.
+        r = Server(binary, swap, os.path.join(tmp, "r.log"), ["--no-store", "--store", store0])
+        if not check(r.wait_ready(), "reference daemon starts"):
+            print(r.log_text())
+            return 1
+        ref = [a for a, _ in conversation(r, "ref", [], 4)]
+        check(all(ref), f"reference answers {ref}")
+        check(r.stop() == 0, "reference daemon exits 0")
+        check(not os.path.exists(store0) or not os.listdir(store0), "--no-store leaves nothing in the store dir")
+
+        # A: the same conversation, stored, then kill -9.
+        a = Server(binary, swap, os.path.join(tmp, "a.log"), ["--store", store, "--fsync", "batch"])
+        if not check(a.wait_ready(), "daemon A starts"):
+            print(a.log_text())
+            return 1
+        got = conversation(a, "conv1", ref, 3)
+        check([x for x, _ in got] == ref[:3], f"A's answers equal the reference ({got} vs {ref[:3]})")
+        deadline = time.monotonic() + 30
+        s = {}
+        while time.monotonic() < deadline:
+            s = a.sessions().get("conv1", {})
+            if s.get("stored") and s.get("stored_tokens") == s.get("tokens") and s.get("tokens", 0) > 256:
+                break
+            time.sleep(0.05)
+        check(s.get("stored") and s.get("stored_tokens") == s.get("tokens"),
+              f"conv1's manifest catches up with its tokens ({s})")
+        check(os.path.exists(os.path.join(store, "conv1.mzs")) and os.path.exists(os.path.join(store, "conv1.kv")),
+              "conv1's manifest and data file exist")
+        a.kill9()
+
+        # B: restart, resume, next turn.
+        b = Server(binary, swap, os.path.join(tmp, "b.log"), ["--store", store])
+        if not check(b.wait_ready(), "daemon B starts"):
+            print(b.log_text())
+            return 1
+        check("store: session conv1" in b.log_text(), "the restart logs conv1 as resumable")
+        s = b.sessions().get("conv1")
+        check(s is not None and s["stored"] and not s["loaded"] and s.get("resumable"),
+              f"/mz/sessions lists conv1 as stored, not loaded ({s})")
+        msgs = [{"role": "system", "content": SYSTEM}]
+        for k in range(3):
+            msgs += [{"role": "user", "content": QUESTIONS[k]}, {"role": "assistant", "content": ref[k]}]
+        msgs.append({"role": "user", "content": QUESTIONS[3]})
+        a4, cached = b.chat(msgs, "conv1")
+        check(cached > 256, f"the next turn after kill -9 reuses the resumed prefix (cached_tokens {cached})")
+        check(a4 == ref[3], f"the answer after resume equals the uninterrupted one ({a4!r} vs {ref[3]!r})")
+        check("session conv1 resumed" in b.log_text(), "the log says conv1 was resumed")
+        s = b.sessions().get("conv1")
+        check(s is not None and s["loaded"] and s["stored"], f"conv1 is loaded and stored after the turn ({s})")
+
+        # An anonymous conversation is not stored.
+        # (conv1's manifest may be mid-replacement: its .mzs.tmp comes and goes)
+        def others():
+            return sorted(n for n in os.listdir(store) if not n.startswith("conv1."))
+        before = others()
+        an, _ = b.chat([{"role": "user", "content": "Hello there"}], None)
+        check(an is not None, "anonymous request answered")
+        check(others() == before, f"an anonymous session leaves no file ({os.listdir(store)})")
+
+        st, _ = b.json("DELETE", "/mz/sessions/conv1")
+        check(st == 200, f"DELETE conv1 answers 200 ({st})")
+        left = [n for n in os.listdir(store) if n.startswith("conv1.")]
+        check(not left, f"DELETE removed conv1's files ({left})")
+        check("conv1" not in b.sessions(), "conv1 is no longer listed")
+        st, _ = b.json("DELETE", "/mz/sessions/conv1")
+        check(st == 404, f"a second DELETE is 404 ({st})")
+        a2, _ = b.chat([{"role": "user", "content": "Hello again"}], "conv2")
+        check(a2 is not None, "conv2 answered")
+        check(b.stop() == 0, "daemon B exits 0")
+        check(os.path.exists(os.path.join(store, "conv2.mzs")), "a graceful stop keeps conv2's files")
+
+        # C: --store-limit at start deletes the oldest sessions until under it.
+        c = Server(binary, swap, os.path.join(tmp, "c.log"), ["--store", store, "--store-limit", "1K"])
+        if check(c.wait_ready(), "daemon C starts"):
+            check("1 oldest sessions deleted" in c.log_text(), "the start logs the --store-limit deletion")
+            check(not [n for n in os.listdir(store) if n.startswith("conv2.")], "--store-limit removed conv2")
+        check(c.stop() == 0, "daemon C exits 0")
+    finally:
+        if failures:
+            for n in ("r.log", "a.log", "b.log", "c.log"):
+                p = os.path.join(tmp, n)
+                if os.path.exists(p):
+                    print(f"---- {n}\n" + open(p, errors="replace").read()[-3000:])
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{NAME}: {passes} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
