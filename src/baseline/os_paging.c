@@ -426,6 +426,32 @@ static size_t resident_bytes(const void *p, size_t len)
     return MZ_MIN(res * pg(), len);
 }
 
+/* Bytes of [p, p + len) mapped in this process's page table now
+ * (/proc/self/pagemap, bit 63). Unlike mincore, a page that went to swap but
+ * still sits in the swap cache does not count: MADV_PAGEOUT has done all it
+ * can with it. Falls back to mincore where pagemap cannot be read. */
+static size_t mapped_bytes(const void *p, size_t len)
+{
+    if (!p || !len) return 0;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return resident_bytes(p, len);
+    size_t n = round_up(len) / pg(), res = 0;
+    uint64_t ent[512];
+    off_t off = (off_t)((uintptr_t)p / pg() * sizeof ent[0]);
+    for (size_t i = 0; i < n;) {
+        size_t k = MZ_MIN(n - i, sizeof ent / sizeof ent[0]);
+        ssize_t got = pread(fd, ent, k * sizeof ent[0], off + (off_t)(i * sizeof ent[0]));
+        if (got != (ssize_t)(k * sizeof ent[0])) {
+            close(fd);
+            return resident_bytes(p, len);
+        }
+        for (size_t j = 0; j < k; j++) res += (ent[j] >> 63) & 1;
+        i += k;
+    }
+    close(fd);
+    return MZ_MIN(res * pg(), len);
+}
+
 static size_t block_resident(const mz_ospage *op, int l)
 {
     const fmodel *f = op->fm;
@@ -563,7 +589,7 @@ static mz_status evict_chunk(mz_ctx_t *c, mz_ospage *op, int l, size_t ck)
          * swap device its chance before the chunk goes to the file. */
         for (int pass = 0; pass < 4; pass++) {
             (void)madvise(chunk, op->slot_bytes, MADV_PAGEOUT);
-            if (resident_bytes(chunk, op->slot_bytes) == 0) return MZ_OK; /* in swap */
+            if (mapped_bytes(chunk, op->slot_bytes) == 0) return MZ_OK; /* in swap */
             if (mz_ospage_swap_total(NULL) == 0) break; /* no swap: the file it is */
             sched_yield();
         }
