@@ -178,6 +178,7 @@ static const mz_type_kernels k_x8_avx512[MZ_DT_COUNT] = {
 /* The scalar table has no x8 entries of its own in the active choice
  * (MZ_KERNELS=ref keeps the plain layout); k_x8_ref serves the tests. */
 static const mz_type_kernels *const k_x8_tables[MZ_ISA_COUNT] = {
+    [MZ_ISA_SCALAR] = NULL, /* C11 forbids an empty initializer (AArch64 builds) */
 #if MZ_KERNELS_X86
     [MZ_ISA_AVX2] = k_x8_avx2,
     [MZ_ISA_AVX512] = k_x8_avx512,
