@@ -4,8 +4,8 @@
 #include "chat_store.h"
 
 #include "../../src/store/history.h"
+#include "server/server.h"
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,18 +24,12 @@ int chat_store_option(chat_store *cs, int argc, char **argv, int *i)
         if (!strcmp(a, "--session")) cs->session = v;
         else if (!strcmp(a, "--store")) cs->dir = v;
         else if (!strcmp(a, "--store-limit")) {
-            char *end = NULL;
-            errno = 0;
-            unsigned long long x = strtoull(v, &end, 10);
-            unsigned long long mul = 1;
-            if (end && (*end == 'K' || *end == 'k')) mul = 1ull << 10, end++;
-            else if (end && (*end == 'M' || *end == 'm')) mul = 1ull << 20, end++;
-            else if (end && (*end == 'G' || *end == 'g')) mul = 1ull << 30, end++;
-            if (errno || end == v || *end || v[0] == '-' || x > UINT64_MAX / mul) {
+            size_t lim;
+            if (mz_parse_size(v, &lim)) { /* the parser serve's size options use */
                 fprintf(stderr, "mzcache chat: --store-limit wants a size (e.g. 2G)\n");
                 return -1;
             }
-            cs->limit = (uint64_t)(x * mul);
+            cs->limit = (uint64_t)lim;
         }
         else if (mz_fsync_policy_parse(v, &cs->fsync)) {
             fprintf(stderr, "mzcache chat: %s\n", mz_last_error());
