@@ -12,7 +12,6 @@
 
 #include "server/server.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,20 +51,6 @@ static int parse_thresholds(const char *v, double *out)
     }
     for (int i = n; i < MZ_PRESSURE_MAX_THRESHOLDS; i++) out[i] = 0;
     return n ? 0 : -1;
-}
-
-/* An integer option in [lo, hi]; the whole value must be a number. */
-static int serve_int_opt(const char *opt, const char *v, long lo, long hi, int *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "mzcache serve: %s wants a whole number from %ld to %ld, not '%s'\n", opt, lo, hi, v);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
 }
 
 static char *read_key_file(const char *path)
@@ -201,13 +186,13 @@ int cmd_serve(int argc, char **argv)
             }
         }
         else if (!strcmp(a, "--max-sessions")) {
-            if (serve_int_opt(a, v, 1, 64, &sp.max_sessions)) return 2;
+            if (cli_opt_int(a, v, 1, 64, &sp.max_sessions)) return 2;
         } else if (!strcmp(a, "--shutdown-grace")) {
             int g;
-            if (serve_int_opt(a, v, 0, 3600, &g)) return 2;
+            if (cli_opt_int(a, v, 0, 3600, &g)) return 2;
             sp.shutdown_grace_ms = g * 1000;
         } else if (!strcmp(a, "--token-delay")) {
-            if (serve_int_opt(a, v, 0, 10000, &sp.token_delay_ms)) return 2;
+            if (cli_opt_int(a, v, 0, 10000, &sp.token_delay_ms)) return 2;
         } else if (!strcmp(a, "--mem-budget")) {
             if (mz_parse_size(v, &sp.mem_budget_bytes)) {
                 fprintf(stderr, "mzcache serve: --mem-budget wants a size such as 512M or 2G, not '%s'\n", v);
