@@ -587,12 +587,16 @@ static mz_status evict_chunk(mz_ctx_t *c, mz_ospage *op, int l, size_t ck)
         /* A page the kernel is still writing to swap, or that another CPU
          * touched a moment ago, is skipped by one pass; a few passes give the
          * swap device its chance before the chunk goes to the file. */
+        bool swap = mz_ospage_swap_total(NULL) > 0;
         for (int pass = 0; pass < 4; pass++) {
             (void)madvise(chunk, op->slot_bytes, MADV_PAGEOUT);
             if (mapped_bytes(chunk, op->slot_bytes) == 0) return MZ_OK; /* in swap */
-            if (mz_ospage_swap_total(NULL) == 0) break; /* no swap: the file it is */
+            if (!swap) break; /* no swap: the file it is */
             sched_yield();
         }
+        /* With swap, what the kernel would not page out stays, as it would
+         * under OS paging; the file is the stand-in for swap, not for it. */
+        if (swap) return MZ_OK;
         mz_status s = chunk_to_file(op, chunk, idx, l, ck);
         if (s) return s;
     }
