@@ -249,11 +249,18 @@ static void test_zram_partial(const char *model)
         CHECK(mz_evict(c, SIZE_MAX, &er) == MZ_OK);
         mz_get_mem_stats(c, &st);
         print_stats("zram, all asked", &st);
-        CHECK(st.kv.resident_bytes == 0 && st.weights.resident_bytes == 0);
-        /* What is left is zram's copy of the KV, no more. */
+        /* The kernel may decline a few pages that a restore faulted in moments
+         * ago (MADV_PAGEOUT only takes folios it can isolate from the LRU; CI saw
+         * 17 pages of 1536 stay, now and then); os-paging leaves them, as OS
+         * paging would. More than 1/32 of the KV staying is a failure. */
+        CHECK_MSG(st.kv.resident_bytes <= st.kv.total_bytes / 32,
+                  "%zu of %zu KV bytes still resident", st.kv.resident_bytes, st.kv.total_bytes);
+        CHECK(st.weights.resident_bytes == 0);
+        /* What is left is zram's copy of the KV and those pages, no more. */
         size_t total2 = st.weights.total_bytes + st.kv.total_bytes;
-        CHECK_MSG(fabs(st.remaining_pct - 100.0 * (double)st.kv.compressed_bytes / (double)total2) <
-                      0.01, "%.2f %% remaining", st.remaining_pct);
+        double left = (double)(st.kv.compressed_bytes + st.kv.resident_bytes);
+        CHECK_MSG(fabs(st.remaining_pct - 100.0 * left / (double)total2) < 0.01,
+                  "%.2f %% remaining", st.remaining_pct);
     }
     mz_ctx_free(c);
     mz_model_free(m);
