@@ -27,6 +27,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
+#include "mzcache_experimental.h"
 #include "engine/engine.h"
 #include "kv/kv_fill.h"
 #include "kernels/kernels.h"
@@ -212,8 +213,10 @@ int main(int argc, char **argv)
                     fprintf(stderr, "evict: %s\n", mz_ctx_errmsg(c));
                     return 1;
                 }
+                mz_restore_experimental rx = mz_restore_experimental_default();
+                rx.overlap = modes[k];
                 mz_restore_params rp = mz_restore_params_default();
-                rp.overlap = modes[k];
+                rp.experimental = &rx;
                 rp.n_restore_threads = nth_list[ti];
                 const double c0 = cpu_seconds();
                 if (mz_prefill_restore(c, toks + n_ctx_tok, (size_t)n_q, &rp, &tm)) {

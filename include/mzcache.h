@@ -164,16 +164,6 @@ typedef enum mz_kv_placement {
     MZ_KV_PLACE_MIXED = 4,              /* alternating compressed / storage, chunk by chunk */
 } mz_kv_placement;
 
-/* Which unit eviction takes first (paper §4.4; restore is always forward-in:
- * first layer first). The last two exist for the ablation of the paper's
- * Fig. 11b. */
-typedef enum mz_evict_order {
-    MZ_EVICT_BACKWARD = 0,              /* backward-out: last layer first, and within a layer
-                                           the last chunk first (default) */
-    MZ_EVICT_FORWARD = 1,               /* forward-out: first layer first (LRU-like) */
-    MZ_EVICT_RANDOM = 2,                /* random-out: a fixed permutation of evict_seed */
-} mz_evict_order;
-
 /* The stages of the hybrid swap (paper §4.3, Algorithm 1), in the order
  * eviction goes through them. */
 typedef enum mz_evict_stage {
@@ -239,10 +229,11 @@ typedef struct mz_ctx_params {
                                   ~/.cache/mzcache/profile.json. Missing or unreadable: a
                                   built-in estimate and a warning, never an error. Read at
                                   init only. */
-    mz_evict_order evict_order; /* default MZ_EVICT_BACKWARD */
-    uint64_t evict_seed;       /* MZ_EVICT_RANDOM: seed of the permutation (default 0) */
     mz_engine_mode mode;       /* default MZ_MODE_MZCACHE; the others are the baselines of
                                   paper §6.1 (see mz_engine_mode) */
+    /* Paper ablations (eviction order): NULL = the engine's behaviour. Not a
+     * stable API: see mzcache_experimental.h. Read at init only. */
+    const struct mz_ctx_experimental *experimental;
 } mz_ctx_params;
 
 MZ_API mz_ctx_params mz_ctx_params_default(void);
@@ -289,8 +280,8 @@ MZ_API void mz_ctx_reset_timings(mz_ctx_t *c);
  * on a unit that is not resident. mz_restore brings everything back at once.
  *
  * Which unit goes where (kv_placement auto, the default) is the hybrid swap
- * of paper §4.3: the last layers go first (evict_order), and KV chunks are
- * split between the compressed stack and the swap file, and weight blocks
+ * of paper §4.3: the last layers go first (backward-out, §4.4), and KV
+ * chunks are split between the compressed stack and the swap file, and weight blocks
  * dropped beside compressed chunks, so that the two restore paths (decoding
  * in memory, reading from storage) stay equally loaded wherever eviction
  * stops. The per-unit times come from the device profile (`mzcache profile`,
@@ -382,7 +373,7 @@ typedef struct mz_mem_stats {
     size_t threshold_T;          /* N_W_total * floor(t_rW / t_d) (paper §4.3) */
     bool profile_measured;       /* false: built-in estimate (no profile file) */
     char policy[16];             /* "hybrid" (kv_placement auto) or "fixed" */
-    char evict_order[12];        /* "backward", "forward" or "random" */
+    char evict_order[12];        /* "backward" (or an ablation's order: mzcache_experimental.h) */
 } mz_mem_stats;
 
 MZ_API void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out);
@@ -390,10 +381,6 @@ MZ_API void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out);
 MZ_API const char *mz_kv_placement_name(mz_kv_placement p);
 /* Parses those names; MZ_E_INVAL for anything else. */
 MZ_API MZ_NODISCARD mz_status mz_kv_placement_parse(const char *name, mz_kv_placement *out);
-/* "backward", "forward", "random"; NULL if unknown. */
-MZ_API const char *mz_evict_order_name(mz_evict_order o);
-/* Parses those names; MZ_E_INVAL for anything else. */
-MZ_API MZ_NODISCARD mz_status mz_evict_order_parse(const char *name, mz_evict_order *out);
 /* "kv-only", "kv-and-w", "w-only", "comp-kv", "done" ("-" for NONE); NULL if unknown. */
 MZ_API const char *mz_evict_stage_name(mz_evict_stage s);
 /* "mzcache", "os-paging", "partial-offload", "recompute"; NULL if unknown. */
@@ -593,23 +580,16 @@ MZ_API MZ_NODISCARD mz_status mz_gen_model(const char *out_path, const mz_gen_pa
  * evicted with its copy intact, the context is truncated back as mz_prefill
  * does, and a later call retries. Do not call mz_evict from another thread
  * while a request runs (eviction is an owner-thread call). */
-typedef enum mz_restore_overlap {
-    MZ_OVERLAP_ALL = 0,            /* allocation || reload || prefill (default) */
-    MZ_OVERLAP_NONE = 1,           /* allocate all, then reload all, then prefill */
-    MZ_OVERLAP_ALLOC_RELOAD = 2,   /* allocation || reload, then prefill */
-    MZ_OVERLAP_RELOAD_PREFILL = 3  /* allocate all, then reload || prefill */
-} mz_restore_overlap;
-
 typedef struct mz_restore_params {
-    mz_restore_overlap overlap;
     int n_restore_threads;     /* threads the three restore activities run on, beside the
                                   context's compute threads: 3 = one each; 2 = allocation
                                   and decoding share one, the storage path has its own;
                                   1 = all take turns on one. 0 = the device profile's
                                   restore_threads (docs/BENCHMARKS.md has the measured
                                   split); values outside 0..3 are MZ_E_INVAL */
-    unsigned debug_delay_us;   /* tests: random delay (0..this) before each worker step */
-    uint64_t seed;             /* seed of those delays */
+    /* Paper ablations (restore overlap) and test delays: NULL = the engine's
+     * behaviour. Not a stable API: see mzcache_experimental.h. */
+    const struct mz_restore_experimental *experimental;
 } mz_restore_params;
 MZ_API mz_restore_params mz_restore_params_default(void);
 

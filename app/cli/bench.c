@@ -33,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "mzcache_experimental.h" /* --orders, --overlaps: paper ablations */
 
 #include "engine/engine.h"
 #include "kernels/kernels.h"
@@ -618,8 +619,10 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         double load = loadavg1();
         if (load < r->load_min) r->load_min = load;
         if (load > r->load_max) r->load_max = load;
+        mz_restore_experimental rx = mz_restore_experimental_default();
+        rx.overlap = pc->overlap;
         mz_restore_params rp = mz_restore_params_default();
-        rp.overlap = pc->overlap;
+        rp.experimental = &rx;
         mz_restore_timings tm;
         memset(&tm, 0, sizeof tm);
         t0 = now_s();
@@ -710,7 +713,9 @@ static int open_ctx(run_env *e, const point_cfg *pc)
     cp.swap_dir = o->swap_dir;
     cp.profile_path = o->profile;
     cp.mode = pc->mode;
-    if (mz_evict_order_parse(pc->order, &cp.evict_order)) return -1;
+    mz_ctx_experimental xp = mz_ctx_experimental_default();
+    if (mz_evict_order_parse(pc->order, &xp.evict_order)) return -1;
+    cp.experimental = &xp;
     if (mz_ctx_init(e->m, &cp, &e->c)) {
         fprintf(stderr, "mzcache bench: context (%s): %s\n", mz_engine_mode_name(pc->mode),
                 mz_last_error());
