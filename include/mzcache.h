@@ -217,10 +217,14 @@ typedef struct mz_ctx_params {
     const char *kv_codec;      /* codec of compressed KV chunks: "q8" (default; group-wise
                                   8-bit, 64 values a group), "q8-g32", "q8-g128" or "raw";
                                   NULL = "q8". Copied at init. */
-    const char *swap_dir;      /* directory of the swap file (created 0700, the file is
-                                  removed when the context is freed); NULL or "" =
-                                  $XDG_CACHE_HOME/mzcache, else ~/.cache/mzcache. The file is
-                                  created at the first eviction to storage. Copied at init. */
+    const char *swap_dir;      /* directory of the engine's swap file (created 0700, the
+                                  file is removed with the engine); NULL or "" = the
+                                  engine's: mz_engine_params.swap_dir, or, for the context
+                                  that creates an implicit engine (mz_ctx_init), this one;
+                                  default $XDG_CACHE_HOME/mzcache, else ~/.cache/mzcache.
+                                  An engine has one swap file, shared by its sessions: a
+                                  directory other than the engine's is MZ_E_INVAL. The file
+                                  is created at the first eviction to storage. Copied. */
     mz_kv_placement kv_placement; /* default MZ_KV_PLACE_AUTO: the hybrid swap policy; the
                                      others fix one destination for every KV chunk */
     /* Eviction policy (paper §4.3–4.4). */
@@ -394,7 +398,8 @@ MZ_API MZ_NODISCARD mz_status mz_engine_mode_parse(const char *name, mz_engine_m
  * transformer block, shared by every session and counted once), the device
  * profile and eviction policy, and one compute thread pool. A session is an
  * mz_ctx_t made by mz_session_create: it owns its tokens, its KV units (with
- * their compressed stack and swap-file slots) and its scratch. Every mz_ctx_*
+ * their compressed stack and their slots in the engine's one swap file) and
+ * its scratch. Every mz_ctx_*
  * / mz_prefill* / mz_evict / mz_restore call works on a session as on any
  * context. mz_ctx_init(m, p, out) is a session of the model's engine: the
  * one made by mz_engine_create, else an implicit engine created with the
@@ -418,8 +423,9 @@ MZ_API MZ_NODISCARD mz_status mz_engine_mode_parse(const char *name, mz_engine_m
 
 typedef struct mz_engine_params {
     int n_threads;             /* compute threads of the shared pool; 0 = all cores */
-    const char *swap_dir;      /* default swap directory of the sessions (their
-                                  mz_ctx_params.swap_dir wins); copied */
+    const char *swap_dir;      /* directory of the engine's one swap file, which every
+                                  session stores into (a session naming another directory
+                                  is MZ_E_INVAL); NULL = the default; copied */
     const char *profile_path;  /* device profile, read once (see mz_ctx_params) */
 } mz_engine_params;
 
@@ -432,7 +438,8 @@ MZ_API MZ_NODISCARD mz_status mz_engine_create(mz_model_t *m, const mz_engine_pa
  * first. NULL is fine. */
 MZ_API void mz_engine_free(mz_engine_t *e);
 /* A new, empty session. p->n_threads is ignored (the engine's pool computes);
- * p->mode, codec, placement, order and swap_dir apply to the session. */
+ * p->mode, codec, placement and the experimental knobs apply to the session;
+ * p->swap_dir must be NULL, "" or the engine's (MZ_E_INVAL otherwise). */
 MZ_API MZ_NODISCARD mz_status mz_session_create(mz_engine_t *e, const mz_ctx_params *p,
                                                 mz_ctx_t **out);
 MZ_API mz_engine_t *mz_ctx_engine(const mz_ctx_t *c);

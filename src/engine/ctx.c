@@ -79,6 +79,19 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
     int n_batch = prm.n_batch ? prm.n_batch : 64;
     if (n_threads > 256) n_threads = 256;
     if (n_batch > 4096) n_batch = 4096;
+    /* An engine owns one swap file, in its swap directory, shared by its
+     * sessions (the swap file is part of the memory system, like the
+     * compressed stacks' budget and the policy); a session naming another
+     * directory would need a second file the engine does not own. */
+    if (prm.swap_dir && prm.swap_dir[0] && !(e->swap_dir && strcmp(prm.swap_dir, e->swap_dir) == 0)) {
+        mz_session_detach(&(mz_ctx_t){.engine = e});
+        return mz_fail(MZ_E_INVAL,
+                       "swap_dir %s: a session's swap file is its engine's, in the engine's "
+                       "directory (%s); set mz_engine_params.swap_dir, or leave the session's "
+                       "NULL",
+                       prm.swap_dir, e->swap_dir ? e->swap_dir : "the default");
+    }
+    prm.swap_dir = e->swap_dir; /* every mode's files go there (os-paging's KV file too) */
 
     mz_ctx_t *c = mz_calloc(1, sizeof *c);
     if (!c) {
@@ -93,7 +106,7 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
     if ((s = mz_kv_cache_init(&c->kv, cfg->n_layer, cfg->n_head_kv, cfg->head_dim, n_ctx))) goto out_fail;
     {
         mz_mem_params mp = {.codec = prm.kv_codec,
-                            .swap_dir = prm.swap_dir && prm.swap_dir[0] ? prm.swap_dir : e->swap_dir,
+                            .swap_dir = prm.swap_dir,
                             .placement = prm.kv_placement, .profile_path = prm.profile_path,
                             .order = xp.evict_order, .seed = xp.evict_seed, .wt = e->wt,
                             .shared = &e->shared};
