@@ -16,7 +16,7 @@
  *   recompute  what a one-conversation server does: every switch prefills
  *              the conversation's whole history (N + Q tokens). It does not
  *              depend on K or the budget, so it is measured once per run
- *              (-R times);
+ *              (-C times, default -R);
  *   single     the reference of the restore target: one session of the same
  *              engine, its KV evicted with mz_evict (its own units only)
  *              until as many KV bytes are out as the median mzcache switch
@@ -36,7 +36,7 @@
  * Every question is truncated away again, so each session stays at N tokens.
  * TTFT = the first token sampled (greedy) after the question.
  *
- * usage: bench_sessions -m MODEL [-k 4] [-c 2048] [-q 8] [-t 2] [-r 2] [-R 3]
+ * usage: bench_sessions -m MODEL [-k 4] [-c 2048] [-q 8] [-t 2] [-r 2] [-R 3] [-C R]
  *                       [-b all,half,eighth] [-M mzcache,os-paging,recompute,single] [-p]
  * Prints one line per switch, then per budget "cell ..." lines with the
  * medians, and a markdown table with the ratios to the baselines measured in
@@ -111,6 +111,7 @@ typedef struct bench {
     mz_model_t *m;
     int nv;
     long k, n, q, threads, rounds, reps;
+    long recompute_reps;       /* -C (default: reps) */
     bool prefill;              /* -p: real prefill instead of the fill */
     mz_kvfill *fill;
     mz_token *hist;            /* [k][n] random histories (-p, recompute) */
@@ -147,9 +148,9 @@ static int run_recompute(bench *b)
     }
     const size_t len = (size_t)(b->n + b->q);
     mz_token *all = malloc(len * sizeof *all);
-    double *t = calloc((size_t)b->reps, sizeof *t);
+    double *t = calloc((size_t)b->recompute_reps, sizeof *t);
     if (!all || !t) return 1;
-    for (long r = 0; r < b->reps; r++) {
+    for (long r = 0; r < b->recompute_reps; r++) {
         rand_tokens(all, len, b->nv, 500 + (unsigned long long)r);
         mz_restore_timings tm;
         size_t ng = 0;
@@ -162,7 +163,7 @@ static int run_recompute(bench *b)
         printf("recompute %ld: ttft_ms=%.1f (prefill of %zu tokens)\n", r, tm.ttft_ms, len);
         fflush(stdout);
     }
-    b->recompute_med = median(t, (size_t)b->reps);
+    b->recompute_med = median(t, (size_t)b->recompute_reps);
     free(t);
     free(all);
     mz_ctx_free(c);
@@ -420,14 +421,16 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-t")) ok = parse_long(v, 1, 256, &b.threads);
         else if (!strcmp(a, "-r")) ok = parse_long(v, 1, 100, &b.rounds);
         else if (!strcmp(a, "-R")) ok = parse_long(v, 1, 100, &b.reps);
+        else if (!strcmp(a, "-C")) ok = parse_long(v, 1, 100, &b.recompute_reps);
         else if (!strcmp(a, "-b")) ok = parse_budgets(&b, v) == 0;
         else if (!strcmp(a, "-M")) modes_s = v;
         else ok = false;
     }
     unsigned modes = 0;
+    if (!b.recompute_reps) b.recompute_reps = b.reps;
     if (ok && !b.n_budgets) ok = parse_budgets(&b, budgets_s) == 0;
     if (!ok || !model || parse_modes(modes_s, &modes)) {
-        fprintf(stderr, "usage: bench_sessions -m MODEL [-k 4] [-c 2048] [-q 8] [-t 2] [-r 2] [-R 3]\n"
+        fprintf(stderr, "usage: bench_sessions -m MODEL [-k 4] [-c 2048] [-q 8] [-t 2] [-r 2] [-R 3] [-C R]\n"
                         "       [-b all,half,eighth] [-M mzcache,os-paging,recompute,single] [-p]\n");
         return 2;
     }
@@ -455,8 +458,8 @@ int main(int argc, char **argv)
         }
         mz_ctx_free(cal);
     }
-    printf("model %s, k=%ld n=%ld q=%ld threads=%ld rounds=%ld reps=%ld isa=%s\n", model, b.k, b.n,
-           b.q, b.threads, b.rounds, b.reps, mz_harness_isa());
+    printf("model %s, k=%ld n=%ld q=%ld threads=%ld rounds=%ld reps=%ld recompute reps=%ld isa=%s\n",
+           model, b.k, b.n, b.q, b.threads, b.rounds, b.reps, b.recompute_reps, mz_harness_isa());
     if ((modes & MODE_RECOMPUTE) && run_recompute(&b)) return 1;
     if ((modes & (MODE_MZCACHE | MODE_SINGLE)) &&
         run_engine(&b, MZ_MODE_MZCACHE, (modes & MODE_SINGLE) != 0))
