@@ -249,8 +249,10 @@ static int run_single(bench *b, mz_ctx_t *c, int bi, size_t target)
         if (ask(b, c, 9000 + (unsigned long long)(bi * 100 + r), &tm)) return 1;
         t[r] = tm.ttft_ms;
         ev_sum += (double)ev;
-        printf("single %s %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu evicted_kv=%.1f MB\n",
-               b->budget_names[bi], r, tm.ttft_ms, tm.restore_ms, tm.n_units, ev / 1e6);
+        printf("single %s %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu (storage %zu, memory %zu) "
+               "evicted_kv=%.1f MB\n",
+               b->budget_names[bi], r, tm.ttft_ms, tm.restore_ms, tm.n_units, tm.n_storage_units,
+               tm.n_mem_units, ev / 1e6);
         fflush(stdout);
     }
     b->single_med[bi] = median(t, (size_t)b->reps);
@@ -315,9 +317,9 @@ static int run_engine(bench *b, mz_engine_mode mode, bool with_single)
                 evb[sw] = (double)ev;
                 units[sw] = (double)tm.n_units;
                 printf("%s %s switch %zu session %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu "
-                       "evicted_kv=%.1f MB\n",
+                       "(storage %zu, memory %zu) evicted_kv=%.1f MB\n",
                        mz_engine_mode_name(mode), b->budget_names[bi], sw, s, tm.ttft_ms,
-                       tm.restore_ms, tm.n_units, ev / 1e6);
+                       tm.restore_ms, tm.n_units, tm.n_storage_units, tm.n_mem_units, ev / 1e6);
                 fflush(stdout);
                 sw++;
             }
