@@ -80,9 +80,9 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
     if (n_threads > 256) n_threads = 256;
     if (n_batch > 4096) n_batch = 4096;
     /* An engine owns one swap file, in its swap directory, shared by its
-     * sessions (the swap file is part of the memory system, like the
-     * compressed stacks' budget and the policy); a session naming another
-     * directory would need a second file the engine does not own. */
+     * sessions (the swap file is part of the engine's memory system, with
+     * the weights and the policy); a session naming another directory would
+     * need a second file that the engine neither plans nor accounts for. */
     if (prm.swap_dir && prm.swap_dir[0] && !(e->swap_dir && strcmp(prm.swap_dir, e->swap_dir) == 0)) {
         mz_session_detach(&(mz_ctx_t){.engine = e});
         return mz_fail(MZ_E_INVAL,
