@@ -27,9 +27,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
-#include "engine/engine.h"
-#include "kv/kv_fill.h"
-#include "kernels/kernels.h"
+#include "mzcache_experimental.h"
+#include "harness/harness.h" /* not public: KV fill and accessors for harnesses */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,10 +70,10 @@ static int fill_synthetic(mz_ctx_t *c, size_t N)
 {
     mz_ctx_params cp = mz_ctx_params_default();
     cp.n_ctx = 512;
-    cp.n_threads = c->params.n_threads;
+    cp.n_threads = mz_harness_ctx_n_threads(c);
     mz_ctx_t *cal = NULL;
     mz_kvfill *f = NULL;
-    if (mz_ctx_init(c->model, &cp, &cal)) return -1;
+    if (mz_ctx_init(mz_harness_ctx_model(c), &cp, &cal)) return -1;
     mz_status st = mz_kvfill_calibrate_default(cal, 512, &f);
     mz_ctx_free(cal);
     if (!st) st = mz_kvfill_write(f, c, N, 0x9e3779b97f4a7c15ULL);
@@ -148,12 +147,12 @@ int main(int argc, char **argv)
     const long n_cpus = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
     print_loadavg("at start");
     if (synthetic) {
-        double a = mz_time_ms();
+        double a = mz_harness_time_ms();
         if (fill_synthetic(c, (size_t)n_ctx_tok)) {
             fprintf(stderr, "synthetic context: %s\n", mz_last_error());
             return 1;
         }
-        t0 = mz_time_ms() - a;
+        t0 = mz_harness_time_ms() - a;
     } else if (mz_prefill_restore(c, toks, (size_t)n_ctx_tok, NULL, &tm)) {
         fprintf(stderr, "prefill: %s\n", mz_ctx_errmsg(c));
         return 1;
@@ -173,7 +172,7 @@ int main(int argc, char **argv)
     printf("model %s, context %d tokens (%s %.0f ms), query %d tokens, %d compute threads, "
            "codec %s, isa %s, median of %d, %ld CPUs online\n\n", model, n_ctx_tok,
            synthetic ? "SYNTHETIC KV written in" : "prefill", t0, n_q, threads,
-           codec ? codec : "q8", mz_kernels_isa(), reps, n_cpus);
+           codec ? codec : "q8", mz_harness_isa(), reps, n_cpus);
     printf("all resident: TTFT %.1f ms\n\n", median(base, reps));
     printf("| remaining | restore threads | overlap | TTFT ms | x none | prefill ms | stall ms | "
            "all ready ms | alloc ms | storage ms | memory ms | units (storage/memory) | CPU s | "
@@ -212,8 +211,10 @@ int main(int argc, char **argv)
                     fprintf(stderr, "evict: %s\n", mz_ctx_errmsg(c));
                     return 1;
                 }
+                mz_restore_experimental rx = mz_restore_experimental_default();
+                rx.overlap = modes[k];
                 mz_restore_params rp = mz_restore_params_default();
-                rp.overlap = modes[k];
+                rp.experimental = &rx;
                 rp.n_restore_threads = nth_list[ti];
                 const double c0 = cpu_seconds();
                 if (mz_prefill_restore(c, toks + n_ctx_tok, (size_t)n_q, &rp, &tm)) {

@@ -1,39 +1,64 @@
 /*
  * bench_sessions — switching between conversations (issue 16's workload):
  * K sessions of N tokens each on one model, round-robin Q-token questions,
- * under a memory budget that holds all, half or an eighth of the sessions'
- * KV (weights always fit). Time to first token of each switch for:
+ * under memory budgets that hold all, half or an eighth of the sessions' KV
+ * (weights always fit). Time to first token of each switch for:
  *
  *   mzcache    one engine, K sessions; after every turn mz_engine_evict keeps
  *              the footprint (resident weights + resident and compressed KV)
- *              under the budget (idle sessions least recently used first);
- *              a switch restores its session through the pipelined restore
+ *              under the budget (idle sessions least recently used first),
+ *              as `mzcache serve --mem-budget` does after each request; a
+ *              switch restores its session through the pipelined restore
  *              (mz_restore_generate);
- *   recompute  what a one-conversation server does today: one context, and
- *              every switch prefills the new conversation's whole history;
  *   os-paging  K os-paging sessions (every session's KV in anonymous memory;
  *              the budget is kept the same way, by the mode's own eviction:
  *              MADV_PAGEOUT, restore by page faults);
- *   single     the reference for a switch: one session alone, its whole KV
- *              evicted (mz_evict) and restored by the next question, K * r
- *              times (-b is ignored).
+ *   recompute  what a one-conversation server does: every switch prefills
+ *              the conversation's whole history (N + Q tokens). It does not
+ *              depend on K or the budget, so it is measured once per run
+ *              (-C times, default -R);
+ *   single     the reference of the restore target: one session of the same
+ *              engine, its KV evicted with mz_evict (its own units only)
+ *              until as many KV bytes are out as the median mzcache switch
+ *              of that budget found evicted, then restored by the question
+ *              (-R times per budget).
  *
- * Tokens are random ids (the timing does not depend on them). TTFT = the
- * first token sampled (greedy) after the question; each turn is truncated
- * away again so every session stays at N tokens.
+ * The sessions' contexts are SYNTHETIC by default: the calibrated KV fill of
+ * src/harness/harness.h writes positions [0, N) (values that compress as the
+ * model's real KV does; a 512-token real prefill calibrates it), so K = 8
+ * sessions of 8k tokens take seconds to set up. A switch's cost (restore,
+ * attention over N positions, the question's forward pass) does not depend
+ * on the values; the recompute baseline always prefills real (random) tokens.
+ * -p prefills every session with random tokens instead.
  *
- * usage: bench_sessions -m MODEL [-k 4] [-c 1024] [-q 8] [-t 2] [-r 2]
- *                       [-b all|half|eighth] [-M mzcache|recompute|os-paging|single]
- * Prints one line per switch and "median ttft_ms=... mode=... k=... n=...
- * budget=...".
+ * Each budget runs one warm-up round (not counted: it brings the sessions
+ * from all-resident to the budget's steady state), then -r counted rounds.
+ * Every question is truncated away again, so each session stays at N tokens.
+ * TTFT = the first token sampled (greedy) after the question.
+ *
+ * usage: bench_sessions -m MODEL [-k 4] [-c 2048] [-q 8] [-t 2] [-r 2] [-R 3] [-C R]
+ *                       [-b all,half,eighth] [-M mzcache,os-paging,recompute,single] [-p]
+ * Prints one line per switch, then per budget "cell ..." lines with the
+ * medians, and a markdown table with the ratios to the baselines measured in
+ * the same run: recompute / mzcache (target >= 10 at 4k tokens) and
+ * mzcache / single (target <= 1.5).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
+#include "harness/harness.h" /* not public: the calibrated KV fill, the model's path */
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_BUDGETS 3
+#define MODE_MZCACHE 1u
+#define MODE_OSP 2u
+#define MODE_RECOMPUTE 4u
+#define MODE_SINGLE 8u
 
 static bool parse_long(const char *s, long lo, long hi, long *out)
 {
@@ -49,6 +74,13 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n)
+{
+    if (!n) return -1;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void rand_tokens(mz_token *t, size_t n, int nv, unsigned long long seed)
@@ -67,122 +99,208 @@ static size_t footprint(mz_engine_t *e)
     return st.weights.resident_bytes + st.kv.resident_bytes + st.kv.compressed_bytes;
 }
 
-int main(int argc, char **argv)
+/* KV bytes of c not resident (compressed, stored or, os-paging, paged out). */
+static size_t kv_evicted(const mz_ctx_t *c)
 {
-    const char *model = NULL, *budget_s = "half", *mode_s = "mzcache";
-    long k = 4, n = 1024, q = 8, threads = 2, rounds = 2;
-    bool ok = true;
-    for (int i = 1; i + 1 < argc && ok; i += 2) {
-        const char *a = argv[i], *v = argv[i + 1];
-        if (!strcmp(a, "-m")) model = v;
-        else if (!strcmp(a, "-k")) ok = parse_long(v, 1, 64, &k);
-        else if (!strcmp(a, "-c")) ok = parse_long(v, 16, 1 << 17, &n);
-        else if (!strcmp(a, "-q")) ok = parse_long(v, 1, 256, &q);
-        else if (!strcmp(a, "-t")) ok = parse_long(v, 1, 256, &threads);
-        else if (!strcmp(a, "-r")) ok = parse_long(v, 1, 100, &rounds);
-        else if (!strcmp(a, "-b")) budget_s = v;
-        else if (!strcmp(a, "-M")) mode_s = v;
-        else ok = false;
-    }
-    double frac = !strcmp(budget_s, "all") ? 1.0 : !strcmp(budget_s, "half") ? 0.5
-                  : !strcmp(budget_s, "eighth")                                ? 0.125
-                                                                               : -1;
-    mz_engine_mode mode = MZ_MODE_MZCACHE;
-    const bool single = !strcmp(mode_s, "single");
-    if (!ok || !model || frac < 0 || (!single && mz_engine_mode_parse(mode_s, &mode)) ||
-        mode == MZ_MODE_PARTIAL_OFFLOAD) {
-        fprintf(stderr, "usage: bench_sessions -m MODEL [-k 4] [-c 1024] [-q 8] [-t 2] [-r 2] "
-                        "[-b all|half|eighth] [-M mzcache|recompute|os-paging|single]\n");
-        return 2;
-    }
-    mz_model_t *m = NULL;
-    if (mz_model_load(model, NULL, &m)) {
-        fprintf(stderr, "load: %s\n", mz_last_error());
+    mz_mem_stats st;
+    mz_get_mem_stats(c, &st);
+    return st.kv.total_bytes - st.kv.resident_bytes;
+}
+
+typedef struct bench {
+    mz_model_t *m;
+    int nv;
+    long k, n, q, threads, rounds, reps;
+    long recompute_reps;       /* -C (default: reps) */
+    bool prefill;              /* -p: real prefill instead of the fill */
+    mz_kvfill *fill;
+    mz_token *hist;            /* [k][n] random histories (-p, recompute) */
+    mz_token *qs;              /* [q] */
+    const char *budget_names[MAX_BUDGETS];
+    double budget_frac[MAX_BUDGETS];
+    int n_budgets;
+    /* results per budget */
+    double mz_med[MAX_BUDGETS], osp_med[MAX_BUDGETS], single_med[MAX_BUDGETS];
+    double mz_evicted_mb[MAX_BUDGETS], single_evicted_mb[MAX_BUDGETS];
+    double mz_units[MAX_BUDGETS];
+    double recompute_med;
+    size_t kv_session_bytes, weight_bytes;
+} bench;
+
+static mz_ctx_params session_params(const bench *b, mz_engine_mode mode)
+{
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = (int)(b->n + b->q + 8);
+    cp.n_threads = (int)b->threads;
+    cp.kv_codec = "q8";
+    cp.mode = mode;
+    return cp;
+}
+
+/* Every switch prefills the conversation's whole history (-R times). */
+static int run_recompute(bench *b)
+{
+    mz_ctx_params cp = session_params(b, MZ_MODE_MZCACHE);
+    mz_ctx_t *c = NULL;
+    if (mz_ctx_init(b->m, &cp, &c)) {
+        fprintf(stderr, "recompute: %s\n", mz_last_error());
         return 1;
     }
-    const int nv = mz_model_n_vocab(m);
-    mz_token *hist = malloc((size_t)(k * n) * sizeof *hist), *qs = malloc((size_t)q * sizeof *qs);
-    size_t n_sw = (size_t)(k * rounds);
-    double *ttft = calloc(n_sw, sizeof *ttft);
-    if (!hist || !qs || !ttft) return 1;
-    for (long s = 0; s < k; s++) rand_tokens(hist + s * n, (size_t)n, nv, 100 + (unsigned long long)s);
-    mz_ctx_params cp = mz_ctx_params_default();
-    cp.n_ctx = (int)(n + q + 8);
-    cp.n_threads = (int)threads;
-    cp.kv_codec = "q8";
-    cp.mode = mode == MZ_MODE_RECOMPUTE ? MZ_MODE_MZCACHE : mode;
-    size_t sw = 0;
-    int rc = 0;
-    if (single) {
-        /* One session: evict its KV, restore it with the next question. */
-        mz_ctx_t *c = NULL;
-        if (mz_ctx_init(m, &cp, &c) || mz_prefill(c, hist, (size_t)n)) return 1;
-        for (sw = 0; sw < n_sw; sw++) {
-            mz_mem_stats st;
-            mz_get_mem_stats(c, &st);
-            mz_evict_report er;
-            if (mz_evict(c, st.kv.resident_bytes, &er)) return 1;
-            rand_tokens(qs, (size_t)q, nv, 1000 + (unsigned long long)sw);
-            mz_restore_timings tm;
-            size_t ng = 0;
-            if (mz_restore_generate(c, qs, (size_t)q, NULL, NULL, 1, NULL, NULL, &ng, &tm) ||
-                mz_ctx_truncate(c, (size_t)n))
-                return 1;
-            ttft[sw] = tm.ttft_ms;
-            printf("restore %zu: ttft_ms=%.1f restore_ms=%.1f units=%zu (evicted %zu B)\n", sw,
-                   tm.ttft_ms, tm.restore_ms, tm.n_units, er.bytes_freed);
-        }
-        mz_ctx_free(c);
-    } else if (mode == MZ_MODE_RECOMPUTE) {
-        /* One conversation at a time: every switch prefills the history. */
-        mz_ctx_t *c = NULL;
-        if (mz_ctx_init(m, &cp, &c)) return 1;
-        for (long r = 0; r < rounds; r++) {
-            for (long s = 0; s < k; s++, sw++) {
-                rand_tokens(qs, (size_t)q, nv, 1000 + (unsigned long long)(r * k + s));
-                if (mz_ctx_truncate(c, 0)) return 1;
-                mz_token *all = malloc((size_t)(n + q) * sizeof *all);
-                if (!all) return 1;
-                memcpy(all, hist + s * n, (size_t)n * sizeof *all);
-                memcpy(all + n, qs, (size_t)q * sizeof *all);
-                mz_restore_timings tm;
-                size_t ng = 0;
-                mz_status st = mz_restore_generate(c, all, (size_t)(n + q), NULL, NULL, 1, NULL,
-                                                   NULL, &ng, &tm);
-                free(all);
-                if (st) {
-                    fprintf(stderr, "switch: %s\n", mz_ctx_errmsg(c));
-                    return 1;
-                }
-                ttft[sw] = tm.ttft_ms;
-                printf("switch %zu session %ld: ttft_ms=%.1f (prefill of %ld tokens)\n", sw, s,
-                       tm.ttft_ms, n + q);
-            }
-        }
-        mz_ctx_free(c);
-    } else {
-        mz_engine_params ep = mz_engine_params_default();
-        ep.n_threads = (int)threads;
-        mz_engine_t *e = NULL;
-        if (mz_engine_create(m, &ep, &e)) {
-            fprintf(stderr, "engine: %s\n", mz_last_error());
+    const size_t len = (size_t)(b->n + b->q);
+    mz_token *all = malloc(len * sizeof *all);
+    double *t = calloc((size_t)b->recompute_reps, sizeof *t);
+    if (!all || !t) return 1;
+    for (long r = 0; r < b->recompute_reps; r++) {
+        rand_tokens(all, len, b->nv, 500 + (unsigned long long)r);
+        mz_restore_timings tm;
+        size_t ng = 0;
+        if (mz_ctx_truncate(c, 0) ||
+            mz_restore_generate(c, all, len, NULL, NULL, 1, NULL, NULL, &ng, &tm)) {
+            fprintf(stderr, "recompute: %s\n", mz_ctx_errmsg(c));
             return 1;
         }
-        mz_ctx_t **ss = calloc((size_t)k, sizeof *ss);
-        if (!ss) return 1;
-        for (long s = 0; s < k; s++) {
-            if (mz_session_create(e, &cp, &ss[s]) || mz_prefill(ss[s], hist + s * n, (size_t)n)) {
-                fprintf(stderr, "session %ld: %s\n", s, mz_last_error());
+        t[r] = tm.ttft_ms;
+        printf("recompute %ld: ttft_ms=%.1f (prefill of %zu tokens)\n", r, tm.ttft_ms, len);
+        fflush(stdout);
+    }
+    b->recompute_med = median(t, (size_t)b->recompute_reps);
+    free(t);
+    free(all);
+    mz_ctx_free(c);
+    return 0;
+}
+
+/* Gives session s its N-token history: the fill, or a real prefill (-p). */
+static int setup_session(bench *b, mz_ctx_t *c, long s)
+{
+    mz_status st = b->prefill ? mz_prefill(c, b->hist + s * b->n, (size_t)b->n)
+                              : mz_kvfill_write(b->fill, c, (size_t)b->n, 100 + (uint64_t)s);
+    if (st) fprintf(stderr, "session %ld: %s\n", s, mz_last_error());
+    return st ? 1 : 0;
+}
+
+typedef struct fill_job {
+    bench *b;
+    mz_ctx_t **ss;
+    _Atomic long next;
+    _Atomic int failed;
+} fill_job;
+
+static void *fill_worker(void *arg)
+{
+    fill_job *j = arg;
+    for (long s; (s = j->next++) < j->b->k;)
+        if (setup_session(j->b, j->ss[s], s)) j->failed = 1;
+    return NULL;
+}
+
+/* The fill of K sessions, one session per thread at a time (each session is
+ * used by one thread; the fill touches only its own KV). A real prefill
+ * (-p) computes on the engine's pool, so it runs on this thread. */
+static int setup_sessions(bench *b, mz_ctx_t **ss)
+{
+    fill_job j = {.b = b, .ss = ss, .next = 0, .failed = 0};
+    long n_th = b->prefill ? 1 : (b->threads < b->k ? b->threads : b->k);
+    pthread_t th[64];
+    long started = 0;
+    for (; started < n_th - 1 && started < 64; started++)
+        if (pthread_create(&th[started], NULL, fill_worker, &j)) break;
+    fill_worker(&j);
+    for (long i = 0; i < started; i++) pthread_join(th[i], NULL);
+    return j.failed ? 1 : 0;
+}
+
+/* One question on c: the pipelined restore of whatever c has out, the
+ * question's forward pass and one token; truncated away again. */
+static int ask(bench *b, mz_ctx_t *c, unsigned long long seed, mz_restore_timings *tm)
+{
+    rand_tokens(b->qs, (size_t)b->q, b->nv, seed);
+    size_t ng = 0;
+    if (mz_restore_generate(c, b->qs, (size_t)b->q, NULL, NULL, 1, NULL, NULL, &ng, tm) ||
+        mz_ctx_truncate(c, (size_t)b->n)) {
+        fprintf(stderr, "switch: %s\n", mz_ctx_errmsg(c));
+        return 1;
+    }
+    return 0;
+}
+
+/* Single-session reference for budget bi: session c alone gives up (its own
+ * units, mz_evict) as many KV bytes as a median switch found evicted. */
+static int run_single(bench *b, mz_ctx_t *c, int bi, size_t target)
+{
+    double *t = calloc((size_t)b->reps, sizeof *t), ev_sum = 0;
+    if (!t) return 1;
+    for (long r = 0; r < b->reps; r++) {
+        if (mz_restore(c, NULL)) {
+            fprintf(stderr, "single: %s\n", mz_ctx_errmsg(c));
+            return 1;
+        }
+        size_t ev = 0, step = b->kv_session_bytes / 64 + 1;
+        while ((ev = kv_evicted(c)) < target) {
+            size_t want = (target - ev) / 2;
+            mz_evict_report er;
+            if (mz_evict(c, want > step ? want : step, &er)) {
+                fprintf(stderr, "single evict: %s\n", mz_ctx_errmsg(c));
                 return 1;
             }
+            if (er.bytes_freed == 0) break;
         }
-        mz_mem_stats st;
-        mz_engine_get_mem_stats(e, &st);
-        const size_t budget = st.weights.total_bytes + (size_t)(frac * (double)st.kv.total_bytes);
-        printf("weights %zu B, kv %zu B over %ld sessions, budget %zu B (%s of the KV)\n",
-               st.weights.total_bytes, st.kv.total_bytes, k, budget, budget_s);
-        for (long r = 0; r < rounds; r++) {
-            for (long s = 0; s < k; s++, sw++) {
+        mz_restore_timings tm;
+        if (ask(b, c, 9000 + (unsigned long long)(bi * 100 + r), &tm)) return 1;
+        t[r] = tm.ttft_ms;
+        ev_sum += (double)ev;
+        printf("single %s %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu (storage %zu, memory %zu) "
+               "evicted_kv=%.1f MB\n",
+               b->budget_names[bi], r, tm.ttft_ms, tm.restore_ms, tm.n_units, tm.n_storage_units,
+               tm.n_mem_units, ev / 1e6);
+        fflush(stdout);
+    }
+    b->single_med[bi] = median(t, (size_t)b->reps);
+    b->single_evicted_mb[bi] = ev_sum / (double)b->reps / 1e6;
+    free(t);
+    return 0;
+}
+
+/* K sessions on one engine, the budgets in the order given (largest first
+ * is the natural order: each budget starts from the last one's state). */
+static int run_engine(bench *b, mz_engine_mode mode, bool with_single)
+{
+    const bool osp = mode == MZ_MODE_OS_PAGING;
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = (int)b->threads;
+    mz_engine_t *e = NULL;
+    if (mz_engine_create(b->m, &ep, &e)) {
+        fprintf(stderr, "engine: %s\n", mz_last_error());
+        return 1;
+    }
+    mz_ctx_params cp = session_params(b, mode);
+    mz_ctx_t **ss = calloc((size_t)b->k, sizeof *ss);
+    const size_t n_sw = (size_t)(b->k * b->rounds);
+    double *ttft = calloc(n_sw, sizeof *ttft), *evb = calloc(n_sw, sizeof *evb),
+           *units = calloc(n_sw, sizeof *units);
+    if (!ss || !ttft || !evb || !units) return 1;
+    double t0 = mz_harness_time_ms();
+    for (long s = 0; s < b->k; s++) {
+        if (mz_session_create(e, &cp, &ss[s])) {
+            fprintf(stderr, "session %ld: %s\n", s, mz_last_error());
+            return 1;
+        }
+    }
+    if (setup_sessions(b, ss)) return 1;
+    mz_mem_stats st;
+    mz_engine_get_mem_stats(e, &st);
+    b->kv_session_bytes = st.kv.total_bytes / (size_t)b->k;
+    b->weight_bytes = st.weights.total_bytes;
+    printf("%s: %ld sessions of %ld tokens set up in %.1f s (%s); weights %.1f MB, kv %.1f MB\n",
+           mz_engine_mode_name(mode), b->k, b->n, (mz_harness_time_ms() - t0) / 1000,
+           b->prefill ? "prefill" : "calibrated fill", st.weights.total_bytes / 1e6,
+           st.kv.total_bytes / 1e6);
+    for (int bi = 0; bi < b->n_budgets; bi++) {
+        const size_t budget =
+            st.weights.total_bytes + (size_t)(b->budget_frac[bi] * (double)st.kv.total_bytes);
+        size_t sw = 0;
+        for (long r = -1; r < b->rounds; r++) { /* round -1: warm-up */
+            for (long s = 0; s < b->k; s++) {
                 size_t fp = footprint(e);
                 if (fp > budget) {
                     mz_evict_report er;
@@ -191,30 +309,184 @@ int main(int argc, char **argv)
                         return 1;
                     }
                 }
-                rand_tokens(qs, (size_t)q, nv, 1000 + (unsigned long long)(r * k + s));
+                size_t ev = kv_evicted(ss[s]);
                 mz_restore_timings tm;
-                size_t ng = 0;
-                if (mz_restore_generate(ss[s], qs, (size_t)q, NULL, NULL, 1, NULL, NULL, &ng, &tm)) {
-                    fprintf(stderr, "switch: %s\n", mz_ctx_errmsg(ss[s]));
-                    return 1;
-                }
-                if (mz_ctx_truncate(ss[s], (size_t)n)) return 1;
+                if (ask(b, ss[s], 1000 + (unsigned long long)((r + 1) * b->k + s), &tm)) return 1;
+                if (r < 0) continue;
                 ttft[sw] = tm.ttft_ms;
-                printf("switch %zu session %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu\n", sw, s,
-                       tm.ttft_ms, tm.restore_ms, tm.n_units);
+                evb[sw] = (double)ev;
+                units[sw] = (double)tm.n_units;
+                printf("%s %s switch %zu session %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu "
+                       "(storage %zu, memory %zu) evicted_kv=%.1f MB\n",
+                       mz_engine_mode_name(mode), b->budget_names[bi], sw, s, tm.ttft_ms,
+                       tm.restore_ms, tm.n_units, tm.n_storage_units, tm.n_mem_units, ev / 1e6);
+                fflush(stdout);
+                sw++;
             }
         }
-        mz_engine_free(e);
-        free(ss);
+        const double med = median(ttft, n_sw);
+        const double ev_med = median(evb, n_sw);
+        if (osp) {
+            b->osp_med[bi] = med;
+        } else {
+            b->mz_med[bi] = med;
+            b->mz_evicted_mb[bi] = ev_med / 1e6;
+            b->mz_units[bi] = median(units, n_sw);
+        }
+        printf("cell mode=%s k=%ld n=%ld budget=%s: median ttft_ms=%.1f over %zu switches, "
+               "median evicted kv %.1f MB\n",
+               mz_engine_mode_name(mode), b->k, b->n, b->budget_names[bi], med, n_sw, ev_med / 1e6);
+        if (with_single) {
+            /* The reference runs on session 0 of the same engine: mz_evict on
+             * one of several sessions moves only its KV, never the weights. */
+            if (ev_med < 1) {
+                b->single_med[bi] = -1; /* nothing was evicted: no restore to compare */
+            } else if (run_single(b, ss[0], bi, (size_t)ev_med)) {
+                return 1;
+            }
+        }
     }
-    /* The first round of mzcache/os-paging starts from everything resident
-     * for the first sessions; the median is over every switch. */
-    qsort(ttft, n_sw, sizeof *ttft, cmp_double);
-    printf("median ttft_ms=%.1f mode=%s k=%ld n=%ld budget=%s switches=%zu\n", ttft[n_sw / 2],
-           mode_s, k, n, budget_s, n_sw);
+    for (long s = 0; s < b->k; s++) mz_ctx_free(ss[s]);
+    mz_engine_free(e);
+    free(ss);
     free(ttft);
-    free(hist);
-    free(qs);
-    mz_model_free(m);
-    return rc;
+    free(evb);
+    free(units);
+    return 0;
+}
+
+static void fmt_ms(char *buf, size_t cap, double v)
+{
+    if (v < 0) snprintf(buf, cap, "-");
+    else snprintf(buf, cap, "%.1f", v);
+}
+
+static void fmt_ratio(char *buf, size_t cap, double num, double den)
+{
+    if (num < 0 || den <= 0) snprintf(buf, cap, "-");
+    else snprintf(buf, cap, "%.2f", num / den);
+}
+
+static int parse_budgets(bench *b, const char *list)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%s", list);
+    b->n_budgets = 0;
+    for (char *sv = NULL, *tok = strtok_r(tmp, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
+        if (b->n_budgets == MAX_BUDGETS) return -1;
+        double f = !strcmp(tok, "all") ? 1.0 : !strcmp(tok, "half") ? 0.5
+                   : !strcmp(tok, "eighth")                           ? 0.125
+                                                                      : -1;
+        if (f < 0) return -1;
+        b->budget_names[b->n_budgets] = !strcmp(tok, "all") ? "all" : f == 0.5 ? "half" : "eighth";
+        b->budget_frac[b->n_budgets++] = f;
+    }
+    return b->n_budgets ? 0 : -1;
+}
+
+static int parse_modes(const char *list, unsigned *out)
+{
+    char tmp[96];
+    snprintf(tmp, sizeof tmp, "%s", list);
+    *out = 0;
+    for (char *sv = NULL, *tok = strtok_r(tmp, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
+        if (!strcmp(tok, "mzcache")) *out |= MODE_MZCACHE;
+        else if (!strcmp(tok, "os-paging")) *out |= MODE_OSP;
+        else if (!strcmp(tok, "recompute")) *out |= MODE_RECOMPUTE;
+        else if (!strcmp(tok, "single")) *out |= MODE_SINGLE;
+        else return -1;
+    }
+    return *out ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *budgets_s = "all,half,eighth",
+               *modes_s = "mzcache,os-paging,recompute,single";
+    bench b = {.k = 4, .n = 2048, .q = 8, .threads = 2, .rounds = 2, .reps = 3};
+    bool ok = true;
+    for (int i = 1; i < argc && ok; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-p")) {
+            b.prefill = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            ok = false;
+            break;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "-m")) model = v;
+        else if (!strcmp(a, "-k")) ok = parse_long(v, 1, 64, &b.k);
+        else if (!strcmp(a, "-c")) ok = parse_long(v, 16, 1 << 17, &b.n);
+        else if (!strcmp(a, "-q")) ok = parse_long(v, 1, 256, &b.q);
+        else if (!strcmp(a, "-t")) ok = parse_long(v, 1, 256, &b.threads);
+        else if (!strcmp(a, "-r")) ok = parse_long(v, 1, 100, &b.rounds);
+        else if (!strcmp(a, "-R")) ok = parse_long(v, 1, 100, &b.reps);
+        else if (!strcmp(a, "-C")) ok = parse_long(v, 1, 100, &b.recompute_reps);
+        else if (!strcmp(a, "-b")) ok = parse_budgets(&b, v) == 0;
+        else if (!strcmp(a, "-M")) modes_s = v;
+        else ok = false;
+    }
+    unsigned modes = 0;
+    if (!b.recompute_reps) b.recompute_reps = b.reps;
+    if (ok && !b.n_budgets) ok = parse_budgets(&b, budgets_s) == 0;
+    if (!ok || !model || parse_modes(modes_s, &modes)) {
+        fprintf(stderr, "usage: bench_sessions -m MODEL [-k 4] [-c 2048] [-q 8] [-t 2] [-r 2] [-R 3] [-C R]\n"
+                        "       [-b all,half,eighth] [-M mzcache,os-paging,recompute,single] [-p]\n");
+        return 2;
+    }
+    for (int i = 0; i < b.n_budgets; i++) b.mz_med[i] = b.osp_med[i] = b.single_med[i] = -1;
+    b.recompute_med = -1;
+    mz_model_params mp = mz_model_params_default();
+    mp.n_threads = (int)b.threads;
+    if (mz_model_load(model, &mp, &b.m)) {
+        fprintf(stderr, "load: %s\n", mz_last_error());
+        return 1;
+    }
+    b.nv = mz_model_n_vocab(b.m);
+    b.hist = malloc((size_t)(b.k * b.n) * sizeof *b.hist);
+    b.qs = malloc((size_t)b.q * sizeof *b.qs);
+    if (!b.hist || !b.qs) return 1;
+    for (long s = 0; s < b.k; s++)
+        rand_tokens(b.hist + s * b.n, (size_t)b.n, b.nv, 100 + (unsigned long long)s);
+    if (!b.prefill && (modes & (MODE_MZCACHE | MODE_OSP | MODE_SINGLE))) {
+        mz_ctx_params cp = session_params(&b, MZ_MODE_MZCACHE);
+        cp.n_ctx = 512;
+        mz_ctx_t *cal = NULL;
+        if (mz_ctx_init(b.m, &cp, &cal) || mz_kvfill_calibrate_default(cal, 512, &b.fill)) {
+            fprintf(stderr, "calibration: %s\n", mz_last_error());
+            return 1;
+        }
+        mz_ctx_free(cal);
+    }
+    printf("model %s, k=%ld n=%ld q=%ld threads=%ld rounds=%ld reps=%ld recompute reps=%ld isa=%s\n",
+           model, b.k, b.n, b.q, b.threads, b.rounds, b.reps, b.recompute_reps, mz_harness_isa());
+    if ((modes & MODE_RECOMPUTE) && run_recompute(&b)) return 1;
+    if ((modes & (MODE_MZCACHE | MODE_SINGLE)) &&
+        run_engine(&b, MZ_MODE_MZCACHE, (modes & MODE_SINGLE) != 0))
+        return 1;
+    if ((modes & MODE_OSP) && run_engine(&b, MZ_MODE_OS_PAGING, false)) return 1;
+
+    printf("\n| model | K | N | budget | evicted KV per switch | mzcache TTFT ms | os-paging ms | "
+           "recompute ms | single ms (same bytes) | recompute / mzcache | mzcache / single |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    const char *base = strrchr(model, '/');
+    base = base ? base + 1 : model;
+    for (int i = 0; i < b.n_budgets; i++) {
+        char a[32], o[32], rc[32], sg[32], r1[32], r2[32];
+        fmt_ms(a, sizeof a, b.mz_med[i]);
+        fmt_ms(o, sizeof o, b.osp_med[i]);
+        fmt_ms(rc, sizeof rc, b.recompute_med);
+        fmt_ms(sg, sizeof sg, b.single_med[i]);
+        fmt_ratio(r1, sizeof r1, b.recompute_med, b.mz_med[i]);
+        fmt_ratio(r2, sizeof r2, b.single_med[i] < 0 ? -1 : b.mz_med[i], b.single_med[i]);
+        printf("| %s | %ld | %ld | %s | %.1f MB (%.0f units) | %s | %s | %s | %s | %s | %s |\n", base,
+               b.k, b.n, b.budget_names[i], b.mz_evicted_mb[i], b.mz_units[i], a, o, rc, sg, r1, r2);
+    }
+    mz_kvfill_free(b.fill);
+    free(b.hist);
+    free(b.qs);
+    mz_model_free(b.m);
+    return 0;
 }

@@ -19,7 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "mzcache.h"
-#include "engine/engine.h"
+#include "harness/harness.h" /* not public: a context's KV layout */
 #include "io/swapfile.h"
 #include "store/manifest.h"
 #include "store/store.h"
@@ -176,7 +176,7 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
 /* Writes an N-token session of random KV bytes straight into the store. */
 static int synth_session(mz_store_t *st, mz_ctx_t *probe, size_t n)
 {
-    size_t L = (size_t)probe->model->cfg.n_layer, cb = probe->kv.chunk_bytes;
+    size_t L = (size_t)mz_harness_kv_n_layer(probe), cb = mz_harness_kv_chunk_bytes(probe);
     size_t k = (n - 1) / 256;
     char kv[4200];
     snprintf(kv, sizeof kv, "%s/synth.kv", mz_store_dir(st));

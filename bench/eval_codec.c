@@ -12,8 +12,8 @@
  * first c - 1 tokens (incrementally), keep a pristine copy of the KV chunks,
  * then for the uncompressed baseline and for every codec:
  *   1. put the pristine KV back and replace every chunk of the prefix in
- *      place by decode(encode(chunk)) (through the internal KV cache:
- *      ctx->kv.chunks[layer][chunk]);
+ *      place by decode(encode(chunk)) (in the context's KV chunks, through
+ *      mz_harness_kv_chunk of src/harness/harness.h);
  *   2. teacher-force tokens c-1 .. c+score-2 one at a time and score the
  *      model's prediction of tokens c .. c+score-1: negative log-likelihood
  *      (perplexity), top-1 agreement with the baseline's argmax, and the
@@ -37,7 +37,7 @@
 
 #include "codec/codec.h"
 #include "codec/codec_cachegen.h"
-#include "engine/engine.h"
+#include "harness/harness.h" /* not public: the KV chunks of a context */
 
 #include <math.h>
 #include <stdio.h>
@@ -119,11 +119,11 @@ static const mz_codec *codec_for(const codec_eval *e, int layer)
 static void roundtrip_kv(mz_ctx_t *c, const codec_eval *e, size_t n_chunks, uint8_t *scratch,
                          size_t scratch_cap)
 {
-    size_t n = c->kv.chunk_bytes / 2;
-    for (int l = 0; l < c->kv.n_layer; l++) {
+    size_t n = mz_harness_kv_chunk_bytes(c) / 2;
+    for (int l = 0; l < mz_harness_kv_n_layer(c); l++) {
         const mz_codec *cd = codec_for(e, l);
         for (size_t ci = 0; ci < n_chunks; ci++) {
-            mz_f16 *buf = (mz_f16 *)(void *)c->kv.chunks[l][ci];
+            mz_f16 *buf = (mz_f16 *)(void *)mz_harness_kv_chunk(c, l, ci);
             size_t len;
             if (mz_codec_encode(cd, buf, n, scratch, scratch_cap, &len) != MZ_OK)
                 die("encode", mz_last_error());
@@ -132,20 +132,20 @@ static void roundtrip_kv(mz_ctx_t *c, const codec_eval *e, size_t n_chunks, uint
     }
 }
 
-static void save_kv(const mz_ctx_t *c, size_t n_chunks, uint8_t *copy)
+static void save_kv(mz_ctx_t *c, size_t n_chunks, uint8_t *copy)
 {
-    for (int l = 0; l < c->kv.n_layer; l++)
+    for (int l = 0; l < mz_harness_kv_n_layer(c); l++)
         for (size_t ci = 0; ci < n_chunks; ci++)
-            memcpy(copy + ((size_t)l * n_chunks + ci) * c->kv.chunk_bytes, c->kv.chunks[l][ci],
-                   c->kv.chunk_bytes);
+            memcpy(copy + ((size_t)l * n_chunks + ci) * mz_harness_kv_chunk_bytes(c), mz_harness_kv_chunk(c, l, ci),
+                   mz_harness_kv_chunk_bytes(c));
 }
 
 static void load_kv(mz_ctx_t *c, size_t n_chunks, const uint8_t *copy)
 {
-    for (int l = 0; l < c->kv.n_layer; l++)
+    for (int l = 0; l < mz_harness_kv_n_layer(c); l++)
         for (size_t ci = 0; ci < n_chunks; ci++)
-            memcpy(c->kv.chunks[l][ci], copy + ((size_t)l * n_chunks + ci) * c->kv.chunk_bytes,
-                   c->kv.chunk_bytes);
+            memcpy(mz_harness_kv_chunk(c, l, ci), copy + ((size_t)l * n_chunks + ci) * mz_harness_kv_chunk_bytes(c),
+                   mz_harness_kv_chunk_bytes(c));
 }
 
 /* log-softmax of logits into lp (n floats); returns argmax. */
@@ -176,31 +176,31 @@ static int cmp_double(const void *a, const void *b)
 
 static void size_table(mz_ctx_t *c, codec_eval *codecs, int n_codecs, size_t n_full)
 {
-    size_t cb = c->kv.chunk_bytes, n = cb / 2, n_ch = (size_t)c->kv.n_layer * n_full;
+    size_t cb = mz_harness_kv_chunk_bytes(c), n = cb / 2, n_ch = (size_t)mz_harness_kv_n_layer(c) * n_full;
     double raw = (double)cb * (double)n_ch;
     printf("\n## KV space savings and throughput: %d layers x %zu full chunks = %.1f MiB of F16 "
-           "KV (%zu tokens)\n\n", c->kv.n_layer, n_full, raw / 1048576.0, n_full * TOK);
+           "KV (%zu tokens)\n\n", mz_harness_kv_n_layer(c), n_full, raw / 1048576.0, n_full * TOK);
     printf("| codec | bytes | ratio | space saving | encode MB/s | decode MB/s |\n");
     printf("|---|---:|---:|---:|---:|---:|\n");
     mz_f16 *out = malloc(cb);
     for (int k = 0; k < n_codecs; k++) {
         codec_eval *e = &codecs[k];
         size_t cap = 0;
-        for (int l = 0; l < c->kv.n_layer; l++) cap = MZ_MAX(cap, mz_codec_bound(codec_for(e, l), n));
+        for (int l = 0; l < mz_harness_kv_n_layer(c); l++) cap = MZ_MAX(cap, mz_codec_bound(codec_for(e, l), n));
         uint8_t *blob = malloc(cap * n_ch);
         size_t *len = malloc(n_ch * sizeof *len);
         double te[3], td[3], total = 0;
         for (int rep = 0; rep < 3; rep++) {
             double t0 = cpu_s();
-            for (int l = 0; l < c->kv.n_layer; l++)
+            for (int l = 0; l < mz_harness_kv_n_layer(c); l++)
                 for (size_t ci = 0; ci < n_full; ci++) {
                     size_t i = (size_t)l * n_full + ci;
-                    if (mz_codec_encode(codec_for(e, l), (const mz_f16 *)(void *)c->kv.chunks[l][ci], n,
+                    if (mz_codec_encode(codec_for(e, l), (const mz_f16 *)(void *)mz_harness_kv_chunk(c, l, ci), n,
                                         blob + i * cap, cap, &len[i]) != MZ_OK)
                         die("encode", mz_last_error());
                 }
             double t1 = cpu_s();
-            for (int l = 0; l < c->kv.n_layer; l++)
+            for (int l = 0; l < mz_harness_kv_n_layer(c); l++)
                 for (size_t ci = 0; ci < n_full; ci++) {
                     size_t i = (size_t)l * n_full + ci;
                     if (mz_codec_decode(codec_for(e, l), blob + i * cap, len[i], out, n) != MZ_OK)
@@ -242,9 +242,9 @@ static void size_table(mz_ctx_t *c, codec_eval *codecs, int n_codecs, size_t n_f
     for (size_t g = 0; g < sizeof gp / sizeof gp[0]; g++) {
         double total = 0;
         double t0 = cpu_s();
-        for (int l = 0; l < c->kv.n_layer; l++)
+        for (int l = 0; l < mz_harness_kv_n_layer(c); l++)
             for (size_t ci = 0; ci < n_full; ci++) {
-                const uint8_t *src = c->kv.chunks[l][ci];
+                const uint8_t *src = mz_harness_kv_chunk(c, l, ci);
                 size_t unit = gp[g].unit ? gp[g].unit : cb;
                 for (size_t off = 0; off < cb; off += unit) {
                     size_t sz = MZ_MIN(unit, cb - off), out_len = 0;
@@ -387,10 +387,10 @@ int main(int argc, char **argv)
         for (int k = 1; k <= n_codecs; k++)
             for (int l = 0; l < mi.n_layer; l++)
                 scratch_cap = MZ_MAX(scratch_cap, mz_codec_bound(codec_for(&codecs[k], l),
-                                                                 c->kv.chunk_bytes / 2));
+                                                                 mz_harness_kv_chunk_bytes(c) / 2));
         uint8_t *scratch = malloc(scratch_cap);
         size_t max_chunks = (size_t)(cuts[n_cuts - 1] + TOK - 1) / TOK;
-        uint8_t *pristine = malloc(max_chunks * (size_t)mi.n_layer * c->kv.chunk_bytes);
+        uint8_t *pristine = malloc(max_chunks * (size_t)mi.n_layer * mz_harness_kv_chunk_bytes(c));
         if (!lp_base) lp_base = malloc((size_t)n_score * (size_t)n_vocab * sizeof *lp_base);
         if (!scratch || !pristine || !lp_base) die("malloc", "out of memory");
 
@@ -407,7 +407,7 @@ int main(int argc, char **argv)
             if (!sized) {
                 if (dump) {
                     FILE *df = fopen(dump, "wb");
-                    if (!df || fwrite(pristine, c->kv.chunk_bytes, n_ch * (size_t)mi.n_layer, df) !=
+                    if (!df || fwrite(pristine, mz_harness_kv_chunk_bytes(c), n_ch * (size_t)mi.n_layer, df) !=
                                    n_ch * (size_t)mi.n_layer)
                         die(dump, "cannot write");
                     fclose(df);

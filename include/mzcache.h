@@ -164,16 +164,6 @@ typedef enum mz_kv_placement {
     MZ_KV_PLACE_MIXED = 4,              /* alternating compressed / storage, chunk by chunk */
 } mz_kv_placement;
 
-/* Which unit eviction takes first (paper §4.4; restore is always forward-in:
- * first layer first). The last two exist for the ablation of the paper's
- * Fig. 11b. */
-typedef enum mz_evict_order {
-    MZ_EVICT_BACKWARD = 0,              /* backward-out: last layer first, and within a layer
-                                           the last chunk first (default) */
-    MZ_EVICT_FORWARD = 1,               /* forward-out: first layer first (LRU-like) */
-    MZ_EVICT_RANDOM = 2,                /* random-out: a fixed permutation of evict_seed */
-} mz_evict_order;
-
 /* The stages of the hybrid swap (paper §4.3, Algorithm 1), in the order
  * eviction goes through them. */
 typedef enum mz_evict_stage {
@@ -227,10 +217,14 @@ typedef struct mz_ctx_params {
     const char *kv_codec;      /* codec of compressed KV chunks: "q8" (default; group-wise
                                   8-bit, 64 values a group), "q8-g32", "q8-g128" or "raw";
                                   NULL = "q8". Copied at init. */
-    const char *swap_dir;      /* directory of the swap file (created 0700, the file is
-                                  removed when the context is freed); NULL or "" =
-                                  $XDG_CACHE_HOME/mzcache, else ~/.cache/mzcache. The file is
-                                  created at the first eviction to storage. Copied at init. */
+    const char *swap_dir;      /* directory of the engine's swap file (created 0700, the
+                                  file is removed with the engine); NULL or "" = the
+                                  engine's: mz_engine_params.swap_dir, or, for the context
+                                  that creates an implicit engine (mz_ctx_init), this one;
+                                  default $XDG_CACHE_HOME/mzcache, else ~/.cache/mzcache.
+                                  An engine has one swap file, shared by its sessions: a
+                                  directory other than the engine's is MZ_E_INVAL. The file
+                                  is created at the first eviction to storage. Copied. */
     mz_kv_placement kv_placement; /* default MZ_KV_PLACE_AUTO: the hybrid swap policy; the
                                      others fix one destination for every KV chunk */
     /* Eviction policy (paper §4.3–4.4). */
@@ -239,10 +233,11 @@ typedef struct mz_ctx_params {
                                   ~/.cache/mzcache/profile.json. Missing or unreadable: a
                                   built-in estimate and a warning, never an error. Read at
                                   init only. */
-    mz_evict_order evict_order; /* default MZ_EVICT_BACKWARD */
-    uint64_t evict_seed;       /* MZ_EVICT_RANDOM: seed of the permutation (default 0) */
     mz_engine_mode mode;       /* default MZ_MODE_MZCACHE; the others are the baselines of
                                   paper §6.1 (see mz_engine_mode) */
+    /* Paper ablations (eviction order): NULL = the engine's behaviour. Not a
+     * stable API: see mzcache_experimental.h. Read at init only. */
+    const struct mz_ctx_experimental *experimental;
 } mz_ctx_params;
 
 MZ_API mz_ctx_params mz_ctx_params_default(void);
@@ -289,8 +284,8 @@ MZ_API void mz_ctx_reset_timings(mz_ctx_t *c);
  * on a unit that is not resident. mz_restore brings everything back at once.
  *
  * Which unit goes where (kv_placement auto, the default) is the hybrid swap
- * of paper §4.3: the last layers go first (evict_order), and KV chunks are
- * split between the compressed stack and the swap file, and weight blocks
+ * of paper §4.3: the last layers go first (backward-out, §4.4), and KV
+ * chunks are split between the compressed stack and the swap file, and weight blocks
  * dropped beside compressed chunks, so that the two restore paths (decoding
  * in memory, reading from storage) stay equally loaded wherever eviction
  * stops. The per-unit times come from the device profile (`mzcache profile`,
@@ -382,7 +377,7 @@ typedef struct mz_mem_stats {
     size_t threshold_T;          /* N_W_total * floor(t_rW / t_d) (paper §4.3) */
     bool profile_measured;       /* false: built-in estimate (no profile file) */
     char policy[16];             /* "hybrid" (kv_placement auto) or "fixed" */
-    char evict_order[12];        /* "backward", "forward" or "random" */
+    char evict_order[12];        /* "backward" (or an ablation's order: mzcache_experimental.h) */
 } mz_mem_stats;
 
 MZ_API void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out);
@@ -390,10 +385,6 @@ MZ_API void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out);
 MZ_API const char *mz_kv_placement_name(mz_kv_placement p);
 /* Parses those names; MZ_E_INVAL for anything else. */
 MZ_API MZ_NODISCARD mz_status mz_kv_placement_parse(const char *name, mz_kv_placement *out);
-/* "backward", "forward", "random"; NULL if unknown. */
-MZ_API const char *mz_evict_order_name(mz_evict_order o);
-/* Parses those names; MZ_E_INVAL for anything else. */
-MZ_API MZ_NODISCARD mz_status mz_evict_order_parse(const char *name, mz_evict_order *out);
 /* "kv-only", "kv-and-w", "w-only", "comp-kv", "done" ("-" for NONE); NULL if unknown. */
 MZ_API const char *mz_evict_stage_name(mz_evict_stage s);
 /* "mzcache", "os-paging", "partial-offload", "recompute"; NULL if unknown. */
@@ -407,7 +398,8 @@ MZ_API MZ_NODISCARD mz_status mz_engine_mode_parse(const char *name, mz_engine_m
  * transformer block, shared by every session and counted once), the device
  * profile and eviction policy, and one compute thread pool. A session is an
  * mz_ctx_t made by mz_session_create: it owns its tokens, its KV units (with
- * their compressed stack and swap-file slots) and its scratch. Every mz_ctx_*
+ * their compressed stack and their slots in the engine's one swap file) and
+ * its scratch. Every mz_ctx_*
  * / mz_prefill* / mz_evict / mz_restore call works on a session as on any
  * context. mz_ctx_init(m, p, out) is a session of the model's engine: the
  * one made by mz_engine_create, else an implicit engine created with the
@@ -431,8 +423,9 @@ MZ_API MZ_NODISCARD mz_status mz_engine_mode_parse(const char *name, mz_engine_m
 
 typedef struct mz_engine_params {
     int n_threads;             /* compute threads of the shared pool; 0 = all cores */
-    const char *swap_dir;      /* default swap directory of the sessions (their
-                                  mz_ctx_params.swap_dir wins); copied */
+    const char *swap_dir;      /* directory of the engine's one swap file, which every
+                                  session stores into (a session naming another directory
+                                  is MZ_E_INVAL); NULL = the default; copied */
     const char *profile_path;  /* device profile, read once (see mz_ctx_params) */
 } mz_engine_params;
 
@@ -445,7 +438,8 @@ MZ_API MZ_NODISCARD mz_status mz_engine_create(mz_model_t *m, const mz_engine_pa
  * first. NULL is fine. */
 MZ_API void mz_engine_free(mz_engine_t *e);
 /* A new, empty session. p->n_threads is ignored (the engine's pool computes);
- * p->mode, codec, placement, order and swap_dir apply to the session. */
+ * p->mode, codec, placement and the experimental knobs apply to the session;
+ * p->swap_dir must be NULL, "" or the engine's (MZ_E_INVAL otherwise). */
 MZ_API MZ_NODISCARD mz_status mz_session_create(mz_engine_t *e, const mz_ctx_params *p,
                                                 mz_ctx_t **out);
 MZ_API mz_engine_t *mz_ctx_engine(const mz_ctx_t *c);
@@ -593,23 +587,16 @@ MZ_API MZ_NODISCARD mz_status mz_gen_model(const char *out_path, const mz_gen_pa
  * evicted with its copy intact, the context is truncated back as mz_prefill
  * does, and a later call retries. Do not call mz_evict from another thread
  * while a request runs (eviction is an owner-thread call). */
-typedef enum mz_restore_overlap {
-    MZ_OVERLAP_ALL = 0,            /* allocation || reload || prefill (default) */
-    MZ_OVERLAP_NONE = 1,           /* allocate all, then reload all, then prefill */
-    MZ_OVERLAP_ALLOC_RELOAD = 2,   /* allocation || reload, then prefill */
-    MZ_OVERLAP_RELOAD_PREFILL = 3  /* allocate all, then reload || prefill */
-} mz_restore_overlap;
-
 typedef struct mz_restore_params {
-    mz_restore_overlap overlap;
     int n_restore_threads;     /* threads the three restore activities run on, beside the
                                   context's compute threads: 3 = one each; 2 = allocation
                                   and decoding share one, the storage path has its own;
                                   1 = all take turns on one. 0 = the device profile's
                                   restore_threads (docs/BENCHMARKS.md has the measured
                                   split); values outside 0..3 are MZ_E_INVAL */
-    unsigned debug_delay_us;   /* tests: random delay (0..this) before each worker step */
-    uint64_t seed;             /* seed of those delays */
+    /* Paper ablations (restore overlap) and test delays: NULL = the engine's
+     * behaviour. Not a stable API: see mzcache_experimental.h. */
+    const struct mz_restore_experimental *experimental;
 } mz_restore_params;
 MZ_API mz_restore_params mz_restore_params_default(void);
 

@@ -33,10 +33,9 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "mzcache_experimental.h" /* --orders, --overlaps: paper ablations */
 
-#include "engine/engine.h"
-#include "kernels/kernels.h"
-#include "kv/kv_fill.h"
+#include "harness/harness.h" /* not public: KV fill and accessors for harnesses */
 
 #include <dirent.h>
 #include <errno.h>
@@ -367,16 +366,16 @@ static char g_fill_model[4096];
 
 static int fill_synthetic(mz_ctx_t *c, size_t N)
 {
-    const char *path = c->model->path;
+    const char *path = mz_harness_model_path(mz_harness_ctx_model(c));
     if (!g_fill || strcmp(g_fill_model, path) != 0) {
         mz_kvfill_free(g_fill);
         g_fill = NULL;
         mz_ctx_params cp = mz_ctx_params_default();
         cp.n_ctx = BENCH_CALIB_TOKENS;
-        cp.n_threads = c->params.n_threads;
+        cp.n_threads = mz_harness_ctx_n_threads(c);
         mz_ctx_t *cal = NULL;
         double t0 = now_s();
-        if (mz_ctx_init(c->model, &cp, &cal)) return -1;
+        if (mz_ctx_init(mz_harness_ctx_model(c), &cp, &cal)) return -1;
         mz_status st = mz_kvfill_calibrate_default(cal, BENCH_CALIB_TOKENS, &g_fill);
         mz_ctx_free(cal);
         if (st) return -1;
@@ -618,8 +617,10 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         double load = loadavg1();
         if (load < r->load_min) r->load_min = load;
         if (load > r->load_max) r->load_max = load;
+        mz_restore_experimental rx = mz_restore_experimental_default();
+        rx.overlap = pc->overlap;
         mz_restore_params rp = mz_restore_params_default();
-        rp.overlap = pc->overlap;
+        rp.experimental = &rx;
         mz_restore_timings tm;
         memset(&tm, 0, sizeof tm);
         t0 = now_s();
@@ -710,7 +711,9 @@ static int open_ctx(run_env *e, const point_cfg *pc)
     cp.swap_dir = o->swap_dir;
     cp.profile_path = o->profile;
     cp.mode = pc->mode;
-    if (mz_evict_order_parse(pc->order, &cp.evict_order)) return -1;
+    mz_ctx_experimental xp = mz_ctx_experimental_default();
+    if (mz_evict_order_parse(pc->order, &xp.evict_order)) return -1;
+    cp.experimental = &xp;
     if (mz_ctx_init(e->m, &cp, &e->c)) {
         fprintf(stderr, "mzcache bench: context (%s): %s\n", mz_engine_mode_name(pc->mode),
                 mz_last_error());
@@ -724,7 +727,7 @@ static int open_ctx(run_env *e, const point_cfg *pc)
         return -1;
     }
     fprintf(stderr, "  synthetic context: %zu tokens (%.0f MiB of KV) written in %.1f s\n", e->N,
-            (double)mz_kv_cache_bytes(&e->c->kv) / (1 << 20), now_s() - t0);
+            (double)mz_harness_kv_bytes(e->c) / (1 << 20), now_s() - t0);
     return 0;
 }
 
@@ -1299,7 +1302,7 @@ static int bench_ttft(int argc, char **argv)
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M", localtime(&tt));
     fprintf(stderr, "mzcache bench ttft: %d models x %d contexts, %d configs, %d levels, %d runs: %d points "
                     "(synthetic contexts; isa %s; load %.2f)\n",
-            o.n_models, o.n_ctxs, n_cfg, o.n_levels, o.runs, n_points, mz_kernels_isa(), loadavg1());
+            o.n_models, o.n_ctxs, n_cfg, o.n_levels, o.runs, n_points, mz_harness_isa(), loadavg1());
 
     run_env e;
     memset(&e, 0, sizeof e);
@@ -1358,7 +1361,7 @@ static int bench_ttft(int argc, char **argv)
                 }
                 /* os-paging: anonymous KV pages go to swap; room for all of them. */
                 if (pc->mode == MZ_MODE_OS_PAGING && o.zram)
-                    (void)zram_up(mz_kv_cache_bytes(&e.c->kv) / 4 * 5 + ((size_t)256 << 20));
+                    (void)zram_up(mz_harness_kv_bytes(e.c) / 4 * 5 + ((size_t)256 << 20));
                 if (pc->mode == MZ_MODE_OS_PAGING) {
                     /* Everything resident to begin with, as after a query: the weights
                      * are faulted in through the file mapping (the loader may have

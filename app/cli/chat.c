@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "mzcache_experimental.h" /* --evict-order, --restore-overlap: paper ablations */
 
 #include "lineedit.h"
 #include "server/server.h"
@@ -277,6 +278,8 @@ int cmd_chat(int argc, char **argv)
     const char *system = NULL;
     bool show_timings = false;
     mz_restore_params rp = mz_restore_params_default();
+    mz_restore_experimental rx = mz_restore_experimental_default(); /* --restore-overlap */
+    rp.experimental = &rx;
     for (int i = 1; i < argc; i++) {
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
@@ -287,7 +290,7 @@ int cmd_chat(int argc, char **argv)
         if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
         else if (!strcmp(argv[i], "--timings")) show_timings = true;
         else if (!strcmp(argv[i], "--restore-overlap") && i + 1 < argc) {
-            if (parse_overlap(argv[++i], &rp.overlap)) {
+            if (parse_overlap(argv[++i], &rx.overlap)) {
                 fprintf(stderr, "mzcache chat: unknown overlap mode '%s' (all, none, "
                                 "alloc-reload, reload-prefill)\n", argv[i]);
                 return 2;
@@ -389,7 +392,8 @@ int cmd_chat(int argc, char **argv)
         cp.swap_dir = swap_dir;
         cp.kv_placement = placement;
         cp.profile_path = profile;
-        cp.evict_order = order;
+        const mz_ctx_experimental xp = {.evict_order = order, .evict_seed = 0};
+        cp.experimental = &xp;
         cp.mode = mode;
         cp.progress = cli_progress;
         cp.progress_user = cli_progress_shown(&o);

@@ -71,12 +71,27 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
     mz_status s;
     mz_model_t *m = e->model;
     mz_ctx_params prm = p ? *p : mz_ctx_params_default();
+    const mz_ctx_experimental xp =
+        prm.experimental ? *prm.experimental : mz_ctx_experimental_default();
     const mz_model_config *cfg = &m->cfg;
     size_t n_ctx = prm.n_ctx > 0 ? (size_t)prm.n_ctx : (size_t)cfg->n_ctx_train;
     int n_threads = prm.n_threads ? prm.n_threads : mz_n_cpus();
     int n_batch = prm.n_batch ? prm.n_batch : 64;
     if (n_threads > 256) n_threads = 256;
     if (n_batch > 4096) n_batch = 4096;
+    /* An engine owns one swap file, in its swap directory, shared by its
+     * sessions (the swap file is part of the engine's memory system, with
+     * the weights and the policy); a session naming another directory would
+     * need a second file that the engine neither plans nor accounts for. */
+    if (prm.swap_dir && prm.swap_dir[0] && !(e->swap_dir && strcmp(prm.swap_dir, e->swap_dir) == 0)) {
+        mz_session_detach(&(mz_ctx_t){.engine = e});
+        return mz_fail(MZ_E_INVAL,
+                       "swap_dir %s: a session's swap file is its engine's, in the engine's "
+                       "directory (%s); set mz_engine_params.swap_dir, or leave the session's "
+                       "NULL",
+                       prm.swap_dir, e->swap_dir ? e->swap_dir : "the default");
+    }
+    prm.swap_dir = e->swap_dir; /* every mode's files go there (os-paging's KV file too) */
 
     mz_ctx_t *c = mz_calloc(1, sizeof *c);
     if (!c) {
@@ -91,9 +106,9 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
     if ((s = mz_kv_cache_init(&c->kv, cfg->n_layer, cfg->n_head_kv, cfg->head_dim, n_ctx))) goto out_fail;
     {
         mz_mem_params mp = {.codec = prm.kv_codec,
-                            .swap_dir = prm.swap_dir && prm.swap_dir[0] ? prm.swap_dir : e->swap_dir,
+                            .swap_dir = prm.swap_dir,
                             .placement = prm.kv_placement, .profile_path = prm.profile_path,
-                            .order = prm.evict_order, .seed = prm.evict_seed, .wt = e->wt,
+                            .order = xp.evict_order, .seed = xp.evict_seed, .wt = e->wt,
                             .shared = &e->shared};
         /* The engine read its profile once; a session's own path wins. */
         if (e->prof && !(prm.profile_path && prm.profile_path[0])) mp.profile = e->prof;
@@ -105,6 +120,7 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
         c->params.kv_codec = NULL;
         c->params.swap_dir = NULL;
         c->params.profile_path = NULL;
+        c->params.experimental = NULL;
     }
     if ((s = scratch_init(&c->s, cfg, (size_t)n_batch))) goto out_fail;
     c->tokens = mz_calloc(n_ctx, sizeof *c->tokens);
@@ -358,15 +374,21 @@ void mz_get_mem_stats(const mz_ctx_t *c, mz_mem_stats *out)
 
 mz_restore_params mz_restore_params_default(void)
 {
-    return (mz_restore_params){.overlap = MZ_OVERLAP_ALL, .n_restore_threads = 0};
+    return (mz_restore_params){.n_restore_threads = 0, .experimental = NULL};
+}
+
+mz_restore_experimental mz_restore_experimental_default(void)
+{
+    return (mz_restore_experimental){.overlap = MZ_OVERLAP_ALL, .debug_delay_us = 0, .seed = 0};
 }
 
 static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
                                  const mz_restore_params *p, mz_restore_timings *tm, double t0)
 {
     mz_restore_params rp = p ? *p : mz_restore_params_default();
-    if ((unsigned)rp.overlap > (unsigned)MZ_OVERLAP_RELOAD_PREFILL)
-        return ctx_fail(c, mz_fail(MZ_E_INVAL, "unknown restore overlap mode %d", (int)rp.overlap));
+    if (rp.experimental && (unsigned)rp.experimental->overlap > (unsigned)MZ_OVERLAP_RELOAD_PREFILL)
+        return ctx_fail(c, mz_fail(MZ_E_INVAL, "unknown restore overlap mode %d",
+                                   (int)rp.experimental->overlap));
     if (rp.n_restore_threads < 0 || rp.n_restore_threads > 3)
         return ctx_fail(c, mz_fail(MZ_E_INVAL, "n_restore_threads %d: use 0 (profile) or 1..3",
                                    rp.n_restore_threads));
@@ -397,14 +419,15 @@ static mz_status mzc_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t
                                      const mz_restore_params *p, mz_restore_timings *tm,
                                      double t0)
 {
-    const mz_restore_params rp = *p;
+    const mz_restore_experimental x =
+        p->experimental ? *p->experimental : mz_restore_experimental_default();
     mz_restore_job_params jp = {
-        .overlap_alloc = rp.overlap == MZ_OVERLAP_ALL || rp.overlap == MZ_OVERLAP_ALLOC_RELOAD,
-        .delay_us_max = rp.debug_delay_us,
-        .seed = rp.seed,
-        .n_threads = rp.n_restore_threads,
+        .overlap_alloc = x.overlap == MZ_OVERLAP_ALL || x.overlap == MZ_OVERLAP_ALLOC_RELOAD,
+        .delay_us_max = x.debug_delay_us,
+        .seed = x.seed,
+        .n_threads = p->n_restore_threads,
     };
-    bool overlap_prefill = rp.overlap == MZ_OVERLAP_ALL || rp.overlap == MZ_OVERLAP_RELOAD_PREFILL;
+    bool overlap_prefill = x.overlap == MZ_OVERLAP_ALL || x.overlap == MZ_OVERLAP_RELOAD_PREFILL;
     mz_status s = mz_mem_restore_begin(c->mem, &jp);
     if (s) {
         memset(tm, 0, sizeof *tm);

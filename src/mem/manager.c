@@ -203,12 +203,11 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     mm->wt = p->wt;
     mz_wtable_attach(mm->wt);
     mm->shared = p->shared;
-    /* The engine's swap file unless the session asked for its own place
-     * (another directory) or test flags. */
-    mm->shared_swap = p->shared && !mm->swap_flags &&
-                      ((!mm->swap_dir && !p->shared->swap_dir) ||
-                       (mm->swap_dir && p->shared->swap_dir &&
-                        strcmp(mm->swap_dir, p->shared->swap_dir) == 0));
+    /* The engine's swap file (the engine refuses a session naming another
+     * directory), unless test flags ask for a file of the session's own. */
+    MZ_ASSERT(!p->shared || (!mm->swap_dir == !p->shared->swap_dir &&
+                             (!mm->swap_dir || strcmp(mm->swap_dir, p->shared->swap_dir) == 0)));
+    mm->shared_swap = p->shared && !mm->swap_flags;
     mm_sync_kv(mm);
     *out = mm;
     return MZ_OK;
@@ -230,8 +229,8 @@ static void codec_display_name(const mz_codec *c, char *buf, size_t cap)
 /* ---- storage helpers ------------------------------------------------------------------ */
 
 /* The swap file: the engine's (shared by its sessions, opened by the first
- * that stores) or, for a session with a swap directory or flags of its own,
- * the session's. */
+ * that stores) or, for a session with test flags (or a stored session, whose
+ * data file is its swap file: store_hooks.c), the session's. */
 mz_status mm_ensure_swap(mz_mem *mm)
 {
     if (mm->swap) return MZ_OK;

@@ -41,8 +41,8 @@ struct mz_device_profile;
 typedef struct mz_mem_shared {
     pthread_mutex_t lock;      /* opening them */
     mz_swapfile_t *swap;
-    char *swap_dir;            /* the engine's; sessions with another directory keep
-                                  a file of their own */
+    char *swap_dir;            /* the engine's, which every session's is (ctx.c
+                                  refuses another) */
     struct mz_dfile *dfile;
 } mz_mem_shared;
 MZ_INTERNAL void mz_mem_shared_init(mz_mem_shared *sh, const char *swap_dir);

@@ -38,6 +38,11 @@ static const char *const order_names[] = {
     [MZ_EVICT_RANDOM] = "random",
 };
 
+mz_ctx_experimental mz_ctx_experimental_default(void)
+{
+    return (mz_ctx_experimental){.evict_order = MZ_EVICT_BACKWARD, .evict_seed = 0};
+}
+
 const char *mz_evict_order_name(mz_evict_order o)
 {
     return (unsigned)o < MZ_ARRAY_LEN(order_names) ? order_names[o] : NULL;

@@ -28,6 +28,7 @@
 #define MZ_POLICY_H
 
 #include "unit.h"
+#include "mzcache_experimental.h" /* mz_evict_order: the ablation orders the planner implements */
 
 #include <stdbool.h>
 #include <stddef.h>

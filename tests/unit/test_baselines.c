@@ -236,7 +236,11 @@ static void test_mixing(setup *su)
     cp.n_ctx = su->n_ctx;
     cp.mode = MZ_MODE_MZCACHE;
     CHECK(mz_ctx_init(m, &cp, &b) == MZ_E_INVAL && b == NULL);
+    /* A second context joins the engine of the first: same swap directory
+     * (an engine has one); another one is refused. */
     mz_ctx_t *a2 = mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "mix2");
+    CHECK(a2 == NULL);
+    a2 = mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "mix");
     CHECK(a2 != NULL);
     mz_ctx_free(a2);
     mz_ctx_free(a);

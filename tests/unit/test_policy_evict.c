@@ -70,8 +70,8 @@ static mz_ctx_t *ctx_with(mz_model_t *m, const char *codec, const char *profile,
     cp.kv_codec = codec;
     cp.swap_dir = t_tmp_path("swap-policy");
     cp.profile_path = profile;
-    cp.evict_order = order;
-    cp.evict_seed = 5;
+    const mz_ctx_experimental xp = {.evict_order = order, .evict_seed = 5};
+    cp.experimental = &xp;
     mz_ctx_t *c = NULL;
     if (mz_ctx_init(m, &cp, &c)) fprintf(stderr, "ctx: %s\n", mz_last_error());
     return c;

@@ -42,8 +42,8 @@ static mz_ctx_t *ctx_on(mz_model_t *m, const char *codec, mz_evict_order order, 
     cp.n_threads = 2;
     cp.kv_codec = codec;
     cp.swap_dir = t_tmp_path(swap);
-    cp.evict_order = order;
-    cp.evict_seed = 3;
+    const mz_ctx_experimental xp = {.evict_order = order, .evict_seed = 3};
+    cp.experimental = &xp;
     mz_ctx_t *c = NULL;
     if (mz_ctx_init(m, &cp, &c)) {
         fprintf(stderr, "ctx: %s\n", mz_last_error());
@@ -87,17 +87,17 @@ static void run_grid(const char *codec, mz_evict_order order, bool full)
             CHECK(mz_restore(ref, NULL) == MZ_OK);
             CHECK(ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
 
+            mz_restore_experimental rx = {.overlap = (mz_restore_overlap)mode,
+                                          .debug_delay_us = k % 2 ? 300 : 0, .seed = (uint64_t)k};
             mz_restore_params rp = mz_restore_params_default();
-            rp.overlap = (mz_restore_overlap)mode;
-            rp.debug_delay_us = k % 2 ? 300 : 0;
-            rp.seed = k;
+            rp.experimental = &rx;
             mz_restore_timings tm;
             mz_status s = mz_prefill_restore(c, g_follow, N_FOLLOW, &rp, &tm);
             CHECK_MSG(s == MZ_OK, "%s", mz_ctx_errmsg(c));
             if (s == MZ_OK) memcpy(a, mz_ctx_logits(c), (size_t)g_vocab * sizeof(float));
             CHECK_MSG(s == MZ_OK && memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0,
                       "%s, order %s, %d%% remaining, overlap %s: logits differ", codec,
-                      mz_evict_order_name(order), remaining[r], mode_name(rp.overlap));
+                      mz_evict_order_name(order), remaining[r], mode_name(rx.overlap));
             CHECK(ev_all_resident(c));
             CHECK(mz_mem_is_valid(c->mem));
             CHECK(tm.n_ready == tm.n_units);
@@ -185,8 +185,10 @@ static void test_faults(void)
             mz_ctx_t *c = ev_ctx(g_m, "raw", pls[p], N_CTX, "swap-rg");
             CHECK(c && mz_prefill(c, g_base, N_BASE) == MZ_OK);
             if (!c) continue;
+            mz_restore_experimental rx = mz_restore_experimental_default();
+            rx.overlap = (mz_restore_overlap)mode;
             mz_restore_params rp = mz_restore_params_default();
-            rp.overlap = (mz_restore_overlap)mode;
+            rp.experimental = &rx;
             /* Count the storage reads of a full restore (nothing fires). */
             CHECK(mz_evict(c, SIZE_MAX, NULL) == MZ_OK);
             mz_io_fault never = {.op = MZ_IO_READ, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
@@ -205,7 +207,7 @@ static void test_faults(void)
             mz_status s = mz_prefill_restore(c, g_follow, N_FOLLOW, &rp, NULL);
             mz_io_fault_set(NULL);
             int layer = -1;
-            CHECK_MSG(s == MZ_E_IO, "mode %s: %d %s", mode_name(rp.overlap), s, mz_ctx_errmsg(c));
+            CHECK_MSG(s == MZ_E_IO, "mode %s: %d %s", mode_name(rx.overlap), s, mz_ctx_errmsg(c));
             CHECK_MSG(unit_layer(mz_ctx_errmsg(c), &layer) && layer > 0, "%s", mz_ctx_errmsg(c));
             CHECK(mz_ctx_n_tokens(c) == N_BASE && mz_ctx_logits(c) == NULL);
             CHECK(mz_mem_is_valid(c->mem));
@@ -240,8 +242,10 @@ static void test_order(void)
     if (c) {
         CHECK(mz_evict(c, ev_evictable_total(c) / 2, NULL) == MZ_OK);
         CHECK(mz_mem_weights_state(c->mem, 0) == MZ_UNIT_RESIDENT);
+        mz_restore_experimental rx = mz_restore_experimental_default();
+        rx.debug_delay_us = 2000; /* each worker step: 0..2 ms */
         mz_restore_params rp = mz_restore_params_default();
-        rp.debug_delay_us = 2000; /* each worker step: 0..2 ms */
+        rp.experimental = &rx;
         mz_restore_timings tm;
         CHECK(mz_prefill_restore(c, toks + N_P, 8, &rp, &tm) == MZ_OK);
         double first = 0, ready = 0;
@@ -253,7 +257,7 @@ static void test_order(void)
         /* No overlap: compute waits for everything. */
         CHECK(mz_ctx_truncate(c, N_P) == MZ_OK);
         CHECK(mz_evict(c, ev_evictable_total(c) / 2, NULL) == MZ_OK);
-        rp.overlap = MZ_OVERLAP_NONE;
+        rx.overlap = MZ_OVERLAP_NONE;
         CHECK(mz_prefill_restore(c, toks + N_P, 8, &rp, &tm) == MZ_OK);
         mz_mem_restore_order_probe(c->mem, &first, &ready);
         CHECK_MSG(first >= ready, "no overlap: layer 0 at %.3f, restore done at %.3f", first,

@@ -171,11 +171,12 @@ static void run_model(const grid_model *gm, const char *const *codecs, size_t n_
                 CHECK(mz_evict(c, amount, &r2) == MZ_OK);
                 CHECK_MSG(r1.bytes_freed == r2.bytes_freed, "%s %s %d%%: evicted %zu then %zu",
                           gm->name, codecs[ci], levels[li], r1.bytes_freed, r2.bytes_freed);
+                mz_restore_experimental rx = {.overlap = (mz_restore_overlap)mode,
+                                              .debug_delay_us = *cell % 2 ? 200 : 0,
+                                              .seed = (uint64_t)*cell};
                 mz_restore_params rp = mz_restore_params_default();
-                rp.overlap = (mz_restore_overlap)mode;
+                rp.experimental = &rx;
                 rp.n_restore_threads = (int)(*cell % 3) + 1;
-                rp.debug_delay_us = *cell % 2 ? 200 : 0;
-                rp.seed = *cell;
                 size_t n_got = 0;
                 mz_restore_timings tm;
                 s = mz_restore_generate(c, follow, N_FOLLOW, &rp, NULL, N_GEN, cb_collect, got,

@@ -28,6 +28,8 @@
  *                  after a call.
  *   mixed modes    (tiny model) a recompute session beside an mzcache one:
  *                  mz_engine_evict reaches it through its own mode.
+ *   one swap file  (tiny model) sessions store into their engine's one swap
+ *                  file; a session naming another swap_dir is refused.
  *   pins           (tiny model) a pinned weight block stays whatever the plan
  *                  says; none is offered while one is pinned; a forward step
  *                  leaves no pin behind.
@@ -44,6 +46,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <unistd.h>
 
 static const char *T = "test_sessions";
 
@@ -411,7 +414,9 @@ static void test_random(unsigned long long seed, int n_ops)
 {
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
-    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
+    char engine_dir[512]; /* t_tmp_path's buffer is reused by the next call */
+    snprintf(engine_dir, sizeof engine_dir, "%s", t_tmp_path("sess-engine"));
+    ep.swap_dir = engine_dir; /* the sessions' (swap_dir NULL) */
     mz_engine_t *e = NULL;
     CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
     if (!e) return;
@@ -427,7 +432,8 @@ static void test_random(unsigned long long seed, int n_ops)
         if (!r->c) {
             /* create */
             mz_ctx_params cp = sess_params("sess-rand");
-            cp.swap_dir = t_rand_u64(&rng) % 4 ? NULL : t_tmp_path("sess-rand-own");
+            /* NULL, or the engine's own directory named again: the same file. */
+            cp.swap_dir = t_rand_u64(&rng) % 4 ? NULL : engine_dir;
             cp.kv_placement = (mz_kv_placement)(t_rand_u64(&rng) % 5);
             mz_ctx_params rp = sess_params("sess-rand-ref");
             r->tok = malloc(cap * sizeof *r->tok);
@@ -728,6 +734,57 @@ out:
     mz_engine_free(e);
 }
 
+/* One swap file per engine: sessions that store KV share the engine's file
+ * (one open file, in the engine's directory); a session naming another
+ * directory is refused, through mz_session_create and through mz_ctx_init
+ * joining the engine, and leaves nothing behind (no session, no file). */
+static void test_one_swap_file(void)
+{
+    char own[512], other[512];
+    snprintf(own, sizeof own, "%s", t_tmp_path("sess-one-swap"));
+    snprintf(other, sizeof other, "%s", t_tmp_path("sess-one-swap-other"));
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = own;
+    mz_engine_t *e = NULL;
+    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    if (!e) return;
+    mz_ctx_params cp = sess_params("sess-one-swap");
+    cp.kv_placement = MZ_KV_PLACE_STORAGE;
+    cp.swap_dir = other;
+    mz_ctx_t *x = (mz_ctx_t *)&cp; /* must come back NULL */
+    CHECK(mz_session_create(e, &cp, &x) == MZ_E_INVAL && x == NULL);
+    CHECK_MSG(strstr(mz_last_error(), "swap_dir") != NULL, "message: %s", mz_last_error());
+    x = (mz_ctx_t *)&cp;
+    CHECK(mz_ctx_init(g_tiny, &cp, &x) == MZ_E_INVAL && x == NULL);
+    CHECK_EQ_INT(mz_engine_n_sessions(e), 0);
+    mz_ctx_t *a = NULL, *b = NULL;
+    cp.swap_dir = NULL;              /* the engine's */
+    CHECK(mz_session_create(e, &cp, &a) == MZ_OK);
+    cp.swap_dir = own;               /* the engine's, named again */
+    CHECK(mz_session_create(e, &cp, &b) == MZ_OK);
+    if (!a || !b) goto out;
+    CHECK_EQ_INT(mz_engine_n_sessions(e), 2);
+    mz_token t[300];
+    ev_tokens(t, 300, g_nv, 91);
+    CHECK(mz_prefill(a, t, 300) == MZ_OK && mz_prefill(b, t, 300) == MZ_OK);
+    CHECK(mz_evict(a, SIZE_MAX, NULL) == MZ_OK && mz_evict(b, SIZE_MAX, NULL) == MZ_OK);
+    mz_mem_stats sa, sb, se;
+    mz_get_mem_stats(a, &sa);
+    mz_get_mem_stats(b, &sb);
+    CHECK(sa.kv.stored_bytes > 0 && sb.kv.stored_bytes > 0);
+    CHECK(mz_mem_swapfile(a->mem) != NULL && mz_mem_swapfile(a->mem) == mz_mem_swapfile(b->mem));
+    /* Counted once by the engine: the one file holds both sessions' slots. */
+    mz_engine_get_mem_stats(e, &se);
+    CHECK(se.swap_file_bytes == sa.swap_file_bytes && sa.swap_file_bytes == sb.swap_file_bytes);
+    CHECK(se.swap_file_bytes >= sa.kv.stored_bytes + sb.kv.stored_bytes);
+    CHECK_MSG(access(other, F_OK) != 0, "%s was created", other);
+    /* Both restore from the shared file. */
+    CHECK(mz_restore(a, NULL) == MZ_OK && mz_restore(b, NULL) == MZ_OK);
+out:
+    mz_engine_free(e);
+}
+
 int main(void)
 {
     const char *real = t_real_model_path();
@@ -751,6 +808,7 @@ int main(void)
     test_faults();
     test_mixed_modes();
     test_pins();
+    test_one_swap_file();
     test_random(1, tsan ? 40 : small ? 60 : 200);
     if (!small) test_random(2, 200);
     mz_model_free(g_tiny);

@@ -189,6 +189,15 @@ static void test_persist(void)
 
 /* ---- real model: clean eviction and resume --------------------------------------------------- */
 
+/* The swap directory of the engines and sessions here (one per engine: a
+ * session's must be its engine's). A copy: t_tmp_path's buffer is reused. */
+static const char *swap_dir(void)
+{
+    static char d[2048];
+    snprintf(d, sizeof d, "%s", t_tmp_path("swap"));
+    return d;
+}
+
 static mz_ctx_params sp_params(void)
 {
     mz_ctx_params cp = mz_ctx_params_default();
@@ -196,7 +205,7 @@ static mz_ctx_params sp_params(void)
     cp.n_threads = 2;
     cp.kv_codec = "raw";
     cp.kv_placement = MZ_KV_PLACE_STORAGE;
-    cp.swap_dir = t_tmp_path("swap");
+    cp.swap_dir = swap_dir();
     return cp;
 }
 
@@ -260,7 +269,7 @@ static void test_real(void)
     if (!m) return;
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
-    ep.swap_dir = t_tmp_path("swap");
+    ep.swap_dir = swap_dir();
     mz_engine_t *e = NULL;
     CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
     mz_store_params stp = mz_store_params_default();
@@ -457,6 +466,7 @@ static void test_faults(void)
     mz_engine_t *e = NULL;
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
+    ep.swap_dir = swap_dir();
     CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
     mz_store_params stp = mz_store_params_default();
     char sdir[512];

@@ -67,12 +67,21 @@ static void say(int fd, const char *fmt, ...)
     if (write(fd, buf, (size_t)n) != n) _exit(3);
 }
 
+/* The swap directory of the engines and sessions here (a session's must be
+ * its engine's). A copy: t_tmp_path's buffer is reused. */
+static const char *swap_dir(void)
+{
+    static char d[2048];
+    snprintf(d, sizeof d, "%s", t_tmp_path("crash-swap"));
+    return d;
+}
+
 static mz_ctx_params params(void)
 {
     mz_ctx_params cp = mz_ctx_params_default();
     cp.n_ctx = 1024;
     cp.kv_codec = "raw";
-    cp.swap_dir = t_tmp_path("crash-swap");
+    cp.swap_dir = swap_dir();
     return cp;
 }
 
@@ -110,7 +119,7 @@ static int child(mz_model_t *m, int fd)
 {
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
-    ep.swap_dir = t_tmp_path("crash-swap");
+    ep.swap_dir = swap_dir();
     mz_engine_t *e = NULL;
     if (mz_engine_create(m, &ep, &e)) return 2;
     mz_store_params sp = mz_store_params_default();
@@ -207,6 +216,7 @@ int main(void)
         ev_tokens(S, NP, mz_model_n_vocab(m), 1234);
         mz_engine_params ep = mz_engine_params_default();
         ep.n_threads = 2;
+        ep.swap_dir = swap_dir();
         mz_engine_t *e = NULL;
         mz_ctx_params cp = params();
         mz_ctx_t *c = NULL;

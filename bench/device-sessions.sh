@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Issue 16's switching benchmark on the 16-vCPU machine: bench_sessions over
+# generated models of the SmolLM2-135M and qwen3-0.6b shapes (that machine
+# has no real model file: gen-model makes them from the bundle's vocabulary),
+# K sessions of N tokens, budgets all / half / an eighth of the sessions' KV,
+# mzcache against recompute (re-prefill of the history), os-paging and a
+# single-session restore of the same evicted bytes, all measured in the same
+# run of each cell. Prints one markdown row per (cell, budget) and writes
+# them to $OUT/sessions.md, the full log to $OUT/sessions.log.
+#
+# On the 16-vCPU machine (see ../shared/DEVICE.md), from the project root,
+# after `make build` and `../shared/device/bundle.sh build` here:
+#   device run, carry [".bundle"]:  bash bench/device-sessions.sh
+# Locally (small cells; MZ_BUILD=dir for another build folder):
+#   MZ_LOCAL=1 THREADS=2 CELLS="smollm2-135m:Q8_0:2:1024" bash bench/device-sessions.sh
+# Knobs: CELLS ("preset:TYPE:K:N ..." in the order run, most wanted first),
+# THREADS (16), ROUNDS (counted rounds per budget after a warm-up round;
+# default 8/K, at least 1: 8 counted switches per budget), REPS (single-session
+# reference and recompute repetitions: 3), LIMIT (seconds: no cell starts
+# after it, 240), HARD (seconds: a running cell is killed then, 330, so the
+# command ends within 5.5 min; what a killed cell printed stays in the log).
+# Swap files go to the default directory (~/.cache/mzcache) and are removed
+# with their sessions; with no device profile there, the policy uses its
+# built-in estimate (a warning in the log).
+set -uo pipefail
+OUTD=${OUT:-/tmp/sessions-out}; mkdir -p "$OUTD"
+THREADS=${THREADS:-16}
+ROUNDS=${ROUNDS:-}
+REPS=${REPS:-3}
+LIMIT=${LIMIT:-240}
+HARD=${HARD:-330}
+# The issue's grid is K = 2, 4, 8 x N = 2k-8k x two shapes; most wanted first:
+# every K at the 4k target on qwen3-0.6b, then SmolLM2, then the 8k corners.
+CELLS=${CELLS:-"qwen3-0.6b:Q8_0:2:4096 qwen3-0.6b:Q8_0:4:4096 smollm2-135m:Q8_0:4:4096 qwen3-0.6b:Q8_0:8:4096 smollm2-135m:Q8_0:8:2048 smollm2-135m:Q8_0:2:8192 qwen3-0.6b:Q8_0:2:8192 qwen3-0.6b:Q8_0:8:2048 smollm2-135m:Q8_0:8:8192 qwen3-0.6b:Q8_0:8:8192"}
+W=${WORK:-/tmp/sessions-models}; mkdir -p "$W"
+if [ "${MZ_LOCAL:-0}" = 1 ]; then
+    BIN=${MZ_BUILD:-$PWD/build} LIBP=
+    VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
+else
+    BUNDLE=${BUNDLE:-.bundle}
+    BIN=$PWD/$BUNDLE/bin LIBP=$PWD/$BUNDLE/lib
+    VOCAB=$BUNDLE/vocab.gguf
+fi
+mz() { LD_LIBRARY_PATH=$LIBP "$BIN/$1" "${@:2}"; }
+t_start=$(date +%s)
+: >"$OUTD/sessions.log"
+{
+echo "machine: $(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), threads $THREADS, rounds ${ROUNDS:-8/K}, reps $REPS, $(date -u +%FT%TZ)"
+echo
+echo "| model | K | N | budget | evicted KV per switch | mzcache TTFT ms | os-paging ms | recompute ms | single ms (same bytes) | recompute / mzcache | mzcache / single |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+} | tee "$OUTD/sessions.md"
+skipped="" killed=""
+for cell in $CELLS; do
+    IFS=: read -r preset type k n <<<"$cell"
+    el=$(( $(date +%s) - t_start ))
+    if [ "$el" -ge "$LIMIT" ]; then skipped="$skipped $cell"; continue; fi
+    f="$W/$preset-$type.gguf"
+    if [ ! -f "$f" ]; then
+        t0=$(date +%s)
+        mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$f" >/dev/null 2>>"$OUTD/sessions.log" ||
+            { echo "gen-model $preset $type failed" | tee -a "$OUTD/sessions.log"; continue; }
+        echo "gen-model $preset $type: $(( $(date +%s) - t0 )) s" >>"$OUTD/sessions.log"
+    fi
+    t0=$(date +%s)
+    left=$(( HARD - (t0 - t_start) ))
+    [ "$left" -gt 0 ] || { skipped="$skipped $cell"; continue; }
+    r=${ROUNDS:-$(( k >= 8 ? 1 : 8 / k ))}
+    echo "=== $cell rounds $r (at $(( t0 - t_start )) s, killed after $left s)" >>"$OUTD/sessions.log"
+    timeout "$left" env LD_LIBRARY_PATH="$LIBP" "$BIN/bench_sessions" -m "$f" -k "$k" -c "$n" \
+        -t "$THREADS" -r "$r" -R "$REPS" >"$W/cell.out" 2>&1
+    rc=$?
+    [ "$rc" = 124 ] && killed="$killed $cell"
+    cat "$W/cell.out" >>"$OUTD/sessions.log"
+    echo "=== $cell: rc $rc, $(( $(date +%s) - t0 )) s" >>"$OUTD/sessions.log"
+    # The bench names the file; the table names the shape and type.
+    grep '^| .*\.gguf |' "$W/cell.out" | sed "s/^| [^|]* |/| $preset $type |/" | tee -a "$OUTD/sessions.md"
+done
+{
+echo
+echo "total $(( $(date +%s) - t_start )) s${killed:+; killed at HARD $HARD s (partial rows in sessions.log):$killed}${skipped:+; not started (LIMIT $LIMIT s):$skipped}"
+} | tee -a "$OUTD/sessions.md"

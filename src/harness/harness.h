@@ -1,0 +1,49 @@
+/*
+ * harness.h — NOT PUBLIC. The one internal header that benchmarks and tools
+ * in app/ and bench/ may use to reach past include/mzcache.h.
+ *
+ * Benchmarks write long synthetic contexts straight into the KV chunks
+ * (prefilling 32k tokens on two cores takes hours) and the codec evaluation
+ * reads and rewrites them; those need a context's KV layout, which the
+ * public API rightly hides. Rather than each program including
+ * src/engine/engine.h and writing struct mz_ctx fields, they go through the
+ * accessors below and the calibrated KV fill (src/kv/kv_fill.h, included
+ * here). Nothing here is installed or promised to library users; tests under
+ * tests/ keep their direct access to the internals.
+ *
+ * Every accessor takes a live context on its owner thread (the contract of
+ * the public calls on a context).
+ */
+#ifndef MZ_HARNESS_H
+#define MZ_HARNESS_H
+
+#include "mzcache.h"
+#include "../kv/kv_fill.h" /* mz_kvfill_*: synthetic KV that compresses like the real one */
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The model c computes with (to make a second context on it, e.g. a
+ * calibration context) and its GGUF file's path (borrowed for the model's
+ * lifetime). */
+mz_model_t *mz_harness_ctx_model(const mz_ctx_t *c);
+const char *mz_harness_model_path(const mz_model_t *m);
+/* The n_threads c was made with (mz_ctx_params.n_threads: 0 = all cores). */
+int mz_harness_ctx_n_threads(const mz_ctx_t *c);
+
+/* KV layout: bytes of the chunks that exist (resident or evicted), layers,
+ * bytes of one (layer, 256-token) chunk (K then V, F16). */
+size_t mz_harness_kv_bytes(const mz_ctx_t *c);
+int mz_harness_kv_n_layer(const mz_ctx_t *c);
+size_t mz_harness_kv_chunk_bytes(const mz_ctx_t *c);
+/* The memory of KV chunk ci of layer l, for reading or writing in place;
+ * NULL when it does not exist. Valid only while the chunk is resident:
+ * call after a prefill or mz_restore, before the next mz_evict. */
+uint8_t *mz_harness_kv_chunk(mz_ctx_t *c, int l, size_t ci);
+
+/* Name of the kernel ISA picked at run time ("avx512-vnni", "avx2", ...). */
+const char *mz_harness_isa(void);
+/* Monotonic clock in milliseconds. */
+double mz_harness_time_ms(void);
+
+#endif /* MZ_HARNESS_H */
