@@ -305,6 +305,7 @@ typedef struct bench_opts {
     const char *recompute_models[BMAX_LIST]; /* aliases/paths/keys; none = every model */
     int n_recompute_models;
     int runs, recompute_runs, recompute_max_ctx, query, threads;
+    int restore_threads;       /* mz_restore_params.n_restore_threads (0: the profile's split) */
     double tol;
     const char *swap_dir, *profile, *out_dir, *name, *peer_csv, *title;
     bool plot, drop_global, inmem, zram;
@@ -601,7 +602,7 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         /* Level 0 asks for everything: whatever remains is the mode's floor, shown
          * as its remaining %, not a miss. */
         if (level > 0 && (rem[k] > level + 1e-9 || rem[k] < level - o->tol)) r->in_tol = false;
-        char extra[160] = "";
+        char extra[256] = "";
         if (pc->mode == MZ_MODE_OS_PAGING &&
             zram_stat(&zo[nz], &zc[nz], &zu[nz], r->zram_algo, sizeof r->zram_algo)) {
             snprintf(extra, sizeof extra, "; zram %s holds %.0f MiB as %.0f MiB (%.0f %%), uses %.0f MiB",
@@ -620,6 +621,7 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         if (load > r->load_max) r->load_max = load;
         mz_restore_params rp = mz_restore_params_default();
         rp.overlap = pc->overlap;
+        rp.n_restore_threads = o->restore_threads;
         mz_restore_timings tm;
         memset(&tm, 0, sizeof tm);
         t0 = now_s();
@@ -631,6 +633,11 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         sl[k] = tm.stall_ms, pf[k] = tm.prefill_ms;
         if (rem[k] < r->remaining_min) r->remaining_min = rem[k];
         if (rem[k] > r->remaining_max) r->remaining_max = rem[k];
+        if (tm.n_restore_threads) {
+            size_t n = strlen(extra);
+            snprintf(extra + n, sizeof extra - n, "; %d restore threads, alloc %.0f ms, ready %.0f ms",
+                     tm.n_restore_threads, tm.alloc_ms, tm.restore_ms);
+        }
         progress_line(e, r, k, n_runs, t, rem[k], cached, load, extra);
     }
     if (mz_ctx_truncate(e->c, e->N)) goto fail;
@@ -1159,6 +1166,8 @@ static void help(void)
            "  --recompute-max-ctx N skip recompute above N tokens (default 8192; 0 = never skip)\n"
            "  --recompute-models L  run recompute only for these models (default every model)\n"
            "  --query N             query tokens (default 8)\n"
+           "  --restore-threads N   mzcache restore threads (default 0: the device profile's\n"
+           "                        split for the compute threads and CPUs)\n"
            "  -t, --threads N       compute threads (default 2)\n"
            "  --tol PCT             allowed undershoot of the remaining level (default 3)\n"
            "  --no-inmem            skip the in-memory (nothing evicted) TTFT (the bound is then nan)\n"
@@ -1219,6 +1228,9 @@ static int bench_ttft(int argc, char **argv)
         else if (OPT("--recompute-max-ctx")) { if (cli_opt_int(a, v, 0, INT_MAX, &o.recompute_max_ctx)) return 2; }
         else if (OPT("--recompute-models")) o.n_recompute_models = split_list(v, o.recompute_models);
         else if (OPT("--query")) { if (cli_opt_int(a, v, 1, 1 << 20, &o.query)) return 2; }
+        else if (OPT("--restore-threads")) {
+            if (cli_opt_int(a, v, 0, MZ_RESTORE_THREADS_MAX, &o.restore_threads)) return 2;
+        }
         else if (OPT("-t") || OPT("--threads")) { if (cli_opt_int(a, v, 1, 256, &o.threads)) return 2; }
         else if (OPT("--tol")) { if (cli_opt_double(a, v, 0, 1e6, &o.tol)) return 2; }
         else if (OPT("--swap-dir")) o.swap_dir = v;
