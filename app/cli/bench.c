@@ -34,6 +34,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include "codec/codec.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
 #include "kv/kv_fill.h"
@@ -1310,8 +1311,9 @@ static int bench_ttft(int argc, char **argv)
     time_t tt = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M", localtime(&tt));
     fprintf(stderr, "mzcache bench ttft: %d models x %d contexts, %d configs, %d levels, %d runs: %d points "
-                    "(synthetic contexts; isa %s; load %.2f)\n",
-            o.n_models, o.n_ctxs, n_cfg, o.n_levels, o.runs, n_points, mz_kernels_isa(), loadavg1());
+                    "(synthetic contexts; isa %s, q8 codec %s; load %.2f)\n",
+            o.n_models, o.n_ctxs, n_cfg, o.n_levels, o.runs, n_points, mz_kernels_isa(), mz_q8_isa(),
+            loadavg1());
 
     run_env e;
     memset(&e, 0, sizeof e);
