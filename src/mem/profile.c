@@ -255,5 +255,8 @@ void mz_profile_io_shape(const mz_device_profile *p, size_t *io_bytes, int *queu
     size_t b = MZ_MAX(p->sat_size, (size_t)64 << 10);
     b = MZ_MIN(b, (size_t)4 << 20);
     *io_bytes = b / 4096 * 4096;
-    *queue_depth = MZ_MAX(2, MZ_MIN(p->sat_qd, 64));
+    /* Never fewer than 4 in flight: a saturation point measured at depth 1
+     * or 2 (a short or disturbed profile) would otherwise throttle the
+     * restore below what the disk gave before the profile had a say. */
+    *queue_depth = MZ_MAX(4, MZ_MIN(p->sat_qd, 64));
 }

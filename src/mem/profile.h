@@ -101,7 +101,7 @@ MZ_INTERNAL int mz_profile_restore_threads(const mz_device_profile *p, int n_com
 
 /* The restore's storage requests: bytes per request (the saturation size,
  * 64 KiB..4 MiB, 4 KiB multiple) and requests in flight in all (the
- * saturation depth, 2..64). Unmeasured: 1 MiB x 4. */
+ * saturation depth, 4..64). Unmeasured: 1 MiB x 4. */
 MZ_INTERNAL void mz_profile_io_shape(const mz_device_profile *p, size_t *io_bytes,
                                      int *queue_depth);
 

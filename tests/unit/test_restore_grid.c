@@ -258,6 +258,23 @@ static void test_split_params(mz_model_t *m)
     if (g) g[24] = '1'; /* [1, 1, 4, ...]: no longer ascending */
     CHECK(g && mz_profile_from_json(json, strlen(json), &q) == MZ_E_FORMAT);
 
+    /* The storage requests: the profile's saturation point when measured
+     * (at least 4 in flight), 1 MiB x 4 otherwise. */
+    size_t io;
+    int qd;
+    mz_profile_builtin(&p);
+    mz_profile_io_shape(&p, &io, &qd);
+    CHECK(io == (1u << 20) && qd == 4);
+    p.measured = true;
+    p.sat_size = 128u << 10;
+    p.sat_qd = 8; /* the 16-vCPU machine */
+    mz_profile_io_shape(&p, &io, &qd);
+    CHECK(io == (128u << 10) && qd == 8);
+    p.sat_size = 8u << 20;
+    p.sat_qd = 1;
+    mz_profile_io_shape(&p, &io, &qd);
+    CHECK(io == (4u << 20) && qd == 4);
+
     mz_ctx_t *c = ev_ctx(m, "q8", MZ_KV_PLACE_AUTO, 512, "swap-grid-split");
     CHECK(c != NULL);
     if (!c) return;
