@@ -58,8 +58,14 @@ static void jb_str(jbuf *b, const char *s)
     jb_printf(b, "\"");
 }
 
-/* Finite numbers only (JSON has no inf/nan). */
-static double fin(double x) { return isfinite(x) ? x : 0.0; }
+/* Finite numbers only (JSON has no inf/nan), within +-1e12 so that "%.4f"
+ * stays under the parser's 63-character numbers (3.2e78 was written as 79
+ * digits the parser then refused: the profile did not read back). */
+static double fin(double x)
+{
+    if (!isfinite(x)) return 0.0;
+    return x > 1e12 ? 1e12 : x < -1e12 ? -1e12 : x;
+}
 
 size_t mz_profile_to_json(const mz_device_profile *p, char *buf, size_t cap)
 {
