@@ -12,8 +12,9 @@
 # Locally at tiny sizes (a smoke test of the script, not a measurement):
 #   MZ_LOCAL=1 SMALL=1 bash bench/device-restore.sh
 #
-# Sections, in priority order; each is skipped once BUDGET_S (default 540 s)
-# has passed, so the call ends inside the device's 10 minutes:
+# Sections, in priority order; each is skipped once BUDGET_S (default 500 s)
+# has passed (a section started before may run about a minute past it), so
+# the call ends inside the device's 10 minutes:
 #   profile   `mzcache profile` (pre-fault by thread count, read saturation),
 #             then the split it gives for 2 / 8 compute threads
 #   target2   qwen3-0.6b F16 shape, 16k context, 8 compute threads: in-memory
@@ -23,19 +24,19 @@
 #   target3   the same model and context, 2 compute threads, 50 %: full
 #             overlap vs no overlap, five runs taking turns (bench_restore),
 #             the ratio of every run
-#   scaling   bench_throughput vs llama-bench (bench/device-scaling.sh) for
-#             SCALING_MODELS
 #   avx2      MZ_KERNELS=avx2: bench_throughput of AVX2_MODELS at 8 threads and
 #             target 2's 50 % point; every row names the kernels that ran
-# Knobs: SECTIONS ("profile target2 target3 scaling avx2"), BUDGET_S (540),
+#   scaling   bench_throughput vs llama-bench (bench/device-scaling.sh) for
+#             SCALING_MODELS, cut off (timeout) when the budget is spent
+# Knobs: SECTIONS ("profile target2 target3 avx2 scaling"), BUDGET_S (500),
 #        CTX (16384), SCALING_MODELS, AVX2_MODELS, REPS (3), SMALL (1: tiny
 #        shapes and contexts, for the local smoke test).
 set -uo pipefail
 T0=$(date +%s)
 OUTD=${OUT:-/tmp/device-restore-out}; mkdir -p "$OUTD"
 MD=$OUTD/restore.md
-SECTIONS=${SECTIONS:-"profile target2 target3 scaling avx2"}
-BUDGET_S=${BUDGET_S:-540}
+SECTIONS=${SECTIONS:-"profile target2 target3 avx2 scaling"}
+BUDGET_S=${BUDGET_S:-500}
 REPS=${REPS:-3}
 W=${WORK:-/tmp/device-restore-w}; RAW=$W/raw; mkdir -p "$W/swap" "$RAW"
 if [ "${SMALL:-0}" = 1 ]; then
@@ -45,7 +46,7 @@ if [ "${SMALL:-0}" = 1 ]; then
     PROFILE_ARGS=${PROFILE_ARGS:-"--quick"}
 else
     PRESET=${PRESET:-qwen3-0.6b}; CTX=${CTX:-16384}
-    SCALING_MODELS=${SCALING_MODELS:-"smollm2-135m:F16:2/4/8/16 qwen3-0.6b:F16:8/16 llama3.2-1b:Q4_0:8/16"}
+    SCALING_MODELS=${SCALING_MODELS:-"smollm2-135m:F16:2/8/16 qwen3-0.6b:F16:8/16 llama3.2-1b:Q4_0:8/16 llama3.2-1b:F16:8"}
     AVX2_MODELS=${AVX2_MODELS:-"smollm2-135m:Q4_0 smollm2-135m:F16"}
     PROFILE_ARGS=${PROFILE_ARGS:-"--file-mib 256 --mem-mib 256 --wait 1"}
 fi
@@ -117,14 +118,6 @@ if want target3; then
     grep -E '^\||per-run|all resident' "$RAW/target3.log" | tee -a "$MD"
 fi
 
-if want scaling; then
-    echo "### Thread scaling rows" | tee -a "$MD"
-    left=$(( BUDGET_S - $(elapsed) ))
-    OUT="$RAW" WORK="$W" MODELS="$SCALING_MODELS" REPS="$REPS" timeout "$left" bash bench/device-scaling.sh \
-        >"$RAW/scaling.log" 2>&1 || echo "scaling stopped (exit $?; budget or failure)" | tee -a "$MD"
-    grep '^|' "$RAW/scaling.md" 2>/dev/null | tee -a "$MD"
-fi
-
 if want avx2; then
     echo "### Forced AVX2 (MZ_KERNELS=avx2): ours only, 8 threads" | tee -a "$MD"
     t=8; [ "$(nproc)" -lt 8 ] && t=$(nproc)
@@ -146,5 +139,13 @@ if want avx2; then
         grep -o "level [0-9]*%: run .*" "$RAW/target2-avx2.log" | sed 's/^/    /' | tee -a "$MD"
     fi
 fi
+if want scaling; then
+    echo "### Thread scaling rows" | tee -a "$MD"
+    left=$(( BUDGET_S - $(elapsed) ))
+    OUT="$RAW" WORK="$W" MODELS="$SCALING_MODELS" REPS="$REPS" timeout "$left" bash bench/device-scaling.sh \
+        >"$RAW/scaling.log" 2>&1 || echo "scaling stopped (exit $?; budget or failure)" | tee -a "$MD"
+    grep '^|' "$RAW/scaling.md" 2>/dev/null | tee -a "$MD"
+fi
+
 echo "done in $(elapsed) s" | tee -a "$MD"
 tar czf "$OUTD/raw.tgz" -C "$W" raw 2>/dev/null
