@@ -609,7 +609,7 @@ typedef struct mz_restore_params {
                                   take turns on one; 2 = decoding shares the first, the
                                   storage path has the second; 3 = one each; more = the
                                   first only allocates, the others each run one lane of
-                                  the storage path or of decoding (split by the units of
+                                  the storage path or of decoding (split by the bytes of
                                   each). 0 = the device profile's split for this many
                                   compute threads and CPUs (docs/BENCHMARKS.md); values
                                   outside 0..MZ_RESTORE_THREADS_MAX are MZ_E_INVAL */

@@ -594,18 +594,23 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
      * thread, the storage path (which mostly waits on reads) the second; 3 =
      * storage and decoding on threads of their own; more = the first thread
      * only allocates, each other one runs one lane of the storage path or of
-     * decoding, the lanes split between the two by their units. */
+     * decoding, the lanes split between the two by their bytes. */
     int nt = p && p->n_threads >= 1 && p->n_threads <= MZ_RESTORE_THREADS_MAX
                  ? p->n_threads
                  : mz_profile_restore_threads(&mm->prof, p ? p->n_compute : 0);
+    /* Lanes divided by bytes: a dropped weight block is tens of MB to read
+     * and hash, a KV chunk well under one. */
     int n_sto_lanes = 1;
     if (nt >= 4) {
         int r = nt - 1;
+        double sto_bytes = 0, all_bytes = 0;
+        for (size_t i = 0; i < j->n; i++) {
+            all_bytes += (double)j->units[i]->bytes;
+            if (j->from[i] != MZ_UNIT_COMPRESSED) sto_bytes += (double)j->units[i]->bytes;
+        }
         if (j->n_mem == 0) n_sto_lanes = r;
         else if (j->n_storage == 0) n_sto_lanes = 0;
-        else
-            n_sto_lanes = MZ_MAX(1, MZ_MIN(r - 1, (int)((double)r * (double)j->n_storage /
-                                                           (double)j->n + 0.5)));
+        else n_sto_lanes = MZ_MAX(1, MZ_MIN(r - 1, (int)((double)r * sto_bytes / all_bytes + 0.5)));
     }
     j->n_lanes = MZ_MAX(n_sto_lanes, 1);
     j->lanes = mz_calloc((size_t)j->n_lanes, sizeof *j->lanes);
