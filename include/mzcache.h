@@ -575,7 +575,7 @@ MZ_API MZ_NODISCARD mz_status mz_gen_model(const char *out_path, const mz_gen_pa
  *
  * mz_prefill restores each evicted unit on the calling thread just before the
  * forward pass reads it. mz_prefill_restore / mz_restore_generate instead
- * start three restore activities (on 1-3 threads, n_restore_threads) as the
+ * start three restore activities (on n_restore_threads threads) as the
  * request arrives — allocation (re-enable
  * and pre-fault unit ranges ahead of the loaders, forward order), storage
  * (weight blocks from the model file with O_DIRECT, stored KV chunks from the
@@ -587,13 +587,18 @@ MZ_API MZ_NODISCARD mz_status mz_gen_model(const char *out_path, const mz_gen_pa
  * evicted with its copy intact, the context is truncated back as mz_prefill
  * does, and a later call retries. Do not call mz_evict from another thread
  * while a request runs (eviction is an owner-thread call). */
+#define MZ_RESTORE_THREADS_MAX 64
+
 typedef struct mz_restore_params {
     int n_restore_threads;     /* threads the three restore activities run on, beside the
-                                  context's compute threads: 3 = one each; 2 = allocation
-                                  and decoding share one, the storage path has its own;
-                                  1 = all take turns on one. 0 = the device profile's
-                                  restore_threads (docs/BENCHMARKS.md has the measured
-                                  split); values outside 0..3 are MZ_E_INVAL */
+                                  context's compute threads: every one pre-faults; 1 = all
+                                  take turns on one; 2 = decoding shares the first, the
+                                  storage path has the second; 3 = one each; more = the
+                                  first only allocates, the others each run one lane of
+                                  the storage path or of decoding (split by the bytes of
+                                  each). 0 = the device profile's split for this many
+                                  compute threads and CPUs (docs/BENCHMARKS.md); values
+                                  outside 0..MZ_RESTORE_THREADS_MAX are MZ_E_INVAL */
     /* Paper ablations (restore overlap) and test delays: NULL = the engine's
      * behaviour. Not a stable API: see mzcache_experimental.h. */
     const struct mz_restore_experimental *experimental;

@@ -304,6 +304,7 @@ typedef struct bench_opts {
     const char *recompute_models[BMAX_LIST]; /* aliases/paths/keys; none = every model */
     int n_recompute_models;
     int runs, recompute_runs, recompute_max_ctx, query, threads;
+    int restore_threads;       /* mz_restore_params.n_restore_threads (0: the profile's split) */
     double tol;
     const char *swap_dir, *profile, *out_dir, *name, *peer_csv, *title;
     bool plot, drop_global, inmem, zram;
@@ -600,7 +601,7 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         /* Level 0 asks for everything: whatever remains is the mode's floor, shown
          * as its remaining %, not a miss. */
         if (level > 0 && (rem[k] > level + 1e-9 || rem[k] < level - o->tol)) r->in_tol = false;
-        char extra[160] = "";
+        char extra[256] = "";
         if (pc->mode == MZ_MODE_OS_PAGING &&
             zram_stat(&zo[nz], &zc[nz], &zu[nz], r->zram_algo, sizeof r->zram_algo)) {
             snprintf(extra, sizeof extra, "; zram %s holds %.0f MiB as %.0f MiB (%.0f %%), uses %.0f MiB",
@@ -621,6 +622,7 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         rx.overlap = pc->overlap;
         mz_restore_params rp = mz_restore_params_default();
         rp.experimental = &rx;
+        rp.n_restore_threads = o->restore_threads;
         mz_restore_timings tm;
         memset(&tm, 0, sizeof tm);
         t0 = now_s();
@@ -632,6 +634,11 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         sl[k] = tm.stall_ms, pf[k] = tm.prefill_ms;
         if (rem[k] < r->remaining_min) r->remaining_min = rem[k];
         if (rem[k] > r->remaining_max) r->remaining_max = rem[k];
+        if (tm.n_restore_threads) {
+            size_t n = strlen(extra);
+            snprintf(extra + n, sizeof extra - n, "; %d restore threads, alloc %.0f ms, ready %.0f ms",
+                     tm.n_restore_threads, tm.alloc_ms, tm.restore_ms);
+        }
         progress_line(e, r, k, n_runs, t, rem[k], cached, load, extra);
     }
     if (mz_ctx_truncate(e->c, e->N)) goto fail;
@@ -1162,6 +1169,8 @@ static void help(void)
            "  --recompute-max-ctx N skip recompute above N tokens (default 8192; 0 = never skip)\n"
            "  --recompute-models L  run recompute only for these models (default every model)\n"
            "  --query N             query tokens (default 8)\n"
+           "  --restore-threads N   mzcache restore threads (default 0: the device profile's\n"
+           "                        split for the compute threads and CPUs)\n"
            "  -t, --threads N       compute threads (default 2)\n"
            "  --tol PCT             allowed undershoot of the remaining level (default 3)\n"
            "  --no-inmem            skip the in-memory (nothing evicted) TTFT (the bound is then nan)\n"
@@ -1222,6 +1231,9 @@ static int bench_ttft(int argc, char **argv)
         else if (OPT("--recompute-max-ctx")) { if (cli_opt_int(a, v, 0, INT_MAX, &o.recompute_max_ctx)) return 2; }
         else if (OPT("--recompute-models")) o.n_recompute_models = split_list(v, o.recompute_models);
         else if (OPT("--query")) { if (cli_opt_int(a, v, 1, 1 << 20, &o.query)) return 2; }
+        else if (OPT("--restore-threads")) {
+            if (cli_opt_int(a, v, 0, MZ_RESTORE_THREADS_MAX, &o.restore_threads)) return 2;
+        }
         else if (OPT("-t") || OPT("--threads")) { if (cli_opt_int(a, v, 1, 256, &o.threads)) return 2; }
         else if (OPT("--tol")) { if (cli_opt_double(a, v, 0, 1e6, &o.tol)) return 2; }
         else if (OPT("--swap-dir")) o.swap_dir = v;
@@ -1301,8 +1313,9 @@ static int bench_ttft(int argc, char **argv)
     time_t tt = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M", localtime(&tt));
     fprintf(stderr, "mzcache bench ttft: %d models x %d contexts, %d configs, %d levels, %d runs: %d points "
-                    "(synthetic contexts; isa %s; load %.2f)\n",
-            o.n_models, o.n_ctxs, n_cfg, o.n_levels, o.runs, n_points, mz_harness_isa(), loadavg1());
+                    "(synthetic contexts; isa %s, q8 codec %s; load %.2f)\n",
+            o.n_models, o.n_ctxs, n_cfg, o.n_levels, o.runs, n_points, mz_harness_isa(),
+            mz_harness_q8_isa(), loadavg1());
 
     run_env e;
     memset(&e, 0, sizeof e);

@@ -297,7 +297,9 @@ int cmd_chat(int argc, char **argv)
             }
         }
         else if (!strcmp(argv[i], "--restore-threads") && i + 1 < argc) {
-            if (cli_opt_int(argv[i], argv[i + 1], 0, 3, &rp.n_restore_threads)) return 2;
+            if (cli_opt_int(argv[i], argv[i + 1], 0, MZ_RESTORE_THREADS_MAX,
+                            &rp.n_restore_threads))
+                return 2;
             i++;
         }
         else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
@@ -342,8 +344,8 @@ int cmd_chat(int argc, char **argv)
                    "      --restore-overlap M all (default: allocation, reload and prefill overlap),\n"
                    "                          none, alloc-reload, reload-prefill (paper Fig. 11a)\n"
                    "      --restore-threads N threads the restore workers run on beside the\n"
-                   "                          compute threads: 1, 2 or 3 (default: the device\n"
-                   "                          profile's restore_threads)\n"
+                   "                          compute threads: 1..64 (default: the device\n"
+                   "                          profile's split for the compute threads)\n"
                    "      --codec NAME        KV codec for compressed chunks: q8 (default), q8-g32,\n"
                    "                          q8-g128, raw, cachegen (about 4x smaller, slower to\n"
                    "                          decode), cachegen-layer (CacheGen's layer schedule:\n"

@@ -220,7 +220,7 @@ int cmd_demo(int argc, char **argv)
             if (cli_opt_int(a, v, 1, 12, &turns)) return 2;
             i++;
         } else if (!strcmp(a, "--restore-threads") && v) {
-            if (cli_opt_int(a, v, 0, 3, &rp.n_restore_threads)) return 2;
+            if (cli_opt_int(a, v, 0, MZ_RESTORE_THREADS_MAX, &rp.n_restore_threads)) return 2;
             i++;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: mzcache demo -m MODEL [options]\n\n"

@@ -60,6 +60,16 @@ static void print_profile(const mz_device_profile *p, const char *path)
            "after %.1f s (%.3f with 2 threads)\n",
            p->memcpy_gbps, p->touch_hot_s_per_gib, p->touch_cold_s_per_gib, p->reclaim_wait_s,
            p->touch_cold2_s_per_gib);
+    if (p->n_touch) {
+        printf("  pre-fault (restore's way), s/GiB by threads:");
+        for (int i = 0; i < p->n_touch; i++)
+            printf(" %d: %.3f", p->touch_threads[i], p->touch_mt_s_per_gib[i]);
+        printf("\n");
+    }
+    int n = p->n_cpus > 0 ? p->n_cpus : 1;
+    printf("  restore threads beside 1 / 2 / %d compute threads: %d / %d / %d\n", MZ_MAX(n / 2, 1),
+           mz_profile_restore_threads(p, 1), mz_profile_restore_threads(p, 2),
+           mz_profile_restore_threads(p, MZ_MAX(n / 2, 1)));
 }
 
 /* Runs the hybrid planner on a fresh simulated table of the shape, evicting

@@ -241,11 +241,30 @@ bool mz_codec_cpu_has_avx512(void)
 }
 #endif
 
-/* The best kernels this CPU and build have. */
+/* The best kernels this CPU and build have, lowered as the compute kernels
+ * are by MZ_KERNELS (scalar/ref: scalar; avx2: no AVX-512), so that a
+ * forced-AVX2 run on an AVX-512 machine stands for an AVX2-only one. */
+static int q8_env_limit(void) /* 0: none, 1: no AVX-512, 2: scalar; read once */
+{
+    static atomic_int limit = -1;
+    int v = atomic_load_explicit(&limit, memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv("MZ_KERNELS");
+        v = !env ? 0 : !strcmp(env, "ref") || !strcmp(env, "scalar") ? 2 : !strcmp(env, "avx2");
+        atomic_store_explicit(&limit, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 static enum q8_isa q8_isa_best(void)
 {
+    const int lim = q8_env_limit();
+    if (lim == 2) return Q8_SCALAR;
+    const bool no512 = lim == 1;
 #if defined(MZ_CODEC_HAVE_AVX512_FILE)
-    if (mz_codec_cpu_has_avx512()) return Q8_AVX512;
+    if (!no512 && mz_codec_cpu_has_avx512()) return Q8_AVX512;
+#else
+    (void)no512;
 #endif
 #if defined(MZ_CODEC_HAVE_AVX2_FILE)
     if (mz_codec_cpu_has_avx2()) return Q8_AVX2;

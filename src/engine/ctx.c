@@ -389,9 +389,9 @@ static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
     if (rp.experimental && (unsigned)rp.experimental->overlap > (unsigned)MZ_OVERLAP_RELOAD_PREFILL)
         return ctx_fail(c, mz_fail(MZ_E_INVAL, "unknown restore overlap mode %d",
                                    (int)rp.experimental->overlap));
-    if (rp.n_restore_threads < 0 || rp.n_restore_threads > 3)
-        return ctx_fail(c, mz_fail(MZ_E_INVAL, "n_restore_threads %d: use 0 (profile) or 1..3",
-                                   rp.n_restore_threads));
+    if (rp.n_restore_threads < 0 || rp.n_restore_threads > MZ_RESTORE_THREADS_MAX)
+        return ctx_fail(c, mz_fail(MZ_E_INVAL, "n_restore_threads %d: use 0 (profile) or 1..%d",
+                                   rp.n_restore_threads, MZ_RESTORE_THREADS_MAX));
     mz_clear_error();
     mz_status s = c->ops->prefill_restore(c, tokens, n, &rp, tm, t0);
     mz_mem_set_last_restore(c->mem, tm);
@@ -426,6 +426,7 @@ static mz_status mzc_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t
         .delay_us_max = x.debug_delay_us,
         .seed = x.seed,
         .n_threads = p->n_restore_threads,
+        .n_compute = mz_threadpool_n_threads(c->pool),
     };
     bool overlap_prefill = x.overlap == MZ_OVERLAP_ALL || x.overlap == MZ_OVERLAP_RELOAD_PREFILL;
     mz_status s = mz_mem_restore_begin(c->mem, &jp);

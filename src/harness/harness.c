@@ -3,6 +3,7 @@
  */
 #include "harness.h"
 
+#include "../codec/codec.h"
 #include "../core/core.h"
 #include "../engine/engine.h"
 #include "../kernels/kernels.h"
@@ -26,5 +27,6 @@ uint8_t *mz_harness_kv_chunk(mz_ctx_t *c, int l, size_t ci)
 }
 
 const char *mz_harness_isa(void) { return mz_kernels_isa(); }
+const char *mz_harness_q8_isa(void) { return mz_q8_isa(); }
 
 double mz_harness_time_ms(void) { return mz_time_ms(); }

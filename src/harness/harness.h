@@ -43,6 +43,8 @@ uint8_t *mz_harness_kv_chunk(mz_ctx_t *c, int l, size_t ci);
 
 /* Name of the kernel ISA picked at run time ("avx512-vnni", "avx2", ...). */
 const char *mz_harness_isa(void);
+/* Name of the q8 codec ISA picked at run time (MZ_KERNELS=avx2 keeps it off AVX-512 too). */
+const char *mz_harness_q8_isa(void);
 /* Monotonic clock in milliseconds. */
 double mz_harness_time_ms(void);
 

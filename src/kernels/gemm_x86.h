@@ -305,4 +305,162 @@ GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const
 GEMM_DRIVER(q8_0_q8_0, tile_q8_0, n / MZ_QK, _tiles, GEMM_STATIC)
 GEMM_DRIVER(q4_0_q8_0, tile_q4_0, n / MZ_QK, _tiles, GEMM_STATIC)
 GEMM_DRIVER(q4_1_q8_1, tile_q4_1, n / MZ_QK, _tiles, GEMM_STATIC)
-GEMM_DRIVER(f16, tile_f16, n, , GEMM_PUBLIC)
+GEMM_DRIVER(f16, tile_f16, n, _direct, GEMM_STATIC)
+
+/* ---- F16 x F16, many tokens: activations converted once -------------------------------- *
+ *
+ * In tile_f16 every step converts R weight vectors and T activation vectors
+ * (vcvtph2ps shares the FMA ports), so a 4 x 4 tile spends as many port
+ * slots converting as multiplying. With several tokens, gemm_f16 converts a
+ * chunk of activation rows to F32 once (on the stack, F16GX_BUF floats) and
+ * runs wider tiles that convert only the weights: F16GX_R x F16GX_T FMAs per
+ * F16GX_R conversions. The F32 values are exactly the F16 ones and every
+ * output keeps tile_f16's sequence (same lane width, steps, hsum and scalar
+ * tail), so the bits equal tile_f16's (and vec_dot's) for every shape. */
+#ifdef GEMM_F16_ZMM
+#define F16GX_R 4
+#define F16GX_T 6
+#else
+#define F16GX_R 3
+#define F16GX_T 4
+#endif
+#define F16GX_BUF (48 * 1024)
+#define F16GX_SB_BYTES (128 * 1024)
+/* Longer rows: a tile's F32 activation rows no longer fit L1 beside its
+ * weights and the wider loads cost more than the conversions saved
+ * (4096 columns measured 10 % slower, 8192 half as fast, on a Zen 4); those go through tile_f16. */
+#define F16GX_MAX_N 3072
+
+/* Activation rows [c0, c0 + cn) as F32, n apart (exact). */
+GEMM_INLINE void f16gx_convert(const void *restrict x, size_t xrb, size_t c0, size_t cn, size_t n,
+                               float *restrict xf)
+{
+    for (size_t t = 0; t < cn; t++) {
+        const mz_f16 *xr = (const mz_f16 *)((const uint8_t *)x + (c0 + t) * xrb);
+        float *dst = xf + t * n;
+        size_t e = 0;
+        for (; e + 8 <= n; e += 8) _mm256_storeu_ps(dst + e, gemm_load_f16x8(xr + e));
+        for (; e < n; e++) dst[e] = _cvtsh_ss(xr[e]);
+    }
+}
+
+#ifdef GEMM_F16_ZMM
+GEMM_INLINE void tile_f16x(size_t n, const uint8_t *restrict w, size_t wrb, const float *restrict x,
+                           size_t xs, float *restrict y, size_t ys, const int R, const int T)
+{
+    __m512 acc[F16GX_R][F16GX_T];
+    GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    size_t d = 0;
+    for (; d + 16 <= n; d += 16) {
+        __m512 wv[F16GX_R];
+        GEMM_UNROLL for (int r = 0; r < R; r++)
+            wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const mz_f16 *)(w + (size_t)r * wrb) + d)));
+        GEMM_UNROLL for (int t = 0; t < T; t++) {
+            const __m512 xv = _mm512_loadu_ps(x + (size_t)t * xs + d);
+            GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    GEMM_UNROLL for (int t = 0; t < T; t++) {
+        GEMM_UNROLL for (int r = 0; r < R; r++) {
+            const __m512 a = acc[r][t];
+            float s = gemm_hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+            const mz_f16 *wr = (const mz_f16 *)(w + (size_t)r * wrb);
+            const float *xr = x + (size_t)t * xs;
+            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * xr[e];
+            y[(size_t)t * ys + (size_t)r] = s;
+        }
+    }
+}
+#else
+GEMM_INLINE void tile_f16x(size_t n, const uint8_t *restrict w, size_t wrb, const float *restrict x,
+                           size_t xs, float *restrict y, size_t ys, const int R, const int T)
+{
+    __m256 acc[F16GX_R][F16GX_T];
+    GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    size_t d = 0;
+    for (; d + 8 <= n; d += 8) {
+        __m256 wv[F16GX_R];
+        GEMM_UNROLL for (int r = 0; r < R; r++) wv[r] = gemm_load_f16x8((const mz_f16 *)(w + (size_t)r * wrb) + d);
+        GEMM_UNROLL for (int t = 0; t < T; t++) {
+            const __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + d);
+            GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    GEMM_UNROLL for (int t = 0; t < T; t++) {
+        GEMM_UNROLL for (int r = 0; r < R; r++) {
+            float s = gemm_hsum(acc[r][t]);
+            const mz_f16 *wr = (const mz_f16 *)(w + (size_t)r * wrb);
+            const float *xr = x + (size_t)t * xs;
+            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * xr[e];
+            y[(size_t)t * ys + (size_t)r] = s;
+        }
+    }
+}
+#endif
+
+#define F16GX_CASE(R_, T_) \
+    case R_ * 8 + T_: tile_f16x(n, w, wrb, x, xs, y, ys, R_, T_); break;
+#if F16GX_T > 4
+#define F16GX_CASES_T(R_) \
+    F16GX_CASE(R_, 1) F16GX_CASE(R_, 2) F16GX_CASE(R_, 3) F16GX_CASE(R_, 4) F16GX_CASE(R_, 5) F16GX_CASE(R_, 6)
+#else
+#define F16GX_CASES_T(R_) F16GX_CASE(R_, 1) F16GX_CASE(R_, 2) F16GX_CASE(R_, 3) F16GX_CASE(R_, 4)
+#endif
+
+static void GEMM_FN(run_f16x)(int rn, int tn, size_t n, const uint8_t *restrict w, size_t wrb,
+                              const float *restrict x, size_t xs, float *restrict y, size_t ys)
+{
+    switch (rn * 8 + tn) {
+        F16GX_CASES_T(1) F16GX_CASES_T(2) F16GX_CASES_T(3)
+#if F16GX_R > 3
+        F16GX_CASES_T(4)
+#endif
+    default: MZ_ASSERT(0);
+    }
+}
+
+void GEMM_FN(mz_gemm_f16)(size_t n, const void *restrict w, size_t wrb, size_t r0, size_t r1,
+                          const void *restrict x, size_t xrb, size_t n_tok, float *restrict y, size_t ys)
+{
+    /* One token (decode): the weights stream from memory once and each
+     * activation vector serves R rows; converting it first gains nothing. */
+    if (n_tok < 2 || n > F16GX_MAX_N) {
+        GEMM_FN(mz_gemm_f16_direct)(n, w, wrb, r0, r1, x, xrb, n_tok, y, ys);
+        return;
+    }
+    float xf[F16GX_BUF] __attribute__((aligned(64)));
+    /* Tokens per chunk: as many as the buffer holds, whole tiles when it can. */
+    size_t tc = F16GX_BUF / n;
+    if (tc > F16GX_T) tc -= tc % F16GX_T;
+    /* Rows in super-blocks of F16GX_SB_BYTES of weights (they stay in L2
+     * while the chunks go by), in blocks of GEMM_BLOCK_BYTES (L1) within. */
+    size_t blk = GEMM_BLOCK_BYTES / wrb;
+    blk = blk < F16GX_R ? F16GX_R : blk - blk % F16GX_R;
+    size_t sb = F16GX_SB_BYTES / wrb;
+    sb = sb < blk ? blk : sb - sb % blk;
+    const bool one_chunk = n_tok <= tc;
+    if (one_chunk) f16gx_convert(x, xrb, 0, n_tok, n, xf);
+    for (size_t sa = r0; sa < r1; sa += sb) {
+        const size_t se = sa + sb < r1 ? sa + sb : r1;
+        for (size_t c0 = 0; c0 < n_tok; c0 += tc) {
+            const size_t cn = n_tok - c0 < tc ? n_tok - c0 : tc;
+            if (!one_chunk) f16gx_convert(x, xrb, c0, cn, n, xf);
+            for (size_t rb = sa; rb < se; rb += blk) {
+                const size_t re = rb + blk < se ? rb + blk : se;
+                for (size_t t0 = 0; t0 < cn; t0 += F16GX_T) {
+                    const int tn = (int)(cn - t0 < F16GX_T ? cn - t0 : F16GX_T);
+                    for (size_t ra = rb; ra < re; ra += F16GX_R) {
+                        const int rn = (int)(re - ra < F16GX_R ? re - ra : F16GX_R);
+                        GEMM_FN(run_f16x)(rn, tn, n, (const uint8_t *)w + ra * wrb, wrb, xf + t0 * n, n,
+                                          y + (c0 + t0) * ys + ra, ys);
+                    }
+                }
+            }
+        }
+    }
+}
+
+float GEMM_FN(mz_vec_dot_f16)(size_t n, const void *restrict w, const void *restrict x)
+{
+    return GEMM_FN(mz_vec_dot_f16_direct)(n, w, x);
+}

@@ -188,6 +188,23 @@ mz_status mz_compstack_peek_top(const mz_compstack_t *s, const uint8_t **data, s
     return MZ_OK;
 }
 
+size_t mz_compstack_peek_from_top(const mz_compstack_t *s, size_t n, mz_compstack_view *out)
+{
+    size_t k = 0;
+    /* A segment's bottom item may keep a stale prev (drop_bottom does not
+     * clear it): count the segment's items instead of following it to the end. */
+    for (const seg *g = s->topseg; g && k < n; g = g->below) {
+        size_t off = g->last;
+        for (size_t m = 0; m < g->n_items && k < n; m++, k++) {
+            const item_hdr *h = item_at(g, off);
+            MZ_ASSERT(h->magic == ITEM_MAGIC);
+            view(h, &out[k].data, &out[k].len, &out[k].tag);
+            off = (size_t)h->prev;
+        }
+    }
+    return k;
+}
+
 mz_status mz_compstack_peek_bottom(const mz_compstack_t *s, const uint8_t **data, size_t *len,
                                    uint64_t *tag)
 {

@@ -58,6 +58,17 @@ MZ_INTERNAL mz_status mz_compstack_peek_top(const mz_compstack_t *s, const uint8
                                             size_t *len, uint64_t *tag);
 MZ_INTERNAL mz_status mz_compstack_peek_bottom(const mz_compstack_t *s, const uint8_t **data,
                                                size_t *len, uint64_t *tag);
+/* Views of up to n items from the top down (out[0] = the top); returns how
+ * many were filled. Each view stays valid until its own item is removed
+ * (removing the items above it does not move it), which lets several
+ * threads decode items below the top while the top ones are dropped. */
+typedef struct mz_compstack_view {
+    const uint8_t *data;
+    size_t len;
+    uint64_t tag;
+} mz_compstack_view;
+MZ_INTERNAL size_t mz_compstack_peek_from_top(const mz_compstack_t *s, size_t n,
+                                              mz_compstack_view *out);
 /* Removes the top / bottom item (e.g. after decoding or writing it from the
  * peeked view). MZ_AGAIN when empty. Empty segments are unmapped at once. */
 MZ_INTERNAL mz_status mz_compstack_drop_top(mz_compstack_t *s);

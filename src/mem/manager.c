@@ -195,7 +195,6 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
                                     .codec = mm->codec_name};
         mm_refresh_times(mm);
         mm->profile_measured = prof.measured;
-        mm->restore_threads = mz_profile_restore_threads(&prof);
     }
     MZ_ASSERT(p && p->wt && p->wt->model == m);
     mm->wpinned = mz_calloc((size_t)MZ_MAX(mm->n_layer, 1), 1);
@@ -246,6 +245,7 @@ mz_status mm_ensure_swap(mz_mem *mm)
     mz_swapfile_params sp = mz_swapfile_params_default();
     sp.dir = mm->swap_dir;
     sp.flags = mm->swap_flags;
+    mz_profile_io_shape(&mm->prof, &sp.max_io_bytes, &sp.queue_depth);
     mz_status s = mz_swapfile_open(&sp, &mm->swap);
     if (!s && sh) sh->swap = mm->swap;
     if (sh) pthread_mutex_unlock(&sh->lock);
@@ -273,6 +273,13 @@ void mm_swap_slot_free(mz_mem *mm, mz_swap_slot slot)
 /* The model-file reader: the engine's when there is one. Weight reloads
  * run under the engine's compute lock, one session at a time, and a reader
  * is used by one thread at a time (direct_read.h). */
+mz_status mm_open_dfile(mz_mem *mm, mz_dfile_t **out)
+{
+    mz_dfile_params dp = mz_dfile_params_default();
+    mz_profile_io_shape(&mm->prof, &dp.max_io_bytes, &dp.queue_depth);
+    return mz_dfile_open(mm->model->path, &dp, out);
+}
+
 mz_status mm_ensure_dfile(mz_mem *mm)
 {
     if (mm->dfile) return MZ_OK;
@@ -280,7 +287,7 @@ mz_status mm_ensure_dfile(mz_mem *mm)
     if (sh) pthread_mutex_lock(&sh->lock);
     mz_status s = MZ_OK;
     if (sh && sh->dfile) mm->dfile = sh->dfile;
-    else if (!(s = mz_dfile_open(mm->model->path, NULL, &mm->dfile)) && sh) sh->dfile = mm->dfile;
+    else if (!(s = mm_open_dfile(mm, &mm->dfile)) && sh) sh->dfile = mm->dfile;
     if (sh) pthread_mutex_unlock(&sh->lock);
     if (s) return mz_fail_prefix(s, "cannot open the model file %s", mm->model->path);
     return MZ_OK;

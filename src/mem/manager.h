@@ -130,8 +130,9 @@ MZ_INTERNAL const mz_unit_times *mz_mem_unit_times(const mz_mem *mm);
  * between begin and end. */
 typedef struct mz_restore_job_params {
     bool overlap_alloc;        /* allocation runs ahead of the loaders (else: all first) */
-    int n_threads;             /* restore threads 1..3 (activities share them); else the
-                                  device profile's default */
+    int n_threads;             /* restore threads 1..MZ_RESTORE_THREADS_MAX (activities
+                                  share them); else the device profile's split */
+    int n_compute;             /* compute threads beside them (the split's input; 0: unknown) */
     unsigned delay_us_max;     /* tests: random delay before each worker step */
     uint64_t seed;
 } mz_restore_job_params;

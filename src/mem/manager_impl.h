@@ -70,7 +70,6 @@ struct mz_mem {
     mz_mem_shared *shared;     /* the engine's swap file and model-file reader (NULL: own) */
     bool shared_swap;          /* this session stores into the engine's swap file */
     _Atomic size_t n_slots;    /* swap slots this manager holds */
-    int restore_threads;       /* default split: restore threads (1..3) from the profile */
     mz_restore_timings last;   /* breakdown of the last pipelined restore */
     double last_first_compute_ms; /* when acquire_layer(0) returned in the last job */
     double last_ready_ms;      /* when its last unit became ready */
@@ -106,6 +105,8 @@ MZ_INTERNAL MZ_NODISCARD mz_status mm_swap_write(mz_mem *mm, const void *buf, si
 MZ_INTERNAL void mm_swap_slot_free(mz_mem *mm, mz_swap_slot slot);
 /* The model-file reader (the engine's when shared), opened on first use. */
 MZ_INTERNAL MZ_NODISCARD mz_status mm_ensure_dfile(mz_mem *mm);
+/* A model-file reader of its own (a restore lane's), requests shaped by the profile. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_open_dfile(mz_mem *mm, mz_dfile_t **out);
 /* The policy's view of the tables. Caller holds mm->lock. */
 MZ_INTERNAL void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v);
 /* Decodes the stack's top item into u (BUSY, mapped) and pops it. Caller

@@ -212,3 +212,51 @@ mz_status mz_profile_shape_units(const mz_profile_shape *s, size_t *kv_chunk_byt
     *kv_chunk_bytes = (size_t)MZ_KV_CHUNK_TOKENS * (size_t)KV * 2 * sizeof(mz_f16);
     return MZ_OK;
 }
+
+int mz_profile_restore_threads(const mz_device_profile *p, int n_compute)
+{
+    if (p->restore_threads >= 1 && p->restore_threads <= MZ_RESTORE_THREADS_MAX)
+        return p->restore_threads;
+    int n = p->n_cpus > 0 ? p->n_cpus : mz_n_cpus();
+    if (n < 4) return 2;
+    if (n_compute <= 0) n_compute = n / 2;
+    int nt = n - n_compute;
+    /* Pre-faulting stops scaling at some thread count k (the kernel's page
+     * allocator and the hypervisor's backing are shared): allocation uses
+     * up to k threads, and as many again load and decode beside it. */
+    if (p->n_touch >= 2) {
+        int k_best = 0;
+        double best = 0;
+        for (int i = 0; i < p->n_touch && p->touch_threads[i] <= nt; i++)
+            if (p->touch_mt_s_per_gib[i] > 0 && (!k_best || p->touch_mt_s_per_gib[i] < best)) {
+                best = p->touch_mt_s_per_gib[i];
+                k_best = i + 1;
+            }
+        int last = 0; /* the largest measured count that fits */
+        while (last < p->n_touch && p->touch_threads[last] <= nt) last++;
+        if (k_best && k_best < last) { /* flat before the spare CPUs run out */
+            int k = p->touch_threads[k_best - 1];
+            for (int i = 0; i < k_best; i++)
+                if (p->touch_mt_s_per_gib[i] > 0 && p->touch_mt_s_per_gib[i] <= 1.1 * best) {
+                    k = p->touch_threads[i];
+                    break;
+                }
+            nt = MZ_MIN(nt, 2 * k);
+        }
+    }
+    return MZ_MAX(3, MZ_MIN(nt, MZ_RESTORE_THREADS_MAX));
+}
+
+void mz_profile_io_shape(const mz_device_profile *p, size_t *io_bytes, int *queue_depth)
+{
+    *io_bytes = 1u << 20;
+    *queue_depth = 4;
+    if (!p->measured || !p->sat_size || p->sat_qd < 1) return;
+    size_t b = MZ_MAX(p->sat_size, (size_t)64 << 10);
+    b = MZ_MIN(b, (size_t)4 << 20);
+    *io_bytes = b / 4096 * 4096;
+    /* Never fewer than 4 in flight: a saturation point measured at depth 1
+     * or 2 (a short or disturbed profile) would otherwise throttle the
+     * restore below what the disk gave before the profile had a say. */
+    *queue_depth = MZ_MAX(4, MZ_MIN(p->sat_qd, 64));
+}

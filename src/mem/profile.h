@@ -35,6 +35,7 @@
 #define MZ_PROFILE_MAX_CODECS 16
 #define MZ_PROFILE_MAX_SIZES 8
 #define MZ_PROFILE_MAX_QD 6
+#define MZ_PROFILE_MAX_TOUCH 8
 
 /* ---- 1. the profile ------------------------------------------------------------- */
 
@@ -70,8 +71,15 @@ typedef struct mz_device_profile {
     double touch_cold_s_per_gib; /* after reclaim_wait_s (the hypervisor took it), one thread */
     double touch_cold2_s_per_gib;/* the same, two threads */
     double reclaim_wait_s;
+    /* Pre-faulting as the restore does it (MADV_POPULATE_WRITE, 2 MiB pieces
+     * claimed in turn), cold, by thread count: touch_threads ascending from 1,
+     * touch_mt_s_per_gib the wall time per GiB. n_touch 0: not measured. */
+    int n_touch;
+    int touch_threads[MZ_PROFILE_MAX_TOUCH];
+    double touch_mt_s_per_gib[MZ_PROFILE_MAX_TOUCH];
     /* the compute/restore thread split: threads the restore activities run on
-       (1..3) beside the compute threads; 0 = the rule of mz_profile_restore_threads */
+       (1..MZ_RESTORE_THREADS_MAX) beside the compute threads; 0 = the rule of
+       mz_profile_restore_threads */
     int restore_threads;
     /* codecs */
     int n_codecs;
@@ -81,10 +89,21 @@ typedef struct mz_device_profile {
 /* The built-in estimate (MACHINE-NOTES figures: a 2-vCPU VM on virtio ext4). */
 MZ_INTERNAL void mz_profile_builtin(mz_device_profile *out);
 
-/* Restore threads for this machine: the profile's restore_threads when set
- * (1..3), else the rule measured in docs/BENCHMARKS.md ("compute/restore
- * split"): 3 threads with 4 or more CPUs, else 2. */
-MZ_INTERNAL int mz_profile_restore_threads(const mz_device_profile *p);
+/* Restore threads beside n_compute compute threads (n_compute <= 0: the
+ * machine's other CPUs are taken as busy, as with one compute thread per CPU
+ * minus one). The profile's restore_threads when set; else, with fewer than
+ * 4 CPUs, 2 (docs/BENCHMARKS.md, "compute/restore split": on 2 vCPUs two
+ * restore threads beside two compute threads beat one); else the CPUs the
+ * compute threads leave (at least 3), and no more than the thread count
+ * past which pre-faulting stops getting faster (touch_mt_s_per_gib within
+ * 10 % of the best measured up to there). Never above MZ_RESTORE_THREADS_MAX. */
+MZ_INTERNAL int mz_profile_restore_threads(const mz_device_profile *p, int n_compute);
+
+/* The restore's storage requests: bytes per request (the saturation size,
+ * 64 KiB..4 MiB, 4 KiB multiple) and requests in flight in all (the
+ * saturation depth, 4..64). Unmeasured: 1 MiB x 4. */
+MZ_INTERNAL void mz_profile_io_shape(const mz_device_profile *p, size_t *io_bytes,
+                                     int *queue_depth);
 
 /* ---- 2. files ------------------------------------------------------------------- */
 

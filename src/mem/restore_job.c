@@ -14,8 +14,8 @@
  * Three activities bring every unit that is evicted when the request
  * arrives back in forward order (layer by layer: the weight block, then the
  * layer's KV chunks), while the owner thread computes and waits per unit in
- * mz_mem_acquire_layer. They run on 1-3 threads (the split: see
- * job_thread_main and mz_mem_restore_begin):
+ * mz_mem_acquire_layer. They run on 1..MZ_RESTORE_THREADS_MAX threads (the
+ * split: see job_thread_main and mz_mem_restore_begin):
  *
  *   alloc    pre-faults each unit's range (MADV_POPULATE_WRITE; else a
  *            write per page), on every restore thread: each claims the
@@ -26,10 +26,18 @@
  *            alloc||reload overlap the loaders start only when it has
  *            finished.
  *   storage  weight blocks (O_DIRECT batch from the model file, hash check)
- *            and stored chunks (swap file, checksummed), forward order.
+ *            and stored chunks (swap file, checksummed), forward order, in
+ *            one or more lanes: each lane claims the next stored unit, has
+ *            its own read queue (the profile's depth shared among the
+ *            lanes) and its own model-file reader, and decodes what it read.
  *   memory   the compressed stack from its top (its head order; forward
- *            order after a backward-out eviction), one item at a time; the
- *            stack shrinks item by item.
+ *            order after a backward-out eviction), in one or more lanes:
+ *            each claims the next item (views of every item are taken at
+ *            the start), decodes it into its unit, and the stack's top is
+ *            dropped as the decoded prefix grows, so the stack still
+ *            shrinks from its top only. A decoded unit settles RESIDENT
+ *            when its item is dropped; after a failure the decoded units
+ *            below the failed one go back to COMPRESSED, their items intact.
  *
  * A loader waits until the unit is allocated, claims it BUSY (the COMPRESSED
  * claim under mm->lock, as everywhere), works *without* mm->lock (the stack
@@ -55,11 +63,34 @@
 #define MZ_MADV_POPULATE_WRITE 23
 #endif
 
-#define STO_DEPTH 4
+/* Units in flight per storage lane, at most. */
+#define STO_LANE_DEPTH_MAX 16
+
+struct sto_req {
+    mz_swap_item item;
+    size_t i;                  /* job index of the unit */
+    uint8_t *scratch;          /* encoded record (STORED_COMPRESSED), page-aligned */
+    bool busy;
+};
+
+/* One storage lane: only the thread running it touches it. Stored KV
+ * chunks are read asynchronously, up to `depth` units in flight (one
+ * O_DIRECT read of a chunk is one or a few requests of the profile's size).
+ * NULL aio: one synchronous read at a time. */
+typedef struct sto_lane {
+    mz_swap_aio_t *aio;
+    struct sto_req req[STO_LANE_DEPTH_MAX];
+    int depth;
+    int n_inflight;
+    uint8_t *scratch;          /* synchronous reads (page-aligned) */
+    mz_dfile_t *dfile;         /* weight blocks: lane 0 the manager's, the others their own */
+    bool own_dfile;
+} sto_lane;
 
 typedef struct job_thread {
     struct rjob *j;
     unsigned mask;             /* 1 << ACT_*: the activities this thread runs */
+    int lane;                  /* its storage lane (ACT_STORAGE), else -1 */
 } job_thread;
 
 typedef struct rjob {
@@ -71,20 +102,15 @@ typedef struct rjob {
     bool overlap_alloc;
     unsigned delay_us_max;
     uint64_t seed;
-    uint8_t *scratch;          /* storage worker's (page-aligned) */
-    /* Storage path: stored KV chunks are read asynchronously, up to
-     * STO_DEPTH units in flight (one O_DIRECT read of a chunk is one or two
-     * requests; the disk needs about four to reach its throughput). Only
-     * the thread running the storage activity touches these. NULL aio:
-     * one synchronous read at a time. */
-    mz_swap_aio_t *aio;
-    struct sto_req {
-        mz_swap_item item;
-        size_t i;              /* job index of the unit */
-        uint8_t *scratch;      /* encoded record (STORED_COMPRESSED), page-aligned */
-        bool busy;
-    } req[STO_DEPTH];
-    int n_inflight;
+    sto_lane *lanes;
+    int n_lanes;
+    size_t *sto_list;          /* [n_storage]: job indices of the stored units, forward order */
+    size_t sto_next;           /* next of them a lane claims (j->mu) */
+    mz_compstack_view *mem_items; /* [n_mem]: the stack from its top, taken at the start */
+    size_t *mem_unit;          /* [n_mem]: job index of each item's unit */
+    unsigned char *mem_done;   /* [n_mem]: decoded (mm->lock) */
+    size_t mem_next;           /* next item a lane claims (j->mu) */
+    size_t mem_dropped;        /* items dropped from the stack (mm->lock) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     size_t n_opened;           /* prefix of units made readable and writable */
@@ -97,10 +123,10 @@ typedef struct rjob {
     mz_status err;
     char errmsg[512];
     unsigned char *loaded;     /* [n]: made resident by a loader */
-    pthread_t th[3];
+    pthread_t *th;
     int n_th;
     int n_threads;             /* the split: restore threads started */
-    job_thread thr[3];         /* each thread's activities */
+    job_thread *thr;           /* [n_threads]: each thread's activities */
     double act_ms[3];          /* busy time per activity (ACT_*) */
     size_t n_storage, n_mem;   /* units each loader handles */
     double t_begin, t_ready;
@@ -165,7 +191,7 @@ enum { ACT_ALLOC, ACT_STORAGE, ACT_MEM, ACT_COUNT };
 
 typedef struct job_act {
     int kind;
-    size_t next;               /* alloc/storage: next unit index; memory: items popped */
+    sto_lane *lane;            /* ACT_STORAGE: the thread's lane */
     uint64_t rng;
     double busy;
     bool done;
@@ -244,77 +270,80 @@ static mz_status storage_unit_finish(rjob *j, size_t i, mz_status st, size_t len
 }
 
 /* Waits for one read in flight and finishes its unit. */
-static mz_status storage_reap_one(rjob *j, bool wait)
+static mz_status storage_reap_one(rjob *j, sto_lane *L, bool wait)
 {
-    mz_swap_item *it = mz_swap_aio_reap(j->aio, wait);
+    mz_swap_item *it = mz_swap_aio_reap(L->aio, wait);
     if (!it) return MZ_AGAIN;
     struct sto_req *r = (struct sto_req *)(void *)it; /* item is the first member */
     r->busy = false;
-    j->n_inflight--;
+    L->n_inflight--;
     return storage_unit_finish(j, r->i, it->status, it->len, r->scratch);
 }
 
 /* After a failure: wait for every read in flight (their buffers must stay
  * valid until the kernel is done) and put those units back. */
-static void storage_drain(rjob *j)
+static void storage_drain(rjob *j, sto_lane *L)
 {
-    while (j->n_inflight > 0) {
-        mz_swap_item *it = mz_swap_aio_reap(j->aio, true);
+    while (L->n_inflight > 0) {
+        mz_swap_item *it = mz_swap_aio_reap(L->aio, true);
         if (!it) break;
         struct sto_req *r = (struct sto_req *)(void *)it;
         r->busy = false;
-        j->n_inflight--;
+        L->n_inflight--;
         mz_unit_release_pages(j->units[r->i]);
         mz_unit_settle(j->units[r->i], j->from[r->i]);
     }
 }
 
+/* One unit read synchronously into u (weight block: the lane's model-file
+ * reader; stored chunk: the lane's scratch). */
+static mz_status storage_read_sync(rjob *j, sto_lane *L, mz_unit *u, mz_unit_state from)
+{
+    mz_mem *mm = j->mm;
+    if (from != MZ_UNIT_DROPPED) return mm_read_stored(mm, u, from, L->scratch, mm->scratch_cap);
+    return mz_wtable_read_block(mm->wt, L->dfile, u->layer);
+}
+
 static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
 {
     mz_mem *mm = j->mm;
+    sto_lane *L = a->lane;
     double t0 = mz_time_ms();
     /* Finished reads first: they free a place in the queue. */
-    if (j->n_inflight > 0) {
-        mz_status st = storage_reap_one(j, false);
+    if (L->n_inflight > 0) {
+        mz_status st = storage_reap_one(j, L, false);
         if (st != MZ_AGAIN) {
-            if (st) storage_drain(j);
+            if (st) storage_drain(j, L);
             a->busy += mz_time_ms() - t0;
             return st ? JOB_DONE : JOB_PROGRESS;
         }
     }
-    while (a->next < j->n && j->from[a->next] != MZ_UNIT_DROPPED &&
-           j->from[a->next] != MZ_UNIT_STORED_RAW && j->from[a->next] != MZ_UNIT_STORED_COMPRESSED)
-        a->next++;
-    bool failed = false, ready = false;
-    size_t i = a->next;
-    if (i < j->n) {
-        pthread_mutex_lock(&j->mu);
-        failed = j->failed;
-        ready = job_allocated(j, i);
-        *seen_alloc = j->n_alloc;
-        pthread_mutex_unlock(&j->mu);
-    } else {
-        pthread_mutex_lock(&j->mu);
-        failed = j->failed;
-        pthread_mutex_unlock(&j->mu);
-    }
+    /* Claim the next stored unit once it is allocated (and, for a chunk
+     * read asynchronously, once the queue has room). */
+    pthread_mutex_lock(&j->mu);
+    const bool failed = j->failed, have = j->sto_next < j->n_storage;
+    const size_t i = have ? j->sto_list[j->sto_next] : 0;
+    const bool ready = have && job_allocated(j, i);
+    const bool is_kv = have && j->from[i] != MZ_UNIT_DROPPED;
+    const bool queue_full = L->aio && L->n_inflight >= L->depth;
+    const bool take = !failed && ready && !(queue_full && is_kv);
+    if (take) j->sto_next++;
+    *seen_alloc = j->n_alloc;
+    pthread_mutex_unlock(&j->mu);
     if (failed) {
-        storage_drain(j);
+        storage_drain(j, L);
         return JOB_DONE;
     }
-    bool queue_full = j->n_inflight >= STO_DEPTH;
-    bool is_kv = i < j->n && j->from[i] != MZ_UNIT_DROPPED;
-    if (i >= j->n || !ready || (queue_full && is_kv)) {
+    if (!take) {
         /* Nothing to start now: wait for a read in flight, if any. (A weight
-         * block is read synchronously through the model file's own queue;
+         * block is read synchronously through the lane's model-file reader;
          * chunk reads in flight go on meanwhile.) */
-        if (j->n_inflight == 0) return i >= j->n ? JOB_DONE : JOB_BLOCKED;
-        mz_status st = storage_reap_one(j, true);
-        if (st) storage_drain(j);
+        if (L->n_inflight == 0) return have ? JOB_BLOCKED : JOB_DONE;
+        mz_status st = storage_reap_one(j, L, true);
+        if (st) storage_drain(j, L);
         a->busy += mz_time_ms() - t0;
         return st ? JOB_DONE : JOB_PROGRESS;
     }
-    a->next++;
     mz_unit_state from = j->from[i];
     job_delay(j, &a->rng);
     mz_unit *u = j->units[i];
@@ -323,13 +352,13 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
         char msg[200];
         snprintf(msg, sizeof msg, "cannot restore %s: it is busy", mm_unit_name(u, nm, sizeof nm));
         job_fail(j, MZ_E_INVAL, msg);
-        storage_drain(j);
+        storage_drain(j, L);
         return JOB_DONE;
     }
-    if (is_kv && j->aio) {
+    if (is_kv && L->aio) {
         struct sto_req *r = NULL;
-        for (int q = 0; q < STO_DEPTH && !r; q++)
-            if (!j->req[q].busy) r = &j->req[q];
+        for (int q = 0; q < L->depth && !r; q++)
+            if (!L->req[q].busy) r = &L->req[q];
         MZ_ASSERT(r);
         r->busy = true;
         r->i = i;
@@ -337,13 +366,13 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
         r->item = (mz_swap_item){.buf = raw ? u->buf : r->scratch,
                                  .len = raw ? u->bytes : mm->scratch_cap,
                                  .slot = u->slot};
-        j->n_inflight++;
+        L->n_inflight++;
         /* A request refused up front is still reaped, with its error. */
-        (void)mz_swap_aio_submit_read(j->aio, &r->item);
+        (void)mz_swap_aio_submit_read(L->aio, &r->item);
         a->busy += mz_time_ms() - t0;
         return JOB_PROGRESS;
     }
-    mz_status s = mm_read_stored(mm, u, from, j->scratch, mm->scratch_cap);
+    mz_status s = storage_read_sync(j, L, u, from);
     if (s) {
         char msg[512];
         snprintf(msg, sizeof msg, "cannot restore %s: %s", mm_unit_name(u, nm, sizeof nm),
@@ -351,7 +380,7 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
         mz_unit_release_pages(u);
         mz_unit_settle(u, from);
         job_fail(j, s, msg);
-        storage_drain(j);
+        storage_drain(j, L);
         return JOB_DONE;
     }
     if (from != MZ_UNIT_DROPPED) {
@@ -365,28 +394,36 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
     return JOB_PROGRESS;
 }
 
+/* Drops the decoded prefix of the stack's items from its top and settles
+ * their units. Caller holds mm->lock. */
+static void mem_drop_decoded(rjob *j)
+{
+    mz_mem *mm = j->mm;
+    while (j->mem_dropped < j->n_mem && j->mem_done[j->mem_dropped]) {
+        mz_status s = mz_compstack_drop_top(mm->stack);
+        MZ_ASSERT(s == MZ_OK);
+        (void)s;
+        size_t i = j->mem_unit[j->mem_dropped++];
+        job_settled(j, i, j->units[i]);
+    }
+}
+
 static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
 {
     mz_mem *mm = j->mm;
-    if (a->next >= j->n_mem) return JOB_DONE;
-    const uint8_t *data;
-    size_t len;
-    uint64_t tag;
-    pthread_mutex_lock(&mm->lock);
-    mz_status s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
-    pthread_mutex_unlock(&mm->lock);
-    if (s) return JOB_DONE; /* empty */
-    mz_unit *u = unit_by_tag(mm, tag);
-    size_t i = j->kv_idx[(size_t)u->layer * mm->max_chunks + (size_t)u->chunk];
-    MZ_ASSERT(i != SIZE_MAX);
     pthread_mutex_lock(&j->mu);
-    bool failed = j->failed, ready = job_allocated(j, i);
+    const bool failed = j->failed, have = j->mem_next < j->n_mem;
+    const size_t k = j->mem_next;
+    const size_t i = have ? j->mem_unit[k] : 0;
+    const bool ready = have && job_allocated(j, i);
+    if (!failed && ready) j->mem_next++;
     *seen_alloc = j->n_alloc;
     pthread_mutex_unlock(&j->mu);
-    if (failed) return JOB_DONE;
+    if (failed || !have) return JOB_DONE;
     if (!ready) return JOB_BLOCKED;
     double t0 = mz_time_ms();
     job_delay(j, &a->rng);
+    mz_unit *u = j->units[i];
     char nm[64];
     pthread_mutex_lock(&mm->lock);
     bool claimed = mz_unit_claim(u, MZ_UNIT_COMPRESSED);
@@ -397,8 +434,10 @@ static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
         job_fail(j, MZ_E_INVAL, msg);
         return JOB_DONE;
     }
-    /* data stays valid: only this activity pops the stack during the job. */
-    s = mz_codec_decode(u->enc, data, len, (mz_f16 *)u->buf, mm->n_values);
+    /* The item's view stays valid: only the memory lanes drop items during
+     * the job, and only after their item was decoded (mem_drop_decoded). */
+    const mz_compstack_view *v = &j->mem_items[k];
+    mz_status s = mz_codec_decode(u->enc, v->data, v->len, (mz_f16 *)u->buf, mm->n_values);
     if (s) {
         char msg[512];
         snprintf(msg, sizeof msg, "cannot restore %s: decoding from the compressed stack "
@@ -409,11 +448,9 @@ static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
         return JOB_DONE;
     }
     pthread_mutex_lock(&mm->lock);
-    s = mz_compstack_drop_top(mm->stack);
+    j->mem_done[k] = 1;
+    mem_drop_decoded(j);
     pthread_mutex_unlock(&mm->lock);
-    MZ_ASSERT(s == MZ_OK);
-    a->next++;
-    job_settled(j, i, u);
     a->busy += mz_time_ms() - t0;
     return JOB_PROGRESS;
 }
@@ -431,7 +468,10 @@ static void *job_thread_main(void *arg)
     static const uint64_t salt[ACT_COUNT] = {0xa11c, 0x5707, 0x3e3};
     job_act acts[ACT_COUNT];
     for (int k = 0; k < ACT_COUNT; k++)
-        acts[k] = (job_act){.kind = k, .rng = j->seed ^ salt[k], .done = !(t->mask & (1u << k))};
+        acts[k] = (job_act){.kind = k, .rng = j->seed ^ salt[k] ^ ((uint64_t)(t - j->thr) << 20),
+                            .done = !(t->mask & (1u << k))};
+    acts[ACT_STORAGE].lane = t->lane >= 0 ? &j->lanes[t->lane] : NULL;
+    MZ_ASSERT(acts[ACT_STORAGE].done || acts[ACT_STORAGE].lane);
     for (;;) {
         bool progress = false, pending = false;
         size_t seen = SIZE_MAX;
@@ -467,10 +507,21 @@ static void job_free(rjob *j)
     free(j->kv_idx);
     free(j->loaded);
     free(j->mapped);
-    if (j->scratch) mz_pages_free(j->scratch, j->mm->scratch_cap);
-    for (int q = 0; q < STO_DEPTH; q++)
-        if (j->req[q].scratch) mz_pages_free(j->req[q].scratch, j->mm->scratch_cap);
-    if (j->aio) mz_swap_aio_free(j->aio);
+    free(j->sto_list);
+    free(j->mem_items);
+    free(j->mem_unit);
+    free(j->mem_done);
+    free(j->th);
+    free(j->thr);
+    for (int l = 0; l < j->n_lanes; l++) {
+        sto_lane *L = &j->lanes[l];
+        if (L->scratch) mz_pages_free(L->scratch, j->mm->scratch_cap);
+        for (int q = 0; q < STO_LANE_DEPTH_MAX; q++)
+            if (L->req[q].scratch) mz_pages_free(L->req[q].scratch, j->mm->scratch_cap);
+        if (L->aio) mz_swap_aio_free(L->aio);
+        if (L->own_dfile) mz_dfile_close(L->dfile);
+    }
+    free(j->lanes);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -528,35 +579,109 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
             }
         }
     }
-    mz_status s = MZ_OK;
-    if (any_dropped) {
-        pthread_mutex_lock(&mm->lock);
-        s = mm_ensure_dfile(mm);
-        pthread_mutex_unlock(&mm->lock);
-    }
-    if (!s && any_stored) {
-        j->scratch = mz_pages_alloc(mm->scratch_cap);
-        if (!j->scratch) s = mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
-        /* Reads in flight need their own buffers; without them (or without
-         * the queue) the storage path reads one unit at a time. */
-        bool ok = !s && mz_swap_aio_init(mm->swap, STO_DEPTH, &j->aio) == MZ_OK;
-        for (int q = 0; ok && q < STO_DEPTH; q++)
-            ok = (j->req[q].scratch = mz_pages_alloc(mm->scratch_cap)) != NULL;
-        if (!ok && j->aio) {
-            mz_swap_aio_free(j->aio);
-            j->aio = NULL;
-        }
-    }
-    if (s) {
-        job_free(j);
-        return s;
-    }
     mm->last.n_units = j->n;
     mm->last.n_storage_units = j->n_storage;
     mm->last.n_mem_units = j->n_mem;
     if (j->n == 0) {
         job_free(j);
         return MZ_OK; /* nothing to do: acquire_layer sees no job */
+    }
+    /* The split (n_restore_threads): the request's, else the profile's for
+     * this many compute threads and CPUs. Allocation is the costliest
+     * activity (faulting in pages the hypervisor reclaimed) and runs on
+     * every restore thread, each claiming the next unit; besides it: 1 =
+     * everything in turn on one thread; 2 = decoding shares the first
+     * thread, the storage path (which mostly waits on reads) the second; 3 =
+     * storage and decoding on threads of their own; more = the first thread
+     * only allocates, each other one runs one lane of the storage path or of
+     * decoding, the lanes split between the two by their bytes. */
+    int nt = p && p->n_threads >= 1 && p->n_threads <= MZ_RESTORE_THREADS_MAX
+                 ? p->n_threads
+                 : mz_profile_restore_threads(&mm->prof, p ? p->n_compute : 0);
+    /* Lanes divided by bytes: a dropped weight block is tens of MB to read
+     * and hash, a KV chunk well under one. */
+    int n_sto_lanes = 1;
+    if (nt >= 4) {
+        int r = nt - 1;
+        double sto_bytes = 0, all_bytes = 0;
+        for (size_t i = 0; i < j->n; i++) {
+            all_bytes += (double)j->units[i]->bytes;
+            if (j->from[i] != MZ_UNIT_COMPRESSED) sto_bytes += (double)j->units[i]->bytes;
+        }
+        if (j->n_mem == 0) n_sto_lanes = r;
+        else if (j->n_storage == 0) n_sto_lanes = 0;
+        else n_sto_lanes = MZ_MAX(1, MZ_MIN(r - 1, (int)((double)r * sto_bytes / all_bytes + 0.5)));
+    }
+    j->n_lanes = MZ_MAX(n_sto_lanes, 1);
+    j->lanes = mz_calloc((size_t)j->n_lanes, sizeof *j->lanes);
+    j->th = mz_calloc((size_t)nt, sizeof *j->th);
+    j->thr = mz_calloc((size_t)nt, sizeof *j->thr);
+    j->sto_list = mz_calloc(MZ_MAX(j->n_storage, 1), sizeof *j->sto_list);
+    j->mem_items = mz_calloc(MZ_MAX(j->n_mem, 1), sizeof *j->mem_items);
+    j->mem_unit = mz_calloc(MZ_MAX(j->n_mem, 1), sizeof *j->mem_unit);
+    j->mem_done = mz_calloc(MZ_MAX(j->n_mem, 1), 1);
+    if (!j->lanes || !j->th || !j->thr || !j->sto_list || !j->mem_items || !j->mem_unit ||
+        !j->mem_done) {
+        job_free(j);
+        return mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
+    }
+    for (size_t i = 0, k = 0; i < j->n; i++)
+        if (j->from[i] != MZ_UNIT_COMPRESSED) j->sto_list[k++] = i;
+    /* Views of the stack's items from its top: every compressed unit is in
+     * the job, so the stack holds exactly n_mem items. */
+    pthread_mutex_lock(&mm->lock);
+    size_t n_items = mz_compstack_peek_from_top(mm->stack, j->n_mem, j->mem_items);
+    MZ_ASSERT(n_items == j->n_mem && mz_compstack_count(mm->stack) == j->n_mem);
+    (void)n_items;
+    for (size_t k = 0; k < j->n_mem; k++) {
+        mz_unit *u = unit_by_tag(mm, j->mem_items[k].tag);
+        size_t i = j->kv_idx[(size_t)u->layer * mm->max_chunks + (size_t)u->chunk];
+        MZ_ASSERT(i != SIZE_MAX && j->from[i] == MZ_UNIT_COMPRESSED);
+        j->mem_unit[k] = i;
+    }
+    pthread_mutex_unlock(&mm->lock);
+
+    mz_status s = MZ_OK;
+    if (any_dropped) {
+        pthread_mutex_lock(&mm->lock);
+        s = mm_ensure_dfile(mm);
+        pthread_mutex_unlock(&mm->lock);
+        j->lanes[0].dfile = mm->dfile;
+        for (int l = 1; l < j->n_lanes && !s; l++) {
+            if ((s = mm_open_dfile(mm, &j->lanes[l].dfile)))
+                mz_fail_prefix(s, "cannot open the model file %s", mm->model->path);
+            j->lanes[l].own_dfile = !s;
+        }
+    }
+    if (!s && any_stored) {
+        /* The profile's requests in flight, shared among the lanes; a unit
+         * is one or a few requests. */
+        size_t io_bytes;
+        int qd;
+        mz_profile_io_shape(&mm->prof, &io_bytes, &qd);
+        int lane_qd = MZ_MAX(1, (qd + j->n_lanes - 1) / j->n_lanes);
+        for (int l = 0; l < j->n_lanes && !s; l++) {
+            sto_lane *L = &j->lanes[l];
+            L->depth = MZ_MIN(MZ_MAX(lane_qd, 2), STO_LANE_DEPTH_MAX);
+            L->scratch = mz_pages_alloc(mm->scratch_cap);
+            if (!L->scratch) {
+                s = mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
+                break;
+            }
+            /* Reads in flight need their own buffers; without them (or
+             * without the queue) the lane reads one unit at a time. */
+            bool ok = mz_swap_aio_init(mm->swap, lane_qd, &L->aio) == MZ_OK;
+            for (int q = 0; ok && q < L->depth; q++)
+                ok = (L->req[q].scratch = mz_pages_alloc(mm->scratch_cap)) != NULL;
+            if (!ok && L->aio) {
+                mz_swap_aio_free(L->aio);
+                L->aio = NULL;
+            }
+        }
+    }
+    if (s) {
+        job_free(j);
+        return s;
     }
     /* Every unit's range is made writable here, in one pass, rather than
      * by the allocating threads: a protection change takes the process's
@@ -573,26 +698,24 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
         job_free(j);
         return s;
     }
-    /* The split (n_restore_threads). Allocation is the costliest activity
-     * (faulting in pages the hypervisor reclaimed) and runs on every
-     * restore thread, each claiming the next unit; besides it: 3 = storage
-     * and decoding on threads of their own; 2 = decoding shares the first
-     * thread and the storage path, which mostly waits on reads, the
-     * second; 1 = everything in turn on one thread. */
     /* The memory path empties stack segments while the others fault pages
      * in: their unmapping waits for restore_end. */
     pthread_mutex_lock(&mm->lock);
     mz_compstack_defer_unmap(mm->stack, true);
     pthread_mutex_unlock(&mm->lock);
-    int nt = p && p->n_threads >= 1 && p->n_threads <= 3 ? p->n_threads : mm->restore_threads;
-    static const unsigned masks[3][3] = {
-        {1u << ACT_ALLOC | 1u << ACT_STORAGE | 1u << ACT_MEM, 0, 0},
-        {1u << ACT_ALLOC | 1u << ACT_MEM, 1u << ACT_ALLOC | 1u << ACT_STORAGE, 0},
-        {1u << ACT_ALLOC, 1u << ACT_ALLOC | 1u << ACT_STORAGE, 1u << ACT_ALLOC | 1u << ACT_MEM}};
+    enum { A = 1u << ACT_ALLOC, S = 1u << ACT_STORAGE, M = 1u << ACT_MEM };
+    for (int t = 0; t < nt; t++) {
+        unsigned mask;
+        if (nt == 1) mask = A | S | M;
+        else if (nt == 2) mask = t == 0 ? A | M : A | S;
+        else if (nt == 3) mask = t == 0 ? A : t == 1 ? A | S : A | M;
+        else mask = t == 0 ? A : t <= n_sto_lanes ? A | S : A | M;
+        int lane = !(mask & S) ? -1 : nt >= 4 ? t - 1 : 0;
+        j->thr[t] = (job_thread){.j = j, .mask = mask, .lane = lane};
+    }
     j->n_threads = nt;
     j->n_running = nt;
     for (int t = 0; t < nt; t++) {
-        j->thr[t] = (job_thread){.j = j, .mask = masks[nt - 1][t]};
         int rc = pthread_create(&j->th[t], NULL, job_thread_main, &j->thr[t]);
         if (rc) {
             job_fail(j, MZ_E_NOMEM, "cannot start a restore worker thread");
@@ -648,6 +771,10 @@ mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
     mz_status s = MZ_OK;
     if (j) {
         for (int t = 0; t < j->n_th; t++) pthread_join(j->th[t], NULL);
+        /* Decoded but not yet dropped from the stack (a failed item above
+         * them): back to COMPRESSED, their items intact. */
+        for (size_t k = j->mem_dropped; k < j->n_mem; k++)
+            if (j->mem_done[k]) mz_unit_settle(j->units[j->mem_unit[k]], MZ_UNIT_COMPRESSED);
         /* Allocated but never loaded (a failure stopped the loaders): give
          * the pages back; the unit is still in its evicted state. */
         for (size_t i = 0; i < j->n_opened; i++)

@@ -58,8 +58,14 @@ static void jb_str(jbuf *b, const char *s)
     jb_printf(b, "\"");
 }
 
-/* Finite numbers only (JSON has no inf/nan). */
-static double fin(double x) { return isfinite(x) ? x : 0.0; }
+/* Finite numbers only (JSON has no inf/nan), within +-1e12 so that "%.4f"
+ * stays under the parser's 63-character numbers (3.2e78 was written as 79
+ * digits the parser then refused: the profile did not read back). */
+static double fin(double x)
+{
+    if (!isfinite(x)) return 0.0;
+    return x > 1e12 ? 1e12 : x < -1e12 ? -1e12 : x;
+}
 
 size_t mz_profile_to_json(const mz_device_profile *p, char *buf, size_t cap)
 {
@@ -71,7 +77,7 @@ size_t mz_profile_to_json(const mz_device_profile *p, char *buf, size_t cap)
     jb_printf(&b, ",\n  \"cpu\": ");
     jb_str(&b, p->cpu);
     jb_printf(&b, ",\n  \"n_cpus\": %d,\n  \"restore_threads\": %d,\n  \"storage\": {\n"
-                  "    \"dir\": ", p->n_cpus, mz_profile_restore_threads(p));
+                  "    \"dir\": ", p->n_cpus, p->restore_threads);
     jb_str(&b, p->dir);
     jb_printf(&b, ",\n    \"direct\": %s,\n    \"uring\": %s,\n    \"file_bytes\": %llu,\n"
                   "    \"cached_pages_max\": %zu,\n    \"sizes\": [",
@@ -97,9 +103,14 @@ size_t mz_profile_to_json(const mz_device_profile *p, char *buf, size_t cap)
                   "    \"first_touch_hot_s_per_gib\": %.4f,\n"
                   "    \"first_touch_cold_s_per_gib\": %.4f,\n"
                   "    \"first_touch_cold_2t_s_per_gib\": %.4f,\n"
-                  "    \"reclaim_wait_s\": %.2f\n  },\n  \"codecs\": [",
+                  "    \"reclaim_wait_s\": %.2f,\n    \"prefault_threads\": [",
               fin(p->memcpy_gbps), fin(p->touch_hot_s_per_gib), fin(p->touch_cold_s_per_gib),
               fin(p->touch_cold2_s_per_gib), fin(p->reclaim_wait_s));
+    for (int i = 0; i < p->n_touch; i++) jb_printf(&b, "%s%d", i ? ", " : "", p->touch_threads[i]);
+    jb_printf(&b, "],\n    \"prefault_s_per_gib\": [");
+    for (int i = 0; i < p->n_touch; i++)
+        jb_printf(&b, "%s%.4f", i ? ", " : "", fin(p->touch_mt_s_per_gib[i]));
+    jb_printf(&b, "]\n  },\n  \"codecs\": [");
     for (int i = 0; i < p->n_codecs; i++) {
         const mz_profile_codec *c = &p->codec[i];
         jb_printf(&b, "%s\n    {\"name\": ", i ? "," : "");
@@ -354,8 +365,9 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
     j_strcpy(jp, root, "cpu", d.cpu, sizeof d.cpu);
     d.n_cpus = (int)j_num(jp, root, "n_cpus", 0);
     d.restore_threads = (int)j_num(jp, root, "restore_threads", 0);
-    if (d.restore_threads < 0 || d.restore_threads > 3)
-        return mz_fail(MZ_E_FORMAT, "restore_threads %d: 0 (the rule) or 1..3", d.restore_threads);
+    if (d.restore_threads < 0 || d.restore_threads > MZ_RESTORE_THREADS_MAX)
+        return mz_fail(MZ_E_FORMAT, "restore_threads %d: 0 (the rule) or 1..%d", d.restore_threads,
+                       MZ_RESTORE_THREADS_MAX);
 
     int st = j_get(jp, root, "storage");
     if (st < 0) return mz_fail(MZ_E_FORMAT, "no \"storage\" section");
@@ -415,6 +427,23 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
     if (!(d.memcpy_gbps > 0) || !(d.touch_cold_s_per_gib >= 0) || !(d.touch_hot_s_per_gib >= 0) ||
         !(d.touch_cold2_s_per_gib >= 0))
         return mz_fail(MZ_E_FORMAT, "memory: bad figures");
+    /* Optional (older profiles lack it): pre-fault cost by thread count. */
+    int tt = j_get(jp, mem, "prefault_threads"), tc = j_get(jp, mem, "prefault_s_per_gib");
+    if ((tt >= 0 || tc >= 0) && !(j_len(jp, tt) == 0 && j_len(jp, tc) == 0)) {
+        double th[MZ_PROFILE_MAX_TOUCH];
+        int nt = j_len(jp, tt);
+        if (nt < 1 || nt > MZ_PROFILE_MAX_TOUCH || !j_nums(jp, tt, nt, th) ||
+            !j_nums(jp, tc, nt, d.touch_mt_s_per_gib))
+            return mz_fail(MZ_E_FORMAT, "memory: prefault_threads and prefault_s_per_gib must be "
+                                        "1..%d numbers each", MZ_PROFILE_MAX_TOUCH);
+        for (int i = 0; i < nt; i++) {
+            if (th[i] < 1 || th[i] > MZ_RESTORE_THREADS_MAX || (i && th[i] <= th[i - 1]))
+                return mz_fail(MZ_E_FORMAT, "memory: prefault_threads must ascend from 1 to at "
+                                            "most %d", MZ_RESTORE_THREADS_MAX);
+            d.touch_threads[i] = (int)th[i];
+        }
+        d.n_touch = nt;
+    }
 
     int cs = j_get(jp, root, "codecs");
     int nc = j_len(jp, cs);

@@ -27,6 +27,12 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
+#ifdef MADV_POPULATE_WRITE
+#define PROFILE_POPULATE_WRITE MADV_POPULATE_WRITE
+#else
+#define PROFILE_POPULATE_WRITE 23
+#endif
+
 /* ---- 4. measurement ------------------------------------------------------------------- */
 
 mz_profile_run_params mz_profile_run_params_default(void)
@@ -480,6 +486,66 @@ static double touch_cost(uint8_t *p, size_t n, int nth)
     return (now_s() - t0) * GIB / (double)n;
 }
 
+/* Pre-faulting as the restore does it: threads claim 2 MiB pieces in turn
+ * and populate each with one MADV_POPULATE_WRITE (a write per page where
+ * the kernel lacks it). */
+typedef struct mt_touch {
+    uint8_t *p;
+    size_t n;
+    atomic_size_t next;
+} mt_touch;
+
+#define MT_PIECE ((size_t)2 << 20)
+
+static void *mt_touch_main(void *arg)
+{
+    mt_touch *t = arg;
+    size_t pg = mz_page_size();
+    for (;;) {
+        size_t off = atomic_fetch_add(&t->next, MT_PIECE);
+        if (off >= t->n) break;
+        size_t len = MZ_MIN(MT_PIECE, t->n - off);
+        if (madvise(t->p + off, len, PROFILE_POPULATE_WRITE) != 0)
+            for (size_t i = 0; i < len; i += pg) ((volatile uint8_t *)t->p)[off + i] = 1;
+    }
+    return NULL;
+}
+
+static double mt_touch_cost(uint8_t *p, size_t n, int nth)
+{
+    pthread_t th[MZ_RESTORE_THREADS_MAX];
+    mt_touch t = {.p = p, .n = n};
+    atomic_init(&t.next, 0);
+    int started = 0;
+    double t0 = now_s();
+    for (int i = 1; i < nth; i++, started++)
+        if (pthread_create(&th[i - 1], NULL, mt_touch_main, &t) != 0) break;
+    mt_touch_main(&t);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    return (now_s() - t0) * GIB / (double)n;
+}
+
+/* Cold pre-fault cost at 1, 2, 4, ... threads up to the CPU count (the
+ * last point is the CPU count itself), each after the reclaim wait. */
+static void measure_touch_threads(uint8_t *p, size_t n, double wait, const mz_profile_run_params *rp,
+                                  mz_device_profile *out)
+{
+    int ncpu = MZ_MIN(MZ_MAX(out->n_cpus, 1), MZ_RESTORE_THREADS_MAX);
+    out->n_touch = 0;
+    for (int k = 1; out->n_touch < MZ_PROFILE_MAX_TOUCH; k *= 2) {
+        int nth = MZ_MIN(k, ncpu);
+        madvise(p, n, MADV_DONTNEED);
+        sleep_s(wait);
+        out->touch_threads[out->n_touch] = nth;
+        out->touch_mt_s_per_gib[out->n_touch++] = mt_touch_cost(p, n, nth);
+        if (nth >= ncpu) break;
+    }
+    logf_(rp->log, "  pre-fault (restore's way) per GiB by threads:");
+    for (int i = 0; i < out->n_touch; i++)
+        logf_(rp->log, " %d: %.3f s", out->touch_threads[i], out->touch_mt_s_per_gib[i]);
+    logf_(rp->log, "\n");
+}
+
 static mz_status measure_memory(const mz_profile_run_params *rp, mz_device_profile *out)
 {
     size_t n = rp->mem_bytes ? rp->mem_bytes : (rp->quick ? 16u << 20 : 256u << 20);
@@ -506,6 +572,7 @@ static mz_status measure_memory(const mz_profile_run_params *rp, mz_device_profi
     sleep_s(wait);
     out->touch_cold2_s_per_gib = touch_cost(p, n, 2);
     out->reclaim_wait_s = wait;
+    measure_touch_threads(p, n, wait, rp, out);
     mz_pages_free(p, n);
     logf_(rp->log, "  memory: memcpy %.1f GB/s; first touch per GiB (%zu MiB): %.3f s right after "
                    "release, %.3f s after %.1f s (%.3f s with 2 threads)\n",
@@ -531,13 +598,6 @@ static void cpu_name(char *dst, size_t cap)
         break;
     }
     fclose(f);
-}
-
-int mz_profile_restore_threads(const mz_device_profile *p)
-{
-    if (p->restore_threads >= 1 && p->restore_threads <= 3) return p->restore_threads;
-    int n = p->n_cpus > 0 ? p->n_cpus : mz_n_cpus();
-    return n >= 4 ? 3 : 2;
 }
 
 mz_status mz_profile_run(const mz_profile_run_params *rp_in, mz_device_profile *out)

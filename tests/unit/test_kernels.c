@@ -457,17 +457,23 @@ static void test_tables(void)
 
 static void test_matmul_isa(enum mz_isa isa, const char *isa_name)
 {
-    /* Edge shapes around the register tiles (up to 4 rows x 4 tokens): one
+    /* Edge shapes around the register tiles (up to 4 rows x 6 tokens): one
      * row, one token, every remainder, blocks of rows larger than L1. */
     static const size_t shapes[][3] = {/* rows, tokens, cols */
         {1, 1, 32}, {7, 1, 64}, {67, 5, 96}, {33, 3, 4128}, {130, 2, 64}, {3, 9, 32},
-        {5, 7, 160}, {9, 4, 64}, {4, 8, 96}, {2, 6, 32}, {17, 13, 128}, {600, 3, 64}};
+        {5, 7, 160}, {9, 4, 64}, {4, 8, 96}, {2, 6, 32}, {17, 13, 128}, {600, 3, 64},
+        /* F16 with several tokens converts chunks of activation rows (tokens
+         * per chunk = 48K floats / cols, rounded to whole tiles) and walks the
+         * rows in 128 KiB super-blocks: two chunks and three super-blocks,
+         * column tails (float types only), the widest row it takes (3072). */
+        {150, 70, 1000}, {70, 11, 3000}, {5, 50, 1001}, {9, 17, 3072}};
     for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
         const int t = k_types[ti];
         const mz_type_kernels *k = mz_kernels_for_isa(isa, t);
         if (!k) continue;
         for (size_t s = 0; s < MZ_ARRAY_LEN(shapes); s++) {
             const size_t n_rows = shapes[s][0], n_tok = shapes[s][1], n_cols = shapes[s][2];
+            if (n_cols % mz_dtype_block_len(t)) continue; /* the float types' tails */
             const size_t wrb = mz_dtype_row_bytes(t, n_cols), xrb = mz_dtype_row_bytes(k->vec_dot_type, n_cols);
             const size_t y_stride = n_rows + 3;
             float *wf = malloc(n_rows * n_cols * sizeof *wf), *xf = malloc(n_tok * n_cols * sizeof *xf);

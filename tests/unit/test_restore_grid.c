@@ -17,8 +17,10 @@
  * runs mz_restore_generate with the cell's overlap mode. The generated
  * tokens and the final logits must be bit-identical and every unit resident
  * afterwards. The cells cycle through the restore-thread splits
- * (n_restore_threads 1, 2, 3) and put random worker delays on every other
- * cell, to shake orderings under ThreadSanitizer. Under the sanitizers
+ * (n_restore_threads 1, 2, 3, 5, 8, 16: from 4 on, several storage and
+ * decoding lanes, more threads than this machine has cores) and put random
+ * worker delays on every other cell, to shake orderings under
+ * ThreadSanitizer. Under the sanitizers
  * (MZ_SANITIZED=1) the real model runs q8 at 50 % only (the tiny model runs
  * the whole grid).
  */
@@ -176,7 +178,8 @@ static void run_model(const grid_model *gm, const char *const *codecs, size_t n_
                                               .seed = (uint64_t)*cell};
                 mz_restore_params rp = mz_restore_params_default();
                 rp.experimental = &rx;
-                rp.n_restore_threads = (int)(*cell % 3) + 1;
+                static const int splits[] = {1, 2, 3, 5, 8, 16};
+                rp.n_restore_threads = splits[*cell % MZ_ARRAY_LEN(splits)];
                 size_t n_got = 0;
                 mz_restore_timings tm;
                 s = mz_restore_generate(c, follow, N_FOLLOW, &rp, NULL, N_GEN, cb_collect, got,
@@ -210,46 +213,88 @@ out:
     free(b);
 }
 
-/* The split's default: the profile's restore_threads, else the rule; the
- * field round-trips through the JSON; out-of-range values are refused. */
+/* The split's default: the profile's restore_threads, else the rule from
+ * the CPU count, the compute threads and the measured pre-fault scaling;
+ * the fields round-trip through the JSON; out-of-range values are refused. */
 static void test_split_params(mz_model_t *m)
 {
     mz_device_profile p, q;
     mz_profile_builtin(&p);
-    p.n_cpus = 2;
-    CHECK_EQ_INT(mz_profile_restore_threads(&p), 2);
-    p.n_cpus = 8;
-    CHECK_EQ_INT(mz_profile_restore_threads(&p), 3);
-    p.restore_threads = 1;
-    CHECK_EQ_INT(mz_profile_restore_threads(&p), 1);
+    p.n_cpus = 2; /* the CI machine: two restore threads, as measured there */
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 2), 2);
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 1), 2);
+    p.n_cpus = 16; /* no pre-fault table: every CPU the compute leaves */
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 8), 8);
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 2), 14);
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 15), 3); /* never below 3 with 4+ CPUs */
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 0), 8);  /* unknown: half computes */
+    /* Pre-faulting that still scales at 8 threads: all spare CPUs. */
+    static const int th[] = {1, 2, 4, 8, 16};
+    static const double scaling[] = {1.0, 0.55, 0.3, 0.17, 0.16};
+    static const double flat[] = {1.0, 0.6, 0.58, 0.6, 0.7};
+    p.n_touch = 5;
+    for (int i = 0; i < 5; i++) {
+        p.touch_threads[i] = th[i];
+        p.touch_mt_s_per_gib[i] = scaling[i];
+    }
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 8), 8);
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 2), 14);
+    /* Flat from 2 threads on: 2 allocate and as many load beside them. */
+    for (int i = 0; i < 5; i++) p.touch_mt_s_per_gib[i] = flat[i];
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 2), 4);
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 12), 4);
+    p.restore_threads = 12; /* set in the profile: used as it is */
+    CHECK_EQ_INT(mz_profile_restore_threads(&p, 8), 12);
     static char json[16384];
     size_t len = mz_profile_to_json(&p, json, sizeof json);
-    CHECK(len < sizeof json && strstr(json, "\"restore_threads\": 1"));
-    CHECK(mz_profile_from_json(json, len, &q) == MZ_OK && q.restore_threads == 1);
-    char *f = strstr(json, "\"restore_threads\": 1");
-    if (f) f[19] = '7';
+    CHECK(len < sizeof json && strstr(json, "\"restore_threads\": 12,"));
+    CHECK(mz_profile_from_json(json, len, &q) == MZ_OK && q.restore_threads == 12);
+    CHECK(q.n_touch == 5 && q.touch_threads[4] == 16 && q.touch_mt_s_per_gib[2] == 0.58);
+    char *f = strstr(json, "\"restore_threads\": 12,");
+    if (f) memcpy(f + 19, "99", 2); /* above MZ_RESTORE_THREADS_MAX */
     CHECK(mz_profile_from_json(json, len, &q) == MZ_E_FORMAT);
-    if (f) memmove(f, f + 24, strlen(f + 24) + 1); /* no field: the rule */
+    if (f) memmove(f, f + 25, strlen(f + 25) + 1); /* no field: the rule */
     CHECK(mz_profile_from_json(json, strlen(json), &q) == MZ_OK && q.restore_threads == 0);
+    char *g = strstr(json, "\"prefault_threads\": [1, 2, 4");
+    if (g) g[24] = '1'; /* [1, 1, 4, ...]: no longer ascending */
+    CHECK(g && mz_profile_from_json(json, strlen(json), &q) == MZ_E_FORMAT);
+
+    /* The storage requests: the profile's saturation point when measured
+     * (at least 4 in flight), 1 MiB x 4 otherwise. */
+    size_t io;
+    int qd;
+    mz_profile_builtin(&p);
+    mz_profile_io_shape(&p, &io, &qd);
+    CHECK(io == (1u << 20) && qd == 4);
+    p.measured = true;
+    p.sat_size = 128u << 10;
+    p.sat_qd = 8; /* the 16-vCPU machine */
+    mz_profile_io_shape(&p, &io, &qd);
+    CHECK(io == (128u << 10) && qd == 8);
+    p.sat_size = 8u << 20;
+    p.sat_qd = 1;
+    mz_profile_io_shape(&p, &io, &qd);
+    CHECK(io == (4u << 20) && qd == 4);
 
     mz_ctx_t *c = ev_ctx(m, "q8", MZ_KV_PLACE_AUTO, 512, "swap-grid-split");
     CHECK(c != NULL);
     if (!c) return;
     mz_token t[4] = {1, 2, 3, 4};
     mz_restore_params rp = mz_restore_params_default();
-    rp.n_restore_threads = 4;
+    rp.n_restore_threads = MZ_RESTORE_THREADS_MAX + 1;
     CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_E_INVAL);
     rp.n_restore_threads = -1;
     CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_E_INVAL);
     CHECK(mz_ctx_n_tokens(c) == 0);
-    /* 0: the profile's default (1..3) is used and reported. */
+    /* 0: the profile's split is used and reported. */
     rp.n_restore_threads = 0;
     mz_restore_timings tm;
     CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_OK);
     CHECK(mz_evict(c, SIZE_MAX, NULL) == MZ_OK);
     CHECK(mz_ctx_truncate(c, 4) == MZ_OK);
     CHECK(mz_prefill_restore(c, t, 4, &rp, &tm) == MZ_OK);
-    CHECK(tm.n_restore_threads >= 1 && tm.n_restore_threads <= 3 && tm.n_units > 0);
+    CHECK(tm.n_restore_threads >= 2 && tm.n_restore_threads <= MZ_RESTORE_THREADS_MAX &&
+          tm.n_units > 0);
     mz_ctx_free(c);
 }
 
