@@ -36,6 +36,37 @@ static int parse_amount_arg(const char *opt, const char *v, double *pct, size_t 
     return 0;
 }
 
+/* --pressure-headroom: "N%" of the cgroup limit (0 to 95) or a size (mz_parse_size:
+ * 64M, 1G, bytes). The flag wins over MZCACHE_PRESSURE_HEADROOM, which
+ * mz_pressure_params_default read. */
+static int parse_headroom(const char *opt, const char *v, mz_esize_params *size)
+{
+    size_t n = strlen(v);
+    if (n && v[n - 1] == '%') {
+        char num[64];
+        if (n >= sizeof num) {
+            fprintf(stderr, "mzcache: %s: '%s' is too long\n", opt, v);
+            return -1;
+        }
+        memcpy(num, v, n - 1);
+        num[n - 1] = '\0';
+        double x;
+        if (cli_opt_double(opt, num, 0, 95, &x)) return -1;
+        size->headroom_pct = x;
+        size->headroom_bytes = 0;
+        return 0;
+    }
+    size_t bytes;
+    if (mz_parse_size(v, &bytes)) {
+        fprintf(stderr, "mzcache: %s: '%s' is not a size (64M, 1G, bytes) or a %% of the limit (0%% to 95%%)\n",
+                opt, v);
+        return -1;
+    }
+    size->headroom_bytes = bytes;
+    size->headroom_pct = 0;
+    return 0;
+}
+
 static int parse_thresholds(const char *v, double *out)
 {
     char tmp[256];
@@ -98,6 +129,10 @@ static const char serve_help[] =
     "                          without CAP_SYS_RESOURCE)\n"
     "      --cgroup-v1 DIR     v1 memory cgroup to watch (default: this process's)\n"
     "      --usage-threshold L v1 usage thresholds: 90% of the limit (default) or sizes, comma-separated\n"
+    "      --pressure-headroom X  evict until the cgroup's usage is X below its limit (v2 memory.high/max,\n"
+    "                          v1 limit): a size (32M, 1G) or a % of the limit (default 15%, or\n"
+    "                          $MZCACHE_PRESSURE_HEADROOM); size it to what the other processes can\n"
+    "                          grab while one eviction runs\n"
     "      --codec NAME        KV codec: q8 (default), q8-g32, q8-g128, raw, cachegen,\n"
     "                          cachegen-layer (docs/CODECS.md)\n"
     "      --swap-dir DIR      where the swap file goes\n"
@@ -216,6 +251,8 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "mzcache serve: --usage-threshold wants up to 4 of: a %% of the limit or a size\n");
                 return 2;
             }
+        } else if (!strcmp(a, "--pressure-headroom")) {
+            if (parse_headroom(a, v, &sp.pressure_params.size)) return 2;
         } else if (!strcmp(a, "--pressure-level")) {
             if (!strcmp(v, "low")) sp.pressure_min_level = MZ_PRESSURE_LOW;
             else if (!strcmp(v, "medium")) sp.pressure_min_level = MZ_PRESSURE_MEDIUM;

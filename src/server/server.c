@@ -1121,6 +1121,12 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
         srv_log(s, "pressure monitor: %d of %d interfaces active", mz_pressure_n_active(s->mon), MZ_PRESSURE_N_SOURCES);
         for (char *save = NULL, *line = strtok_r(desc, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
             srv_log(s, "  %s", line);
+        const mz_esize_params *sz = &s->p.pressure_params.size;
+        if (sz->headroom_bytes)
+            srv_log(s, "  eviction target: %.1f MiB below the cgroup limit (--pressure-headroom)",
+                    (double)sz->headroom_bytes / 1048576.0);
+        else
+            srv_log(s, "  eviction target: %.4g%% of the cgroup limit below it (--pressure-headroom)", sz->headroom_pct);
         if (!mz_pressure_n_active(s->mon))
             srv_log(s, "no pressure interface usable: serving anyway; evict with POST /mz/evict or `mzcache evict`");
     } else {
