@@ -116,7 +116,9 @@ static const char serve_help[] =
     "      --max-tokens N      largest max_tokens a request may ask for (default 4096)\n"
     "      --max-queue N       requests that may wait for the conversation; more get 429 (default 4)\n"
     "      --queue-timeout MS  longest wait in that queue (default 120000)\n"
-    "  -v, --verbose           log every request\n\n"
+    "  -v, --verbose           log every request\n\n";
+
+static const char serve_mem_help[] =
     "memory:\n"
     "      --evict-step X      per pressure signal evict X: 25% of the evictable total (default)\n"
     "                          or a size (64M); critical signals evict two steps\n"
@@ -125,6 +127,9 @@ static const char serve_help[] =
     "      --pressure-interval MS  least time between two pressure evictions (default 1000)\n"
     "      --pressure-sources LIST  comma list of psi, cg2-events, cg1-level, cg1-usage (default all)\n"
     "      --no-pressure       no monitor (evict through the API only)\n"
+    "      --no-restore-ahead  what pressure evicted waits for the next request (default: it is\n"
+    "                          restored once all of it fits below the target again and no signal\n"
+    "                          asked for memory for 1 s)\n"
     "      --psi-trigger T     PSI trigger (default 'some 100000 2000000'; windows: multiples of 2 s\n"
     "                          without CAP_SYS_RESOURCE)\n"
     "      --cgroup-v1 DIR     v1 memory cgroup to watch (default: this process's)\n"
@@ -180,11 +185,12 @@ int cmd_serve(int argc, char **argv)
         if (r) continue;
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("%s%s%s", serve_help, serve_store_help, cli_common_help);
+            printf("%s%s%s%s", serve_help, serve_mem_help, serve_store_help, cli_common_help);
             return 0;
         }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { sp.verbose = true; continue; }
         if (!strcmp(a, "--no-pressure")) { sp.pressure = false; continue; }
+        if (!strcmp(a, "--no-restore-ahead")) { sp.restore_ahead = false; continue; }
         if (!strcmp(a, "--no-store")) { no_store = true; continue; }
         if (!v) {
             fprintf(stderr, "mzcache serve: unknown option '%s' or missing value (see mzcache serve --help)\n", a);

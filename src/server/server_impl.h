@@ -142,6 +142,8 @@ struct mz_server {
     size_t n_signals[MZ_PRESSURE_N_SOURCES];
     size_t n_ignored_level, n_ignored_interval, n_ignored_floor;
     double last_pressure_evict_ms;
+    double last_squeeze_ms;      /* last pressure signal that asked for bytes (monotonic ms) */
+    size_t n_restores_ahead, restored_ahead_bytes;
     double last_low_log_ms;
 };
 
