@@ -190,7 +190,7 @@ def main():
     ap.add_argument("--answer-tokens", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plan", required=True, help="JSON with the limit and hog sizes; written by the first run")
-    ap.add_argument("--headroom-mib", type=int, default=48, help="limit = first daemon's usage + this")
+    ap.add_argument("--headroom-mib", type=int, default=64, help="limit = first daemon's usage + this")
     ap.add_argument("--need-pct", type=float, default=65,
                     help="share of the daemon's weights + KV that the hog's peak forces out")
     ap.add_argument("--hog-step-mib", type=int, default=24)
@@ -198,9 +198,10 @@ def main():
     ap.add_argument("--hold-s", type=float, default=2.0)
     ap.add_argument("--stall-s", type=float, default=10.0,
                     help="a hog step stalled this long = thrashing: the daemon is killed (lmkd emulation)")
-    ap.add_argument("--headroom", default="32M",
+    ap.add_argument("--headroom", default="48M",
                     help="serve --pressure-headroom: the eviction target below the limit (mzcache)")
-    ap.add_argument("--usage-threshold", default="90%,93%,96%", help="serve --usage-threshold (mzcache)")
+    ap.add_argument("--usage-threshold", default="87%,91%,95%",
+                    help="serve --usage-threshold (mzcache): the lowest at or below the target")
     ap.add_argument("--no-restore-ahead", action="store_true",
                     help="serve --no-restore-ahead: evicted parts wait for the question")
     ap.add_argument("--zram", default="",
@@ -463,6 +464,19 @@ def main():
             f"({tm['prompt_n']} tokens computed, {row['evicted_mib_before']:.0f} MiB evicted before)"
             + (f"; zram {zs[0]:.0f} -> {zs[1]:.0f} MiB" if zs else ""))
         msgs = q + [{"role": "assistant", "content": ans}]
+        # A control on the same machine at the same moment: one more new
+        # question with everything as the round's question left it (nothing
+        # evicted since), not kept in the conversation (the next question
+        # cuts it). The machine is shared: its load moves every TTFT, and the
+        # ratio to this one is what the daemon's own pressure handling costs.
+        (_, _, tmc), _ = ask(r + 5)
+        row["ttft_control_ms"] = tmc["ttft_ms"]
+        row["ttft_over_control"] = ttft / tmc["ttft_ms"] if tmc["ttft_ms"] > 0 else None
+        log(f"round {r}: control TTFT {tmc['ttft_ms']:.0f} ms (x{row['ttft_over_control']:.2f})")
+        with open(os.path.join(a.out, f"{a.tag}-rounds.csv"), "w") as f:
+            f.write(",".join(rounds[0].keys()) + "\n")
+            for x in rounds:
+                f.write(",".join("" if v is None else str(v) for v in x.values()) + "\n")
         state["phase"] = "idle"
         time.sleep(1.0)
 

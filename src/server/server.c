@@ -290,8 +290,12 @@ static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
         srv_gate_leave(s);
         return;
     }
+    /* What the restore adds: the evicted units' resident size less the
+     * compressed stack it pops (its segments are unmapped as they empty). */
+    size_t in_stack = st.weights.compressed_bytes + st.kv.compressed_bytes;
+    size_t grow = back > in_stack ? back - in_stack : 0;
     mz_esize_out o;
-    if (!mz_esize_room(mz_pressure_esize_params(pe->monitor), &sig, back, &o)) {
+    if (!mz_esize_room(mz_pressure_esize_params(pe->monitor), &sig, grow, &o)) {
         srv_gate_leave(s);
         if (s->p.verbose) srv_log(s, "relief: %s: not restoring yet", o.why);
         return;
