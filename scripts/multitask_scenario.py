@@ -190,7 +190,7 @@ def main():
     ap.add_argument("--answer-tokens", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plan", required=True, help="JSON with the limit and hog sizes; written by the first run")
-    ap.add_argument("--headroom-mib", type=int, default=64, help="limit = first daemon's usage + this")
+    ap.add_argument("--headroom-mib", type=int, default=80, help="limit = first daemon's usage + this")
     ap.add_argument("--need-pct", type=float, default=65,
                     help="share of the daemon's weights + KV that the hog's peak forces out")
     ap.add_argument("--hog-step-mib", type=int, default=24)
@@ -198,9 +198,9 @@ def main():
     ap.add_argument("--hold-s", type=float, default=2.0)
     ap.add_argument("--stall-s", type=float, default=10.0,
                     help="a hog step stalled this long = thrashing: the daemon is killed (lmkd emulation)")
-    ap.add_argument("--headroom", default="48M",
+    ap.add_argument("--headroom", default="64M",
                     help="serve --pressure-headroom: the eviction target below the limit (mzcache)")
-    ap.add_argument("--usage-threshold", default="87%,91%,95%",
+    ap.add_argument("--usage-threshold", default="83%,88%,93%,97%",
                     help="serve --usage-threshold (mzcache): the lowest at or below the target")
     ap.add_argument("--no-restore-ahead", action="store_true",
                     help="serve --no-restore-ahead: evicted parts wait for the question")

@@ -25,8 +25,8 @@
 #                  the budget less zram's pool: zram keeps what it stores in RAM), os-paging
 #                  without swap. --daemons runs some of them (the plan, limit and hog peak, is
 #                  made by the first run and kept in OUT/plan.json for the others)
-#   --headroom X   mzcache's --pressure-headroom in the multitask scenario (default 48M: two hog
-#                  steps, less than the 64 MiB the plan leaves above the full footprint, so that
+#   --headroom X   mzcache's --pressure-headroom in the multitask scenario (default 64M: ~3 hog
+#                  steps, less than the 80 MiB the plan leaves above the full footprint, so that
 #                  everything evicted fits back once the hog is gone)
 #   --no-restore-ahead  mzcache leaves what pressure evicted for the question to restore
 #   --quick        small conversation, no control or os-paging run (what the ctest test runs)
