@@ -30,8 +30,8 @@
 # 4-5 min with the defaults). Here (cgroup v1, 2 vCPUs, the real model):
 #   MZ_LOCAL=1 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf bash bench/device-pressure.sh
 # Knobs (environment): ROUNDS (5), CTX_TOKENS (8192), DAEMONS ("mzcache
-# os-paging-zram os-paging"), THREADS (4), HEADROOM (48M: mzcache's
-# --pressure-headroom), MARGIN_MIB (64, v2 80: limit = mzcache's usage with
+# os-paging-zram os-paging"), THREADS (4), HEADROOM (64M: mzcache's
+# --pressure-headroom), MARGIN_MIB (80, v2 96: limit = mzcache's usage with
 # everything resident + this), NEED_PCT (65: the hog's peak = MARGIN_MIB + this % of
 # weights + KV), HOG_STEP_MIB (24), HOG_STEP_S (0.5), HOLD_S (2), STALL_S (10),
 # MODEL (a GGUF to use instead of generating one), OUT (/tmp/devpress-out).
@@ -41,7 +41,7 @@ set -uo pipefail
 OUTD=${OUT:-/tmp/devpress-out}; mkdir -p "$OUTD"
 ROUNDS=${ROUNDS:-5}; CTX_TOKENS=${CTX_TOKENS:-8192}; THREADS=${THREADS:-4}
 DAEMONS=${DAEMONS:-"mzcache os-paging-zram os-paging"}
-HEADROOM=${HEADROOM:-48M}; NEED_PCT=${NEED_PCT:-65}
+HEADROOM=${HEADROOM:-64M}; NEED_PCT=${NEED_PCT:-65}
 HOG_STEP_MIB=${HOG_STEP_MIB:-24}; HOG_STEP_S=${HOG_STEP_S:-0.5}; HOLD_S=${HOLD_S:-2}; STALL_S=${STALL_S:-10}
 HIGH_GAP_MIB=16
 W=${WORK:-/tmp/devpress-work}; mkdir -p "$W"
@@ -70,10 +70,10 @@ else
     [ -n "$rel" ] && [ -n "$mnt" ] && [ -d "$mnt${rel%/}" ] && { CGV=1; CGROOT="$mnt${rel%/}"; }
 fi
 [ "$CGV" != 0 ] || { say "no cgroup v2 memory controller at the root and no v1 memory cgroup"; exit 77; }
-# The margin above the full footprint: the headroom (48 MiB, two hog steps) + 16 MiB, so that
+# The margin above the full footprint: the headroom (64 MiB, ~3 hog steps) + 16 MiB, so that
 # everything evicted fits back below the target once the hog is gone; on v2 the target is
 # measured from memory.high, HIGH_GAP_MIB below the kill line.
-MARGIN_MIB=${MARGIN_MIB:-$(( 64 + (CGV == 2 ? HIGH_GAP_MIB : 0) ))}
+MARGIN_MIB=${MARGIN_MIB:-$(( 80 + (CGV == 2 ? HIGH_GAP_MIB : 0) ))}
 cg_usage() { if [ $CGV = 2 ]; then cat "$1/memory.current"; else cat "$1/memory.usage_in_bytes"; fi; }
 cg_limit() { # dir bytes: the kill line (and v2's memory.high below it)
     if [ $CGV = 2 ]; then echo "$2" > "$1/memory.max"; echo $(( $2 - HIGH_GAP_MIB * MiB )) > "$1/memory.high"
@@ -156,7 +156,7 @@ start_daemon() { # tag mode cg → sets DPID, PORT, START_MS
     rm -f "$pf"; drop_model_cache
     if [ "$mode" = mzcache ]; then
         extra=(--pressure-headroom "$HEADROOM")
-        [ $CGV = 1 ] && extra+=(--usage-threshold "90%,93%,96%" --pressure-sources "cg1-usage,cg1-level,psi")
+        [ $CGV = 1 ] && extra+=(--usage-threshold "60%,70%,80%,90%" --pressure-sources "cg1-usage,cg1-level,psi")
     else extra=(--no-pressure); fi
     t0=$(now)
     ( echo "$BASHPID" > "$cg/cgroup.procs"; echo 1000 > /proc/self/oom_score_adj

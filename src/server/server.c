@@ -269,7 +269,8 @@ static int gate_try_enter(mz_server_t *s)
  * eviction): what pressure took is restored before the next request needs it
  * once all of it fits below the cgroup's target (mz_esize_room) and no signal
  * has asked for bytes for restore_ahead_quiet_ms. All or nothing (mz_restore
- * brings a context back whole): a partial fit waits; a request in flight or
+ * brings a context back whole; the pipelined restore of a request, with no
+ * tokens to prefill): a partial fit waits; a request in flight or
  * waiting goes first (it restores what it needs itself). While the restore
  * runs, signals wait on this thread (the kernel coalesces them). */
 static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
@@ -294,6 +295,13 @@ static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
      * compressed stack it pops (its segments are unmapped as they empty). */
     size_t in_stack = st.weights.compressed_bytes + st.kv.compressed_bytes;
     size_t grow = back > in_stack ? back - in_stack : 0;
+    if (s->p.mem_budget_bytes && srv_footprint(s) + grow > s->p.mem_budget_bytes) {
+        /* The memory budget holds the rest (srv_enforce_budget would evict it
+         * again at once): pressure has nothing left to give back. */
+        mz_pressure_want_relief(pe->monitor, false);
+        srv_gate_leave(s);
+        return;
+    }
     mz_esize_out o;
     if (!mz_esize_room(mz_pressure_esize_params(pe->monitor), &sig, grow, &o)) {
         srv_gate_leave(s);
@@ -301,7 +309,8 @@ static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
         return;
     }
     mz_restore_report rep = {0};
-    mz_status rc = srv_restore_sessions(s, &rep);
+    size_t n_sto = 0, n_mem = 0;
+    mz_status rc = srv_restore_sessions_pipelined(s, &rep, &n_sto, &n_mem);
     mz_mem_stats after;
     srv_mem_stats(s, &after);
     pthread_mutex_lock(&s->snap_mu);
@@ -310,9 +319,9 @@ static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
     pthread_mutex_unlock(&s->snap_mu);
     srv_gate_leave(s);
     if (!rc && after.remaining_pct >= 100.0) mz_pressure_want_relief(pe->monitor, false);
-    srv_log(s, "relief: %s -> restored %.1f MiB ahead in %.1f ms (%zu weight blocks, %zu KV chunks); remaining %.1f%%%s",
-            o.why, (double)rep.bytes_restored / 1048576.0, rep.time_ms, rep.n_weights_loaded,
-            rep.n_kv_decoded + rep.n_kv_read_raw + rep.n_kv_read_compressed, after.remaining_pct,
+    srv_log(s, "relief: %s -> restored %.1f MiB ahead in %.1f ms (%zu units from storage, %zu from memory); "
+               "remaining %.1f%%%s",
+            o.why, (double)rep.bytes_restored / 1048576.0, rep.time_ms, n_sto, n_mem, after.remaining_pct,
             rc ? " (failed part way; see above)" : "");
 }
 
