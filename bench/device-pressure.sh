@@ -18,7 +18,7 @@
 # under memory.high"); per restore ahead its size and time. Writes
 # $OUT/pressure.md (the same), the daemons' logs and per-round CSVs.
 #
-# The hog is a file on a tmpfs written by dd from /dev/urandom inside the
+# The hog is a file on a tmpfs of its own written by dd from /dev/urandom inside the
 # cgroup (shmem pages are charged to the writer's cgroup and, without swap,
 # cannot be reclaimed: anonymous memory in all but name; incompressible for
 # zram); released by deleting the file. HTTP through bash's /dev/tcp.
@@ -31,7 +31,7 @@
 #   MZ_LOCAL=1 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf bash bench/device-pressure.sh
 # Knobs (environment): ROUNDS (5), CTX_TOKENS (8192), DAEMONS ("mzcache
 # os-paging-zram os-paging"), THREADS (4), HEADROOM (64M: mzcache's
-# --pressure-headroom), MARGIN_MIB (80, v2 96: limit = mzcache's usage with
+# --pressure-headroom), MARGIN_MIB (96, v2 112: limit = mzcache's usage with
 # everything resident + this), NEED_PCT (65: the hog's peak = MARGIN_MIB + this % of
 # weights + KV), HOG_STEP_MIB (24), HOG_STEP_S (0.5), HOLD_S (2), STALL_S (10),
 # MODEL (a GGUF to use instead of generating one), OUT (/tmp/devpress-out).
@@ -70,10 +70,10 @@ else
     [ -n "$rel" ] && [ -n "$mnt" ] && [ -d "$mnt${rel%/}" ] && { CGV=1; CGROOT="$mnt${rel%/}"; }
 fi
 [ "$CGV" != 0 ] || { say "no cgroup v2 memory controller at the root and no v1 memory cgroup"; exit 77; }
-# The margin above the full footprint: the headroom (64 MiB, ~3 hog steps) + 16 MiB, so that
+# The margin above the full footprint: the headroom (64 MiB, ~3 hog steps) + 32 MiB, so that
 # everything evicted fits back below the target once the hog is gone; on v2 the target is
 # measured from memory.high, HIGH_GAP_MIB below the kill line.
-MARGIN_MIB=${MARGIN_MIB:-$(( 80 + (CGV == 2 ? HIGH_GAP_MIB : 0) ))}
+MARGIN_MIB=${MARGIN_MIB:-$(( 96 + (CGV == 2 ? HIGH_GAP_MIB : 0) ))}
 cg_usage() { if [ $CGV = 2 ]; then cat "$1/memory.current"; else cat "$1/memory.usage_in_bytes"; fi; }
 cg_limit() { # dir bytes: the kill line (and v2's memory.high below it)
     if [ $CGV = 2 ]; then echo "$2" > "$1/memory.max"; echo $(( $2 - HIGH_GAP_MIB * MiB )) > "$1/memory.high"
@@ -85,10 +85,17 @@ cg_ooms() {
 }
 
 # ---- the hog's tmpfs ----
-HOGDIR=""
-if [ "$(stat -fc %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then HOGDIR=/dev/shm/devpress-$$
-else HOGDIR=$W/hogfs; mkdir -p "$HOGDIR"; mount -t tmpfs -o size=4G tmpfs "$HOGDIR" || { say "no tmpfs for the hog"; exit 77; }; MOUNTED=1; fi
-mkdir -p "$HOGDIR"
+# Our own tmpfs (a container's /dev/shm is often 64 MiB); /dev/shm only if mounting is refused
+# and it has room for the hog's peak (at most 2 GiB here).
+HOGDIR=$W/hogfs-$$; mkdir -p "$HOGDIR"
+if mount -t tmpfs -o size=8G tmpfs "$HOGDIR" 2>/dev/null; then MOUNTED=1
+else
+    rmdir "$HOGDIR"
+    free_kib=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+    [ "$(stat -fc %T /dev/shm 2>/dev/null)" = tmpfs ] && [ "${free_kib:-0}" -ge $(( 2 * 1024 * 1024 )) ] \
+        || { say "no tmpfs for the hog (mount refused, /dev/shm has ${free_kib:-0} KiB free)"; exit 77; }
+    HOGDIR=/dev/shm/devpress-$$; mkdir -p "$HOGDIR"
+fi
 
 CGS=(); PIDS=(); ZRAM=""; BUDGET_PID=""
 cleanup() {
@@ -96,7 +103,7 @@ cleanup() {
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
     rm -rf "$HOGDIR"/hog* 2>/dev/null
     [ "${MOUNTED:-0}" = 1 ] && umount "$HOGDIR" 2>/dev/null
-    [ "${MOUNTED:-0}" = 1 ] || rmdir "$HOGDIR" 2>/dev/null
+    rmdir "$HOGDIR" 2>/dev/null
     [ -n "$ZRAM" ] && sh scripts/zram-swap.sh down "$ZRAM" >/dev/null 2>&1
     for cg in "${CGS[@]}"; do
         [ -d "$cg" ] || continue

@@ -190,7 +190,7 @@ def main():
     ap.add_argument("--answer-tokens", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plan", required=True, help="JSON with the limit and hog sizes; written by the first run")
-    ap.add_argument("--headroom-mib", type=int, default=80, help="limit = first daemon's usage + this")
+    ap.add_argument("--headroom-mib", type=int, default=96, help="limit = first daemon's usage + this")
     ap.add_argument("--need-pct", type=float, default=65,
                     help="share of the daemon's weights + KV that the hog's peak forces out")
     ap.add_argument("--hog-step-mib", type=int, default=24)

@@ -26,7 +26,7 @@
 #                  without swap. --daemons runs some of them (the plan, limit and hog peak, is
 #                  made by the first run and kept in OUT/plan.json for the others)
 #   --headroom X   mzcache's --pressure-headroom in the multitask scenario (default 64M: ~3 hog
-#                  steps, less than the 80 MiB the plan leaves above the full footprint, so that
+#                  steps, 32 MiB less than the 96 MiB the plan leaves above the full footprint, so that
 #                  everything evicted fits back once the hog is gone)
 #   --no-restore-ahead  mzcache leaves what pressure evicted for the question to restore
 #   --quick        small conversation, no control or os-paging run (what the ctest test runs)
