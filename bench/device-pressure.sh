@@ -27,9 +27,10 @@
 # project root, after `make build` and `../shared/device/bundle.sh build` here:
 #   device run, carry [".bundle"]:   bash bench/device-pressure.sh
 # (generates a SmolLM2-shaped Q4_1 model from .bundle/vocab.gguf; about
-# 4-5 min with the defaults). Here (cgroup v1, 2 vCPUs, the real model):
+# 3-5 min with the defaults: each killed round costs a stall of up to STALL_S plus a cold
+# start). Here (cgroup v1, 2 vCPUs, the real model):
 #   MZ_LOCAL=1 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf bash bench/device-pressure.sh
-# Knobs (environment): ROUNDS (5), CTX_TOKENS (8192), DAEMONS ("mzcache
+# Knobs (environment): ROUNDS (4), CTX_TOKENS (8192), DAEMONS ("mzcache
 # os-paging-zram os-paging"), THREADS (4), HEADROOM (64M: mzcache's
 # --pressure-headroom), MARGIN_MIB (96, v2 112: limit = mzcache's usage with
 # everything resident + this), NEED_PCT (65: the hog's peak = MARGIN_MIB + this % of
@@ -39,7 +40,7 @@
 # are removed on exit (also on SIGINT/SIGTERM).
 set -uo pipefail
 OUTD=${OUT:-/tmp/devpress-out}; mkdir -p "$OUTD"
-ROUNDS=${ROUNDS:-5}; CTX_TOKENS=${CTX_TOKENS:-8192}; THREADS=${THREADS:-4}
+ROUNDS=${ROUNDS:-4}; CTX_TOKENS=${CTX_TOKENS:-8192}; THREADS=${THREADS:-4}
 DAEMONS=${DAEMONS:-"mzcache os-paging-zram os-paging"}
 HEADROOM=${HEADROOM:-64M}; NEED_PCT=${NEED_PCT:-65}
 HOG_STEP_MIB=${HOG_STEP_MIB:-24}; HOG_STEP_S=${HOG_STEP_S:-0.5}; HOLD_S=${HOLD_S:-2}; STALL_S=${STALL_S:-10}
