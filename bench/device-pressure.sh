@@ -16,7 +16,7 @@
 # signal needed, what was freed, their ratio and the eviction's time, and
 # the weights-only evictions (issue 19: "a weights-only eviction took 2 s
 # under memory.high"); per restore ahead its size and time. Writes
-# $OUT/pressure.md (the same), the daemons' logs and per-round CSVs.
+# $OUT/pressure.md (the same) and $OUT/devpress-logs.tgz (the daemons' logs, per-round CSVs).
 #
 # The hog is a file on a tmpfs of its own written by dd from /dev/urandom inside the
 # cgroup (shmem pages are charged to the writer's cgroup and, without swap,
@@ -39,13 +39,16 @@
 # Needs root. Leaves nothing behind: cgroups, hog files, zram device, daemons
 # are removed on exit (also on SIGINT/SIGTERM).
 set -uo pipefail
-OUTD=${OUT:-/tmp/devpress-out}; mkdir -p "$OUTD"
+# Results: $OUT (the device tool brings back a few files only): pressure.md and
+# devpress-logs.tgz (daemon logs, per-round CSVs); the files are written in $W/out first.
+RESULTS=${OUT:-/tmp/devpress-out}; mkdir -p "$RESULTS"
 ROUNDS=${ROUNDS:-4}; CTX_TOKENS=${CTX_TOKENS:-8192}; THREADS=${THREADS:-4}
 DAEMONS=${DAEMONS:-"mzcache os-paging-zram os-paging"}
 HEADROOM=${HEADROOM:-64M}; NEED_PCT=${NEED_PCT:-65}
 HOG_STEP_MIB=${HOG_STEP_MIB:-24}; HOG_STEP_S=${HOG_STEP_S:-0.5}; HOLD_S=${HOLD_S:-2}; STALL_S=${STALL_S:-10}
 HIGH_GAP_MIB=16
 W=${WORK:-/tmp/devpress-work}; mkdir -p "$W"
+OUTD=$W/out-$$; mkdir -p "$OUTD"
 if [ "${MZ_LOCAL:-0}" = 1 ]; then
     BIN=${MZ_BUILD:-$PWD/build} LIBP=
     VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
@@ -111,6 +114,8 @@ cleanup() {
         for p in $(cat "$cg/cgroup.procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
         for _ in $(seq 50); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done
     done
+    [ -f "$OUTD/pressure.md" ] && cp "$OUTD/pressure.md" "$RESULTS/"
+    tar czf "$RESULTS/devpress-logs.tgz" -C "$OUTD" . 2>/dev/null && rm -rf "$OUTD"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
