@@ -58,6 +58,11 @@ MZ_INTERNAL mz_status mz_compstack_peek_top(const mz_compstack_t *s, const uint8
                                             size_t *len, uint64_t *tag);
 MZ_INTERNAL mz_status mz_compstack_peek_bottom(const mz_compstack_t *s, const uint8_t **data,
                                                size_t *len, uint64_t *tag);
+/* Views of the n lowest items, bottom first (data[0] is the bottom), for
+ * writing several at once; returns how many there are (<= n). Same borrow
+ * as the peek functions: valid until the next mutating call. */
+MZ_INTERNAL size_t mz_compstack_peek_bottom_n(const mz_compstack_t *s, size_t n,
+                                              const uint8_t **data, size_t *len, uint64_t *tag);
 /* Removes the top / bottom item (e.g. after decoding or writing it from the
  * peeked view). MZ_AGAIN when empty. Empty segments are unmapped at once. */
 MZ_INTERNAL mz_status mz_compstack_drop_top(mz_compstack_t *s);
