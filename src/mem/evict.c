@@ -182,8 +182,8 @@ static mz_status compkv_batch(mz_mem *mm, const mz_evict_step *steps, size_t n, 
     *delta = 0;
     mm_unit_name(kv_unit(mm, steps[0].layer, steps[0].chunk), nm, sizeof nm);
     MZ_ASSERT(steps[0].dest == MZ_DEST_STORE_COMPRESSED);
-    size_t have = mz_compstack_peek_bottom_n(mm->stack, MZ_MIN(n, (size_t)COMPKV_BATCH), data,
-                                             len, btag);
+    size_t cap = mm->compkv_batch ? mm->compkv_batch : COMPKV_BATCH;
+    size_t have = mz_compstack_peek_bottom_n(mm->stack, MZ_MIN(n, cap), data, len, btag);
     if (have == 0 || btag[0] != kv_tag(steps[0].layer, steps[0].chunk))
         return mz_fail(MZ_E_INVAL, "%s: not at the bottom of the compressed stack", nm);
     mz_status s = mm_ensure_swap(mm);
@@ -228,6 +228,13 @@ static mz_status compkv_batch(mz_mem *mm, const mz_evict_step *steps, size_t n, 
                               "%s: moving it from memory to the swap file failed", nm);
     }
     return MZ_OK;
+}
+
+void mz_mem_set_compkv_batch(mz_mem *mm, size_t n)
+{
+    pthread_mutex_lock(&mm->lock);
+    mm->compkv_batch = MZ_MIN(n, (size_t)COMPKV_BATCH);
+    pthread_mutex_unlock(&mm->lock);
 }
 
 void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
