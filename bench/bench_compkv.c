@@ -12,7 +12,8 @@
  * Prints per batch size the median wall time, MB/s of encoded payload and the
  * ratio to batch 1 measured in the same run.
  *
- *   bench_compkv [-m MODEL] [-c TOKENS (8192)] [-r REPS (5)] [--codec q8] [--swap DIR]
+ *   bench_compkv [-m MODEL] [-c TOKENS (8192)] [-r REPS (5)] [-b BATCH (32)] [--codec q8]
+ *                [--swap DIR]
  */
 #define _GNU_SOURCE
 #include "engine/engine.h"
@@ -64,16 +65,18 @@ int main(int argc, char **argv)
 {
     const char *model = "models/SmolLM2-135M-Instruct.Q4_1.gguf", *codec = "q8";
     const char *swap = "/tmp/bench-compkv";
-    int n_tok = 8192, reps = 5;
+    int n_tok = 8192, reps = 5, batch = 32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "-c") && i + 1 < argc) {
             if (parse_int(argv[++i], 64, 1 << 20, &n_tok)) return fprintf(stderr, "bad -c\n"), 2;
         } else if (!strcmp(argv[i], "-r") && i + 1 < argc) {
             if (parse_int(argv[++i], 1, 1000, &reps)) return fprintf(stderr, "bad -r\n"), 2;
+        } else if (!strcmp(argv[i], "-b") && i + 1 < argc) {
+            if (parse_int(argv[++i], 2, 32, &batch)) return fprintf(stderr, "bad -b\n"), 2;
         } else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
         else if (!strcmp(argv[i], "--swap") && i + 1 < argc) swap = argv[++i];
-        else return fprintf(stderr, "usage: %s [-m MODEL] [-c TOKENS] [-r REPS] [--codec C] [--swap DIR]\n", argv[0]), 2;
+        else return fprintf(stderr, "usage: %s [-m MODEL] [-c TOKENS] [-r REPS] [-b BATCH] [--codec C] [--swap DIR]\n", argv[0]), 2;
     }
     mz_model_params mp = mz_model_params_default();
     mp.n_threads = 2;
@@ -107,7 +110,7 @@ int main(int argc, char **argv)
             move[i].dest = MZ_DEST_STORE_COMPRESSED;
             move[i].stage = MZ_EVICT_STAGE_COMP_KV;
         }
-    const size_t batches[] = {1, 32};
+    const size_t batches[] = {1, (size_t)batch};
     double *ms[2], payload = 0;
     ms[0] = calloc((size_t)reps, sizeof(double));
     ms[1] = calloc((size_t)reps, sizeof(double));

@@ -146,10 +146,12 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
 }
 
 /* CompKV items per write submission. The swap file keeps up to twice its
- * queue depth of them in flight (io_uring) where one write at a time waited
- * for each; memory falls as each batch completes, in steps of at most 32
- * items (~3 MiB of q8 chunks), so the batch adds little latency to the
- * first bytes freed. */
+ * queue depth (8 at the default depth of 4) of them in flight through
+ * io_uring where one write at a time waited for each; a batch of one full
+ * queue lets memory fall every ~0.8 MiB of q8 chunks (bench/bench_compkv.c:
+ * batches of 8 were 1.5-2.1x one at a time on the shared VM, batches of 32
+ * 0.6-1.5x, noisy). mz_mem_set_compkv_batch changes it up to the maximum. */
+#define COMPKV_BATCH_DEFAULT 8
 #define COMPKV_BATCH 32
 
 /* A step that moves a compressed-stack item to the swap file (evict_step's
@@ -161,7 +163,7 @@ static bool is_compkv(mz_mem *mm, const mz_evict_step *st)
 }
 
 /* Carries out the CompKV steps at the head of steps[0..n) with one batch
- * write: the longest run, up to COMPKV_BATCH, whose units are the stack's
+ * write: the longest run, up to the batch size, whose units are the stack's
  * lowest items in order, stopping at the item that brings the bytes to
  * `want` (where the steps one at a time would stop; at least one item).
  * The items' bytes are written as they sit in the stack (same records as a
@@ -182,7 +184,7 @@ static mz_status compkv_batch(mz_mem *mm, const mz_evict_step *steps, size_t n, 
     *delta = 0;
     mm_unit_name(kv_unit(mm, steps[0].layer, steps[0].chunk), nm, sizeof nm);
     MZ_ASSERT(steps[0].dest == MZ_DEST_STORE_COMPRESSED);
-    size_t cap = mm->compkv_batch ? mm->compkv_batch : COMPKV_BATCH;
+    size_t cap = mm->compkv_batch ? mm->compkv_batch : COMPKV_BATCH_DEFAULT;
     size_t have = mz_compstack_peek_bottom_n(mm->stack, MZ_MIN(n, cap), data, len, btag);
     if (have == 0 || btag[0] != kv_tag(steps[0].layer, steps[0].chunk))
         return mz_fail(MZ_E_INVAL, "%s: not at the bottom of the compressed stack", nm);
