@@ -119,7 +119,11 @@ class Client:
 
     def chat(self, messages, max_tokens):
         r = self.call("POST", "/v1/chat/completions",
-                      {"messages": messages, "temperature": 0, "max_tokens": max_tokens})
+                      {"messages": messages, "temperature": 0, "max_tokens": max_tokens,
+                       # one named session: each question shares the conversation and only the
+                       # previous question's turn is cut (an anonymous request that cuts into a
+                       # session's history starts a new one, with the whole conversation prefilled)
+                       "user": "multitask"})
         return r["choices"][0]["message"]["content"], r["usage"], r["timings"]
 
 
@@ -186,7 +190,7 @@ def main():
     ap.add_argument("--answer-tokens", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plan", required=True, help="JSON with the limit and hog sizes; written by the first run")
-    ap.add_argument("--headroom-mib", type=int, default=48, help="limit = first daemon's usage + this")
+    ap.add_argument("--headroom-mib", type=int, default=96, help="limit = first daemon's usage + this")
     ap.add_argument("--need-pct", type=float, default=65,
                     help="share of the daemon's weights + KV that the hog's peak forces out")
     ap.add_argument("--hog-step-mib", type=int, default=24)
@@ -194,6 +198,12 @@ def main():
     ap.add_argument("--hold-s", type=float, default=2.0)
     ap.add_argument("--stall-s", type=float, default=10.0,
                     help="a hog step stalled this long = thrashing: the daemon is killed (lmkd emulation)")
+    ap.add_argument("--headroom", default="64M",
+                    help="serve --pressure-headroom: the eviction target below the limit (mzcache)")
+    ap.add_argument("--usage-threshold", default="83%,88%,93%,97%",
+                    help="serve --usage-threshold (mzcache): the lowest at or below the target")
+    ap.add_argument("--no-restore-ahead", action="store_true",
+                    help="serve --no-restore-ahead: evicted parts wait for the question")
     ap.add_argument("--zram", default="",
                     help="the zram device the daemon swaps to: its pool is RAM of the same budget, so the "
                          "cgroup limit follows budget - pool and the pool's cap budget - usage (every 100 ms)")
@@ -208,7 +218,6 @@ def main():
         f.write(str(8192 * MiB))
 
     env = dict(os.environ)
-    env.setdefault("MZCACHE_PRESSURE_HEADROOM", "20%")
 
     def drop_model_cache():
         try:
@@ -227,9 +236,12 @@ def main():
             os.unlink(port_file)
         cmd = [a.bin, "serve", "-m", a.model, "--port", "0", "--port-file", port_file, "-t", str(a.threads),
                "-c", str(n_ctx), "--codec", a.codec, "--swap-dir", os.path.join(a.out, "swap-" + a.tag),
-               "--mode", a.mode, "--alias", a.tag]
+               "--mode", a.mode, "--alias", a.tag, "--no-store"]
         if a.pressure:
-            cmd += ["--usage-threshold", "80%,92%", "--pressure-sources", "cg1-usage,cg1-level,psi"]
+            cmd += ["--usage-threshold", a.usage_threshold, "--pressure-sources", "cg1-usage,cg1-level,psi",
+                    "--pressure-headroom", a.headroom]
+            if a.no_restore_ahead:
+                cmd += ["--no-restore-ahead"]
         else:
             cmd += ["--no-pressure"]
         t0 = time.monotonic()
@@ -424,10 +436,21 @@ def main():
         t_q = time.time() - state["t0"]
         (ans, u, tm), q = ask(r)
         ttft = restart_ms + tm["ttft_ms"]
+        try:  # what the question's own restore spent (all zero when nothing was left to restore)
+            lr = c.call("GET", "/mz/status").get("last_restore", {})
+        except (urllib.error.URLError, ValueError):
+            lr = {}
         row = {"round": r, "t_rounds_s": round(t_q, 2), "survived": int(alive), "lmk_kill": int(lmk), "hog_reached_mib": grown, "hog_failed": hog_failed,
                "peak_usage_mib": peak_usage / MiB, "restart_ms": restart_ms, "ttft_ms": ttft,
                "server_ttft_ms": tm["ttft_ms"], "prompt_n": tm["prompt_n"], "cached_n": tm["cached_n"],
                "evicted_mib_before": tm.get("evicted_bytes_before", 0) / MiB,
+               "queue_ms": tm.get("queue_ms", 0),
+               "restore_wall_ms": lr.get("all_ready_ms", 0) if tm.get("evicted_bytes_before", 0) else 0,
+               "restore_storage_ms": lr.get("storage_ms", 0) if tm.get("evicted_bytes_before", 0) else 0,
+               "restore_memory_ms": lr.get("memory_ms", 0) if tm.get("evicted_bytes_before", 0) else 0,
+               "restore_alloc_ms": lr.get("alloc_ms", 0) if tm.get("evicted_bytes_before", 0) else 0,
+               "restore_units_storage": lr.get("storage_units", 0) if tm.get("evicted_bytes_before", 0) else 0,
+               "restore_units_memory": lr.get("memory_units", 0) if tm.get("evicted_bytes_before", 0) else 0,
                "remaining_pct_before": tm.get("remaining_pct_before", 100.0),
                "oom_kills_total": oom_kills(cg) - oom0 if oom0 >= 0 else None,
                "zram_orig_mib": zs[0] if zs else None, "zram_compr_mib": zs[1] if zs else None,
@@ -441,6 +464,19 @@ def main():
             f"({tm['prompt_n']} tokens computed, {row['evicted_mib_before']:.0f} MiB evicted before)"
             + (f"; zram {zs[0]:.0f} -> {zs[1]:.0f} MiB" if zs else ""))
         msgs = q + [{"role": "assistant", "content": ans}]
+        # A control on the same machine at the same moment: one more new
+        # question with everything as the round's question left it (nothing
+        # evicted since), not kept in the conversation (the next question
+        # cuts it). The machine is shared: its load moves every TTFT, and the
+        # ratio to this one is what the daemon's own pressure handling costs.
+        (_, _, tmc), _ = ask(r + 5)
+        row["ttft_control_ms"] = tmc["ttft_ms"]
+        row["ttft_over_control"] = ttft / tmc["ttft_ms"] if tmc["ttft_ms"] > 0 else None
+        log(f"round {r}: control TTFT {tmc['ttft_ms']:.0f} ms (x{row['ttft_over_control']:.2f})")
+        with open(os.path.join(a.out, f"{a.tag}-rounds.csv"), "w") as f:
+            f.write(",".join(rounds[0].keys()) + "\n")
+            for x in rounds:
+                f.write(",".join("" if v is None else str(v) for v in x.values()) + "\n")
         state["phase"] = "idle"
         time.sleep(1.0)
 
@@ -454,6 +490,18 @@ def main():
         if m:
             evs.append({"need_mib": float(m.group(1)), "basis": m.group(2), "asked_mib": float(m.group(3)),
                         "freed_mib": float(m.group(4)), "ratio": float(m.group(5)), "ms": float(m.group(6))})
+    rel_pat = re.compile(r"relief: usage ([0-9.]+) MiB, target ([0-9.]+) MiB.* -> restored ([0-9.]+) MiB ahead "
+                         r"in ([0-9.]+) ms")
+    reliefs = []
+    for line in open(daemon_log_path, errors="replace"):
+        m = rel_pat.search(line)
+        if m:
+            reliefs.append({"usage_mib": float(m.group(1)), "target_mib": float(m.group(2)),
+                            "restored_mib": float(m.group(3)), "ms": float(m.group(4))})
+    with open(os.path.join(a.out, f"{a.tag}-reliefs.csv"), "w") as f:
+        f.write("usage_mib,target_mib,restored_mib,ms\n")
+        for e in reliefs:
+            f.write("%.1f,%.1f,%.1f,%.1f\n" % (e["usage_mib"], e["target_mib"], e["restored_mib"], e["ms"]))
     with open(os.path.join(a.out, f"{a.tag}-evictions.csv"), "w") as f:
         f.write("need_mib,basis,asked_mib,freed_mib,freed_over_need,ms\n")
         for e in evs:
@@ -481,7 +529,12 @@ def main():
               "ttft_ms": [x["ttft_ms"] for x in rounds], "round_rows": rounds, "evictions": len(evs),
               "ratio_max": max((e["ratio"] for e in evs), default=None),
               "ratio_max_need_ge_2mib": max((e["ratio"] for e in big), default=None),
-              "ratio_mean": sum(e["ratio"] for e in evs) / len(evs) if evs else None}
+              "ratio_mean": sum(e["ratio"] for e in evs) / len(evs) if evs else None,
+              "need_ge_2mib_within_1_5x": sum(1 for e in big if e["ratio"] <= 1.5), "need_ge_2mib": len(big),
+              "restores_ahead": len(reliefs),
+              "restore_ahead_ms": [e["ms"] for e in reliefs],
+              "headroom": a.headroom, "usage_threshold": a.usage_threshold,
+              "restore_ahead": not a.no_restore_ahead}
     with open(os.path.join(a.out, f"{a.tag}-summary.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k != "round_rows"}))

@@ -25,6 +25,10 @@
 #                  the budget less zram's pool: zram keeps what it stores in RAM), os-paging
 #                  without swap. --daemons runs some of them (the plan, limit and hog peak, is
 #                  made by the first run and kept in OUT/plan.json for the others)
+#   --headroom X   mzcache's --pressure-headroom in the multitask scenario (default 64M: ~3 hog
+#                  steps, 32 MiB less than the 96 MiB the plan leaves above the full footprint, so that
+#                  everything evicted fits back once the hog is gone)
+#   --no-restore-ahead  mzcache leaves what pressure evicted for the question to restore
 #   --quick        small conversation, no control or os-paging run (what the ctest test runs)
 #   --no-os-paging skip the os-paging baseline run
 #   --no-zram      run the os-paging baseline without swap even where zram is available
@@ -37,12 +41,15 @@ cd "$(dirname "$0")/.."
 
 MULTI=0; DAEMONS=mzcache,os-paging-zram,os-paging; ROUNDS=10; CTX_TOKENS=8192; QUICK=0; CONTROL=1; OSPAGING=1; USE_ZRAM=1; OUT=""; PNG=""; MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf; CODEC=raw
 BIN="${MZ_BIN:-build/mzcache}"
+MT_EXTRA=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1; CONTROL=0; OSPAGING=0 ;;
         --multitask) MULTI=1 ;;
         --rounds) ROUNDS="$2"; shift ;;
         --daemons) DAEMONS="$2"; shift ;;
+        --headroom) MT_EXTRA+=(--headroom "$2"); shift ;;
+        --no-restore-ahead) MT_EXTRA+=(--no-restore-ahead) ;;
         --ctx-tokens) CTX_TOKENS="$2"; shift ;;
         --no-control) CONTROL=0 ;;
         --no-os-paging) OSPAGING=0 ;;
@@ -52,7 +59,7 @@ while [ $# -gt 0 ]; do
         --model) MODEL="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --codec) CODEC="$2"; shift ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
         *) echo "pressure-scenario: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -99,7 +106,7 @@ if [ "$MULTI" -eq 1 ]; then
     # A new plan when mzcache (the first daemon) runs; else the kept one.
     if want mzcache || [ ! -f "$OUT/plan.json" ]; then rm -f "$OUT/plan.json"; fi
     MT=(python3 scripts/multitask_scenario.py --bin "$BIN" --model "$MODEL" --out "$OUT" --plan "$OUT/plan.json"
-        --rounds "$ROUNDS" --ctx-tokens "$CTX_TOKENS")
+        --rounds "$ROUNDS" --ctx-tokens "$CTX_TOKENS" ${MT_EXTRA[@]+"${MT_EXTRA[@]}"})
     TAGS=""
     if want mzcache; then
         make_cg mt-mzcache

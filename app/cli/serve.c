@@ -36,6 +36,37 @@ static int parse_amount_arg(const char *opt, const char *v, double *pct, size_t 
     return 0;
 }
 
+/* --pressure-headroom: "N%" of the cgroup limit (0 to 95) or a size (mz_parse_size:
+ * 64M, 1G, bytes). The flag wins over MZCACHE_PRESSURE_HEADROOM, which
+ * mz_pressure_params_default read. */
+static int parse_headroom(const char *opt, const char *v, mz_esize_params *size)
+{
+    size_t n = strlen(v);
+    if (n && v[n - 1] == '%') {
+        char num[64];
+        if (n >= sizeof num) {
+            fprintf(stderr, "mzcache: %s: '%s' is too long\n", opt, v);
+            return -1;
+        }
+        memcpy(num, v, n - 1);
+        num[n - 1] = '\0';
+        double x;
+        if (cli_opt_double(opt, num, 0, 95, &x)) return -1;
+        size->headroom_pct = x;
+        size->headroom_bytes = 0;
+        return 0;
+    }
+    size_t bytes;
+    if (mz_parse_size(v, &bytes)) {
+        fprintf(stderr, "mzcache: %s: '%s' is not a size (64M, 1G, bytes) or a %% of the limit (0%% to 95%%)\n",
+                opt, v);
+        return -1;
+    }
+    size->headroom_bytes = bytes;
+    size->headroom_pct = 0;
+    return 0;
+}
+
 static int parse_thresholds(const char *v, double *out)
 {
     char tmp[256];
@@ -85,7 +116,9 @@ static const char serve_help[] =
     "      --max-tokens N      largest max_tokens a request may ask for (default 4096)\n"
     "      --max-queue N       requests that may wait for the conversation; more get 429 (default 4)\n"
     "      --queue-timeout MS  longest wait in that queue (default 120000)\n"
-    "  -v, --verbose           log every request\n\n"
+    "  -v, --verbose           log every request\n\n";
+
+static const char serve_mem_help[] =
     "memory:\n"
     "      --evict-step X      per pressure signal evict X: 25% of the evictable total (default)\n"
     "                          or a size (64M); critical signals evict two steps\n"
@@ -94,10 +127,17 @@ static const char serve_help[] =
     "      --pressure-interval MS  least time between two pressure evictions (default 1000)\n"
     "      --pressure-sources LIST  comma list of psi, cg2-events, cg1-level, cg1-usage (default all)\n"
     "      --no-pressure       no monitor (evict through the API only)\n"
+    "      --no-restore-ahead  what pressure evicted waits for the next request (default: it is\n"
+    "                          restored once all of it fits below the target again and no signal\n"
+    "                          asked for memory for 1 s)\n"
     "      --psi-trigger T     PSI trigger (default 'some 100000 2000000'; windows: multiples of 2 s\n"
     "                          without CAP_SYS_RESOURCE)\n"
     "      --cgroup-v1 DIR     v1 memory cgroup to watch (default: this process's)\n"
     "      --usage-threshold L v1 usage thresholds: 90% of the limit (default) or sizes, comma-separated\n"
+    "      --pressure-headroom X  evict until the cgroup's usage is X below its limit (v2 memory.high/max,\n"
+    "                          v1 limit): a size (32M, 1G) or a % of the limit (default 15%, or\n"
+    "                          $MZCACHE_PRESSURE_HEADROOM); size it to what the other processes can\n"
+    "                          grab while one eviction runs\n"
     "      --codec NAME        KV codec: q8 (default), q8-g32, q8-g128, raw, cachegen,\n"
     "                          cachegen-layer (docs/CODECS.md)\n"
     "      --swap-dir DIR      where the swap file goes\n"
@@ -145,11 +185,12 @@ int cmd_serve(int argc, char **argv)
         if (r) continue;
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("%s%s%s", serve_help, serve_store_help, cli_common_help);
+            printf("%s%s%s%s", serve_help, serve_mem_help, serve_store_help, cli_common_help);
             return 0;
         }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { sp.verbose = true; continue; }
         if (!strcmp(a, "--no-pressure")) { sp.pressure = false; continue; }
+        if (!strcmp(a, "--no-restore-ahead")) { sp.restore_ahead = false; continue; }
         if (!strcmp(a, "--no-store")) { no_store = true; continue; }
         if (!v) {
             fprintf(stderr, "mzcache serve: unknown option '%s' or missing value (see mzcache serve --help)\n", a);
@@ -216,6 +257,8 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "mzcache serve: --usage-threshold wants up to 4 of: a %% of the limit or a size\n");
                 return 2;
             }
+        } else if (!strcmp(a, "--pressure-headroom")) {
+            if (parse_headroom(a, v, &sp.pressure_params.size)) return 2;
         } else if (!strcmp(a, "--pressure-level")) {
             if (!strcmp(v, "low")) sp.pressure_min_level = MZ_PRESSURE_LOW;
             else if (!strcmp(v, "medium")) sp.pressure_min_level = MZ_PRESSURE_MEDIUM;

@@ -213,6 +213,20 @@ mz_status mz_compstack_peek_bottom(const mz_compstack_t *s, const uint8_t **data
     return MZ_OK;
 }
 
+size_t mz_compstack_peek_bottom_n(const mz_compstack_t *s, size_t n, const uint8_t **data,
+                                  size_t *len, uint64_t *tag)
+{
+    size_t k = 0;
+    for (const seg *g = s->bottom; g && k < n; g = g->above)
+        for (size_t off = g->bot; off < g->top && k < n; k++) {
+            const item_hdr *h = item_at(g, off);
+            MZ_ASSERT(h->magic == ITEM_MAGIC);
+            view(h, &data[k], &len[k], &tag[k]);
+            off += footprint((size_t)h->len);
+        }
+    return k;
+}
+
 mz_status mz_compstack_drop_top(mz_compstack_t *s)
 {
     seg *g = s->topseg;

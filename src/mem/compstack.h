@@ -69,6 +69,11 @@ typedef struct mz_compstack_view {
 } mz_compstack_view;
 MZ_INTERNAL size_t mz_compstack_peek_from_top(const mz_compstack_t *s, size_t n,
                                               mz_compstack_view *out);
+/* Views of the n lowest items, bottom first (data[0] is the bottom), for
+ * writing several at once; returns how many there are (<= n). Same borrow
+ * as the peek functions: valid until the next mutating call. */
+MZ_INTERNAL size_t mz_compstack_peek_bottom_n(const mz_compstack_t *s, size_t n,
+                                              const uint8_t **data, size_t *len, uint64_t *tag);
 /* Removes the top / bottom item (e.g. after decoding or writing it from the
  * peeked view). MZ_AGAIN when empty. Empty segments are unmapped at once. */
 MZ_INTERNAL mz_status mz_compstack_drop_top(mz_compstack_t *s);

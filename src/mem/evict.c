@@ -71,32 +71,8 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     uint64_t tag = kv_tag(st->layer, st->chunk);
     mm_unit_name(u, nm, sizeof nm);
 
-    if (mz_unit_state_get(u) == MZ_UNIT_COMPRESSED) {
-        /* CompKV: the stack's bottom item (the chunk needed last) to storage. */
-        const uint8_t *data;
-        size_t len;
-        uint64_t btag;
-        MZ_ASSERT(st->dest == MZ_DEST_STORE_COMPRESSED);
-        if (mz_compstack_peek_bottom(mm->stack, &data, &len, &btag) != MZ_OK || btag != tag)
-            return mz_fail(MZ_E_INVAL, "%s: not at the bottom of the compressed stack", nm);
-        if ((s = mm_ensure_swap(mm)))
-            return mz_fail_prefix(s, "%s: moving it from memory to the swap file failed", nm);
-        if (!mz_unit_claim(u, MZ_UNIT_COMPRESSED))
-            return mz_fail(MZ_E_INVAL, "%s: busy", nm);
-        mz_swap_slot slot = 0;
-        s = mm_swap_write(mm, data, len, tag, &slot);
-        if (s) {
-            mz_unit_settle(u, MZ_UNIT_COMPRESSED);
-            return mz_fail_prefix(s, "%s: moving it from memory to the swap file failed", nm);
-        }
-        s = mz_compstack_drop_bottom(mm->stack);
-        MZ_ASSERT(s == MZ_OK);
-        u->slot = slot;
-        mz_unit_settle(u, MZ_UNIT_STORED_COMPRESSED);
-        *delta = (int64_t)len;
-        r->n_kv_compkv++;
-        return MZ_OK;
-    }
+    /* CompKV steps (the unit COMPRESSED) go through compkv_batch. */
+    MZ_ASSERT(mz_unit_state_get(u) != MZ_UNIT_COMPRESSED);
 
     {
         /* [store] a clean chunk that an earlier step of this plan meant to
@@ -169,6 +145,100 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     return MZ_OK;
 }
 
+/* CompKV items per write submission. The swap file keeps up to twice its
+ * queue depth (8 at the default depth of 4) of them in flight through
+ * io_uring where one write at a time waited for each; a batch of one full
+ * queue lets memory fall every ~0.8 MiB of q8 chunks (bench/bench_compkv.c:
+ * batches of 8 were 1.5-2.1x one at a time on the shared VM, batches of 32
+ * 0.6-1.5x, noisy). mz_mem_set_compkv_batch changes it up to the maximum. */
+#define COMPKV_BATCH_DEFAULT 8
+#define COMPKV_BATCH 32
+
+/* A step that moves a compressed-stack item to the swap file (evict_step's
+ * CompKV branch). */
+static bool is_compkv(mz_mem *mm, const mz_evict_step *st)
+{
+    return st->kind != MZ_UNIT_WEIGHTS &&
+           mz_unit_state_get(kv_unit(mm, st->layer, st->chunk)) == MZ_UNIT_COMPRESSED;
+}
+
+/* Carries out the CompKV steps at the head of steps[0..n) with one batch
+ * write: the longest run, up to the batch size, whose units are the stack's
+ * lowest items in order, stopping at the item that brings the bytes to
+ * `want` (where the steps one at a time would stop; at least one item).
+ * The items' bytes are written as they sit in the stack (same records as a
+ * single write). Written items leave the stack from the bottom, up to the
+ * first failed one; the written items above a failure give their slots
+ * back and stay in the stack with their units COMPRESSED (only the bottom
+ * can leave it), so a failure loses nothing. *n_done = steps carried out;
+ * *delta = bytes freed. Caller holds mm->lock. */
+static mz_status compkv_batch(mz_mem *mm, const mz_evict_step *steps, size_t n, uint64_t want,
+                              size_t *n_done, int64_t *delta, mz_evict_report *r)
+{
+    const uint8_t *data[COMPKV_BATCH];
+    size_t len[COMPKV_BATCH];
+    uint64_t btag[COMPKV_BATCH];
+    mz_swap_item it[COMPKV_BATCH];
+    char nm[64];
+    *n_done = 0;
+    *delta = 0;
+    mm_unit_name(kv_unit(mm, steps[0].layer, steps[0].chunk), nm, sizeof nm);
+    MZ_ASSERT(steps[0].dest == MZ_DEST_STORE_COMPRESSED);
+    size_t cap = mm->compkv_batch ? mm->compkv_batch : COMPKV_BATCH_DEFAULT;
+    size_t have = mz_compstack_peek_bottom_n(mm->stack, MZ_MIN(n, cap), data, len, btag);
+    if (have == 0 || btag[0] != kv_tag(steps[0].layer, steps[0].chunk))
+        return mz_fail(MZ_E_INVAL, "%s: not at the bottom of the compressed stack", nm);
+    mz_status s = mm_ensure_swap(mm);
+    if (s) return mz_fail_prefix(s, "%s: moving it from memory to the swap file failed", nm);
+    size_t k = 0;
+    uint64_t sum = 0;
+    while (k < have && (k == 0 || sum < want)) {
+        const mz_evict_step *st = &steps[k];
+        if (k > 0 && (!is_compkv(mm, st) || st->dest != MZ_DEST_STORE_COMPRESSED ||
+                      btag[k] != kv_tag(st->layer, st->chunk)))
+            break;
+        if (!mz_unit_claim(kv_unit(mm, st->layer, st->chunk), MZ_UNIT_COMPRESSED)) break;
+        /* buf is not const because reads share the struct; writes never modify it */
+        it[k] = (mz_swap_item){.buf = (void *)(uintptr_t)data[k], .len = len[k], .tag = btag[k]};
+        sum += len[k];
+        k++;
+    }
+    if (k == 0) return mz_fail(MZ_E_INVAL, "%s: busy", nm);
+    s = mz_swapfile_write_batch(mm->swap, it, k);
+    size_t done = 0;
+    while (done < k && it[done].status == MZ_OK) done++;
+    for (size_t i = 0; i < k; i++) {
+        mz_unit *u = kv_unit(mm, steps[i].layer, steps[i].chunk);
+        if (i < done) {
+            mz_status d = mz_compstack_drop_bottom(mm->stack);
+            MZ_ASSERT(d == MZ_OK);
+            (void)d;
+            u->slot = it[i].slot;
+            atomic_fetch_add(&mm->n_slots, 1);
+            mz_unit_settle(u, MZ_UNIT_STORED_COMPRESSED);
+            *delta += (int64_t)len[i];
+            r->n_kv_compkv++;
+        } else {
+            if (it[i].status == MZ_OK) mz_swapfile_slot_free(mm->swap, it[i].slot);
+            mz_unit_settle(u, MZ_UNIT_COMPRESSED);
+        }
+    }
+    *n_done = done;
+    if (done < k) {
+        mm_unit_name(kv_unit(mm, steps[done].layer, steps[done].chunk), nm, sizeof nm);
+        return mz_fail_prefix(s ? s : it[done].status,
+                              "%s: moving it from memory to the swap file failed", nm);
+    }
+    return MZ_OK;
+}
+
+void mz_mem_set_compkv_batch(mz_mem *mm, size_t n)
+{
+    pthread_mutex_lock(&mm->lock);
+    mm->compkv_batch = MZ_MIN(n, (size_t)COMPKV_BATCH);
+    pthread_mutex_unlock(&mm->lock);
+}
+
 void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
 {
     *v = (mz_policy_view){.n_layer = mm->n_layer,
@@ -193,6 +263,21 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
     for (size_t i = 0; i < n; i++) {
         const mz_evict_step *st = &steps[i];
         int64_t delta = 0;
+        if (is_compkv(mm, st)) {
+            uint64_t want = *freed < 0 ? (uint64_t)goal + (uint64_t)-*freed
+                                       : (uint64_t)goal - MZ_MIN((uint64_t)*freed, (uint64_t)goal);
+            size_t done = 0;
+            s = compkv_batch(mm, st, n - i, want, &done, &delta, r);
+            *freed += delta;
+            if (done > 0) {
+                *moved += done;
+                r->stage = steps[i + done - 1].stage;
+                i += done - 1;
+            }
+            if (s) break;
+            if (*freed >= 0 && (uint64_t)*freed >= (uint64_t)goal) break;
+            continue;
+        }
         mz_unit_state before = st->kind == MZ_UNIT_WEIGHTS
                                    ? mz_unit_state_get(&mm->wt->units[st->layer])
                                    : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));

@@ -102,6 +102,9 @@ MZ_INTERNAL struct mz_wtable *mz_mem_wtable(const mz_mem *mm);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_evict_steps(mz_mem *mm, const mz_evict_step *steps,
                                                       size_t n, size_t goal, int64_t *freed,
                                                       size_t *moved, mz_evict_report *r);
+/* CompKV items per write submission (1..32; 0: the default, 8): 1 writes
+ * them one at a time, waiting for each (bench/bench_compkv.c's baseline). */
+MZ_INTERNAL void mz_mem_set_compkv_batch(mz_mem *mm, size_t n);
 /* The forward pass pins block `layer` before mz_mem_acquire_layer looks at
  * it (weights.h, "Pins") and releases all its pins at the end of the step. */
 MZ_INTERNAL void mz_mem_pin_weights(mz_mem *mm, int layer);

@@ -70,6 +70,7 @@ struct mz_mem {
     mz_mem_shared *shared;     /* the engine's swap file and model-file reader (NULL: own) */
     bool shared_swap;          /* this session stores into the engine's swap file */
     _Atomic size_t n_slots;    /* swap slots this manager holds */
+    size_t compkv_batch;       /* CompKV items per write submission; 0: the default */
     mz_restore_timings last;   /* breakdown of the last pipelined restore */
     double last_first_compute_ms; /* when acquire_layer(0) returned in the last job */
     double last_ready_ms;      /* when its last unit became ready */

@@ -59,6 +59,32 @@ static bool cgroup_figures(const mz_psig *s, uint64_t *limit, uint64_t *usage)
 
 static double mib(uint64_t b) { return (double)b / 1048576.0; }
 
+/* limit − headroom, headroom = max(headroom_bytes, headroom_pct % of the limit). */
+static uint64_t target_of(const mz_esize_params *p, uint64_t limit)
+{
+    uint64_t head = (uint64_t)((double)limit * p->headroom_pct / 100.0);
+    if (p->headroom_bytes > head) head = p->headroom_bytes;
+    return head < limit ? limit - head : 0;
+}
+
+bool mz_esize_room(const mz_esize_params *p, const mz_psig *sig, uint64_t bytes, mz_esize_out *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t limit = 0, usage = 0;
+    if (!cgroup_figures(sig, &limit, &usage)) {
+        snprintf(out->why, sizeof out->why, "no cgroup limit to measure the room against");
+        return false;
+    }
+    out->limit = limit, out->usage = usage, out->target = target_of(p, limit);
+    out->need = bytes;
+    const uint64_t room = out->target > usage ? out->target - usage : 0;
+    const bool fits = bytes <= room;
+    out->basis = fits ? MZ_ESIZE_CLEAR : MZ_ESIZE_CGROUP;
+    snprintf(out->why, sizeof out->why, "usage %.1f MiB, target %.1f MiB (limit %.1f MiB): room %.1f MiB %s %.1f MiB",
+             mib(usage), mib(out->target), mib(limit), mib(room), fits ? ">=" : "<", mib(bytes));
+    return fits;
+}
+
 void mz_esize(const mz_esize_params *p, mz_esize_state *st, const mz_psig *sig, const mz_esize_held *h,
               mz_esize_out *out)
 {
@@ -66,9 +92,7 @@ void mz_esize(const mz_esize_params *p, mz_esize_state *st, const mz_psig *sig, 
     uint64_t limit = 0, usage = 0, need_cg = 0;
     const bool have_cg = cgroup_figures(sig, &limit, &usage);
     if (have_cg) {
-        uint64_t head = (uint64_t)((double)limit * p->headroom_pct / 100.0);
-        if (p->headroom_bytes > head) head = p->headroom_bytes;
-        out->target = head < limit ? limit - head : 0;
+        out->target = target_of(p, limit);
         out->limit = limit, out->usage = usage;
         need_cg = usage > out->target ? usage - out->target : 0;
     }

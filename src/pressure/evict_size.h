@@ -92,6 +92,13 @@ void mz_esize(const mz_esize_params *p, mz_esize_state *st, const mz_psig *sig, 
 
 const char *mz_esize_basis_name(mz_esize_basis b);
 
+/* Restore ahead: whether bytes more fit below the target of the reading
+ * (usage less inactive file + bytes <= limit − headroom, the figures of
+ * mz_esize). Fills out's limit, usage, target, need (= bytes), basis
+ * (CLEAR: fits, CGROUP: does not) and why. False without a cgroup limit:
+ * with nothing to measure the room against the daemon waits for a request. */
+bool mz_esize_room(const mz_esize_params *p, const mz_psig *sig, uint64_t bytes, mz_esize_out *out);
+
 /* The cgroup files a reading needs, opened once: reading them again with
  * pread allocates nothing in the kernel, where a fresh open() would charge a
  * file object to the very cgroup that is over its memory.high (and stall the

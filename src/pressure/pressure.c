@@ -60,6 +60,8 @@ struct mz_pressure_monitor {
      * the callback keeps between signals. */
     mz_psig_fds sig_fds;               /* the cgroup files, open from start to stop */
     mz_esize_state esize;
+    _Atomic bool relief_wanted;        /* mz_pressure_want_relief */
+    double relief_next_ms;             /* monitor thread only */
 
     pthread_mutex_t state_mu;          /* guards active[] and state[]: the thread re-arms */
     bool active[MZ_PRESSURE_N_SOURCES];
@@ -88,6 +90,7 @@ mz_pressure_params mz_pressure_params_default(void)
     p.psi_trigger = "some 100000 2000000";
     p.cg1_thresholds[0] = 90.0;
     p.resignal_ms = 1000;
+    p.relief_ms = 250;
     p.size = mz_esize_params_default();
     /* MZCACHE_PRESSURE_HEADROOM: "15%" or a size ("64M", "1G", bytes). */
     const char *e = getenv("MZCACHE_PRESSURE_HEADROOM");
@@ -521,6 +524,14 @@ static void *monitor_main(void *arg)
             if (left < 0) left = 0;
             if (timeout < 0 || left < timeout) timeout = left;
         }
+        /* Relief checks, while the callback wants them, with a cgroup to measure against. */
+        const bool relief = m->p.relief_ms > 0 && atomic_load(&m->relief_wanted) &&
+                            (m->sig_fds.fd[0] >= 0 || m->sig_fds.fd[4] >= 0);
+        if (relief) {
+            int left = (int)(m->relief_next_ms - now);
+            if (left < 0) left = 0;
+            if (timeout < 0 || left < timeout) timeout = left;
+        }
         int r = poll(pf, (nfds_t)n, timeout);
         if (r < 0) {
             if (errno == EINTR) continue;
@@ -530,6 +541,13 @@ static void *monitor_main(void *arg)
         if (follow && mz_time_ms() >= next_limit_check) {
             next_limit_check = mz_time_ms() + 2000.0;
             if (recheck_cg1_limit(m)) continue; /* fds changed: poll again */
+        }
+        if (relief && mz_time_ms() >= m->relief_next_ms) {
+            m->relief_next_ms = mz_time_ms() + m->p.relief_ms;
+            mz_pressure_event ev = {.source = m->cg2_events_fd >= 0 ? MZ_PRESSURE_CG2_EVENTS : MZ_PRESSURE_CG1_USAGE,
+                                    .level = MZ_PRESSURE_LOW, .relief = true, .t_ms = mz_time_ms(), .monitor = m};
+            snprintf(ev.what, sizeof ev.what, "relief check");
+            m->fn(m->user, &ev); /* not counted as a signal */
         }
         if (r == 0) {
             if (m->cg1_usage_efd >= 0 && m->cg1_above) check_usage(m, true);
@@ -728,6 +746,11 @@ void mz_pressure_read_signal(const mz_pressure_monitor_t *m, const mz_pressure_e
     sig->level = ev->level;
     sig->t_ms = ev->t_ms;
     if (m) mz_psig_read_fds(&m->sig_fds, sig);
+}
+
+void mz_pressure_want_relief(mz_pressure_monitor_t *m, bool on)
+{
+    if (m) atomic_store(&m->relief_wanted, on);
 }
 
 mz_esize_state *mz_pressure_esize_state(mz_pressure_monitor_t *m) { return &m->esize; }

@@ -67,6 +67,8 @@ typedef struct mz_pressure_event {
                                  "cg2 max +1", "usage 301 MiB >= 280 MiB", "...(still)" */
     mz_pressure_monitor_t *monitor; /* the monitor that fired (for mz_pressure_read_signal
                                        and the sizing state; valid during the callback) */
+    bool relief;              /* not a signal: the periodic check the callback asked for with
+                                 mz_pressure_want_relief (source: a cgroup source, level LOW) */
 } mz_pressure_event;
 
 typedef void (*mz_pressure_fn)(void *user, const mz_pressure_event *ev);
@@ -94,6 +96,7 @@ typedef struct mz_pressure_params {
      * Zero-terminated; default { 90 } (90 % of the limit). */
     double cg1_thresholds[MZ_PRESSURE_MAX_THRESHOLDS];
     int resignal_ms;          /* cg1-usage re-signal period while above (default 1000) */
+    int relief_ms;            /* period of the relief checks while wanted (default 250; 0: none) */
     /* Eviction sizing. Defaults from mz_esize_params_default(); the
      * environment variable MZCACHE_PRESSURE_HEADROOM ("64M", "15%") sets the
      * headroom for daemons started without a flag for it. */
@@ -110,6 +113,14 @@ MZ_NODISCARD mz_status mz_pressure_start(const mz_pressure_params *p, mz_pressur
                                          void *user, mz_pressure_monitor_t **out);
 /* Stops the thread (waits for a running callback) and closes everything. NULL is fine. */
 void mz_pressure_stop(mz_pressure_monitor_t *m);
+
+/* Relief checks: while on, the monitor thread calls back every relief_ms
+ * with an event whose relief is true (between and besides the signals), so
+ * that the callback can see whether memory it gave back fits again; the
+ * callback turns them off when there is nothing left to bring back. Only
+ * with a cgroup source active (the room is measured against its limit).
+ * Any thread (an atomic flag; the callback may call it). */
+void mz_pressure_want_relief(mz_pressure_monitor_t *m, bool on);
 
 /* Whether a source was registered. */
 bool mz_pressure_active(const mz_pressure_monitor_t *m, mz_pressure_source s);

@@ -251,12 +251,90 @@ static mz_status do_evict(mz_server_t *s, size_t nbytes, srv_event *ev, mz_evict
     return st;
 }
 
+/* The gate if nobody holds it or waits for it, else 1 (the monitor thread
+ * must not queue behind requests: signals would wait with it). */
+static int gate_try_enter(mz_server_t *s)
+{
+    int rc = 1;
+    pthread_mutex_lock(&s->mu);
+    if (!s->busy && !s->stopping && !s->n_waiting && !s->n_priority_waiting) {
+        s->busy = true;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* A relief check (mz_pressure_want_relief, asked after every pressure
+ * eviction): what pressure took is restored before the next request needs it
+ * once all of it fits below the cgroup's target (mz_esize_room) and no signal
+ * has asked for bytes for restore_ahead_quiet_ms. All or nothing (mz_restore
+ * brings a context back whole; the pipelined restore of a request, with no
+ * tokens to prefill): a partial fit waits; a request in flight or
+ * waiting goes first (it restores what it needs itself). While the restore
+ * runs, signals wait on this thread (the kernel coalesces them). */
+static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
+{
+    double now = srv_now_ms();
+    pthread_mutex_lock(&s->snap_mu);
+    bool quiet = now - s->last_squeeze_ms >= (double)s->p.restore_ahead_quiet_ms;
+    pthread_mutex_unlock(&s->snap_mu);
+    if (!quiet) return;
+    mz_psig sig;
+    mz_pressure_read_signal(pe->monitor, pe, &sig);
+    if (gate_try_enter(s)) return;
+    mz_mem_stats st;
+    srv_mem_stats(s, &st);
+    size_t back = evictable_total(&st) - st.weights.resident_bytes - st.kv.resident_bytes;
+    if (back == 0) {
+        mz_pressure_want_relief(pe->monitor, false);
+        srv_gate_leave(s);
+        return;
+    }
+    /* What the restore adds: the evicted units' resident size less the
+     * compressed stack it pops (its segments are unmapped as they empty). */
+    size_t in_stack = st.weights.compressed_bytes + st.kv.compressed_bytes;
+    size_t grow = back > in_stack ? back - in_stack : 0;
+    if (s->p.mem_budget_bytes && srv_footprint(s) + grow > s->p.mem_budget_bytes) {
+        /* The memory budget holds the rest (srv_enforce_budget would evict it
+         * again at once): pressure has nothing left to give back. */
+        mz_pressure_want_relief(pe->monitor, false);
+        srv_gate_leave(s);
+        return;
+    }
+    mz_esize_out o;
+    if (!mz_esize_room(mz_pressure_esize_params(pe->monitor), &sig, grow, &o)) {
+        srv_gate_leave(s);
+        if (s->p.verbose) srv_log(s, "relief: %s: not restoring yet", o.why);
+        return;
+    }
+    mz_restore_report rep = {0};
+    size_t n_sto = 0, n_mem = 0;
+    mz_status rc = srv_restore_sessions_pipelined(s, &rep, &n_sto, &n_mem);
+    mz_mem_stats after;
+    srv_mem_stats(s, &after);
+    pthread_mutex_lock(&s->snap_mu);
+    s->n_restores_ahead++;
+    s->restored_ahead_bytes += rep.bytes_restored;
+    pthread_mutex_unlock(&s->snap_mu);
+    srv_gate_leave(s);
+    if (!rc && after.remaining_pct >= 100.0) mz_pressure_want_relief(pe->monitor, false);
+    srv_log(s, "relief: %s -> restored %.1f MiB ahead in %.1f ms (%zu units from storage, %zu from memory); "
+               "remaining %.1f%%%s",
+            o.why, (double)rep.bytes_restored / 1048576.0, rep.time_ms, n_sto, n_mem, after.remaining_pct,
+            rc ? " (failed part way; see above)" : "");
+}
+
 static void on_pressure(void *user, const mz_pressure_event *pe)
 {
     /* How much to evict comes from src/pressure/evict_size.c: the cgroup's
      * need (usage above limit − headroom), or a small PSI step with back-off;
      * nothing once the signal has cleared. */
     mz_server_t *s = user;
+    if (pe->relief) {
+        on_relief(s, pe);
+        return;
+    }
     const char *src = mz_pressure_source_name(pe->source);
     double now = srv_now_ms();
     pthread_mutex_lock(&s->snap_mu);
@@ -294,6 +372,11 @@ static void on_pressure(void *user, const mz_pressure_event *pe)
     mz_esize_held h = {.held = allowed > 0 ? (uint64_t)allowed : 0, .total = total, .unit = (uint64_t)unit_min};
     mz_esize_out o;
     mz_esize(&prm, mz_pressure_esize_state(pe->monitor), &sig, &h, &o);
+    if (o.need > 0 && o.basis != MZ_ESIZE_CLEAR && o.basis != MZ_ESIZE_BACKOFF) {
+        pthread_mutex_lock(&s->snap_mu);
+        s->last_squeeze_ms = srv_now_ms();
+        pthread_mutex_unlock(&s->snap_mu);
+    }
     srv_event ev = {.t_unix = srv_unix_now()};
     snprintf(ev.trigger, sizeof ev.trigger, "%s", src);
     snprintf(ev.what, sizeof ev.what, "%s", pe->what);
@@ -320,6 +403,7 @@ static void on_pressure(void *user, const mz_pressure_event *pe)
     }
     mz_evict_report rep = {0};
     mz_status rc = do_evict(s, (size_t)o.bytes, &ev, &rep);
+    if (s->p.restore_ahead) mz_pressure_want_relief(pe->monitor, true);
     pthread_mutex_lock(&s->snap_mu);
     s->n_evictions[0]++;
     s->evicted_bytes[0] += rep.bytes_freed;
@@ -578,6 +662,8 @@ static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
     cJSON_AddNumberToObject(pr, "ignored_below_level", (double)s->n_ignored_level);
     cJSON_AddNumberToObject(pr, "coalesced", (double)s->n_ignored_interval);
     cJSON_AddNumberToObject(pr, "at_floor", (double)s->n_ignored_floor);
+    cJSON_AddNumberToObject(pr, "restores_ahead", (double)s->n_restores_ahead);
+    cJSON_AddNumberToObject(pr, "restored_ahead_bytes", (double)s->restored_ahead_bytes);
     pthread_mutex_unlock(&s->snap_mu);
     cJSON *pol = cJSON_AddObjectToObject(root, "evict_policy");
     cJSON_AddNumberToObject(pol, "step_pct", s->p.evict_step_pct);
@@ -999,6 +1085,8 @@ mz_server_params mz_server_params_default(void)
     p.evict_step_pct = 25.0;
     p.pressure_min_level = MZ_PRESSURE_MEDIUM;
     p.pressure_interval_ms = 1000;
+    p.restore_ahead = true;
+    p.restore_ahead_quiet_ms = 1000;
     p.max_sessions = 4;
     p.shutdown_grace_ms = 30000;
     return p;
@@ -1121,6 +1209,12 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
         srv_log(s, "pressure monitor: %d of %d interfaces active", mz_pressure_n_active(s->mon), MZ_PRESSURE_N_SOURCES);
         for (char *save = NULL, *line = strtok_r(desc, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
             srv_log(s, "  %s", line);
+        const mz_esize_params *sz = &s->p.pressure_params.size;
+        if (sz->headroom_bytes)
+            srv_log(s, "  eviction target: %.1f MiB below the cgroup limit (--pressure-headroom)",
+                    (double)sz->headroom_bytes / 1048576.0);
+        else
+            srv_log(s, "  eviction target: %.4g%% of the cgroup limit below it (--pressure-headroom)", sz->headroom_pct);
         if (!mz_pressure_n_active(s->mon))
             srv_log(s, "no pressure interface usable: serving anyway; evict with POST /mz/evict or `mzcache evict`");
     } else {

@@ -67,6 +67,10 @@ typedef struct mz_server_params {
     size_t evict_floor_bytes;   /* ... nor resident + compressed below these bytes (0) */
     mz_pressure_level pressure_min_level; /* weaker signals are only counted (default MEDIUM) */
     int pressure_interval_ms;   /* least time between two pressure evictions (default 1000) */
+    bool restore_ahead;         /* after pressure evictions, restore once all of it fits below
+                                   the cgroup target again and no signal asked for bytes for
+                                   restore_ahead_quiet_ms (default true, 1000) */
+    int restore_ahead_quiet_ms;
     FILE *log;                  /* timestamped log lines (default stderr; NULL = stderr) */
     bool verbose;               /* log every request */
     int token_delay_ms;         /* artificial pause after each generated token: tests and

@@ -142,6 +142,8 @@ struct mz_server {
     size_t n_signals[MZ_PRESSURE_N_SOURCES];
     size_t n_ignored_level, n_ignored_interval, n_ignored_floor;
     double last_pressure_evict_ms;
+    double last_squeeze_ms;      /* last pressure signal that asked for bytes (monotonic ms) */
+    size_t n_restores_ahead, restored_ahead_bytes;
     double last_low_log_ms;
 };
 
@@ -217,6 +219,12 @@ size_t srv_footprint(mz_server_t *s);
 mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep);
 /* Restores every session (least recent first). */
 mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep);
+/* The same with the pipelined restore of a request (mz_prefill_restore of no
+ * tokens: storage, memory and allocation paths in parallel workers), for
+ * restores ahead. rep: bytes_restored (resident bytes gained), time_ms;
+ * units: storage-path and memory-path units. */
+mz_status srv_restore_sessions_pipelined(mz_server_t *s, mz_restore_report *rep, size_t *n_storage,
+                                         size_t *n_memory);
 /* Evicts until srv_footprint <= the budget (no-op without one). */
 void srv_enforce_budget(mz_server_t *s);
 /* Copies the sessions' state into the snapshot; takes snap_mu itself. */

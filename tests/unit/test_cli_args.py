@@ -14,7 +14,9 @@ real model, stdin not a terminal (test_cli_chat.py covers the terminal).
              it failed; the swap directory and fetch-model's cache are made
              0700; a dead process's swap file is removed at start
   demo       --text MISSING is an error
-  serve      --help prints "25%" (not "25%%") and serve's own -c default
+  serve      --help prints "25%" (not "25%%") and serve's own -c default;
+             --pressure-headroom (a size or a %) is the eviction target the
+             daemon states at start, and wins over MZCACHE_PRESSURE_HEADROOM
   chat       a full context is said and the conversation goes on (exit 0)
   serve      -c beyond the trained context warns (from the file's metadata)
   status     eviction times as ISO-8601 UTC plus "ago", not epoch seconds;
@@ -112,6 +114,12 @@ def main():
         (["serve", *M, "--port", "70000"], "--port"),
         (["serve", *M, "--max-queue", "4.5"], "--max-queue"),
         (["serve", *M, "--timeout", "-1"], "--timeout"),
+        (["serve", *M, "--pressure-headroom", "abc"], "--pressure-headroom"),
+        (["serve", *M, "--pressure-headroom", "120%"], "--pressure-headroom"),
+        (["serve", *M, "--pressure-headroom", "-5%"], "--pressure-headroom"),
+        (["serve", *M, "--pressure-headroom", "0x10"], "--pressure-headroom"),
+        (["serve", *M, "--pressure-headroom", "32Q"], "--pressure-headroom"),
+        (["serve", *M, "--pressure-headroom", "nan%"], "--pressure-headroom"),
         (["status", "--port", "abc"], "--port"),
         (["evict", "10%", "--timeout", "1e3"], "--timeout"),
         (["demo", *M, "--turns", "two"], "--turns"),
@@ -220,6 +228,40 @@ def main():
     check(rc == 0 and "25%" in out and "%%" not in out, "serve --help: '25%' once, no '%%'", out)
     ctx_help = "\n".join(l for l in out.splitlines() if "--ctx-size" in l or "serve:" in l)
     check("4096" in ctx_help, "serve --help states serve's default context (4096)", out)
+
+    check("--pressure-headroom" in out, "serve --help names --pressure-headroom", out)
+
+    # ---- --pressure-headroom: the target the daemon states at start ----
+    def serve_target(extra, env_extra):
+        """The daemon's 'eviction target' line (it is logged before the port file is written)."""
+        pf = os.path.join(tmp, "hr-port")
+        if os.path.exists(pf):
+            os.unlink(pf)
+        lp = os.path.join(tmp, "hr.log")
+        with open(lp, "w") as lf:
+            p = subprocess.Popen([BIN, "serve", *M, "--port", "0", "--port-file", pf, "--no-store", "-t", "1",
+                                  "-c", "256", "--swap-dir", os.path.join(tmp, "swap-hr"), *extra],
+                                 stdout=lf, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, **env, **env_extra))
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and p.poll() is None and not os.path.exists(pf):
+                time.sleep(0.05)
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        log = open(lp).read()
+        m = re.search(r"eviction target: (.*)", log)
+        return m.group(1) if m else log
+    t = serve_target(["--pressure-headroom", "48M"], {})
+    check(t.startswith("48.0 MiB below the cgroup limit"), "--pressure-headroom 48M: target 48 MiB below the limit", t)
+    t = serve_target(["--pressure-headroom", "7.5%"], {"MZCACHE_PRESSURE_HEADROOM": "64M"})
+    check(t.startswith("7.5% of the cgroup limit"), "--pressure-headroom 7.5% wins over MZCACHE_PRESSURE_HEADROOM=64M", t)
+    t = serve_target([], {"MZCACHE_PRESSURE_HEADROOM": "64M"})
+    check(t.startswith("64.0 MiB below"), "MZCACHE_PRESSURE_HEADROOM=64M without the flag", t)
+    t = serve_target([], {})
+    check(t.startswith("15% of the cgroup limit"), "default target: 15% of the limit", t)
 
     # ---- chat with a full context: said, and the conversation goes on ----
     rc, out = run(["chat", *M, "-t", "2", "-c", "96", "-n", "200", "--greedy"],

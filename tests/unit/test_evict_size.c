@@ -12,6 +12,8 @@
  *   4. invariants over many random readings: never more than what is held,
  *      never more than the larger of the need and one unit, nothing once the
  *      usage is at or below the target;
+ *   4b. restore ahead (mz_esize_room): whether what is evicted fits back
+ *      below the target, readings worked out by hand;
  *   5. the real signal: a child cgroup-v1 memory cgroup with a limit and a
  *      process in it that maps 96 MiB; the figures read from the kernel give
  *      the need the allocation implies (skipped, saying why, without a
@@ -327,6 +329,44 @@ static void part_real_v1(void)
     CHECK_MSG(access(cg, F_OK) != 0, "test cgroup left behind");
 }
 
+/* ---- 4b. restore ahead: room below the target ------------------------------------------- */
+
+static void part_room(void)
+{
+    /* The multitask scenario's figures: v1 limit 349 MiB, headroom 32 MiB →
+     * target 317 MiB. Hog released: usage 35 MiB; 266 MiB evicted fit
+     * (35 + 266 = 301 <= 317); with the hog still holding 25 MiB they do
+     * not (326 > 317); 282 MiB is the most that fits (35 + 282 = 317). */
+    mz_esize_params p = mz_esize_params_default();
+    p.headroom_pct = 0;
+    p.headroom_bytes = MIB(32);
+    mz_psig sig = {.source = MZ_PRESSURE_CG1_USAGE, .v1_limit = MIB(349), .v1_usage = MIB(35)};
+    mz_esize_out o;
+    CHECK_MSG(mz_esize_room(&p, &sig, MIB(266), &o) && o.target == MIB(317) && o.usage == MIB(35) &&
+                  o.basis == MZ_ESIZE_CLEAR, "266 MiB back into 35 of 317: %s", o.why);
+    CHECK_MSG(mz_esize_room(&p, &sig, MIB(282), &o), "exactly the room: %s", o.why);
+    CHECK_MSG(!mz_esize_room(&p, &sig, MIB(282) + 1, &o) && o.basis == MZ_ESIZE_CGROUP, "a byte over: %s", o.why);
+    sig.v1_usage = MIB(60);
+    CHECK_MSG(!mz_esize_room(&p, &sig, MIB(266), &o), "hog still there: %s", o.why);
+    /* Inactive file pages do not take room (the kernel drops them). */
+    sig.inactive_file = MIB(25);
+    CHECK_MSG(mz_esize_room(&p, &sig, MIB(266), &o) && o.usage == MIB(35), "inactive file: %s", o.why);
+    /* Usage above the target: no room at all, even for nothing more than 1 byte. */
+    sig.inactive_file = 0;
+    sig.v1_usage = MIB(330);
+    CHECK_MSG(!mz_esize_room(&p, &sig, 1, &o) && mz_esize_room(&p, &sig, 0, &o), "over the target: %s", o.why);
+    /* v2: the lower of high and max; 10 % headroom of 400 → target 360. */
+    p.headroom_bytes = 0;
+    p.headroom_pct = 10;
+    mz_psig v2 = {.source = MZ_PRESSURE_CG2_EVENTS, .v2_high = MIB(400), .v2_max = MIB(500), .v2_current = MIB(100)};
+    CHECK_MSG(mz_esize_room(&p, &v2, MIB(260), &o) && o.target == MIB(360), "v2 fits: %s", o.why);
+    CHECK_MSG(!mz_esize_room(&p, &v2, MIB(261), &o), "v2 a MiB over: %s", o.why);
+    /* No limit anywhere: nothing to measure against, never restore ahead. */
+    mz_psig none = {.source = MZ_PRESSURE_PSI, .v2_high = NOL, .v2_max = NOL, .v2_current = MIB(100),
+                    .v1_limit = NOL, .v1_usage = MIB(100)};
+    CHECK_MSG(!mz_esize_room(&p, &none, 1, &o) && o.target == 0, "no limit: %s", o.why);
+}
+
 /* ---- 6. the parsers ---------------------------------------------------------------------- */
 
 static void part_parsers(void)
@@ -364,6 +404,7 @@ int main(void)
     part_sequence();
     part_psi();
     part_random();
+    part_room();
     part_real_v1();
     return t_done(T);
 }

@@ -9,8 +9,9 @@
  *      limit, a child process moved in that allocates; a usage threshold
  *      fires the monitor's callback;
  *   4. the same cgroup watched by an in-process server: the child's
- *      allocation makes the server evict, and afterwards the same greedy
- *      answer comes back.
+ *      allocation makes the server evict; once the child frees, the server
+ *      restores ahead by itself (relief checks), and the same greedy answer
+ *      comes back.
  * Parts 3-4 are skipped, saying why, where no v1 memory cgroup is writable.
  */
 #define _GNU_SOURCE
@@ -366,6 +367,15 @@ static void part_cgroup_v1(void)
             CHECK_MSG(rem <= 50 && rem >= 40, "remaining %.1f%% (floor 50%%)", rem);
             CHECK(status_num("pressure", "at_floor") >= 1);
             CHECK_EQ_INT(hog_cmd(&h, 'f'), 0);
+            /* Restore ahead: the child's pages are gone, so everything evicted
+             * (~50 % of a tiny model) fits below the target again; a second
+             * after the last signal the server brings it back by itself. */
+            for (int i = 0; i < 100 && status_num("pressure", "restores_ahead") < 1; i++) usleep(100 * 1000);
+            double n_ahead = status_num("pressure", "restores_ahead");
+            rem = status_num("memory", "remaining_pct");
+            fprintf(stderr, "after the release: %.0f restores ahead, remaining %.1f%%\n", n_ahead, rem);
+            CHECK_MSG(n_ahead >= 1 && rem == 100, "restore ahead: %.0f, remaining %.1f%%", n_ahead, rem);
+            CHECK(status_num("pressure", "restored_ahead_bytes") > 0);
             char *after = answer(body);
             CHECK_MSG(before && after && !strcmp(before, after), "after pressure: '%s' vs '%s'", after ? after : "",
                       before ? before : "");

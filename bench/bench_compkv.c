@@ -1,0 +1,162 @@
+/*
+ * bench_compkv.c — moving the in-memory compressed stack to the swap file
+ * (CompKV, the last tier an eviction has left once weights and KV are
+ * compressed): one write submission per item, waited for (batch 1), against
+ * batches of up to 32 items in flight through io_uring (the default).
+ *
+ * A context of N positions of the calibrated KV fill (src/kv/kv_fill.h: what
+ * q8 makes of it is what it makes of real KV) is compressed whole into the
+ * stack (untimed), then each repetition moves the whole stack to the swap
+ * file with one mz_mem_evict_steps call (timed) and restores it (untimed).
+ * The batch sizes alternate per repetition so that both see the same load.
+ * Prints per batch size the median wall time, MB/s of encoded payload and the
+ * ratio to batch 1 measured in the same run.
+ *
+ *   bench_compkv [-m MODEL] [-c TOKENS (8192)] [-r REPS (5)] [-b BATCH (32)] [--codec q8]
+ *                [--swap DIR]
+ */
+#define _GNU_SOURCE
+#include "engine/engine.h"
+#include "kv/kv_fill.h"
+#include "mem/manager.h"
+#include "mem/policy.h"
+#include "mzcache.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static void print_loadavg(const char *when)
+{
+    char buf[128] = "?";
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
+        fclose(f);
+    }
+    buf[strcspn(buf, "\n")] = '\0';
+    printf("load average %s: %s\n", when, buf);
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = "models/SmolLM2-135M-Instruct.Q4_1.gguf", *codec = "q8";
+    const char *swap = "/tmp/bench-compkv";
+    int n_tok = 8192, reps = 5, batch = 32;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "-c") && i + 1 < argc) {
+            if (parse_int(argv[++i], 64, 1 << 20, &n_tok)) return fprintf(stderr, "bad -c\n"), 2;
+        } else if (!strcmp(argv[i], "-r") && i + 1 < argc) {
+            if (parse_int(argv[++i], 1, 1000, &reps)) return fprintf(stderr, "bad -r\n"), 2;
+        } else if (!strcmp(argv[i], "-b") && i + 1 < argc) {
+            if (parse_int(argv[++i], 2, 32, &batch)) return fprintf(stderr, "bad -b\n"), 2;
+        } else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
+        else if (!strcmp(argv[i], "--swap") && i + 1 < argc) swap = argv[++i];
+        else return fprintf(stderr, "usage: %s [-m MODEL] [-c TOKENS] [-r REPS] [-b BATCH] [--codec C] [--swap DIR]\n", argv[0]), 2;
+    }
+    mz_model_params mp = mz_model_params_default();
+    mp.n_threads = 2;
+    mz_model_t *m = NULL;
+    if (mz_model_load(model, &mp, &m)) return fprintf(stderr, "%s\n", mz_last_error()), 1;
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = n_tok;
+    cp.n_threads = 2;
+    cp.kv_codec = codec;
+    cp.kv_placement = MZ_KV_PLACE_COMPRESSED;
+    cp.swap_dir = swap;
+    mz_ctx_t *c = NULL, *cal = NULL;
+    mz_kvfill *f = NULL;
+    mz_ctx_params cc = cp;
+    cc.n_ctx = 512;
+    if (mz_ctx_init(m, &cp, &c) || mz_ctx_init(m, &cc, &cal) ||
+        mz_kvfill_calibrate_default(cal, 512, &f) || mz_kvfill_write(f, c, (size_t)n_tok, 0x9e3779b97f4a7c15ULL))
+        return fprintf(stderr, "set-up: %s\n", mz_last_error()), 1;
+    mz_kvfill_free(f);
+    mz_ctx_free(cal);
+
+    size_t n_units = (size_t)c->kv.n_layer * c->kv.n_chunks;
+    mz_evict_step *comp = calloc(n_units, sizeof *comp), *move = calloc(n_units, sizeof *move);
+    if (!comp || !move) return 1;
+    for (int l = 0, i = 0; l < c->kv.n_layer; l++)
+        for (size_t k = 0; k < c->kv.n_chunks; k++, i++) {
+            comp[i] = (mz_evict_step){.kind = MZ_UNIT_KV, .layer = l, .chunk = k,
+                                      .dest = MZ_DEST_COMPRESS, .stage = MZ_EVICT_STAGE_KV_ONLY};
+            /* the stack's bottom is the first item pushed */
+            move[i] = comp[i];
+            move[i].dest = MZ_DEST_STORE_COMPRESSED;
+            move[i].stage = MZ_EVICT_STAGE_COMP_KV;
+        }
+    const size_t batches[] = {1, (size_t)batch};
+    double *ms[2], payload = 0;
+    ms[0] = calloc((size_t)reps, sizeof(double));
+    ms[1] = calloc((size_t)reps, sizeof(double));
+    print_loadavg("at start");
+    printf("%d tokens, %zu KV chunks of %zu bytes, codec %s, swap dir %s\n", n_tok, n_units,
+           c->kv.chunk_bytes, codec, swap);
+    for (int r = 0; r < reps; r++)
+        for (int b = 0; b < 2; b++) {
+            int bi = r % 2 ? 1 - b : b; /* ABBA: both orders equally often */
+            int64_t freed = 0;
+            size_t moved = 0;
+            mz_evict_report rep;
+            memset(&rep, 0, sizeof rep);
+            mz_policy_view v; /* takes in the chunks the fill or the restore made */
+            mz_mem_view(c->mem, false, &v);
+            if (mz_mem_evict_steps(c->mem, comp, n_units, SIZE_MAX, &freed, &moved, &rep) ||
+                moved != n_units)
+                return fprintf(stderr, "compress: %s (%zu moved)\n", mz_last_error(), moved), 1;
+            mz_mem_stats st;
+            mz_get_mem_stats(c, &st);
+            payload = (double)st.kv.compressed_bytes;
+            mz_mem_set_compkv_batch(c->mem, batches[bi]);
+            freed = 0;
+            moved = 0;
+            double t0 = mz_time_ms();
+            if (mz_mem_evict_steps(c->mem, move, n_units, SIZE_MAX, &freed, &moved, &rep) ||
+                moved != n_units)
+                return fprintf(stderr, "compkv: %s (%zu moved)\n", mz_last_error(), moved), 1;
+            ms[bi][r] = mz_time_ms() - t0;
+            printf("rep %d batch %2zu: %8.1f ms  %7.1f MB/s\n", r, batches[bi], ms[bi][r],
+                   payload / 1e3 / ms[bi][r]);
+            if (mz_restore(c, NULL)) return fprintf(stderr, "restore: %s\n", mz_ctx_errmsg(c)), 1;
+        }
+    print_loadavg("at end");
+    double base = median(ms[0], reps);
+    printf("\nCompKV of %.1f MiB (%zu items), median of %d:\n", payload / 1048576.0, n_units, reps);
+    for (int b = 0; b < 2; b++) {
+        double med = b ? median(ms[1], reps) : base;
+        printf("  batch %2zu: %8.1f ms  %7.1f MB/s  %.2fx batch 1\n", batches[b], med,
+               payload / 1e3 / med, base / med);
+    }
+    free(ms[0]);
+    free(ms[1]);
+    free(comp);
+    free(move);
+    mz_ctx_free(c);
+    mz_model_free(m);
+    return 0;
+}
