@@ -35,6 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A switch is the question and its first token (TTFT). */
+static const mz_generate_params g_one_token = {.max_tokens = 1};
+
 static bool parse_long(const char *s, long lo, long hi, long *out)
 {
     char *end = NULL;
@@ -124,8 +127,7 @@ int main(int argc, char **argv)
             if (mz_evict(c, st.kv.resident_bytes, &er)) return 1;
             rand_tokens(qs, (size_t)q, nv, 1000 + (unsigned long long)sw);
             mz_restore_timings tm;
-            size_t ng = 0;
-            if (mz_restore_generate(c, qs, (size_t)q, NULL, NULL, 1, NULL, NULL, &ng, &tm) ||
+            if (mz_restore_generate(c, qs, (size_t)q, NULL, NULL, &g_one_token, NULL, &tm) ||
                 mz_ctx_truncate(c, (size_t)n))
                 return 1;
             ttft[sw] = tm.ttft_ms;
@@ -146,9 +148,8 @@ int main(int argc, char **argv)
                 memcpy(all, hist + s * n, (size_t)n * sizeof *all);
                 memcpy(all + n, qs, (size_t)q * sizeof *all);
                 mz_restore_timings tm;
-                size_t ng = 0;
-                mz_status st = mz_restore_generate(c, all, (size_t)(n + q), NULL, NULL, 1, NULL,
-                                                   NULL, &ng, &tm);
+                mz_status st = mz_restore_generate(c, all, (size_t)(n + q), NULL, NULL, &g_one_token,
+                                                   NULL, &tm);
                 free(all);
                 if (st) {
                     fprintf(stderr, "switch: %s\n", mz_ctx_errmsg(c));
@@ -193,8 +194,7 @@ int main(int argc, char **argv)
                 }
                 rand_tokens(qs, (size_t)q, nv, 1000 + (unsigned long long)(r * k + s));
                 mz_restore_timings tm;
-                size_t ng = 0;
-                if (mz_restore_generate(ss[s], qs, (size_t)q, NULL, NULL, 1, NULL, NULL, &ng, &tm)) {
+                if (mz_restore_generate(ss[s], qs, (size_t)q, NULL, NULL, &g_one_token, NULL, &tm)) {
                     fprintf(stderr, "switch: %s\n", mz_ctx_errmsg(ss[s]));
                     return 1;
                 }
