@@ -60,6 +60,9 @@
 #define MODE_RECOMPUTE 4u
 #define MODE_SINGLE 8u
 
+/* A switch is the question and its first token (TTFT). */
+static const mz_generate_params g_one_token = {.max_tokens = 1};
+
 static bool parse_long(const char *s, long lo, long hi, long *out)
 {
     char *end = NULL;
@@ -153,9 +156,8 @@ static int run_recompute(bench *b)
     for (long r = 0; r < b->recompute_reps; r++) {
         rand_tokens(all, len, b->nv, 500 + (unsigned long long)r);
         mz_restore_timings tm;
-        size_t ng = 0;
         if (mz_ctx_truncate(c, 0) ||
-            mz_restore_generate(c, all, len, NULL, NULL, 1, NULL, NULL, &ng, &tm)) {
+            mz_restore_generate(c, all, len, NULL, NULL, &g_one_token, NULL, &tm)) {
             fprintf(stderr, "recompute: %s\n", mz_ctx_errmsg(c));
             return 1;
         }
@@ -215,8 +217,7 @@ static int setup_sessions(bench *b, mz_ctx_t **ss)
 static int ask(bench *b, mz_ctx_t *c, unsigned long long seed, mz_restore_timings *tm)
 {
     rand_tokens(b->qs, (size_t)b->q, b->nv, seed);
-    size_t ng = 0;
-    if (mz_restore_generate(c, b->qs, (size_t)b->q, NULL, NULL, 1, NULL, NULL, &ng, tm) ||
+    if (mz_restore_generate(c, b->qs, (size_t)b->q, NULL, NULL, &g_one_token, NULL, tm) ||
         mz_ctx_truncate(c, (size_t)b->n)) {
         fprintf(stderr, "switch: %s\n", mz_ctx_errmsg(c));
         return 1;

@@ -550,6 +550,88 @@ MZ_API void mz_sampler_accept_prompt(mz_sampler_t *s, mz_token t);
 MZ_API MZ_NODISCARD mz_status mz_logprobs(const float *logits, int n_vocab, mz_token t, float *lp,
                                           mz_token_logprob *top, int n_top);
 
+/* ---- the generation loop -----------------------------------------------------------
+ *
+ * The one decode loop of the library and its programs (`mzcache run` and
+ * `chat`, the server's completions, mz_restore_generate): from the context's
+ * current logits, sample a token (s, or greedy when s is NULL: highest logit,
+ * ties -> lowest id), feed it back, repeat until a stop condition (mz_finish).
+ * Each step, in order:
+ *   1. stop before sampling: cancelled() (CANCELLED), max_tokens generated
+ *      (LENGTH), no context position left for another token (CTX_FULL);
+ *   2. sample; on_sample(t) for every sampled token (a grammar advances here,
+ *      and may refuse: ERROR); mz_sampler_accept(s, t);
+ *   3. an end-of-generation token (mz_token_is_eog: EOS and the chat
+ *      template's end-of-turn tokens) joins the context and ends it (EOG),
+ *      neither counted nor passed to on_token: the context then ends as the
+ *      chat template ends the answer, so the next turn's prompt matches it;
+ *   4. otherwise the token is counted and passed to on_token (print, stream,
+ *      logprobs, stop strings), then joins the context (a forward pass), also
+ *      when on_token said STOP; a forward pass cancelled by the context's
+ *      progress callback ends it (CANCELLED, the token not in the context);
+ *   5. LENGTH as soon as max_tokens tokens are generated.
+ * Step 1 guarantees room for the token sampled in step 2, EOG included. */
+typedef enum mz_finish {
+    MZ_FINISH_NONE = 0,        /* not finished */
+    MZ_FINISH_EOG = 1,         /* an end-of-generation token was sampled */
+    MZ_FINISH_LENGTH = 2,      /* max_tokens were generated */
+    MZ_FINISH_CTX_FULL = 3,    /* no context position left for another token */
+    MZ_FINISH_STOP = 4,        /* on_token said MZ_GEN_STOP (e.g. a stop string) */
+    MZ_FINISH_CANCELLED = 5,   /* cancelled(), or the progress callback stopped a pass */
+    MZ_FINISH_ERROR = 6        /* sampling, on_sample, on_token or a forward pass failed */
+} mz_finish;
+
+/* What on_token wants next. */
+typedef enum mz_gen_action {
+    MZ_GEN_CONTINUE = 0,
+    MZ_GEN_STOP = 1,           /* this token is the last (it still joins the context) */
+    MZ_GEN_FAIL = -1           /* finish with MZ_FINISH_ERROR: the step returns MZ_E_INVAL */
+} mz_gen_action;
+
+typedef struct mz_generate_params {
+    size_t max_tokens;         /* tokens to generate at most; SIZE_MAX: until the context is full */
+    /* Every sampled token, end of generation included; false: ERROR (the
+     * step returns MZ_E_INVAL). */
+    bool (*on_sample)(void *user, mz_token t);
+    /* Each generated token with the raw logits it was sampled from (n_vocab of
+     * them; valid during the call). */
+    mz_gen_action (*on_token)(void *user, mz_token t, const float *logits, int n_vocab);
+    /* Polled before each token: true stops (Ctrl-C, a server's shutdown). */
+    bool (*cancelled)(void *user);
+    void *user;                /* passed to the three hooks (each may be NULL) */
+} mz_generate_params;
+
+/* What a generation did. */
+typedef struct mz_generate_result {
+    size_t n_tokens;           /* generated (passed to on_token); EOG not counted */
+    mz_finish finish;
+} mz_generate_result;
+
+/* max_tokens SIZE_MAX, no hooks. */
+MZ_API mz_generate_params mz_generate_params_default(void);
+/* "eog", "length", "ctx_full", "stop", "cancelled", "error" ("-" for NONE);
+ * NULL if unknown. */
+MZ_API const char *mz_finish_name(mz_finish f);
+
+/* A generation stepped by its caller (a server streaming one token per
+ * write). The context and sampler are borrowed; p is copied. */
+typedef struct mz_generator mz_generator_t;
+MZ_API MZ_NODISCARD mz_status mz_generator_init(mz_ctx_t *c, mz_sampler_t *s,
+                                                const mz_generate_params *p, mz_generator_t **out);
+MZ_API void mz_generator_free(mz_generator_t *g);
+/* One step (at most one token). MZ_OK unless it finished with ERROR, whose
+ * status it returns (mz_last_error says why); a finished generator stays
+ * finished and returns MZ_OK. */
+MZ_API MZ_NODISCARD mz_status mz_generator_step(mz_generator_t *g);
+/* MZ_FINISH_NONE while it goes on. */
+MZ_API mz_finish mz_generator_finish(const mz_generator_t *g);
+MZ_API size_t mz_generator_n_tokens(const mz_generator_t *g);
+
+/* The whole loop: steps until finished. Returns MZ_OK for every finish but
+ * ERROR; res (optional) gets the count and the finish. */
+MZ_API MZ_NODISCARD mz_status mz_generate(mz_ctx_t *c, mz_sampler_t *s, const mz_generate_params *p,
+                                          mz_generate_result *res);
+
 /* ---- model generation ----------------------------------------------------------- */
 
 typedef struct mz_gen_params {
@@ -627,17 +709,15 @@ MZ_API MZ_NODISCARD mz_status mz_prefill_restore(mz_ctx_t *c, const mz_token *to
                                                  const mz_restore_params *p,
                                                  mz_restore_timings *out);
 
-/* Called with each generated token; return false to stop. */
-typedef bool (*mz_token_fn)(void *user, mz_token t);
-
-/* The paper's restore_generate: mz_prefill_restore of the prompt, then up to
- * max_tokens tokens sampled with s (NULL = greedy) and fed back, each passed
- * to cb (may be NULL), stopping at an end-of-generation token (not passed
- * on, not fed back). *n_generated (optional) counts the tokens passed. */
+/* The paper's restore_generate: mz_prefill_restore of the prompt, then the
+ * generation loop (mz_generate, with sampler s and gp; NULL = defaults). The
+ * session stays busy (mz_session_info.busy) from the restore to the last
+ * token. res (optional) gets what mz_generate gives; out's ttft_ms is the
+ * time to the first token sampled. */
 MZ_API MZ_NODISCARD mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
                                                   const mz_restore_params *p, mz_sampler_t *s,
-                                                  size_t max_tokens, mz_token_fn cb, void *user,
-                                                  size_t *n_generated, mz_restore_timings *out);
+                                                  const mz_generate_params *gp,
+                                                  mz_generate_result *res, mz_restore_timings *out);
 
 /* Breakdown of the context's last pipelined restore (zeros before the first). */
 MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *out);

@@ -46,10 +46,12 @@ typedef struct cli_gen_result {
     bool eog;           /* stopped at an end-of-generation token */
     bool interrupted;   /* stopped by Ctrl-C (cli_interrupted) */
     bool ctx_full;      /* stopped because the context has no room for the next token */
+    mz_finish finish;   /* why it stopped (the three flags above say it too) */
 } cli_gen_result;
 /* Samples and prints up to n_predict tokens after the context's current
- * logits; every printed token is in the context afterwards (and an end-of-
- * generation token when there is room), so a later turn can follow it. */
+ * logits through mz_generate (the library's one generation loop): every
+ * printed token is in the context afterwards, and so is the end-of-generation
+ * token that ended the answer, so a later turn can follow it. */
 mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampler_t *smp,
                        FILE *out, char **text_out, cli_gen_result *res);
 void cli_print_gen_timings(size_t n_prompt, double prompt_ms, const cli_gen_result *g);

@@ -99,16 +99,24 @@ typedef struct demo_answer {
     size_t len;
 } demo_answer;
 
-static bool demo_on_token(void *user, mz_token t)
+static mz_gen_action demo_on_token(void *user, mz_token t, const float *logits, int n_vocab)
 {
+    (void)logits;
+    (void)n_vocab;
     demo_answer *a = user;
-    if (cli_interrupted) return false; /* Ctrl-C: stop, clean up (the swap file) */
     char buf[256];
     size_t nb = mz_detok_push(a->dt, t, false, buf, sizeof buf);
     for (size_t i = 0; i < nb && a->len + 1 < sizeof a->text; i++)
         a->text[a->len++] = buf[i] == '\n' ? ' ' : buf[i];
     a->text[a->len] = '\0';
-    return true;
+    return MZ_GEN_CONTINUE;
+}
+
+/* Ctrl-C: stop, clean up (the swap file). */
+static bool demo_cancelled(void *user)
+{
+    (void)user;
+    return cli_interrupted != 0;
 }
 
 typedef struct demo_case {
@@ -150,9 +158,13 @@ static int demo_ask(mz_model_t *m, mz_ctx_t *ctx, demo_conv *conv, const char *q
     out->held_pct = st.remaining_pct;
     out->held_mib = demo_held_mib(&st);
     mz_restore_timings tm;
-    size_t n_gen = 0;
-    mz_status s = mz_restore_generate(ctx, toks + common, n - common, rp, NULL, DEMO_ANSWER_TOKENS,
-                                      demo_on_token, &ans, &n_gen, &tm);
+    mz_generate_params gp = mz_generate_params_default();
+    gp.max_tokens = DEMO_ANSWER_TOKENS;
+    gp.on_token = demo_on_token;
+    gp.cancelled = demo_cancelled;
+    gp.user = &ans;
+    mz_generate_result gr;
+    mz_status s = mz_restore_generate(ctx, toks + common, n - common, rp, NULL, &gp, &gr, &tm);
     if (cli_interrupted) {
         fprintf(stderr, "\nmzcache demo: interrupted\n");
         goto out;
@@ -167,7 +179,7 @@ static int demo_ask(mz_model_t *m, mz_ctx_t *ctx, demo_conv *conv, const char *q
     out->n_units = tm.n_units;
     out->n_tokens = n;
     if (print)
-        printf("  Q: %s\n  A: %s%s\n", question, ans.text, n_gen == DEMO_ANSWER_TOKENS ? "..." : "");
+        printf("  Q: %s\n  A: %s%s\n", question, ans.text, gr.finish == MZ_FINISH_LENGTH ? "..." : "");
     if (demo_add(conv, "assistant", ans.text)) goto out;
     rc = 0;
 out:

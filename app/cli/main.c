@@ -148,9 +148,12 @@ double cli_now_ms(void)
  * token, the last sampled token): the user asked for n tokens and sees n. */
 void cli_print_gen_timings(size_t n_prompt, double prompt_ms, const cli_gen_result *g)
 {
-    fprintf(stderr, "\nprefill: %zu tokens in %.0f ms (%.1f tok/s) | decode: %zu tokens in %.0f ms (%.1f tok/s)\n",
+    fprintf(stderr, "\nprefill: %zu tokens in %.0f ms (%.1f tok/s) | decode: %zu tokens in %.0f ms (%.1f tok/s)",
             n_prompt, prompt_ms, prompt_ms > 0 ? (double)n_prompt * 1000.0 / prompt_ms : 0.0,
             g->n_tokens, g->ms, g->ms > 0 ? (double)g->n_tokens * 1000.0 / g->ms : 0.0);
+    /* Why it stopped, in mz_finish_name's words (eog, length, ...). */
+    if (g->finish != MZ_FINISH_NONE) fprintf(stderr, " | finish: %s", mz_finish_name(g->finish));
+    fputc('\n', stderr);
 }
 
 mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, bool parse_special,
@@ -180,92 +183,91 @@ mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, 
     return MZ_OK;
 }
 
+/* Printing for cli_generate: each token's text goes out as it comes, and
+ * into the answer when one is wanted. */
+typedef struct cli_printer {
+    FILE *out;
+    mz_detok_t *dt;
+    char *text;                /* NULL: no answer kept */
+    size_t len, cap;
+    bool nomem;
+} cli_printer;
+
+static void printer_put(cli_printer *pr, const char *buf, size_t nb)
+{
+    fwrite(buf, 1, nb, pr->out);
+    fflush(pr->out);
+    if (!pr->text || pr->nomem) return;
+    if (pr->len + nb + 1 > pr->cap) {
+        size_t cap = pr->cap;
+        while (pr->len + nb + 1 > cap) cap *= 2;
+        char *bigger = realloc(pr->text, cap);
+        if (!bigger) {
+            pr->nomem = true;
+            return;
+        }
+        pr->text = bigger;
+        pr->cap = cap;
+    }
+    memcpy(pr->text + pr->len, buf, nb);
+    pr->len += nb;
+    pr->text[pr->len] = '\0';
+}
+
+static mz_gen_action printer_token(void *user, mz_token t, const float *logits, int n_vocab)
+{
+    (void)logits;
+    (void)n_vocab;
+    cli_printer *pr = user;
+    char buf[256];
+    size_t nb = mz_detok_push(pr->dt, t, false, buf, sizeof buf);
+    printer_put(pr, buf, nb);
+    return pr->nomem ? MZ_GEN_FAIL : MZ_GEN_CONTINUE;
+}
+
+static bool printer_cancelled(void *user)
+{
+    (void)user;
+    return cli_interrupted != 0;
+}
+
 mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampler_t *smp,
                        FILE *out, char **text_out, cli_gen_result *res)
 {
-    cli_gen_result r = {0};
+    if (res) *res = (cli_gen_result){0};
     double t0 = cli_now_ms();
-    mz_detok_t *dt = NULL;
-    mz_status s = mz_detok_init(m, &dt);
+    cli_printer pr = {.out = out};
+    mz_status s = mz_detok_init(m, &pr.dt);
     if (s) return s;
-    size_t text_len = 0, text_cap = 256;
-    char *text = text_out ? malloc(text_cap) : NULL;
-    if (text) text[0] = '\0';
-    int n_vocab = mz_model_n_vocab(m);
-    size_t n_ctx = mz_ctx_n_ctx(ctx);
-    for (int i = 0; o->n_predict < 0 || i < o->n_predict; i++) {
-        if (cli_interrupted) {
-            r.interrupted = true;
-            break;
-        }
-        /* A token is printed only when it can join the context. */
-        if (mz_ctx_n_tokens(ctx) >= n_ctx) {
-            r.ctx_full = true;
-            break;
-        }
-        const float *logits = mz_ctx_logits(ctx);
-        if (!logits) {
-            /* Nothing was prefilled (an empty prompt): nothing to sample from. */
-            fprintf(stderr, "mzcache: nothing to generate from: the prompt has no tokens\n");
-            s = MZ_E_INVAL;
-            break;
-        }
-        mz_token t = mz_sampler_sample(smp, logits, n_vocab);
-        if (t < 0) {
-            fprintf(stderr, "mzcache: sampling failed: %s\n", mz_last_error());
-            s = MZ_E_INVAL;
-            break;
-        }
-        mz_sampler_accept(smp, t);
-        if (mz_token_is_eog(m, t)) {
-            /* Keep the end-of-turn token in the context so the next turn follows it. */
-            r.eog = true;
-            s = mz_prefill(ctx, &t, 1);
-            break;
-        }
-        r.n_tokens++;
-        char buf[256];
-        size_t nb = mz_detok_push(dt, t, false, buf, sizeof buf);
-        fwrite(buf, 1, nb, out);
-        fflush(out);
-        if (text) {
-            while (text_len + nb + 1 > text_cap) {
-                text_cap *= 2;
-                char *bigger = realloc(text, text_cap);
-                if (!bigger) { s = MZ_E_NOMEM; goto out; }
-                text = bigger;
-            }
-            memcpy(text + text_len, buf, nb);
-            text_len += nb;
-            text[text_len] = '\0';
-        }
-        if ((s = mz_prefill(ctx, &t, 1))) {
-            /* An interrupted forward pass is not an error: the token is not in the context. */
-            if (s == MZ_E_CANCELLED && cli_interrupted) {
-                r.interrupted = true;
-                s = MZ_OK;
-            } else {
-                fprintf(stderr, "\nmzcache: %s\n", mz_ctx_errmsg(ctx));
-            }
-            break;
-        }
+    if (text_out) {
+        pr.cap = 256;
+        pr.text = malloc(pr.cap);
+        if (pr.text) pr.text[0] = '\0';
     }
-    {
-        char buf[16];
-        size_t nb = mz_detok_flush(dt, buf, sizeof buf);
-        fwrite(buf, 1, nb, out);
-        if (text && nb && text_len + nb + 1 <= text_cap) {
-            memcpy(text + text_len, buf, nb);
-            text_len += nb;
-            text[text_len] = '\0';
-        }
-    }
-out:
-    mz_detok_free(dt);
-    r.ms = cli_now_ms() - t0;
-    if (res) *res = r;
-    if (text_out) *text_out = text;
-    else free(text);
+    mz_generate_params gp = mz_generate_params_default();
+    if (o->n_predict >= 0) gp.max_tokens = (size_t)o->n_predict;
+    gp.on_token = printer_token;
+    gp.cancelled = printer_cancelled;
+    gp.user = &pr;
+    mz_generate_result g;
+    s = mz_generate(ctx, smp, &gp, &g);
+    if (pr.nomem) s = MZ_E_NOMEM;
+    if (s) fprintf(stderr, "\nmzcache: %s\n", pr.nomem ? "out of memory keeping the answer" : mz_last_error());
+    char buf[16];
+    size_t nb = mz_detok_flush(pr.dt, buf, sizeof buf);
+    printer_put(&pr, buf, nb);
+    mz_detok_free(pr.dt);
+    if (res)
+        *res = (cli_gen_result){
+            .n_tokens = g.n_tokens,
+            .ms = cli_now_ms() - t0,
+            .finish = g.finish,
+            .eog = g.finish == MZ_FINISH_EOG,
+            .interrupted = g.finish == MZ_FINISH_CANCELLED,
+            .ctx_full = g.finish == MZ_FINISH_CTX_FULL,
+        };
+    if (text_out) *text_out = pr.text;
+    else free(pr.text);
     return s;
 }
 

@@ -468,34 +468,43 @@ mz_status mz_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
     return s;
 }
 
-static mz_status restore_generate_locked(mz_ctx_t *c, const mz_token *tokens, size_t n,
-                                         const mz_restore_params *p, mz_sampler_t *smp,
-                                         size_t max_tokens, mz_token_fn cb, void *user,
-                                         size_t *n_generated, mz_restore_timings *out);
+/* First token sampled: the request's TTFT; then the caller's hook. */
+typedef struct rg_hooks {
+    mz_ctx_t *c;
+    const mz_generate_params *user;
+    mz_restore_timings *tm, *out;
+    double t0;
+    bool sampled;
+} rg_hooks;
 
-mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
-                              const mz_restore_params *p, mz_sampler_t *smp, size_t max_tokens,
-                              mz_token_fn cb, void *user, size_t *n_generated,
-                              mz_restore_timings *out)
+static bool rg_on_sample(void *user, mz_token t)
 {
-    if (n_generated) *n_generated = 0;
-    if (!c || (!tokens && n)) return mz_fail(MZ_E_INVAL, "null argument");
-    /* The session stays in use (busy for mz_engine_evict) for the whole
-     * generation; the compute lock is taken per forward call, so other
-     * sessions' requests interleave with the decode steps. */
-    use_begin(c);
-    atomic_store(&c->busy, true);
-    mz_status s = restore_generate_locked(c, tokens, n, p, smp, max_tokens, cb, user, n_generated, out);
-    atomic_store(&c->busy, false);
-    mz_session_touch(c);
-    use_end(c);
-    return s;
+    rg_hooks *h = user;
+    if (!h->sampled) {
+        h->sampled = true;
+        h->tm->ttft_ms = mz_time_ms() - h->t0;
+        mz_mem_set_last_restore(h->c->mem, h->tm);
+        if (h->out) *h->out = *h->tm;
+    }
+    return !h->user->on_sample || h->user->on_sample(h->user->user, t);
+}
+
+static mz_gen_action rg_on_token(void *user, mz_token t, const float *logits, int n_vocab)
+{
+    rg_hooks *h = user;
+    return h->user->on_token ? h->user->on_token(h->user->user, t, logits, n_vocab) : MZ_GEN_CONTINUE;
+}
+
+static bool rg_cancelled(void *user)
+{
+    rg_hooks *h = user;
+    return h->user->cancelled && h->user->cancelled(h->user->user);
 }
 
 static mz_status restore_generate_locked(mz_ctx_t *c, const mz_token *tokens, size_t n,
                                          const mz_restore_params *p, mz_sampler_t *smp,
-                                         size_t max_tokens, mz_token_fn cb, void *user,
-                                         size_t *n_generated, mz_restore_timings *out)
+                                         const mz_generate_params *gp, mz_generate_result *res,
+                                         mz_restore_timings *out)
 {
     double t0 = mz_time_ms();
     mz_restore_timings tm;
@@ -504,32 +513,33 @@ static mz_status restore_generate_locked(mz_ctx_t *c, const mz_token *tokens, si
     pthread_mutex_unlock(&c->engine->compute_lock);
     if (out) *out = tm;
     if (s) return s;
-    const int nv = c->model->cfg.n_vocab;
-    size_t ng = 0;
-    for (size_t i = 0; i < max_tokens; i++) {
-        const float *lg = mz_ctx_logits(c);
-        if (!lg) break;
-        mz_token t = 0;
-        if (smp) {
-            t = mz_sampler_sample(smp, lg, nv);
-            if (t < 0) return MZ_E_INVAL; /* mz_last_error() says why */
-        } else {
-            for (int v = 1; v < nv; v++)
-                if (lg[v] > lg[t]) t = v;
-        }
-        if (i == 0) {
-            tm.ttft_ms = mz_time_ms() - t0;
-            mz_mem_set_last_restore(c->mem, &tm);
-            if (out) *out = tm;
-        }
-        if (mz_token_is_eog(c->model, t)) break;
-        if (smp) mz_sampler_accept(smp, t);
-        ng++;
-        if (n_generated) *n_generated = ng;
-        if (cb && !cb(user, t)) break;
-        if ((s = mz_prefill(c, &t, 1))) return s;
-    }
-    return MZ_OK;
+    const mz_generate_params dflt = mz_generate_params_default();
+    rg_hooks h = {.c = c, .user = gp ? gp : &dflt, .tm = &tm, .out = out, .t0 = t0};
+    mz_generate_params wp = *h.user;
+    wp.on_sample = rg_on_sample;
+    wp.on_token = rg_on_token;
+    wp.cancelled = rg_cancelled;
+    wp.user = &h;
+    return mz_generate(c, smp, &wp, res);
+}
+
+mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                              const mz_restore_params *p, mz_sampler_t *smp,
+                              const mz_generate_params *gp, mz_generate_result *res,
+                              mz_restore_timings *out)
+{
+    if (res) *res = (mz_generate_result){0};
+    if (!c || (!tokens && n)) return mz_fail(MZ_E_INVAL, "null argument");
+    /* The session stays in use (busy for mz_engine_evict) for the whole
+     * generation; the compute lock is taken per forward call, so other
+     * sessions' requests interleave with the decode steps. */
+    use_begin(c);
+    atomic_store(&c->busy, true);
+    mz_status s = restore_generate_locked(c, tokens, n, p, smp, gp, res, out);
+    atomic_store(&c->busy, false);
+    mz_session_touch(c);
+    use_end(c);
+    return s;
 }
 
 void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *out)

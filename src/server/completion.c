@@ -9,9 +9,11 @@
  * token is always recomputed when the whole prompt is cached, so its logits
  * are fresh. Evicted units come back on demand inside the prefill.
  *
- * Generation samples a token, appends it to the context (so the cache holds
- * exactly what was generated, the end-of-turn token included) and stops at
- * end of generation, max_tokens, a stop string, or a full context.
+ * Generation is the library's loop (mz_generator_step, src/engine/generate.c):
+ * it samples a token, appends it to the context (so the cache holds exactly
+ * what was generated, the end-of-turn token included) and stops at end of
+ * generation, max_tokens, a stop string (gen_on_token says so), a full
+ * context, or the shutdown grace running out (gen_cancelled).
  *
  * OpenAI extras (gen_setup_openai): logit_bias and the penalties go to the
  * sampler; response_format runs the JSON grammar (src/grammar/) as the
@@ -43,6 +45,7 @@ typedef struct gen_state {
     char id[48];
     long created;
     mz_sampler_t *smp;
+    mz_generator_t *gen;           /* the library's generation loop, one step per gen_step */
     mz_detok_t *dt;
     int n_vocab;
     int max_tokens;
@@ -205,68 +208,79 @@ static void gen_finish_text(gen_state *g)
     if (nb && strcmp(g->finish, "stop_string")) text_append(g, buf, nb);
 }
 
-/* One token. Caller owns the engine. */
-static void gen_step(gen_state *g)
+/* Every sampled token, the end of generation included: the first one's
+ * timings, and the grammar's step (which may refuse it). */
+static bool gen_on_sample(void *user, mz_token t)
 {
-    mz_server_t *s = g->srv;
-    if (g->done) return;
-    if (mz_ctx_n_tokens(s->ctx) + 1 > mz_ctx_n_ctx(s->ctx) || srv_cut_short(s)) { /* full, or shutdown */
-        g->done = true;
-        g->finish = "length";
-        gen_finish_text(g);
-        return;
-    }
-    const float *logits = mz_ctx_logits(s->ctx);
-    mz_token t = mz_sampler_sample(g->smp, logits, g->n_vocab);
-    if (t < 0 || (g->jf.g && !mz_jfilter_accept(&g->jf, t))) {
-        srv_log(s, "sampling failed: %s", t < 0 ? mz_last_error() : "token outside the grammar");
-        g->done = g->failed = true;
-        g->finish = "error";
-        return;
-    }
-    mz_sampler_accept(g->smp, t);
+    gen_state *g = user;
     if (g->tm.n_generated == 0 && g->tm.ttft_ms == 0) {
         double now = srv_now_ms();
         g->tm.sample_ms = now - g->t_gen0;
         g->tm.ttft_ms = now - g->t0;
     }
-    if (mz_token_is_eog(s->model, t)) {
-        /* Keep the end-of-turn token, so the next turn's prompt matches the cache. */
-        if (mz_prefill(s->ctx, &t, 1)) srv_log(s, "appending end of turn failed: %s", mz_ctx_errmsg(s->ctx));
-        g->done = true;
-        g->finish = "stop";
-        gen_finish_text(g);
-        return;
+    if (g->jf.g && !mz_jfilter_accept(&g->jf, t)) {
+        mz_fail(MZ_E_INVAL, "token %d outside the grammar", (int)t);
+        return false;
     }
+    return true;
+}
+
+/* Each generated token: its text, its logprobs, the stop strings. */
+static mz_gen_action gen_on_token(void *user, mz_token t, const float *logits, int n_vocab)
+{
+    gen_state *g = user;
+    (void)n_vocab;
     char buf[256];
     size_t nb = mz_detok_push(g->dt, t, false, buf, sizeof buf);
     size_t before = g->len;
     if (!text_append(g, buf, nb) || (g->want_lp && !lp_record(g, logits, t, before))) {
-        g->done = g->failed = true;
-        g->finish = "error";
-        return;
+        mz_fail(MZ_E_NOMEM, "out of memory recording the answer");
+        return MZ_GEN_FAIL;
     }
     g->tm.n_generated++;
-    if (mz_prefill(s->ctx, &t, 1)) {
-        srv_log(s, "decode failed: %s", mz_ctx_errmsg(s->ctx));
-        g->done = g->failed = true;
-        g->finish = "error";
-        return;
-    }
-    if (s->p.token_delay_ms > 0) {
-        struct timespec ts = {s->p.token_delay_ms / 1000, (long)(s->p.token_delay_ms % 1000) * 1000000L};
+    if (g->srv->p.token_delay_ms > 0) {
+        int d = g->srv->p.token_delay_ms;
+        struct timespec ts = {d / 1000, (long)(d % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
-    if (g->n_stops && check_stops(g, before)) {
-        g->done = true;
-        g->finish = "stop_string";
+    if (g->n_stops && check_stops(g, before)) return MZ_GEN_STOP;
+    return MZ_GEN_CONTINUE;
+}
+
+/* Shutdown: the grace period ran out; the answer ends here ("length"). */
+static bool gen_cancelled(void *user)
+{
+    gen_state *g = user;
+    return srv_cut_short(g->srv);
+}
+
+/* One token. Caller owns the engine. */
+static void gen_step(gen_state *g)
+{
+    mz_server_t *s = g->srv;
+    if (g->done) return;
+    mz_status st = mz_generator_step(g->gen);
+    mz_finish f = mz_generator_finish(g->gen);
+    if (f == MZ_FINISH_NONE) return;
+    g->done = true;
+    switch (f) {
+    case MZ_FINISH_EOG:
+        g->finish = "stop";
+        break;
+    case MZ_FINISH_STOP:
+        g->finish = "stop_string"; /* the text is already cut; nothing held back is sent */
         return;
-    }
-    if ((int)g->tm.n_generated >= g->max_tokens) {
-        g->done = true;
+    case MZ_FINISH_ERROR:
+        srv_log(s, "generation failed after %zu tokens: %s", g->tm.n_generated,
+                st ? mz_last_error() : "unknown error");
+        g->failed = true;
+        g->finish = "error";
+        return;
+    default: /* max_tokens, a full context, the shutdown grace over */
         g->finish = "length";
-        gen_finish_text(g);
+        break;
     }
+    gen_finish_text(g);
 }
 
 static const char *finish_reason(const gen_state *g)
@@ -305,6 +319,7 @@ static void gen_free(gen_state *g)
 {
     if (!g) return;
     gen_release(g);
+    mz_generator_free(g->gen);
     mz_sampler_free(g->smp);
     mz_detok_free(g->dt);
     for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
@@ -727,6 +742,18 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         size_t nt = mz_ctx_n_tokens(s->ctx);
         size_t from = nt > 256 ? nt - 256 : 0;
         for (size_t i = from; i < nt; i++) mz_sampler_accept_prompt(g->smp, all[i]);
+    }
+    {
+        mz_generate_params gp = mz_generate_params_default();
+        gp.max_tokens = (size_t)MZ_MAX(g->max_tokens, 1);
+        gp.on_sample = gen_on_sample;
+        gp.on_token = gen_on_token;
+        gp.cancelled = gen_cancelled;
+        gp.user = g;
+        if (mz_generator_init(s->ctx, g->smp, &gp, &g->gen)) {
+            ret = srv_error(s, c, 500, "server_error", "out of memory");
+            goto out_gen;
+        }
     }
     if (r->stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, g, stream_free);

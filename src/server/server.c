@@ -126,7 +126,7 @@ enum MHD_Result srv_error(mz_server_t *s, struct MHD_Connection *c, int status, 
     cJSON_AddStringToObject(err, "type", type);
     cJSON_AddNumberToObject(err, "code", status);
     if (s->p.verbose || status >= 500) srv_log(s, "HTTP %d: %s", status, msg);
-    if (status == 429 || status == 503) {
+    if (status == 409 || status == 429 || status == 503) {
         char *txt = cJSON_PrintUnformatted(root);
         cJSON_Delete(root);
         enum MHD_Result r = srv_respond(s, c, status, "application/json", txt ? txt : "{}",
@@ -597,13 +597,22 @@ static enum MHD_Result handle_sessions(mz_server_t *s, struct MHD_Connection *c)
     return srv_respond_json(s, c, 200, root);
 }
 
-/* DELETE /mz/sessions/ID: waits for the engine (ahead of queued completions,
- * like an eviction), so a session in use is deleted once its request ends. */
+/* DELETE /mz/sessions/ID: 409 at once for the session a running request
+ * generates on (its answer goes on; the client retries), else waits for the
+ * engine (ahead of queued completions, like an eviction): a session another
+ * session's request keeps waiting, or one a queued request will use, is
+ * deleted in between. */
 static enum MHD_Result handle_session_delete(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq)
 {
     if (!srv_session_id_valid(rq->session, true))
         return srv_error(s, c, 400, "invalid_request_error",
                          "a session id is 1 to 64 characters of A-Z a-z 0-9 . _ : @ + -");
+    pthread_mutex_lock(&s->snap_mu);
+    bool generating = s->active_id[0] && !strcmp(s->active_id, rq->session);
+    pthread_mutex_unlock(&s->snap_mu);
+    if (generating)
+        return srv_error(s, c, 409, "conflict_error",
+                         "session %s is busy generating an answer; retry the DELETE when it is done", rq->session);
     if (srv_gate_enter(s, true, NULL)) return srv_error(s, c, 503, "unavailable", "server is shutting down");
     mz_status st = srv_session_delete(s, rq->session);
     srv_gate_leave(s);

@@ -116,13 +116,15 @@ out:
 }
 
 /* restore_generate: the same greedy tokens as mz_restore + prefill + argmax. */
-static bool cb_collect(void *user, mz_token t)
+static mz_gen_action cb_collect(void *user, mz_token t, const float *logits, int n_vocab)
 {
+    (void)logits;
+    (void)n_vocab;
     mz_token *out = user;
     size_t i = 0;
     while (out[i] >= 0) i++;
     out[i] = t;
-    return true;
+    return MZ_GEN_CONTINUE;
 }
 
 static mz_token argmax(const float *lg)
@@ -149,16 +151,25 @@ static void test_generate(void)
     size_t n_want = 0;
     for (; n_want < N_GEN; n_want++) {
         mz_token t = argmax(mz_ctx_logits(ref));
-        if (mz_token_is_eog(g_ref_m, t)) break;
+        if (mz_token_is_eog(g_ref_m, t)) {
+            CHECK(mz_prefill(ref, &t, 1) == MZ_OK); /* the end of generation joins the context */
+            break;
+        }
         want[n_want] = t;
         CHECK(mz_prefill(ref, &t, 1) == MZ_OK);
     }
-    size_t n_got = 0;
     mz_restore_timings tm;
-    CHECK(mz_restore_generate(c, g_follow, N_FOLLOW, NULL, NULL, N_GEN, cb_collect, got, &n_got,
-                              &tm) == MZ_OK);
+    mz_generate_params gp = mz_generate_params_default();
+    gp.max_tokens = N_GEN;
+    gp.on_token = cb_collect;
+    gp.user = got;
+    mz_generate_result gr;
+    CHECK(mz_restore_generate(c, g_follow, N_FOLLOW, NULL, NULL, &gp, &gr, &tm) == MZ_OK);
+    size_t n_got = gr.n_tokens;
     CHECK_EQ_INT(n_got, n_want);
     CHECK(memcmp(got, want, n_want * sizeof *want) == 0);
+    CHECK_EQ_INT(gr.finish, n_want < N_GEN ? MZ_FINISH_EOG : MZ_FINISH_LENGTH);
+    CHECK_EQ_INT(mz_ctx_n_tokens(c), mz_ctx_n_tokens(ref));
     CHECK(tm.ttft_ms >= tm.prefill_ms && tm.n_units > 0 && tm.n_ready == tm.n_units);
 out:
     mz_ctx_free(c);

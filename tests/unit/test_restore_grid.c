@@ -41,13 +41,15 @@ typedef struct grid_model {
     int n_ctx;
 } grid_model;
 
-static bool cb_collect(void *user, mz_token t)
+static mz_gen_action cb_collect(void *user, mz_token t, const float *logits, int n_vocab)
 {
+    (void)logits;
+    (void)n_vocab;
     mz_token *out = user;
     size_t i = 0;
-    while (out[i] >= 0) i++;
+    while (i < N_GEN && out[i] >= 0) i++;
     if (i < N_GEN) out[i] = t;
-    return true;
+    return MZ_GEN_CONTINUE;
 }
 
 static mz_token argmax(const float *lg, int nv)
@@ -71,7 +73,11 @@ static size_t reference(mz_ctx_t *c, const mz_model_t *m, const mz_token *follow
         const float *lg = mz_ctx_logits(c);
         if (!lg) break;
         mz_token t = argmax(lg, nv);
-        if (mz_token_is_eog(m, t)) break;
+        if (mz_token_is_eog(m, t)) {
+            /* The end of generation joins the context too (mz_generate). */
+            CHECK(mz_prefill(c, &t, 1) == MZ_OK);
+            break;
+        }
         want[n++] = t;
         CHECK(mz_prefill(c, &t, 1) == MZ_OK);
     }
@@ -180,10 +186,11 @@ static void run_model(const grid_model *gm, const char *const *codecs, size_t n_
                 rp.experimental = &rx;
                 static const int splits[] = {1, 2, 3, 5, 8, 16};
                 rp.n_restore_threads = splits[*cell % MZ_ARRAY_LEN(splits)];
-                size_t n_got = 0;
                 mz_restore_timings tm;
-                s = mz_restore_generate(c, follow, N_FOLLOW, &rp, NULL, N_GEN, cb_collect, got,
-                                        &n_got, &tm);
+                mz_generate_params gp = {.max_tokens = N_GEN, .on_token = cb_collect, .user = got};
+                mz_generate_result gr;
+                s = mz_restore_generate(c, follow, N_FOLLOW, &rp, NULL, &gp, &gr, &tm);
+                size_t n_got = gr.n_tokens;
                 CHECK_MSG(s == MZ_OK, "%s", mz_ctx_errmsg(c));
                 const float *lg = mz_ctx_logits(c);
                 if (lg) memcpy(a, lg, (size_t)nv * sizeof(float));

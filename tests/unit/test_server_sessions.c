@@ -14,8 +14,8 @@
  *     prompt, alternating three turns each, never re-prefill their history;
  *   - LRU forgetting at --max-sessions; per-session status (ISO-8601 last use,
  *     TTFT, bytes) and metrics; GET /mz/sessions; DELETE (404 unknown, 400
- *     bad id, and a DELETE of a session in use waits for its request, which
- *     gets its whole answer).
+ *     bad id, 409 "busy, retry" at once for a session that is generating,
+ *     whose request gets its whole answer, then 200).
  * Server B (budget below the sum of three sessions): three named
  * conversations alternate; after every request the footprint computed here
  * from the status numbers is within the budget, the idle sessions' KV was
@@ -33,6 +33,7 @@
 #include <cjson/cJSON.h>
 #include <pthread.h>
 #include <regex.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <time.h>
 #include <unistd.h>
@@ -114,8 +115,8 @@ typedef struct turn {
 } turn;
 
 /* Sends the conversation (+ "user" field when user != NULL, + header when
- * sid != NULL); appends the answer to it. */
-static turn send_turn(conv *c, const char *sid, const char *user, int max_tokens)
+ * sid != NULL, + logit_bias when bias != NULL); appends the answer to it. */
+static turn send_turn_bias(conv *c, const char *sid, const char *user, int max_tokens, const cJSON *bias)
 {
     turn t = {0};
     cJSON *root = cJSON_CreateObject();
@@ -129,6 +130,7 @@ static turn send_turn(conv *c, const char *sid, const char *user, int max_tokens
     cJSON_AddNumberToObject(root, "temperature", 0);
     cJSON_AddNumberToObject(root, "max_tokens", max_tokens);
     if (user) cJSON_AddStringToObject(root, "user", user);
+    if (bias) cJSON_AddItemToObject(root, "logit_bias", cJSON_Duplicate(bias, true));
     char *body = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     char hdr[160] = "";
@@ -148,6 +150,11 @@ static turn send_turn(conv *c, const char *sid, const char *user, int max_tokens
     cJSON_Delete(j);
     if (t.status == 200) conv_add(c, "assistant", t.content);
     return t;
+}
+
+static turn send_turn(conv *c, const char *sid, const char *user, int max_tokens)
+{
+    return send_turn_bias(c, sid, user, max_tokens, NULL);
 }
 
 /* send_turn when only the status matters. */
@@ -249,27 +256,30 @@ static size_t tokenize(mz_model_t *m, const char *text, mz_token *out, size_t ca
 
 typedef struct bg_req {
     const char *sid;
+    int max_tokens;            /* 0: 40 */
+    const cJSON *bias;         /* logit_bias, or NULL */
     turn t;
     conv c;
+    atomic_bool done;          /* the answer came back */
 } bg_req;
 
 static void *bg_main(void *arg)
 {
     bg_req *b = arg;
-    b->t = send_turn(&b->c, b->sid, NULL, 40);
+    b->t = send_turn_bias(&b->c, b->sid, NULL, b->max_tokens ? b->max_tokens : 40, b->bias);
+    atomic_store(&b->done, true);
     return NULL;
 }
 
-static bool wait_busy(bool want, double timeout_ms)
+/* Waits until GET /mz/sessions shows session id with a request running on it. */
+static bool wait_active(const char *id, double timeout_ms)
 {
     double t0 = now_ms();
     while (now_ms() - t0 < timeout_ms) {
-        cJSON *j = NULL;
-        if (call_h("GET", "/mz/status", NULL, NULL, &j) == 200) {
-            bool b = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "busy"));
-            cJSON_Delete(j);
-            if (b == want) return true;
-        }
+        cJSON *e = session_info(id, NULL);
+        bool active = e && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "active"));
+        cJSON_Delete(e);
+        if (active) return true;
         usleep(2000);
     }
     return false;
@@ -525,27 +535,47 @@ int main(void)
         conv_free(&y);
     }
 
-    /* DELETE of a session in use waits for its request, which is answered in full */
+    /* DELETE of a session that is generating: 409 at once, saying it is busy,
+     * while its request goes on to the whole answer; after it, DELETE deletes.
+     * The end-of-generation tokens are banned, so the answer is max_tokens
+     * long and the request still runs when the 409 comes (checked, not timed). */
     {
-        bg_req b = {.sid = "busy"};
+        cJSON *no_eog = cJSON_CreateObject();
+        for (int t = 0; t < mz_model_n_vocab(tm); t++) {
+            if (!mz_token_is_eog(tm, t)) continue;
+            char k[16];
+            snprintf(k, sizeof k, "%d", t);
+            cJSON_AddNumberToObject(no_eog, k, -100);
+        }
+        const int n_answer = g_tsan ? 12 : 100; /* long enough to DELETE during it */
+        bg_req b = {.sid = "busy", .max_tokens = n_answer, .bias = no_eog};
         conv_add(&b.c, "system", SYS);
+        /* A first turn lists the session in GET /mz/sessions, where "active"
+         * shows the second one running (the list is refreshed between requests). */
+        conv_add(&b.c, "user", "Hi.");
+        CHECK_EQ_INT(send_turn_st(&b.c, "busy", NULL, 1), 200);
         conv_add(&b.c, "user", "Tell me a long story about a cat.");
         pthread_t th;
         pthread_create(&th, NULL, bg_main, &b);
-        CHECK_MSG(wait_busy(true, 60000), "the request never started");
+        CHECK_MSG(wait_active("busy", 60000), "the request never reached its session");
         cJSON *j = NULL;
         int st = call_h("DELETE", "/mz/sessions/busy", NULL, NULL, &j);
-        pthread_join(th, NULL);
-        if (st == 404) {
-            /* the request had not reached its session yet: it is created after */
-            cJSON_Delete(j);
-            st = call_h("DELETE", "/mz/sessions/busy", NULL, NULL, &j);
-        }
-        CHECK_MSG(st == 200 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "deleted")), "DELETE in use: %d", st);
+        bool running = !atomic_load(&b.done);
+        const char *msg = jstr(j, "error.message");
+        CHECK_MSG(st == 409 && msg && strstr(msg, "busy") && strstr(msg, "retry") &&
+                      jstr(j, "error.type") && !strcmp(jstr(j, "error.type"), "conflict_error"),
+                  "DELETE while generating: %d (%s)", st, msg ? msg : "no message");
+        CHECK_MSG(running, "the DELETE came back only after the request ended");
         cJSON_Delete(j);
+        pthread_join(th, NULL);
+        cJSON_Delete(no_eog);
         CHECK_EQ_INT(b.t.status, 200);
-        CHECK_MSG(b.t.completion >= 1 && b.t.finish[0], "the request's answer: %.0f tokens, finish '%s'", b.t.completion,
-                  b.t.finish);
+        CHECK_MSG(b.t.completion == n_answer && !strcmp(b.t.finish, "length"), "the request's answer: %.0f tokens, finish '%s'",
+                  b.t.completion, b.t.finish);
+        j = NULL;
+        st = call_h("DELETE", "/mz/sessions/busy", NULL, NULL, &j);
+        CHECK_MSG(st == 200 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "deleted")), "DELETE after: %d", st);
+        cJSON_Delete(j);
         cJSON *x = session_info("busy", NULL);
         CHECK(x == NULL);
         cJSON_Delete(x);

@@ -67,19 +67,25 @@ typedef struct gen_out {
     size_t n;
 } gen_out;
 
-static bool collect(void *user, mz_token t)
+static void collect(gen_out *g, mz_token t)
 {
-    gen_out *g = user;
     if (g->n < MZ_ARRAY_LEN(g->t)) g->t[g->n++] = t;
-    return true;
+}
+
+static mz_gen_action collect_cb(void *user, mz_token t, const float *logits, int n_vocab)
+{
+    (void)logits;
+    (void)n_vocab;
+    collect(user, t);
+    return MZ_GEN_CONTINUE;
 }
 
 static mz_status turn(mz_ctx_t *c, const mz_token *q, size_t nq, size_t max_gen, gen_out *g,
                       mz_restore_timings *tm)
 {
     g->n = 0;
-    size_t ng = 0;
-    return mz_restore_generate(c, q, nq, NULL, NULL, max_gen, collect, g, &ng, tm);
+    mz_generate_params gp = {.max_tokens = max_gen, .on_token = collect_cb, .user = g};
+    return mz_restore_generate(c, q, nq, NULL, NULL, &gp, NULL, tm);
 }
 
 static size_t footprint(mz_engine_t *e)
@@ -581,8 +587,10 @@ static void *pressure_thread(void *arg)
     return NULL;
 }
 
-static bool pressure_cb(void *user, mz_token t)
+static mz_gen_action pressure_cb(void *user, mz_token t, const float *logits, int n_vocab)
 {
+    (void)logits;
+    (void)n_vocab;
     pressure_ctx *p = user;
     collect(&p->g, t);
     if (p->g.n == 2 && !p->fired) {
@@ -594,7 +602,7 @@ static bool pressure_cb(void *user, mz_token t)
         if (pthread_create(&th, NULL, pressure_thread, p) == 0) pthread_join(th, NULL);
         else p->fired = -1;
     }
-    return true;
+    return MZ_GEN_CONTINUE;
 }
 
 static void test_pressure(void)
@@ -622,8 +630,8 @@ static void test_pressure(void)
     gen_out want;
     CHECK(turn(ra, q, 4, 8, &want, NULL) == MZ_OK);
     pressure_ctx p = {.e = e, .busy = a};
-    size_t ng = 0;
-    mz_status s = mz_restore_generate(a, q, 4, NULL, NULL, 8, pressure_cb, &p, &ng, NULL);
+    mz_generate_params gp = {.max_tokens = 8, .on_token = pressure_cb, .user = &p};
+    mz_status s = mz_restore_generate(a, q, 4, NULL, NULL, &gp, NULL, NULL);
     CHECK(s == MZ_OK);
     CHECK_EQ_INT(p.fired, 1);
     CHECK(p.s == MZ_OK);
