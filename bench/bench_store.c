@@ -10,12 +10,21 @@
  *       mz_session_resume (the stored chunks restored, the partial one
  *       recomputed) + the question's prefill, vs recompute: model load +
  *       prefill of all N tokens + the question.
+ *   bench_store resume MODEL N STORE_DIR
+ *       Where a resume spends its time, page cache dropped: a synthetic
+ *       session (as evict-clean's) of N tokens (the last chunk full, so 256
+ *       tokens are recomputed: the worst case) and of N + 1 (one token, the
+ *       best case): model load, store open, mz_session_resume with its
+ *       pipeline's timings, the 8-token question.
  *   bench_store evict-clean MODEL N STORE_DIR
  *       Time to evict all clean KV of an N-token session. The session is
  *       built by writing its chunks (random bytes, real records and
  *       checksums) and manifest straight into the store and resuming it, so
  *       no N-token prefill is needed; the eviction then only releases pages.
- *       Prints ms, GiB freed and ms per GiB, and the resume (restore) time.
+ *       Medians of 5 (each time restored through the pipelined restore in
+ *       between) of ms per GiB freed, wall and thread CPU, with the KV on
+ *       4 KiB pages (MZCACHE_KV_THP=0) and on huge-page slabs (=1), and
+ *       their ratio.
  */
 #define _GNU_SOURCE
 #include "mzcache.h"
@@ -223,8 +232,90 @@ static int synth_session(mz_store_t *st, mz_ctx_t *probe, size_t n)
     return 0;
 }
 
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* AnonHugePages of this process, KiB (/proc/self/smaps_rollup). */
+static long anon_huge_kib(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &v) == 1) break;
+    if (f) fclose(f);
+    return v;
+}
+
+#define EVICT_REPS 5
+
+/* One series of evict-clean under MZCACHE_KV_THP=thp: *ms_gib = median wall
+ * ms per GiB freed, *cpu_gib = median thread-CPU ms per GiB. */
+static int evict_series(mz_store_t *st, const mz_ctx_params *cp, size_t n, const char *thp,
+                        double *ms_gib, double *cpu_gib)
+{
+    setenv("MZCACHE_KV_THP", thp, 1);
+    char kv[4200];
+    snprintf(kv, sizeof kv, "%s/synth.kv", mz_store_dir(st));
+    drop_cache(kv);
+    mz_ctx_t *c = NULL;
+    mz_resume_info ri;
+    double t0 = now_ms();
+    if (mz_session_resume(st, "synth", cp, &c, &ri)) {
+        fprintf(stderr, "resume: %s\n", ri.reason);
+        return 1;
+    }
+    double t_resume = now_ms() - t0;
+    double wall[EVICT_REPS], cpu[EVICT_REPS], gib = 0;
+    long huge = 0;
+    size_t released = 0, written = 0;
+    mz_token q = 100;
+    for (int rep = 0; rep < EVICT_REPS; rep++) {
+        /* only full chunks, each with its clean copy written */
+        if (mz_ctx_truncate(c, n) || mz_session_sync(c)) return 1;
+        mz_mem_stats ms;
+        mz_get_mem_stats(c, &ms);
+        size_t before = ms.kv.resident_bytes;
+        huge = anon_huge_kib();
+        mz_evict_report r;
+        t0 = now_ms();
+        double c0 = cpu_ms();
+        if (mz_evict(c, SIZE_MAX, &r)) return 1;
+        wall[rep] = now_ms() - t0;
+        cpu[rep] = cpu_ms() - c0;
+        mz_get_mem_stats(c, &ms);
+        gib = (double)(before - ms.kv.resident_bytes) / (1024.0 * 1024 * 1024);
+        wall[rep] /= gib;
+        cpu[rep] /= gib;
+        released = r.n_kv_stored_raw;
+        written = r.n_kv_compressed + r.n_kv_stored_compressed;
+        /* back through the pipelined restore (a one-token request), as a
+         * request would bring it back */
+        if (mz_prefill_restore(c, &q, 1, NULL, NULL)) return 1;
+    }
+    *ms_gib = median(wall, EVICT_REPS);
+    *cpu_gib = median(cpu, EVICT_REPS);
+    printf("MZCACHE_KV_THP=%s: resume %.0f ms (%zu chunks restored, %zu tokens recomputed); "
+           "evict all clean KV (%.3f GiB, %zu units released, %zu written, AnonHugePages before "
+           "%ld KiB): median of %d %.1f ms/GiB wall, %.1f ms/GiB CPU\n", thp, t_resume,
+           ri.n_chunks_restored, ri.n_tokens_recomputed, gib, released, written, huge, EVICT_REPS,
+           *ms_gib, *cpu_gib);
+    mz_ctx_free(c);
+    return 0;
+}
+
 static int cmd_evict_clean(const char *model, size_t n, const char *dir)
 {
+    n = n / 256 * 256;
     mz_model_t *m = load(model);
     mz_engine_t *e = NULL;
     mz_store_t *st = NULL;
@@ -237,41 +328,18 @@ static int cmd_evict_clean(const char *model, size_t n, const char *dir)
         fprintf(stderr, "%s\n", mz_last_error());
         return 1;
     }
-    if (synth_session(st, probe, n)) {
+    /* n + 1 tokens: all n/256 chunks stored, one token recomputed at resume */
+    if (synth_session(st, probe, n + 1)) {
         fprintf(stderr, "synth: %s\n", mz_last_error());
         return 1;
     }
     /* probe stays: with two sessions, mz_evict on one moves only its KV (no weights) */
-    char kv[4200];
-    snprintf(kv, sizeof kv, "%s/synth.kv", dir);
-    drop_cache(kv);
-    mz_ctx_t *c = NULL;
-    mz_resume_info ri;
-    double t0 = now_ms();
-    if (mz_session_resume(st, "synth", &cp, &c, &ri)) {
-        fprintf(stderr, "resume: %s\n", ri.reason);
+    double ms4k, cpu4k, msthp, cputhp;
+    if (evict_series(st, &cp, n, "0", &ms4k, &cpu4k) || evict_series(st, &cp, n, "1", &msthp, &cputhp))
         return 1;
-    }
-    double t_resume = now_ms() - t0;
-    /* only full chunks, each with its clean copy written (the partial one goes) */
-    if (mz_ctx_truncate(c, mz_ctx_n_tokens(c) / 256 * 256) || mz_session_sync(c)) return 1;
-    mz_mem_stats ms;
-    mz_get_mem_stats(c, &ms);
-    size_t before = ms.kv.resident_bytes;
-    mz_evict_report r;
-    t0 = now_ms();
-    double c0 = cpu_ms();
-    if (mz_evict(c, SIZE_MAX, &r)) return 1;
-    double t_evict = now_ms() - t0, c_evict = cpu_ms() - c0;
-    mz_get_mem_stats(c, &ms);
-    double gib = (double)(before - ms.kv.resident_bytes) / (1024.0 * 1024 * 1024);
-    printf("tokens %zu: resume (restore %zu chunks from a cold file + recompute %zu tokens) %.0f ms; "
-           "evict all clean KV: %.2f ms wall, %.2f ms CPU for %.3f GiB (%.2f ms/GiB wall, %.2f "
-           "CPU), %zu chunks released, %zu written, %zu weight blocks dropped\n", n,
-           ri.n_chunks_restored, ri.n_tokens_recomputed, t_resume, t_evict, c_evict, gib,
-           t_evict / gib, c_evict / gib, r.n_kv_stored_raw,
-           r.n_kv_compressed + r.n_kv_stored_compressed, r.n_weights_dropped);
-    mz_ctx_free(c);
+    printf("tokens %zu: evict all clean KV, ms per GiB freed (median of %d): 4 KiB pages %.1f wall "
+           "/ %.1f CPU; huge-page slabs %.1f wall / %.1f CPU; ratio slabs/4K %.3f wall, %.3f CPU\n",
+           n, EVICT_REPS, ms4k, cpu4k, msthp, cputhp, msthp / ms4k, cputhp / cpu4k);
     mz_ctx_free(probe);
     if (mz_store_delete(st, "synth")) fprintf(stderr, "delete: %s\n", mz_last_error());
     mz_store_close(st);
@@ -280,10 +348,83 @@ static int cmd_evict_clean(const char *model, size_t n, const char *dir)
     return 0;
 }
 
+/* Resume of a synthetic N-token session after the page cache is dropped,
+ * with where the time goes; no recompute baseline (the ttft command has
+ * it). Two points: N (the last chunk full: 256 tokens recomputed, the
+ * worst case) and N + 1 (one token recomputed, the best case). */
+static int resume_once(const char *model, size_t n, const char *dir)
+{
+    /* the store: written by a process that then exits, as a killed one would leave it */
+    pid_t pid = fork();
+    if (pid == 0) {
+        mz_model_t *m = load(model);
+        mz_engine_t *e = NULL;
+        mz_store_t *st = NULL;
+        mz_ctx_t *probe = NULL;
+        mz_store_params sp = mz_store_params_default();
+        sp.dir = dir;
+        mz_ctx_params cp = cparams(n);
+        if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st) ||
+            mz_session_create(e, &cp, &probe) || synth_session(st, probe, n))
+            _exit(2);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) return 1;
+    char kv[4200], man[4200];
+    snprintf(kv, sizeof kv, "%s/synth.kv", dir);
+    snprintf(man, sizeof man, "%s/synth.mzs", dir);
+    drop_cache(model);
+    drop_cache(kv);
+    drop_cache(man);
+    double t0 = now_ms();
+    mz_model_t *m = load(model);
+    double t_model = now_ms() - t0;
+    mz_engine_t *e = NULL;
+    mz_store_t *st = NULL;
+    mz_store_params sp = mz_store_params_default();
+    sp.dir = dir;
+    if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st)) return 1;
+    double t_open = now_ms() - t0 - t_model;
+    mz_ctx_params cp = cparams(n);
+    mz_ctx_t *c = NULL;
+    mz_resume_info ri;
+    double t1 = now_ms();
+    if (mz_session_resume(st, "synth", &cp, &c, &ri)) {
+        fprintf(stderr, "resume: %s\n", ri.reason);
+        return 1;
+    }
+    double t_resume = now_ms() - t1;
+    mz_token q[8];
+    tokens(q, 8, mz_model_n_vocab(m));
+    t1 = now_ms();
+    if (first_token_after(c, q, 8)) return 1;
+    double t_q = now_ms() - t1, ttft = now_ms() - t0;
+    const mz_restore_timings *tm = &ri.timings;
+    printf("tokens %zu: TTFT %.0f ms = model load %.0f + store open (model identity) %.0f + resume "
+           "%.0f (%zu chunks restored, %zu tokens recomputed; pipeline: prefill %.0f, stall %.0f, "
+           "all units ready %.0f, storage worker %.0f, alloc worker %.0f) + question %.0f\n", n, ttft,
+           t_model, t_open, t_resume, ri.n_chunks_restored, ri.n_tokens_recomputed, tm->prefill_ms,
+           tm->stall_ms, tm->restore_ms, tm->storage_ms, tm->alloc_ms, t_q);
+    mz_ctx_free(c);
+    if (mz_store_delete(st, "synth")) fprintf(stderr, "delete: %s\n", mz_last_error());
+    mz_store_close(st);
+    mz_engine_free(e);
+    mz_model_free(m);
+    return 0;
+}
+
+static int cmd_resume(const char *model, size_t n, const char *dir)
+{
+    n = n / 256 * 256;
+    return resume_once(model, n, dir) || resume_once(model, n + 1, dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: bench_store ttft|evict-clean MODEL N_TOKENS STORE_DIR\n");
+        fprintf(stderr, "usage: bench_store ttft|evict-clean|resume MODEL N_TOKENS STORE_DIR\n");
         return 2;
     }
     char *end = NULL;
@@ -295,6 +436,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "ttft")) return cmd_ttft(argv[2], (size_t)n, argv[4]);
     if (!strcmp(argv[1], "evict-clean")) return cmd_evict_clean(argv[2], (size_t)n, argv[4]);
+    if (!strcmp(argv[1], "resume")) return cmd_resume(argv[2], (size_t)n, argv[4]);
     fprintf(stderr, "unknown command %s\n", argv[1]);
     return 2;
 }

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "manager_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Encodes a resident chunk into mm->scratch; falls back to the raw codec for
@@ -39,6 +40,23 @@ typedef struct drop_later {
     size_t n;
 } drop_later;
 
+/* Clean KV chunks claimed by one exec_steps, released together at its end:
+ * one madvise per run of adjacent chunks instead of one per chunk, and the
+ * whole huge pages of a KV slab freed without a split (kv_cache.h). They
+ * stay BUSY until then; cap 0 (no array): each is released at once. */
+typedef struct clean_later {
+    mz_unit **u;
+    size_t n, cap;
+} clean_later;
+
+static void finish_clean(clean_later *cl)
+{
+    if (cl->n == 0) return;
+    mz_units_release_pages(cl->u, cl->n);
+    for (size_t i = 0; i < cl->n; i++) mz_unit_settle(cl->u[i], MZ_UNIT_STORED_RAW);
+    cl->n = 0;
+}
+
 static void finish_drops(mz_mem *mm, drop_later *dl)
 {
     for (size_t i = 0; i < dl->n; i++) mz_wtable_drop_finish(mm->wt, dl->layer[i]);
@@ -46,7 +64,7 @@ static void finish_drops(mz_mem *mm, drop_later *dl)
 }
 
 static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta, mz_evict_report *r,
-                            drop_later *dl)
+                            drop_later *dl, clean_later *cl)
 {
     char nm[64];
     mz_status s = MZ_OK;
@@ -70,6 +88,8 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     mz_unit *u = kv_unit(mm, st->layer, st->chunk);
     uint64_t tag = kv_tag(st->layer, st->chunk);
     mm_unit_name(u, nm, sizeof nm);
+    /* a chunk this plan released clean is BUSY until finish_clean */
+    if (cl->n && mz_unit_state_get(u) == MZ_UNIT_BUSY) finish_clean(cl);
 
     if (mz_unit_state_get(u) == MZ_UNIT_COMPRESSED) {
         /* CompKV: the stack's bottom item (the chunk needed last) to storage. */
@@ -111,8 +131,12 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     mz_unit_state to = MZ_UNIT_RESIDENT;
     if (u->clean) { /* [store] a current copy in the session store: no encode, no write */
         u->slot = u->clean;
-        mz_unit_release_pages(u);
-        mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+        if (cl->n < cl->cap) {
+            cl->u[cl->n++] = u;
+        } else {
+            mz_unit_release_pages(u);
+            mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+        }
         *delta = (int64_t)u->bytes;
         r->n_kv_stored_raw++;
         atomic_fetch_add(&mm->n_clean_evicted, 1);
@@ -189,6 +213,8 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
                             int64_t *freed, size_t *moved, mz_evict_report *r)
 {
     drop_later dl = {.n = 0};
+    clean_later cl = {.u = malloc(n * sizeof *cl.u), .n = 0, .cap = 0};
+    if (cl.u) cl.cap = n;
     mz_status s = MZ_OK;
     for (size_t i = 0; i < n; i++) {
         const mz_evict_step *st = &steps[i];
@@ -196,7 +222,7 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
         mz_unit_state before = st->kind == MZ_UNIT_WEIGHTS
                                    ? mz_unit_state_get(&mm->wt->units[st->layer])
                                    : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
-        if ((s = evict_step(mm, st, &delta, r, &dl))) break;
+        if ((s = evict_step(mm, st, &delta, r, &dl, &cl))) break;
         mz_unit_state after = st->kind == MZ_UNIT_WEIGHTS
                                   ? mz_unit_state_get(&mm->wt->units[st->layer])
                                   : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
@@ -207,6 +233,8 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
         *freed += delta;
         if (*freed >= 0 && (uint64_t)*freed >= (uint64_t)goal) break;
     }
+    finish_clean(&cl);
+    free(cl.u);
     finish_drops(mm, &dl);
     return s;
 }

@@ -121,6 +121,11 @@ MZ_INTERNAL void mz_unit_release_pages(mz_unit *u);
  * up to 2 s). */
 MZ_INTERNAL void mz_unit_drop_pages(mz_unit *u);
 MZ_INTERNAL void mz_unit_protect_pages(mz_unit *u);
+/* mz_unit_release_pages for n units at once (the array is sorted by
+ * address): each run of adjacent ranges takes one madvise, then one
+ * mprotect, so whole huge pages of a KV slab (kv_cache.h) go without a
+ * split. */
+MZ_INTERNAL void mz_units_release_pages(mz_unit **u, size_t n);
 /* Makes the range readable and writable again (pages fault in as zeros). */
 MZ_INTERNAL mz_status mz_unit_map_pages(mz_unit *u);
 
