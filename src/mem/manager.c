@@ -454,6 +454,7 @@ bool mz_mem_is_valid(mz_mem *mm)
     }
     ok = ok && n_comp == mz_compstack_count(mm->stack);
     /* [store] a truncation may leave clean records behind for the manifest */
+    n_stored += mm->n_store_extra; /* [store] tail records */
     ok = ok && (atomic_load(&mm->n_slots) == n_stored || mm->store_leaked);
     if (mm->swap) {
         mz_swapfile_stats ss;

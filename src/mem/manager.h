@@ -181,5 +181,15 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_clean_info(mz_mem *mm, int layer
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk,
                                                       mz_swap_slot slot);
 MZ_INTERNAL size_t mz_mem_store_n_clean_evicted(const mz_mem *mm);
+/* The tail: a copy of the partly filled KV unit (layer, chunk) as it is now,
+ * written to a new record of the store file (*slot). It gets no clean
+ * mark (the chunk still changes); MZ_E_INVAL when the unit is not resident.
+ * Owner thread only (no forward pass may write the chunk meanwhile); takes
+ * mm->lock. slot_free releases a record no manifest names any more. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_tail(mz_mem *mm, int layer, size_t chunk,
+                                                     mz_swap_slot *slot);
+MZ_INTERNAL void mz_mem_store_slot_free(mz_mem *mm, mz_swap_slot slot);
+/* Counts a tail record imported into the store file at resume as held. */
+MZ_INTERNAL void mz_mem_store_hold(mz_mem *mm);
 
 #endif /* MZ_MANAGER_H */

@@ -76,6 +76,7 @@ struct mz_mem {
     double last_ready_ms;      /* when its last unit became ready */
     _Atomic size_t n_clean_evicted; /* [store] evictions that only released pages */
     bool store_leaked;         /* [store] a truncation left clean records behind */
+    size_t n_store_extra;      /* [store] slots held by the store, not by a unit (tails) */
 };
 
 static inline mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }

@@ -79,3 +79,38 @@ mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk, mz_swap_slot s
 }
 
 size_t mz_mem_store_n_clean_evicted(const mz_mem *mm) { return atomic_load(&mm->n_clean_evicted); }
+
+mz_status mz_mem_store_tail(mz_mem *mm, int layer, size_t chunk, mz_swap_slot *slot)
+{
+    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && chunk < mm->max_chunks);
+    mm_sync_kv(mm);
+    mz_unit *u = kv_unit(mm, layer, chunk);
+    mz_status s;
+    pthread_mutex_lock(&mm->lock);
+    if (!mm->swap || !mz_unit_claim(u, MZ_UNIT_RESIDENT)) {
+        s = mz_fail(MZ_E_INVAL, "KV chunk %d/%zu is not resident", layer, chunk);
+    } else {
+        s = mm_swap_write(mm, u->buf, u->bytes, kv_tag(layer, chunk), slot);
+        if (!s) mm->n_store_extra++;
+        mz_unit_settle(u, MZ_UNIT_RESIDENT);
+    }
+    pthread_mutex_unlock(&mm->lock);
+    return s;
+}
+
+void mz_mem_store_slot_free(mz_mem *mm, mz_swap_slot slot)
+{
+    pthread_mutex_lock(&mm->lock);
+    MZ_ASSERT(mm->n_store_extra > 0);
+    mm_swap_slot_free(mm, slot);
+    mm->n_store_extra--;
+    pthread_mutex_unlock(&mm->lock);
+}
+
+void mz_mem_store_hold(mz_mem *mm)
+{
+    pthread_mutex_lock(&mm->lock);
+    atomic_fetch_add(&mm->n_slots, 1);
+    mm->n_store_extra++;
+    pthread_mutex_unlock(&mm->lock);
+}
