@@ -16,6 +16,14 @@
  *       tokens are recomputed: the worst case) and of N + 1 (one token, the
  *       best case): model load, store open, mz_session_resume with its
  *       pipeline's timings, the 8-token question.
+ *   bench_store recompute MODEL N STORE_DIR
+ *       The recompute baseline alone: cold model load + prefill of N tokens
+ *       + the question (STORE_DIR unused).
+ *   bench_store writebehind MODEL N STORE_DIR
+ *       Decode tokens/s with the write-behind running vs off: a synthetic
+ *       N-position session (calibrated fill) decodes 48 tokens, once
+ *       unstored, once stored just before (the worker writes all N/256 full
+ *       chunks meanwhile); alternating, medians of 3, ratio.
  *   bench_store evict-clean MODEL N STORE_DIR
  *       Time to evict all clean KV of an N-token session. The session is
  *       built by writing its chunks (random bytes, real records and
@@ -30,6 +38,8 @@
 #include "mzcache.h"
 #include "engine/engine.h"
 #include "io/swapfile.h"
+#include "kernels/kernels.h"
+#include "kv/kv_fill.h"
 #include "store/manifest.h"
 #include "store/store.h"
 
@@ -421,10 +431,94 @@ static int cmd_resume(const char *model, size_t n, const char *dir)
     return resume_once(model, n, dir) || resume_once(model, n + 1, dir);
 }
 
+/* Decode speed with the write-behind running vs off. A session of N
+ * positions (the calibrated synthetic fill, src/kv/kv_fill.h) decodes T
+ * tokens, one forward pass each; "on": the session is stored just before,
+ * so the worker writes all its N/256 full chunks while the decode runs.
+ * Alternating off/on, medians of R. */
+static int cmd_writebehind(const char *model, size_t n, const char *dir)
+{
+    enum { T = 48, R = 3 };
+    mz_model_t *m = load(model);
+    mz_engine_t *e = NULL;
+    mz_store_t *st = NULL;
+    mz_store_params sp = mz_store_params_default();
+    sp.dir = dir;
+    if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st)) {
+        fprintf(stderr, "%s\n", mz_last_error());
+        return 1;
+    }
+    mz_ctx_params cp = cparams(n + T + 8);
+    mz_ctx_params calp = mz_ctx_params_default();
+    calp.n_ctx = 512;
+    mz_ctx_t *cal = NULL;
+    mz_kvfill *f = NULL;
+    if (mz_ctx_init(m, &calp, &cal) || mz_kvfill_calibrate_default(cal, 512, &f)) return 1;
+    mz_ctx_free(cal);
+    double tps[2][R], left[R];
+    for (int rep = 0; rep < R; rep++)
+        for (int on = 0; on < 2; on++) {
+            mz_ctx_t *c = NULL;
+            if (mz_session_create(e, &cp, &c) || mz_kvfill_write(f, c, n, 0x9e3779b97f4a7c15ULL))
+                return 1;
+            mz_token t = 1000;
+            if (mz_prefill(c, &t, 1)) return 1;
+            if (on && mz_session_store(c, st, "wb")) {
+                fprintf(stderr, "store: %s\n", mz_last_error());
+                return 1;
+            }
+            double t0 = now_ms();
+            for (int i = 0; i < T; i++) {
+                t = (mz_token)(1000 + 37 * i);
+                if (mz_prefill(c, &t, 1)) return 1;
+            }
+            double dt = now_ms() - t0;
+            tps[on][rep] = T / (dt / 1e3);
+            if (on) {
+                /* what the worker still had to do when the decode ended */
+                t0 = now_ms();
+                if (mz_session_sync(c)) return 1;
+                left[rep] = now_ms() - t0;
+            }
+            mz_ctx_free(c);
+            if (on && mz_store_delete(st, "wb")) fprintf(stderr, "delete: %s\n", mz_last_error());
+        }
+    mz_kvfill_free(f);
+    double off = median(tps[0], R), on = median(tps[1], R), l = median(left, R);
+    printf("tokens %zu, decode of %d tokens: write-behind off %.2f tok/s, on %.2f tok/s (median of "
+           "%d), ratio on/off %.3f (cost %.1f %%); the worker writes %zu chunks x %d layers (%.0f "
+           "MiB); the sync after the decode took %.0f ms (median)\n", n, T, off, on, R, on / off,
+           100.0 * (1.0 - on / off), n / 256, m->cfg.n_layer,
+           (double)(n / 256) * m->cfg.n_layer * (double)mz_kv_chunk_bytes(m->cfg.n_head_kv, m->cfg.head_dim) / 1048576.0, l);
+    mz_store_close(st);
+    mz_engine_free(e);
+    mz_model_free(m);
+    return 0;
+}
+
+/* Recompute alone: model load from a cold page cache + prefill of N tokens
+ * + the 8-token question (the baseline of ttft, without its child). */
+static int cmd_recompute(const char *model, size_t n)
+{
+    mz_token *t = malloc((n + 8) * sizeof *t);
+    drop_cache(model);
+    double t0 = now_ms();
+    mz_model_t *m = load(model);
+    tokens(t, n + 8, mz_model_n_vocab(m));
+    mz_ctx_params cp = cparams(n);
+    mz_ctx_t *c = NULL;
+    if (mz_ctx_init(m, &cp, &c) || mz_prefill(c, t, n) || first_token_after(c, t + n, 8)) return 1;
+    printf("tokens %zu: recompute TTFT %.0f ms\n", n, now_ms() - t0);
+    mz_ctx_free(c);
+    mz_model_free(m);
+    free(t);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: bench_store ttft|evict-clean|resume MODEL N_TOKENS STORE_DIR\n");
+        fprintf(stderr, "usage: bench_store ttft|evict-clean|resume|writebehind|recompute MODEL N_TOKENS STORE_DIR\n");
         return 2;
     }
     char *end = NULL;
@@ -437,6 +531,8 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "ttft")) return cmd_ttft(argv[2], (size_t)n, argv[4]);
     if (!strcmp(argv[1], "evict-clean")) return cmd_evict_clean(argv[2], (size_t)n, argv[4]);
     if (!strcmp(argv[1], "resume")) return cmd_resume(argv[2], (size_t)n, argv[4]);
+    if (!strcmp(argv[1], "recompute")) return cmd_recompute(argv[2], (size_t)n);
+    if (!strcmp(argv[1], "writebehind")) return cmd_writebehind(argv[2], (size_t)n, argv[4]);
     fprintf(stderr, "unknown command %s\n", argv[1]);
     return 2;
 }

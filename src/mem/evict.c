@@ -47,13 +47,14 @@ typedef struct drop_later {
 typedef struct clean_later {
     mz_unit **u;
     size_t n, cap;
+    mz_unit_state to;          /* STORED_RAW, or STORED_COMPRESSED with a store codec */
 } clean_later;
 
 static void finish_clean(clean_later *cl)
 {
     if (cl->n == 0) return;
     mz_units_release_pages(cl->u, cl->n);
-    for (size_t i = 0; i < cl->n; i++) mz_unit_settle(cl->u[i], MZ_UNIT_STORED_RAW);
+    for (size_t i = 0; i < cl->n; i++) mz_unit_settle(cl->u[i], cl->to);
     cl->n = 0;
 }
 
@@ -123,7 +124,9 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
          * compress went to storage instead (it cost no write): a later
          * step that moves it from memory to storage has nothing to do. */
         mz_unit_state cur = mz_unit_state_get(u);
-        if (cur == MZ_UNIT_STORED_RAW && u->clean) return MZ_OK;
+        if ((cur == MZ_UNIT_STORED_RAW || cur == MZ_UNIT_STORED_COMPRESSED) && u->clean &&
+            u->slot == u->clean)
+            return MZ_OK;
     }
     if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) return mz_fail(MZ_E_INVAL, "%s: not resident", nm);
     const mz_codec *used = NULL;
@@ -131,11 +134,15 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     mz_unit_state to = MZ_UNIT_RESIDENT;
     if (u->clean) { /* [store] a current copy in the session store: no encode, no write */
         u->slot = u->clean;
+        if (mm->store_codec) {
+            u->enc = mm->store_codec;
+            u->enc_bytes = mz_swapfile_slot_len(mm->swap, u->clean);
+        }
         if (cl->n < cl->cap) {
             cl->u[cl->n++] = u;
         } else {
             mz_unit_release_pages(u);
-            mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+            mz_unit_settle(u, cl->to);
         }
         *delta = (int64_t)u->bytes;
         r->n_kv_stored_raw++;
@@ -213,7 +220,8 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
                             int64_t *freed, size_t *moved, mz_evict_report *r)
 {
     drop_later dl = {.n = 0};
-    clean_later cl = {.u = malloc(n * sizeof *cl.u), .n = 0, .cap = 0};
+    clean_later cl = {.u = malloc(n * sizeof *cl.u), .n = 0, .cap = 0,
+                      .to = mm->store_codec ? MZ_UNIT_STORED_COMPRESSED : MZ_UNIT_STORED_RAW};
     if (cl.u) cl.cap = n;
     mz_status s = MZ_OK;
     for (size_t i = 0; i < n; i++) {

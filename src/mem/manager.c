@@ -446,8 +446,9 @@ bool mz_mem_is_valid(mz_mem *mm)
             if (c >= mm->kv->n_chunks) ok = ok && s == MZ_UNIT_ABSENT;
             ok = ok && s != MZ_UNIT_BUSY && s != MZ_UNIT_DROPPED;
             if (u->clean) { /* [store] a resident chunk's clean copy holds a slot too */
-                ok = ok && mm->swap && mz_swapfile_slot_len(mm->swap, u->clean) == u->bytes;
-                if (s != MZ_UNIT_STORED_RAW) n_stored++;
+                size_t cl = mm->swap ? mz_swapfile_slot_len(mm->swap, u->clean) : 0;
+                ok = ok && (mm->store_codec ? cl > 0 && cl <= u->bytes : cl == u->bytes);
+                if (s != MZ_UNIT_STORED_RAW && s != MZ_UNIT_STORED_COMPRESSED) n_stored++;
                 else ok = ok && u->slot == u->clean;
             }
         }

@@ -171,8 +171,10 @@ MZ_INTERNAL bool mz_mem_is_valid(mz_mem *mm);
  * one now, *wrote whether this call wrote. Only chunks below *full (the
  * committed full chunks, read under mm->lock) are considered.
  * Any thread; takes mm->lock. adopt: a chunk just reserved by the owner
- * becomes STORED_RAW at an imported record, clean. */
-MZ_INTERNAL void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf);
+ * becomes STORED_RAW at an imported record, clean. With a store codec
+ * (q8; NULL: raw) clean records are encoded with it, and a clean chunk is
+ * STORED_COMPRESSED when evicted or adopted. */
+MZ_INTERNAL void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf, const struct mz_codec *codec);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk,
                                                       const _Atomic size_t *full, bool *clean,
                                                       bool *wrote);

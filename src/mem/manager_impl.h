@@ -77,6 +77,7 @@ struct mz_mem {
     _Atomic size_t n_clean_evicted; /* [store] evictions that only released pages */
     bool store_leaked;         /* [store] a truncation left clean records behind */
     size_t n_store_extra;      /* [store] slots held by the store, not by a unit (tails) */
+    const mz_codec *store_codec; /* [store] clean records' codec; NULL: raw */
 };
 
 static inline mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }

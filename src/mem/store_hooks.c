@@ -11,13 +11,21 @@
 #define _GNU_SOURCE
 #include "manager_impl.h"
 
-void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf)
+#include <string.h>
+
+void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf, const mz_codec *codec)
 {
     pthread_mutex_lock(&mm->lock);
     MZ_ASSERT(!mm->swap);
     mm->swap = sf;
+    mm->store_codec = codec && strcmp(codec->name, "raw") != 0 ? codec : NULL;
     mm->shared_swap = false; /* the session's own: closed (kept on disk) by mz_mem_free */
     pthread_mutex_unlock(&mm->lock);
+}
+
+static bool same_codec(const mz_codec *a, const mz_codec *b)
+{
+    return a && b && a->encode == b->encode && a->param == b->param;
 }
 
 mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic size_t *full,
@@ -35,15 +43,33 @@ mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic 
         pthread_mutex_unlock(&mm->lock);
         return MZ_OK;
     }
+    const mz_codec *sc = mm->store_codec;
     if (!u->clean && mm->swap) {
         mz_unit_state st = mz_unit_state_get(u);
-        if (st == MZ_UNIT_STORED_RAW) {
-            mz_unit_set_clean(u, u->slot); /* evicted raw into the store file: already a copy */
+        if ((!sc && st == MZ_UNIT_STORED_RAW) ||
+            (sc && st == MZ_UNIT_STORED_COMPRESSED && same_codec(u->enc, sc))) {
+            mz_unit_set_clean(u, u->slot); /* evicted into the store file as it would be written */
         } else if (st == MZ_UNIT_RESIDENT && mz_unit_claim(u, MZ_UNIT_RESIDENT)) {
             /* BUSY while written: eviction (under mm->lock, as here) never sees
              * it, and compute waits for the settle before it reads the unit. */
             mz_swap_slot slot = 0;
-            s = mm_swap_write(mm, u->buf, u->bytes, kv_tag(layer, chunk), &slot);
+            const void *rec = u->buf;
+            size_t len = u->bytes;
+            if (sc) { /* mm->scratch is eviction's, under mm->lock as here */
+                s = mz_codec_encode(sc, (const mz_f16 *)u->buf, mm->n_values, mm->scratch,
+                                    mm->scratch_cap, &len);
+                rec = mm->scratch;
+                if (s == MZ_E_FORMAT) { /* inf/NaN: q8 refuses; the chunk stays without a copy */
+                    mz_log(MZ_LOG_WARN, "KV chunk %d/%zu: %s; not stored", layer, chunk,
+                           mz_last_error());
+                    mz_clear_error();
+                    mz_unit_settle(u, MZ_UNIT_RESIDENT);
+                    *clean = false;
+                    pthread_mutex_unlock(&mm->lock);
+                    return MZ_OK;
+                }
+            }
+            if (!s) s = mm_swap_write(mm, rec, len, kv_tag(layer, chunk), &slot);
             if (!s) mz_unit_set_clean(u, slot);
             *wrote = !s;
             mz_unit_settle(u, MZ_UNIT_RESIDENT);
@@ -74,7 +100,11 @@ mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk, mz_swap_slot s
     mz_unit_set_clean(u, slot);
     atomic_fetch_add(&mm->n_slots, 1);
     mz_unit_release_pages(u);
-    mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+    if (mm->store_codec) {
+        u->enc = mm->store_codec;
+        u->enc_bytes = mz_swapfile_slot_len(mm->swap, slot);
+    }
+    mz_unit_settle(u, mm->store_codec ? MZ_UNIT_STORED_COMPRESSED : MZ_UNIT_STORED_RAW);
     return MZ_OK;
 }
 

@@ -139,6 +139,7 @@ mz_status srv_store_open(mz_server_t *s)
     mz_store_params sp = mz_store_params_default();
     sp.dir = s->p.store_dir;
     sp.fsync = s->p.store_fsync;
+    sp.codec = s->p.store_codec;
     sp.limit_bytes = s->p.store_limit_bytes;
     s->snap_stored = calloc(SRV_MAX_STORED, sizeof *s->snap_stored);
     if (!s->snap_stored) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
@@ -158,8 +159,9 @@ mz_status srv_store_open(mz_server_t *s)
             n_same++;
         }
     }
-    srv_log(s, "store: %s, %zu sessions of this model, %zu refused, fsync %s", mz_store_dir(s->store), n_same,
-            n - n_same, mz_fsync_policy_name(s->p.store_fsync));
+    srv_log(s, "store: %s, %zu sessions of this model, %zu refused, fsync %s, codec %s",
+            mz_store_dir(s->store), n_same, n - n_same, mz_fsync_policy_name(s->p.store_fsync),
+            s->p.store_codec ? s->p.store_codec : "raw");
     return MZ_OK;
 }
 

@@ -133,8 +133,9 @@ mz_status mz_manifest_decode(const void *buf, size_t n, mz_manifest *m)
         return mz_fail(MZ_E_FORMAT, "manifest: unknown header size or flags");
     m->model_id = get64(p + 16);
     m->tok_id = get64(p + 24);
-    if (!padded_str(p + 32, 16, m->codec) || strcmp(m->codec, "raw") != 0)
+    if (!padded_str(p + 32, 16, m->codec) || (strcmp(m->codec, "raw") != 0 && strcmp(m->codec, "q8") != 0))
         return mz_fail(MZ_E_FORMAT, "manifest: unknown codec");
+    bool raw = strcmp(m->codec, "raw") == 0;
     m->n_layer = get32(p + 48);
     if (m->n_layer == 0 || m->n_layer > MZ_MANIFEST_MAX_LAYERS)
         return mz_fail(MZ_E_FORMAT, "manifest: layer count %u out of range", m->n_layer);
@@ -195,7 +196,9 @@ mz_status mz_manifest_decode(const void *buf, size_t n, mz_manifest *m)
         if (get32(q + 44) || get64(q + 48) || r->split > 1) {
             s = mz_fail(MZ_E_FORMAT, "manifest: record %llu has bad flags or padding",
                         (unsigned long long)i);
-        } else if (r->len != m->chunk_bytes || r->seq == 0 || r->off % BLOCK || r->ext != need_ext ||
+        } else if ((raw || chunk == nc ? r->len != m->chunk_bytes
+                                       : r->len == 0 || r->len > m->chunk_bytes) ||
+                   r->seq == 0 || r->off % BLOCK || r->ext != need_ext ||
                    r->ext > raw_ext || r->off > ((uint64_t)1 << 48)) {
             s = mz_fail(MZ_E_FORMAT, "manifest: record of KV chunk %llu/%llu has a bad extent",
                         (unsigned long long)layer, (unsigned long long)chunk);

@@ -10,7 +10,7 @@
  * Format (little endian, version 1):
  *   0   magic "MZSESS\0\1" (8)          8   header bytes u32 (= 168)
  *   12  flags u32 (bit 0: a tail)       16  model id u64 (XXH64 of the GGUF file)
- *   24  tokenizer id u64                32  codec char[16] (NUL padded, "raw")
+ *   24  tokenizer id u64                32  codec char[16] (NUL padded, "raw" or "q8")
  *   48  n_layer u32                     52  chunk tokens u32 (= 256)
  *   56  chunk bytes u64 (one layer's chunk, raw)
  *   64  created ns u64 (CLOCK_REALTIME)  72 updated ns u64
@@ -27,6 +27,8 @@
  *   (n_chunks * 256 + tail <= n_tokens - 1, and n_chunks = (n_tokens-1)/256),
  *   so a resume recomputes n_tokens - n_chunks*256 - tail tokens, at least
  *   one (its logits), instead of the whole partial chunk.
+ *   Record lengths: raw chunk_bytes; q8 (the memory codec's format, its own
+ *   header included) 1..chunk_bytes. Tail records are always raw.
  *   last 8: XXH64 of everything before it (seed 0x6d7a73657373)
  * The reader is strict: any size, range, padding, ordering or checksum
  * defect is refused with a named reason; it never guesses.

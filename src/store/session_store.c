@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "store.h"
 
+#include "../codec/codec.h"
 #include "../engine/engine.h"
 #include "../io/io.h"
 
@@ -388,12 +389,12 @@ static mz_status attach(mz_ctx_t *c, mz_store_t *st, const char *id, bool fresh,
         att_free(a);
         return mz_fail_prefix(s, "session %s", id);
     }
-    mz_mem_use_store_file(c->mem, a->sf);
+    mz_mem_use_store_file(c->mem, a->sf, strcmp(st->codec, "raw") ? mz_codec_find(st->codec) : NULL);
     a->created_ns = mz_store_now_ns();
     mz_manifest *m = &a->man;
     m->model_id = st->model_id;
     m->tok_id = st->tok_id;
-    snprintf(m->codec, sizeof m->codec, "raw");
+    snprintf(m->codec, sizeof m->codec, "%s", st->codec);
     m->n_layer = (uint32_t)c->model->cfg.n_layer;
     m->chunk_bytes = c->kv.chunk_bytes;
     m->created_ns = a->created_ns;
@@ -502,6 +503,9 @@ mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params 
         s = mz_fail(MZ_E_UNSUPPORTED, "session %s was made with another model (id %016llx, this "
                     "model %016llx)", id, (unsigned long long)m.model_id,
                     (unsigned long long)st->model_id);
+    } else if (strcmp(m.codec, st->codec) != 0) {
+        s = mz_fail(MZ_E_UNSUPPORTED, "session %s was stored with the %s codec; this store writes "
+                    "%s (--store-codec %s resumes it)", id, m.codec, st->codec, m.codec);
     } else if (m.tok_id != st->tok_id) {
         s = mz_fail(MZ_E_UNSUPPORTED, "session %s was made with another tokenizer", id);
     } else if (m.n_layer != (uint32_t)st->e->model->cfg.n_layer) {
