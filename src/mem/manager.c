@@ -403,6 +403,8 @@ void mz_mem_free(mz_mem *mm)
     if (!mm->shared) mz_dfile_close(mm->dfile);
     mz_compstack_free(mm->stack);
     mz_pages_free(mm->scratch, mm->scratch_cap);
+    mz_pages_free(mm->store_copy, mm->store_copy_bytes);
+    free(mm->store_enc);
     free(mm->kvu);
     free(mm->layer_codec);
     free(mm->swap_dir);

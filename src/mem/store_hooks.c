@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include "manager_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf, const mz_codec *codec)
@@ -38,41 +39,72 @@ mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic 
     pthread_mutex_lock(&mm->lock);
     /* *full is lowered before a truncation takes mm->lock, so a chunk about
      * to be cut is never given a copy after the truncation cleared it. */
-    if (chunk >= atomic_load(full)) {
-        *clean = false;
+    const mz_codec *sc = mm->store_codec;
+    mz_unit_state st = mz_unit_state_get(u);
+    if (chunk >= atomic_load(full) || u->clean || !mm->swap) {
+        *clean = chunk < atomic_load(full) && u->clean != 0;
         pthread_mutex_unlock(&mm->lock);
         return MZ_OK;
     }
-    const mz_codec *sc = mm->store_codec;
-    if (!u->clean && mm->swap) {
-        mz_unit_state st = mz_unit_state_get(u);
-        if ((!sc && st == MZ_UNIT_STORED_RAW) ||
-            (sc && st == MZ_UNIT_STORED_COMPRESSED && same_codec(u->enc, sc))) {
-            mz_unit_set_clean(u, u->slot); /* evicted into the store file as it would be written */
-        } else if (st == MZ_UNIT_RESIDENT && mz_unit_claim(u, MZ_UNIT_RESIDENT)) {
-            /* BUSY while written: eviction (under mm->lock, as here) never sees
-             * it, and compute waits for the settle before it reads the unit. */
-            mz_swap_slot slot = 0;
-            const void *rec = u->buf;
-            size_t len = u->bytes;
-            if (sc) { /* mm->scratch is eviction's, under mm->lock as here */
-                s = mz_codec_encode(sc, (const mz_f16 *)u->buf, mm->n_values, mm->scratch,
-                                    mm->scratch_cap, &len);
-                rec = mm->scratch;
-                if (s == MZ_E_FORMAT) { /* inf/NaN: q8 refuses; the chunk stays without a copy */
-                    mz_log(MZ_LOG_WARN, "KV chunk %d/%zu: %s; not stored", layer, chunk,
-                           mz_last_error());
-                    mz_clear_error();
-                    mz_unit_settle(u, MZ_UNIT_RESIDENT);
-                    *clean = false;
-                    pthread_mutex_unlock(&mm->lock);
-                    return MZ_OK;
-                }
-            }
-            if (!s) s = mm_swap_write(mm, rec, len, kv_tag(layer, chunk), &slot);
-            if (!s) mz_unit_set_clean(u, slot);
-            *wrote = !s;
-            mz_unit_settle(u, MZ_UNIT_RESIDENT);
+    if ((!sc && st == MZ_UNIT_STORED_RAW) ||
+        (sc && st == MZ_UNIT_STORED_COMPRESSED && same_codec(u->enc, sc))) {
+        mz_unit_set_clean(u, u->slot); /* evicted into the store file as it would be written */
+        *clean = true;
+        pthread_mutex_unlock(&mm->lock);
+        return MZ_OK;
+    }
+    *clean = false;
+    if (st != MZ_UNIT_RESIDENT) {
+        pthread_mutex_unlock(&mm->lock);
+        return MZ_OK;
+    }
+    /* The bytes are copied under mm->lock (no eviction can release them
+     * meanwhile; a full chunk is never written) and encoded and written
+     * without it: the forward pass and evictions never wait for this I/O.
+     * Only the owner and the worker call this, one at a time (the
+     * session store's pass lock), so the copy buffers are this call's. */
+    if (!mm->store_copy) {
+        if (!(mm->store_copy = mz_pages_alloc(u->bytes))) {
+            pthread_mutex_unlock(&mm->lock);
+            return mz_fail(MZ_E_NOMEM, "out of memory (write-behind)");
+        }
+        mm->store_copy_bytes = u->bytes;
+    }
+    memcpy(mm->store_copy, u->buf, u->bytes);
+    uint64_t gen = mm->store_gen;
+    pthread_mutex_unlock(&mm->lock);
+
+    const void *rec = mm->store_copy;
+    size_t len = u->bytes;
+    if (sc) {
+        size_t cap = mz_codec_bound(sc, mm->n_values);
+        if (mm->store_enc_cap < cap) {
+            free(mm->store_enc);
+            mm->store_enc_cap = 0;
+            if (!(mm->store_enc = malloc(cap))) return mz_fail(MZ_E_NOMEM, "out of memory (write-behind)");
+            mm->store_enc_cap = cap;
+        }
+        s = mz_codec_encode(sc, (const mz_f16 *)mm->store_copy, mm->n_values, mm->store_enc,
+                            mm->store_enc_cap, &len);
+        rec = mm->store_enc;
+        if (s == MZ_E_FORMAT) { /* inf/NaN: q8 refuses; the chunk stays without a copy */
+            mz_log(MZ_LOG_WARN, "KV chunk %d/%zu: %s; not stored", layer, chunk, mz_last_error());
+            mz_clear_error();
+            return MZ_OK;
+        }
+        if (s) return s;
+    }
+    mz_swap_slot slot = 0;
+    s = mm_swap_write(mm, rec, len, kv_tag(layer, chunk), &slot);
+    pthread_mutex_lock(&mm->lock);
+    if (!s) {
+        /* current only if nothing moved or cut a chunk meanwhile */
+        if (mm->store_gen == gen && chunk < atomic_load(full) && !u->clean &&
+            mz_unit_state_get(u) == MZ_UNIT_RESIDENT) {
+            mz_unit_set_clean(u, slot);
+            *wrote = true;
+        } else {
+            mm_swap_slot_free(mm, slot); /* written again at the next pass */
         }
     }
     *clean = u->clean != 0;

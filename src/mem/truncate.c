@@ -14,6 +14,7 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
     mz_status s = MZ_OK;
     mm_sync_kv(mm);
     pthread_mutex_lock(&mm->lock);
+    mm->store_gen++; /* [store] a copy being written may be of a chunk this changes */
     /* [store] chunks from the one n_pos falls in will be written again: their
      * stored copies are no longer current. A kept chunk stored at its clean
      * slot keeps it as an ordinary slot; a dropped chunk's clean record stays

@@ -166,6 +166,14 @@ static int child(mz_model_t *m, int fd)
             return 1;
         }
         size_t n0 = n;
+        /* q8: a resume that ends on a chunk boundary computed (or read from
+         * the raw tail) that chunk: its round trip, as S8 had it when it filled */
+        mz_evict_report er;
+        if (g_q8 && n % MZ_KV_CHUNK_TOKENS == 0 && n <= NP &&
+            (mz_session_sync(c) || mz_evict(c, SIZE_MAX, &er))) {
+            say(fd, "ERR q8 round trip after resume: %s", mz_last_error());
+            return 2;
+        }
         for (int i = 0; i < 8 && mz_ctx_n_tokens(c) < NS; i++) {
             int r = advance(c, m, fd);
             if (r) return r;
