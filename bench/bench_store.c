@@ -9,7 +9,9 @@
  *       then, timed from the restart: model load + store open +
  *       mz_session_resume (the stored chunks restored, the partial one
  *       recomputed) + the question's prefill, vs recompute: model load +
- *       prefill of all N tokens + the question.
+ *       prefill of all N tokens + the question. With MZ_PEER=1 also
+ *       llama.cpp's state reload (bench/peer_llamacpp.py) in the same run,
+ *       and a table of the three.
  *   bench_store resume MODEL N STORE_DIR
  *       Where a resume spends its time, page cache dropped: a synthetic
  *       session (as evict-clean's) of N tokens (the last chunk full, so 256
@@ -44,6 +46,7 @@
 #include "store/store.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -111,6 +114,51 @@ static int first_token_after(mz_ctx_t *c, const mz_token *q, size_t nq)
         return -1;
     }
     return 0;
+}
+
+/* llama.cpp's answer to a kill, in the same run: bench/peer_llamacpp.py
+ * --metrics state_reload (model load + llama_state_load_file of a saved
+ * state, page cache dropped; its state is synthetic, of llama.cpp's own
+ * layout) with as many threads as ours. MZ_PEER=1 turns it on; MZ_PEER_PY
+ * names the script (default bench/peer_llamacpp.py). */
+static void peer_state_reload(const char *model, size_t n, double resume_ms, double recompute_ms)
+{
+    const char *py = getenv("MZ_PEER_PY") ? getenv("MZ_PEER_PY") : "bench/peer_llamacpp.py";
+    char abs[4096], cmd[9000], csv[] = "/tmp/bench_store_peer_XXXXXX";
+    int fd = mkstemp(csv);
+    if (fd < 0 || !realpath(model, abs)) {
+        printf("llama.cpp state reload: not measured (%s)\n", strerror(errno));
+        return;
+    }
+    close(fd);
+    snprintf(cmd, sizeof cmd, "python3 '%s' --models '%s' --ctx %zu --metrics state_reload --runs 3 "
+             "--threads %d --out '%s' >&2", py, abs, n, mz_n_cpus(), csv);
+    int rc = system(cmd);
+    double med = -1;
+    FILE *f = fopen(csv, "r");
+    char line[1024];
+    while (rc == 0 && f && fgets(line, sizeof line, f)) {
+        /* date,model,ctx,metric,median_s,... */
+        char *fld[6] = {0};
+        int k = 0;
+        for (char *p = line; k < 6 && p; k++) {
+            fld[k] = p;
+            p = strchr(p, ',');
+            if (p) *p++ = '\0';
+        }
+        if (k >= 5 && fld[3] && !strcmp(fld[3], "state_reload")) med = strtod(fld[4], NULL) * 1e3;
+    }
+    if (f) fclose(f);
+    unlink(csv);
+    if (med <= 0) {
+        printf("llama.cpp state reload: not measured (the peer failed: exit %d; is llama-cpp-python "
+               "installed? scripts/install-peer.sh)\n", rc);
+        return;
+    }
+    printf("| tokens | mzcache resume ms | llama.cpp state reload ms | recompute ms | resume / state "
+           "reload | recompute / resume |\n|---|---|---|---|---|---|\n| %zu | %.0f | %.0f | %.0f | "
+           "%.2f | %.1fx |\n", n, resume_ms, med, recompute_ms, resume_ms / med,
+           recompute_ms / resume_ms);
 }
 
 static int cmd_ttft(const char *model, size_t n, const char *dir)
@@ -186,6 +234,7 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
     printf("recompute: TTFT %.0f ms\n", ttft_re);
     printf("tokens %zu: resume %.0f ms, recompute %.0f ms, speed-up %.1fx\n", n, ttft_resume,
            ttft_re, ttft_re / ttft_resume);
+    if (getenv("MZ_PEER")) peer_state_reload(model, n, ttft_resume, ttft_re);
     mz_ctx_free(c);
     mz_model_free(m);
     free(t);

@@ -336,6 +336,14 @@ void srv_session_done(mz_server_t *s, const srv_timings *tm)
     if (tm->ttft_ms > 0) ss->last_ttft_ms = tm->ttft_ms;
     ss->n_requests++;
     touch(s, ss);
+    /* A stored session's tail (the partly filled chunk) and manifest now,
+     * under the gate (no request computes on it): a daemon killed before the
+     * next request resumes it recomputing one token, not up to 256. */
+    if (s->store && ss->ctx) {
+        mz_status st = mz_session_sync(ss->ctx);
+        if (st && st != MZ_E_INVAL) srv_log(s, "session %s: sync: %s", ss->id, mz_last_error());
+        mz_clear_error();
+    }
 }
 
 mz_status srv_session_delete(mz_server_t *s, const char *id)
