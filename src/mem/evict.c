@@ -89,7 +89,6 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     mz_unit *u = kv_unit(mm, st->layer, st->chunk);
     uint64_t tag = kv_tag(st->layer, st->chunk);
     mm_unit_name(u, nm, sizeof nm);
-    mm->store_gen++; /* [store] a copy being written may be of a chunk this moves */
     /* a chunk this plan released clean is BUSY until finish_clean */
     if (cl->n && mz_unit_state_get(u) == MZ_UNIT_BUSY) finish_clean(cl);
 
@@ -129,6 +128,7 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
             u->slot == u->clean)
             return MZ_OK;
     }
+    if (u->wb_pin) return MZ_OK; /* [store] being written behind: it stays this time */
     if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) return mz_fail(MZ_E_INVAL, "%s: not resident", nm);
     const mz_codec *used = NULL;
     size_t len = 0;

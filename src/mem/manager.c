@@ -126,6 +126,7 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     mz_mem *mm = mz_calloc(1, sizeof *mm);
     if (!mm) return MZ_E_NOMEM;
     pthread_mutex_init(&mm->lock, NULL);
+    pthread_cond_init(&mm->store_cv, NULL);
     mm->model = m;
     mm->kv = kv;
     mm->n_layer = kv->n_layer;
@@ -403,12 +404,12 @@ void mz_mem_free(mz_mem *mm)
     if (!mm->shared) mz_dfile_close(mm->dfile);
     mz_compstack_free(mm->stack);
     mz_pages_free(mm->scratch, mm->scratch_cap);
-    mz_pages_free(mm->store_copy, mm->store_copy_bytes);
     free(mm->store_enc);
     free(mm->kvu);
     free(mm->layer_codec);
     free(mm->swap_dir);
     pthread_mutex_destroy(&mm->lock);
+    pthread_cond_destroy(&mm->store_cv);
     free(mm);
 }
 

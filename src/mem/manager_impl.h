@@ -78,11 +78,9 @@ struct mz_mem {
     bool store_leaked;         /* [store] a truncation left clean records behind */
     size_t n_store_extra;      /* [store] slots held by the store, not by a unit (tails) */
     const mz_codec *store_codec; /* [store] clean records' codec; NULL: raw */
-    uint8_t *store_copy;       /* [store] a chunk's bytes while the write-behind writes them */
-    size_t store_copy_bytes;
-    uint8_t *store_enc;        /* [store] ... encoded with store_codec; store_enc_cap bytes */
+    uint8_t *store_enc;        /* [store] a chunk encoded with store_codec; store_enc_cap bytes */
     size_t store_enc_cap;
-    uint64_t store_gen;        /* [store] under lock: bumped by every KV eviction and truncation */
+    pthread_cond_t store_cv;   /* [store] with lock: a unit's wb_pin was cleared */
 };
 
 static inline mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }

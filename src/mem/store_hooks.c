@@ -58,53 +58,45 @@ mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic 
         pthread_mutex_unlock(&mm->lock);
         return MZ_OK;
     }
-    /* The bytes are copied under mm->lock (no eviction can release them
-     * meanwhile; a full chunk is never written) and encoded and written
-     * without it: the forward pass and evictions never wait for this I/O.
-     * Only the owner and the worker call this, one at a time (the
-     * session store's pass lock), so the copy buffers are this call's. */
-    if (!mm->store_copy) {
-        if (!(mm->store_copy = mz_pages_alloc(u->bytes))) {
-            pthread_mutex_unlock(&mm->lock);
-            return mz_fail(MZ_E_NOMEM, "out of memory (write-behind)");
-        }
-        mm->store_copy_bytes = u->bytes;
-    }
-    memcpy(mm->store_copy, u->buf, u->bytes);
-    uint64_t gen = mm->store_gen;
+    /* Pinned, the unit is written from its own pages without mm->lock held:
+     * neither the forward pass (which only reads a full chunk) nor an
+     * eviction (which skips it) waits for this I/O, and a truncation waits
+     * for the pin. Only the owner and the worker call this, one at a time
+     * (the session store's pass lock), so store_enc is this call's. */
+    u->wb_pin = true;
     pthread_mutex_unlock(&mm->lock);
 
-    const void *rec = mm->store_copy;
+    const void *rec = u->buf;
     size_t len = u->bytes;
     if (sc) {
         size_t cap = mz_codec_bound(sc, mm->n_values);
         if (mm->store_enc_cap < cap) {
             free(mm->store_enc);
             mm->store_enc_cap = 0;
-            if (!(mm->store_enc = malloc(cap))) return mz_fail(MZ_E_NOMEM, "out of memory (write-behind)");
-            mm->store_enc_cap = cap;
+            if ((mm->store_enc = malloc(cap))) mm->store_enc_cap = cap;
         }
-        s = mz_codec_encode(sc, (const mz_f16 *)mm->store_copy, mm->n_values, mm->store_enc,
-                            mm->store_enc_cap, &len);
+        s = mm->store_enc ? mz_codec_encode(sc, (const mz_f16 *)u->buf, mm->n_values, mm->store_enc,
+                                            mm->store_enc_cap, &len)
+                          : mz_fail(MZ_E_NOMEM, "out of memory (write-behind)");
         rec = mm->store_enc;
         if (s == MZ_E_FORMAT) { /* inf/NaN: q8 refuses; the chunk stays without a copy */
             mz_log(MZ_LOG_WARN, "KV chunk %d/%zu: %s; not stored", layer, chunk, mz_last_error());
             mz_clear_error();
-            return MZ_OK;
+            s = MZ_OK;
+            len = 0;
         }
-        if (s) return s;
     }
     mz_swap_slot slot = 0;
-    s = mm_swap_write(mm, rec, len, kv_tag(layer, chunk), &slot);
+    if (!s && len) s = mm_swap_write(mm, rec, len, kv_tag(layer, chunk), &slot);
     pthread_mutex_lock(&mm->lock);
-    if (!s) {
-        /* current only if nothing moved or cut a chunk meanwhile */
-        if (mm->store_gen == gen && chunk < atomic_load(full) && !u->clean &&
-            mz_unit_state_get(u) == MZ_UNIT_RESIDENT) {
+    u->wb_pin = false;
+    pthread_cond_broadcast(&mm->store_cv);
+    if (slot) {
+        if (chunk < atomic_load(full)) { /* else cut meanwhile: written again if it fills */
             mz_unit_set_clean(u, slot);
             *wrote = true;
         } else {
-            mm_swap_slot_free(mm, slot); /* written again at the next pass */
+            mm_swap_slot_free(mm, slot);
         }
     }
     *clean = u->clean != 0;

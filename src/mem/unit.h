@@ -74,6 +74,10 @@ typedef struct mz_unit {
      * Evicting a unit with a clean copy writes nothing: its pages go and it
      * settles STORED_RAW with slot = clean. Restore keeps the slot. */
     mz_swap_slot clean;
+    /* Under the manager's lock: the write-behind is reading this full,
+     * resident chunk's pages (no copy): eviction skips it, truncation waits
+     * for it (mm->store_cv); the forward pass only reads it too. */
+    bool wb_pin;
 } mz_unit;
 
 MZ_INTERNAL const char *mz_unit_state_name(mz_unit_state s);
