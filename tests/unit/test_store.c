@@ -123,6 +123,39 @@ static void test_manifest(void)
     snprintf(x.codec, sizeof x.codec, "zstd");
     CHECK(mz_manifest_encode(&x, buf, n) == MZ_OK);
     CHECK(mz_manifest_decode(buf, n, &d) == MZ_E_FORMAT);
+    snprintf(x.codec, sizeof x.codec, "raw");
+    /* a tail: chunk 1's records for positions 256..298 (token 299 recomputed) */
+    {
+        mz_swap_slot_info r4[4] = {recs[0], recs[1], recs[0], recs[1]};
+        r4[2].off = 2 * 12288;
+        r4[3].off = 3 * 12288;
+        x.recs = r4;
+        x.tail_pos = 43;
+        size_t nt = mz_manifest_size(&x);
+        unsigned char *bt = malloc(nt);
+        CHECK(bt && mz_manifest_encode(&x, bt, nt) == MZ_OK);
+        CHECK(bt && mz_manifest_decode(bt, nt, &d) == MZ_OK);
+        CHECK(d.tail_pos == 43 && d.recs[3].tag == ((uint64_t)1 << 32 | 1));
+        mz_manifest_clear(&d);
+        x.tail_pos = 44; /* would leave no token to recompute */
+        CHECK(bt && mz_manifest_encode(&x, bt, nt) == MZ_OK);
+        CHECK(bt && mz_manifest_decode(bt, nt, &d) == MZ_E_FORMAT);
+        x.tail_pos = 43;
+        x.n_tokens = 299 + 256; /* the tail is not the last token's chunk */
+        free(bt);
+        nt = mz_manifest_size(&x);
+        bt = malloc(nt);
+        int32_t *tk = calloc(x.n_tokens, sizeof *tk);
+        x.tokens = tk;
+        CHECK(bt && tk && mz_manifest_encode(&x, bt, nt) == MZ_OK);
+        CHECK(bt && mz_manifest_decode(bt, nt, &d) == MZ_E_FORMAT);
+        free(tk);
+        free(bt);
+        x.tail_pos = 0;
+        x.n_tokens = 300;
+        x.tokens = m.tokens;
+        x.recs = r2;
+    }
     free(buf);
     free(b2);
     /* ids */
