@@ -9,22 +9,44 @@
  *       then, timed from the restart: model load + store open +
  *       mz_session_resume (the stored chunks restored, the partial one
  *       recomputed) + the question's prefill, vs recompute: model load +
- *       prefill of all N tokens + the question.
+ *       prefill of all N tokens + the question. With MZ_PEER=1 also
+ *       llama.cpp's state reload (bench/peer_llamacpp.py) in the same run,
+ *       and a table of the three.
+ *   bench_store resume MODEL N STORE_DIR
+ *       Where a resume spends its time, page cache dropped: a synthetic
+ *       session (as evict-clean's) of N tokens (the last chunk full, so 256
+ *       tokens are recomputed: the worst case) and of N + 1 (one token, the
+ *       best case): model load, store open, mz_session_resume with its
+ *       pipeline's timings, the 8-token question.
+ *   bench_store recompute MODEL N STORE_DIR
+ *       The recompute baseline alone: cold model load + prefill of N tokens
+ *       + the question (STORE_DIR unused).
+ *   bench_store writebehind MODEL N STORE_DIR
+ *       Decode tokens/s with the write-behind running vs off: a synthetic
+ *       N-position session (calibrated fill) decodes 48 tokens, once
+ *       unstored, once stored just before (the worker writes all N/256 full
+ *       chunks meanwhile); alternating, medians of 3, ratio.
  *   bench_store evict-clean MODEL N STORE_DIR
  *       Time to evict all clean KV of an N-token session. The session is
  *       built by writing its chunks (random bytes, real records and
  *       checksums) and manifest straight into the store and resuming it, so
  *       no N-token prefill is needed; the eviction then only releases pages.
- *       Prints ms, GiB freed and ms per GiB, and the resume (restore) time.
+ *       Medians of 5 (each time restored through the pipelined restore in
+ *       between) of ms per GiB freed, wall and thread CPU, with the KV on
+ *       4 KiB pages (MZCACHE_KV_THP=0) and on huge-page slabs (=1), and
+ *       their ratio.
  */
 #define _GNU_SOURCE
 #include "mzcache.h"
 #include "harness/harness.h" /* not public: a context's KV layout */
 #include "io/swapfile.h"
+#include "kernels/kernels.h"
+#include "kv/kv_fill.h"
 #include "store/manifest.h"
 #include "store/store.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -92,6 +114,51 @@ static int first_token_after(mz_ctx_t *c, const mz_token *q, size_t nq)
         return -1;
     }
     return 0;
+}
+
+/* llama.cpp's answer to a kill, in the same run: bench/peer_llamacpp.py
+ * --metrics state_reload (model load + llama_state_load_file of a saved
+ * state, page cache dropped; its state is synthetic, of llama.cpp's own
+ * layout) with as many threads as ours. MZ_PEER=1 turns it on; MZ_PEER_PY
+ * names the script (default bench/peer_llamacpp.py). */
+static void peer_state_reload(const char *model, size_t n, double resume_ms, double recompute_ms)
+{
+    const char *py = getenv("MZ_PEER_PY") ? getenv("MZ_PEER_PY") : "bench/peer_llamacpp.py";
+    char abs[4096], cmd[9000], csv[] = "/tmp/bench_store_peer_XXXXXX";
+    int fd = mkstemp(csv);
+    if (fd < 0 || !realpath(model, abs)) {
+        printf("llama.cpp state reload: not measured (%s)\n", strerror(errno));
+        return;
+    }
+    close(fd);
+    snprintf(cmd, sizeof cmd, "python3 '%s' --models '%s' --ctx %zu --metrics state_reload --runs 3 "
+             "--threads %d --out '%s' >&2", py, abs, n, mz_n_cpus(), csv);
+    int rc = system(cmd);
+    double med = -1;
+    FILE *f = fopen(csv, "r");
+    char line[1024];
+    while (rc == 0 && f && fgets(line, sizeof line, f)) {
+        /* date,model,ctx,metric,median_s,... */
+        char *fld[6] = {0};
+        int k = 0;
+        for (char *p = line; k < 6 && p; k++) {
+            fld[k] = p;
+            p = strchr(p, ',');
+            if (p) *p++ = '\0';
+        }
+        if (k >= 5 && fld[3] && !strcmp(fld[3], "state_reload")) med = strtod(fld[4], NULL) * 1e3;
+    }
+    if (f) fclose(f);
+    unlink(csv);
+    if (med <= 0) {
+        printf("llama.cpp state reload: not measured (the peer failed: exit %d; is llama-cpp-python "
+               "installed? scripts/install-peer.sh)\n", rc);
+        return;
+    }
+    printf("| tokens | mzcache resume ms | llama.cpp state reload ms | recompute ms | resume / state "
+           "reload | recompute / resume |\n|---|---|---|---|---|---|\n| %zu | %.0f | %.0f | %.0f | "
+           "%.2f | %.1fx |\n", n, resume_ms, med, recompute_ms, resume_ms / med,
+           recompute_ms / resume_ms);
 }
 
 static int cmd_ttft(const char *model, size_t n, const char *dir)
@@ -167,6 +234,7 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
     printf("recompute: TTFT %.0f ms\n", ttft_re);
     printf("tokens %zu: resume %.0f ms, recompute %.0f ms, speed-up %.1fx\n", n, ttft_resume,
            ttft_re, ttft_re / ttft_resume);
+    if (getenv("MZ_PEER")) peer_state_reload(model, n, ttft_resume, ttft_re);
     mz_ctx_free(c);
     mz_model_free(m);
     free(t);
@@ -223,8 +291,90 @@ static int synth_session(mz_store_t *st, mz_ctx_t *probe, size_t n)
     return 0;
 }
 
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* AnonHugePages of this process, KiB (/proc/self/smaps_rollup). */
+static long anon_huge_kib(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &v) == 1) break;
+    if (f) fclose(f);
+    return v;
+}
+
+#define EVICT_REPS 5
+
+/* One series of evict-clean under MZCACHE_KV_THP=thp: *ms_gib = median wall
+ * ms per GiB freed, *cpu_gib = median thread-CPU ms per GiB. */
+static int evict_series(mz_store_t *st, const mz_ctx_params *cp, size_t n, const char *thp,
+                        double *ms_gib, double *cpu_gib)
+{
+    setenv("MZCACHE_KV_THP", thp, 1);
+    char kv[4200];
+    snprintf(kv, sizeof kv, "%s/synth.kv", mz_store_dir(st));
+    drop_cache(kv);
+    mz_ctx_t *c = NULL;
+    mz_resume_info ri;
+    double t0 = now_ms();
+    if (mz_session_resume(st, "synth", cp, &c, &ri)) {
+        fprintf(stderr, "resume: %s\n", ri.reason);
+        return 1;
+    }
+    double t_resume = now_ms() - t0;
+    double wall[EVICT_REPS], cpu[EVICT_REPS], gib = 0;
+    long huge = 0;
+    size_t released = 0, written = 0;
+    mz_token q = 100;
+    for (int rep = 0; rep < EVICT_REPS; rep++) {
+        /* only full chunks, each with its clean copy written */
+        if (mz_ctx_truncate(c, n) || mz_session_sync(c)) return 1;
+        mz_mem_stats ms;
+        mz_get_mem_stats(c, &ms);
+        size_t before = ms.kv.resident_bytes;
+        huge = anon_huge_kib();
+        mz_evict_report r;
+        t0 = now_ms();
+        double c0 = cpu_ms();
+        if (mz_evict(c, SIZE_MAX, &r)) return 1;
+        wall[rep] = now_ms() - t0;
+        cpu[rep] = cpu_ms() - c0;
+        mz_get_mem_stats(c, &ms);
+        gib = (double)(before - ms.kv.resident_bytes) / (1024.0 * 1024 * 1024);
+        wall[rep] /= gib;
+        cpu[rep] /= gib;
+        released = r.n_kv_stored_raw;
+        written = r.n_kv_compressed + r.n_kv_stored_compressed;
+        /* back through the pipelined restore (a one-token request), as a
+         * request would bring it back */
+        if (mz_prefill_restore(c, &q, 1, NULL, NULL)) return 1;
+    }
+    *ms_gib = median(wall, EVICT_REPS);
+    *cpu_gib = median(cpu, EVICT_REPS);
+    printf("MZCACHE_KV_THP=%s: resume %.0f ms (%zu chunks restored, %zu tokens recomputed); "
+           "evict all clean KV (%.3f GiB, %zu units released, %zu written, AnonHugePages before "
+           "%ld KiB): median of %d %.1f ms/GiB wall, %.1f ms/GiB CPU\n", thp, t_resume,
+           ri.n_chunks_restored, ri.n_tokens_recomputed, gib, released, written, huge, EVICT_REPS,
+           *ms_gib, *cpu_gib);
+    mz_ctx_free(c);
+    return 0;
+}
+
 static int cmd_evict_clean(const char *model, size_t n, const char *dir)
 {
+    n = n / 256 * 256;
     mz_model_t *m = load(model);
     mz_engine_t *e = NULL;
     mz_store_t *st = NULL;
@@ -237,41 +387,18 @@ static int cmd_evict_clean(const char *model, size_t n, const char *dir)
         fprintf(stderr, "%s\n", mz_last_error());
         return 1;
     }
-    if (synth_session(st, probe, n)) {
+    /* n + 1 tokens: all n/256 chunks stored, one token recomputed at resume */
+    if (synth_session(st, probe, n + 1)) {
         fprintf(stderr, "synth: %s\n", mz_last_error());
         return 1;
     }
     /* probe stays: with two sessions, mz_evict on one moves only its KV (no weights) */
-    char kv[4200];
-    snprintf(kv, sizeof kv, "%s/synth.kv", dir);
-    drop_cache(kv);
-    mz_ctx_t *c = NULL;
-    mz_resume_info ri;
-    double t0 = now_ms();
-    if (mz_session_resume(st, "synth", &cp, &c, &ri)) {
-        fprintf(stderr, "resume: %s\n", ri.reason);
+    double ms4k, cpu4k, msthp, cputhp;
+    if (evict_series(st, &cp, n, "0", &ms4k, &cpu4k) || evict_series(st, &cp, n, "1", &msthp, &cputhp))
         return 1;
-    }
-    double t_resume = now_ms() - t0;
-    /* only full chunks, each with its clean copy written (the partial one goes) */
-    if (mz_ctx_truncate(c, mz_ctx_n_tokens(c) / 256 * 256) || mz_session_sync(c)) return 1;
-    mz_mem_stats ms;
-    mz_get_mem_stats(c, &ms);
-    size_t before = ms.kv.resident_bytes;
-    mz_evict_report r;
-    t0 = now_ms();
-    double c0 = cpu_ms();
-    if (mz_evict(c, SIZE_MAX, &r)) return 1;
-    double t_evict = now_ms() - t0, c_evict = cpu_ms() - c0;
-    mz_get_mem_stats(c, &ms);
-    double gib = (double)(before - ms.kv.resident_bytes) / (1024.0 * 1024 * 1024);
-    printf("tokens %zu: resume (restore %zu chunks from a cold file + recompute %zu tokens) %.0f ms; "
-           "evict all clean KV: %.2f ms wall, %.2f ms CPU for %.3f GiB (%.2f ms/GiB wall, %.2f "
-           "CPU), %zu chunks released, %zu written, %zu weight blocks dropped\n", n,
-           ri.n_chunks_restored, ri.n_tokens_recomputed, t_resume, t_evict, c_evict, gib,
-           t_evict / gib, c_evict / gib, r.n_kv_stored_raw,
-           r.n_kv_compressed + r.n_kv_stored_compressed, r.n_weights_dropped);
-    mz_ctx_free(c);
+    printf("tokens %zu: evict all clean KV, ms per GiB freed (median of %d): 4 KiB pages %.1f wall "
+           "/ %.1f CPU; huge-page slabs %.1f wall / %.1f CPU; ratio slabs/4K %.3f wall, %.3f CPU\n",
+           n, EVICT_REPS, ms4k, cpu4k, msthp, cputhp, msthp / ms4k, cputhp / cpu4k);
     mz_ctx_free(probe);
     if (mz_store_delete(st, "synth")) fprintf(stderr, "delete: %s\n", mz_last_error());
     mz_store_close(st);
@@ -280,10 +407,167 @@ static int cmd_evict_clean(const char *model, size_t n, const char *dir)
     return 0;
 }
 
+/* Resume of a synthetic N-token session after the page cache is dropped,
+ * with where the time goes; no recompute baseline (the ttft command has
+ * it). Two points: N (the last chunk full: 256 tokens recomputed, the
+ * worst case) and N + 1 (one token recomputed, the best case). */
+static int resume_once(const char *model, size_t n, const char *dir)
+{
+    /* the store: written by a process that then exits, as a killed one would leave it */
+    pid_t pid = fork();
+    if (pid == 0) {
+        mz_model_t *m = load(model);
+        mz_engine_t *e = NULL;
+        mz_store_t *st = NULL;
+        mz_ctx_t *probe = NULL;
+        mz_store_params sp = mz_store_params_default();
+        sp.dir = dir;
+        mz_ctx_params cp = cparams(n);
+        if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st) ||
+            mz_session_create(e, &cp, &probe) || synth_session(st, probe, n))
+            _exit(2);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) return 1;
+    char kv[4200], man[4200];
+    snprintf(kv, sizeof kv, "%s/synth.kv", dir);
+    snprintf(man, sizeof man, "%s/synth.mzs", dir);
+    drop_cache(model);
+    drop_cache(kv);
+    drop_cache(man);
+    double t0 = now_ms();
+    mz_model_t *m = load(model);
+    double t_model = now_ms() - t0;
+    mz_engine_t *e = NULL;
+    mz_store_t *st = NULL;
+    mz_store_params sp = mz_store_params_default();
+    sp.dir = dir;
+    if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st)) return 1;
+    double t_open = now_ms() - t0 - t_model;
+    mz_ctx_params cp = cparams(n);
+    mz_ctx_t *c = NULL;
+    mz_resume_info ri;
+    double t1 = now_ms();
+    if (mz_session_resume(st, "synth", &cp, &c, &ri)) {
+        fprintf(stderr, "resume: %s\n", ri.reason);
+        return 1;
+    }
+    double t_resume = now_ms() - t1;
+    mz_token q[8];
+    tokens(q, 8, mz_model_n_vocab(m));
+    t1 = now_ms();
+    if (first_token_after(c, q, 8)) return 1;
+    double t_q = now_ms() - t1, ttft = now_ms() - t0;
+    const mz_restore_timings *tm = &ri.timings;
+    printf("tokens %zu: TTFT %.0f ms = model load %.0f + store open (model identity) %.0f + resume "
+           "%.0f (%zu chunks restored, %zu tokens recomputed; pipeline: prefill %.0f, stall %.0f, "
+           "all units ready %.0f, storage worker %.0f, alloc worker %.0f) + question %.0f\n", n, ttft,
+           t_model, t_open, t_resume, ri.n_chunks_restored, ri.n_tokens_recomputed, tm->prefill_ms,
+           tm->stall_ms, tm->restore_ms, tm->storage_ms, tm->alloc_ms, t_q);
+    mz_ctx_free(c);
+    if (mz_store_delete(st, "synth")) fprintf(stderr, "delete: %s\n", mz_last_error());
+    mz_store_close(st);
+    mz_engine_free(e);
+    mz_model_free(m);
+    return 0;
+}
+
+static int cmd_resume(const char *model, size_t n, const char *dir)
+{
+    n = n / 256 * 256;
+    return resume_once(model, n, dir) || resume_once(model, n + 1, dir);
+}
+
+/* Decode speed with the write-behind running vs off. A session of N
+ * positions (the calibrated synthetic fill, src/kv/kv_fill.h) decodes T
+ * tokens, one forward pass each; "on": the session is stored just before,
+ * so the worker writes all its N/256 full chunks while the decode runs.
+ * Alternating off/on, medians of R. */
+static int cmd_writebehind(const char *model, size_t n, const char *dir)
+{
+    enum { T = 48, R = 3 };
+    mz_model_t *m = load(model);
+    mz_engine_t *e = NULL;
+    mz_store_t *st = NULL;
+    mz_store_params sp = mz_store_params_default();
+    sp.dir = dir;
+    if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st)) {
+        fprintf(stderr, "%s\n", mz_last_error());
+        return 1;
+    }
+    mz_ctx_params cp = cparams(n + T + 8);
+    mz_ctx_params calp = mz_ctx_params_default();
+    calp.n_ctx = 512;
+    mz_ctx_t *cal = NULL;
+    mz_kvfill *f = NULL;
+    if (mz_ctx_init(m, &calp, &cal) || mz_kvfill_calibrate_default(cal, 512, &f)) return 1;
+    mz_ctx_free(cal);
+    double tps[2][R], left[R];
+    for (int rep = 0; rep < R; rep++)
+        for (int on = 0; on < 2; on++) {
+            mz_ctx_t *c = NULL;
+            if (mz_session_create(e, &cp, &c) || mz_kvfill_write(f, c, n, 0x9e3779b97f4a7c15ULL))
+                return 1;
+            mz_token t = 1000;
+            if (mz_prefill(c, &t, 1)) return 1;
+            if (on && mz_session_store(c, st, "wb")) {
+                fprintf(stderr, "store: %s\n", mz_last_error());
+                return 1;
+            }
+            double t0 = now_ms();
+            for (int i = 0; i < T; i++) {
+                t = (mz_token)(1000 + 37 * i);
+                if (mz_prefill(c, &t, 1)) return 1;
+            }
+            double dt = now_ms() - t0;
+            tps[on][rep] = T / (dt / 1e3);
+            if (on) {
+                /* what the worker still had to do when the decode ended */
+                t0 = now_ms();
+                if (mz_session_sync(c)) return 1;
+                left[rep] = now_ms() - t0;
+            }
+            mz_ctx_free(c);
+            if (on && mz_store_delete(st, "wb")) fprintf(stderr, "delete: %s\n", mz_last_error());
+        }
+    mz_kvfill_free(f);
+    double off = median(tps[0], R), on = median(tps[1], R), l = median(left, R);
+    printf("tokens %zu, decode of %d tokens: write-behind off %.2f tok/s, on %.2f tok/s (median of "
+           "%d), ratio on/off %.3f (cost %.1f %%); the worker writes %zu chunks x %d layers (%.0f "
+           "MiB); the sync after the decode took %.0f ms (median)\n", n, T, off, on, R, on / off,
+           100.0 * (1.0 - on / off), n / 256, m->cfg.n_layer,
+           (double)(n / 256) * m->cfg.n_layer * (double)mz_kv_chunk_bytes(m->cfg.n_head_kv, m->cfg.head_dim) / 1048576.0, l);
+    mz_store_close(st);
+    mz_engine_free(e);
+    mz_model_free(m);
+    return 0;
+}
+
+/* Recompute alone: model load from a cold page cache + prefill of N tokens
+ * + the 8-token question (the baseline of ttft, without its child). */
+static int cmd_recompute(const char *model, size_t n)
+{
+    mz_token *t = malloc((n + 8) * sizeof *t);
+    drop_cache(model);
+    double t0 = now_ms();
+    mz_model_t *m = load(model);
+    tokens(t, n + 8, mz_model_n_vocab(m));
+    mz_ctx_params cp = cparams(n);
+    mz_ctx_t *c = NULL;
+    if (mz_ctx_init(m, &cp, &c) || mz_prefill(c, t, n) || first_token_after(c, t + n, 8)) return 1;
+    printf("tokens %zu: recompute TTFT %.0f ms\n", n, now_ms() - t0);
+    mz_ctx_free(c);
+    mz_model_free(m);
+    free(t);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: bench_store ttft|evict-clean MODEL N_TOKENS STORE_DIR\n");
+        fprintf(stderr, "usage: bench_store ttft|evict-clean|resume|writebehind|recompute MODEL N_TOKENS STORE_DIR\n");
         return 2;
     }
     char *end = NULL;
@@ -295,6 +579,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "ttft")) return cmd_ttft(argv[2], (size_t)n, argv[4]);
     if (!strcmp(argv[1], "evict-clean")) return cmd_evict_clean(argv[2], (size_t)n, argv[4]);
+    if (!strcmp(argv[1], "resume")) return cmd_resume(argv[2], (size_t)n, argv[4]);
+    if (!strcmp(argv[1], "recompute")) return cmd_recompute(argv[2], (size_t)n);
+    if (!strcmp(argv[1], "writebehind")) return cmd_writebehind(argv[2], (size_t)n, argv[4]);
     fprintf(stderr, "unknown command %s\n", argv[1]);
     return 2;
 }

@@ -766,6 +766,10 @@ typedef struct mz_store_params {
                                   under it, oldest sessions first */
     unsigned manifest_interval_ms; /* a manifest that only adds tokens is rewritten at
                                   most this often (default 100; chunks: at once) */
+    const char *codec;         /* full chunks' records: "raw" (NULL/"": the default; exact) or
+                                  "q8" (about half the bytes; a chunk restored from the store
+                                  holds its q8 round trip). A session stored with another
+                                  codec is refused at resume (MZ_E_UNSUPPORTED). */
 } mz_store_params;
 MZ_API mz_store_params mz_store_params_default(void);
 

@@ -15,7 +15,7 @@ int chat_store_option(chat_store *cs, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
     if (!strcmp(a, "--session") || !strcmp(a, "--store") || !strcmp(a, "--fsync") ||
-        !strcmp(a, "--store-limit")) {
+        !strcmp(a, "--store-limit") || !strcmp(a, "--store-codec")) {
         if (*i + 1 >= argc) {
             fprintf(stderr, "mzcache chat: %s wants a value\n", a);
             return -1;
@@ -23,6 +23,13 @@ int chat_store_option(chat_store *cs, int argc, char **argv, int *i)
         const char *v = argv[++*i];
         if (!strcmp(a, "--session")) cs->session = v;
         else if (!strcmp(a, "--store")) cs->dir = v;
+        else if (!strcmp(a, "--store-codec")) {
+            if (strcmp(v, "raw") != 0 && strcmp(v, "q8") != 0) {
+                fprintf(stderr, "mzcache chat: --store-codec wants raw or q8, not '%s'\n", v);
+                return -1;
+            }
+            cs->codec = v;
+        }
         else if (!strcmp(a, "--store-limit")) {
             size_t lim;
             if (mz_parse_size(v, &lim)) { /* the parser serve's size options use */
@@ -47,7 +54,9 @@ const char *chat_store_help(void)
            "      --store DIR         session store (default $XDG_STATE_HOME/mzcache, else\n"
            "                          ~/.local/state/mzcache)\n"
            "      --store-limit SIZE  keep the store under SIZE (K/M/G): oldest sessions go\n"
-           "      --fsync POLICY      none, batch (default: fsync before each manifest) or always\n";
+           "      --fsync POLICY      none, batch (default: fsync before each manifest) or always\n"
+           "      --store-codec C     raw (default: exact) or q8 (about half the bytes on disk; a\n"
+           "                          chunk restored from the store holds its q8 round trip)\n";
 }
 
 int chat_store_open(chat_store *cs, mz_model_t *m, const mz_ctx_params *cp, mz_ctx_t **ctx,
@@ -61,6 +70,7 @@ int chat_store_open(chat_store *cs, mz_model_t *m, const mz_ctx_params *cp, mz_c
     sp.dir = cs->dir;
     sp.fsync = cs->fsync;
     sp.limit_bytes = cs->limit;
+    sp.codec = cs->codec;
     if (mz_engine_create(m, &ep, &cs->engine) || mz_store_open(cs->engine, &sp, &cs->store)) {
         fprintf(stderr, "mzcache: session store: %s\n", mz_last_error());
         return -1;

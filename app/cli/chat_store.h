@@ -13,6 +13,7 @@ typedef struct chat_store {
     const char *dir;           /* --store DIR */
     mz_fsync_policy fsync;     /* --fsync */
     uint64_t limit;            /* --store-limit (0: none) */
+    const char *codec;         /* --store-codec (NULL: raw) */
     mz_engine_t *engine;
     mz_store_t *store;
 } chat_store;

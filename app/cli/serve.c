@@ -164,7 +164,9 @@ static const char serve_store_help[] =
     "                          (default $XDG_STATE_HOME/mzcache, else ~/.local/state/mzcache)\n"
     "      --no-store          keep nothing: sessions end with the process\n"
     "      --store-limit SIZE  at start, delete the oldest stored sessions until under SIZE\n"
-    "      --fsync POLICY      none, batch (default: fsync before each manifest) or always\n\n"
+    "      --fsync POLICY      none, batch (default: fsync before each manifest) or always\n"
+    "      --store-codec C     raw (default: exact) or q8 (about half the bytes on disk; a chunk\n"
+    "                          restored from the store holds its q8 round trip)\n\n"
     "engine (-n sets the default max_tokens; --temp etc. the default sampling):\n";
 
 int cmd_serve(int argc, char **argv)
@@ -225,6 +227,12 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "mzcache serve: %s\n", mz_last_error());
                 return 2;
             }
+        } else if (!strcmp(a, "--store-codec")) {
+            if (strcmp(v, "raw") != 0 && strcmp(v, "q8") != 0) {
+                fprintf(stderr, "mzcache serve: --store-codec wants raw or q8, not '%s'\n", v);
+                return 2;
+            }
+            sp.store_codec = v;
         }
         else if (!strcmp(a, "--max-sessions")) {
             if (cli_opt_int(a, v, 1, 64, &sp.max_sessions)) return 2;

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "manager_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Encodes a resident chunk into mm->scratch; falls back to the raw codec for
@@ -39,6 +40,24 @@ typedef struct drop_later {
     size_t n;
 } drop_later;
 
+/* Clean KV chunks claimed by one exec_steps, released together at its end:
+ * one madvise per run of adjacent chunks instead of one per chunk, and the
+ * whole huge pages of a KV slab freed without a split (kv_cache.h). They
+ * stay BUSY until then; cap 0 (no array): each is released at once. */
+typedef struct clean_later {
+    mz_unit **u;
+    size_t n, cap;
+    mz_unit_state to;          /* STORED_RAW, or STORED_COMPRESSED with a store codec */
+} clean_later;
+
+static void finish_clean(clean_later *cl)
+{
+    if (cl->n == 0) return;
+    mz_units_release_pages(cl->u, cl->n);
+    for (size_t i = 0; i < cl->n; i++) mz_unit_settle(cl->u[i], cl->to);
+    cl->n = 0;
+}
+
 static void finish_drops(mz_mem *mm, drop_later *dl)
 {
     for (size_t i = 0; i < dl->n; i++) mz_wtable_drop_finish(mm->wt, dl->layer[i]);
@@ -46,7 +65,7 @@ static void finish_drops(mz_mem *mm, drop_later *dl)
 }
 
 static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta, mz_evict_report *r,
-                            drop_later *dl)
+                            drop_later *dl, clean_later *cl)
 {
     char nm[64];
     mz_status s = MZ_OK;
@@ -70,6 +89,8 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
     mz_unit *u = kv_unit(mm, st->layer, st->chunk);
     uint64_t tag = kv_tag(st->layer, st->chunk);
     mm_unit_name(u, nm, sizeof nm);
+    /* a chunk this plan released clean is BUSY until finish_clean */
+    if (cl->n && mz_unit_state_get(u) == MZ_UNIT_BUSY) finish_clean(cl);
 
     /* CompKV steps (the unit COMPRESSED) go through compkv_batch. */
     MZ_ASSERT(mz_unit_state_get(u) != MZ_UNIT_COMPRESSED);
@@ -79,16 +100,27 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
          * compress went to storage instead (it cost no write): a later
          * step that moves it from memory to storage has nothing to do. */
         mz_unit_state cur = mz_unit_state_get(u);
-        if (cur == MZ_UNIT_STORED_RAW && u->clean) return MZ_OK;
+        if ((cur == MZ_UNIT_STORED_RAW || cur == MZ_UNIT_STORED_COMPRESSED) && u->clean &&
+            u->slot == u->clean)
+            return MZ_OK;
     }
+    if (u->wb_pin) return MZ_OK; /* [store] being written behind: it stays this time */
     if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) return mz_fail(MZ_E_INVAL, "%s: not resident", nm);
     const mz_codec *used = NULL;
     size_t len = 0;
     mz_unit_state to = MZ_UNIT_RESIDENT;
     if (u->clean) { /* [store] a current copy in the session store: no encode, no write */
         u->slot = u->clean;
-        mz_unit_release_pages(u);
-        mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+        if (mm->store_codec) {
+            u->enc = mm->store_codec;
+            u->enc_bytes = mz_swapfile_slot_len(mm->swap, u->clean);
+        }
+        if (cl->n < cl->cap) {
+            cl->u[cl->n++] = u;
+        } else {
+            mz_unit_release_pages(u);
+            mz_unit_settle(u, cl->to);
+        }
         *delta = (int64_t)u->bytes;
         r->n_kv_stored_raw++;
         atomic_fetch_add(&mm->n_clean_evicted, 1);
@@ -259,6 +291,9 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
                             int64_t *freed, size_t *moved, mz_evict_report *r)
 {
     drop_later dl = {.n = 0};
+    clean_later cl = {.u = malloc(n * sizeof *cl.u), .n = 0, .cap = 0,
+                      .to = mm->store_codec ? MZ_UNIT_STORED_COMPRESSED : MZ_UNIT_STORED_RAW};
+    if (cl.u) cl.cap = n;
     mz_status s = MZ_OK;
     for (size_t i = 0; i < n; i++) {
         const mz_evict_step *st = &steps[i];
@@ -281,7 +316,7 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
         mz_unit_state before = st->kind == MZ_UNIT_WEIGHTS
                                    ? mz_unit_state_get(&mm->wt->units[st->layer])
                                    : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
-        if ((s = evict_step(mm, st, &delta, r, &dl))) break;
+        if ((s = evict_step(mm, st, &delta, r, &dl, &cl))) break;
         mz_unit_state after = st->kind == MZ_UNIT_WEIGHTS
                                   ? mz_unit_state_get(&mm->wt->units[st->layer])
                                   : mz_unit_state_get(kv_unit(mm, st->layer, st->chunk));
@@ -292,6 +327,8 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
         *freed += delta;
         if (*freed >= 0 && (uint64_t)*freed >= (uint64_t)goal) break;
     }
+    finish_clean(&cl);
+    free(cl.u);
     finish_drops(mm, &dl);
     return s;
 }

@@ -126,6 +126,7 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     mz_mem *mm = mz_calloc(1, sizeof *mm);
     if (!mm) return MZ_E_NOMEM;
     pthread_mutex_init(&mm->lock, NULL);
+    pthread_cond_init(&mm->store_cv, NULL);
     mm->model = m;
     mm->kv = kv;
     mm->n_layer = kv->n_layer;
@@ -409,10 +410,12 @@ void mz_mem_free(mz_mem *mm)
     if (!mm->shared) mz_dfile_close(mm->dfile);
     mz_compstack_free(mm->stack);
     mz_pages_free(mm->scratch, mm->scratch_cap);
+    free(mm->store_enc);
     free(mm->kvu);
     free(mm->layer_codec);
     free(mm->swap_dir);
     pthread_mutex_destroy(&mm->lock);
+    pthread_cond_destroy(&mm->store_cv);
     free(mm);
 }
 
@@ -452,14 +455,16 @@ bool mz_mem_is_valid(mz_mem *mm)
             if (c >= mm->kv->n_chunks) ok = ok && s == MZ_UNIT_ABSENT;
             ok = ok && s != MZ_UNIT_BUSY && s != MZ_UNIT_DROPPED;
             if (u->clean) { /* [store] a resident chunk's clean copy holds a slot too */
-                ok = ok && mm->swap && mz_swapfile_slot_len(mm->swap, u->clean) == u->bytes;
-                if (s != MZ_UNIT_STORED_RAW) n_stored++;
+                size_t cl = mm->swap ? mz_swapfile_slot_len(mm->swap, u->clean) : 0;
+                ok = ok && (mm->store_codec ? cl > 0 && cl <= u->bytes : cl == u->bytes);
+                if (s != MZ_UNIT_STORED_RAW && s != MZ_UNIT_STORED_COMPRESSED) n_stored++;
                 else ok = ok && u->slot == u->clean;
             }
         }
     }
     ok = ok && n_comp == mz_compstack_count(mm->stack);
     /* [store] a truncation may leave clean records behind for the manifest */
+    n_stored += mm->n_store_extra; /* [store] tail records */
     ok = ok && (atomic_load(&mm->n_slots) == n_stored || mm->store_leaked);
     if (mm->swap) {
         mz_swapfile_stats ss;

@@ -175,8 +175,10 @@ MZ_INTERNAL bool mz_mem_is_valid(mz_mem *mm);
  * one now, *wrote whether this call wrote. Only chunks below *full (the
  * committed full chunks, read under mm->lock) are considered.
  * Any thread; takes mm->lock. adopt: a chunk just reserved by the owner
- * becomes STORED_RAW at an imported record, clean. */
-MZ_INTERNAL void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf);
+ * becomes STORED_RAW at an imported record, clean. With a store codec
+ * (q8; NULL: raw) clean records are encoded with it, and a clean chunk is
+ * STORED_COMPRESSED when evicted or adopted. */
+MZ_INTERNAL void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf, const struct mz_codec *codec);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk,
                                                       const _Atomic size_t *full, bool *clean,
                                                       bool *wrote);
@@ -185,5 +187,15 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_clean_info(mz_mem *mm, int layer
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk,
                                                       mz_swap_slot slot);
 MZ_INTERNAL size_t mz_mem_store_n_clean_evicted(const mz_mem *mm);
+/* The tail: a copy of the partly filled KV unit (layer, chunk) as it is now,
+ * written to a new record of the store file (*slot). It gets no clean
+ * mark (the chunk still changes); MZ_E_INVAL when the unit is not resident.
+ * Owner thread only (no forward pass may write the chunk meanwhile); takes
+ * mm->lock. slot_free releases a record no manifest names any more. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_tail(mz_mem *mm, int layer, size_t chunk,
+                                                     mz_swap_slot *slot);
+MZ_INTERNAL void mz_mem_store_slot_free(mz_mem *mm, mz_swap_slot slot);
+/* Counts a tail record imported into the store file at resume as held. */
+MZ_INTERNAL void mz_mem_store_hold(mz_mem *mm);
 
 #endif /* MZ_MANAGER_H */

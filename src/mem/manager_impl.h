@@ -76,6 +76,11 @@ struct mz_mem {
     double last_ready_ms;      /* when its last unit became ready */
     _Atomic size_t n_clean_evicted; /* [store] evictions that only released pages */
     bool store_leaked;         /* [store] a truncation left clean records behind */
+    size_t n_store_extra;      /* [store] slots held by the store, not by a unit (tails) */
+    const mz_codec *store_codec; /* [store] clean records' codec; NULL: raw */
+    uint8_t *store_enc;        /* [store] a chunk encoded with store_codec; store_enc_cap bytes */
+    size_t store_enc_cap;
+    pthread_cond_t store_cv;   /* [store] with lock: a unit's wb_pin was cleared */
 };
 
 static inline mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }

@@ -11,13 +11,22 @@
 #define _GNU_SOURCE
 #include "manager_impl.h"
 
-void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf)
+#include <stdlib.h>
+#include <string.h>
+
+void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf, const mz_codec *codec)
 {
     pthread_mutex_lock(&mm->lock);
     MZ_ASSERT(!mm->swap);
     mm->swap = sf;
+    mm->store_codec = codec && strcmp(codec->name, "raw") != 0 ? codec : NULL;
     mm->shared_swap = false; /* the session's own: closed (kept on disk) by mz_mem_free */
     pthread_mutex_unlock(&mm->lock);
+}
+
+static bool same_codec(const mz_codec *a, const mz_codec *b)
+{
+    return a && b && a->encode == b->encode && a->param == b->param;
 }
 
 mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic size_t *full,
@@ -30,23 +39,64 @@ mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic 
     pthread_mutex_lock(&mm->lock);
     /* *full is lowered before a truncation takes mm->lock, so a chunk about
      * to be cut is never given a copy after the truncation cleared it. */
-    if (chunk >= atomic_load(full)) {
-        *clean = false;
+    const mz_codec *sc = mm->store_codec;
+    mz_unit_state st = mz_unit_state_get(u);
+    if (chunk >= atomic_load(full) || u->clean || !mm->swap) {
+        *clean = chunk < atomic_load(full) && u->clean != 0;
         pthread_mutex_unlock(&mm->lock);
         return MZ_OK;
     }
-    if (!u->clean && mm->swap) {
-        mz_unit_state st = mz_unit_state_get(u);
-        if (st == MZ_UNIT_STORED_RAW) {
-            mz_unit_set_clean(u, u->slot); /* evicted raw into the store file: already a copy */
-        } else if (st == MZ_UNIT_RESIDENT && mz_unit_claim(u, MZ_UNIT_RESIDENT)) {
-            /* BUSY while written: eviction (under mm->lock, as here) never sees
-             * it, and compute waits for the settle before it reads the unit. */
-            mz_swap_slot slot = 0;
-            s = mm_swap_write(mm, u->buf, u->bytes, kv_tag(layer, chunk), &slot);
-            if (!s) mz_unit_set_clean(u, slot);
-            *wrote = !s;
-            mz_unit_settle(u, MZ_UNIT_RESIDENT);
+    if ((!sc && st == MZ_UNIT_STORED_RAW) ||
+        (sc && st == MZ_UNIT_STORED_COMPRESSED && same_codec(u->enc, sc))) {
+        mz_unit_set_clean(u, u->slot); /* evicted into the store file as it would be written */
+        *clean = true;
+        pthread_mutex_unlock(&mm->lock);
+        return MZ_OK;
+    }
+    *clean = false;
+    if (st != MZ_UNIT_RESIDENT) {
+        pthread_mutex_unlock(&mm->lock);
+        return MZ_OK;
+    }
+    /* Pinned, the unit is written from its own pages without mm->lock held:
+     * neither the forward pass (which only reads a full chunk) nor an
+     * eviction (which skips it) waits for this I/O, and a truncation waits
+     * for the pin. Only the owner and the worker call this, one at a time
+     * (the session store's pass lock), so store_enc is this call's. */
+    u->wb_pin = true;
+    pthread_mutex_unlock(&mm->lock);
+
+    const void *rec = u->buf;
+    size_t len = u->bytes;
+    if (sc) {
+        size_t cap = mz_codec_bound(sc, mm->n_values);
+        if (mm->store_enc_cap < cap) {
+            free(mm->store_enc);
+            mm->store_enc_cap = 0;
+            if ((mm->store_enc = malloc(cap))) mm->store_enc_cap = cap;
+        }
+        s = mm->store_enc ? mz_codec_encode(sc, (const mz_f16 *)u->buf, mm->n_values, mm->store_enc,
+                                            mm->store_enc_cap, &len)
+                          : mz_fail(MZ_E_NOMEM, "out of memory (write-behind)");
+        rec = mm->store_enc;
+        if (s == MZ_E_FORMAT) { /* inf/NaN: q8 refuses; the chunk stays without a copy */
+            mz_log(MZ_LOG_WARN, "KV chunk %d/%zu: %s; not stored", layer, chunk, mz_last_error());
+            mz_clear_error();
+            s = MZ_OK;
+            len = 0;
+        }
+    }
+    mz_swap_slot slot = 0;
+    if (!s && len) s = mm_swap_write(mm, rec, len, kv_tag(layer, chunk), &slot);
+    pthread_mutex_lock(&mm->lock);
+    u->wb_pin = false;
+    pthread_cond_broadcast(&mm->store_cv);
+    if (slot) {
+        if (chunk < atomic_load(full)) { /* else cut meanwhile: written again if it fills */
+            mz_unit_set_clean(u, slot);
+            *wrote = true;
+        } else {
+            mm_swap_slot_free(mm, slot);
         }
     }
     *clean = u->clean != 0;
@@ -74,8 +124,47 @@ mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk, mz_swap_slot s
     mz_unit_set_clean(u, slot);
     atomic_fetch_add(&mm->n_slots, 1);
     mz_unit_release_pages(u);
-    mz_unit_settle(u, MZ_UNIT_STORED_RAW);
+    if (mm->store_codec) {
+        u->enc = mm->store_codec;
+        u->enc_bytes = mz_swapfile_slot_len(mm->swap, slot);
+    }
+    mz_unit_settle(u, mm->store_codec ? MZ_UNIT_STORED_COMPRESSED : MZ_UNIT_STORED_RAW);
     return MZ_OK;
 }
 
 size_t mz_mem_store_n_clean_evicted(const mz_mem *mm) { return atomic_load(&mm->n_clean_evicted); }
+
+mz_status mz_mem_store_tail(mz_mem *mm, int layer, size_t chunk, mz_swap_slot *slot)
+{
+    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && chunk < mm->max_chunks);
+    mm_sync_kv(mm);
+    mz_unit *u = kv_unit(mm, layer, chunk);
+    mz_status s;
+    pthread_mutex_lock(&mm->lock);
+    if (!mm->swap || !mz_unit_claim(u, MZ_UNIT_RESIDENT)) {
+        s = mz_fail(MZ_E_INVAL, "KV chunk %d/%zu is not resident", layer, chunk);
+    } else {
+        s = mm_swap_write(mm, u->buf, u->bytes, kv_tag(layer, chunk), slot);
+        if (!s) mm->n_store_extra++;
+        mz_unit_settle(u, MZ_UNIT_RESIDENT);
+    }
+    pthread_mutex_unlock(&mm->lock);
+    return s;
+}
+
+void mz_mem_store_slot_free(mz_mem *mm, mz_swap_slot slot)
+{
+    pthread_mutex_lock(&mm->lock);
+    MZ_ASSERT(mm->n_store_extra > 0);
+    mm_swap_slot_free(mm, slot);
+    mm->n_store_extra--;
+    pthread_mutex_unlock(&mm->lock);
+}
+
+void mz_mem_store_hold(mz_mem *mm)
+{
+    pthread_mutex_lock(&mm->lock);
+    atomic_fetch_add(&mm->n_slots, 1);
+    mm->n_store_extra++;
+    pthread_mutex_unlock(&mm->lock);
+}

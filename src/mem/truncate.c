@@ -14,6 +14,12 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
     mz_status s = MZ_OK;
     mm_sync_kv(mm);
     pthread_mutex_lock(&mm->lock);
+    /* [store] the write-behind may be reading a chunk this cuts (pinned): it
+     * is done first; it gives no copy to a chunk at or past the lowered
+     * count of full chunks, so none starts again. */
+    for (int l = 0; l < mm->n_layer; l++)
+        for (size_t c = n_pos / MZ_KV_CHUNK_TOKENS; c < mm->max_chunks; c++)
+            while (kv_unit(mm, l, c)->wb_pin) pthread_cond_wait(&mm->store_cv, &mm->lock);
     /* [store] chunks from the one n_pos falls in will be written again: their
      * stored copies are no longer current. A kept chunk stored at its clean
      * slot keeps it as an ordinary slot; a dropped chunk's clean record stays

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -85,6 +86,27 @@ void mz_unit_release_pages(mz_unit *u)
     MZ_ASSERT(r == 0);
     r = mprotect(u->buf, mapped_len(u->bytes), PROT_NONE);
     MZ_ASSERT(r == 0);
+}
+
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)(*(mz_unit *const *)a)->buf, y = (uintptr_t)(*(mz_unit *const *)b)->buf;
+    return x < y ? -1 : x > y;
+}
+
+void mz_units_release_pages(mz_unit **u, size_t n)
+{
+    qsort(u, n, sizeof *u, by_address);
+    for (int pass = 0; pass < 2; pass++) /* drop every run, then protect (unit.h) */
+        for (size_t i = 0; i < n;) {
+            uint8_t *start = u[i]->buf, *end = start + mapped_len(u[i]->bytes);
+            size_t j = i + 1;
+            for (; j < n && u[j]->buf == end; j++) end += mapped_len(u[j]->bytes);
+            int r = pass == 0 ? madvise(start, (size_t)(end - start), MADV_DONTNEED)
+                              : mprotect(start, (size_t)(end - start), PROT_NONE);
+            MZ_ASSERT(r == 0);
+            i = j;
+        }
 }
 
 mz_status mz_unit_map_pages(mz_unit *u)

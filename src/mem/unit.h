@@ -74,6 +74,10 @@ typedef struct mz_unit {
      * Evicting a unit with a clean copy writes nothing: its pages go and it
      * settles STORED_RAW with slot = clean. Restore keeps the slot. */
     mz_swap_slot clean;
+    /* Under the manager's lock: the write-behind is reading this full,
+     * resident chunk's pages (no copy): eviction skips it, truncation waits
+     * for it (mm->store_cv); the forward pass only reads it too. */
+    bool wb_pin;
 } mz_unit;
 
 MZ_INTERNAL const char *mz_unit_state_name(mz_unit_state s);
@@ -121,6 +125,11 @@ MZ_INTERNAL void mz_unit_release_pages(mz_unit *u);
  * up to 2 s). */
 MZ_INTERNAL void mz_unit_drop_pages(mz_unit *u);
 MZ_INTERNAL void mz_unit_protect_pages(mz_unit *u);
+/* mz_unit_release_pages for n units at once (the array is sorted by
+ * address): each run of adjacent ranges takes one madvise, then one
+ * mprotect, so whole huge pages of a KV slab (kv_cache.h) go without a
+ * split. */
+MZ_INTERNAL void mz_units_release_pages(mz_unit **u, size_t n);
 /* Makes the range readable and writable again (pages fault in as zeros). */
 MZ_INTERNAL mz_status mz_unit_map_pages(mz_unit *u);
 

@@ -87,6 +87,7 @@ typedef struct mz_server_params {
     const char *store_dir;      /* NULL: the store's default directory */
     uint64_t store_limit_bytes; /* 0: no limit; enforced at start */
     mz_fsync_policy store_fsync; /* default MZ_FSYNC_BATCH */
+    const char *store_codec;    /* "raw" (NULL: default) or "q8" (mz_store_params.codec) */
     int shutdown_grace_ms;      /* mz_server_stop lets running requests finish this long,
                                    then ends their generation (default 30000) */
 } mz_server_params;

@@ -139,6 +139,7 @@ mz_status srv_store_open(mz_server_t *s)
     mz_store_params sp = mz_store_params_default();
     sp.dir = s->p.store_dir;
     sp.fsync = s->p.store_fsync;
+    sp.codec = s->p.store_codec;
     sp.limit_bytes = s->p.store_limit_bytes;
     s->snap_stored = calloc(SRV_MAX_STORED, sizeof *s->snap_stored);
     if (!s->snap_stored) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
@@ -158,8 +159,9 @@ mz_status srv_store_open(mz_server_t *s)
             n_same++;
         }
     }
-    srv_log(s, "store: %s, %zu sessions of this model, %zu refused, fsync %s", mz_store_dir(s->store), n_same,
-            n - n_same, mz_fsync_policy_name(s->p.store_fsync));
+    srv_log(s, "store: %s, %zu sessions of this model, %zu refused, fsync %s, codec %s",
+            mz_store_dir(s->store), n_same, n - n_same, mz_fsync_policy_name(s->p.store_fsync),
+            s->p.store_codec ? s->p.store_codec : "raw");
     return MZ_OK;
 }
 
@@ -334,6 +336,14 @@ void srv_session_done(mz_server_t *s, const srv_timings *tm)
     if (tm->ttft_ms > 0) ss->last_ttft_ms = tm->ttft_ms;
     ss->n_requests++;
     touch(s, ss);
+    /* A stored session's tail (the partly filled chunk) and manifest now,
+     * under the gate (no request computes on it): a daemon killed before the
+     * next request resumes it recomputing one token, not up to 256. */
+    if (s->store && ss->ctx) {
+        mz_status st = mz_session_sync(ss->ctx);
+        if (st && st != MZ_E_INVAL) srv_log(s, "session %s: sync: %s", ss->id, mz_last_error());
+        mz_clear_error();
+    }
 }
 
 mz_status srv_session_delete(mz_server_t *s, const char *id)

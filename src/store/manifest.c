@@ -51,7 +51,7 @@ bool mz_session_id_valid(const char *id)
 size_t mz_manifest_size(const mz_manifest *m)
 {
     return MZ_MANIFEST_HDR_BYTES + m->n_tokens * 4 +
-           m->n_chunks * m->n_layer * MZ_MANIFEST_REC_BYTES + 8;
+           (m->n_chunks + (m->tail_pos > 0)) * m->n_layer * MZ_MANIFEST_REC_BYTES + 8;
 }
 
 mz_status mz_manifest_encode(const mz_manifest *m, void *buf, size_t cap)
@@ -64,7 +64,7 @@ mz_status mz_manifest_encode(const mz_manifest *m, void *buf, size_t cap)
     memset(p, 0, MZ_MANIFEST_HDR_BYTES);
     memcpy(p, MAGIC, 8);
     put32(p + 8, MZ_MANIFEST_HDR_BYTES);
-    put32(p + 12, 0);
+    put32(p + 12, m->tail_pos ? 1u : 0u);
     put64(p + 16, m->model_id);
     put64(p + 24, m->tok_id);
     memcpy(p + 32, m->codec, strlen(m->codec));
@@ -76,9 +76,10 @@ mz_status mz_manifest_encode(const mz_manifest *m, void *buf, size_t cap)
     put64(p + 80, m->n_tokens);
     put64(p + 88, m->n_chunks);
     memcpy(p + 96, m->name, strlen(m->name));
+    put64(p + 160, m->tail_pos);
     unsigned char *q = p + MZ_MANIFEST_HDR_BYTES;
     for (size_t i = 0; i < m->n_tokens; i++, q += 4) put32(q, (uint32_t)m->tokens[i]);
-    for (size_t i = 0; i < m->n_chunks * m->n_layer; i++, q += MZ_MANIFEST_REC_BYTES) {
+    for (size_t i = 0; i < (m->n_chunks + (m->tail_pos > 0)) * m->n_layer; i++, q += MZ_MANIFEST_REC_BYTES) {
         const mz_swap_slot_info *r = &m->recs[i];
         put64(q, r->off);
         put64(q + 8, r->ext);
@@ -127,12 +128,14 @@ mz_status mz_manifest_decode(const void *buf, size_t n, mz_manifest *m)
     if (memcmp(p, MAGIC, 8) != 0) return mz_fail(MZ_E_CORRUPT, "not a session manifest (bad magic)");
     if (get64(p + n - 8) != mz_hash64(p, n - 8, MANIFEST_SEED))
         return mz_fail(MZ_E_CORRUPT, "manifest checksum mismatch");
-    if (get32(p + 8) != MZ_MANIFEST_HDR_BYTES || get32(p + 12) != 0)
+    uint32_t flags = get32(p + 12);
+    if (get32(p + 8) != MZ_MANIFEST_HDR_BYTES || flags > 1)
         return mz_fail(MZ_E_FORMAT, "manifest: unknown header size or flags");
     m->model_id = get64(p + 16);
     m->tok_id = get64(p + 24);
-    if (!padded_str(p + 32, 16, m->codec) || strcmp(m->codec, "raw") != 0)
+    if (!padded_str(p + 32, 16, m->codec) || (strcmp(m->codec, "raw") != 0 && strcmp(m->codec, "q8") != 0))
         return mz_fail(MZ_E_FORMAT, "manifest: unknown codec");
+    bool raw = strcmp(m->codec, "raw") == 0;
     m->n_layer = get32(p + 48);
     if (m->n_layer == 0 || m->n_layer > MZ_MANIFEST_MAX_LAYERS)
         return mz_fail(MZ_E_FORMAT, "manifest: layer count %u out of range", m->n_layer);
@@ -148,13 +151,19 @@ mz_status mz_manifest_decode(const void *buf, size_t n, mz_manifest *m)
     if (nc > 0 && nc * 256 >= nt) return mz_fail(MZ_E_FORMAT, "manifest: more chunks than tokens");
     if (!padded_str(p + 96, 65 - 1, m->name) || !mz_session_id_valid(m->name))
         return mz_fail(MZ_E_FORMAT, "manifest: bad session id");
-    if (get64(p + 160) != 0) return mz_fail(MZ_E_FORMAT, "manifest: reserved bytes not zero");
-    uint64_t nrec = nc * m->n_layer;
+    uint64_t tail = get64(p + 160);
+    if (!(flags & 1) && tail != 0) return mz_fail(MZ_E_FORMAT, "manifest: reserved bytes not zero");
+    if ((flags & 1) && (tail == 0 || tail > 255 || nt == 0 || nc != (nt - 1) / 256 ||
+                        nc * 256 + tail > nt - 1))
+        return mz_fail(MZ_E_FORMAT, "manifest: tail of %llu positions does not fit %llu tokens",
+                       (unsigned long long)tail, (unsigned long long)nt);
+    uint64_t nrec = (nc + (flags & 1)) * m->n_layer;
     uint64_t need = MZ_MANIFEST_HDR_BYTES + nt * 4 + nrec * MZ_MANIFEST_REC_BYTES + 8;
     if (need != n) return mz_fail(MZ_E_FORMAT, "manifest: %zu bytes, its counts say %llu", n,
                                   (unsigned long long)need);
     m->n_tokens = (size_t)nt;
     m->n_chunks = (size_t)nc;
+    m->tail_pos = (size_t)tail;
     m->tokens = malloc(m->n_tokens ? m->n_tokens * 4 : 1);
     m->recs = calloc(nrec ? nrec : 1, sizeof *m->recs);
     const mz_swap_slot_info **sorted = malloc((nrec ? nrec : 1) * sizeof *sorted);
@@ -187,7 +196,9 @@ mz_status mz_manifest_decode(const void *buf, size_t n, mz_manifest *m)
         if (get32(q + 44) || get64(q + 48) || r->split > 1) {
             s = mz_fail(MZ_E_FORMAT, "manifest: record %llu has bad flags or padding",
                         (unsigned long long)i);
-        } else if (r->len != m->chunk_bytes || r->seq == 0 || r->off % BLOCK || r->ext != need_ext ||
+        } else if ((raw || chunk == nc ? r->len != m->chunk_bytes
+                                       : r->len == 0 || r->len > m->chunk_bytes) ||
+                   r->seq == 0 || r->off % BLOCK || r->ext != need_ext ||
                    r->ext > raw_ext || r->off > ((uint64_t)1 << 48)) {
             s = mz_fail(MZ_E_FORMAT, "manifest: record of KV chunk %llu/%llu has a bad extent",
                         (unsigned long long)layer, (unsigned long long)chunk);

@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "store.h"
 
+#include "../codec/codec.h"
 #include "../engine/engine.h"
 #include "../io/io.h"
 
@@ -55,6 +56,16 @@ struct mz_sstore {
     bool no_final;             /* tests: leave the store as a kill would */
     mz_manifest man;           /* scratch */
     size_t man_tok_cap, man_rec_cap;
+    /* The tail (manifest.h): records of the partly filled chunk tail_chunk,
+     * valid for its first tail_pos positions (0: no tail). Written only by
+     * mz_session_sync and the final pass, on the owner thread, so no
+     * forward pass writes the chunk meanwhile. tail_disk: the manifest on
+     * disk names these records, so they stay until one that does not is
+     * written. Under pass_lock. */
+    mz_swap_slot *tail_slot, *new_tail; /* [n_layer] */
+    size_t tail_chunk, tail_pos;
+    bool tail_disk;
+    size_t tail_cut;           /* under mu: lowest truncation since the last pass; SIZE_MAX none */
 };
 
 /* ---- owner-thread hooks (ctx.c) ------------------------------------------------------------ */
@@ -77,6 +88,7 @@ void mz_sstore_note_truncate(mz_ctx_t *c, size_t n_keep)
     struct mz_sstore *a = c->sstore;
     pthread_mutex_lock(&a->mu);
     if (n_keep < a->n_tok) a->n_tok = n_keep;
+    if (n_keep < a->tail_cut) a->tail_cut = n_keep;
     atomic_store(&a->full, MZ_MIN(atomic_load(&a->full), n_keep / MZ_KV_CHUNK_TOKENS));
     a->rescan = true;
     a->kick = true;
@@ -97,8 +109,39 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem)
     return true;
 }
 
-/* force: write the manifest even if only tokens changed within the interval. */
-static mz_status pass(struct mz_sstore *a, bool force)
+static void tail_free(struct mz_sstore *a, mz_swap_slot *slots)
+{
+    for (int l = 0; l < a->c->model->cfg.n_layer; l++)
+        if (slots[l]) {
+            mz_mem_store_slot_free(a->c->mem, slots[l]);
+            slots[l] = 0;
+        }
+}
+
+/* Writes the tail of the first n tokens (the chunk of token n-1, its
+ * positions before n-1) into new_tail; true when written. Owner thread. */
+static bool tail_write(struct mz_sstore *a, size_t n, size_t clean_upto, size_t *pos)
+{
+    const int L = a->c->model->cfg.n_layer;
+    if (n == 0) return false;
+    size_t tc = (n - 1) / MZ_KV_CHUNK_TOKENS, p = n - 1 - tc * MZ_KV_CHUNK_TOKENS;
+    if (p == 0 || clean_upto < tc) return false; /* nothing to keep, or full chunks missing */
+    if (a->tail_pos && a->tail_chunk == tc && a->tail_pos >= p) return false; /* current */
+    for (int l = 0; l < L; l++) {
+        if (mz_mem_store_tail(a->c->mem, l, tc, &a->new_tail[l]) != MZ_OK) {
+            mz_clear_error(); /* an evicted tail chunk: the manifest goes without a new tail */
+            tail_free(a, a->new_tail);
+            return false;
+        }
+    }
+    a->data_unsynced = true;
+    *pos = p;
+    return true;
+}
+
+/* force: write the manifest even if only tokens changed within the interval.
+ * tail: also store the partly filled last chunk (owner thread only). */
+static mz_status pass(struct mz_sstore *a, bool force, bool tail)
 {
     mz_ctx_t *c = a->c;
     mz_mem *mm = c->mem;
@@ -110,7 +153,15 @@ static mz_status pass(struct mz_sstore *a, bool force)
     pthread_mutex_lock(&a->mu);
     if (a->rescan) a->clean_upto = 0; /* clean flags are only ever cleared by a truncation */
     a->rescan = false;
+    size_t cut = a->tail_cut;
+    a->tail_cut = SIZE_MAX;
     pthread_mutex_unlock(&a->mu);
+    /* positions at and after a truncation point changed: the tail keeps
+     * only those before it */
+    if (a->tail_pos && cut < a->tail_chunk * MZ_KV_CHUNK_TOKENS + a->tail_pos)
+        a->tail_pos = cut > a->tail_chunk * MZ_KV_CHUNK_TOKENS ? cut - a->tail_chunk * MZ_KV_CHUNK_TOKENS : 0;
+    bool new_tail = false;
+    size_t new_pos = 0;
     size_t k = MZ_MIN(a->clean_upto, full);
     bool prefix = true;
     for (size_t ch = k; ch < full && !s; ch++) {
@@ -142,8 +193,10 @@ static mz_status pass(struct mz_sstore *a, bool force)
     if (n == 0) goto out; /* nothing worth a manifest yet */
     size_t kmax = (n - 1) / MZ_KV_CHUNK_TOKENS;
     k = MZ_MIN(k, kmax);
-    if (a->written_once && k == a->last_k && n == a->last_n) goto out;
-    if (!force && a->written_once && k <= a->last_k &&
+    if (tail) new_tail = tail_write(a, n, k, &new_pos);
+    bool tail_changed = new_tail || (a->tail_disk && !a->tail_pos);
+    if (a->written_once && k == a->last_k && n == a->last_n && !tail_changed) goto out;
+    if (!force && !tail_changed && a->written_once && k <= a->last_k &&
         mz_time_ms() - a->last_write_ms < (double)a->st->p.manifest_interval_ms) {
         pend = true;
         goto out;
@@ -156,8 +209,14 @@ static mz_status pass(struct mz_sstore *a, bool force)
     pthread_mutex_lock(&a->mu);
     n = a->n_tok; /* a truncation since: fewer tokens, and chunks only below it */
     k = MZ_MIN(k, n ? (n - 1) / MZ_KV_CHUNK_TOKENS : 0);
+    /* a truncation since the pass began cuts the current tail as above
+     * (a new tail is written on the owner thread, which truncates) */
+    if (a->tail_pos && a->tail_cut < a->tail_chunk * MZ_KV_CHUNK_TOKENS + a->tail_pos)
+        a->tail_pos = a->tail_cut > a->tail_chunk * MZ_KV_CHUNK_TOKENS
+                          ? a->tail_cut - a->tail_chunk * MZ_KV_CHUNK_TOKENS
+                          : 0;
     if (!grow((void **)&m->tokens, &a->man_tok_cap, n, sizeof *m->tokens) ||
-        !grow((void **)&m->recs, &a->man_rec_cap, k * (size_t)L, sizeof *m->recs)) {
+        !grow((void **)&m->recs, &a->man_rec_cap, (k + 1) * (size_t)L, sizeof *m->recs)) {
         pthread_mutex_unlock(&a->mu);
         s = mz_fail(MZ_E_NOMEM, "out of memory (manifest)");
         goto out;
@@ -172,8 +231,19 @@ static mz_status pass(struct mz_sstore *a, bool force)
     }
     pthread_mutex_unlock(&a->mu);
     mz_clear_error();
+    /* The tail named: the new one, else the current one while it still
+     * fits (the chunk after the named ones, ending before the last token). */
+    const mz_swap_slot *ts = new_tail ? a->new_tail : a->tail_slot;
+    size_t tc = new_tail ? (n - 1) / MZ_KV_CHUNK_TOKENS : a->tail_chunk;
+    size_t tp = new_tail ? new_pos : a->tail_pos;
+    if (tp && !(tc == got && got == (n - 1) / MZ_KV_CHUNK_TOKENS)) tp = 0;
+    tp = MZ_MIN(tp, n - 1 - got * MZ_KV_CHUNK_TOKENS); /* the last token is always recomputed */
+    for (int l = 0; tp && l < L; l++)
+        if (mz_swapfile_slot_info(a->sf, ts[l], &m->recs[got * (size_t)L + (size_t)l]) != MZ_OK) tp = 0;
+    mz_clear_error();
     m->n_tokens = n;
     m->n_chunks = got;
+    m->tail_pos = tp;
     m->updated_ns = mz_store_now_ns();
     s = mz_store_write_manifest(a->st, m);
     if (!s) {
@@ -182,8 +252,23 @@ static mz_status pass(struct mz_sstore *a, bool force)
         a->last_n = n;
         pend = false;
         a->last_write_ms = mz_time_ms();
+        /* records no manifest names any more go back to the file's free space */
+        if (new_tail) {
+            tail_free(a, a->tail_slot);
+            memcpy(a->tail_slot, a->new_tail, (size_t)L * sizeof *a->tail_slot);
+            memset(a->new_tail, 0, (size_t)L * sizeof *a->new_tail);
+            a->tail_chunk = tc;
+            a->tail_pos = tp;
+            new_tail = false;
+        } else if (!tp) {
+            tail_free(a, a->tail_slot);
+            a->tail_pos = 0;
+        }
+        a->tail_disk = tp > 0;
+        if (!tp) a->tail_pos = 0;
     }
 out:
+    if (new_tail) tail_free(a, a->new_tail); /* not named by any manifest */
     if (s) {
         pend = true; /* retried at the next pass */
 
@@ -234,7 +319,7 @@ static void *worker_main(void *arg)
         a->kick = false;
         pthread_mutex_unlock(&a->mu);
 
-        (void)pass(a, false);
+        (void)pass(a, false, false);
         pthread_mutex_lock(&a->mu);
     }
     pthread_mutex_unlock(&a->mu);
@@ -252,6 +337,8 @@ static void att_free(struct mz_sstore *a)
     free(a->tok);
     free(a->man.tokens);
     free(a->man.recs);
+    free(a->tail_slot);
+    free(a->new_tail);
     free(a);
 }
 
@@ -288,7 +375,10 @@ static mz_status attach(mz_ctx_t *c, mz_store_t *st, const char *id, bool fresh,
     pthread_mutex_init(&a->pass_lock, NULL);
     a->cap = c->n_ctx;
     a->tok = malloc(a->cap * sizeof *a->tok);
-    if (!a->tok) {
+    a->tail_slot = calloc((size_t)c->model->cfg.n_layer, sizeof *a->tail_slot);
+    a->new_tail = calloc((size_t)c->model->cfg.n_layer, sizeof *a->new_tail);
+    a->tail_cut = SIZE_MAX;
+    if (!a->tok || !a->tail_slot || !a->new_tail) {
         att_free(a);
         return mz_fail(MZ_E_NOMEM, "out of memory (session store)");
     }
@@ -299,12 +389,12 @@ static mz_status attach(mz_ctx_t *c, mz_store_t *st, const char *id, bool fresh,
         att_free(a);
         return mz_fail_prefix(s, "session %s", id);
     }
-    mz_mem_use_store_file(c->mem, a->sf);
+    mz_mem_use_store_file(c->mem, a->sf, strcmp(st->codec, "raw") ? mz_codec_find(st->codec) : NULL);
     a->created_ns = mz_store_now_ns();
     mz_manifest *m = &a->man;
     m->model_id = st->model_id;
     m->tok_id = st->tok_id;
-    snprintf(m->codec, sizeof m->codec, "raw");
+    snprintf(m->codec, sizeof m->codec, "%s", st->codec);
     m->n_layer = (uint32_t)c->model->cfg.n_layer;
     m->chunk_bytes = c->kv.chunk_bytes;
     m->created_ns = a->created_ns;
@@ -347,7 +437,7 @@ void mz_sstore_test_abandon(mz_ctx_t *c)
 mz_status mz_session_sync(mz_ctx_t *c)
 {
     if (!c || !c->sstore) return mz_fail(MZ_E_INVAL, "session is not stored");
-    return pass(c->sstore, true);
+    return pass(c->sstore, true, true);
 }
 
 void mz_sstore_detach(mz_ctx_t *c)
@@ -361,7 +451,7 @@ void mz_sstore_detach(mz_ctx_t *c)
         pthread_mutex_unlock(&a->mu);
         pthread_join(a->th, NULL);
     }
-    if (!a->no_final) (void)pass(a, true); /* the last manifest; the file closes with the manager */
+    if (!a->no_final) (void)pass(a, true, true); /* the last manifest; the file closes with the manager */
     c->sstore = NULL;
     att_free(a);
 }
@@ -413,6 +503,9 @@ mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params 
         s = mz_fail(MZ_E_UNSUPPORTED, "session %s was made with another model (id %016llx, this "
                     "model %016llx)", id, (unsigned long long)m.model_id,
                     (unsigned long long)st->model_id);
+    } else if (strcmp(m.codec, st->codec) != 0) {
+        s = mz_fail(MZ_E_UNSUPPORTED, "session %s was stored with the %s codec; this store writes "
+                    "%s (--store-codec %s resumes it)", id, m.codec, st->codec, m.codec);
     } else if (m.tok_id != st->tok_id) {
         s = mz_fail(MZ_E_UNSUPPORTED, "session %s was made with another tokenizer", id);
     } else if (m.n_layer != (uint32_t)st->e->model->cfg.n_layer) {
@@ -473,11 +566,42 @@ mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params 
                 break;
             }
         }
-    size_t n0 = k * MZ_KV_CHUNK_TOKENS;
+    /* The tail's records are held by the attachment (named by the manifest
+     * on disk until the next one), read and verified straight into the
+     * fresh chunk below. */
+    size_t tail = k == m.n_chunks ? m.tail_pos : 0;
+    for (int l = 0; tail && l < L; l++) {
+        if (mz_swapfile_slot_import(a->sf, &m.recs[k * (size_t)L + (size_t)l], &a->tail_slot[l]) ==
+            MZ_OK) {
+            mz_mem_store_hold(c->mem);
+            continue;
+        }
+        mz_log(MZ_LOG_WARN, "session %s: the tail of layer %d: %s; its tokens are recomputed", id, l,
+               mz_last_error());
+        tail_free(a, a->tail_slot);
+        tail = 0;
+    }
+    size_t n0 = k * MZ_KV_CHUNK_TOKENS + tail;
     s = mz_kv_cache_reserve(&c->kv, n0);
     for (size_t ch = 0; ch < k && !s; ch++)
         for (int l = 0; l < L && !s; l++)
             s = mz_mem_store_adopt(c->mem, l, ch, slots[ch * (size_t)L + (size_t)l]);
+    for (int l = 0; !s && tail && l < L; l++) {
+        size_t len = 0;
+        if (mz_swapfile_read(a->sf, a->tail_slot[l], c->kv.chunks[l][k], c->kv.chunk_bytes, &len) ==
+                MZ_OK &&
+            len == c->kv.chunk_bytes)
+            continue;
+        mz_log(MZ_LOG_WARN, "session %s: the tail of layer %d: %s; its tokens are recomputed", id, l,
+               mz_last_error());
+        tail = 0; /* the failed read left zeros; those positions are computed again */
+        n0 = k * MZ_KV_CHUNK_TOKENS;
+    }
+    if (tail) {
+        a->tail_chunk = k;
+        a->tail_pos = tail;
+        a->tail_disk = true;
+    }
     if (!s) {
         memcpy(c->tokens, m.tokens, n0 * sizeof *c->tokens);
         c->n_tokens = n0;
@@ -504,10 +628,11 @@ mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params 
         mz_log(MZ_LOG_WARN, "%s", info->reason);
         if ((s = mz_ctx_truncate(c, MZ_MIN(c->n_tokens, good * MZ_KV_CHUNK_TOKENS)))) goto fail;
         k = good;
+        n0 = MZ_MIN(n0, good * MZ_KV_CHUNK_TOKENS);
     }
     info->n_chunks_restored = k;
     info->n_tokens = c->n_tokens;
-    info->n_tokens_recomputed = m.n_tokens - k * MZ_KV_CHUNK_TOKENS;
+    info->n_tokens_recomputed = m.n_tokens - n0;
     info->outcome = k == m.n_chunks ? MZ_RESUME_FULL : MZ_RESUME_TRUNCATED;
     if (info->outcome == MZ_RESUME_FULL) info->reason[0] = '\0';
     free(slots);

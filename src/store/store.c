@@ -227,11 +227,16 @@ mz_status mz_store_open(mz_engine_t *e, const mz_store_params *p, mz_store_t **o
     mz_store_params d = mz_store_params_default();
     if (!p) p = &d;
     if ((unsigned)p->fsync > MZ_FSYNC_ALWAYS) return mz_fail(MZ_E_INVAL, "bad fsync policy");
+    const char *codec = p->codec && p->codec[0] ? p->codec : "raw";
+    if (strcmp(codec, "raw") != 0 && strcmp(codec, "q8") != 0)
+        return mz_fail(MZ_E_INVAL, "store codec \"%.32s\": raw or q8", codec);
     mz_store_t *st = mz_calloc(1, sizeof *st);
     if (!st) return MZ_E_NOMEM;
     st->e = e;
     st->p = *p;
     st->p.dir = NULL;
+    snprintf(st->codec, sizeof st->codec, "%s", codec);
+    st->p.codec = st->codec;
     mz_status s;
     if (p->dir && p->dir[0]) {
         char cwd[PATH_MAX] = "";

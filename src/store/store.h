@@ -33,6 +33,7 @@ struct mz_store {
     char dir[3968];            /* PATH_MAX less room for "/<id>.mzs.tmp" */
     uint64_t model_id, tok_id;
     int n_vocab;
+    char codec[8];             /* "raw" or "q8": full chunks' records (manifest.h) */
 };
 
 /* ctx.c hooks (owner thread, c->sstore != NULL for the first two). */

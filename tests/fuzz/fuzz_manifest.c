@@ -3,7 +3,8 @@
  * (mz_manifest_decode, src/store/manifest.c). Invariants: never crashes or
  * leaks; whatever it accepts re-encodes to exactly the same bytes (nothing
  * is ignored or guessed), names a valid session id, and names chunks that
- * leave at least one token to recompute; a refusal leaves the manifest empty.
+ * leave at least one token to recompute (a tail included); a refusal leaves
+ * the manifest empty.
  */
 #include "store/manifest.h"
 
@@ -23,6 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (!mz_session_id_valid(m.name)) __builtin_trap();
     if (m.n_chunks && m.n_chunks * 256 >= m.n_tokens) __builtin_trap();
+    if (m.tail_pos && (m.tail_pos > 255 || m.n_chunks * 256 + m.tail_pos >= m.n_tokens))
+        __builtin_trap();
     size_t n = mz_manifest_size(&m);
     if (n != size) __builtin_trap();
     unsigned char *again = malloc(n);

@@ -23,12 +23,22 @@
  * running), and reads the child's verdicts from a pipe. Any wrong token, a
  * non-prefix history or an unnamed loss fails the test. A last child checks
  * the final state without a kill.
+ *
+ * The second half of the iterations does the same with a q8 store
+ * (--store-codec q8): chunks restored from it hold their q8 round trip, so
+ * the uninterrupted conversation S8 is computed with the round trip too,
+ * at fixed points: the prompt is prefilled in batches that end on chunk
+ * boundaries, and each time a chunk fills the session is synced and
+ * evicted, so every later token attends to the chunk's q8 copy (the one its
+ * clean record holds, whenever it is restored from). The child does the
+ * same, so a resume at any instant must continue exactly along S8.
  */
 #define _GNU_SOURCE
 #include "evict_util.h"
 #include "store/store.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -41,8 +51,14 @@ static const char *T = "test_store_crash";
 #define NG 40
 #define NS (NP + NG)
 
-static mz_token S[NS];
+static mz_token S[NS];        /* the conversation of the current mode */
+static mz_token S_raw[NS], S_q8[NS];
 static char g_dir[1024];
+static bool g_q8;             /* the q8 store half */
+/* logits of every generated position of S_q8: a resumed q8 session must
+ * give exactly these (the tokens alone may not tell q8 from raw) */
+static float *L_q8;
+static int g_nv;
 
 static mz_token argmax(const mz_model_t *m, const float *lg)
 {
@@ -86,14 +102,23 @@ static mz_ctx_params params(void)
 }
 
 /* One step along S: the next prompt tokens, or one greedy token checked
- * against S. 0 ok, 1 mismatch, 2 error. */
+ * against S. 0 ok, 1 mismatch, 2 error. q8: prompt batches end on chunk
+ * boundaries, and a chunk that fills is synced and evicted at once (its q8
+ * round trip; the file comment says why). */
 static int advance(mz_ctx_t *c, mz_model_t *m, int fd)
 {
     size_t n = mz_ctx_n_tokens(c);
     if (n < NP) {
         size_t k = MZ_MIN((size_t)100, (size_t)NP - n);
+        if (g_q8) k = MZ_MIN(k, MZ_KV_CHUNK_TOKENS - n % MZ_KV_CHUNK_TOKENS);
         if (mz_prefill(c, S + n, k)) {
             say(fd, "ERR prefill: %s", mz_last_error());
+            return 2;
+        }
+        mz_evict_report er;
+        if (g_q8 && (n + k) % MZ_KV_CHUNK_TOKENS == 0 &&
+            (mz_session_sync(c) || mz_evict(c, SIZE_MAX, &er))) {
+            say(fd, "ERR q8 round trip: %s", mz_last_error());
             return 2;
         }
         return 0;
@@ -104,6 +129,10 @@ static int advance(mz_ctx_t *c, mz_model_t *m, int fd)
         return 2;
     }
     mz_token t = argmax(m, lg);
+    if (g_q8 && L_q8 && memcmp(lg, L_q8 + (n - NP) * (size_t)g_nv, (size_t)g_nv * sizeof *lg) != 0) {
+        say(fd, "BAD logits at %zu differ from the uninterrupted q8 run", n);
+        return 1;
+    }
     if (t != S[n]) {
         say(fd, "BAD token %zu: %d, uninterrupted run %d", n, t, S[n]);
         return 1;
@@ -125,6 +154,7 @@ static int child(mz_model_t *m, int fd)
     mz_store_params sp = mz_store_params_default();
     sp.dir = g_dir;
     sp.manifest_interval_ms = 0;
+    sp.codec = g_q8 ? "q8" : "raw";
     mz_store_t *st = NULL;
     if (mz_store_open(e, &sp, &st)) {
         say(fd, "ERR store: %s", mz_last_error());
@@ -145,6 +175,14 @@ static int child(mz_model_t *m, int fd)
             return 1;
         }
         size_t n0 = n;
+        /* q8: a resume that ends on a chunk boundary computed (or read from
+         * the raw tail) that chunk: its round trip, as S8 had it when it filled */
+        mz_evict_report er;
+        if (g_q8 && n % MZ_KV_CHUNK_TOKENS == 0 && n <= NP &&
+            (mz_session_sync(c) || mz_evict(c, SIZE_MAX, &er))) {
+            say(fd, "ERR q8 round trip after resume: %s", mz_last_error());
+            return 2;
+        }
         for (int i = 0; i < 8 && mz_ctx_n_tokens(c) < NS; i++) {
             int r = advance(c, m, fd);
             if (r) return r;
@@ -207,13 +245,16 @@ int main(void)
     }
     char cwd[512];
     if (!getcwd(cwd, sizeof cwd)) return 1;
-    if (t_tmp_dir()[0] == '/') snprintf(g_dir, sizeof g_dir, "%s/crash-store", t_tmp_dir());
-    else snprintf(g_dir, sizeof g_dir, "%s/%s/crash-store", cwd, t_tmp_dir());
+    char base[900];
+    if (t_tmp_dir()[0] == '/') snprintf(base, sizeof base, "%s", t_tmp_dir());
+    else snprintf(base, sizeof base, "%s/%s", cwd, t_tmp_dir());
     mz_model_t *m = ev_load(path);
     if (!m) return 1;
     {
-        /* the uninterrupted run */
-        ev_tokens(S, NP, mz_model_n_vocab(m), 1234);
+        /* the uninterrupted runs: raw, and q8 with its round trips (the
+         * child's own steps, on a stored session of a scratch store) */
+        ev_tokens(S_raw, NP, mz_model_n_vocab(m), 1234);
+        memcpy(S_q8, S_raw, NP * sizeof *S);
         mz_engine_params ep = mz_engine_params_default();
         ep.n_threads = 2;
         ep.swap_dir = swap_dir();
@@ -222,26 +263,69 @@ int main(void)
         mz_ctx_t *c = NULL;
         CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
         CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
-        CHECK(mz_prefill(c, S, NP) == MZ_OK);
+        CHECK(mz_prefill(c, S_raw, NP) == MZ_OK);
         for (size_t n = NP; n < NS; n++) {
-            S[n] = argmax(m, mz_ctx_logits(c));
-            CHECK(mz_prefill(c, &S[n], 1) == MZ_OK);
+            S_raw[n] = argmax(m, mz_ctx_logits(c));
+            CHECK(mz_prefill(c, &S_raw[n], 1) == MZ_OK);
         }
         mz_ctx_free(c);
+        mz_store_params sp = mz_store_params_default();
+        snprintf(g_dir, sizeof g_dir, "%s/crash-ref-q8", base);
+        sp.dir = g_dir;
+        sp.codec = "q8";
+        mz_store_t *st = NULL;
+        CHECK(mz_store_open(e, &sp, &st) == MZ_OK);
+        CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_session_store(c, st, "ref") == MZ_OK);
+        g_q8 = true;
+        memcpy(S, S_q8, NP * sizeof *S);
+        while (mz_ctx_n_tokens(c) < NP) CHECK(advance(c, m, 2) == 0);
+        g_nv = mz_model_n_vocab(m);
+        float *lq = malloc((size_t)NG * (size_t)g_nv * sizeof *lq);
+        CHECK(lq != NULL);
+        double max_diff = 0;
+        for (size_t n = NP; lq && n < NS; n++) {
+            const float *lg = mz_ctx_logits(c);
+            memcpy(lq + (n - NP) * (size_t)g_nv, lg, (size_t)g_nv * sizeof *lg);
+            S_q8[n] = argmax(m, lg);
+            CHECK(mz_prefill(c, &S_q8[n], 1) == MZ_OK);
+        }
+        L_q8 = lq;
+        {
+            /* how far q8 moved the first generated position's logits from raw */
+            mz_ctx_t *r = NULL;
+            CHECK(mz_session_create(e, &cp, &r) == MZ_OK && mz_prefill(r, S_raw, NP) == MZ_OK);
+            const float *lr = r ? mz_ctx_logits(r) : NULL;
+            for (int i = 0; lr && lq && i < g_nv; i++) max_diff = fmax(max_diff, fabs(lr[i] - lq[i]));
+            mz_ctx_free(r);
+        }
+        printf("%s: q8 round trips move the first generated logits by up to %.3g\n", T, max_diff);
+        CHECK(max_diff > 0); /* the q8 check sees the round trip */
+        mz_ctx_free(c);
+        CHECK(mz_store_delete(st, "ref") == MZ_OK);
+        mz_store_close(st);
         mz_engine_free(e); /* no threads left before fork */
+        size_t same = 0;
+        while (same < NS && S_q8[same] == S_raw[same]) same++;
+        printf("%s: the q8 conversation follows the raw one for %zu of %d tokens\n", T, same, NS);
     }
+    unsigned long long rng = (unsigned long long)time(NULL);
+    if (getenv("MZ_CRASH_SEED")) rng = strtoull(getenv("MZ_CRASH_SEED"), NULL, 10);
+    printf("%s: %ld iterations (%ld raw, %ld q8), seed %llu\n", T, iters, iters - iters / 2,
+           iters / 2, rng);
+    int n_ok_full = 0, n_ok_trunc = 0, n_lost = 0, n_done = 0, n_killed = 0;
+    for (int mode = 0; mode < 2; mode++) {
+    g_q8 = mode == 1;
+    memcpy(S, g_q8 ? S_q8 : S_raw, sizeof S);
+    snprintf(g_dir, sizeof g_dir, "%s/crash-store%s", base, g_q8 ? "-q8" : "");
     /* start clean */
     {
         char p[1200];
         snprintf(p, sizeof p, "%s/crash.mzs", g_dir);
         unlink(p);
     }
-    unsigned long long rng = (unsigned long long)time(NULL);
-    if (getenv("MZ_CRASH_SEED")) rng = strtoull(getenv("MZ_CRASH_SEED"), NULL, 10);
-    printf("%s: %ld iterations, seed %llu\n", T, iters, rng);
-    int n_ok_full = 0, n_ok_trunc = 0, n_lost = 0, n_done = 0, n_killed = 0;
-    for (long it = 0; it <= iters; it++) {
-        bool last = it == iters; /* the final check runs to the end */
+    long n_it = g_q8 ? iters / 2 : iters - iters / 2;
+    for (long it = 0; it <= n_it; it++) {
+        bool last = it == n_it; /* the final check runs to the end */
         int pfd[2];
         if (pipe(pfd) != 0) return 1;
         fflush(stdout);
@@ -279,7 +363,7 @@ int main(void)
         n_killed += was_killed;
         for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
             if (!strncmp(line, "BAD", 3) || !strncmp(line, "ERR", 3)) {
-                CHECK_MSG(false, "iteration %ld: %s", it, line);
+                CHECK_MSG(false, "%s iteration %ld: %s", g_q8 ? "q8" : "raw", it, line);
             } else if (!strncmp(line, "OK full", 7)) {
                 n_ok_full++;
             } else if (!strncmp(line, "OK truncated", 12)) {
@@ -293,13 +377,15 @@ int main(void)
             }
         }
         if (!was_killed)
-            CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "iteration %ld: child status %d",
-                      it, status);
+            CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s iteration %ld: child status %d",
+                      g_q8 ? "q8" : "raw", it, status);
+    }
     }
     printf("%s: %d killed; resumed and verified %d full, %d truncated (named); %d lost (named); "
            "%d ran to the end\n", T, n_killed, n_ok_full, n_ok_trunc, n_lost, n_done);
     /* with a handful of iterations every kill may land before a first manifest */
     if (iters >= 10) CHECK(n_ok_full + n_ok_trunc > 0);
+    free(L_q8);
     mz_model_free(m);
     return t_done(T);
 }

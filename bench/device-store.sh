@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Durable sessions on the 16-vCPU machine (issue 17): resume TTFT after a
+# restart at 8k/16k/32k tokens for the SmolLM2-135M and qwen3-0.6b shapes,
+# the recompute baseline where it fits the time, the eviction of all clean
+# KV of a 16k session (4 KiB pages vs huge-page slabs) and the write-behind's
+# cost to decode speed. Prints markdown (docs/BENCHMARKS.md, "Durable
+# sessions") and writes it to $OUT/store.md.
+#
+# Models are generated there (gen-model, random weights of the real shapes:
+# timing does not depend on the values; the 98 MB SmolLM2 file is over the
+# carry limit). Resume uses bench_store's synthetic session (real records and
+# checksums, random KV) written by a process that exits, page cache dropped:
+# "full chunk" = the session ends on a chunk boundary and nothing but the
+# chunks is stored (256 tokens recomputed, a kill before any sync), "tail" =
+# one more token, i.e. the partly filled chunk is in the store too, as after
+# mz_session_sync (1 token recomputed).
+#
+# On the device (see ../shared/DEVICE.md), from the project root, after
+# `../shared/device/bundle.sh build` here:
+#   device run, carry [".bundle"]:  bash bench/device-store.sh
+# About 4-5 minutes with the defaults. Locally at small sizes:
+#   MZ_LOCAL=1 SIZES="1024" RECOMPUTE_MAX=1024 SHAPES="smollm2-135m:Q4_1" bash bench/device-store.sh
+# Knobs: SIZES ("8192 16384 32768"), SHAPES ("smollm2-135m:Q4_1 qwen3-0.6b:F16"),
+#        RECOMPUTE_MAX ("smollm2-135m:16384 qwen3-0.6b:8192": the largest N
+#        whose recompute runs, per preset), EVICT_N (16384), WB_N (8192).
+set -uo pipefail
+OUTD=${OUT:-/tmp/store-out}; mkdir -p "$OUTD"
+SIZES=${SIZES:-"8192 16384 32768"}
+SHAPES=${SHAPES:-"smollm2-135m:Q4_1 qwen3-0.6b:F16"}
+RECOMPUTE_MAX=${RECOMPUTE_MAX:-"smollm2-135m:16384 qwen3-0.6b:8192"}
+EVICT_N=${EVICT_N:-16384}
+WB_N=${WB_N:-8192}
+W=${WORK:-/tmp/store-models}; mkdir -p "$W"
+ST=${STORE:-/tmp/store-bench}; rm -rf "$ST"; mkdir -p "$ST"
+if [ "${MZ_LOCAL:-0}" = 1 ]; then
+    BIN=${MZ_BUILD:-$PWD/build} LIBP=
+    VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
+else
+    BUNDLE=${BUNDLE:-.bundle}
+    BIN=$PWD/$BUNDLE/bin LIBP=$PWD/$BUNDLE/lib
+    VOCAB=$BUNDLE/vocab.gguf
+fi
+mz() { LD_LIBRARY_PATH=$LIBP "$BIN/$1" "${@:2}"; }
+rmax() { # preset -> largest N to recompute (0: none)
+    local p
+    for p in $RECOMPUTE_MAX; do [ "${p%%:*}" = "$1" ] && { echo "${p#*:}"; return; }; done
+    echo 0
+}
+num() { sed -n "$1" | head -1; }
+{
+echo "## bench/device-store.sh on $(nproc) vCPUs, $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
+echo
+echo "| shape | tokens | resume, full chunk (256 recomputed) ms | resume, tail (1 recomputed) ms | of which restore ms | recompute ms | recompute / resume (tail) | recompute / resume (full chunk) |"
+echo "|---|---|---|---|---|---|---|---|"
+} | tee "$OUTD/store.md"
+for shape in $SHAPES; do
+    preset=${shape%%:*} type=${shape#*:}
+    M="$W/$preset-$type.gguf"
+    [ -f "$M" ] || mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$M" \
+        >"$OUTD/gen-$preset.log" 2>&1 || { echo "gen-model $preset failed" | tee -a "$OUTD/store.md"; continue; }
+    lim=$(rmax "$preset")
+    for n in $SIZES; do
+        r=$(mz bench_store resume "$M" "$n" "$ST" 2>>"$OUTD/errors.log")
+        full=$(echo "$r" | num "s/^tokens $n: TTFT \([0-9]*\) ms.*/\1/p")
+        tail=$(echo "$r" | num "s/^tokens $((n + 1)): TTFT \([0-9]*\) ms.*/\1/p")
+        rest=$(echo "$r" | num "s/^tokens $((n + 1)):.*all units ready \([0-9]*\),.*/\1/p")
+        rc=-
+        if [ "$n" -le "$lim" ]; then
+            rc=$(mz bench_store recompute "$M" "$n" "$ST" 2>>"$OUTD/errors.log" |
+                 num "s/^tokens $n: recompute TTFT \([0-9]*\) ms/\1/p")
+        fi
+        ratio() { [ -n "$1" ] && [ "$1" != - ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1fx", a/b}' || echo -; }
+        echo "| $preset $type | $n | ${full:--} | ${tail:--} | ${rest:--} | ${rc:--} | $(ratio "$rc" "$tail") | $(ratio "$rc" "$full") |" |
+            tee -a "$OUTD/store.md"
+    done
+done
+{
+echo
+echo "Evicting all clean KV of a $EVICT_N-token session (ms per GiB freed, medians of 5):"
+echo
+for shape in $SHAPES; do
+    preset=${shape%%:*} type=${shape#*:}
+    M="$W/$preset-$type.gguf"
+    [ -f "$M" ] || continue
+    echo "- $preset $type: $(mz bench_store evict-clean "$M" "$EVICT_N" "$ST" 2>>"$OUTD/errors.log" | tail -1)"
+done
+echo
+echo "Write-behind cost to decode speed ($WB_N-position session):"
+echo
+for shape in $SHAPES; do
+    preset=${shape%%:*} type=${shape#*:}
+    M="$W/$preset-$type.gguf"
+    [ -f "$M" ] || continue
+    echo "- $preset $type: $(mz bench_store writebehind "$M" "$WB_N" "$ST" 2>>"$OUTD/errors.log" | tail -1)"
+done
+echo
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee -a "$OUTD/store.md"
+rm -rf "$ST"
