@@ -41,7 +41,6 @@
 #include "harness/harness.h" /* not public: a context's KV layout */
 #include "io/swapfile.h"
 #include "kernels/kernels.h"
-#include "kv/kv_fill.h"
 #include "store/manifest.h"
 #include "store/store.h"
 
@@ -534,11 +533,13 @@ static int cmd_writebehind(const char *model, size_t n, const char *dir)
         }
     mz_kvfill_free(f);
     double off = median(tps[0], R), on = median(tps[1], R), l = median(left, R);
+    mz_model_info mi;
+    mz_model_get_info(m, &mi);
     printf("tokens %zu, decode of %d tokens: write-behind off %.2f tok/s, on %.2f tok/s (median of "
            "%d), ratio on/off %.3f (cost %.1f %%); the worker writes %zu chunks x %d layers (%.0f "
            "MiB); the sync after the decode took %.0f ms (median)\n", n, T, off, on, R, on / off,
-           100.0 * (1.0 - on / off), n / 256, m->cfg.n_layer,
-           (double)(n / 256) * m->cfg.n_layer * (double)mz_kv_chunk_bytes(m->cfg.n_head_kv, m->cfg.head_dim) / 1048576.0, l);
+           100.0 * (1.0 - on / off), n / 256, mi.n_layer,
+           (double)(n / 256 * 256) * (double)mi.kv_bytes_per_token / 1048576.0, l);
     mz_store_close(st);
     mz_engine_free(e);
     mz_model_free(m);
