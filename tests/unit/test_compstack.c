@@ -1,7 +1,8 @@
 /*
- * test_compstack.c — the compressed stack: LIFO order, bottom removal, views of the lowest items, mixed
- * and oversized items, segment release (counted and seen in RSS), accounting,
- * deferred unmapping (pages freed at once, mappings kept until asked).
+ * test_compstack.c — the compressed stack: LIFO order, bottom removal, views
+ * of the lowest items, mixed and oversized items, segment release (counted
+ * and seen in RSS), accounting, deferred unmapping (pages freed at once,
+ * mappings kept until asked).
  */
 #define _DEFAULT_SOURCE /* mincore */
 #include "mem/compstack.h"
