@@ -49,6 +49,19 @@ static int parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
+/* Rss of this process in MiB, from /proc/self/smaps_rollup (0 if unreadable). */
+static double rss_mib(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Rss: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb / 1024.0;
+}
+
 static void print_loadavg(const char *when)
 {
     char buf[128] = "?";
@@ -143,6 +156,8 @@ int main(int argc, char **argv)
             printf("rep %d batch %2zu: %8.1f ms  %7.1f MB/s\n", r, batches[bi], ms[bi][r],
                    payload / 1e3 / ms[bi][r]);
             if (mz_restore(c, NULL)) return fprintf(stderr, "restore: %s\n", mz_ctx_errmsg(c)), 1;
+            /* what stays behind a cycle (swap-file buffers the allocator keeps) */
+            printf("        RSS after the restore: %.1f MiB\n", rss_mib());
         }
     print_loadavg("at end");
     double base = median(ms[0], reps);

@@ -1,7 +1,8 @@
 /*
- * test_compstack.c — the compressed stack: LIFO order, bottom removal, mixed
- * and oversized items, segment release (counted and seen in RSS), accounting,
- * deferred unmapping (pages freed at once, mappings kept until asked).
+ * test_compstack.c — the compressed stack: LIFO order, bottom removal, views
+ * of the lowest items, mixed and oversized items, segment release (counted
+ * and seen in RSS), accounting, deferred unmapping (pages freed at once,
+ * mappings kept until asked).
  */
 #define _DEFAULT_SOURCE /* mincore */
 #include "mem/compstack.h"
@@ -336,6 +337,39 @@ static void test_defer_unmap(void)
     free(scratch);
 }
 
+/* The n lowest items, bottom first, across segments (CompKV batches). */
+static void test_peek_bottom_n(void)
+{
+    mz_compstack_t *s = NULL;
+    CHECK(mz_compstack_init(4096, &s) == MZ_OK); /* a few items per segment */
+    if (!s) return;
+    enum { N = 40 };
+    uint8_t buf[1000];
+    for (int i = 0; i < N; i++) {
+        memset(buf, i + 1, sizeof buf);
+        CHECK(mz_compstack_push(s, buf, 300 + 17 * (size_t)i, (uint64_t)i) == MZ_OK);
+    }
+    const uint8_t *d[64];
+    size_t len[64];
+    uint64_t tag[64];
+    CHECK_EQ_INT(mz_compstack_peek_bottom_n(s, 0, d, len, tag), 0);
+    for (int dropped = 0; dropped < 3; dropped++) {
+        size_t got = mz_compstack_peek_bottom_n(s, 64, d, len, tag);
+        CHECK_EQ_INT(got, N - dropped);
+        for (size_t k = 0; k < got; k++) {
+            int i = dropped + (int)k;
+            CHECK_EQ_INT(tag[k], i);
+            CHECK_EQ_INT(len[k], 300 + 17 * i);
+            CHECK(d[k][0] == (uint8_t)(i + 1) && d[k][len[k] - 1] == (uint8_t)(i + 1));
+        }
+        CHECK_EQ_INT(mz_compstack_peek_bottom_n(s, 5, d, len, tag), 5);
+        CHECK_EQ_INT(tag[4], dropped + 4);
+        CHECK(mz_compstack_drop_bottom(s) == MZ_OK);
+    }
+    CHECK(mz_compstack_is_valid(s));
+    mz_compstack_free(s);
+}
+
 int main(void)
 {
     test_basic();
@@ -343,5 +377,6 @@ int main(void)
     test_random_ops();
     test_rss();
     test_defer_unmap();
+    test_peek_bottom_n();
     return t_done("test_compstack");
 }
