@@ -16,10 +16,7 @@
  *                [--swap DIR]
  */
 #define _GNU_SOURCE
-#include "engine/engine.h"
-#include "kv/kv_fill.h"
-#include "mem/manager.h"
-#include "mem/policy.h"
+#include "harness/harness.h" /* not public: the KV fill and the CompKV step */
 #include "mzcache.h"
 
 #include <errno.h>
@@ -111,48 +108,19 @@ int main(int argc, char **argv)
     mz_kvfill_free(f);
     mz_ctx_free(cal);
 
-    size_t n_units = (size_t)c->kv.n_layer * c->kv.n_chunks;
-    mz_evict_step *comp = calloc(n_units, sizeof *comp), *move = calloc(n_units, sizeof *move);
-    if (!comp || !move) return 1;
-    for (int l = 0, i = 0; l < c->kv.n_layer; l++)
-        for (size_t k = 0; k < c->kv.n_chunks; k++, i++) {
-            comp[i] = (mz_evict_step){.kind = MZ_UNIT_KV, .layer = l, .chunk = k,
-                                      .dest = MZ_DEST_COMPRESS, .stage = MZ_EVICT_STAGE_KV_ONLY};
-            /* the stack's bottom is the first item pushed */
-            move[i] = comp[i];
-            move[i].dest = MZ_DEST_STORE_COMPRESSED;
-            move[i].stage = MZ_EVICT_STAGE_COMP_KV;
-        }
+    size_t n_units = 0;
     const size_t batches[] = {1, (size_t)batch};
     double *ms[2], payload = 0;
     ms[0] = calloc((size_t)reps, sizeof(double));
     ms[1] = calloc((size_t)reps, sizeof(double));
     print_loadavg("at start");
-    printf("%d tokens, %zu KV chunks of %zu bytes, codec %s, swap dir %s\n", n_tok, n_units,
-           c->kv.chunk_bytes, codec, swap);
+    printf("%d tokens, %d layers of KV chunks of %zu bytes, codec %s, swap dir %s\n", n_tok,
+           mz_harness_kv_n_layer(c), mz_harness_kv_chunk_bytes(c), codec, swap);
     for (int r = 0; r < reps; r++)
         for (int b = 0; b < 2; b++) {
             int bi = r % 2 ? 1 - b : b; /* ABBA: both orders equally often */
-            int64_t freed = 0;
-            size_t moved = 0;
-            mz_evict_report rep;
-            memset(&rep, 0, sizeof rep);
-            mz_policy_view v; /* takes in the chunks the fill or the restore made */
-            mz_mem_view(c->mem, false, &v);
-            if (mz_mem_evict_steps(c->mem, comp, n_units, SIZE_MAX, &freed, &moved, &rep) ||
-                moved != n_units)
-                return fprintf(stderr, "compress: %s (%zu moved)\n", mz_last_error(), moved), 1;
-            mz_mem_stats st;
-            mz_get_mem_stats(c, &st);
-            payload = (double)st.kv.compressed_bytes;
-            mz_mem_set_compkv_batch(c->mem, batches[bi]);
-            freed = 0;
-            moved = 0;
-            double t0 = mz_time_ms();
-            if (mz_mem_evict_steps(c->mem, move, n_units, SIZE_MAX, &freed, &moved, &rep) ||
-                moved != n_units)
-                return fprintf(stderr, "compkv: %s (%zu moved)\n", mz_last_error(), moved), 1;
-            ms[bi][r] = mz_time_ms() - t0;
+            if (mz_harness_compkv(c, batches[bi], &ms[bi][r], &payload, &n_units))
+                return fprintf(stderr, "compkv: %s\n", mz_last_error()), 1;
             printf("rep %d batch %2zu: %8.1f ms  %7.1f MB/s\n", r, batches[bi], ms[bi][r],
                    payload / 1e3 / ms[bi][r]);
             if (mz_restore(c, NULL)) return fprintf(stderr, "restore: %s\n", mz_ctx_errmsg(c)), 1;
@@ -169,8 +137,6 @@ int main(int argc, char **argv)
     }
     free(ms[0]);
     free(ms[1]);
-    free(comp);
-    free(move);
     mz_ctx_free(c);
     mz_model_free(m);
     return 0;

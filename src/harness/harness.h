@@ -45,6 +45,13 @@ uint8_t *mz_harness_kv_chunk(mz_ctx_t *c, int l, size_t ci);
 const char *mz_harness_isa(void);
 /* Name of the q8 codec ISA picked at run time (MZ_KERNELS=avx2 keeps it off AVX-512 too). */
 const char *mz_harness_q8_isa(void);
+/* bench_compkv: compresses every KV chunk of c into the compressed stack
+ * (untimed), then moves the whole stack to the swap file (CompKV) with
+ * write submissions of `batch` items (1 = one write at a time, waited for).
+ * *ms = wall time of the move alone; *payload = encoded bytes moved;
+ * *n_units = chunks moved. The KV is left stored: mz_restore brings it back. */
+mz_status mz_harness_compkv(mz_ctx_t *c, size_t batch, double *ms, double *payload,
+                            size_t *n_units);
 /* Monotonic clock in milliseconds. */
 double mz_harness_time_ms(void);
 
