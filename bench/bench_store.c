@@ -11,7 +11,8 @@
  *       recomputed) + the question's prefill, vs recompute: model load +
  *       prefill of all N tokens + the question. With MZ_PEER=1 also
  *       llama.cpp's state reload (bench/peer_llamacpp.py) in the same run,
- *       and a table of the three.
+ *       and a table of the three. MZ_STORE_CODEC=q8 stores the full chunks
+ *       as q8 records (`--store-codec q8`; raw by default).
  *   bench_store resume MODEL N STORE_DIR
  *       Where a resume spends its time, page cache dropped: a synthetic
  *       session (as evict-clean's) of N tokens (the last chunk full, so 256
@@ -172,6 +173,7 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
         mz_ctx_t *c = NULL;
         mz_store_params sp = mz_store_params_default();
         sp.dir = dir;
+        sp.codec = getenv("MZ_STORE_CODEC");
         mz_ctx_params cp = cparams(n);
         if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st) ||
             mz_session_create(e, &cp, &c) || mz_session_store(c, st, "bench"))
@@ -203,6 +205,7 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
     mz_store_t *st = NULL;
     mz_store_params sp = mz_store_params_default();
     sp.dir = dir;
+    sp.codec = getenv("MZ_STORE_CODEC");
     if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st)) return 1;
     double t_load = now_ms() - t0;
     mz_ctx_params cp = cparams(n);
