@@ -349,6 +349,8 @@ struct mz_ospage {
     fmodel *fm;                /* stable while the context lives */
     char dir[4096];            /* where the KV fallback file goes */
     int kv_fd;                 /* unlinked KV file (no-swap fallback), -1 until needed */
+    int pagemap_fd;            /* /proc/self/pagemap (mapped_bytes), -1 until needed or
+                                  where it cannot be opened */
     size_t kv_file_bytes;
     uint8_t **fb;              /* [n_layer * max_chunks]: address of chunk (l, c) while it is
                                   file-backed (NULL: anonymous) */
@@ -379,6 +381,7 @@ mz_status mz_ospage_init(mz_ctx_t *c, const char *swap_dir, mz_ospage **out)
     mz_ospage *op = mz_calloc(1, sizeof *op);
     if (!op) return MZ_E_NOMEM;
     op->kv_fd = -1;
+    op->pagemap_fd = -1;
     op->slot_bytes = round_up(c->kv.chunk_bytes);
     op->fb = mz_calloc((size_t)c->kv.n_layer * MZ_MAX(c->kv.max_chunks, 1), sizeof *op->fb);
     if (!op->fb) {
@@ -407,6 +410,7 @@ void mz_ospage_free(mz_ctx_t *c, mz_ospage *op)
     /* File-backed chunks stay mapped until the KV cache unmaps them; the file
      * is already unlinked, so closing it here loses nothing. */
     if (op->kv_fd >= 0) close(op->kv_fd);
+    if (op->pagemap_fd >= 0) close(op->pagemap_fd);
     free(op->fb);
     free(op);
 }
@@ -429,11 +433,13 @@ static size_t resident_bytes(const void *p, size_t len)
 /* Bytes of [p, p + len) mapped in this process's page table now
  * (/proc/self/pagemap, bit 63). Unlike mincore, a page that went to swap but
  * still sits in the swap cache does not count: MADV_PAGEOUT has done all it
- * can with it. Falls back to mincore where pagemap cannot be read. */
-static size_t mapped_bytes(const void *p, size_t len)
+ * can with it. Falls back to mincore where pagemap cannot be read. *fd is
+ * the context's pagemap descriptor, opened at the first call. */
+static size_t mapped_bytes(int *fd_cache, const void *p, size_t len)
 {
     if (!p || !len) return 0;
-    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (*fd_cache < 0) *fd_cache = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    int fd = *fd_cache;
     if (fd < 0) return resident_bytes(p, len);
     size_t n = round_up(len) / pg(), res = 0;
     uint64_t ent[512];
@@ -441,14 +447,10 @@ static size_t mapped_bytes(const void *p, size_t len)
     for (size_t i = 0; i < n;) {
         size_t k = MZ_MIN(n - i, sizeof ent / sizeof ent[0]);
         ssize_t got = pread(fd, ent, k * sizeof ent[0], off + (off_t)(i * sizeof ent[0]));
-        if (got != (ssize_t)(k * sizeof ent[0])) {
-            close(fd);
-            return resident_bytes(p, len);
-        }
+        if (got != (ssize_t)(k * sizeof ent[0])) return resident_bytes(p, len);
         for (size_t j = 0; j < k; j++) res += (ent[j] >> 63) & 1;
         i += k;
     }
-    close(fd);
     return MZ_MIN(res * pg(), len);
 }
 
@@ -574,7 +576,8 @@ static mz_status chunk_to_file(mz_ospage *op, uint8_t *chunk, size_t idx, int l,
     return MZ_OK;
 }
 
-static mz_status evict_chunk(mz_ctx_t *c, mz_ospage *op, int l, size_t ck)
+/* swap: the system has swap space (read once per eviction). */
+static mz_status evict_chunk(mz_ctx_t *c, mz_ospage *op, int l, size_t ck, bool swap)
 {
     uint8_t *chunk = c->kv.chunks[l][ck];
     size_t idx = (size_t)l * c->kv.max_chunks + ck;
@@ -586,11 +589,11 @@ static mz_status evict_chunk(mz_ctx_t *c, mz_ospage *op, int l, size_t ck)
         op->fb[idx] = NULL;
         /* A page the kernel is still writing to swap, or that another CPU
          * touched a moment ago, is skipped by one pass; a few passes give the
-         * swap device its chance before the chunk goes to the file. */
-        bool swap = mz_ospage_swap_total(NULL) > 0;
+         * swap device its chance. */
         for (int pass = 0; pass < 4; pass++) {
             (void)madvise(chunk, op->slot_bytes, MADV_PAGEOUT);
-            if (mapped_bytes(chunk, op->slot_bytes) == 0) return MZ_OK; /* in swap */
+            if (mapped_bytes(&op->pagemap_fd, chunk, op->slot_bytes) == 0)
+                return MZ_OK; /* in swap */
             if (!swap) break; /* no swap: the file it is */
             sched_yield();
         }
@@ -703,7 +706,7 @@ mz_status mz_ospage_evict(mz_ctx_t *c, mz_ospage *op, size_t nbytes, mz_evict_re
      * count says (the net is read only once the raw count is there). */
     size_t raw = 0, to_zram = 0;
     bool all_zram = false;
-    (void)mz_ospage_swap_total(&all_zram);
+    bool swap = mz_ospage_swap_total(&all_zram) > 0;
 #define OSP_ENOUGH() (raw >= nbytes && net_freed(raw, to_zram) >= nbytes)
     if (nbytes == 0) goto out;
     /* Freed bytes are counted over the unit and its neighbours: reclaiming a
@@ -715,7 +718,7 @@ mz_status mz_ospage_evict(mz_ctx_t *c, mz_ospage *op, size_t nbytes, mz_evict_re
             size_t before = resident_bytes(chunk, c->kv.chunk_bytes);
             if (!before) continue;
             size_t wbefore = kv_window_resident(c, l, k);
-            if ((s = evict_chunk(c, op, l, k))) break;
+            if ((s = evict_chunk(c, op, l, k, swap))) break;
             size_t after = resident_bytes(chunk, c->kv.chunk_bytes);
             size_t wafter = kv_window_resident(c, l, k);
             raw += wbefore > wafter ? wbefore - wafter : 0;
