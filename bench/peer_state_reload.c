@@ -23,14 +23,15 @@
  *       token (argmax of the last logits). Prints per run to stderr and one
  *       line to stdout, medians over the runs:
  *         state_reload tokens=N runs=R ms=T model_ms=. ctx_ms=. state_ms=.
- *           query_ms=. state_mib=. cached_kib=. threads=. first_token=.
+ *           query_ms=. state_mib=. cached_kib=. threads=. first_token=. omp_wait=.
  *       (cached_kib: the largest number of KiB of model + state still in the
  *       page cache after the drop, over the runs.)
  *
  * Context parameters are llama-cpp-python's as the Python peer sets them:
  * n_ctx = N + Q + 16, n_batch = n_ubatch = 512, flash attention off, the
  * model memory-mapped; the question's ids are (1000 + 37 i) mod n_vocab, as
- * on mzcache's side.
+ * on mzcache's side. libgomp reads OMP_WAIT_POLICY at program start, so it
+ * is set by the caller (bench_store: passive unless the environment says).
  */
 #define _GNU_SOURCE
 #include "llama.h"
@@ -435,13 +436,14 @@ static int cmd_reload(const struct opts *o)
     if (stat(o->state, &st)) return 1;
     int nr = (int)o->runs;
     printf("state_reload tokens=%ld runs=%d ms=%.1f model_ms=%.1f ctx_ms=%.1f state_ms=%.1f "
-           "query_ms=%.1f state_mib=%.1f cached_kib=%lld threads=%ld first_token=%d\n", o->n, nr,
+           "query_ms=%.1f state_mib=%.1f cached_kib=%lld threads=%ld first_token=%d omp_wait=%s\n", o->n, nr,
            median_of(rs, nr, offsetof(struct run_result, total_ms)),
            median_of(rs, nr, offsetof(struct run_result, model_ms)),
            median_of(rs, nr, offsetof(struct run_result, ctx_ms)),
            median_of(rs, nr, offsetof(struct run_result, state_ms)),
            median_of(rs, nr, offsetof(struct run_result, query_ms)),
-           (double)st.st_size / 1048576.0, cached_max >> 10, o->threads, rs[0].first_token);
+           (double)st.st_size / 1048576.0, cached_max >> 10, o->threads, rs[0].first_token,
+           getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset");
     return 0;
 }
 
