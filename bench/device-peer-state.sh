@@ -17,11 +17,13 @@
 # On the device (../shared/DEVICE.md), from the project root, after
 # `../shared/device/bundle.sh build --llama-cpp` here:
 #   device run, carry [".bundle"], timeout 300:  bash bench/device-peer-state.sh
+# About 3-4 minutes (peer build ~45 s, then the three rows; the qwen3 row is
+# skipped if it would start after TIME_BUDGET).
 # Locally (peer built here, or PEER_BIN=path to reuse one):
 #   MZ_LOCAL=1 ROWS="smollm2-135m:Q4_1:1024" bash bench/device-peer-state.sh
 # Knobs: ROWS ("smollm2-135m:Q4_1:8192 smollm2-135m:Q4_1:16384
 #        qwen3-0.6b:F16:8192": preset:type:tokens, run in this order),
-#        TIME_BUDGET (200 s from the start: no row starts later), PEER_BIN,
+#        TIME_BUDGET (180 s from the start: no row starts later), PEER_BIN,
 #        OMP_WAIT_POLICY of the llama.cpp peer (active there: llama.cpp's
 #        default, its best on an idle machine; passive with MZ_LOCAL=1, as
 #        bench_store's default: spinning barriers on a shared machine
@@ -30,7 +32,7 @@ set -uo pipefail
 T0=$(date +%s)
 OUTD=${OUT:-/tmp/peer-state-out}; mkdir -p "$OUTD"
 ROWS=${ROWS:-"smollm2-135m:Q4_1:8192 smollm2-135m:Q4_1:16384 qwen3-0.6b:F16:8192"}
-TIME_BUDGET=${TIME_BUDGET:-200}
+TIME_BUDGET=${TIME_BUDGET:-180}
 W=${WORK:-/tmp/peer-state-models}; mkdir -p "$W"
 ST=${STORE:-/tmp/peer-state-store}
 if [ "${MZ_LOCAL:-0}" = 1 ]; then
