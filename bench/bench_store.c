@@ -11,8 +11,10 @@
  *       recomputed) + the question's prefill, vs recompute: model load +
  *       prefill of all N tokens + the question. With MZ_PEER=1 also
  *       llama.cpp's state reload (bench/peer_llamacpp.py) in the same run,
- *       and a table of the three. MZ_STORE_CODEC=q8 stores the full chunks
- *       as q8 records (`--store-codec q8`; raw by default).
+ *       and a table of the three; MZ_PEER_STATE_BIN=path does the same with
+ *       bench/peer_state_reload.c (bench/build-peer-state.sh builds it).
+ *       MZ_STORE_CODEC=q8 stores the full chunks as q8 records
+ *       (`--store-codec q8`; raw by default).
  *   bench_store resume MODEL N STORE_DIR
  *       Where a resume spends its time, page cache dropped: a synthetic
  *       session (as evict-clean's) of N tokens (the last chunk full, so 256
@@ -116,6 +118,15 @@ static int first_token_after(mz_ctx_t *c, const mz_token *q, size_t nq)
     return 0;
 }
 
+/* The table of the three, one row. */
+static void peer_table(size_t n, double resume_ms, double peer_ms, double recompute_ms)
+{
+    printf("| tokens | mzcache resume ms | llama.cpp state reload ms | recompute ms | resume / state "
+           "reload | recompute / resume |\n|---|---|---|---|---|---|\n| %zu | %.0f | %.0f | %.0f | "
+           "%.2f | %.1fx |\n", n, resume_ms, peer_ms, recompute_ms, resume_ms / peer_ms,
+           recompute_ms / resume_ms);
+}
+
 /* llama.cpp's answer to a kill, in the same run: bench/peer_llamacpp.py
  * --metrics state_reload (model load + llama_state_load_file of a saved
  * state, page cache dropped; its state is synthetic, of llama.cpp's own
@@ -155,10 +166,42 @@ static void peer_state_reload(const char *model, size_t n, double resume_ms, dou
                "installed? scripts/install-peer.sh)\n", rc);
         return;
     }
-    printf("| tokens | mzcache resume ms | llama.cpp state reload ms | recompute ms | resume / state "
-           "reload | recompute / resume |\n|---|---|---|---|---|---|\n| %zu | %.0f | %.0f | %.0f | "
-           "%.2f | %.1fx |\n", n, resume_ms, med, recompute_ms, resume_ms / med,
-           recompute_ms / resume_ms);
+    peer_table(n, resume_ms, med, recompute_ms);
+}
+
+/* The same column from bench/peer_state_reload.c (llama.h in C; built by
+ * bench/build-peer-state.sh), where llama-cpp-python is missing or crashes:
+ * MZ_PEER_STATE_BIN=path. Its synthetic state is written next to the store
+ * (same disk), then three cold reloads, each in a fresh process, medians,
+ * with the OMP_WAIT_POLICY of the environment (passive if unset). */
+static void peer_state_reload_c(const char *bin, const char *model, const char *dir, size_t n,
+                                double resume_ms, double recompute_ms)
+{
+    char state[4200], cmd[9000], line[1024];
+    /* passive OpenMP waits unless told otherwise: llama.cpp's spinning
+     * barriers measure the load of a shared machine, not llama.cpp */
+    const char *omp = getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "passive";
+    snprintf(state, sizeof state, "%s/peer.state", dir);
+    snprintf(cmd, sizeof cmd, "export OMP_WAIT_POLICY='%s'; '%s' save -m '%s' -n %zu -s '%s' -t %d >&2 "
+             "&& '%s' reload -m '%s' -n %zu -s '%s' -t %d -r 3", omp, bin, model, n, state,
+             mz_n_cpus(), bin, model, n, state, mz_n_cpus());
+    fflush(stdout);
+    FILE *p = popen(cmd, "r");
+    double ms = -1, mod = 0, ctx = 0, st = 0, q = 0;
+    while (p && fgets(line, sizeof line, p))
+        if (sscanf(line, "state_reload tokens=%*d runs=%*d ms=%lf model_ms=%lf ctx_ms=%lf state_ms=%lf "
+                   "query_ms=%lf", &ms, &mod, &ctx, &st, &q) == 5)
+            fputs(line, stdout);
+    int rc = p ? pclose(p) : -1;
+    unlink(state);
+    if (rc || ms <= 0) {
+        printf("llama.cpp state reload (%s): not measured (exit %d)\n", bin, rc);
+        return;
+    }
+    printf("llama.cpp state reload: %.0f ms = model load %.0f + context %.0f + "
+           "llama_state_load_file %.0f + the question %.0f (medians of 3, OMP_WAIT_POLICY=%s)\n",
+           ms, mod, ctx, st, q, omp);
+    peer_table(n, resume_ms, ms, recompute_ms);
 }
 
 static int cmd_ttft(const char *model, size_t n, const char *dir)
@@ -236,10 +279,13 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
     printf("recompute: TTFT %.0f ms\n", ttft_re);
     printf("tokens %zu: resume %.0f ms, recompute %.0f ms, speed-up %.1fx\n", n, ttft_resume,
            ttft_re, ttft_re / ttft_resume);
-    if (getenv("MZ_PEER")) peer_state_reload(model, n, ttft_resume, ttft_re);
     mz_ctx_free(c);
     mz_model_free(m);
     free(t);
+    /* after the model is unmapped: a file mapped here would stay cached */
+    if (getenv("MZ_PEER")) peer_state_reload(model, n, ttft_resume, ttft_re);
+    if (getenv("MZ_PEER_STATE_BIN"))
+        peer_state_reload_c(getenv("MZ_PEER_STATE_BIN"), model, dir, n, ttft_resume, ttft_re);
     return 0;
 }
 
