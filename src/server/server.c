@@ -26,6 +26,9 @@
 #include "io/swapfile.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -242,6 +245,18 @@ static size_t evictable_held(const mz_mem_stats *st)
 static mz_status do_evict(mz_server_t *s, size_t nbytes, srv_event *ev, mz_evict_report *rep)
 {
     mz_status st = srv_evict_sessions(s, nbytes, rep);
+#ifdef __GLIBC__
+    /* The heap memory the requests, restores and evictions freed goes back
+     * too: glibc keeps freed chunks in its arenas, and once a buffer above
+     * its mmap threshold has been freed it raises that threshold (and the
+     * trim threshold with it, up to 64 MiB), so the forward pass's per-layer
+     * attention scratch, the sampler's and the restore's buffers stay
+     * resident in the heap and the per-thread arenas after they are freed:
+     * the daemon's RSS with everything evicted rose 62 -> 79 MiB over four
+     * evict / restore / question cycles of a 2.9k-token SmolLM2 conversation
+     * and stayed there. malloc_trim returns the free pages of every arena. */
+    malloc_trim(0);
+#endif
     mz_mem_stats after;
     srv_mem_stats(s, &after);
     ev->requested = nbytes;
