@@ -12,7 +12,10 @@
 # is restarted and pays the cold start (model load + the conversation
 # prefilled again) in its TTFT.
 #
-# Prints per round survived/killed and TTFT; per eviction (mzcache) what the
+# Prints per round survived/killed, TTFT, its ratio to the in-memory TTFT (the median of
+# three new questions with everything resident, before the first round: every timed
+# question prefills the same 16 tokens) and to the round's control, and the daemon's RSS
+# at the hog's peak; per eviction (mzcache) what the
 # signal needed, what was freed, their ratio and the eviction's time, and
 # the weights-only evictions (issue 19: "a weights-only eviction took 2 s
 # under memory.high"); per restore ahead its size and time. Writes
@@ -28,7 +31,9 @@
 #   device run, carry [".bundle"]:   bash bench/device-pressure.sh
 # (generates a SmolLM2-shaped Q4_1 model from .bundle/vocab.gguf; about
 # 3-5 min with the defaults: each killed round costs a stall of up to STALL_S plus a cold
-# start). Here (cgroup v1, 2 vCPUs, the real model):
+# start). mzcache alone, the issue's ten rounds (~3 min):
+#   device run, carry [".bundle"]:   DAEMONS=mzcache ROUNDS=10 bash bench/device-pressure.sh
+# Here (cgroup v1, 2 vCPUs, the real model):
 #   MZ_LOCAL=1 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf bash bench/device-pressure.sh
 # Knobs (environment): ROUNDS (4), CTX_TOKENS (8192), DAEMONS ("mzcache
 # os-paging-zram os-paging"), THREADS (4), HEADROOM (64M: mzcache's
@@ -249,8 +254,8 @@ for tag in $DAEMONS; do
         BUDGET_PID=$!
     fi
     sleep 2.5 # the monitor re-arms its thresholds for the new limit
-    ooms0=$(cg_ooms "$CG"); surv=0; ttfts=""; xs=""; xms=""; n_ok=0; n_le3=0
-    echo "round,survived,lmk_kill,hog_mib,peak_usage_mib,ttft_ms,prefilled_tokens,restart_ms,evicted_mib_before,queue_ms,control_ttft_ms,control_prefilled_tokens,ttft_over_control,ttft_over_in_memory" > "$OUTD/$tag-rounds.csv"
+    ooms0=$(cg_ooms "$CG"); surv=0; ttfts=""; xs=""; xms=""; rsss=""; n_ok=0; n_le3=0
+    echo "round,survived,lmk_kill,hog_mib,peak_usage_mib,daemon_rss_at_peak_mib,ttft_ms,prefilled_tokens,restart_ms,evicted_mib_before,queue_ms,control_ttft_ms,control_prefilled_tokens,ttft_over_control,ttft_over_in_memory" > "$OUTD/$tag-rounds.csv"
     for rd in $(seq "$ROUNDS"); do
         grown=0; lmk=0
         while [ "$grown" -lt "$HOG_MAX" ]; do
@@ -265,6 +270,8 @@ for tag in $DAEMONS; do
         done
         sleep "$HOLD_S"
         peak=$(( $(cg_usage "$CG") / MiB ))
+        # the daemon's own RSS at the hog's peak (with everything it gave back)
+        rss=$(awk '$1 == "VmRSS:" { printf "%.0f", $2 / 1024 }' "/proc/$DPID/status" 2>/dev/null)
         alive=1; kill -0 "$DPID" 2>/dev/null || alive=0
         [ $alive = 0 ] && wait "$DPID" 2>/dev/null
         rm -f "$HOGDIR/hog"; sleep 1
@@ -288,21 +295,22 @@ for tag in $DAEMONS; do
         surv=$(( surv + alive ))
         ttfts+="$tt$([ $alive = 0 ] && echo K) "; xs+="$x "; xms+="$xm "
         [ $alive = 1 ] && { n_ok=$(( n_ok + 1 )); awk -v v="$xm" 'BEGIN { exit !(v != "-" && v <= 3) }' && n_le3=$(( n_le3 + 1 )); }
-        echo "$rd,$alive,$lmk,$grown,$peak,$tt,${np:-},$restart,$evm,${q:-0},${tc:-},${npc:-},$x,$xm" >> "$OUTD/$tag-rounds.csv"
-        say "$tag round $rd: $([ $alive = 1 ] && echo survived || echo KILLED); hog $grown MiB, peak usage $peak MiB; TTFT $tt ms (${np:-?} tokens prefilled; x$xm the in-memory TTFT; $evm MiB evicted before; queue ${q:-0} ms); control ${tc:-?} ms (${npc:-?} tokens; x$x)"
+        rsss+="${rss:--} "
+        echo "$rd,$alive,$lmk,$grown,$peak,${rss:-},$tt,${np:-},$restart,$evm,${q:-0},${tc:-},${npc:-},$x,$xm" >> "$OUTD/$tag-rounds.csv"
+        say "$tag round $rd: $([ $alive = 1 ] && echo survived || echo KILLED); hog $grown MiB, peak usage $peak MiB (daemon RSS ${rss:-?} MiB); TTFT $tt ms (${np:-?} tokens prefilled; x$xm the in-memory TTFT; $evm MiB evicted before; queue ${q:-0} ms); control ${tc:-?} ms (${npc:-?} tokens; x$x)"
         sleep 1
     done
     ooms=$(( $(cg_ooms "$CG") - ooms0 ))
     [ -n "$BUDGET_PID" ] && { kill "$BUDGET_PID" 2>/dev/null; wait "$BUDGET_PID" 2>/dev/null; BUDGET_PID=""; }
     kill "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
     [ -n "$ZRAM" ] && { zs=$(cat "/sys/block/$(basename "$ZRAM")/mm_stat"); sh scripts/zram-swap.sh down "$ZRAM" >/dev/null 2>&1; ZRAM=""; }
-    SUMMARY+=("| $tag | $surv / $ROUNDS | $ttft_mem | ${ttfts% } | ${xms% } | $n_le3 / $n_ok | ${xs% } | $ooms |")
+    SUMMARY+=("| $tag | $surv / $ROUNDS | $ttft_mem | ${ttfts% } | ${xms% } | $n_le3 / $n_ok | ${xs% } | $ooms | ${rsss% } |")
 done
 
 {
 echo
-echo "| daemon | survived | TTFT in memory ms (new question) | TTFT after each round ms (K = killed: cold start) | ÷ TTFT in memory | surviving rounds <= 3x | ÷ control TTFT of the round | kernel OOM kills |"
-echo "|---|---|---:|---|---|---|---|---:|"
+echo "| daemon | survived | TTFT in memory ms (new question) | TTFT after each round ms (K = killed: cold start) | ÷ TTFT in memory | surviving rounds <= 3x | ÷ control TTFT of the round | kernel OOM kills | daemon RSS at each hog peak MiB |"
+echo "|---|---|---:|---|---|---|---|---:|---|"
 printf '%s\n' "${SUMMARY[@]}"
 echo
 echo "In-memory reference, everything resident, before the first round (each timed question is new and prefills the same number of tokens; a round's tokens are in its CSV):"
