@@ -247,14 +247,13 @@ static mz_status do_evict(mz_server_t *s, size_t nbytes, srv_event *ev, mz_evict
     mz_status st = srv_evict_sessions(s, nbytes, rep);
 #ifdef __GLIBC__
     /* The heap memory the requests, restores and evictions freed goes back
-     * too: glibc keeps freed chunks in its arenas, and once a buffer above
-     * its mmap threshold has been freed it raises that threshold (and the
-     * trim threshold with it, up to 64 MiB), so the forward pass's per-layer
-     * attention scratch, the sampler's and the restore's buffers stay
-     * resident in the heap and the per-thread arenas after they are freed:
-     * the daemon's RSS with everything evicted rose 62 -> 79 MiB over four
-     * evict / restore / question cycles of a 2.9k-token SmolLM2 conversation
-     * and stayed there. malloc_trim returns the free pages of every arena. */
+     * too: glibc gives back only the top of its main heap and of each
+     * per-thread arena, and only above its trim threshold (which it raises
+     * whenever a chunk it had mmapped is freed), so the pages of freed
+     * chunks stay resident: the daemon's RSS with everything evicted rose
+     * 60 -> 77 MiB over evict / restore / question cycles of a 2.9k-token
+     * SmolLM2 conversation, two arenas holding 13 and 14 MB of free chunks.
+     * malloc_trim returns the free pages of every arena (1-3 ms). */
     malloc_trim(0);
 #endif
     mz_mem_stats after;
