@@ -12,7 +12,10 @@
 # is restarted and pays the cold start (model load + the conversation
 # prefilled again) in its TTFT.
 #
-# Prints per round survived/killed and TTFT; per eviction (mzcache) what the
+# Prints per round survived/killed, TTFT, its ratio to the in-memory TTFT (the median of
+# three new questions with everything resident, before the first round: every timed
+# question prefills the same 16 tokens) and to the round's control, and the daemon's RSS
+# at the hog's peak; per eviction (mzcache) what the
 # signal needed, what was freed, their ratio and the eviction's time, and
 # the weights-only evictions (issue 19: "a weights-only eviction took 2 s
 # under memory.high"); per restore ahead its size and time. Writes
@@ -28,7 +31,9 @@
 #   device run, carry [".bundle"]:   bash bench/device-pressure.sh
 # (generates a SmolLM2-shaped Q4_1 model from .bundle/vocab.gguf; about
 # 3-5 min with the defaults: each killed round costs a stall of up to STALL_S plus a cold
-# start). Here (cgroup v1, 2 vCPUs, the real model):
+# start). mzcache alone, the issue's ten rounds (~3 min):
+#   device run, carry [".bundle"]:   DAEMONS=mzcache ROUNDS=10 bash bench/device-pressure.sh
+# Here (cgroup v1, 2 vCPUs, the real model):
 #   MZ_LOCAL=1 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf bash bench/device-pressure.sh
 # Knobs (environment): ROUNDS (4), CTX_TOKENS (8192), DAEMONS ("mzcache
 # os-paging-zram os-paging"), THREADS (4), HEADROOM (64M: mzcache's
@@ -163,6 +168,14 @@ N_CTX=$(( CTX_TOKENS + 2048 ))
 SYS='{"role":"system","content":"You are a helpful assistant. Answer briefly."}'
 USER="{\"role\":\"user\",\"content\":\"Read this: $TEXT\"}"
 ASK() { printf '{"messages":[%s,%s,{"role":"assistant","content":"I have read it."},{"role":"user","content":"Question %d: what is the passage about?"}],"temperature":0,"max_tokens":8,"user":"devpress"}' "$SYS" "$USER" "$1"; }
+# Every timed question is new and costs the same prefill: each question cuts the previous
+# one's turn (one named session), so a question prefills its own tokens from the first one
+# that differs. The numbers have three digits (one token each) and each differs from the
+# one asked before it in the first digit: round rd asks 100 + rd, its control 500 + rd, the
+# in-memory reference 700, 800, 900 (16 tokens prefilled over the conversation each, with
+# the SmolLM2 tokenizer). Asking the prefilled question again is no reference: it prefills
+# one token (a decode step; 20 ms where a new question took 66-74 ms on the 16-vCPU device).
+[ "$ROUNDS" -le 99 ] || { say "ROUNDS must be at most 99 (three-digit question numbers)"; exit 2; }
 
 start_daemon() { # tag mode cg → sets DPID, PORT, START_MS
     local tag=$1 mode=$2 cg=$3 pf=$W/$1.port t0 extra=()
@@ -193,7 +206,7 @@ hog_grow() { # cg MiB → 0 ok, 1 stalled (timeout), 2 failed
 echo "machine: $(nproc) vCPUs, cgroup v$CGV, kernel $(uname -r), $(date -u +%FT%TZ); model $(basename "$M"), ~$CTX_TOKENS-token conversation, $THREADS threads, q8"
 echo "plan: limit = mzcache's usage with everything resident + $MARGIN_MIB MiB$([ $CGV = 2 ] && echo " (memory.max; memory.high $HIGH_GAP_MIB MiB below)"); hog peak = $MARGIN_MIB MiB + $NEED_PCT % of weights + KV, $HOG_STEP_MIB MiB every $HOG_STEP_S s, held $HOLD_S s; stall $STALL_S s = killed (lmkd)"
 } | tee "$OUTD/pressure.md"
-LIMIT=0; HOG_MAX=0; SUMMARY=()
+LIMIT=0; HOG_MAX=0; SUMMARY=(); MEMREF=()
 for tag in $DAEMONS; do
     mode=mzcache; [ "$tag" = mzcache ] || mode=os-paging
     if [ "$tag" = os-paging-zram ]; then
@@ -209,8 +222,17 @@ for tag in $DAEMONS; do
     start_daemon "$tag" "$mode" "$CG" || { say "$tag: daemon did not start (see $OUTD/$tag-daemon.log)"; continue; }
     t0=$(now); r=$(http "$PORT" POST /v1/chat/completions "$(ASK 0)")
     prefill_ms=$(ms_since "$t0"); ptoks=$(jnum prompt_tokens <<<"$r")
-    r=$(http "$PORT" POST /v1/chat/completions "$(ASK 0)"); ttft_mem=$(jnum ttft_ms <<<"$r" | awk '{ printf "%.0f", $1 }')
-    say "$tag: started in $START_MS ms; conversation of $ptoks tokens prefilled in $prefill_ms ms; in-memory TTFT $ttft_mem ms"
+    r=$(http "$PORT" POST /v1/chat/completions "$(ASK 0)")
+    ttft_rep=$(jnum ttft_ms <<<"$r" | awk '{ printf "%.0f", $1 }'); n_rep=$(jnum prompt_n <<<"$r")
+    # The in-memory reference: the median of three new questions, everything resident.
+    mem=""; n_mem=""
+    for qn in 700 800 900; do
+        r=$(http "$PORT" POST /v1/chat/completions "$(ASK $qn)")
+        mem+="$(jnum ttft_ms <<<"$r" | awk '{ printf "%.0f", $1 }') "; n_mem+="$(jnum prompt_n <<<"$r") "
+    done
+    ttft_mem=$(printf '%s\n' $mem | sort -g | awk '{ v[NR] = $1 } END { printf "%.0f", NR ? v[int((NR + 1) / 2)] : 0 }')
+    say "$tag: started in $START_MS ms; conversation of $ptoks tokens prefilled in $prefill_ms ms; in-memory TTFT of a new question $ttft_mem ms (median of ${mem% } ms; ${n_mem% } tokens prefilled); the prefilled question again: $ttft_rep ms ($n_rep token prefilled)"
+    MEMREF+=("| $tag | $ptoks | ${mem% } | ${n_mem% } | $ttft_rep ($n_rep) |")
     if [ "$tag" = mzcache ]; then
         st=$(http "$PORT" GET /mz/status)
         wt=$(grep -o '"weights":{"total_bytes":[0-9.e+]*' <<<"$st" | grep -o '[0-9.e+]*$')
@@ -232,8 +254,8 @@ for tag in $DAEMONS; do
         BUDGET_PID=$!
     fi
     sleep 2.5 # the monitor re-arms its thresholds for the new limit
-    ooms0=$(cg_ooms "$CG"); surv=0; ttfts=""; xs=""
-    echo "round,survived,lmk_kill,hog_mib,peak_usage_mib,ttft_ms,restart_ms,evicted_mib_before,queue_ms,control_ttft_ms,ttft_over_control" > "$OUTD/$tag-rounds.csv"
+    ooms0=$(cg_ooms "$CG"); surv=0; ttfts=""; xs=""; xms=""; rsss=""; n_ok=0; n_le3=0
+    echo "round,survived,lmk_kill,hog_mib,peak_usage_mib,daemon_rss_at_peak_mib,ttft_ms,prefilled_tokens,restart_ms,evicted_mib_before,queue_ms,control_ttft_ms,control_prefilled_tokens,ttft_over_control,ttft_over_in_memory" > "$OUTD/$tag-rounds.csv"
     for rd in $(seq "$ROUNDS"); do
         grown=0; lmk=0
         while [ "$grown" -lt "$HOG_MAX" ]; do
@@ -248,6 +270,8 @@ for tag in $DAEMONS; do
         done
         sleep "$HOLD_S"
         peak=$(( $(cg_usage "$CG") / MiB ))
+        # the daemon's own RSS at the hog's peak (with everything it gave back)
+        rss=$(awk '$1 == "VmRSS:" { printf "%.0f", $2 / 1024 }' "/proc/$DPID/status" 2>/dev/null)
         alive=1; kill -0 "$DPID" 2>/dev/null || alive=0
         [ $alive = 0 ] && wait "$DPID" 2>/dev/null
         rm -f "$HOGDIR/hog"; sleep 1
@@ -256,34 +280,44 @@ for tag in $DAEMONS; do
             start_daemon "$tag" "$mode" "$CG" || { say "$tag: restart failed"; break; }
             restart=$START_MS
         fi
-        r=$(http "$PORT" POST /v1/chat/completions "$(ASK "$rd")")
+        r=$(http "$PORT" POST /v1/chat/completions "$(ASK $(( 100 + rd )))")
         t=$(jnum ttft_ms <<<"$r"); ev=$(jnum evicted_bytes_before <<<"$r"); q=$(jnum queue_ms <<<"$r" | awk '{ printf "%.0f", $1 }')
+        np=$(jnum prompt_n <<<"$r")
         [ -n "$t" ] || say "$tag round $rd: no answer: ${r:0:200}"
         tt=$(awk -v a="${t:-0}" -v b="$restart" 'BEGIN { printf "%.0f", a + b }')
         evm=$(awk -v e="${ev:-0}" 'BEGIN { printf "%.1f", e / 1048576 }')
         # Control: one more new question right away, nothing evicted since (the same machine
         # at the same moment); the ratio to it is what the round's pressure cost.
-        rc_=$(http "$PORT" POST /v1/chat/completions "$(ASK $(( rd + 100 )))")
-        tc=$(jnum ttft_ms <<<"$rc_" | awk '{ printf "%.0f", $1 }')
+        rc_=$(http "$PORT" POST /v1/chat/completions "$(ASK $(( 500 + rd )))")
+        tc=$(jnum ttft_ms <<<"$rc_" | awk '{ printf "%.0f", $1 }'); npc=$(jnum prompt_n <<<"$rc_")
         x=$(awk -v a="$tt" -v b="${tc:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+        xm=$(awk -v a="$tt" -v b="${ttft_mem:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
         surv=$(( surv + alive ))
-        ttfts+="$tt$([ $alive = 0 ] && echo K) "; xs+="$x "
-        echo "$rd,$alive,$lmk,$grown,$peak,$tt,$restart,$evm,${q:-0},${tc:-},$x" >> "$OUTD/$tag-rounds.csv"
-        say "$tag round $rd: $([ $alive = 1 ] && echo survived || echo KILLED); hog $grown MiB, peak usage $peak MiB; TTFT $tt ms ($evm MiB evicted before; queue ${q:-0} ms); control ${tc:-?} ms (x$x)"
+        ttfts+="$tt$([ $alive = 0 ] && echo K) "; xs+="$x "; xms+="$xm "
+        [ $alive = 1 ] && { n_ok=$(( n_ok + 1 )); awk -v v="$xm" 'BEGIN { exit !(v != "-" && v <= 3) }' && n_le3=$(( n_le3 + 1 )); }
+        rsss+="${rss:--} "
+        echo "$rd,$alive,$lmk,$grown,$peak,${rss:-},$tt,${np:-},$restart,$evm,${q:-0},${tc:-},${npc:-},$x,$xm" >> "$OUTD/$tag-rounds.csv"
+        say "$tag round $rd: $([ $alive = 1 ] && echo survived || echo KILLED); hog $grown MiB, peak usage $peak MiB (daemon RSS ${rss:-?} MiB); TTFT $tt ms (${np:-?} tokens prefilled; x$xm the in-memory TTFT; $evm MiB evicted before; queue ${q:-0} ms); control ${tc:-?} ms (${npc:-?} tokens; x$x)"
         sleep 1
     done
     ooms=$(( $(cg_ooms "$CG") - ooms0 ))
     [ -n "$BUDGET_PID" ] && { kill "$BUDGET_PID" 2>/dev/null; wait "$BUDGET_PID" 2>/dev/null; BUDGET_PID=""; }
     kill "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
     [ -n "$ZRAM" ] && { zs=$(cat "/sys/block/$(basename "$ZRAM")/mm_stat"); sh scripts/zram-swap.sh down "$ZRAM" >/dev/null 2>&1; ZRAM=""; }
-    SUMMARY+=("| $tag | $surv / $ROUNDS | $ttft_mem | ${ttfts% } | ${xs% } | $ooms |")
+    SUMMARY+=("| $tag | $surv / $ROUNDS | $ttft_mem | ${ttfts% } | ${xms% } | $n_le3 / $n_ok | ${xs% } | $ooms | ${rsss% } |")
 done
 
 {
 echo
-echo "| daemon | survived | TTFT in memory ms | TTFT after each round ms (K = killed: cold start) | ÷ control TTFT of the round | kernel OOM kills |"
-echo "|---|---|---:|---|---|---:|"
+echo "| daemon | survived | TTFT in memory ms (new question) | TTFT after each round ms (K = killed: cold start) | ÷ TTFT in memory | surviving rounds <= 3x | ÷ control TTFT of the round | kernel OOM kills | daemon RSS at each hog peak MiB |"
+echo "|---|---|---:|---|---|---|---|---:|---|"
 printf '%s\n' "${SUMMARY[@]}"
+echo
+echo "In-memory reference, everything resident, before the first round (each timed question is new and prefills the same number of tokens; a round's tokens are in its CSV):"
+echo
+echo "| daemon | conversation tokens | new questions 700 / 800 / 900: TTFT ms | tokens prefilled | the prefilled question asked again: TTFT ms (tokens) |"
+echo "|---|---:|---|---|---|"
+printf '%s\n' "${MEMREF[@]}"
 if [ -s "$OUTD/mzcache-daemon.log" ]; then
     echo
     echo "mzcache, per pressure eviction (need = usage - (limit - headroom); ratio = freed / need):"

@@ -10,6 +10,7 @@
 #include "mzcache_experimental.h" /* --evict-order, --restore-overlap: paper ablations */
 
 #include "lineedit.h"
+#include "core/parse.h"
 #include "server/server.h"
 
 #include <math.h>

@@ -4,6 +4,7 @@
 #include "chat_store.h"
 
 #include "../../src/store/history.h"
+#include "core/parse.h"
 #include "server/server.h"
 
 #include <stdint.h>

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include "core/parse.h"
 #include "server/server.h"
 
 #include <cjson/cJSON.h>

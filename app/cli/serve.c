@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include "core/parse.h"
 #include "server/server.h"
 
 #include <signal.h>
@@ -36,35 +37,13 @@ static int parse_amount_arg(const char *opt, const char *v, double *pct, size_t 
     return 0;
 }
 
-/* --pressure-headroom: "N%" of the cgroup limit (0 to 95) or a size (mz_parse_size:
- * 64M, 1G, bytes). The flag wins over MZCACHE_PRESSURE_HEADROOM, which
- * mz_pressure_params_default read. */
+/* --pressure-headroom: the flag wins over MZCACHE_PRESSURE_HEADROOM, which
+ * mz_pressure_params_default read; both through mz_esize_parse_headroom. */
 static int parse_headroom(const char *opt, const char *v, mz_esize_params *size)
 {
-    size_t n = strlen(v);
-    if (n && v[n - 1] == '%') {
-        char num[64];
-        if (n >= sizeof num) {
-            fprintf(stderr, "mzcache: %s: '%s' is too long\n", opt, v);
-            return -1;
-        }
-        memcpy(num, v, n - 1);
-        num[n - 1] = '\0';
-        double x;
-        if (cli_opt_double(opt, num, 0, 95, &x)) return -1;
-        size->headroom_pct = x;
-        size->headroom_bytes = 0;
-        return 0;
-    }
-    size_t bytes;
-    if (mz_parse_size(v, &bytes)) {
-        fprintf(stderr, "mzcache: %s: '%s' is not a size (64M, 1G, bytes) or a %% of the limit (0%% to 95%%)\n",
-                opt, v);
-        return -1;
-    }
-    size->headroom_bytes = bytes;
-    size->headroom_pct = 0;
-    return 0;
+    if (mz_esize_parse_headroom(v, size) == 0) return 0;
+    fprintf(stderr, "mzcache: %s: '%s' is not a size (64M, 1G, bytes) or a %% of the limit (0%% to 95%%)\n", opt, v);
+    return -1;
 }
 
 static int parse_thresholds(const char *v, double *out)

@@ -216,10 +216,7 @@ static mz_status compkv_batch(mz_mem *mm, const mz_evict_step *steps, size_t n, 
     *delta = 0;
     mm_unit_name(kv_unit(mm, steps[0].layer, steps[0].chunk), nm, sizeof nm);
     MZ_ASSERT(steps[0].dest == MZ_DEST_STORE_COMPRESSED);
-    /* [store] Into a session store's data file one item at a time: with
-     * batches there, test_store_crash failed under ASan (no resume verified
-     * in 20 kills; cause not found), one at a time it passes. */
-    size_t cap = mm->store_file ? 1 : mm->compkv_batch ? mm->compkv_batch : COMPKV_BATCH_DEFAULT;
+    size_t cap = mm->compkv_batch ? mm->compkv_batch : COMPKV_BATCH_DEFAULT;
     size_t have = mz_compstack_peek_bottom_n(mm->stack, MZ_MIN(n, cap), data, len, btag);
     if (have == 0 || btag[0] != kv_tag(steps[0].layer, steps[0].chunk))
         return mz_fail(MZ_E_INVAL, "%s: not at the bottom of the compressed stack", nm);

@@ -78,7 +78,6 @@ struct mz_mem {
     bool store_leaked;         /* [store] a truncation left clean records behind */
     size_t n_store_extra;      /* [store] slots held by the store, not by a unit (tails) */
     const mz_codec *store_codec; /* [store] clean records' codec; NULL: raw */
-    bool store_file;           /* [store] the swap file is the session store's data file */
     uint8_t *store_enc;        /* [store] a chunk encoded with store_codec; store_enc_cap bytes */
     size_t store_enc_cap;
     pthread_cond_t store_cv;   /* [store] with lock: a unit's wb_pin was cleared */

@@ -21,7 +21,6 @@ void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf, const mz_codec *codec)
     mm->swap = sf;
     mm->store_codec = codec && strcmp(codec->name, "raw") != 0 ? codec : NULL;
     mm->shared_swap = false; /* the session's own: closed (kept on disk) by mz_mem_free */
-    mm->store_file = true;
     pthread_mutex_unlock(&mm->lock);
 }
 

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "evict_size.h"
 
+#include "core/parse.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -192,20 +194,18 @@ uint64_t mz_psig_parse_stat(const char *buf, const char *key)
 
 int mz_esize_parse_headroom(const char *s, mz_esize_params *p)
 {
-    if (!s || *s < '0' || *s > '9') return -1;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
-    if (*end == '%' && end[1] == '\0') {
-        if (v > 100) return -1;
+    if (!s) return -1;
+    size_t n = strlen(s);
+    if (n && s[n - 1] == '%') { /* a percentage: mz_parse_amount's number, at most 95 */
+        double v;
+        bool pct;
+        if (mz_parse_amount(s, &v, &pct) || !pct || v > MZ_ESIZE_HEADROOM_MAX_PCT) return -1;
         p->headroom_pct = v, p->headroom_bytes = 0;
         return 0;
     }
-    double mul = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
-               : *end == 'G' || *end == 'g' ? 1073741824.0 : *end == '\0' ? 1.0 : -1.0;
-    if (mul < 0 || (*end && end[1] != '\0') || v * mul > 1e18) return -1;
-    p->headroom_bytes = (unsigned long long)(v * mul), p->headroom_pct = 0;
+    size_t bytes;
+    if (mz_parse_size(s, &bytes)) return -1;
+    p->headroom_bytes = bytes, p->headroom_pct = 0;
     return 0;
 }
 

@@ -114,9 +114,12 @@ void mz_psig_read_fds(const mz_psig_fds *f, mz_psig *sig);
 /* Parsers (fuzzed by tests/fuzz/fuzz_pressure.c). A cgroup value file's
  * text: digits (and an optional newline) → the number, "max" →
  * MZ_PSIG_NOLIMIT, anything else → 0. memory.stat text: the value of the
- * line "key N", 0 when absent or malformed. A headroom ("15%", "64M", "1G",
- * "4096"): sets headroom_pct or headroom_bytes (the other to 0) and returns
- * 0, or -1 leaving *p as it was. */
+ * line "key N", 0 when absent or malformed. A headroom: a percentage of the
+ * limit from 0 to MZ_ESIZE_HEADROOM_MAX_PCT ("15%") or a size
+ * (mz_parse_size: "64M", "1G", "4096"); sets headroom_pct or headroom_bytes
+ * (the other to 0) and returns 0, or -1 leaving *p as it was. Serve's
+ * --pressure-headroom and MZCACHE_PRESSURE_HEADROOM both go through it. */
+#define MZ_ESIZE_HEADROOM_MAX_PCT 95.0
 uint64_t mz_psig_parse_value(const char *buf);
 uint64_t mz_psig_parse_stat(const char *buf, const char *key);
 int mz_esize_parse_headroom(const char *s, mz_esize_params *p);

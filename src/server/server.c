@@ -26,6 +26,9 @@
 #include "io/swapfile.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -242,6 +245,17 @@ static size_t evictable_held(const mz_mem_stats *st)
 static mz_status do_evict(mz_server_t *s, size_t nbytes, srv_event *ev, mz_evict_report *rep)
 {
     mz_status st = srv_evict_sessions(s, nbytes, rep);
+#ifdef __GLIBC__
+    /* The heap memory the requests, restores and evictions freed goes back
+     * too: glibc gives back only the top of its main heap and of each
+     * per-thread arena, and only above its trim threshold (which it raises
+     * whenever a chunk it had mmapped is freed), so the pages of freed
+     * chunks stay resident: the daemon's RSS with everything evicted rose
+     * 60 -> 77 MiB over evict / restore / question cycles of a 2.9k-token
+     * SmolLM2 conversation, two arenas holding 13 and 14 MB of free chunks.
+     * malloc_trim returns the free pages of every arena (1-3 ms). */
+    malloc_trim(0);
+#endif
     mz_mem_stats after;
     srv_mem_stats(s, &after);
     ev->requested = nbytes;

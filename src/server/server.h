@@ -130,11 +130,4 @@ int mz_http_request_ex(const char *host, int port, const char *method, const cha
                        mz_http_response *out);
 void mz_http_response_free(mz_http_response *r);
 
-/* "512M", "2G", "300K", "12345", "40%" (percent → *is_pct): 0 on success. */
-int mz_parse_amount(const char *s, double *value, bool *is_pct);
-/* A byte size: "512M", "2G", "300K", "1.5G", "12345" (K/M/G are 1024-based,
- * an "iB"/"B" suffix is allowed). 0 on success; -1 for anything else: a
- * percentage, hex, inf/nan, zero, or more than 1 PiB. */
-int mz_parse_size(const char *s, size_t *out);
-
 #endif /* MZ_SERVER_H */

@@ -1,11 +1,14 @@
 /*
  * fuzz_pressure.c — libFuzzer target for the eviction sizing's parsers
  * (src/pressure/evict_size.c): cgroup value files, memory.stat, and the
- * headroom setting. Invariants: never crashes; a value is 0, MZ_PSIG_NOLIMIT
- * or the number its digits spell; an accepted headroom is a percent in
- * [0, 100] or at most 1e18 bytes, and a refused one leaves the params as
- * they were; sizing with any parsed figures never asks more than is held.
+ * headroom setting (serve's --pressure-headroom and MZCACHE_PRESSURE_HEADROOM),
+ * with src/core/parse.c under it. Invariants: never crashes; a value is 0,
+ * MZ_PSIG_NOLIMIT or the number its digits spell; an accepted headroom is a
+ * percent in [0, MZ_ESIZE_HEADROOM_MAX_PCT] or a size mz_parse_size accepts
+ * too (1 byte to 1 PiB), and a refused one leaves the params as they were;
+ * sizing with any parsed figures never asks more than is held.
  */
+#include "core/parse.h"
 #include "pressure/evict_size.h"
 
 #include <stdlib.h>
@@ -25,7 +28,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)st;
     mz_esize_params p = mz_esize_params_default(), q = p;
     if (mz_esize_parse_headroom(s, &q) == 0) {
-        if (q.headroom_pct < 0 || q.headroom_pct > 100 || (double)q.headroom_bytes > 1e18) __builtin_trap();
+        size_t n = 0;
+        if (q.headroom_pct < 0 || q.headroom_pct > MZ_ESIZE_HEADROOM_MAX_PCT) __builtin_trap();
+        if (q.headroom_bytes && (mz_parse_size(s, &n) || n != q.headroom_bytes)) __builtin_trap();
+        if (!q.headroom_bytes && s[0] && s[strlen(s) - 1] != '%') __builtin_trap();
     } else if (memcmp(&p, &q, sizeof p) != 0) {
         __builtin_trap();
     }

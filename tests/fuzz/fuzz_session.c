@@ -12,6 +12,7 @@
  * Build: clang -fsanitize=fuzzer,address,undefined (CMake MZ_FUZZ=ON).
  */
 #include "server/request.h"
+#include "core/parse.h"
 #include "server/server.h"
 
 #include <stdint.h>

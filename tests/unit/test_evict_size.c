@@ -391,9 +391,25 @@ static void part_parsers(void)
     mz_esize_params before = p;
     CHECK(mz_esize_parse_headroom("101%", &p) == -1);
     CHECK(mz_esize_parse_headroom("-1M", &p) == -1);
-    CHECK(mz_esize_parse_headroom("5MB", &p) == -1);
+    CHECK(mz_esize_parse_headroom("96%", &p) == -1);   /* more than MZ_ESIZE_HEADROOM_MAX_PCT */
+    CHECK(mz_esize_parse_headroom("5MX", &p) == -1);
+    CHECK(mz_esize_parse_headroom("0", &p) == -1);     /* no headroom is "0%" */
+    CHECK(mz_esize_parse_headroom("0x40", &p) == -1);
+    CHECK(mz_esize_parse_headroom("1e6", &p) == -1);
+    CHECK(mz_esize_parse_headroom("%", &p) == -1);
+    CHECK(mz_esize_parse_headroom("20%%", &p) == -1);
     CHECK(mz_esize_parse_headroom("nan", &p) == -1);
+    CHECK(mz_esize_parse_headroom("nan%", &p) == -1);
     CHECK(mz_esize_parse_headroom("", &p) == -1);
+    CHECK(mz_esize_parse_headroom(NULL, &p) == -1);
+    CHECK(memcmp(&before, &p, sizeof p) == 0);
+    /* the sizes serve's other options take (mz_parse_size): the same units */
+    CHECK(mz_esize_parse_headroom("5MB", &p) == 0 && p.headroom_bytes == MIB(5));
+    CHECK(mz_esize_parse_headroom("1.5GiB", &p) == 0 && p.headroom_bytes == MIB(1536));
+    CHECK(mz_esize_parse_headroom("95%", &p) == 0 && p.headroom_pct == 95 && p.headroom_bytes == 0);
+    CHECK(mz_esize_parse_headroom("0%", &p) == 0 && p.headroom_pct == 0 && p.headroom_bytes == 0);
+    CHECK(mz_esize_parse_headroom("12.5%", &p) == 0 && p.headroom_pct == 12.5);
+    before = p;
     CHECK(memcmp(&before, &p, sizeof p) == 0);
 }
 
