@@ -12,7 +12,7 @@
  *       prefill of all N tokens + the question. With MZ_PEER=1 also
  *       llama.cpp's state reload (bench/peer_llamacpp.py) in the same run,
  *       and a table of the three; MZ_PEER_STATE_BIN=path does the same with
- *       bench/peer_state_reload.c (bench/build-peer-state.sh builds it).
+ *       bench/peer/peer_state_reload.c (bench/build-peer-state.sh builds it).
  *       MZ_STORE_CODEC=q8 stores the full chunks as q8 records
  *       (`--store-codec q8`; raw by default).
  *   bench_store resume MODEL N STORE_DIR
@@ -169,7 +169,7 @@ static void peer_state_reload(const char *model, size_t n, double resume_ms, dou
     peer_table(n, resume_ms, med, recompute_ms);
 }
 
-/* The same column from bench/peer_state_reload.c (llama.h in C; built by
+/* The same column from bench/peer/peer_state_reload.c (llama.h in C; built by
  * bench/build-peer-state.sh), where llama-cpp-python is missing or crashes:
  * MZ_PEER_STATE_BIN=path. Its synthetic state is written next to the store
  * (same disk), then three cold reloads, each in a fresh process, medians,

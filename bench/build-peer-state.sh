@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds bench/peer_state_reload.c (llama.cpp's answer to a kill: model load +
+# Builds bench/peer/peer_state_reload.c (llama.cpp's answer to a kill: model load +
 # llama_state_load_file + the question) against llama.cpp's libllama, CPU
 # only, static, into OUT_DIR/peer_state_reload. llama.cpp is not a dependency
 # of the project: this is outside the CMake build and only the benchmarks use
@@ -56,7 +56,7 @@ cmake_minimum_required(VERSION 3.14)
 project(peer_state_reload C CXX)
 set(BUILD_SHARED_LIBS OFF CACHE BOOL "" FORCE)
 add_subdirectory("$LSRC" llama.cpp EXCLUDE_FROM_ALL)
-add_executable(peer_state_reload "$ROOT/bench/peer_state_reload.c")
+add_executable(peer_state_reload "$ROOT/bench/peer/peer_state_reload.c")
 set_property(TARGET peer_state_reload PROPERTY C_STANDARD 11)
 target_compile_options(peer_state_reload PRIVATE -Wall -Wextra -Werror)
 target_link_libraries(peer_state_reload PRIVATE llama)

@@ -3,7 +3,7 @@
 # an 8-token question after kill -9 and a restart, mzcache resume vs
 # llama.cpp's model load + llama_state_load_file vs recompute, page cache
 # dropped, all from one `bench_store ttft` run per row (MZ_PEER_STATE_BIN:
-# bench/peer_state_reload.c, built first from the pruned llama.cpp source of
+# bench/peer/peer_state_reload.c, built first from the pruned llama.cpp source of
 # the bundle by bench/build-peer-state.sh, ~45 s). Prints a markdown table
 # and writes it to $OUT/peer-state.md (build and error logs next to it).
 #
