@@ -91,6 +91,7 @@ typedef struct job_thread {
     struct rjob *j;
     unsigned mask;             /* 1 << ACT_*: the activities this thread runs */
     int lane;                  /* its storage lane (ACT_STORAGE), else -1 */
+    bool alloc_first;          /* only allocation until all of it is claimed */
 } job_thread;
 
 typedef struct rjob {
@@ -126,6 +127,7 @@ typedef struct rjob {
     pthread_t *th;
     int n_th;
     int n_threads;             /* the split: restore threads started */
+    int n_prefault;            /*   of them, threads that pre-fault */
     job_thread *thr;           /* [n_threads]: each thread's activities */
     double act_ms[3];          /* busy time per activity (ACT_*) */
     size_t n_storage, n_mem;   /* units each loader handles */
@@ -187,7 +189,12 @@ static void job_settled(rjob *j, size_t i, mz_unit *u)
  * *seen_alloc is the allocation count it saw), or has nothing left or the
  * job failed (JOB_DONE). */
 enum { JOB_DONE, JOB_PROGRESS, JOB_BLOCKED };
-enum { ACT_ALLOC, ACT_STORAGE, ACT_MEM, ACT_COUNT };
+enum {
+    ACT_ALLOC = MZ_RESTORE_ACT_ALLOC,
+    ACT_STORAGE = MZ_RESTORE_ACT_STORAGE,
+    ACT_MEM = MZ_RESTORE_ACT_MEM,
+    ACT_COUNT = MZ_RESTORE_ACT_COUNT,
+};
 
 typedef struct job_act {
     int kind;
@@ -477,6 +484,13 @@ static void *job_thread_main(void *arg)
         size_t seen = SIZE_MAX;
         for (int k = 0; k < ACT_COUNT; k++) {
             if (acts[k].done) continue;
+            /* A pre-faulting thread of a capped split keeps to allocation
+             * (which never blocks) until every unit's allocation is
+             * claimed: the loaders on the other threads wait for it. */
+            if (k != ACT_ALLOC && t->alloc_first && !acts[ACT_ALLOC].done) {
+                pending = true;
+                continue;
+            }
             size_t sa = SIZE_MAX;
             int r = steps[k](j, &acts[k], &sa);
             if (r == JOB_DONE) acts[k].done = true;
@@ -587,31 +601,24 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
         return MZ_OK; /* nothing to do: acquire_layer sees no job */
     }
     /* The split (n_restore_threads): the request's, else the profile's for
-     * this many compute threads and CPUs. Allocation is the costliest
-     * activity (faulting in pages the hypervisor reclaimed) and runs on
-     * every restore thread, each claiming the next unit; besides it: 1 =
-     * everything in turn on one thread; 2 = decoding shares the first
-     * thread, the storage path (which mostly waits on reads) the second; 3 =
-     * storage and decoding on threads of their own; more = the first thread
-     * only allocates, each other one runs one lane of the storage path or of
-     * decoding, the lanes split between the two by their bytes. */
+     * this many compute threads and CPUs; of them, as many pre-fault as the
+     * profile's pre-fault table says still helps (the request's count in
+     * tests and ablations). Who runs what: mz_restore_split_plan. Lanes
+     * are divided by bytes: a dropped weight block is tens of MB to read
+     * and hash, a KV chunk well under one. */
     int nt = p && p->n_threads >= 1 && p->n_threads <= MZ_RESTORE_THREADS_MAX
                  ? p->n_threads
                  : mz_profile_restore_threads(&mm->prof, p ? p->n_compute : 0);
-    /* Lanes divided by bytes: a dropped weight block is tens of MB to read
-     * and hash, a KV chunk well under one. */
-    int n_sto_lanes = 1;
-    if (nt >= 4) {
-        int r = nt - 1;
-        double sto_bytes = 0, all_bytes = 0;
-        for (size_t i = 0; i < j->n; i++) {
-            all_bytes += (double)j->units[i]->bytes;
-            if (j->from[i] != MZ_UNIT_COMPRESSED) sto_bytes += (double)j->units[i]->bytes;
-        }
-        if (j->n_mem == 0) n_sto_lanes = r;
-        else if (j->n_storage == 0) n_sto_lanes = 0;
-        else n_sto_lanes = MZ_MAX(1, MZ_MIN(r - 1, (int)((double)r * sto_bytes / all_bytes + 0.5)));
+    int npf = p && p->n_prefault >= 1 ? MZ_MIN(p->n_prefault, nt)
+                                      : mz_profile_prefault_threads(&mm->prof, nt);
+    double sto_bytes = 0, mem_bytes = 0;
+    for (size_t i = 0; i < j->n; i++) {
+        if (j->from[i] != MZ_UNIT_COMPRESSED) sto_bytes += (double)j->units[i]->bytes;
+        else mem_bytes += (double)j->units[i]->bytes;
     }
+    mz_restore_split split;
+    mz_restore_split_plan(nt, npf, sto_bytes, mem_bytes, &split);
+    int n_sto_lanes = split.n_sto_lanes;
     j->n_lanes = MZ_MAX(n_sto_lanes, 1);
     j->lanes = mz_calloc((size_t)j->n_lanes, sizeof *j->lanes);
     j->th = mz_calloc((size_t)nt, sizeof *j->th);
@@ -703,17 +710,11 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     pthread_mutex_lock(&mm->lock);
     mz_compstack_defer_unmap(mm->stack, true);
     pthread_mutex_unlock(&mm->lock);
-    enum { A = 1u << ACT_ALLOC, S = 1u << ACT_STORAGE, M = 1u << ACT_MEM };
-    for (int t = 0; t < nt; t++) {
-        unsigned mask;
-        if (nt == 1) mask = A | S | M;
-        else if (nt == 2) mask = t == 0 ? A | M : A | S;
-        else if (nt == 3) mask = t == 0 ? A : t == 1 ? A | S : A | M;
-        else mask = t == 0 ? A : t <= n_sto_lanes ? A | S : A | M;
-        int lane = !(mask & S) ? -1 : nt >= 4 ? t - 1 : 0;
-        j->thr[t] = (job_thread){.j = j, .mask = mask, .lane = lane};
-    }
+    for (int t = 0; t < nt; t++)
+        j->thr[t] = (job_thread){.j = j, .mask = split.mask[t], .lane = split.lane[t],
+                                 .alloc_first = split.alloc_first[t]};
     j->n_threads = nt;
+    j->n_prefault = split.n_prefault;
     j->n_running = nt;
     for (int t = 0; t < nt; t++) {
         int rc = pthread_create(&j->th[t], NULL, job_thread_main, &j->thr[t]);
