@@ -18,13 +18,17 @@
  * split: see job_thread_main and mz_mem_restore_begin):
  *
  *   alloc    pre-faults each unit's range (MADV_POPULATE_WRITE; else a
- *            write per page), on every restore thread: each claims the
- *            next unit in forward order, and the prefix of units done is
- *            published (j->n_alloc). The ranges were all made writable
- *            at the start (mz_unit_map_pages, one pass: see
- *            mz_mem_restore_begin). It runs ahead of the loaders; without
- *            alloc||reload overlap the loaders start only when it has
- *            finished.
+ *            write per page), on the pre-faulting threads (all of them
+ *            unless the profile's pre-fault table caps them:
+ *            mz_restore_split_plan): each claims the next unit in forward
+ *            order — from 4 threads on, the next stored unit instead while
+ *            fewer than sto_lead of them are ready ahead of the storage
+ *            lanes, so the disk starts at once — and marks it done
+ *            (j->mapped, j->n_mapped). A loader needs only its own unit
+ *            done. The ranges were all made writable at the start
+ *            (mz_unit_map_pages, one pass: see mz_mem_restore_begin). It
+ *            runs ahead of the loaders; without alloc||reload overlap the
+ *            loaders start only when it has finished.
  *   storage  weight blocks (O_DIRECT batch from the model file, hash check)
  *            and stored chunks (swap file, checksummed), forward order, in
  *            one or more lanes: each lane claims the next stored unit, has
@@ -115,9 +119,15 @@ typedef struct rjob {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     size_t n_opened;           /* prefix of units made readable and writable */
-    size_t alloc_next;         /* next unit an allocating thread claims */
+    size_t alloc_next;         /* next unit in forward order an allocating thread claims */
+    unsigned char *alloc_claimed; /* [n]: claimed by an allocating thread */
     unsigned char *mapped;     /* [n]: mapped and pre-faulted (any order) */
-    size_t n_alloc;            /* prefix of units mapped and pre-faulted */
+    size_t n_mapped;           /* units mapped and pre-faulted */
+    size_t sto_alloc_next;     /* next of sto_list the storage lead allocates */
+    size_t sto_lead;           /* stored units allocated ahead of the storage lanes' claim
+                                  (0: forward order only) */
+    int sto_allocating;        /*   of them being pre-faulted now */
+    int sto_allocating_max;
     size_t n_ready;            /* units made RESIDENT */
     int n_running;             /* workers still running */
     bool failed;
@@ -170,7 +180,7 @@ static void job_worker_exit(rjob *j)
  * are). Caller holds j->mu. */
 static bool job_allocated(const rjob *j, size_t i)
 {
-    return j->n_alloc >= (j->overlap_alloc ? i + 1 : j->n);
+    return j->overlap_alloc ? j->mapped[i] != 0 : j->n_mapped >= j->n;
 }
 
 static void job_settled(rjob *j, size_t i, mz_unit *u)
@@ -208,14 +218,36 @@ static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
 {
     (void)seen_alloc;
     pthread_mutex_lock(&j->mu);
-    const bool done = j->failed || j->alloc_next >= j->n;
-    const size_t i = done ? 0 : j->alloc_next++;
+    size_t i = SIZE_MAX;
+    bool sto_lead = false;
+    if (!j->failed) {
+        /* The storage lead: a stored unit (a dropped weight block is tens
+         * of MB from the disk) is pre-faulted up to sto_lead units ahead of
+         * the storage lanes' claim, on at most sto_allocating_max threads at
+         * once, so the disk starts at once and never waits for the forward
+         * order to reach the next block; the rest goes in forward order,
+         * the order in which the compute needs the units. */
+        if (j->sto_lead && j->sto_allocating < j->sto_allocating_max) {
+            while (j->sto_alloc_next < j->n_storage && j->alloc_claimed[j->sto_list[j->sto_alloc_next]])
+                j->sto_alloc_next++;
+            if (j->sto_alloc_next < j->n_storage && j->sto_alloc_next < j->sto_next + j->sto_lead) {
+                i = j->sto_list[j->sto_alloc_next++];
+                sto_lead = true;
+                j->sto_allocating++;
+            }
+        }
+        if (i == SIZE_MAX) {
+            while (j->alloc_next < j->n && j->alloc_claimed[j->alloc_next]) j->alloc_next++;
+            if (j->alloc_next < j->n) i = j->alloc_next++;
+        }
+        if (i != SIZE_MAX) j->alloc_claimed[i] = 1;
+    }
     pthread_mutex_unlock(&j->mu);
-    if (done) return JOB_DONE;
+    if (i == SIZE_MAX) return JOB_DONE;
     double t0 = mz_time_ms();
     job_delay(j, &a->rng);
     mz_unit *u = j->units[i];
-    /* Nobody else touches u before n_alloc passes i (the loaders wait
+    /* Nobody else touches u before mapped[i] is set (the loaders wait
      * for it, compute waits for RESIDENT; each index is claimed once).
      * Its range is already readable and writable (restore_begin). Pre-fault: one MADV_POPULATE_WRITE (Linux 5.14+) populates the
      * range in one call, about twice as fast as a write per page on memory
@@ -228,7 +260,8 @@ static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
     }
     pthread_mutex_lock(&j->mu);
     j->mapped[i] = 1;
-    while (j->n_alloc < j->n && j->mapped[j->n_alloc]) j->n_alloc++;
+    j->n_mapped++;
+    if (sto_lead) j->sto_allocating--;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     a->busy += mz_time_ms() - t0;
@@ -335,7 +368,7 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
     const bool queue_full = L->aio && L->n_inflight >= L->depth;
     const bool take = !failed && ready && !(queue_full && is_kv);
     if (take) j->sto_next++;
-    *seen_alloc = j->n_alloc;
+    *seen_alloc = j->n_mapped;
     pthread_mutex_unlock(&j->mu);
     if (failed) {
         storage_drain(j, L);
@@ -424,7 +457,7 @@ static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
     const size_t i = have ? j->mem_unit[k] : 0;
     const bool ready = have && job_allocated(j, i);
     if (!failed && ready) j->mem_next++;
-    *seen_alloc = j->n_alloc;
+    *seen_alloc = j->n_mapped;
     pthread_mutex_unlock(&j->mu);
     if (failed || !have) return JOB_DONE;
     if (!ready) return JOB_BLOCKED;
@@ -502,7 +535,7 @@ static void *job_thread_main(void *arg)
         if (progress) continue;
         /* Every unfinished activity waits for the allocation thread. */
         pthread_mutex_lock(&j->mu);
-        while (j->n_alloc == seen && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
+        while (j->n_mapped == seen && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
         pthread_mutex_unlock(&j->mu);
     }
     pthread_mutex_lock(&j->mu);
@@ -521,6 +554,7 @@ static void job_free(rjob *j)
     free(j->kv_idx);
     free(j->loaded);
     free(j->mapped);
+    free(j->alloc_claimed);
     free(j->sto_list);
     free(j->mem_items);
     free(j->mem_unit);
@@ -562,8 +596,9 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     j->from = mz_calloc(MZ_MAX(cap, 1), sizeof *j->from);
     j->loaded = mz_calloc(MZ_MAX(cap, 1), 1);
     j->mapped = mz_calloc(MZ_MAX(cap, 1), 1);
+    j->alloc_claimed = mz_calloc(MZ_MAX(cap, 1), 1);
     j->kv_idx = mz_calloc(MZ_MAX((size_t)mm->n_layer * mm->max_chunks, 1), sizeof *j->kv_idx);
-    if (!j->units || !j->from || !j->loaded || !j->mapped || !j->kv_idx) {
+    if (!j->units || !j->from || !j->loaded || !j->mapped || !j->alloc_claimed || !j->kv_idx) {
         job_free(j);
         return mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
     }
@@ -715,6 +750,13 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
                                  .alloc_first = split.alloc_first[t]};
     j->n_threads = nt;
     j->n_prefault = split.n_prefault;
+    /* The storage lead from 4 threads on (lanes): twice the storage lanes'
+     * units ahead, on up to half the pre-faulting threads. Below 4 threads
+     * allocation stays in forward order. */
+    if (nt >= 4 && split.n_sto_lanes > 0) {
+        j->sto_lead = 2 * (size_t)split.n_sto_lanes;
+        j->sto_allocating_max = MZ_MAX(1, split.n_prefault / 2);
+    }
     j->n_running = nt;
     for (int t = 0; t < nt; t++) {
         int rc = pthread_create(&j->th[t], NULL, job_thread_main, &j->thr[t]);
