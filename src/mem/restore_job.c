@@ -120,7 +120,7 @@ typedef struct rjob {
     pthread_cond_t cv;
     size_t n_opened;           /* prefix of units made readable and writable */
     size_t alloc_next;         /* next unit in forward order an allocating thread claims */
-    unsigned char *alloc_claimed; /* [n]: claimed by an allocating thread */
+    unsigned char *alloc_claimed; /* [n]: claimed by a pre-faulting thread */
     unsigned char *mapped;     /* [n]: mapped and pre-faulted (any order) */
     size_t n_mapped;           /* units mapped and pre-faulted */
     size_t sto_alloc_next;     /* next of sto_list the storage lead allocates */
@@ -228,7 +228,8 @@ static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
          * order to reach the next block; the rest goes in forward order,
          * the order in which the compute needs the units. */
         if (j->sto_lead && j->sto_allocating < j->sto_allocating_max) {
-            while (j->sto_alloc_next < j->n_storage && j->alloc_claimed[j->sto_list[j->sto_alloc_next]])
+            while (j->sto_alloc_next < j->n_storage &&
+                   j->alloc_claimed[j->sto_list[j->sto_alloc_next]])
                 j->sto_alloc_next++;
             if (j->sto_alloc_next < j->n_storage && j->sto_alloc_next < j->sto_next + j->sto_lead) {
                 i = j->sto_list[j->sto_alloc_next++];
