@@ -146,9 +146,10 @@ MZ_INTERNAL const mz_unit_times *mz_mem_unit_times(const mz_mem *mm);
  *     lanes divided by the bytes of the stored and the compressed units.
  *   4+ threads, n_prefault < n_threads: threads 0..n_prefault-1 pre-fault
  *     first and then run a lane each; the other n_threads - n_prefault run
- *     a lane from the start and never pre-fault. Both groups' lanes are
- *     divided by bytes (at least one of each kind in the first group when
- *     both kinds are in the job; a first group of one thread runs both).
+ *     a lane from the start and never pre-fault. The storage lanes (by
+ *     bytes over all the threads) go to the early group first, which keeps
+ *     at least one decoding lane when the job has both kinds (an early
+ *     group of one thread runs both); the rest decode.
  * Storage lanes are numbered 0..n_sto_lanes-1 in thread order. */
 enum { MZ_RESTORE_ACT_ALLOC, MZ_RESTORE_ACT_STORAGE, MZ_RESTORE_ACT_MEM, MZ_RESTORE_ACT_COUNT };
 typedef struct mz_restore_split {

@@ -58,11 +58,14 @@ void mz_restore_split_plan(int n_threads, int n_prefault, double sto_bytes, doub
     }
     /* Lanes from the start on threads npf..nt-1; threads 0..npf-1
      * pre-fault first, then run a lane. The whole job's storage lanes are
-     * divided by bytes over all nt threads; the early group gets its own
-     * share (at least one of each kind), the pre-faulting group the rest. */
+     * divided by bytes over all nt threads, and the early group takes them
+     * first (keeping one thread for decoding when there is any): the disk
+     * is the slowest path and cannot be hurried later, while decoding
+     * gains the pre-faulting threads once they are done. */
     const int early = nt - npf;
     const int total_sto = sto_lanes_by_bytes(nt, sto_bytes, mem_bytes);
-    const int early_sto = sto_lanes_by_bytes(early, sto_bytes, mem_bytes);
+    const int early_sto =
+        mem_bytes > 0 ? MZ_MIN(total_sto, MZ_MAX(early - 1, sto_bytes > 0 ? 1 : 0)) : early;
     const int late_sto = MZ_MAX(0, MZ_MIN(npf, total_sto - early_sto));
     int lane = 0;
     for (int t = npf; t < nt; t++) {

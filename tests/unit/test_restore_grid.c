@@ -320,17 +320,24 @@ static void test_prefault_split(void)
 
     /* Roles. The device's target 2 at 50 %: 16 dropped F16 blocks (~0.69 GB
      * to read) and 1792 q8 chunks (~1.88 GB to decode), 8 restore threads, 4
-     * pre-faulting: threads 4..7 run one storage and three decoding lanes
-     * from the start; 0..3 pre-fault, then one reads and three decode. */
+     * pre-faulting: the two storage lanes (2 of 8 by bytes) and two
+     * decoding lanes run from the start on threads 4..7; 0..3 pre-fault,
+     * then decode. */
     const double sto = 0.69e9, mem = 1.88e9;
     mz_restore_split sp;
     mz_restore_split_plan(8, 4, sto, mem, &sp);
     CHECK_EQ_INT(sp.n_prefault, 4);
     CHECK_EQ_INT(sp.n_sto_lanes, 2);
     CHECK(sp.mask[4] == S && sp.lane[4] == 0 && !sp.alloc_first[4]);
-    for (int t = 5; t < 8; t++) CHECK(sp.mask[t] == M && sp.lane[t] == -1 && !sp.alloc_first[t]);
-    CHECK(sp.mask[0] == (A | S) && sp.lane[0] == 1 && sp.alloc_first[0]);
-    for (int t = 1; t < 4; t++) CHECK(sp.mask[t] == (A | M) && sp.alloc_first[t]);
+    CHECK(sp.mask[5] == S && sp.lane[5] == 1 && !sp.alloc_first[5]);
+    for (int t = 6; t < 8; t++) CHECK(sp.mask[t] == M && sp.lane[t] == -1 && !sp.alloc_first[t]);
+    for (int t = 0; t < 4; t++) CHECK(sp.mask[t] == (A | M) && sp.alloc_first[t] && sp.lane[t] < 0);
+    /* Mostly storage: the early group keeps one decoding lane, the
+     * pre-faulting group reads too. */
+    mz_restore_split_plan(8, 4, 99, 1, &sp);
+    CHECK(sp.mask[4] == S && sp.mask[5] == S && sp.mask[6] == S && sp.mask[7] == M);
+    CHECK(sp.n_sto_lanes == 7);
+    for (int t = 0; t < 4; t++) CHECK(sp.mask[t] == (A | S) && sp.alloc_first[t]);
     /* Uncapped (no table): the layout of before — thread 0 only
      * allocates, the 7 others allocate and run 2 storage / 5 decoding lanes. */
     mz_restore_split_plan(8, 8, sto, mem, &sp);
