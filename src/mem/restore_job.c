@@ -260,6 +260,7 @@ static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
         for (size_t off = 0; off < u->bytes; off += pg) p[off] = 0;
     }
     pthread_mutex_lock(&j->mu);
+    MZ_ASSERT(!j->mapped[i]); /* claimed once: alloc_claimed */
     j->mapped[i] = 1;
     j->n_mapped++;
     if (sto_lead) j->sto_allocating--;
