@@ -6,14 +6,16 @@
  *   bench_restore [-m MODEL] [-c CONTEXT_TOKENS] [-q QUERY_TOKENS] [-r REPEATS]
  *                 [-t THREADS] [--swap-dir DIR] [--remaining 50,0] [--synthetic]
  *                 [--restore-threads 0,1,2,3] [--modes none,all] [--codec q8]
- *                 [--profile FILE]
+ *                 [--profile FILE] [--prefault-threads N]
  *
  * --synthetic: the context's KV chunks are written straight by the calibrated
  * fill (src/kv/kv_fill.h; values that compress as the model's real KV does)
  * instead of prefilling CONTEXT tokens (which takes hours for 16k tokens of a
  * 0.6B model on two cores). Restore and attention costs do not depend on the
  * values; the answer is meaningless. --restore-threads lists the splits to
- * run (n_restore_threads; 0 = the device profile's default). The load
+ * run (n_restore_threads; 0 = the device profile's default);
+ * --prefault-threads how many of them pre-fault (0, the default: the
+ * profile's pre-fault table; from 4 restore threads on). The load
  * average is printed before and after (the machine is shared).
  *
  * Prefills CONTEXT random tokens once, then for every level and mode:
@@ -30,6 +32,7 @@
 #include "mzcache_experimental.h"
 #include "harness/harness.h" /* not public: KV fill and accessors for harnesses */
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +95,7 @@ int main(int argc, char **argv)
     const char *model = "models/SmolLM2-135M-Instruct.Q4_1.gguf", *swap = NULL;
     const char *levels = "50,0", *threads_list = "0", *modes_list = "none,alloc-reload,reload-prefill,all";
     const char *codec = NULL, *profile = NULL;
-    int synthetic = 0;
+    int synthetic = 0, n_prefault = 0;
     int n_ctx_tok = 1024, n_q = 8, reps = 3, threads = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
@@ -107,11 +110,22 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
         else if (!strcmp(argv[i], "--synthetic")) synthetic = 1;
+        else if (!strcmp(argv[i], "--prefault-threads") && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            long v = strtol(argv[++i], &end, 10);
+            if (errno || end == argv[i] || *end || v < 0 || v > MZ_RESTORE_THREADS_MAX) {
+                fprintf(stderr, "--prefault-threads: 0..%d\n", MZ_RESTORE_THREADS_MAX);
+                return 2;
+            }
+            n_prefault = (int)v;
+        }
         else {
             fprintf(stderr, "usage: bench_restore [-m MODEL] [-c N] [-q N] [-r N] [-t N] "
                             "[--swap-dir DIR] [--remaining 50,0] [--synthetic]\n"
                             "       [--restore-threads 0,1,2,3] [--modes none,alloc-reload,"
-                            "reload-prefill,all] [--codec q8] [--profile FILE]\n");
+                            "reload-prefill,all] [--codec q8] [--profile FILE]\n"
+                            "       [--prefault-threads N]\n");
             return 2;
         }
     }
@@ -213,6 +227,7 @@ int main(int argc, char **argv)
                 }
                 mz_restore_experimental rx = mz_restore_experimental_default();
                 rx.overlap = modes[k];
+                rx.n_prefault_threads = n_prefault;
                 mz_restore_params rp = mz_restore_params_default();
                 rp.experimental = &rx;
                 rp.n_restore_threads = nth_list[ti];

@@ -61,6 +61,11 @@ typedef struct mz_restore_experimental {
     mz_restore_overlap overlap; /* default MZ_OVERLAP_ALL; others: MZ_E_INVAL if unknown */
     unsigned debug_delay_us;    /* tests: random delay (0..this) before each worker step */
     uint64_t seed;              /* seed of those delays */
+    int n_prefault_threads;     /* of the restore threads, how many pre-fault (from 4 restore
+                                   threads on; fewer share every activity): 0 = the device
+                                   profile's (its pre-fault table), 1..MZ_RESTORE_THREADS_MAX
+                                   (more than the restore threads = all of them); else
+                                   MZ_E_INVAL */
 } mz_restore_experimental;
 
 MZ_API mz_restore_experimental mz_restore_experimental_default(void);

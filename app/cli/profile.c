@@ -67,9 +67,15 @@ static void print_profile(const mz_device_profile *p, const char *path)
         printf("\n");
     }
     int n = p->n_cpus > 0 ? p->n_cpus : 1;
+    int r1 = mz_profile_restore_threads(p, 1), r2 = mz_profile_restore_threads(p, 2),
+        rh = mz_profile_restore_threads(p, MZ_MAX(n / 2, 1));
     printf("  restore threads beside 1 / 2 / %d compute threads: %d / %d / %d\n", MZ_MAX(n / 2, 1),
-           mz_profile_restore_threads(p, 1), mz_profile_restore_threads(p, 2),
-           mz_profile_restore_threads(p, MZ_MAX(n / 2, 1)));
+           r1, r2, rh);
+    /* Below 4 restore threads every one of them pre-faults (mz_restore_split_plan). */
+    printf("  of them pre-faulting: %d / %d / %d\n",
+           r1 < 4 ? r1 : mz_profile_prefault_threads(p, r1),
+           r2 < 4 ? r2 : mz_profile_prefault_threads(p, r2),
+           rh < 4 ? rh : mz_profile_prefault_threads(p, rh));
 }
 
 /* Runs the hybrid planner on a fresh simulated table of the shape, evicting

@@ -379,7 +379,8 @@ mz_restore_params mz_restore_params_default(void)
 
 mz_restore_experimental mz_restore_experimental_default(void)
 {
-    return (mz_restore_experimental){.overlap = MZ_OVERLAP_ALL, .debug_delay_us = 0, .seed = 0};
+    return (mz_restore_experimental){
+        .overlap = MZ_OVERLAP_ALL, .debug_delay_us = 0, .seed = 0, .n_prefault_threads = 0};
 }
 
 static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
@@ -389,6 +390,10 @@ static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
     if (rp.experimental && (unsigned)rp.experimental->overlap > (unsigned)MZ_OVERLAP_RELOAD_PREFILL)
         return ctx_fail(c, mz_fail(MZ_E_INVAL, "unknown restore overlap mode %d",
                                    (int)rp.experimental->overlap));
+    if (rp.experimental && (rp.experimental->n_prefault_threads < 0 ||
+                            rp.experimental->n_prefault_threads > MZ_RESTORE_THREADS_MAX))
+        return ctx_fail(c, mz_fail(MZ_E_INVAL, "n_prefault_threads %d: use 0 (profile) or 1..%d",
+                                   rp.experimental->n_prefault_threads, MZ_RESTORE_THREADS_MAX));
     if (rp.n_restore_threads < 0 || rp.n_restore_threads > MZ_RESTORE_THREADS_MAX)
         return ctx_fail(c, mz_fail(MZ_E_INVAL, "n_restore_threads %d: use 0 (profile) or 1..%d",
                                    rp.n_restore_threads, MZ_RESTORE_THREADS_MAX));
@@ -427,6 +432,7 @@ static mz_status mzc_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t
         .seed = x.seed,
         .n_threads = p->n_restore_threads,
         .n_compute = mz_threadpool_n_threads(c->pool),
+        .n_prefault = x.n_prefault_threads,
     };
     bool overlap_prefill = x.overlap == MZ_OVERLAP_ALL || x.overlap == MZ_OVERLAP_RELOAD_PREFILL;
     mz_status s = mz_mem_restore_begin(c->mem, &jp);

@@ -131,11 +131,46 @@ MZ_INTERNAL const mz_unit_times *mz_mem_unit_times(const mz_mem *mm);
  * were not loaded, records the breakdown (kept for mz_mem_last_restore) and
  * returns the job's error if any. Owner thread only; no eviction or truncate
  * between begin and end. */
+/* The thread split of one restore job (a pure function of its inputs, so
+ * tests check it on hand-made numbers). Activities per thread: bit
+ * MZ_RESTORE_ACT_* of mask[t]; lane[t] is the storage lane of a thread that
+ * reads (else -1). alloc_first[t]: the thread runs only allocation until
+ * every unit's allocation is claimed, then its lane; the others interleave
+ * their activities step by step.
+ *   1..3 threads: 1 = all three on one thread; 2 = alloc+decoding,
+ *     alloc+storage; 3 = alloc, alloc+storage, alloc+decoding. Every thread
+ *     pre-faults (n_prefault is ignored: a thread that pre-faults is one
+ *     that would otherwise wait for it).
+ *   4+ threads, n_prefault >= n_threads: thread 0 only allocates, every
+ *     other one allocates and runs one lane of storage or decoding, the
+ *     lanes divided by the bytes of the stored and the compressed units.
+ *   4+ threads, n_prefault < n_threads: threads 0..n_prefault-1 pre-fault
+ *     first and then run a lane each; the other n_threads - n_prefault run
+ *     a lane from the start and never pre-fault. The storage lanes (by
+ *     bytes over all the threads) go to the early group first, which keeps
+ *     at least one decoding lane when the job has both kinds (an early
+ *     group of one thread runs both); the rest decode.
+ * Storage lanes are numbered 0..n_sto_lanes-1 in thread order. */
+enum { MZ_RESTORE_ACT_ALLOC, MZ_RESTORE_ACT_STORAGE, MZ_RESTORE_ACT_MEM, MZ_RESTORE_ACT_COUNT };
+typedef struct mz_restore_split {
+    int n_threads, n_prefault, n_sto_lanes;
+    unsigned char mask[MZ_RESTORE_THREADS_MAX];
+    signed char lane[MZ_RESTORE_THREADS_MAX];
+    bool alloc_first[MZ_RESTORE_THREADS_MAX];
+} mz_restore_split;
+/* n_threads 1..MZ_RESTORE_THREADS_MAX, n_prefault 1..n_threads (clamped);
+ * sto_bytes / mem_bytes: bytes of the units the storage path / the
+ * decoding path restore (either may be 0, not both). */
+MZ_INTERNAL void mz_restore_split_plan(int n_threads, int n_prefault, double sto_bytes,
+                                       double mem_bytes, mz_restore_split *out);
+
 typedef struct mz_restore_job_params {
     bool overlap_alloc;        /* allocation runs ahead of the loaders (else: all first) */
     int n_threads;             /* restore threads 1..MZ_RESTORE_THREADS_MAX (activities
                                   share them); else the device profile's split */
     int n_compute;             /* compute threads beside them (the split's input; 0: unknown) */
+    int n_prefault;            /* of them, threads that pre-fault (1..n_threads); else the
+                                  device profile's (mz_profile_prefault_threads) */
     unsigned delay_us_max;     /* tests: random delay before each worker step */
     uint64_t seed;
 } mz_restore_job_params;

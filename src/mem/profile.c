@@ -247,6 +247,25 @@ int mz_profile_restore_threads(const mz_device_profile *p, int n_compute)
     return MZ_MAX(3, MZ_MIN(nt, MZ_RESTORE_THREADS_MAX));
 }
 
+int mz_profile_prefault_threads(const mz_device_profile *p, int n_restore)
+{
+    if (n_restore <= 0) return 0;
+    if (p->n_touch < 2) return n_restore;
+    double best = 0;
+    for (int i = 0; i < p->n_touch && i < MZ_PROFILE_MAX_TOUCH; i++)
+        if (p->touch_threads[i] >= 1 && p->touch_threads[i] <= n_restore &&
+            p->touch_mt_s_per_gib[i] > 0 && (best == 0 || p->touch_mt_s_per_gib[i] < best))
+            best = p->touch_mt_s_per_gib[i];
+    if (best == 0) return n_restore;
+    /* touch_threads ascends (the parser refuses anything else): the first
+     * count within 10 % of the best is the smallest such count. */
+    for (int i = 0; i < p->n_touch && i < MZ_PROFILE_MAX_TOUCH; i++)
+        if (p->touch_threads[i] >= 1 && p->touch_threads[i] <= n_restore &&
+            p->touch_mt_s_per_gib[i] > 0 && p->touch_mt_s_per_gib[i] <= 1.1 * best)
+            return p->touch_threads[i];
+    return n_restore;
+}
+
 void mz_profile_io_shape(const mz_device_profile *p, size_t *io_bytes, int *queue_depth)
 {
     *io_bytes = 1u << 20;

@@ -99,6 +99,15 @@ MZ_INTERNAL void mz_profile_builtin(mz_device_profile *out);
  * 10 % of the best measured up to there). Never above MZ_RESTORE_THREADS_MAX. */
 MZ_INTERNAL int mz_profile_restore_threads(const mz_device_profile *p, int n_compute);
 
+/* Of n_restore restore threads, how many pre-fault: the smallest measured
+ * thread count (up to n_restore) whose pre-fault time per GiB is within 10 %
+ * of the best measured up to n_restore — past it more threads fault no
+ * faster (the kernel's page allocator and the hypervisor's backing are
+ * shared) and only take CPU from storage and decoding. n_restore (every
+ * restore thread pre-faults) when the table has fewer than two counts or
+ * none of them fits. 1..n_restore for n_restore >= 1; 0 for n_restore <= 0. */
+MZ_INTERNAL int mz_profile_prefault_threads(const mz_device_profile *p, int n_restore);
+
 /* The restore's storage requests: bytes per request (the saturation size,
  * 64 KiB..4 MiB, 4 KiB multiple) and requests in flight in all (the
  * saturation depth, 4..64). Unmeasured: 1 MiB x 4. */

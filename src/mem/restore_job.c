@@ -18,13 +18,17 @@
  * split: see job_thread_main and mz_mem_restore_begin):
  *
  *   alloc    pre-faults each unit's range (MADV_POPULATE_WRITE; else a
- *            write per page), on every restore thread: each claims the
- *            next unit in forward order, and the prefix of units done is
- *            published (j->n_alloc). The ranges were all made writable
- *            at the start (mz_unit_map_pages, one pass: see
- *            mz_mem_restore_begin). It runs ahead of the loaders; without
- *            alloc||reload overlap the loaders start only when it has
- *            finished.
+ *            write per page), on the pre-faulting threads (all of them
+ *            unless the profile's pre-fault table caps them:
+ *            mz_restore_split_plan): each claims the next unit in forward
+ *            order — from 4 threads on, the next stored unit instead while
+ *            fewer than sto_lead of them are ready ahead of the storage
+ *            lanes, so the disk starts at once — and marks it done
+ *            (j->mapped, j->n_mapped). A loader needs only its own unit
+ *            done. The ranges were all made writable at the start
+ *            (mz_unit_map_pages, one pass: see mz_mem_restore_begin). It
+ *            runs ahead of the loaders; without alloc||reload overlap the
+ *            loaders start only when it has finished.
  *   storage  weight blocks (O_DIRECT batch from the model file, hash check)
  *            and stored chunks (swap file, checksummed), forward order, in
  *            one or more lanes: each lane claims the next stored unit, has
@@ -91,6 +95,7 @@ typedef struct job_thread {
     struct rjob *j;
     unsigned mask;             /* 1 << ACT_*: the activities this thread runs */
     int lane;                  /* its storage lane (ACT_STORAGE), else -1 */
+    bool alloc_first;          /* only allocation until all of it is claimed */
 } job_thread;
 
 typedef struct rjob {
@@ -114,9 +119,15 @@ typedef struct rjob {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     size_t n_opened;           /* prefix of units made readable and writable */
-    size_t alloc_next;         /* next unit an allocating thread claims */
+    size_t alloc_next;         /* next unit in forward order an allocating thread claims */
+    unsigned char *alloc_claimed; /* [n]: claimed by a pre-faulting thread */
     unsigned char *mapped;     /* [n]: mapped and pre-faulted (any order) */
-    size_t n_alloc;            /* prefix of units mapped and pre-faulted */
+    size_t n_mapped;           /* units mapped and pre-faulted */
+    size_t sto_alloc_next;     /* next of sto_list the storage lead allocates */
+    size_t sto_lead;           /* stored units allocated ahead of the storage lanes' claim
+                                  (0: forward order only) */
+    int sto_allocating;        /*   of them being pre-faulted now */
+    int sto_allocating_max;
     size_t n_ready;            /* units made RESIDENT */
     int n_running;             /* workers still running */
     bool failed;
@@ -126,6 +137,7 @@ typedef struct rjob {
     pthread_t *th;
     int n_th;
     int n_threads;             /* the split: restore threads started */
+    int n_prefault;            /*   of them, threads that pre-fault */
     job_thread *thr;           /* [n_threads]: each thread's activities */
     double act_ms[3];          /* busy time per activity (ACT_*) */
     size_t n_storage, n_mem;   /* units each loader handles */
@@ -168,7 +180,7 @@ static void job_worker_exit(rjob *j)
  * are). Caller holds j->mu. */
 static bool job_allocated(const rjob *j, size_t i)
 {
-    return j->n_alloc >= (j->overlap_alloc ? i + 1 : j->n);
+    return j->overlap_alloc ? j->mapped[i] != 0 : j->n_mapped >= j->n;
 }
 
 static void job_settled(rjob *j, size_t i, mz_unit *u)
@@ -187,7 +199,12 @@ static void job_settled(rjob *j, size_t i, mz_unit *u)
  * *seen_alloc is the allocation count it saw), or has nothing left or the
  * job failed (JOB_DONE). */
 enum { JOB_DONE, JOB_PROGRESS, JOB_BLOCKED };
-enum { ACT_ALLOC, ACT_STORAGE, ACT_MEM, ACT_COUNT };
+enum {
+    ACT_ALLOC = MZ_RESTORE_ACT_ALLOC,
+    ACT_STORAGE = MZ_RESTORE_ACT_STORAGE,
+    ACT_MEM = MZ_RESTORE_ACT_MEM,
+    ACT_COUNT = MZ_RESTORE_ACT_COUNT,
+};
 
 typedef struct job_act {
     int kind;
@@ -201,14 +218,37 @@ static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
 {
     (void)seen_alloc;
     pthread_mutex_lock(&j->mu);
-    const bool done = j->failed || j->alloc_next >= j->n;
-    const size_t i = done ? 0 : j->alloc_next++;
+    size_t i = SIZE_MAX;
+    bool sto_lead = false;
+    if (!j->failed) {
+        /* The storage lead: a stored unit (a dropped weight block is tens
+         * of MB from the disk) is pre-faulted up to sto_lead units ahead of
+         * the storage lanes' claim, on at most sto_allocating_max threads at
+         * once, so the disk starts at once and never waits for the forward
+         * order to reach the next block; the rest goes in forward order,
+         * the order in which the compute needs the units. */
+        if (j->sto_lead && j->sto_allocating < j->sto_allocating_max) {
+            while (j->sto_alloc_next < j->n_storage &&
+                   j->alloc_claimed[j->sto_list[j->sto_alloc_next]])
+                j->sto_alloc_next++;
+            if (j->sto_alloc_next < j->n_storage && j->sto_alloc_next < j->sto_next + j->sto_lead) {
+                i = j->sto_list[j->sto_alloc_next++];
+                sto_lead = true;
+                j->sto_allocating++;
+            }
+        }
+        if (i == SIZE_MAX) {
+            while (j->alloc_next < j->n && j->alloc_claimed[j->alloc_next]) j->alloc_next++;
+            if (j->alloc_next < j->n) i = j->alloc_next++;
+        }
+        if (i != SIZE_MAX) j->alloc_claimed[i] = 1;
+    }
     pthread_mutex_unlock(&j->mu);
-    if (done) return JOB_DONE;
+    if (i == SIZE_MAX) return JOB_DONE;
     double t0 = mz_time_ms();
     job_delay(j, &a->rng);
     mz_unit *u = j->units[i];
-    /* Nobody else touches u before n_alloc passes i (the loaders wait
+    /* Nobody else touches u before mapped[i] is set (the loaders wait
      * for it, compute waits for RESIDENT; each index is claimed once).
      * Its range is already readable and writable (restore_begin). Pre-fault: one MADV_POPULATE_WRITE (Linux 5.14+) populates the
      * range in one call, about twice as fast as a write per page on memory
@@ -220,8 +260,10 @@ static int job_alloc_step(rjob *j, job_act *a, size_t *seen_alloc)
         for (size_t off = 0; off < u->bytes; off += pg) p[off] = 0;
     }
     pthread_mutex_lock(&j->mu);
+    MZ_ASSERT(!j->mapped[i]); /* claimed once: alloc_claimed */
     j->mapped[i] = 1;
-    while (j->n_alloc < j->n && j->mapped[j->n_alloc]) j->n_alloc++;
+    j->n_mapped++;
+    if (sto_lead) j->sto_allocating--;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     a->busy += mz_time_ms() - t0;
@@ -328,7 +370,7 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
     const bool queue_full = L->aio && L->n_inflight >= L->depth;
     const bool take = !failed && ready && !(queue_full && is_kv);
     if (take) j->sto_next++;
-    *seen_alloc = j->n_alloc;
+    *seen_alloc = j->n_mapped;
     pthread_mutex_unlock(&j->mu);
     if (failed) {
         storage_drain(j, L);
@@ -417,7 +459,7 @@ static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
     const size_t i = have ? j->mem_unit[k] : 0;
     const bool ready = have && job_allocated(j, i);
     if (!failed && ready) j->mem_next++;
-    *seen_alloc = j->n_alloc;
+    *seen_alloc = j->n_mapped;
     pthread_mutex_unlock(&j->mu);
     if (failed || !have) return JOB_DONE;
     if (!ready) return JOB_BLOCKED;
@@ -477,6 +519,13 @@ static void *job_thread_main(void *arg)
         size_t seen = SIZE_MAX;
         for (int k = 0; k < ACT_COUNT; k++) {
             if (acts[k].done) continue;
+            /* A pre-faulting thread of a capped split keeps to allocation
+             * (which never blocks) until every unit's allocation is
+             * claimed: the loaders on the other threads wait for it. */
+            if (k != ACT_ALLOC && t->alloc_first && !acts[ACT_ALLOC].done) {
+                pending = true;
+                continue;
+            }
             size_t sa = SIZE_MAX;
             int r = steps[k](j, &acts[k], &sa);
             if (r == JOB_DONE) acts[k].done = true;
@@ -488,7 +537,7 @@ static void *job_thread_main(void *arg)
         if (progress) continue;
         /* Every unfinished activity waits for the allocation thread. */
         pthread_mutex_lock(&j->mu);
-        while (j->n_alloc == seen && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
+        while (j->n_mapped == seen && !j->failed) pthread_cond_wait(&j->cv, &j->mu);
         pthread_mutex_unlock(&j->mu);
     }
     pthread_mutex_lock(&j->mu);
@@ -507,6 +556,7 @@ static void job_free(rjob *j)
     free(j->kv_idx);
     free(j->loaded);
     free(j->mapped);
+    free(j->alloc_claimed);
     free(j->sto_list);
     free(j->mem_items);
     free(j->mem_unit);
@@ -548,8 +598,9 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     j->from = mz_calloc(MZ_MAX(cap, 1), sizeof *j->from);
     j->loaded = mz_calloc(MZ_MAX(cap, 1), 1);
     j->mapped = mz_calloc(MZ_MAX(cap, 1), 1);
+    j->alloc_claimed = mz_calloc(MZ_MAX(cap, 1), 1);
     j->kv_idx = mz_calloc(MZ_MAX((size_t)mm->n_layer * mm->max_chunks, 1), sizeof *j->kv_idx);
-    if (!j->units || !j->from || !j->loaded || !j->mapped || !j->kv_idx) {
+    if (!j->units || !j->from || !j->loaded || !j->mapped || !j->alloc_claimed || !j->kv_idx) {
         job_free(j);
         return mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
     }
@@ -587,31 +638,24 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
         return MZ_OK; /* nothing to do: acquire_layer sees no job */
     }
     /* The split (n_restore_threads): the request's, else the profile's for
-     * this many compute threads and CPUs. Allocation is the costliest
-     * activity (faulting in pages the hypervisor reclaimed) and runs on
-     * every restore thread, each claiming the next unit; besides it: 1 =
-     * everything in turn on one thread; 2 = decoding shares the first
-     * thread, the storage path (which mostly waits on reads) the second; 3 =
-     * storage and decoding on threads of their own; more = the first thread
-     * only allocates, each other one runs one lane of the storage path or of
-     * decoding, the lanes split between the two by their bytes. */
+     * this many compute threads and CPUs; of them, as many pre-fault as the
+     * profile's pre-fault table says still helps (the request's count in
+     * tests and ablations). Who runs what: mz_restore_split_plan. Lanes
+     * are divided by bytes: a dropped weight block is tens of MB to read
+     * and hash, a KV chunk well under one. */
     int nt = p && p->n_threads >= 1 && p->n_threads <= MZ_RESTORE_THREADS_MAX
                  ? p->n_threads
                  : mz_profile_restore_threads(&mm->prof, p ? p->n_compute : 0);
-    /* Lanes divided by bytes: a dropped weight block is tens of MB to read
-     * and hash, a KV chunk well under one. */
-    int n_sto_lanes = 1;
-    if (nt >= 4) {
-        int r = nt - 1;
-        double sto_bytes = 0, all_bytes = 0;
-        for (size_t i = 0; i < j->n; i++) {
-            all_bytes += (double)j->units[i]->bytes;
-            if (j->from[i] != MZ_UNIT_COMPRESSED) sto_bytes += (double)j->units[i]->bytes;
-        }
-        if (j->n_mem == 0) n_sto_lanes = r;
-        else if (j->n_storage == 0) n_sto_lanes = 0;
-        else n_sto_lanes = MZ_MAX(1, MZ_MIN(r - 1, (int)((double)r * sto_bytes / all_bytes + 0.5)));
+    int npf = p && p->n_prefault >= 1 ? MZ_MIN(p->n_prefault, nt)
+                                      : mz_profile_prefault_threads(&mm->prof, nt);
+    double sto_bytes = 0, mem_bytes = 0;
+    for (size_t i = 0; i < j->n; i++) {
+        if (j->from[i] != MZ_UNIT_COMPRESSED) sto_bytes += (double)j->units[i]->bytes;
+        else mem_bytes += (double)j->units[i]->bytes;
     }
+    mz_restore_split split;
+    mz_restore_split_plan(nt, npf, sto_bytes, mem_bytes, &split);
+    int n_sto_lanes = split.n_sto_lanes;
     j->n_lanes = MZ_MAX(n_sto_lanes, 1);
     j->lanes = mz_calloc((size_t)j->n_lanes, sizeof *j->lanes);
     j->th = mz_calloc((size_t)nt, sizeof *j->th);
@@ -703,17 +747,18 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     pthread_mutex_lock(&mm->lock);
     mz_compstack_defer_unmap(mm->stack, true);
     pthread_mutex_unlock(&mm->lock);
-    enum { A = 1u << ACT_ALLOC, S = 1u << ACT_STORAGE, M = 1u << ACT_MEM };
-    for (int t = 0; t < nt; t++) {
-        unsigned mask;
-        if (nt == 1) mask = A | S | M;
-        else if (nt == 2) mask = t == 0 ? A | M : A | S;
-        else if (nt == 3) mask = t == 0 ? A : t == 1 ? A | S : A | M;
-        else mask = t == 0 ? A : t <= n_sto_lanes ? A | S : A | M;
-        int lane = !(mask & S) ? -1 : nt >= 4 ? t - 1 : 0;
-        j->thr[t] = (job_thread){.j = j, .mask = mask, .lane = lane};
-    }
+    for (int t = 0; t < nt; t++)
+        j->thr[t] = (job_thread){.j = j, .mask = split.mask[t], .lane = split.lane[t],
+                                 .alloc_first = split.alloc_first[t]};
     j->n_threads = nt;
+    j->n_prefault = split.n_prefault;
+    /* The storage lead from 4 threads on (lanes): twice the storage lanes'
+     * units ahead, on up to half the pre-faulting threads. Below 4 threads
+     * allocation stays in forward order. */
+    if (nt >= 4 && split.n_sto_lanes > 0) {
+        j->sto_lead = 2 * (size_t)split.n_sto_lanes;
+        j->sto_allocating_max = MZ_MAX(1, split.n_prefault / 2);
+    }
     j->n_running = nt;
     for (int t = 0; t < nt; t++) {
         int rc = pthread_create(&j->th[t], NULL, job_thread_main, &j->thr[t]);

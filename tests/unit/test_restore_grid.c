@@ -185,7 +185,14 @@ static void run_model(const grid_model *gm, const char *const *codecs, size_t n_
                 mz_restore_params rp = mz_restore_params_default();
                 rp.experimental = &rx;
                 static const int splits[] = {1, 2, 3, 5, 8, 16};
+                /* Pre-faulting threads: the profile's (all of them here: the
+                 * built-in profile has no pre-fault table), then capped at
+                 * 1, 2 and 4, so the capped splits' layouts (one early lane
+                 * running both kinds at 5, several at 8 and 16) come round. */
+                static const int prefault[] = {0, 1, 2, 4};
                 rp.n_restore_threads = splits[*cell % MZ_ARRAY_LEN(splits)];
+                rx.n_prefault_threads =
+                    prefault[(*cell / MZ_ARRAY_LEN(splits)) % MZ_ARRAY_LEN(prefault)];
                 mz_restore_timings tm;
                 mz_generate_params gp = {.max_tokens = N_GEN, .on_token = cb_collect, .user = got};
                 mz_generate_result gr;
@@ -197,9 +204,10 @@ static void run_model(const grid_model *gm, const char *const *codecs, size_t n_
                 bool same = s == MZ_OK && n_got == n_want &&
                             memcmp(got, want, n_want * sizeof *want) == 0 && lg &&
                             memcmp(a, b, (size_t)nv * sizeof(float)) == 0;
-                CHECK_MSG(same, "%s, codec %s, %d%% remaining, overlap %d, %d restore threads: "
-                          "answer differs from the blocking restore", gm->name, codecs[ci],
-                          levels[li], mode, rp.n_restore_threads);
+                CHECK_MSG(same, "%s, codec %s, %d%% remaining, overlap %d, %d restore threads "
+                          "(%d pre-faulting): answer differs from the blocking restore", gm->name,
+                          codecs[ci], levels[li], mode, rp.n_restore_threads,
+                          rx.n_prefault_threads);
                 CHECK(ev_all_resident(c));
                 CHECK(mz_mem_is_valid(c->mem));
                 CHECK(tm.n_ready == tm.n_units && tm.n_units > 0);
@@ -218,6 +226,141 @@ out:
     free(base);
     free(a);
     free(b);
+}
+
+/* Checks the invariants of one split: every thread has work; from 4
+ * threads on exactly n_prefault threads allocate, the pre-faulting ones of a
+ * capped split do it first, and the others start at once on lanes of both
+ * kinds when both are in the job; storage lanes are 0..n_sto_lanes-1, each
+ * once. */
+static void check_split(int nt, int npf, double sto, double mem)
+{
+    enum {
+        A = 1u << MZ_RESTORE_ACT_ALLOC,
+        S = 1u << MZ_RESTORE_ACT_STORAGE,
+        M = 1u << MZ_RESTORE_ACT_MEM,
+    };
+    mz_restore_split sp;
+    mz_restore_split_plan(nt, npf, sto, mem, &sp);
+    CHECK_EQ_INT(sp.n_threads, nt);
+    int n_alloc = 0, n_first = 0;
+    uint64_t seen_lanes = 0;
+    bool early_s = false, early_m = false, any_s = false, any_m = false;
+    for (int t = 0; t < nt; t++) {
+        CHECK_MSG(sp.mask[t] != 0, "%d threads, %d pre-faulting: thread %d has no work", nt, npf, t);
+        n_alloc += !!(sp.mask[t] & A);
+        n_first += sp.alloc_first[t];
+        CHECK(!sp.alloc_first[t] || (sp.mask[t] & A));
+        CHECK((sp.lane[t] >= 0) == !!(sp.mask[t] & S));
+        if (sp.lane[t] >= 0) {
+            CHECK(sp.lane[t] < sp.n_sto_lanes && !(seen_lanes & (1ULL << sp.lane[t])));
+            seen_lanes |= 1ULL << sp.lane[t];
+        }
+        any_s |= !!(sp.mask[t] & S);
+        any_m |= !!(sp.mask[t] & M);
+        if (!sp.alloc_first[t]) {
+            early_s |= !!(sp.mask[t] & S);
+            early_m |= !!(sp.mask[t] & M);
+        }
+    }
+    CHECK(sto <= 0 || (any_s && early_s));
+    CHECK(mem <= 0 || (any_m && early_m));
+    if (nt >= 4) {
+        const int want = npf < nt ? npf : nt;
+        CHECK_EQ_INT(sp.n_prefault, want);
+        CHECK_EQ_INT(n_alloc, want);
+        CHECK_EQ_INT(n_first, want < nt ? want : 0);
+        CHECK(seen_lanes == (sp.n_sto_lanes >= 64 ? ~0ULL : (1ULL << sp.n_sto_lanes) - 1));
+    } else {
+        CHECK_EQ_INT(n_alloc, nt); /* below 4 threads every one pre-faults */
+        CHECK_EQ_INT(n_first, 0);
+    }
+}
+
+/* The pre-fault cap and the roles of the restore threads, on hand-made
+ * profile tables (pure functions). */
+static void test_prefault_split(void)
+{
+    enum {
+        A = 1u << MZ_RESTORE_ACT_ALLOC,
+        S = 1u << MZ_RESTORE_ACT_STORAGE,
+        M = 1u << MZ_RESTORE_ACT_MEM,
+    };
+    mz_device_profile p;
+    mz_profile_builtin(&p);
+    p.n_touch = 0; /* no table: every restore thread pre-faults */
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 8), 8);
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 2), 2);
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 0), 0);
+    /* The 16-vCPU device (2026-12-02): best at 4, slower at 8 and 16. */
+    static const int th[] = {1, 2, 4, 8, 16};
+    static const double dev[] = {0.294, 0.162, 0.130, 0.204, 0.257};
+    p.n_touch = 5;
+    for (int i = 0; i < 5; i++) {
+        p.touch_threads[i] = th[i];
+        p.touch_mt_s_per_gib[i] = dev[i];
+    }
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 16), 4);
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 8), 4);
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 5), 4);
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 3), 2); /* counts up to 3: 1 and 2 */
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 1), 1);
+    /* Within 10 % of the best counts as the best: the smaller count wins. */
+    static const double near[] = {1.0, 0.51, 0.50, 0.48, 0.47};
+    for (int i = 0; i < 5; i++) p.touch_mt_s_per_gib[i] = near[i];
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 16), 2);
+    /* Still scaling at 16: all of them. */
+    static const double scaling[] = {1.0, 0.55, 0.3, 0.17, 0.08};
+    for (int i = 0; i < 5; i++) p.touch_mt_s_per_gib[i] = scaling[i];
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 16), 16);
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 12), 8); /* 16 not measured up to 12 */
+    /* A count measured as 0 (failed) is skipped. */
+    p.touch_mt_s_per_gib[2] = 0;
+    CHECK_EQ_INT(mz_profile_prefault_threads(&p, 4), 2);
+
+    /* Roles. The device's target 2 at 50 %: 16 dropped F16 blocks (~0.69 GB
+     * to read) and 1792 q8 chunks (~1.88 GB to decode), 8 restore threads, 4
+     * pre-faulting: the two storage lanes (2 of 8 by bytes) and two
+     * decoding lanes run from the start on threads 4..7; 0..3 pre-fault,
+     * then decode. */
+    const double sto = 0.69e9, mem = 1.88e9;
+    mz_restore_split sp;
+    mz_restore_split_plan(8, 4, sto, mem, &sp);
+    CHECK_EQ_INT(sp.n_prefault, 4);
+    CHECK_EQ_INT(sp.n_sto_lanes, 2);
+    CHECK(sp.mask[4] == S && sp.lane[4] == 0 && !sp.alloc_first[4]);
+    CHECK(sp.mask[5] == S && sp.lane[5] == 1 && !sp.alloc_first[5]);
+    for (int t = 6; t < 8; t++) CHECK(sp.mask[t] == M && sp.lane[t] == -1 && !sp.alloc_first[t]);
+    for (int t = 0; t < 4; t++) CHECK(sp.mask[t] == (A | M) && sp.alloc_first[t] && sp.lane[t] < 0);
+    /* Mostly storage: the early group keeps one decoding lane, the
+     * pre-faulting group reads too. */
+    mz_restore_split_plan(8, 4, 99, 1, &sp);
+    CHECK(sp.mask[4] == S && sp.mask[5] == S && sp.mask[6] == S && sp.mask[7] == M);
+    CHECK(sp.n_sto_lanes == 7);
+    for (int t = 0; t < 4; t++) CHECK(sp.mask[t] == (A | S) && sp.alloc_first[t]);
+    /* Uncapped (no table): the layout of before — thread 0 only
+     * allocates, the 7 others allocate and run 2 storage / 5 decoding lanes. */
+    mz_restore_split_plan(8, 8, sto, mem, &sp);
+    CHECK(sp.mask[0] == A && !sp.alloc_first[0] && sp.n_sto_lanes == 2);
+    CHECK(sp.mask[1] == (A | S) && sp.lane[1] == 0 && sp.mask[2] == (A | S) && sp.lane[2] == 1);
+    for (int t = 3; t < 8; t++) CHECK(sp.mask[t] == (A | M) && !sp.alloc_first[t]);
+    /* One thread left beside the pre-faulting ones runs both kinds. */
+    mz_restore_split_plan(5, 4, sto, mem, &sp);
+    CHECK(sp.mask[4] == (S | M) && sp.lane[4] == 0);
+    /* Below 4 threads the cap is ignored: 2 = alloc+decoding, alloc+storage. */
+    mz_restore_split_plan(2, 1, sto, mem, &sp);
+    CHECK(sp.mask[0] == (A | M) && sp.mask[1] == (A | S) && sp.lane[1] == 0 && sp.n_prefault == 2);
+    /* Only one kind in the job: every lane is of that kind. */
+    mz_restore_split_plan(8, 4, 0, mem, &sp);
+    CHECK(sp.n_sto_lanes == 0);
+    for (int t = 4; t < 8; t++) CHECK(sp.mask[t] == M);
+    mz_restore_split_plan(8, 4, sto, 0, &sp);
+    CHECK(sp.n_sto_lanes == 8);
+    /* Invariants over the whole range. */
+    static const double fr[][2] = {{1, 0}, {0, 1}, {1, 1}, {1, 99}, {99, 1}, {0.69, 1.88}};
+    for (int nt = 1; nt <= MZ_RESTORE_THREADS_MAX; nt++)
+        for (int npf = 1; npf <= nt; npf++)
+            for (size_t f = 0; f < MZ_ARRAY_LEN(fr); f++) check_split(nt, npf, fr[f][0], fr[f][1]);
 }
 
 /* The split's default: the profile's restore_threads, else the rule from
@@ -292,6 +435,14 @@ static void test_split_params(mz_model_t *m)
     CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_E_INVAL);
     rp.n_restore_threads = -1;
     CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_E_INVAL);
+    rp.n_restore_threads = 0;
+    mz_restore_experimental rx = mz_restore_experimental_default();
+    rp.experimental = &rx;
+    rx.n_prefault_threads = -1;
+    CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_E_INVAL);
+    rx.n_prefault_threads = MZ_RESTORE_THREADS_MAX + 1;
+    CHECK(mz_prefill_restore(c, t, 4, &rp, NULL) == MZ_E_INVAL);
+    rp.experimental = NULL;
     CHECK(mz_ctx_n_tokens(c) == 0);
     /* 0: the profile's split is used and reported. */
     rp.n_restore_threads = 0;
@@ -332,6 +483,7 @@ int main(void)
     grid_model q = {.name = "tiny qwen3", .m = ev_load(path), .ref_m = ev_load(path),
                     .n_base = 600, .n_ctx = 1024};
     CHECK(q.m && q.ref_m);
+    test_prefault_split();
     if (q.m) test_split_params(q.m);
     if (q.m && q.ref_m) run_model(&q, codecs, MZ_ARRAY_LEN(codecs), levels, MZ_ARRAY_LEN(levels), &cell);
     mz_model_free(q.m);
