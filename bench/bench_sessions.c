@@ -110,6 +110,33 @@ static size_t kv_evicted(const mz_ctx_t *c)
     return st.kv.total_bytes - st.kv.resident_bytes;
 }
 
+/* The restore's split as one line: wall time, busy time per activity
+ * (summed over the threads running it), the compute thread's wait. */
+static void print_split(const mz_restore_timings *tm)
+{
+    printf(" split: alloc_ms=%.1f storage_ms=%.1f mem_ms=%.1f stall_ms=%.1f prefill_ms=%.1f "
+           "threads=%d",
+           tm->alloc_ms, tm->storage_ms, tm->mem_ms, tm->stall_ms, tm->prefill_ms,
+           tm->n_restore_threads);
+}
+
+/* "raw R + enc E stored, C compressed, W blocks" of a placement. */
+static void print_place(const char *what, const mz_harness_placement *p)
+{
+    printf(" %s: stored raw %zu + encoded %zu, compressed %zu, weight blocks %zu", what,
+           p->n_kv_stored_raw, p->n_kv_stored_compressed, p->n_kv_compressed, p->n_weights_dropped);
+}
+
+static size_t median_size(size_t *v, size_t n)
+{
+    double *d = malloc(n * sizeof *d);
+    if (!d) return 0;
+    for (size_t i = 0; i < n; i++) d[i] = (double)v[i];
+    size_t m = (size_t)(median(d, n) + 0.5);
+    free(d);
+    return m;
+}
+
 typedef struct bench {
     mz_model_t *m;
     int nv;
@@ -124,8 +151,10 @@ typedef struct bench {
     int n_budgets;
     /* results per budget */
     double mz_med[MAX_BUDGETS], osp_med[MAX_BUDGETS], single_med[MAX_BUDGETS];
+    double same_med[MAX_BUDGETS];  /* single, same tiers (the target's reference) */
     double mz_evicted_mb[MAX_BUDGETS], single_evicted_mb[MAX_BUDGETS];
     double mz_units[MAX_BUDGETS];
+    mz_harness_placement mz_place[MAX_BUDGETS]; /* the switches' median placement */
     double recompute_med;
     size_t kv_session_bytes, weight_bytes;
 } bench;
@@ -246,18 +275,61 @@ static int run_single(bench *b, mz_ctx_t *c, int bi, size_t target)
             }
             if (er.bytes_freed == 0) break;
         }
+        mz_harness_placement pl;
+        mz_harness_placement_get(c, &pl);
         mz_restore_timings tm;
         if (ask(b, c, 9000 + (unsigned long long)(bi * 100 + r), &tm)) return 1;
         t[r] = tm.ttft_ms;
         ev_sum += (double)ev;
         printf("single %s %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu (storage %zu, memory %zu) "
-               "evicted_kv=%.1f MB\n",
+               "evicted_kv=%.1f MB",
                b->budget_names[bi], r, tm.ttft_ms, tm.restore_ms, tm.n_units, tm.n_storage_units,
                tm.n_mem_units, ev / 1e6);
+        print_place("placement", &pl);
+        print_split(&tm);
+        printf("\n");
         fflush(stdout);
     }
     b->single_med[bi] = median(t, (size_t)b->reps);
     b->single_evicted_mb[bi] = ev_sum / (double)b->reps / 1e6;
+    free(t);
+    return 0;
+}
+
+/* Same-tiers reference for budget bi: session c alone, all resident, has
+ * its units moved by the engine's eviction steps to exactly the median
+ * switch's placement (KV chunks stored raw, stored encoded and compressed
+ * in memory; the engine's weight blocks dropped), then restored by the
+ * question (-R times). Same bytes from the same tiers: the ratio of the
+ * switch to this is what switching between sessions costs beyond the
+ * restore itself. */
+static int run_same(bench *b, mz_ctx_t *c, int bi)
+{
+    const mz_harness_placement *want = &b->mz_place[bi];
+    double *t = calloc((size_t)b->reps, sizeof *t);
+    if (!t) return 1;
+    for (long r = 0; r < b->reps; r++) {
+        mz_evict_report er;
+        if (mz_restore(c, NULL) || mz_harness_evict_to_placement(c, want, &er)) {
+            fprintf(stderr, "same tiers: %s\n", mz_last_error());
+            return 1;
+        }
+        mz_harness_placement pl;
+        mz_harness_placement_get(c, &pl);
+        const size_t ev = kv_evicted(c);
+        mz_restore_timings tm;
+        if (ask(b, c, 9500 + (unsigned long long)(bi * 100 + r), &tm)) return 1;
+        t[r] = tm.ttft_ms;
+        printf("same %s %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu (storage %zu, memory %zu) "
+               "evicted_kv=%.1f MB",
+               b->budget_names[bi], r, tm.ttft_ms, tm.restore_ms, tm.n_units, tm.n_storage_units,
+               tm.n_mem_units, ev / 1e6);
+        print_place("placement", &pl);
+        print_split(&tm);
+        printf("\n");
+        fflush(stdout);
+    }
+    b->same_med[bi] = median(t, (size_t)b->reps);
     free(t);
     return 0;
 }
@@ -279,7 +351,9 @@ static int run_engine(bench *b, mz_engine_mode mode, bool with_single)
     const size_t n_sw = (size_t)(b->k * b->rounds);
     double *ttft = calloc(n_sw, sizeof *ttft), *evb = calloc(n_sw, sizeof *evb),
            *units = calloc(n_sw, sizeof *units);
-    if (!ss || !ttft || !evb || !units) return 1;
+    size_t *pl_raw = calloc(n_sw, sizeof *pl_raw), *pl_enc = calloc(n_sw, sizeof *pl_enc),
+           *pl_comp = calloc(n_sw, sizeof *pl_comp), *pl_w = calloc(n_sw, sizeof *pl_w);
+    if (!ss || !ttft || !evb || !units || !pl_raw || !pl_enc || !pl_comp || !pl_w) return 1;
     double t0 = mz_harness_time_ms();
     for (long s = 0; s < b->k; s++) {
         if (mz_session_create(e, &cp, &ss[s])) {
@@ -311,6 +385,8 @@ static int run_engine(bench *b, mz_engine_mode mode, bool with_single)
                     }
                 }
                 size_t ev = kv_evicted(ss[s]);
+                mz_harness_placement pl;
+                if (!osp) mz_harness_placement_get(ss[s], &pl);
                 mz_restore_timings tm;
                 if (ask(b, ss[s], 1000 + (unsigned long long)((r + 1) * b->k + s), &tm)) return 1;
                 if (r < 0) continue;
@@ -318,9 +394,18 @@ static int run_engine(bench *b, mz_engine_mode mode, bool with_single)
                 evb[sw] = (double)ev;
                 units[sw] = (double)tm.n_units;
                 printf("%s %s switch %zu session %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu "
-                       "(storage %zu, memory %zu) evicted_kv=%.1f MB\n",
+                       "(storage %zu, memory %zu) evicted_kv=%.1f MB",
                        mz_engine_mode_name(mode), b->budget_names[bi], sw, s, tm.ttft_ms,
                        tm.restore_ms, tm.n_units, tm.n_storage_units, tm.n_mem_units, ev / 1e6);
+                if (!osp) {
+                    pl_raw[sw] = pl.n_kv_stored_raw;
+                    pl_enc[sw] = pl.n_kv_stored_compressed;
+                    pl_comp[sw] = pl.n_kv_compressed;
+                    pl_w[sw] = pl.n_weights_dropped;
+                    print_place("placement", &pl);
+                    print_split(&tm);
+                }
+                printf("\n");
                 fflush(stdout);
                 sw++;
             }
@@ -333,6 +418,11 @@ static int run_engine(bench *b, mz_engine_mode mode, bool with_single)
             b->mz_med[bi] = med;
             b->mz_evicted_mb[bi] = ev_med / 1e6;
             b->mz_units[bi] = median(units, n_sw);
+            b->mz_place[bi] = (mz_harness_placement){
+                .n_kv_stored_raw = median_size(pl_raw, n_sw),
+                .n_kv_stored_compressed = median_size(pl_enc, n_sw),
+                .n_kv_compressed = median_size(pl_comp, n_sw),
+                .n_weights_dropped = median_size(pl_w, n_sw)};
         }
         printf("cell mode=%s k=%ld n=%ld budget=%s: median ttft_ms=%.1f over %zu switches, "
                "median evicted kv %.1f MB\n",
@@ -340,9 +430,11 @@ static int run_engine(bench *b, mz_engine_mode mode, bool with_single)
         if (with_single) {
             /* The reference runs on session 0 of the same engine: mz_evict on
              * one of several sessions moves only its KV, never the weights. */
-            if (ev_med < 1) {
-                b->single_med[bi] = -1; /* nothing was evicted: no restore to compare */
-            } else if (run_single(b, ss[0], bi, (size_t)ev_med)) {
+            const mz_harness_placement *p = &b->mz_place[bi];
+            if (ev_med < 1 && p->n_weights_dropped == 0) {
+                b->single_med[bi] = b->same_med[bi] = -1; /* nothing out: no restore to compare */
+            } else if (run_same(b, ss[0], bi) ||
+                       (ev_med >= 1 && run_single(b, ss[0], bi, (size_t)ev_med))) {
                 return 1;
             }
         }
@@ -353,6 +445,10 @@ static int run_engine(bench *b, mz_engine_mode mode, bool with_single)
     free(ttft);
     free(evb);
     free(units);
+    free(pl_raw);
+    free(pl_enc);
+    free(pl_comp);
+    free(pl_w);
     return 0;
 }
 
@@ -437,7 +533,8 @@ int main(int argc, char **argv)
                         "       [-b all,half,eighth] [-M mzcache,os-paging,recompute,single] [-p]\n");
         return 2;
     }
-    for (int i = 0; i < b.n_budgets; i++) b.mz_med[i] = b.osp_med[i] = b.single_med[i] = -1;
+    for (int i = 0; i < b.n_budgets; i++)
+        b.mz_med[i] = b.osp_med[i] = b.single_med[i] = b.same_med[i] = -1;
     b.recompute_med = -1;
     mz_model_params mp = mz_model_params_default();
     mp.n_threads = (int)b.threads;
@@ -469,21 +566,29 @@ int main(int argc, char **argv)
         return 1;
     if ((modes & MODE_OSP) && run_engine(&b, MZ_MODE_OS_PAGING, false)) return 1;
 
-    printf("\n| model | K | N | budget | evicted KV per switch | mzcache TTFT ms | os-paging ms | "
-           "recompute ms | single ms (same bytes) | recompute / mzcache | mzcache / single |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n| model | K | N | budget | evicted KV per switch | switch placement: stored raw+enc / "
+           "compressed / weight blocks | mzcache TTFT ms | os-paging ms | recompute ms | "
+           "single ms (same tiers) | single ms (same bytes, own eviction) | recompute / mzcache | "
+           "mzcache / single same tiers | mzcache / single own eviction |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *base = strrchr(model, '/');
     base = base ? base + 1 : model;
     for (int i = 0; i < b.n_budgets; i++) {
-        char a[32], o[32], rc[32], sg[32], r1[32], r2[32];
+        char a[32], o[32], rc[32], sg[32], sm[32], r1[32], r2[32], r3[32];
         fmt_ms(a, sizeof a, b.mz_med[i]);
         fmt_ms(o, sizeof o, b.osp_med[i]);
         fmt_ms(rc, sizeof rc, b.recompute_med);
         fmt_ms(sg, sizeof sg, b.single_med[i]);
         fmt_ratio(r1, sizeof r1, b.recompute_med, b.mz_med[i]);
-        fmt_ratio(r2, sizeof r2, b.single_med[i] < 0 ? -1 : b.mz_med[i], b.single_med[i]);
-        printf("| %s | %ld | %ld | %s | %.1f MB (%.0f units) | %s | %s | %s | %s | %s | %s |\n", base,
-               b.k, b.n, b.budget_names[i], b.mz_evicted_mb[i], b.mz_units[i], a, o, rc, sg, r1, r2);
+        fmt_ms(sm, sizeof sm, b.same_med[i]);
+        fmt_ratio(r2, sizeof r2, b.same_med[i] < 0 ? -1 : b.mz_med[i], b.same_med[i]);
+        fmt_ratio(r3, sizeof r3, b.single_med[i] < 0 ? -1 : b.mz_med[i], b.single_med[i]);
+        const mz_harness_placement *p = &b.mz_place[i];
+        printf("| %s | %ld | %ld | %s | %.1f MB (%.0f units) | %zu+%zu / %zu / %zu | %s | %s | %s | "
+               "%s | %s | %s | %s | %s |\n",
+               base, b.k, b.n, b.budget_names[i], b.mz_evicted_mb[i], b.mz_units[i],
+               p->n_kv_stored_raw, p->n_kv_stored_compressed, p->n_kv_compressed,
+               p->n_weights_dropped, a, o, rc, sm, sg, r1, r2, r3);
     }
     mz_kvfill_free(b.fill);
     free(b.hist);

@@ -52,6 +52,31 @@ const char *mz_harness_q8_isa(void);
  * *n_units = chunks moved. The KV is left stored: mz_restore brings it back. */
 mz_status mz_harness_compkv(mz_ctx_t *c, size_t batch, double *ms, double *payload,
                             size_t *n_units);
+/* Where c's units are: KV chunks per tier, and the engine's weight blocks
+ * dropped (shared by every session of the engine; counted here because a
+ * restore of c reads them back). */
+typedef struct mz_harness_placement {
+    size_t n_kv_resident;
+    size_t n_kv_compressed;          /* in c's compressed stack (memory path) */
+    size_t n_kv_stored_raw;          /* swap file, raw (storage path) */
+    size_t n_kv_stored_compressed;   /* swap file, encoded (storage path: read + decode) */
+    size_t n_weights_dropped;        /* engine's blocks to read from the model file */
+} mz_harness_placement;
+void mz_harness_placement_get(mz_ctx_t *c, mz_harness_placement *out);
+/* bench_sessions' same-tiers reference: from an all-resident c (and all
+ * weights resident), moves c's units with the engine's own eviction steps
+ * (mz_mem_evict_steps: the encode, write and page release mz_evict uses) so
+ * that c ends with exactly the tier counts of *want (n_kv_resident is what
+ * is left). The chunks are taken in backward-out order, the KV policy's
+ * order; the raw ones are spread evenly among them (as Algorithm 1's
+ * balancing interleaves the two paths); of the encoded ones the rearmost
+ * go to the swap file, the front ones stay in the stack (where CompKV,
+ * moving the stack's bottom, leaves them); weight blocks the rearmost
+ * first. The weight blocks are the engine's: call only while no other
+ * session computes. MZ_E_INVAL when c cannot reach *want (not enough
+ * resident chunks or blocks, or a unit another session holds). */
+mz_status mz_harness_evict_to_placement(mz_ctx_t *c, const mz_harness_placement *want,
+                                        mz_evict_report *r);
 /* Monotonic clock in milliseconds. */
 double mz_harness_time_ms(void);
 
