@@ -675,7 +675,9 @@ typedef struct mz_restore_params {
     int n_restore_threads;     /* threads the three restore activities run on, beside the
                                   context's compute threads: every one pre-faults; 1 = all
                                   take turns on one; 2 = decoding shares the first, the
-                                  storage path has the second; 3 = one each; more = the
+                                  storage path has the second; 3 = one each (with 2 or 3,
+                                  when one path has nothing to restore, the other gets
+                                  both of those threads as two lanes); more = the
                                   first only allocates, the others each run one lane of
                                   the storage path or of decoding (split by the bytes of
                                   each). 0 = the device profile's split for this many

@@ -138,7 +138,9 @@ MZ_INTERNAL const mz_unit_times *mz_mem_unit_times(const mz_mem *mm);
  * every unit's allocation is claimed, then its lane; the others interleave
  * their activities step by step.
  *   1..3 threads: 1 = all three on one thread; 2 = alloc+decoding,
- *     alloc+storage; 3 = alloc, alloc+storage, alloc+decoding. Every thread
+ *     alloc+storage; 3 = alloc, alloc+storage, alloc+decoding; with 2 or 3,
+ *     when the job has units of one path only, both loader threads run
+ *     lanes of that path (two storage lanes, or two decoding). Every thread
  *     pre-faults (n_prefault is ignored: a thread that pre-faults is one
  *     that would otherwise wait for it).
  *   4+ threads, n_prefault >= n_threads: thread 0 only allocates, every

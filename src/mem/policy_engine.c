@@ -122,8 +122,16 @@ void mz_plan_sessions(mz_session_view *sv, size_t n, size_t nbytes, bool weights
             left = 0;
             break;
         }
-        s->view.weights_evictable = weights_ok && !any_busy && k == last_idle;
+        /* Rule 3: with one session, its own plan with the weights offered;
+         * with several, the last idle one's KV alone first, and its plan
+         * with the weights only when that KV cannot free what is left. */
+        const bool w_here = weights_ok && !any_busy && k == last_idle;
+        s->view.weights_evictable = w_here && n == 1;
         s->policy->plan(s->policy, &s->view, (size_t)left, s->scratch);
+        if (w_here && n > 1 && s->scratch->bytes_planned < (int64_t)MZ_MIN(left, (uint64_t)INT64_MAX)) {
+            s->view.weights_evictable = true;
+            s->policy->plan(s->policy, &s->view, (size_t)left, s->scratch);
+        }
         for (size_t j = 0; j < s->scratch->n; j++) {
             MZ_ASSERT(out->n < out->cap);
             out->steps[out->n++] = (mz_xstep){.session = i, .step = s->scratch->steps[j]};

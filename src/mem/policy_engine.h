@@ -14,12 +14,18 @@
  *   2. Within an idle session its own policy plans (Algorithm 1 and
  *      backward-out exactly as mz_evict) for what is still to free.
  *   3. Weight blocks are shared: they are offered only to the last idle
- *      session in the order, and only when no session is busy. There
- *      Algorithm 1 drops them where doing so balances the restore paths
- *      against that session's own KV (KVandW), i.e. when dropping a block is
- *      cheaper than the KV that would otherwise go. An idle session's KV goes
- *      before any weight block: every next request needs the weights, an
- *      idle session's KV only its own return.
+ *      session in the order, and only when no session is busy. An idle
+ *      session's KV goes before any weight block: every next request needs
+ *      the weights, an idle session's KV only its own return. So with
+ *      several sessions the last idle one is planned for its KV alone
+ *      first (all of it may go, to memory and on to storage), and only when
+ *      that cannot free what is left is it planned again with the weights
+ *      offered; Algorithm 1 then drops them where doing so balances the
+ *      restore paths against that session's own KV (KVandW). Offered at
+ *      once, under a tight budget they would go beside the session just
+ *      used, and the next request, to another session whose KV is all in
+ *      storage, would read them back on its storage path with nothing to
+ *      balance against (bench_sessions with an eighth of the KV).
  *   4. Sessions whose mode is not planned unit by unit (the baselines:
  *      opaque) come after the planned ones, least recently used first, one
  *      step each: their own mode's eviction for what is left.
@@ -27,7 +33,7 @@
  *      under its forward pass): what is left is asked of the first busy one
  *      as one deferred step, which it carries out between two of its
  *      forward steps.
- * With one idle session this is exactly that session's own plan with the
+ * With the engine's only session this is exactly that session's own plan with the
  * weights offered: mz_evict on the engine's only session.
  */
 #ifndef MZ_POLICY_ENGINE_H

@@ -31,15 +31,22 @@ void mz_restore_split_plan(int n_threads, int n_prefault, double sto_bytes, doub
     for (int t = 0; t < MZ_RESTORE_THREADS_MAX; t++) out->lane[t] = -1;
     out->n_threads = nt;
     if (nt < 4) {
+        /* With one path empty (a session switched back after a tight
+         * budget moved all of it to the swap file) both loader threads
+         * run lanes of the other: the storage path decodes every encoded
+         * chunk it reads, and on one thread it was the whole restore's
+         * critical path while the decoding thread only pre-faulted. */
+        const unsigned only = mem_bytes <= 0 ? S : sto_bytes <= 0 ? M : 0;
         out->n_prefault = nt;
-        out->n_sto_lanes = 1;
+        int lane = 0;
         for (int t = 0; t < nt; t++) {
-            unsigned mask = nt == 1   ? A | S | M
-                            : nt == 2 ? (t == 0 ? A | M : A | S)
-                                      : (t == 0 ? A : t == 1 ? A | S : A | M);
+            unsigned mask = nt == 1 ? A | S | M
+                            : nt == 2 ? A | (only ? only : t == 0 ? M : S)
+                                      : (t == 0 ? A : A | (only ? only : t == 1 ? S : M));
             out->mask[t] = (unsigned char)mask;
-            out->lane[t] = (signed char)((mask & S) ? 0 : -1);
+            out->lane[t] = (signed char)((mask & S) ? lane++ : -1);
         }
+        out->n_sto_lanes = MZ_MAX(lane, 1);
         return;
     }
     const int npf = MZ_MAX(1, MZ_MIN(n_prefault, nt));

@@ -10,6 +10,10 @@
  *                     one's steps contiguous; weight blocks only in the last
  *                     idle session's steps
  *   tie-break         equal last use: the one cheaper to restore first
+ *   KV before weights with several sessions, the last idle one gives up its
+ *                     KV alone when that covers the request (the same
+ *                     request on an only session drops blocks: KVandW), and
+ *                     is planned with the weights when it cannot
  *   busy              a computing session comes last as one deferred step
  *                     with what is left; no weight block is offered then
  *   weights refused   weights_ok false: no weight step anywhere
@@ -260,6 +264,38 @@ static void test_tie_break(void)
     sess_free(&other);
 }
 
+static void test_kv_before_weights(void)
+{
+    weights_reset();
+    sess empty, used;
+    CHECK(sess_init(&empty, 0) == 0 && sess_init(&used, 3) == 0); /* 12 chunks, 12 KVB */
+    mz_session_view v[2];
+    view_of(&empty, &v[0], 1, 1, false);
+    view_of(&used, &v[1], 2, 2, false);
+    /* Alone, 8 KVB: T = 4 blocks x t_rW / t_d = 28 > 12 chunks, so KVandW
+     * drops a block at once. */
+    plan(&v[1], 1, 8 * KVB, true);
+    CHECK(n_weight_steps(NULL) > 0);
+    /* Beside another session: its KV covers the request, no block goes. */
+    plan(v, 2, 8 * KVB, true);
+    CHECK_EQ_INT(n_weight_steps(NULL), 0);
+    CHECK(g_xp.bytes_planned >= 8 * KVB);
+    int bad = 0;
+    for (size_t k = 0; k < g_xp.n; k++)
+        bad += apply(g_xp.steps[k].session ? &used : &empty, &g_xp.steps[k].step, false) != 0;
+    CHECK_EQ_INT(bad, 0);
+    /* More than all of its KV: planned with the weights (the blocks go). */
+    sess_free(&used);
+    CHECK(sess_init(&used, 3) == 0);
+    view_of(&used, &v[1], 2, 2, false);
+    plan(v, 2, 12 * KVB + WB, true);
+    uint32_t ws = 99;
+    CHECK(n_weight_steps(&ws) > 0 && ws == 1);
+    CHECK(g_xp.bytes_planned >= 12 * KVB + WB);
+    sess_free(&empty);
+    sess_free(&used);
+}
+
 static void test_busy(void)
 {
     weights_reset();
@@ -371,6 +407,7 @@ int main(void)
     test_one_session();
     test_lru_order();
     test_tie_break();
+    test_kv_before_weights();
     test_busy();
     test_opaque();
     test_random();

@@ -350,6 +350,16 @@ static void test_prefault_split(void)
     /* Below 4 threads the cap is ignored: 2 = alloc+decoding, alloc+storage. */
     mz_restore_split_plan(2, 1, sto, mem, &sp);
     CHECK(sp.mask[0] == (A | M) && sp.mask[1] == (A | S) && sp.lane[1] == 0 && sp.n_prefault == 2);
+    /* ... but with one path empty both loader threads run it (a switch
+     * back to a session the budget moved to the swap file). */
+    mz_restore_split_plan(2, 2, sto, 0, &sp);
+    CHECK(sp.mask[0] == (A | S) && sp.mask[1] == (A | S) && sp.lane[0] == 0 && sp.lane[1] == 1);
+    CHECK_EQ_INT(sp.n_sto_lanes, 2);
+    mz_restore_split_plan(3, 3, sto, 0, &sp);
+    CHECK(sp.mask[0] == A && sp.mask[1] == (A | S) && sp.mask[2] == (A | S));
+    CHECK(sp.lane[1] == 0 && sp.lane[2] == 1 && sp.n_sto_lanes == 2);
+    mz_restore_split_plan(3, 3, 0, mem, &sp);
+    CHECK(sp.mask[0] == A && sp.mask[1] == (A | M) && sp.mask[2] == (A | M) && sp.lane[1] < 0);
     /* Only one kind in the job: every lane is of that kind. */
     mz_restore_split_plan(8, 4, 0, mem, &sp);
     CHECK(sp.n_sto_lanes == 0);
