@@ -566,8 +566,8 @@ int main(int argc, char **argv)
         return 1;
     if ((modes & MODE_OSP) && run_engine(&b, MZ_MODE_OS_PAGING, false)) return 1;
 
-    printf("\n| model | K | N | budget | evicted KV per switch | switch placement: stored raw+enc / "
-           "compressed / weight blocks | mzcache TTFT ms | os-paging ms | recompute ms | "
+    printf("\n| model | K | N | budget | evicted KV per switch | switch placement: stored "
+           "raw+enc / compressed / weight blocks | mzcache TTFT ms | os-paging ms | recompute ms | "
            "single ms (same tiers) | single ms (same bytes, own eviction) | recompute / mzcache | "
            "mzcache / single same tiers | mzcache / single own eviction |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -584,8 +584,8 @@ int main(int argc, char **argv)
         fmt_ratio(r2, sizeof r2, b.same_med[i] < 0 ? -1 : b.mz_med[i], b.same_med[i]);
         fmt_ratio(r3, sizeof r3, b.single_med[i] < 0 ? -1 : b.mz_med[i], b.single_med[i]);
         const mz_harness_placement *p = &b.mz_place[i];
-        printf("| %s | %ld | %ld | %s | %.1f MB (%.0f units) | %zu+%zu / %zu / %zu | %s | %s | %s | "
-               "%s | %s | %s | %s | %s |\n",
+        printf("| %s | %ld | %ld | %s | %.1f MB (%.0f units) | %zu+%zu / %zu / %zu | "
+               "%s | %s | %s | %s | %s | %s | %s | %s |\n",
                base, b.k, b.n, b.budget_names[i], b.mz_evicted_mb[i], b.mz_units[i],
                p->n_kv_stored_raw, p->n_kv_stored_compressed, p->n_kv_compressed,
                p->n_weights_dropped, a, o, rc, sm, sg, r1, r2, r3);

@@ -128,7 +128,8 @@ void mz_plan_sessions(mz_session_view *sv, size_t n, size_t nbytes, bool weights
         const bool w_here = weights_ok && !any_busy && k == last_idle;
         s->view.weights_evictable = w_here && n == 1;
         s->policy->plan(s->policy, &s->view, (size_t)left, s->scratch);
-        if (w_here && n > 1 && s->scratch->bytes_planned < (int64_t)MZ_MIN(left, (uint64_t)INT64_MAX)) {
+        const int64_t want = (int64_t)MZ_MIN(left, (uint64_t)INT64_MAX);
+        if (w_here && n > 1 && s->scratch->bytes_planned < want) {
             s->view.weights_evictable = true;
             s->policy->plan(s->policy, &s->view, (size_t)left, s->scratch);
         }

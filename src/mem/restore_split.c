@@ -34,8 +34,9 @@ void mz_restore_split_plan(int n_threads, int n_prefault, double sto_bytes, doub
         /* With one path empty (a session switched back after a tight
          * budget moved all of it to the swap file) both loader threads
          * run lanes of the other: the storage path decodes every encoded
-         * chunk it reads, and on one thread it was the whole restore's
-         * critical path while the decoding thread only pre-faulted. */
+         * chunk it reads, and on one thread it would be the whole
+         * restore's critical path while the decoding thread only
+         * pre-faults. */
         const unsigned only = mem_bytes <= 0 ? S : sto_bytes <= 0 ? M : 0;
         out->n_prefault = nt;
         int lane = 0;
