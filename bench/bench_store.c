@@ -99,6 +99,16 @@ static mz_model_t *load(const char *path)
     return m;
 }
 
+/* What a restart that knows its session does first: the store's reads
+ * start while the model loads (mz_store_prefetch). MZ_NO_PREFETCH=1: not. */
+static void prefetch(const char *dir, const char *id)
+{
+    mz_store_params sp = mz_store_params_default();
+    sp.dir = dir;
+    if (!getenv("MZ_NO_PREFETCH") && mz_store_prefetch(&sp, id))
+        fprintf(stderr, "prefetch: %s\n", mz_last_error());
+}
+
 static mz_ctx_params cparams(size_t n)
 {
     mz_ctx_params cp = mz_ctx_params_default();
@@ -159,16 +169,6 @@ static void peer_state_reload(const char *model, size_t n, double resume_ms, dou
            "reload | recompute / resume |\n|---|---|---|---|---|---|\n| %zu | %.0f | %.0f | %.0f | "
            "%.2f | %.1fx |\n", n, resume_ms, med, recompute_ms, resume_ms / med,
            recompute_ms / resume_ms);
-}
-
-/* What a restart that knows its session does first: the store's reads
- * start while the model loads (mz_store_prefetch). MZ_NO_PREFETCH=1: not. */
-static void prefetch(const char *dir, const char *id)
-{
-    mz_store_params sp = mz_store_params_default();
-    sp.dir = dir;
-    if (!getenv("MZ_NO_PREFETCH") && mz_store_prefetch(&sp, id))
-        fprintf(stderr, "prefetch: %s\n", mz_last_error());
 }
 
 static int cmd_ttft(const char *model, size_t n, const char *dir)
