@@ -495,13 +495,13 @@ static void *prefetch_main(void *arg)
 #ifdef SYS_ioprio_set
     /* The idle I/O class: the model file's reads (and the resume's own) go
      * first where the scheduler knows classes (mq-deadline, bfq); the
-     * prefetch takes the gaps, about half of a cold model load. */
+     * prefetch takes the gaps (about half of a cold model load is CPU). */
     (void)syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, (pid_t)syscall(SYS_gettid),
                   3 << 13 /* IOPRIO_CLASS_IDLE */);
 #endif
     for (int i = 0; i < 2; i++) {
         struct stat fs;
-        if (fstat(fd[i], &fs) == 0 && S_ISREG(fs.st_mode))
+        if (fstat(fd[i], &fs) == 0)
             for (off_t off = 0; off < fs.st_size; off += PREFETCH_STEP) {
                 (void)posix_fadvise(fd[i], off, PREFETCH_STEP, POSIX_FADV_WILLNEED);
                 if (off >= PREFETCH_STEP && pread(fd[i], page, sizeof page, off - (off_t)sizeof page) < 0)
@@ -532,20 +532,26 @@ mz_status mz_store_prefetch(const mz_store_params *p, const char *id)
     static const char *const suffix[2] = {".mzs", ".kv"};
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s%s", dir, id, suffix[i]);
-        fd[i] = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd[i] < 0) {
-            s = mz_fail(MZ_E_IO, "cannot open %s: %s", path, strerror(errno));
-            if (i) close(fd[0]);
+        /* O_NONBLOCK: a FIFO in the store's place must not hang the caller */
+        fd[i] = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        struct stat fs;
+        if (fd[i] < 0 || fstat(fd[i], &fs) != 0 || !S_ISREG(fs.st_mode)) {
+            s = fd[i] < 0 ? mz_fail(MZ_E_IO, "cannot open %s: %s", path, strerror(errno))
+                          : mz_fail(MZ_E_IO, "%s is not a regular file", path);
+            for (int k = 0; k <= i; k++)
+                if (fd[k] >= 0) close(fd[k]);
             free(fd);
             return s;
         }
     }
     pthread_attr_t at;
     pthread_t th;
-    bool started = pthread_attr_init(&at) == 0 &&
-                   pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) == 0 &&
-                   pthread_create(&th, &at, prefetch_main, fd) == 0;
-    pthread_attr_destroy(&at);
+    bool started = false;
+    if (pthread_attr_init(&at) == 0) {
+        started = pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) == 0 &&
+                  pthread_create(&th, &at, prefetch_main, fd) == 0;
+        pthread_attr_destroy(&at);
+    }
     if (!started) {
         close(fd[0]);
         close(fd[1]);

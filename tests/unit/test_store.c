@@ -689,12 +689,18 @@ static void test_faults(void)
         CHECK(mz_store_prefetch(&stp, "../pf") == MZ_E_INVAL);
         CHECK(mz_store_prefetch(&stp, NULL) == MZ_E_INVAL);
         CHECK(mz_store_prefetch(&stp, "nosuch") == MZ_E_IO);
-        char kv[1024], link[1024];
+        char kv[1024], sym[1024];
         CHECK(mz_store_path(st, "pf", ".kv", kv, sizeof kv) == MZ_OK);
-        CHECK(mz_store_path(st, "ln", ".mzs", link, sizeof link) == MZ_OK);
-        CHECK(symlink(kv, link) == 0);
+        CHECK(mz_store_path(st, "ln", ".mzs", sym, sizeof sym) == MZ_OK);
+        CHECK(symlink(kv, sym) == 0);
         CHECK(mz_store_prefetch(&stp, "ln") == MZ_E_IO); /* symbolic links are not followed */
-        CHECK(unlink(link) == 0);
+        CHECK(unlink(sym) == 0);
+        char fifo[1024], man[1024];
+        CHECK(mz_store_path(st, "ff", ".kv", fifo, sizeof fifo) == MZ_OK);
+        CHECK(mz_store_path(st, "ff", ".mzs", man, sizeof man) == MZ_OK);
+        CHECK(mkfifo(fifo, 0600) == 0 && link(kv, man) == 0);
+        CHECK(mz_store_prefetch(&stp, "ff") == MZ_E_IO); /* only regular files, never blocks */
+        CHECK(unlink(fifo) == 0 && unlink(man) == 0);
         mz_store_params other = stp;
         char odir[600];
         snprintf(odir, sizeof odir, "%s/no-store-here", sdir);
