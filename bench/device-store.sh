@@ -13,12 +13,13 @@
 # "full chunk" = the session ends on a chunk boundary and nothing but the
 # chunks is stored (256 tokens recomputed, a kill before any sync), "tail" =
 # one more token, i.e. the partly filled chunk is in the store too, as after
-# mz_session_sync (1 token recomputed).
+# mz_session_sync (1 token recomputed). Both restarts call mz_store_prefetch
+# before the model load; the last column is the tail case without it.
 #
 # On the device (see ../shared/DEVICE.md), from the project root, after
 # `../shared/device/bundle.sh build` here:
 #   device run, carry [".bundle"]:  bash bench/device-store.sh
-# About 4-5 minutes with the defaults. Locally at small sizes:
+# About 5-6 minutes with the defaults. Locally at small sizes:
 #   MZ_LOCAL=1 SIZES="1024" RECOMPUTE_MAX=1024 SHAPES="smollm2-135m:Q4_1" bash bench/device-store.sh
 # Knobs: SIZES ("8192 16384 32768"), SHAPES ("smollm2-135m:Q4_1 qwen3-0.6b:F16"),
 #        RECOMPUTE_MAX ("smollm2-135m:16384 qwen3-0.6b:8192": the largest N
@@ -52,8 +53,8 @@ echo "## bench/device-store.sh on $(nproc) vCPUs, $(date -u '+%Y-%m-%d %H:%M UTC
 echo
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
 echo
-echo "| shape | tokens | resume, full chunk (256 recomputed) ms | resume, tail (1 recomputed) ms | of which restore ms | recompute ms | recompute / resume (tail) | recompute / resume (full chunk) |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| shape | tokens | resume, full chunk (256 recomputed) ms | resume, tail (1 recomputed) ms | of which restore ms | recompute ms | recompute / resume (tail) | recompute / resume (full chunk) | tail without prefetch ms |"
+echo "|---|---|---|---|---|---|---|---|---|"
 } | tee "$OUTD/store.md"
 for shape in $SHAPES; do
     preset=${shape%%:*} type=${shape#*:}
@@ -66,13 +67,16 @@ for shape in $SHAPES; do
         full=$(echo "$r" | num "s/^tokens $n: TTFT \([0-9]*\) ms.*/\1/p")
         tail=$(echo "$r" | num "s/^tokens $((n + 1)): TTFT \([0-9]*\) ms.*/\1/p")
         rest=$(echo "$r" | num "s/^tokens $((n + 1)):.*all units ready \([0-9]*\),.*/\1/p")
+        # the same restart without mz_store_prefetch (the store's reads after the model load)
+        nopf=$(MZ_NO_PREFETCH=1 mz bench_store resume "$M" "$n" "$ST" 2>>"$OUTD/errors.log" |
+               num "s/^tokens $((n + 1)): TTFT \([0-9]*\) ms.*/\1/p")
         rc=-
         if [ "$n" -le "$lim" ]; then
             rc=$(mz bench_store recompute "$M" "$n" "$ST" 2>>"$OUTD/errors.log" |
                  num "s/^tokens $n: recompute TTFT \([0-9]*\) ms/\1/p")
         fi
         ratio() { [ -n "$1" ] && [ "$1" != - ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1fx", a/b}' || echo -; }
-        echo "| $preset $type | $n | ${full:--} | ${tail:--} | ${rest:--} | ${rc:--} | $(ratio "$rc" "$tail") | $(ratio "$rc" "$full") |" |
+        echo "| $preset $type | $n | ${full:--} | ${tail:--} | ${rest:--} | ${rc:--} | $(ratio "$rc" "$tail") | $(ratio "$rc" "$full") | ${nopf:--} |" |
             tee -a "$OUTD/store.md"
     done
 done

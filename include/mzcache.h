@@ -779,6 +779,14 @@ MZ_API mz_store_params mz_store_params_default(void);
  * (cached in the store by file identity: device, inode, size, mtime). */
 MZ_API MZ_NODISCARD mz_status mz_store_open(mz_engine_t *e, const mz_store_params *p,
                                             mz_store_t **out);
+/* Starts reading stored session `id`'s files (p's store; p NULL: the default)
+ * into the page cache in the background and returns at once, so that a
+ * restart can call it before mz_model_load and the resume that follows finds
+ * the records there: the disk reads them while the model is read and
+ * prepared. It only warms the page cache — the resume still verifies every
+ * record it uses. MZ_E_INVAL for a bad id, MZ_E_IO when the store or the
+ * session's files are missing (nothing started). */
+MZ_API MZ_NODISCARD mz_status mz_store_prefetch(const mz_store_params *p, const char *id);
 /* Detach (mz_ctx_free) every session of the store first. NULL is fine. */
 MZ_API void mz_store_close(mz_store_t *st);
 MZ_API const char *mz_store_dir(const mz_store_t *st);

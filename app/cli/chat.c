@@ -385,6 +385,7 @@ int cmd_chat(int argc, char **argv)
     cli_signals_catch();
     /* The model through the common loader; the context here, because chat
      * has the memory options. */
+    if (cs.session) chat_store_prefetch(&cs); /* [store] its reads overlap the model load */
     if (cli_load(&o, &m, NULL)) goto out;
     {
         mz_ctx_params cp = mz_ctx_params_default();

@@ -60,6 +60,15 @@ const char *chat_store_help(void)
            "                          chunk restored from the store holds its q8 round trip)\n";
 }
 
+void chat_store_prefetch(const chat_store *cs)
+{
+    mz_store_params sp = mz_store_params_default();
+    sp.dir = cs->dir;
+    /* a hint only: a missing session is started anew by chat_store_open */
+    mz_status s = mz_store_prefetch(&sp, cs->session);
+    (void)s;
+}
+
 int chat_store_open(chat_store *cs, mz_model_t *m, const mz_ctx_params *cp, mz_ctx_t **ctx,
                     int (*add)(void *u, const char *role, const char *content), void *u)
 {

@@ -22,6 +22,9 @@ typedef struct chat_store {
 int chat_store_option(chat_store *cs, int argc, char **argv, int *i);
 /* Help lines for the options. */
 const char *chat_store_help(void);
+/* Before the model load: starts reading the stored session's files into the
+ * page cache (mz_store_prefetch); a session that is not stored yet is fine. */
+void chat_store_prefetch(const chat_store *cs);
 /* Resumes (or creates) the session: *ctx; the stored messages go to add(). */
 int chat_store_open(chat_store *cs, mz_model_t *m, const mz_ctx_params *cp, mz_ctx_t **ctx,
                     int (*add)(void *u, const char *role, const char *content), void *u);

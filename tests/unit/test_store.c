@@ -677,6 +677,47 @@ static void test_faults(void)
     printf("%s: faults: %d syncs failed; resumed %d full, %d truncated, %d lost\n", T,
            n_failed_sync, n_full, n_trunc, n_lost);
     CHECK(n_failed_sync > 0);
+    /* prefetch: only a valid id of a stored session in a store of this user
+     * starts; the resume after it answers as the uninterrupted run */
+    {
+        mz_ctx_t *c = NULL;
+        CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
+        CHECK(mz_session_store(c, st, "pf") == MZ_OK);
+        CHECK(mz_prefill(c, prompt, 600) == MZ_OK && mz_session_sync(c) == MZ_OK);
+        mz_sstore_test_abandon(c);
+        mz_ctx_free(c);
+        CHECK(mz_store_prefetch(&stp, "../pf") == MZ_E_INVAL);
+        CHECK(mz_store_prefetch(&stp, NULL) == MZ_E_INVAL);
+        CHECK(mz_store_prefetch(&stp, "nosuch") == MZ_E_IO);
+        char kv[1024], sym[1024];
+        CHECK(mz_store_path(st, "pf", ".kv", kv, sizeof kv) == MZ_OK);
+        CHECK(mz_store_path(st, "ln", ".mzs", sym, sizeof sym) == MZ_OK);
+        CHECK(symlink(kv, sym) == 0);
+        CHECK(mz_store_prefetch(&stp, "ln") == MZ_E_IO); /* symbolic links are not followed */
+        CHECK(unlink(sym) == 0);
+        char fifo[1024], man[1024];
+        CHECK(mz_store_path(st, "ff", ".kv", fifo, sizeof fifo) == MZ_OK);
+        CHECK(mz_store_path(st, "ff", ".mzs", man, sizeof man) == MZ_OK);
+        CHECK(mkfifo(fifo, 0600) == 0 && link(kv, man) == 0);
+        CHECK(mz_store_prefetch(&stp, "ff") == MZ_E_IO); /* only regular files, never blocks */
+        CHECK(unlink(fifo) == 0 && unlink(man) == 0);
+        mz_store_params other = stp;
+        char odir[600];
+        snprintf(odir, sizeof odir, "%s/no-store-here", sdir);
+        other.dir = odir;
+        CHECK(mz_store_prefetch(&other, "pf") == MZ_E_IO);
+        CHECK(mz_store_prefetch(&stp, "pf") == MZ_OK);
+        mz_resume_info ri;
+        mz_ctx_t *r = NULL;
+        CHECK(mz_session_resume(st, "pf", &cp, &r, &ri) == MZ_OK);
+        if (r) {
+            CHECK_EQ_INT(ri.outcome, MZ_RESUME_FULL);
+            mz_token g[8];
+            CHECK(greedy(r, 8, g) == 8 && memcmp(g, want, sizeof g) == 0);
+            mz_ctx_free(r);
+        }
+        CHECK(mz_store_delete(st, "pf") == MZ_OK);
+    }
 out:
     mz_store_close(st);
     mz_engine_free(e);
