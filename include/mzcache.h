@@ -737,7 +737,9 @@ MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *o
  *
  * Write-behind: a background thread (lowest CPU and I/O priority) writes each
  * full chunk raw, checksummed, to the data file once, and keeps the manifest
- * current (replaced atomically). A chunk with a current copy is clean:
+ * current (replaced atomically). It writes only while the engine computes
+ * nothing (a few ms after the last forward pass), so a long generation's
+ * chunks are written when it ends, or by mz_session_sync. A chunk with a current copy is clean:
  * evicting it writes nothing and only releases its pages.
  *
  * Resume reads the manifest, checks model and tokenizer identity, takes the

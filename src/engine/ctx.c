@@ -224,12 +224,14 @@ static void compute_begin(mz_ctx_t *c)
 {
     use_begin(c);
     pthread_mutex_lock(&c->engine->compute_lock);
+    mz_engine_compute_open(c->engine);
     atomic_store(&c->busy, true);
 }
 static void compute_end(mz_ctx_t *c)
 {
     mz_session_touch(c);
     atomic_store(&c->busy, false);
+    mz_engine_compute_close(c->engine);
     pthread_mutex_unlock(&c->engine->compute_lock);
     use_end(c);
 }
@@ -515,7 +517,9 @@ static mz_status restore_generate_locked(mz_ctx_t *c, const mz_token *tokens, si
     double t0 = mz_time_ms();
     mz_restore_timings tm;
     pthread_mutex_lock(&c->engine->compute_lock);
+    mz_engine_compute_open(c->engine);
     mz_status s = prefill_restore(c, tokens, n, p, &tm, t0);
+    mz_engine_compute_close(c->engine);
     pthread_mutex_unlock(&c->engine->compute_lock);
     if (out) *out = tm;
     if (s) return s;

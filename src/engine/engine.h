@@ -91,6 +91,11 @@ struct mz_engine {
     bool implicit;             /* made by mz_ctx_init: freed with its last session */
     mz_mem_shared shared;      /* the swap file and model-file reader of its sessions */
     pthread_mutex_t compute_lock;
+    /* Compute sections open (compute_lock holders, nested ones counted) and
+     * when the last one closed (CLOCK_MONOTONIC ns): the store's
+     * write-behind waits for a quiet engine (mz_engine_quiet). */
+    _Atomic int n_computing;
+    _Atomic uint64_t compute_end_ns;
     pthread_mutex_t lock;      /* sessions list */
     struct mz_ctx *sessions;   /* creation order */
     size_t n_sessions;
@@ -136,6 +141,13 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_ctx_prefill_internal(mz_ctx_t *c, const mz
 
 /* session.c: the engine side of a session. */
 MZ_INTERNAL void mz_session_touch(mz_ctx_t *c); /* last use = now */
+/* Compute sections of the engine: open/close around every forward pass or
+ * restore (under compute_lock). mz_engine_quiet: none open now, and none
+ * closed within the last quiet_ns — between the tokens of a decode loop the
+ * engine is never quiet. */
+MZ_INTERNAL void mz_engine_compute_open(mz_engine_t *e);
+MZ_INTERNAL void mz_engine_compute_close(mz_engine_t *e);
+MZ_INTERNAL bool mz_engine_quiet(mz_engine_t *e, uint64_t quiet_ns);
 /* Gives up bytes mz_engine_evict deferred to this session (between steps;
  * caller holds c->use_lock and no restore job runs). */
 MZ_INTERNAL void mz_session_pay_deferred(mz_ctx_t *c);

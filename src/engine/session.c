@@ -68,6 +68,8 @@ static mz_status engine_new(mz_model_t *m, const mz_engine_params *p, bool impli
     pthread_mutex_init(&e->compute_lock, &a);
     pthread_mutexattr_destroy(&a);
     pthread_mutex_init(&e->lock, NULL);
+    atomic_init(&e->n_computing, 0);
+    atomic_init(&e->compute_end_ns, 0);
     e->model = m;
     e->implicit = implicit;
     bool oom = false;
@@ -223,6 +225,20 @@ mz_engine_t *mz_ctx_engine(const mz_ctx_t *c) { return c ? c->engine : NULL; }
 uint64_t mz_ctx_id(const mz_ctx_t *c) { return c ? c->id : 0; }
 
 void mz_session_touch(mz_ctx_t *c) { atomic_store(&c->last_use_ns, now_ns()); }
+
+void mz_engine_compute_open(mz_engine_t *e) { atomic_fetch_add(&e->n_computing, 1); }
+
+void mz_engine_compute_close(mz_engine_t *e)
+{
+    atomic_store(&e->compute_end_ns, now_ns());
+    atomic_fetch_sub(&e->n_computing, 1);
+}
+
+bool mz_engine_quiet(mz_engine_t *e, uint64_t quiet_ns)
+{
+    if (atomic_load(&e->n_computing) > 0) return false;
+    return now_ns() - atomic_load(&e->compute_end_ns) >= quiet_ns;
+}
 
 void mz_session_pay_deferred(mz_ctx_t *c)
 {

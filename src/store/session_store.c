@@ -140,9 +140,16 @@ static bool tail_write(struct mz_sstore *a, size_t n, size_t clean_upto, size_t 
     return true;
 }
 
+/* The engine counts as quiet this long after its last compute section:
+ * longer than the gap between two tokens of a decode loop (sampling, a
+ * socket write), short next to the pause between two requests. */
+#define WB_QUIET_NS 2000000ull
+
 /* force: write the manifest even if only tokens changed within the interval.
- * tail: also store the partly filled last chunk (owner thread only). */
-static mz_status pass(struct mz_sstore *a, bool force, bool tail)
+ * tail: also store the partly filled last chunk (owner thread only).
+ * yield (the worker): stop writing chunks as soon as the engine computes;
+ * the pass stays pending and the worker comes back once it is quiet. */
+static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool yield)
 {
     mz_ctx_t *c = a->c;
     mz_mem *mm = c->mem;
@@ -165,7 +172,12 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail)
     size_t new_pos = 0;
     size_t k = MZ_MIN(a->clean_upto, full);
     bool prefix = true;
+    bool yielded = false;
     for (size_t ch = k; ch < full && !s; ch++) {
+        if (yield && !mz_engine_quiet(c->engine, WB_QUIET_NS)) {
+            yielded = true; /* the chunks from ch on wait for the next pass */
+            break;
+        }
         bool all = true;
         for (int l = 0; l < L; l++) {
             bool clean = false, wrote = false;
@@ -186,6 +198,7 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail)
         goto out;
     }
     a->clean_upto = k;
+    if (yielded) goto out; /* the manifest too waits for the quiet engine */
     /* The manifest: at once when it names more chunks, else at most every
      * manifest_interval_ms. */
     pthread_mutex_lock(&a->mu);
@@ -276,7 +289,7 @@ out:
         mz_log(MZ_LOG_WARN, "%s", mz_last_error());
     }
     pthread_mutex_lock(&a->mu); /* the worker's wait reads them */
-    a->pending = pend;
+    a->pending = pend || yielded;
     a->last_err = s;
     pthread_mutex_unlock(&a->mu);
     pthread_mutex_unlock(&a->pass_lock);
@@ -326,11 +339,19 @@ static void *worker_main(void *arg)
                 pthread_cond_wait(&a->cv, &a->mu);
             }
         }
+        /* Never beside a request: wait until the engine has been quiet for
+         * WB_QUIET_NS (kicks meanwhile fold into the pass); a sleep, not the
+         * condition, so the owner's per-token kicks do not wake it. */
+        while (!a->stop && !mz_engine_quiet(a->c->engine, WB_QUIET_NS)) {
+            pthread_mutex_unlock(&a->mu);
+            nanosleep(&(struct timespec){.tv_nsec = 5000000L}, NULL);
+            pthread_mutex_lock(&a->mu);
+        }
         if (a->stop) break;
         a->kick = false;
         pthread_mutex_unlock(&a->mu);
 
-        (void)pass(a, false, false);
+        (void)pass(a, false, false, true);
         pthread_mutex_lock(&a->mu);
     }
     pthread_mutex_unlock(&a->mu);
@@ -448,7 +469,7 @@ void mz_sstore_test_abandon(mz_ctx_t *c)
 mz_status mz_session_sync(mz_ctx_t *c)
 {
     if (!c || !c->sstore) return mz_fail(MZ_E_INVAL, "session is not stored");
-    return pass(c->sstore, true, true);
+    return pass(c->sstore, true, true, false);
 }
 
 void mz_sstore_detach(mz_ctx_t *c)
@@ -462,7 +483,7 @@ void mz_sstore_detach(mz_ctx_t *c)
         pthread_mutex_unlock(&a->mu);
         pthread_join(a->th, NULL);
     }
-    if (!a->no_final) (void)pass(a, true, true); /* the last manifest; the file closes with the manager */
+    if (!a->no_final) (void)pass(a, true, true, false); /* the last manifest; the file closes with the manager */
     c->sstore = NULL;
     att_free(a);
 }

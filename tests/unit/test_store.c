@@ -724,9 +724,66 @@ out:
     mz_model_free(m);
 }
 
+/* ---- the write-behind waits for a quiet engine (tiny model) -------------------------------- */
+
+/* While a compute section is open on the engine (another session's request,
+ * stood in for by mz_engine_compute_open), the worker writes no chunk; once
+ * it closes, the full chunks are written without a sync. The first half can
+ * only fail if the worker writes during the window; the second waits up to
+ * 30 s for the worker (no clock is asserted). */
+static void test_quiet(void)
+{
+    const char *tiny = t_tmp_path("tiny-quiet.gguf");
+    if (ev_gen_tiny(tiny, 2) != 0) {
+        printf("%s: cannot make the tiny model, quiet case skipped\n", T);
+        return;
+    }
+    mz_model_t *m = ev_load(tiny);
+    if (!m) return;
+    mz_engine_t *e = NULL;
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = swap_dir();
+    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
+    mz_store_params stp = mz_store_params_default();
+    char sdir[512];
+    snprintf(sdir, sizeof sdir, "%s/store-quiet", t_tmp_dir());
+    stp.dir = sdir;
+    mz_store_t *st = NULL;
+    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
+    if (!st) goto out;
+    mz_ctx_params cp = sp_params();
+    mz_token prompt[600];
+    ev_tokens(prompt, 600, mz_model_n_vocab(m), 11);
+    mz_ctx_t *c = NULL;
+    CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
+    CHECK(mz_session_store(c, st, "quiet") == MZ_OK);
+    mz_io_fault never = {.op = MZ_IO_WRITE, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
+                         .nth = UINT32_MAX, .count = 1};
+    mz_engine_compute_open(e);
+    mz_io_fault_set(&never); /* counts writes from here on */
+    CHECK(mz_prefill(c, prompt, 600) == MZ_OK); /* 2 full chunks: the worker is kicked */
+    for (int i = 0; i < 20; i++) nanosleep(&(struct timespec){.tv_nsec = 10000000L}, NULL);
+    unsigned busy_writes = mz_io_fault_calls(MZ_IO_WRITE);
+    CHECK_MSG(busy_writes == 0, "%u writes while the engine computed", busy_writes);
+    mz_engine_compute_close(e);
+    unsigned w = 0;
+    for (int i = 0; i < 3000 && (w = mz_io_fault_calls(MZ_IO_WRITE)) < 2 * (unsigned)m->cfg.n_layer; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 10000000L}, NULL);
+    CHECK_MSG(w >= 2 * (unsigned)m->cfg.n_layer, "%u writes once the engine was quiet (want %d)", w,
+              2 * m->cfg.n_layer);
+    mz_io_fault_set(NULL);
+    mz_ctx_free(c);
+    mz_store_close(st);
+out:
+    mz_engine_free(e);
+    mz_model_free(m);
+}
+
 int main(void)
 {
     test_manifest();
+    test_quiet();
     test_persist();
     test_faults();
     /* The SmolLM2 cases take over 25 minutes under TSan; the write-behind
