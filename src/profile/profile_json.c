@@ -290,6 +290,18 @@ static double j_num(const jparser *p, int obj, const char *key, double def)
     return v >= 0 && (p->n[v].type == J_NUM || p->n[v].type == J_BOOL) ? p->n[v].num : def;
 }
 
+/* The number under key (def when absent) if it lies in [lo, hi]; false for
+ * NaN or a value outside, whose conversion to an integer type would be
+ * undefined. */
+static bool j_num_in(const jparser *p, int obj, const char *key, double def, double lo, double hi,
+                     double *out)
+{
+    double v = j_num(p, obj, key, def);
+    if (!(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
 /* Unescapes a string value into dst (non-ASCII \u escapes become '?'). */
 static void j_strcpy(const jparser *p, int obj, const char *key, char *dst, size_t cap)
 {
@@ -357,25 +369,32 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
     mz_device_profile d;
     memset(&d, 0, sizeof d);
     if (root < 0 || jp->n[root].type != J_OBJ) return mz_fail(MZ_E_FORMAT, "not a JSON object");
-    d.version = (int)j_num(jp, root, "mzcache_profile", 0);
-    if (d.version != MZ_PROFILE_VERSION)
+    double x;
+    if (!j_num_in(jp, root, "mzcache_profile", 0, 0, 1e6, &x) || (int)x != MZ_PROFILE_VERSION)
         return mz_fail(MZ_E_FORMAT, "not an mzcache profile of version %d", MZ_PROFILE_VERSION);
+    d.version = (int)x;
     d.measured = j_num(jp, root, "measured", 1) != 0;
     j_strcpy(jp, root, "created", d.created, sizeof d.created);
     j_strcpy(jp, root, "cpu", d.cpu, sizeof d.cpu);
-    d.n_cpus = (int)j_num(jp, root, "n_cpus", 0);
-    d.restore_threads = (int)j_num(jp, root, "restore_threads", 0);
-    if (d.restore_threads < 0 || d.restore_threads > MZ_RESTORE_THREADS_MAX)
-        return mz_fail(MZ_E_FORMAT, "restore_threads %d: 0 (the rule) or 1..%d", d.restore_threads,
+    if (!j_num_in(jp, root, "n_cpus", 0, 0, 1 << 20, &x))
+        return mz_fail(MZ_E_FORMAT, "n_cpus: 0..%d", 1 << 20);
+    d.n_cpus = (int)x;
+    if (!j_num_in(jp, root, "restore_threads", 0, 0, MZ_RESTORE_THREADS_MAX, &x))
+        return mz_fail(MZ_E_FORMAT, "restore_threads: 0 (the rule) or 1..%d",
                        MZ_RESTORE_THREADS_MAX);
+    d.restore_threads = (int)x;
 
     int st = j_get(jp, root, "storage");
     if (st < 0) return mz_fail(MZ_E_FORMAT, "no \"storage\" section");
     j_strcpy(jp, st, "dir", d.dir, sizeof d.dir);
     d.direct = j_num(jp, st, "direct", 1) != 0;
     d.uring = j_num(jp, st, "uring", 1) != 0;
-    d.file_bytes = (uint64_t)j_num(jp, st, "file_bytes", 0);
-    d.cached_pages_max = (size_t)j_num(jp, st, "cached_pages_max", 0);
+    if (!j_num_in(jp, st, "file_bytes", 0, 0, 1e18, &x))
+        return mz_fail(MZ_E_FORMAT, "storage: file_bytes out of range");
+    d.file_bytes = (uint64_t)x;
+    if (!j_num_in(jp, st, "cached_pages_max", 0, 0, 1e15, &x))
+        return mz_fail(MZ_E_FORMAT, "storage: cached_pages_max out of range");
+    d.cached_pages_max = (size_t)x;
     int sizes = j_get(jp, st, "sizes"), qds = j_get(jp, st, "queue_depths");
     d.n_sizes = j_len(jp, sizes);
     d.n_qd = j_len(jp, qds);
@@ -412,8 +431,12 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
         }
     }
     int sat = j_get(jp, st, "saturation");
-    d.sat_size = (size_t)j_num(jp, sat, "size", 0);
-    d.sat_qd = (int)j_num(jp, sat, "queue_depth", 0);
+    if (!j_num_in(jp, sat, "size", 0, 0, 1e12, &x))
+        return mz_fail(MZ_E_FORMAT, "storage: saturation size out of range");
+    d.sat_size = (size_t)x;
+    if (!j_num_in(jp, sat, "queue_depth", 0, 0, 4096, &x))
+        return mz_fail(MZ_E_FORMAT, "storage: saturation queue_depth out of range");
+    d.sat_qd = (int)x;
 
     mz_device_profile b;
     mz_profile_builtin(&b);
