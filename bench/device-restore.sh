@@ -27,7 +27,9 @@
 #             the ratio of every run, the profile's split
 #   scaling   bench_throughput vs llama-bench (bench/device-scaling.sh) for
 #             SCALING_MODELS, cut off (timeout) when the budget is spent
-# Not in the default SECTIONS (each about a minute):
+# Not in the default SECTIONS (each about a minute, sweep3 about 2.5):
+#   sweep3    target 3 once per restore-thread count in SWEEP3_THREADS
+#             ("0 2 3 4 6"; 0: the profile's split), 3 runs each
 #   compare   target 3 again with every restore thread pre-faulting
 #             (--prefault-threads 64: the layout without the cap), and
 #             target 2's 50 % point with the old cap of 3 restore threads
@@ -120,6 +122,22 @@ if want target3; then
         --modes none,all "${PROFOPT[@]}" --swap-dir "$W/swap" >"$RAW/target3.log" 2>&1 || echo "bench_restore failed (see target3.log)"
     grep -E '^\||per-run|all resident' "$RAW/target3.log" | tee -a "$MD"
     echo "    [target3 done at $(elapsed) s]" | tee -a "$MD"
+fi
+
+if want sweep3; then
+    # Target 3's restore-thread count beside 2 compute threads: the prefill
+    # slows when many restore threads decode and zero pages beside it
+    # (memory bandwidth); one bench_restore per count, same model and level.
+    echo "### Sweep: target 3 by restore threads (SWEEP3_THREADS), 3 runs each" | tee -a "$MD"
+    for rt in ${SWEEP3_THREADS:-0 2 3 4 6}; do
+        [ "$(elapsed)" -ge "$BUDGET_S" ] && { echo "sweep3: stopped before $rt (budget)" | tee -a "$MD"; break; }
+        mz bench_restore -m "$F" -c "$CTX" -q 8 -r 3 -t 2 --synthetic --remaining 50 --restore-threads "$rt" \
+            --modes none,all "${PROFOPT[@]}" --swap-dir "$W/swap" >"$RAW/sweep3-rt$rt.log" 2>&1 ||
+            echo "bench_restore --restore-threads $rt failed" | tee -a "$MD"
+        echo "restore threads $rt (0: the profile's split):" | tee -a "$MD"
+        grep -E '^\| 50|per-run' "$RAW/sweep3-rt$rt.log" | tee -a "$MD"
+    done
+    echo "    [sweep3 done at $(elapsed) s]" | tee -a "$MD"
 fi
 
 if want avx2; then
