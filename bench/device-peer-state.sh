@@ -29,24 +29,18 @@
 #        bench_store's default: spinning barriers on a shared machine
 #        measure its load). Threads: all CPUs, both sides (bench_store).
 set -uo pipefail
-T0=$(date +%s)
 OUTD=${OUT:-/tmp/peer-state-out}; mkdir -p "$OUTD"
+. "$(dirname "$0")/device-lib.sh"
 ROWS=${ROWS:-"smollm2-135m:Q4_1:8192 smollm2-135m:Q4_1:16384 qwen3-0.6b:F16:8192"}
 TIME_BUDGET=${TIME_BUDGET:-180}
 W=${WORK:-/tmp/peer-state-models}; mkdir -p "$W"
 ST=${STORE:-/tmp/peer-state-store}
 if [ "${MZ_LOCAL:-0}" = 1 ]; then
-    BIN=${MZ_BUILD:-$PWD/build} LIBP=
-    VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
     SRC=
 else
-    BUNDLE=${BUNDLE:-.bundle}
-    BIN=$PWD/$BUNDLE/bin LIBP=$PWD/$BUNDLE/lib
-    VOCAB=$BUNDLE/vocab.gguf
     SRC=$BUNDLE/llama.cpp.tgz
     export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-active}
 fi
-mz() { LD_LIBRARY_PATH=$LIBP "$BIN/$1" "${@:2}"; }
 if [ -z "${PEER_BIN:-}" ]; then
     pb0=$(date +%s)
     if JOBS=$(nproc) bash bench/build-peer-state.sh /tmp/peer-state-build $SRC >"$OUTD/peer-build.log" 2>&1; then
@@ -57,25 +51,27 @@ if [ -z "${PEER_BIN:-}" ]; then
     echo "peer built in $(( $(date +%s) - pb0 )) s" >>"$OUTD/peer-build.log"
 fi
 {
-echo "## bench/device-peer-state.sh on $(nproc) vCPUs, $(date -u '+%Y-%m-%d %H:%M UTC')"
+dl_title device-peer-state.sh
 echo
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); llama.cpp peer: ${PEER_BIN:-none} ($(tail -1 "$OUTD/peer-build.log" 2>/dev/null)), OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}"
+echo "$(dl_load start); llama.cpp peer: ${PEER_BIN:-none} ($(tail -1 "$OUTD/peer-build.log" 2>/dev/null)), OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}"
 echo
-echo "| shape | tokens | mzcache resume ms | of which model load + store open / resume | llama.cpp state reload ms | of which model / context / state file / question | state file MiB | recompute ms | resume / state reload (target <= 0.5) | recompute / resume |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+dl_head shape tokens "mzcache resume ms" "of which model load + store open / resume" \
+    "llama.cpp state reload ms" "of which model / context / state file / question" \
+    "state file MiB" "recompute ms" "resume / state reload (target <= 0.5)" "recompute / resume"
 } | tee "$OUTD/peer-state.md"
 for row in $ROWS; do
     preset=${row%%:*} rest=${row#*:}; type=${rest%%:*} n=${rest#*:}
-    if [ $(( $(date +%s) - T0 )) -gt "$TIME_BUDGET" ]; then
-        echo "| $preset $type | $n | skipped: past TIME_BUDGET=$TIME_BUDGET s |  |  |  |  |  |  |  |" | tee -a "$OUTD/peer-state.md"
+    if [ "$(dl_elapsed)" -gt "$TIME_BUDGET" ]; then
+        dl_row "$preset $type" "$n" "skipped: past TIME_BUDGET=$TIME_BUDGET s" "" "" "" "" "" "" "" |
+            tee -a "$OUTD/peer-state.md"
         continue
     fi
     M="$W/$preset-$type.gguf"
-    [ -f "$M" ] || mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$M" \
-        >>"$OUTD/gen.log" 2>&1 || { echo "| $preset $type | $n | gen-model failed |" | tee -a "$OUTD/peer-state.md"; continue; }
+    dl_gen_model "$preset" "$type" "$M" "$OUTD/gen.log" ||
+        { dl_row "$preset $type" "$n" "gen-model failed" | tee -a "$OUTD/peer-state.md"; continue; }
     rm -rf "$ST"; mkdir -p "$ST"
     r0=$(date +%s)
-    out=$(MZ_PEER_STATE_BIN=${PEER_BIN:-/nonexistent} mz bench_store ttft "$M" "$n" "$ST" 2>>"$OUTD/errors.log")
+    out=$(MZ_PEER_STATE_BIN=${PEER_BIN:-/nonexistent} mz bench_store ttft "$M" "$n" "$ST" 2>>"$DL_ERRORS")
     echo "== $preset $type $n ($(( $(date +%s) - r0 )) s)" >>"$OUTD/raw.log"; echo "$out" >>"$OUTD/raw.log"
     g() { echo "$out" | sed -n "$1" | head -1; }
     res=$(g 's/^resume: *TTFT \([0-9]*\) ms.*/\1/p')
@@ -84,12 +80,11 @@ for row in $ROWS; do
     pk=$(g 's/^llama.cpp state reload: \([0-9]*\) ms = .*/\1/p')
     pparts=$(g 's/^llama.cpp state reload: [0-9]* ms = model load \([0-9]*\) + context \([0-9]*\) + llama_state_load_file \([0-9]*\) + the question \([0-9]*\).*/\1 \/ \2 \/ \3 \/ \4/p')
     mib=$(g 's/^state_reload .* state_mib=\([0-9.]*\) .*/\1/p')
-    ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" "BEGIN{printf \"$3\", a/b}" || echo -; }
-    echo "| $preset $type | $n | ${res:--} | ${resload:--} | ${pk:--} | ${pparts:--} | ${mib:--} | ${rc:--} | $(ratio "$res" "$pk" '%.2f') | $(ratio "$rc" "$res" '%.1fx') |" |
-        tee -a "$OUTD/peer-state.md"
+    dl_row "$preset $type" "$n" "${res:--}" "${resload:--}" "${pk:--}" "${pparts:--}" "${mib:--}" \
+        "${rc:--}" "$(dl_ratio "$res" "$pk" '%.2f')" "$(dl_ratio "$rc" "$res" '%.1fx')" | tee -a "$OUTD/peer-state.md"
 done
 {
 echo
-echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg); $(( $(date +%s) - T0 )) s in all. Per row one \`MZ_PEER_STATE_BIN=peer_state_reload bench_store ttft MODEL N DIR\` (raw output: raw.log); llama.cpp: medians of 3 cold reloads, each in a fresh process, synthetic state of its own layout."
+echo "$(dl_load end); $(dl_elapsed) s in all. Per row one \`MZ_PEER_STATE_BIN=peer_state_reload bench_store ttft MODEL N DIR\` (raw output: raw.log); llama.cpp: medians of 3 cold reloads, each in a fresh process, synthetic state of its own layout."
 } | tee -a "$OUTD/peer-state.md"
 rm -rf "$ST"

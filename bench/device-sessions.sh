@@ -36,40 +36,29 @@ HARD=${HARD:-330}
 # killed at HARD, its finished budgets stay in sessions.log), then the rest.
 CELLS=${CELLS:-"qwen3-0.6b:Q8_0:2:4096 qwen3-0.6b:Q8_0:4:4096 smollm2-135m:Q8_0:2:8192 qwen3-0.6b:Q8_0:8:4096 smollm2-135m:Q8_0:4:4096 smollm2-135m:Q8_0:8:2048 qwen3-0.6b:Q8_0:2:8192 qwen3-0.6b:Q8_0:8:2048 smollm2-135m:Q8_0:8:8192 qwen3-0.6b:Q8_0:8:8192"}
 W=${WORK:-/tmp/sessions-models}; mkdir -p "$W"
-if [ "${MZ_LOCAL:-0}" = 1 ]; then
-    BIN=${MZ_BUILD:-$PWD/build} LIBP=
-    VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
-else
-    BUNDLE=${BUNDLE:-.bundle}
-    BIN=$PWD/$BUNDLE/bin LIBP=$PWD/$BUNDLE/lib
-    VOCAB=$BUNDLE/vocab.gguf
-fi
-mz() { LD_LIBRARY_PATH=$LIBP "$BIN/$1" "${@:2}"; }
-t_start=$(date +%s)
+. "$(dirname "$0")/device-lib.sh"
 : >"$OUTD/sessions.log"
 {
 echo "machine: $(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), threads $THREADS, rounds ${ROUNDS:-8/K}, reps $REPS, $(date -u +%FT%TZ)"
 echo
-echo "| model | K | N | budget | evicted KV per switch | switch placement: stored raw+enc / compressed / weight blocks | mzcache TTFT ms | os-paging ms | recompute ms | single ms (same tiers) | single ms (same bytes, own eviction) | recompute / mzcache | mzcache / single same tiers | mzcache / single own eviction |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+dl_head model K N budget "evicted KV per switch" \
+    "switch placement: stored raw+enc / compressed / weight blocks" "mzcache TTFT ms" \
+    "os-paging ms" "recompute ms" "single ms (same tiers)" "single ms (same bytes, own eviction)" \
+    "recompute / mzcache" "mzcache / single same tiers" "mzcache / single own eviction"
 } | tee "$OUTD/sessions.md"
 skipped="" killed=""
 for cell in $CELLS; do
     IFS=: read -r preset type k n <<<"$cell"
-    el=$(( $(date +%s) - t_start ))
-    if [ "$el" -ge "$LIMIT" ]; then skipped="$skipped $cell"; continue; fi
+    if [ "$(dl_elapsed)" -ge "$LIMIT" ]; then skipped="$skipped $cell"; continue; fi
     f="$W/$preset-$type.gguf"
-    if [ ! -f "$f" ]; then
-        t0=$(date +%s)
-        mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$f" >/dev/null 2>>"$OUTD/sessions.log" ||
-            { echo "gen-model $preset $type failed" | tee -a "$OUTD/sessions.log"; continue; }
-        echo "gen-model $preset $type: $(( $(date +%s) - t0 )) s" >>"$OUTD/sessions.log"
-    fi
+    dl_gen_model "$preset" "$type" "$f" "$OUTD/sessions.log" ||
+        { echo "gen-model $preset $type failed" | tee -a "$OUTD/sessions.log"; continue; }
     t0=$(date +%s)
-    left=$(( HARD - (t0 - t_start) ))
+    at=$(dl_elapsed)
+    left=$(( HARD - at ))
     [ "$left" -gt 0 ] || { skipped="$skipped $cell"; continue; }
     r=${ROUNDS:-$(( k >= 8 ? 1 : 8 / k ))}
-    echo "=== $cell rounds $r (at $(( t0 - t_start )) s, killed after $left s)" >>"$OUTD/sessions.log"
+    echo "=== $cell rounds $r (at $at s, killed after $left s)" >>"$OUTD/sessions.log"
     timeout "$left" env LD_LIBRARY_PATH="$LIBP" "$BIN/bench_sessions" -m "$f" -k "$k" -c "$n" \
         -t "$THREADS" -r "$r" -R "$REPS" >"$W/cell.out" 2>&1
     rc=$?
@@ -81,5 +70,5 @@ for cell in $CELLS; do
 done
 {
 echo
-echo "total $(( $(date +%s) - t_start )) s${killed:+; killed at HARD $HARD s (partial rows in sessions.log):$killed}${skipped:+; not started (LIMIT $LIMIT s):$skipped}"
+echo "total $(dl_elapsed) s${killed:+; killed at HARD $HARD s (partial rows in sessions.log):$killed}${skipped:+; not started (LIMIT $LIMIT s):$skipped}"
 } | tee -a "$OUTD/sessions.md"

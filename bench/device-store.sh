@@ -20,7 +20,7 @@
 # `../shared/device/bundle.sh build` here:
 #   device run, carry [".bundle"]:  bash bench/device-store.sh
 # About 5-6 minutes with the defaults. Locally at small sizes:
-#   MZ_LOCAL=1 SIZES="1024" RECOMPUTE_MAX=1024 SHAPES="smollm2-135m:Q4_1" bash bench/device-store.sh
+#   MZ_LOCAL=1 SIZES="1024" RECOMPUTE_MAX="smollm2-135m:1024" SHAPES="smollm2-135m:Q4_1" bash bench/device-store.sh
 # Knobs: SIZES ("8192 16384 32768"), SHAPES ("smollm2-135m:Q4_1 qwen3-0.6b:F16"),
 #        RECOMPUTE_MAX ("smollm2-135m:16384 qwen3-0.6b:8192": the largest N
 #        whose recompute runs, per preset), EVICT_N (16384), WB_N (8192).
@@ -33,15 +33,7 @@ EVICT_N=${EVICT_N:-16384}
 WB_N=${WB_N:-8192}
 W=${WORK:-/tmp/store-models}; mkdir -p "$W"
 ST=${STORE:-/tmp/store-bench}; rm -rf "$ST"; mkdir -p "$ST"
-if [ "${MZ_LOCAL:-0}" = 1 ]; then
-    BIN=${MZ_BUILD:-$PWD/build} LIBP=
-    VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
-else
-    BUNDLE=${BUNDLE:-.bundle}
-    BIN=$PWD/$BUNDLE/bin LIBP=$PWD/$BUNDLE/lib
-    VOCAB=$BUNDLE/vocab.gguf
-fi
-mz() { LD_LIBRARY_PATH=$LIBP "$BIN/$1" "${@:2}"; }
+. "$(dirname "$0")/device-lib.sh"
 rmax() { # preset -> largest N to recompute (0: none)
     local p
     for p in $RECOMPUTE_MAX; do [ "${p%%:*}" = "$1" ] && { echo "${p#*:}"; return; }; done
@@ -49,35 +41,35 @@ rmax() { # preset -> largest N to recompute (0: none)
 }
 num() { sed -n "$1" | head -1; }
 {
-echo "## bench/device-store.sh on $(nproc) vCPUs, $(date -u '+%Y-%m-%d %H:%M UTC')"
+dl_title device-store.sh
 echo
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
+echo "$(dl_load start); THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
 echo
-echo "| shape | tokens | resume, full chunk (256 recomputed) ms | resume, tail (1 recomputed) ms | of which restore ms | recompute ms | recompute / resume (tail) | recompute / resume (full chunk) | tail without prefetch ms |"
-echo "|---|---|---|---|---|---|---|---|---|"
+dl_head shape tokens "resume, full chunk (256 recomputed) ms" "resume, tail (1 recomputed) ms" \
+    "of which restore ms" "recompute ms" "recompute / resume (tail)" \
+    "recompute / resume (full chunk)" "tail without prefetch ms"
 } | tee "$OUTD/store.md"
 for shape in $SHAPES; do
     preset=${shape%%:*} type=${shape#*:}
     M="$W/$preset-$type.gguf"
-    [ -f "$M" ] || mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$M" \
-        >"$OUTD/gen-$preset.log" 2>&1 || { echo "gen-model $preset failed" | tee -a "$OUTD/store.md"; continue; }
+    dl_gen_model "$preset" "$type" "$M" "$OUTD/gen-$preset.log" ||
+        { echo "gen-model $preset failed" | tee -a "$OUTD/store.md"; continue; }
     lim=$(rmax "$preset")
     for n in $SIZES; do
-        r=$(mz bench_store resume "$M" "$n" "$ST" 2>>"$OUTD/errors.log")
+        r=$(mz bench_store resume "$M" "$n" "$ST" 2>>"$DL_ERRORS")
         full=$(echo "$r" | num "s/^tokens $n: TTFT \([0-9]*\) ms.*/\1/p")
         tail=$(echo "$r" | num "s/^tokens $((n + 1)): TTFT \([0-9]*\) ms.*/\1/p")
         rest=$(echo "$r" | num "s/^tokens $((n + 1)):.*all units ready \([0-9]*\),.*/\1/p")
         # the same restart without mz_store_prefetch (the store's reads after the model load)
-        nopf=$(MZ_NO_PREFETCH=1 mz bench_store resume "$M" "$n" "$ST" 2>>"$OUTD/errors.log" |
+        nopf=$(MZ_NO_PREFETCH=1 mz bench_store resume "$M" "$n" "$ST" 2>>"$DL_ERRORS" |
                num "s/^tokens $((n + 1)): TTFT \([0-9]*\) ms.*/\1/p")
         rc=-
         if [ "$n" -le "$lim" ]; then
-            rc=$(mz bench_store recompute "$M" "$n" "$ST" 2>>"$OUTD/errors.log" |
+            rc=$(mz bench_store recompute "$M" "$n" "$ST" 2>>"$DL_ERRORS" |
                  num "s/^tokens $n: recompute TTFT \([0-9]*\) ms/\1/p")
         fi
-        ratio() { [ -n "$1" ] && [ "$1" != - ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1fx", a/b}' || echo -; }
-        echo "| $preset $type | $n | ${full:--} | ${tail:--} | ${rest:--} | ${rc:--} | $(ratio "$rc" "$tail") | $(ratio "$rc" "$full") | ${nopf:--} |" |
-            tee -a "$OUTD/store.md"
+        dl_row "$preset $type" "$n" "${full:--}" "${tail:--}" "${rest:--}" "${rc:--}" \
+            "$(dl_ratio "$rc" "$tail")" "$(dl_ratio "$rc" "$full")" "${nopf:--}" | tee -a "$OUTD/store.md"
     done
 done
 {
@@ -88,7 +80,7 @@ for shape in $SHAPES; do
     preset=${shape%%:*} type=${shape#*:}
     M="$W/$preset-$type.gguf"
     [ -f "$M" ] || continue
-    echo "- $preset $type: $(mz bench_store evict-clean "$M" "$EVICT_N" "$ST" 2>>"$OUTD/errors.log" | tail -1)"
+    echo "- $preset $type: $(mz bench_store evict-clean "$M" "$EVICT_N" "$ST" 2>>"$DL_ERRORS" | tail -1)"
 done
 echo
 echo "Write-behind cost to decode speed ($WB_N-position session):"
@@ -97,9 +89,9 @@ for shape in $SHAPES; do
     preset=${shape%%:*} type=${shape#*:}
     M="$W/$preset-$type.gguf"
     [ -f "$M" ] || continue
-    echo "- $preset $type: $(mz bench_store writebehind "$M" "$WB_N" "$ST" 2>>"$OUTD/errors.log" | tail -1)"
+    echo "- $preset $type: $(mz bench_store writebehind "$M" "$WB_N" "$ST" 2>>"$DL_ERRORS" | tail -1)"
 done
 echo
-echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+dl_load end
 } | tee -a "$OUTD/store.md"
 rm -rf "$ST"

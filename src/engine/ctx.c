@@ -231,6 +231,7 @@ static void compute_end(mz_ctx_t *c)
 {
     mz_session_touch(c);
     atomic_store(&c->busy, false);
+    mz_mem_reader_idle(c->mem); /* the section's weight reloads are over */
     mz_engine_compute_close(c->engine);
     pthread_mutex_unlock(&c->engine->compute_lock);
     use_end(c);
@@ -519,6 +520,7 @@ static mz_status restore_generate_locked(mz_ctx_t *c, const mz_token *tokens, si
     pthread_mutex_lock(&c->engine->compute_lock);
     mz_engine_compute_open(c->engine);
     mz_status s = prefill_restore(c, tokens, n, p, &tm, t0);
+    mz_mem_reader_idle(c->mem);
     mz_engine_compute_close(c->engine);
     pthread_mutex_unlock(&c->engine->compute_lock);
     if (out) *out = tm;

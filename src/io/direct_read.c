@@ -12,6 +12,13 @@
  *   buffered file:   [pos, min(end, pos+max_io)) -> dst directly
  * "need" is the number of bytes up to the last one wanted, so a window that
  * runs past the end of the file (short O_DIRECT read at EOF) still succeeds.
+ *
+ * The pool (depth x (max_io + 8 KiB): 4 MiB by default) exists only between
+ * the first batch that needs it and mz_dfile_idle: a daemon that reloaded a
+ * weight block once would otherwise keep it resident for good. It is mapped
+ * with mmap, not malloc, so that idle really returns it to the system (glibc
+ * keeps a freed block of this size in its heap once its mmap threshold has
+ * grown past it).
  */
 #define _GNU_SOURCE
 #include "direct_read.h"
@@ -21,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,8 +41,8 @@ struct mz_dfile {
     size_t mem_align;          /* O_DIRECT buffer alignment (<= 4096) */
     size_t max_io;             /* bytes per request, multiple of 4096 */
     mz_ioq *q;
-    unsigned char *pool;       /* depth slots of slot_bytes, 4096-aligned */
-    size_t slot_bytes;
+    unsigned char *pool;       /* depth slots of slot_bytes, 4096-aligned; NULL while idle */
+    size_t slot_bytes, pool_bytes;
     char path[256];            /* for messages (truncated) */
 };
 
@@ -109,11 +117,7 @@ mz_status mz_dfile_open(const char *path, const mz_dfile_params *p, mz_dfile_t *
     s = mz_ioq_init(MZ_MIN(p->queue_depth, 64), !(p->flags & MZ_DFILE_NO_URING), &f->q);
     if (s != MZ_OK) goto out_free;
     f->slot_bytes = f->max_io + 2 * DR_A;
-    if (posix_memalign((void **)&f->pool, DR_A, f->slot_bytes * (size_t)mz_ioq_depth(f->q)) != 0) {
-        f->pool = NULL;
-        s = mz_fail(MZ_E_NOMEM, "out of memory (direct read bounce pool)");
-        goto out_free;
-    }
+    f->pool_bytes = f->slot_bytes * (size_t)mz_ioq_depth(f->q);
     *out = f;
     return MZ_OK;
 
@@ -127,8 +131,28 @@ void mz_dfile_close(mz_dfile_t *f)
     if (!f) return;
     mz_ioq_free(f->q);
     if (f->fd >= 0) mz_io.close(f->fd);
-    free(f->pool);
+    mz_dfile_idle(f);
     free(f);
+}
+
+void mz_dfile_idle(mz_dfile_t *f)
+{
+    if (!f || !f->pool) return;
+    munmap(f->pool, f->pool_bytes);
+    f->pool = NULL;
+}
+
+bool mz_dfile_holds_pool(const mz_dfile_t *f) { return f && f->pool; }
+
+/* Maps the bounce pool for a batch (direct files only: buffered pieces read
+ * straight into dst). Pages are touched only as pieces use them. */
+static mz_status pool_map(mz_dfile_t *f)
+{
+    if (f->pool || !f->direct) return MZ_OK;
+    void *p = mmap(NULL, f->pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return mz_fail(MZ_E_NOMEM, "out of memory (direct read bounce pool)");
+    f->pool = p;
+    return MZ_OK;
 }
 
 static uint64_t floor_a(uint64_t x) { return x - x % DR_A; }
@@ -215,6 +239,13 @@ mz_status mz_dfile_read_batch(mz_dfile_t *f, mz_dread_item *items, size_t n)
     int depth = mz_ioq_depth(f->q);
     dr_piece pieces[64];
     MZ_ASSERT(depth <= (int)MZ_ARRAY_LEN(pieces));
+    if (n) {
+        mz_status ps = pool_map(f);
+        if (ps) {
+            for (size_t i = 0; i < n; i++) items[i].status = ps;
+            return ps;
+        }
+    }
     size_t first_bad = SIZE_MAX;
     mz_status first_status = MZ_OK;
     char msg[512] = "";
@@ -235,7 +266,7 @@ mz_status mz_dfile_read_batch(mz_dfile_t *f, mz_dread_item *items, size_t n)
     }
     for (int k = 0; k < depth; k++) {
         pieces[k].busy = false;
-        pieces[k].slot = f->pool + (size_t)k * f->slot_bytes;
+        pieces[k].slot = f->pool ? f->pool + (size_t)k * f->slot_bytes : NULL;
     }
 
     size_t cur = 0;           /* cursor: item index */

@@ -45,6 +45,14 @@ MZ_INTERNAL mz_dfile_params mz_dfile_params_default(void);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_dfile_open(const char *path, const mz_dfile_params *p,
                                                  mz_dfile_t **out);
 MZ_INTERNAL void mz_dfile_close(mz_dfile_t *f); /* NULL is fine */
+/* No read until the next batch: gives the bounce pool (depth x (max_io +
+ * 8 KiB)) back to the system; the next batch maps it again. Call it when no
+ * batch of f is in flight, once a burst of reads has ended (the memory
+ * manager: after a forward step or a restore job that reloaded weights).
+ * NULL is fine. */
+MZ_INTERNAL void mz_dfile_idle(mz_dfile_t *f);
+/* Whether f holds its bounce pool now (tests). */
+MZ_INTERNAL bool mz_dfile_holds_pool(const mz_dfile_t *f);
 
 MZ_INTERNAL bool mz_dfile_is_direct(const mz_dfile_t *f);
 MZ_INTERNAL bool mz_dfile_uses_uring(const mz_dfile_t *f);

@@ -294,6 +294,11 @@ mz_status mm_ensure_dfile(mz_mem *mm)
     return MZ_OK;
 }
 
+void mz_mem_reader_idle(mz_mem *mm)
+{
+    if (mm && mm->dfile && !mm->job) mz_dfile_idle(mm->dfile);
+}
+
 void mz_mem_shared_init(mz_mem_shared *sh, const char *swap_dir)
 {
     memset(sh, 0, sizeof *sh);

@@ -109,6 +109,12 @@ MZ_INTERNAL void mz_mem_set_compkv_batch(mz_mem *mm, size_t n);
  * it (weights.h, "Pins") and releases all its pins at the end of the step. */
 MZ_INTERNAL void mz_mem_pin_weights(mz_mem *mm, int layer);
 MZ_INTERNAL void mz_mem_unpin_weights(mz_mem *mm);
+/* No weight reload is in flight: the model-file reader gives its bounce
+ * pool back (mz_dfile_idle; the next reload maps it again). Called at the
+ * end of every compute section, under the engine's compute lock (weight
+ * reloads run under it, so the engine's shared reader is not in use);
+ * nothing while a restore job runs. NULL is fine. */
+MZ_INTERNAL void mz_mem_reader_idle(mz_mem *mm);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_all(mz_mem *mm, mz_restore_report *r);
 MZ_INTERNAL void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out);
 

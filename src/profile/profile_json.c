@@ -290,14 +290,17 @@ static double j_num(const jparser *p, int obj, const char *key, double def)
     return v >= 0 && (p->n[v].type == J_NUM || p->n[v].type == J_BOOL) ? p->n[v].num : def;
 }
 
-/* The number under key (def when absent) if it lies in [lo, hi]; false for
- * NaN or a value outside, whose conversion to an integer type would be
- * undefined. */
+/* v lies in [lo, hi]; false for NaN. Every number of the profile passes it
+ * before it is converted to an integer type, where a value outside the
+ * type's range would be undefined behaviour. */
+static bool num_in(double v, double lo, double hi) { return v >= lo && v <= hi; }
+
+/* The number under key (def when absent) if it lies in [lo, hi] (num_in). */
 static bool j_num_in(const jparser *p, int obj, const char *key, double def, double lo, double hi,
                      double *out)
 {
     double v = j_num(p, obj, key, def);
-    if (!(v >= lo && v <= hi)) return false;
+    if (!num_in(v, lo, hi)) return false;
     *out = v;
     return true;
 }
@@ -358,7 +361,7 @@ static bool j_nums(const jparser *p, int arr, int n, double *out)
     if (j_len(p, arr) != n) return false;
     for (int i = 0; i < n; i++) {
         int c = j_at(p, arr, i);
-        if (p->n[c].type != J_NUM || !(p->n[c].num >= 0)) return false;
+        if (p->n[c].type != J_NUM || !num_in(p->n[c].num, 0, HUGE_VAL)) return false;
         out[i] = p->n[c].num;
     }
     return true;
@@ -405,13 +408,13 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
     double v[MZ_PROFILE_MAX_SIZES];
     if (!j_nums(jp, sizes, d.n_sizes, v)) return mz_fail(MZ_E_FORMAT, "storage: bad sizes");
     for (int i = 0; i < d.n_sizes; i++) {
-        if (v[i] < 512 || v[i] > 1e12 || (i && v[i] <= v[i - 1]))
+        if (!num_in(v[i], 512, 1e12) || (i && v[i] <= v[i - 1]))
             return mz_fail(MZ_E_FORMAT, "storage: sizes must ascend from 512 bytes");
         d.read_size[i] = (size_t)v[i];
     }
     if (!j_nums(jp, qds, d.n_qd, v)) return mz_fail(MZ_E_FORMAT, "storage: bad queue depths");
     for (int j = 0; j < d.n_qd; j++) {
-        if (v[j] < 1 || v[j] > 4096 || (j && v[j] <= v[j - 1]))
+        if (!num_in(v[j], 1, 4096) || (j && v[j] <= v[j - 1]))
             return mz_fail(MZ_E_FORMAT, "storage: queue depths must ascend from 1");
         d.read_qd[j] = (int)v[j];
     }
@@ -460,7 +463,7 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
             return mz_fail(MZ_E_FORMAT, "memory: prefault_threads and prefault_s_per_gib must be "
                                         "1..%d numbers each", MZ_PROFILE_MAX_TOUCH);
         for (int i = 0; i < nt; i++) {
-            if (th[i] < 1 || th[i] > MZ_RESTORE_THREADS_MAX || (i && th[i] <= th[i - 1]))
+            if (!num_in(th[i], 1, MZ_RESTORE_THREADS_MAX) || (i && th[i] <= th[i - 1]))
                 return mz_fail(MZ_E_FORMAT, "memory: prefault_threads must ascend from 1 to at "
                                             "most %d", MZ_RESTORE_THREADS_MAX);
             d.touch_threads[i] = (int)th[i];

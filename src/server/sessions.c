@@ -27,6 +27,7 @@
 
 #include "core/core.h"
 #include "store/manifest.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -336,11 +337,15 @@ void srv_session_done(mz_server_t *s, const srv_timings *tm)
     if (tm->ttft_ms > 0) ss->last_ttft_ms = tm->ttft_ms;
     ss->n_requests++;
     touch(s, ss);
-    /* A stored session's tail (the partly filled chunk) and manifest now,
-     * under the gate (no request computes on it): a daemon killed before the
-     * next request resumes it recomputing one token, not up to 256. */
+    /* A stored session's manifest (every token) and tail (the partly filled
+     * chunk) now, under the gate (no request computes on it); its full
+     * chunks are the write-behind's, written while the engine is quiet, so
+     * the next request never waits for them. A daemon killed after the
+     * worker's manifest resumes recomputing one token; one killed before it
+     * recomputes the tokens after the chunks already written (ARCHITECTURE.md,
+     * "Session store"). */
     if (s->store && ss->ctx) {
-        mz_status st = mz_session_sync(ss->ctx);
+        mz_status st = mz_session_checkpoint(ss->ctx);
         if (st && st != MZ_E_INVAL) srv_log(s, "session %s: sync: %s", ss->id, mz_last_error());
         mz_clear_error();
     }

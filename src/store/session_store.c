@@ -14,6 +14,9 @@
  * at any instant leaves the previous or the next consistent manifest.
  * Records it names are never freed while clean, and a record overwritten
  * anyway (after a truncation) fails the read's sequence/checksum check.
+ * The serve checkpoint (chunks = false) writes no chunk and fsyncs no
+ * chunk record: with chunk records pending an fsync its manifest names only
+ * chunks [0, durable_k), whose records were durable at the last fsync.
  */
 #define _GNU_SOURCE
 #include "store.h"
@@ -50,6 +53,12 @@ struct mz_sstore {
     size_t last_k, last_n;
     size_t clean_upto;         /* chunks [0, clean_upto) are clean in every layer */
     bool written_once, data_unsynced;
+    /* chunks_unsynced: a full chunk's record was written since the data
+     * file's last fsync. durable_k: chunks [0, durable_k) have durable
+     * clean records (set at each data fsync, lowered by a truncation), so a
+     * manifest may name them without an fsync. */
+    bool chunks_unsynced;
+    size_t durable_k;
     bool pending;              /* under mu: a manifest is due (timed retry) */
     double last_write_ms;
     uint64_t created_ns;
@@ -59,12 +68,19 @@ struct mz_sstore {
     size_t man_tok_cap, man_rec_cap;
     /* The tail (manifest.h): records of the partly filled chunk tail_chunk,
      * valid for its first tail_pos positions (0: no tail). Written only by
-     * mz_session_sync and the final pass, on the owner thread, so no
-     * forward pass writes the chunk meanwhile. tail_disk: the manifest on
-     * disk names these records, so they stay until one that does not is
-     * written. Under pass_lock. */
+     * mz_session_sync, mz_session_checkpoint and the final pass, on the
+     * owner thread, so no forward pass writes the chunk meanwhile.
+     * tail_disk: the manifest on disk names these records, so they stay
+     * until one that does not is written. A tail written while the full
+     * chunks before it have no clean copy yet is staged (new_tail,
+     * stage_chunk, stage_pos; 0: none): no manifest names it until the
+     * write-behind has written those chunks; the first manifest that
+     * names chunks [0, stage_chunk) names it too, and it becomes the tail.
+     * Positions before stage_pos never change but by a truncation, which
+     * cuts it like the tail. Under pass_lock. */
     mz_swap_slot *tail_slot, *new_tail; /* [n_layer] */
     size_t tail_chunk, tail_pos;
+    size_t stage_chunk, stage_pos;
     bool tail_disk;
     size_t tail_cut;           /* under mu: lowest truncation since the last pass; SIZE_MAX none */
 };
@@ -119,15 +135,32 @@ static void tail_free(struct mz_sstore *a, mz_swap_slot *slots)
         }
 }
 
-/* Writes the tail of the first n tokens (the chunk of token n-1, its
- * positions before n-1) into new_tail; true when written. Owner thread. */
-static bool tail_write(struct mz_sstore *a, size_t n, size_t clean_upto, size_t *pos)
+static void stage_drop(struct mz_sstore *a)
+{
+    tail_free(a, a->new_tail);
+    a->stage_pos = 0;
+}
+
+/* Cuts the tail (chunk, *pos) to the positions before token `cut`. */
+static void tail_cut_to(size_t chunk, size_t *pos, size_t cut)
+{
+    size_t base = chunk * MZ_KV_CHUNK_TOKENS;
+    if (*pos && cut < base + *pos) *pos = cut > base ? cut - base : 0;
+}
+
+/* Stages the tail of the first n tokens (the chunk of token n-1, its
+ * positions before n-1) in new_tail, replacing a staged one; true when
+ * written. The full chunks before it need no clean copy yet: the manifest
+ * names it once they have one. Owner thread. */
+static bool tail_write(struct mz_sstore *a, size_t n)
 {
     const int L = a->c->model->cfg.n_layer;
     if (n == 0) return false;
     size_t tc = (n - 1) / MZ_KV_CHUNK_TOKENS, p = n - 1 - tc * MZ_KV_CHUNK_TOKENS;
-    if (p == 0 || clean_upto < tc) return false; /* nothing to keep, or full chunks missing */
+    if (p == 0) return false; /* nothing to keep */
     if (a->tail_pos && a->tail_chunk == tc && a->tail_pos >= p) return false; /* current */
+    if (a->stage_pos && a->stage_chunk == tc && a->stage_pos >= p) return false; /* staged */
+    stage_drop(a); /* no manifest names it */
     for (int l = 0; l < L; l++) {
         if (mz_mem_store_tail(a->c->mem, l, tc, &a->new_tail[l]) != MZ_OK) {
             mz_clear_error(); /* an evicted tail chunk: the manifest goes without a new tail */
@@ -136,7 +169,8 @@ static bool tail_write(struct mz_sstore *a, size_t n, size_t clean_upto, size_t 
         }
     }
     a->data_unsynced = true;
-    *pos = p;
+    a->stage_chunk = tc;
+    a->stage_pos = p;
     return true;
 }
 
@@ -146,10 +180,13 @@ static bool tail_write(struct mz_sstore *a, size_t n, size_t clean_upto, size_t 
 #define WB_QUIET_NS 2000000ull
 
 /* force: write the manifest even if only tokens changed within the interval.
- * tail: also store the partly filled last chunk (owner thread only).
+ * tail: also stage the partly filled last chunk (owner thread only).
+ * chunks: write the full chunks that have no clean copy yet; false: the
+ * manifest names the chunks clean already and leaves the rest to the
+ * worker (mz_session_checkpoint).
  * yield (the worker): stop writing chunks as soon as the engine computes;
  * the pass stays pending and the worker comes back once it is quiet. */
-static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool yield)
+static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool chunks, bool yield)
 {
     mz_ctx_t *c = a->c;
     mz_mem *mm = c->mem;
@@ -164,16 +201,16 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool yield)
     size_t cut = a->tail_cut;
     a->tail_cut = SIZE_MAX;
     pthread_mutex_unlock(&a->mu);
-    /* positions at and after a truncation point changed: the tail keeps
+    /* positions at and after a truncation point changed: the tails keep
      * only those before it */
-    if (a->tail_pos && cut < a->tail_chunk * MZ_KV_CHUNK_TOKENS + a->tail_pos)
-        a->tail_pos = cut > a->tail_chunk * MZ_KV_CHUNK_TOKENS ? cut - a->tail_chunk * MZ_KV_CHUNK_TOKENS : 0;
-    bool new_tail = false;
-    size_t new_pos = 0;
+    tail_cut_to(a->tail_chunk, &a->tail_pos, cut);
+    tail_cut_to(a->stage_chunk, &a->stage_pos, cut);
+    if (!a->stage_pos) stage_drop(a);
+    if (cut != SIZE_MAX) a->durable_k = MZ_MIN(a->durable_k, cut / MZ_KV_CHUNK_TOKENS);
     size_t k = MZ_MIN(a->clean_upto, full);
     bool prefix = true;
     bool yielded = false;
-    for (size_t ch = k; ch < full && !s; ch++) {
+    for (size_t ch = k; chunks && ch < full && !s; ch++) {
         if (yield && !mz_engine_quiet(c->engine, WB_QUIET_NS)) {
             yielded = true; /* the chunks from ch on wait for the next pass */
             break;
@@ -183,12 +220,12 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool yield)
             bool clean = false, wrote = false;
             s = mz_mem_store_chunk(mm, l, ch, &a->full, &clean, &wrote);
             if (s) break;
-            if (wrote) a->data_unsynced = true;
+            if (wrote) a->data_unsynced = a->chunks_unsynced = true;
             all = all && clean;
         }
         if (!s && a->st->p.fsync == MZ_FSYNC_ALWAYS && a->data_unsynced) {
             s = mz_swapfile_sync(a->sf);
-            if (!s) a->data_unsynced = false;
+            if (!s) a->data_unsynced = a->chunks_unsynced = false;
         }
         if (prefix && all) k = ch + 1;
         else prefix = false;
@@ -207,28 +244,37 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool yield)
     if (n == 0) goto out; /* nothing worth a manifest yet */
     size_t kmax = (n - 1) / MZ_KV_CHUNK_TOKENS;
     k = MZ_MIN(k, kmax);
-    if (tail) new_tail = tail_write(a, n, k, &new_pos);
-    bool tail_changed = new_tail || (a->tail_disk && !a->tail_pos);
+    bool new_tail = tail && tail_write(a, n);
+    /* a staged tail whose chunk filled up since is never named */
+    if (a->stage_pos && a->stage_chunk != kmax) stage_drop(a);
+    /* The request-side checkpoint (no chunks) does not fsync chunk records
+     * the worker wrote since its last manifest: that would make the request
+     * thread wait for their writeback. Its manifest then names only what is
+     * durable already — chunks [0, durable_k) and the tail on disk — and the
+     * worker's next manifest the rest, after its own fsync. */
+    bool defer_sync = !chunks && a->chunks_unsynced && a->st->p.fsync != MZ_FSYNC_NONE;
+    if (defer_sync) k = MZ_MIN(k, a->durable_k);
+    bool stage_fits = !defer_sync && a->stage_pos && a->stage_chunk == k;
+    bool tail_changed = new_tail || stage_fits || (a->tail_disk && !a->tail_pos);
     if (a->written_once && k == a->last_k && n == a->last_n && !tail_changed) goto out;
     if (!force && !tail_changed && a->written_once && k <= a->last_k &&
         mz_time_ms() - a->last_write_ms < (double)a->st->p.manifest_interval_ms) {
         pend = true;
         goto out;
     }
-    if (a->data_unsynced && a->st->p.fsync != MZ_FSYNC_NONE) {
+    if (!defer_sync && a->data_unsynced && a->st->p.fsync != MZ_FSYNC_NONE) {
         if ((s = mz_swapfile_sync(a->sf))) goto out;
-        a->data_unsynced = false;
+        a->data_unsynced = a->chunks_unsynced = false;
     }
+    if (!defer_sync) a->durable_k = k; /* every record written so far is durable (or needs no fsync) */
     mz_manifest *m = &a->man;
     pthread_mutex_lock(&a->mu);
     n = a->n_tok; /* a truncation since: fewer tokens, and chunks only below it */
     k = MZ_MIN(k, n ? (n - 1) / MZ_KV_CHUNK_TOKENS : 0);
-    /* a truncation since the pass began cuts the current tail as above
-     * (a new tail is written on the owner thread, which truncates) */
-    if (a->tail_pos && a->tail_cut < a->tail_chunk * MZ_KV_CHUNK_TOKENS + a->tail_pos)
-        a->tail_pos = a->tail_cut > a->tail_chunk * MZ_KV_CHUNK_TOKENS
-                          ? a->tail_cut - a->tail_chunk * MZ_KV_CHUNK_TOKENS
-                          : 0;
+    /* a truncation since the pass began cuts the tails as above (a new
+     * tail is written on the owner thread, which truncates) */
+    tail_cut_to(a->tail_chunk, &a->tail_pos, a->tail_cut);
+    tail_cut_to(a->stage_chunk, &a->stage_pos, a->tail_cut);
     if (!grow((void **)&m->tokens, &a->man_tok_cap, n, sizeof *m->tokens) ||
         !grow((void **)&m->recs, &a->man_rec_cap, (k + 1) * (size_t)L, sizeof *m->recs)) {
         pthread_mutex_unlock(&a->mu);
@@ -245,12 +291,14 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool yield)
     }
     pthread_mutex_unlock(&a->mu);
     mz_clear_error();
-    /* The tail named: the new one, else the current one while it still
+    /* The tail named: the staged one, else the current one, whichever
      * fits (the chunk after the named ones, ending before the last token). */
-    const mz_swap_slot *ts = new_tail ? a->new_tail : a->tail_slot;
-    size_t tc = new_tail ? (n - 1) / MZ_KV_CHUNK_TOKENS : a->tail_chunk;
-    size_t tp = new_tail ? new_pos : a->tail_pos;
-    if (tp && !(tc == got && got == (n - 1) / MZ_KV_CHUNK_TOKENS)) tp = 0;
+    size_t last = (n - 1) / MZ_KV_CHUNK_TOKENS;
+    bool named_stage = !defer_sync && a->stage_pos && a->stage_chunk == got && got == last;
+    const mz_swap_slot *ts = named_stage ? a->new_tail : a->tail_slot;
+    size_t tp = named_stage ? a->stage_pos
+                : a->tail_pos && a->tail_chunk == got && got == last ? a->tail_pos
+                                                                     : 0;
     tp = MZ_MIN(tp, n - 1 - got * MZ_KV_CHUNK_TOKENS); /* the last token is always recomputed */
     for (int l = 0; tp && l < L; l++)
         if (mz_swapfile_slot_info(a->sf, ts[l], &m->recs[got * (size_t)L + (size_t)l]) != MZ_OK) tp = 0;
@@ -267,13 +315,13 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool yield)
         pend = false;
         a->last_write_ms = mz_time_ms();
         /* records no manifest names any more go back to the file's free space */
-        if (new_tail) {
+        if (named_stage && tp) {
             tail_free(a, a->tail_slot);
             memcpy(a->tail_slot, a->new_tail, (size_t)L * sizeof *a->tail_slot);
             memset(a->new_tail, 0, (size_t)L * sizeof *a->new_tail);
-            a->tail_chunk = tc;
+            a->tail_chunk = a->stage_chunk;
             a->tail_pos = tp;
-            new_tail = false;
+            a->stage_pos = 0;
         } else if (!tp) {
             tail_free(a, a->tail_slot);
             a->tail_pos = 0;
@@ -282,7 +330,6 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool yield)
         if (!tp) a->tail_pos = 0;
     }
 out:
-    if (new_tail) tail_free(a, a->new_tail); /* not named by any manifest */
     if (s) {
         pend = true; /* retried at the next pass */
 
@@ -351,7 +398,7 @@ static void *worker_main(void *arg)
         a->kick = false;
         pthread_mutex_unlock(&a->mu);
 
-        (void)pass(a, false, false, true);
+        (void)pass(a, false, false, true, true);
         pthread_mutex_lock(&a->mu);
     }
     pthread_mutex_unlock(&a->mu);
@@ -469,7 +516,20 @@ void mz_sstore_test_abandon(mz_ctx_t *c)
 mz_status mz_session_sync(mz_ctx_t *c)
 {
     if (!c || !c->sstore) return mz_fail(MZ_E_INVAL, "session is not stored");
-    return pass(c->sstore, true, true, false);
+    return pass(c->sstore, true, true, true, false);
+}
+
+mz_status mz_session_checkpoint(mz_ctx_t *c)
+{
+    if (!c || !c->sstore) return mz_fail(MZ_E_INVAL, "session is not stored");
+    struct mz_sstore *a = c->sstore;
+    mz_status s = pass(a, true, true, false, false);
+    /* the full chunks left: the worker writes them once the engine is quiet */
+    pthread_mutex_lock(&a->mu);
+    a->kick = true;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    return s;
 }
 
 void mz_sstore_detach(mz_ctx_t *c)
@@ -483,7 +543,7 @@ void mz_sstore_detach(mz_ctx_t *c)
         pthread_mutex_unlock(&a->mu);
         pthread_join(a->th, NULL);
     }
-    if (!a->no_final) (void)pass(a, true, true, false); /* the last manifest; the file closes with the manager */
+    if (!a->no_final) (void)pass(a, true, true, true, false); /* the last manifest; the file closes with the manager */
     c->sstore = NULL;
     att_free(a);
 }

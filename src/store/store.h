@@ -7,7 +7,7 @@
  *   store.c          directory (0700, owner checked), model and tokenizer
  *                    identity, atomic manifest writes, list / delete / limit
  *   session_store.c  a session's attachment: write-behind worker, sync,
- *                    resume
+ *                    checkpoint, resume
  *
  * Hooks elsewhere (marked [store]): struct mz_ctx.sstore and three calls in
  * src/engine/ctx.c (after a prefill, before a truncation, at free); the
@@ -42,6 +42,16 @@ MZ_INTERNAL void mz_sstore_note_truncate(mz_ctx_t *c, size_t n_keep);
 MZ_INTERNAL void mz_sstore_detach(mz_ctx_t *c);
 /* Tests: the session's free will not write a last manifest (as after kill -9). */
 MZ_INTERNAL void mz_sstore_test_abandon(mz_ctx_t *c);
+/* The request-side sync of `mzcache serve` (owner thread, between two
+ * requests): writes the manifest now (every token; the full chunks that
+ * have a clean copy already) and stages the partly filled last chunk, and
+ * leaves the full chunks without a copy to the write-behind worker, which
+ * writes them once the engine is quiet and then names them and the staged
+ * tail in the next manifest. So the next request never waits for chunk
+ * writes; a kill before the worker's manifest resumes from the chunks the
+ * manifest on disk names and recomputes the tokens after them. Writes no
+ * full chunk (test_store's checkpoint case counts the writes). */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_session_checkpoint(mz_ctx_t *c);
 
 /* store.c, for session_store.c */
 /* <dir>/<id><suffix> into buf; MZ_E_INVAL for a bad id. */

@@ -10,6 +10,8 @@
  *     same q8 round trip.
  */
 #include "evict_util.h"
+#include "io/direct_read.h"
+#include "mem/manager_impl.h"
 
 #define N_CTX 1024
 #define N_TEXT 1000
@@ -119,6 +121,9 @@ int main(void)
            rr.n_kv_read_compressed, rss3 / M);
     CHECK(rss3 > rss2 && rss3 - rss2 + 4 * (size_t)M >= evictable * 95 / 100);
     CHECK(ev_all_resident(c));
+    /* The weight reloads are over: the model-file reader keeps no bounce pool. */
+    CHECK(c->mem->dfile != NULL);
+    CHECK_MSG(!mz_dfile_holds_pool(c->mem->dfile), "the model-file reader kept its bounce pool after the restore");
 
     /* 4. The answer equals the q8-round-tripped reference, bit for bit. */
     CHECK(ev_prefill_logits(c, follow, N_FOLLOW, a, nv) == MZ_OK);
@@ -143,6 +148,7 @@ int main(void)
     CHECK(ev_prefill_logits(c, follow, N_FOLLOW, a, nv) == MZ_OK);
     double t_evicted = mz_time_ms() - t0;
     CHECK(memcmp(a, b, (size_t)nv * sizeof(float)) == 0);
+    CHECK_MSG(!mz_dfile_holds_pool(c->mem->dfile), "the model-file reader kept its bounce pool after the prefill");
     printf("prefill %d tokens: %.0f ms; %d-token follow-up: %.1f ms resident, %.1f ms after "
            "evicting everything (blocking restore in forward order)\n", n_text, t_prefill,
            N_FOLLOW, t_resident, t_evicted);

@@ -14,7 +14,8 @@
  *   - else starts it: a new stored session, the prompt prefilled 100 tokens
  *     at a time;
  *   - then carries on along S with an eviction of everything every 8 tokens
- *     (clean chunks released, the rest written) and a sync every 16, with
+ *     (clean chunks released, the rest written), a sync every 16 and,
+ *     between two syncs, serve's checkpoint (mz_session_checkpoint), with
  *     manifests rewritten at every write-behind pass;
  *   - at the end of S deletes the session and exits 0.
  * The parent kills it with SIGKILL after a random 0.1-4 s (0.1-20 s under
@@ -237,6 +238,12 @@ static int child(mz_model_t *m, int fd)
         }
         if (step % 16 == 15 && mz_session_sync(c)) {
             say(fd, "ERR sync: %s", mz_last_error());
+            return 2;
+        }
+        /* serve's post-request step: manifest and tail, chunks left to the
+         * write-behind (its deferred manifests are killed at random too) */
+        if (step % 16 == 7 && mz_session_checkpoint(c)) {
+            say(fd, "ERR checkpoint: %s", mz_last_error());
             return 2;
         }
     }
