@@ -153,7 +153,8 @@ void mz_profile_derive(const mz_device_profile *p, const mz_profile_units *u, mz
     size_t max_io = u->max_io_bytes ? u->max_io_bytes : (size_t)1 << 20;
     double kv = (double)u->kv_chunk_bytes, blk = (double)u->block_bytes;
     double enc = u->kv_enc_bytes ? (double)u->kv_enc_bytes : kv * ratio;
-    out->t_d_ns = ns_of(kv, dec);
+    /* Decoding spreads over the decoding threads; reads share one disk. */
+    out->t_d_ns = ns_of(kv, dec * (u->decode_threads > 1 ? u->decode_threads : 1));
     out->t_rkv_ns = ns_of(kv, mz_profile_read_gbps(p, MZ_MIN(u->kv_chunk_bytes, max_io), qd, u->loaded));
     out->t_rkvc_ns = ns_of(enc, mz_profile_read_gbps(p, MZ_MIN((size_t)enc, max_io), qd, u->loaded)) +
                      out->t_d_ns;
@@ -264,6 +265,11 @@ int mz_profile_prefault_threads(const mz_device_profile *p, int n_restore)
             p->touch_mt_s_per_gib[i] > 0 && p->touch_mt_s_per_gib[i] <= 1.1 * best)
             return p->touch_threads[i];
     return n_restore;
+}
+
+int mz_profile_decode_threads(int n_restore)
+{
+    return n_restore < 4 ? 1 : n_restore - 1;
 }
 
 void mz_profile_io_shape(const mz_device_profile *p, size_t *io_bytes, int *queue_depth)

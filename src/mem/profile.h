@@ -108,6 +108,16 @@ MZ_INTERNAL int mz_profile_restore_threads(const mz_device_profile *p, int n_com
  * none of them fits. 1..n_restore for n_restore >= 1; 0 for n_restore <= 0. */
 MZ_INTERNAL int mz_profile_prefault_threads(const mz_device_profile *p, int n_restore);
 
+/* Of n_restore restore threads, how many decode compressed chunks side by
+ * side (mz_restore_split_plan's layout): 1 below 4 (the 1-3 thread splits
+ * decode on one thread; 2 = the 2-vCPU machine: decoding beside one storage
+ * thread), else all but one — one storage lane keeps the disk at the
+ * profile's saturation depth, the pre-faulting threads decode once they are
+ * done and the others from the start. The eviction policy charges the
+ * memory path's decoding over this many threads (mz_profile_derive); the
+ * disk does not spread. 1 for n_restore <= 1. */
+MZ_INTERNAL int mz_profile_decode_threads(int n_restore);
+
 /* The restore's storage requests: bytes per request (the saturation size,
  * 64 KiB..4 MiB, 4 KiB multiple) and requests in flight in all (the
  * saturation depth, 4..64). Unmeasured: 1 MiB x 4. */
@@ -145,10 +155,16 @@ typedef struct mz_profile_units {
     bool loaded;               /* false (default): idle-machine figures, as the paper
                                   profiles; true: those measured beside a compute thread,
                                   where present */
+    int decode_threads;        /* restore threads that decode at once
+                                  (mz_profile_decode_threads); 0: 1 */
 } mz_profile_units;
 
 /* Per-unit restore times (every field >= 1 ns). t_d from the codec's decode
- * throughput (unknown codec: a conservative 1 GB/s); reads at request size
+ * throughput (unknown codec: a conservative 1 GB/s) divided by the decoding
+ * threads — the memory path's wall time per chunk when decode_threads decode
+ * side by side; the decode half of t_rkvc likewise (storage lanes decode
+ * what they read), the reads not (one disk, its throughput already taken at
+ * the requests in flight); reads at request size
  * min(unit, max_io), interpolated in log2(size) between measured sizes;
  * allocation from the cold first-touch cost. */
 MZ_INTERNAL void mz_profile_derive(const mz_device_profile *p, const mz_profile_units *u,
