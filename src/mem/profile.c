@@ -223,8 +223,13 @@ int mz_profile_restore_threads(const mz_device_profile *p, int n_compute)
     if (n_compute <= 0) n_compute = n / 2;
     int nt = n - n_compute;
     /* Pre-faulting stops scaling at some thread count k (the kernel's page
-     * allocator and the hypervisor's backing are shared): allocation uses
-     * up to k threads, and as many again load and decode beside it. */
+     * allocator, the hypervisor's backing and the memory bandwidth are
+     * shared): past k, restore threads neither fault nor decode faster,
+     * and they slow the compute beside them. The 16-vCPU device (k = 4),
+     * 2 compute threads, 50 %: 4 restore threads were ready soonest (621
+     * ms without overlap; 2 / 3 / 6 / 8: 860 / 692 / 697 / 652) and slowed
+     * the prefill beside them least (424 -> 527 ms; 8: 497 -> 747 ms);
+     * docs/BENCHMARKS.md, issue 18 part 4. */
     if (p->n_touch >= 2) {
         int k_best = 0;
         double best = 0;
@@ -242,7 +247,7 @@ int mz_profile_restore_threads(const mz_device_profile *p, int n_compute)
                     k = p->touch_threads[i];
                     break;
                 }
-            nt = MZ_MIN(nt, 2 * k);
+            nt = MZ_MIN(nt, k);
         }
     }
     return MZ_MAX(3, MZ_MIN(nt, MZ_RESTORE_THREADS_MAX));

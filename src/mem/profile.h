@@ -96,7 +96,9 @@ MZ_INTERNAL void mz_profile_builtin(mz_device_profile *out);
  * restore threads beside two compute threads beat one); else the CPUs the
  * compute threads leave (at least 3), and no more than the thread count
  * past which pre-faulting stops getting faster (touch_mt_s_per_gib within
- * 10 % of the best measured up to there). Never above MZ_RESTORE_THREADS_MAX. */
+ * 10 % of the best measured up to there): the memory system is saturated
+ * there, so more restore threads only slow the compute beside them.
+ * Never above MZ_RESTORE_THREADS_MAX. */
 MZ_INTERNAL int mz_profile_restore_threads(const mz_device_profile *p, int n_compute);
 
 /* Of n_restore restore threads, how many pre-fault: the smallest measured

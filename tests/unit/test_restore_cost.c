@@ -14,8 +14,8 @@
  *   balance         the plan's two paths are level in wall time: the dropped
  *                   blocks' reads against the compressed chunks' decoding
  *                   over the decoding threads (the rule with one decoding
- *                   thread dropped 5 blocks at 75 % remaining where the
- *                   memory path alone, decoded on 7 threads, was faster)
+ *                   thread dropped 6 blocks at 75 % remaining, 0.18 s of
+ *                   disk, where 3 decoding threads free it from memory)
  *   q8 at 50 %      every placement needs the same disk bytes: compressing
  *                   all KV frees at most (1 - ratio) of it, the rest comes
  *                   from one disk whichever unit holds it
@@ -233,8 +233,9 @@ static void test_decode_threads(void)
     CHECK_EQ_INT(mz_profile_decode_threads(4), 3);
     CHECK_EQ_INT(mz_profile_decode_threads(8), 7);
     CHECK_EQ_INT(mz_profile_decode_threads(0), 1);
-    /* The device with 8 compute threads: 8 restore threads, 7 decoding. */
-    CHECK_EQ_INT(mz_profile_decode_threads(mz_profile_restore_threads(&p, 8)), 7);
+    /* The device with 8 compute threads: 4 restore threads (its pre-fault
+     * saturation count), 3 decoding. */
+    CHECK_EQ_INT(mz_profile_decode_threads(mz_profile_restore_threads(&p, 8)), 3);
     /* The built-in profile (2 vCPUs) keeps one. */
     mz_device_profile b;
     mz_profile_builtin(&b);
@@ -266,17 +267,24 @@ static void test_derive_spread(void)
     CHECK_EQ_INT(t1.t_rkvc_ns - t1.t_d_ns, t7.t_rkvc_ns - t7.t_d_ns);
 }
 
-/* The plan levels the two paths in wall time with 7 decoding threads; the
- * rule that charged the decoding to one thread (decode_threads 1) fails
- * the check: at 75 % remaining it drops 5 weight blocks (0.15 s of disk)
- * where compressing chunks alone (0.2 s of decoding CPU, 0.03 s on 7
- * threads) frees the same. */
+/* Decoding threads of the device's split beside 8 compute threads. */
+static int device_decode_threads(const mz_device_profile *p)
+{
+    return mz_profile_decode_threads(mz_profile_restore_threads(p, 8));
+}
+
+/* The plan levels the two paths in wall time with the split's decoding
+ * threads (3 of the device's 4 restore threads); the rule that charged the
+ * decoding to one thread (decode_threads 1) fails the check: at 75 %
+ * remaining it drops 6 weight blocks (0.18 s of disk) where 3 decoding
+ * threads free nearly all of it from memory (0.06 s). */
 static void test_balance_75(void)
 {
     mz_device_profile p;
     load_device(&p);
+    size_t dropped[2] = {0, 0};
     for (int rule = 0; rule < 2; rule++) {
-        const int n_dec = 7;
+        const int n_dec = device_decode_threads(&p);
         job j;
         CHECK(target2_job(&p, "q8", rule ? n_dec : 1, &j) == 0);
         placed pl;
@@ -286,16 +294,17 @@ static void test_balance_75(void)
          * chunk's decode on one thread. */
         double unit_s = MZ_MAX(j.v.times.t_rw_ns, j.v.times.t_d_ns * n_dec) / 1e9;
         bool level = c.disk_s <= c.dec_s + unit_s;
+        dropped[rule] = pl.n_drop;
         if (rule) {
             CHECK_MSG(level, "disk %.3f s vs decoding %.3f s on %d threads", c.disk_s, c.dec_s, n_dec);
-            CHECK(pl.n_drop <= 1);
         } else {
             /* The one-thread rule: the check above fails. */
-            CHECK_MSG(!level && pl.n_drop >= 4, "dropped %zu, disk %.3f s, decoding %.3f s",
-                      pl.n_drop, c.disk_s, c.dec_s);
+            CHECK_MSG(!level, "dropped %zu, disk %.3f s, decoding %.3f s", pl.n_drop, c.disk_s,
+                      c.dec_s);
         }
         job_free(&j);
     }
+    CHECK_MSG(dropped[1] < dropped[0], "%zu vs %zu blocks", dropped[1], dropped[0]);
 }
 
 /* q8 at 50 %: the memory path can free at most (1 - ratio) of the KV; the
@@ -308,38 +317,42 @@ static void test_q8_disk_floor(void)
     mz_device_profile p;
     load_device(&p);
     job j;
-    CHECK(target2_job(&p, "q8", 7, &j) == 0);
+    const int n_dec = device_decode_threads(&p);
+    CHECK(target2_job(&p, "q8", n_dec, &j) == 0);
     placed pl;
     CHECK(plan_level(&j, 0.50, &pl) == 0);
     double total = 28.0 * ((double)j.blk_bytes + 64.0 * (double)j.kv_bytes);
     double need = total * 0.5;
     double mem_max = 28.0 * 64.0 * (double)(j.kv_bytes - j.enc_bytes);
     double floor_bytes = need - mem_max;
-    cost c = cost_of(&p, &j, &pl, "q8", 7, 4);
+    cost c = cost_of(&p, &j, &pl, "q8", n_dec, mz_profile_prefault_threads(&p, 8));
     CHECK_EQ_INT(pl.n_comp, 28 * 64); /* all KV compressed */
     CHECK_MSG(c.disk_mb * 1e6 >= floor_bytes && c.disk_mb * 1e6 < floor_bytes + (double)j.blk_bytes,
               "disk %.0f MB, floor %.0f MB", c.disk_mb, floor_bytes / 1e6);
     job_free(&j);
 }
 
-/* A codec of higher ratio (cachegen, 0.23) frees 50 % from memory alone,
- * but decodes at 0.54 GB/s a thread: with one thread charged, the plan
- * sends two thirds of the chunks raw to the disk; charged over 7 threads
- * it sends fewer bytes to the disk and the estimate is lower. */
+/* A codec of higher ratio (cachegen, 0.23) could free 50 % from memory
+ * alone, but decodes at 0.54 GB/s a thread: with one thread charged, the
+ * plan sends two thirds of the chunks raw to the disk; charged over the
+ * split's decoding threads it sends fewer bytes to the disk and the
+ * estimate is lower (still above q8's: 3 threads decode too slowly for
+ * cachegen to beat the disk here). */
 static void test_cachegen_spread(void)
 {
     mz_device_profile p;
     load_device(&p);
     cost cc[2];
+    const int n_dec = device_decode_threads(&p), n_pf = mz_profile_prefault_threads(&p, 8);
     for (int rule = 0; rule < 2; rule++) {
         job j;
-        CHECK(target2_job(&p, "cachegen", rule ? 7 : 1, &j) == 0);
+        CHECK(target2_job(&p, "cachegen", rule ? n_dec : 1, &j) == 0);
         placed pl;
         CHECK(plan_level(&j, 0.50, &pl) == 0);
-        cc[rule] = cost_of(&p, &j, &pl, "cachegen", 7, 4);
+        cc[rule] = cost_of(&p, &j, &pl, "cachegen", n_dec, n_pf);
         job_free(&j);
     }
-    CHECK_MSG(cc[1].disk_mb < cc[0].disk_mb / 2, "disk %.0f vs %.0f MB", cc[1].disk_mb, cc[0].disk_mb);
+    CHECK_MSG(cc[1].disk_mb < cc[0].disk_mb * 0.7, "disk %.0f vs %.0f MB", cc[1].disk_mb, cc[0].disk_mb);
     CHECK_MSG(cc[1].ready_s < cc[0].ready_s, "%.3f vs %.3f s", cc[1].ready_s, cc[0].ready_s);
 }
 
@@ -353,7 +366,7 @@ static int print_table(const char *path)
         return 1;
     }
     const char *codecs[] = {"q8", "cachegen", "cachegen-q7"};
-    const double levels[] = {0.75, 0.50, 0.25};
+    const double levels[] = {0.75, 0.50, 0.25, 0.0};
     int ncomp[] = {8, 2};
     for (size_t k = 0; k < MZ_ARRAY_LEN(ncomp); k++) {
         int nr = mz_profile_restore_threads(&p, ncomp[k]);
