@@ -430,7 +430,7 @@ const mz_unit_times *mz_mem_unit_times(const mz_mem *mm) { return &mm->times; }
 void mz_mem_set_compute_threads(mz_mem *mm, int n_compute)
 {
     mm->pu.decode_threads =
-        mz_profile_decode_threads(mz_profile_restore_threads(&mm->prof, n_compute));
+        mz_profile_decode_threads(&mm->prof, mz_profile_restore_threads(&mm->prof, n_compute));
     mm_refresh_times(mm);
 }
 

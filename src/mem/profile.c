@@ -272,9 +272,13 @@ int mz_profile_prefault_threads(const mz_device_profile *p, int n_restore)
     return n_restore;
 }
 
-int mz_profile_decode_threads(int n_restore)
+int mz_profile_decode_threads(const mz_device_profile *p, int n_restore)
 {
-    return n_restore < 4 ? 1 : n_restore - 1;
+    if (n_restore < 4) return 1;
+    /* One storage lane; with every thread pre-faulting, thread 0 does
+     * nothing else (mz_restore_split_plan). */
+    int d = n_restore - 1 - (mz_profile_prefault_threads(p, n_restore) >= n_restore ? 1 : 0);
+    return MZ_MAX(d, 1);
 }
 
 void mz_profile_io_shape(const mz_device_profile *p, size_t *io_bytes, int *queue_depth)

@@ -113,12 +113,12 @@ MZ_INTERNAL int mz_profile_prefault_threads(const mz_device_profile *p, int n_re
 /* Of n_restore restore threads, how many decode compressed chunks side by
  * side (mz_restore_split_plan's layout): 1 below 4 (the 1-3 thread splits
  * decode on one thread; 2 = the 2-vCPU machine: decoding beside one storage
- * thread), else all but one — one storage lane keeps the disk at the
- * profile's saturation depth, the pre-faulting threads decode once they are
- * done and the others from the start. The eviction policy charges the
- * memory path's decoding over this many threads (mz_profile_derive); the
- * disk does not spread. 1 for n_restore <= 1. */
-MZ_INTERNAL int mz_profile_decode_threads(int n_restore);
+ * thread); else all but one storage lane (one keeps the disk at the
+ * profile's saturation depth), and but thread 0 too when every thread
+ * pre-faults (mz_profile_prefault_threads = n_restore: thread 0 only
+ * allocates). The eviction policy charges the memory path's decoding over
+ * this many threads (mz_profile_derive); the disk does not spread. >= 1. */
+MZ_INTERNAL int mz_profile_decode_threads(const mz_device_profile *p, int n_restore);
 
 /* The restore's storage requests: bytes per request (the saturation size,
  * 64 KiB..4 MiB, 4 KiB multiple) and requests in flight in all (the

@@ -8,14 +8,15 @@
  *
  *   decode threads  mz_profile_decode_threads follows the restore split:
  *                   one decoding thread below 4 restore threads (the 2-vCPU
- *                   split), all but one storage lane from 4 on
+ *                   split), from 4 on all but one storage lane (and but
+ *                   thread 0 when every thread pre-faults)
  *   derive          t_d (and the decode half of t_rkvc) divide by them; the
  *                   reads do not (one disk)
  *   balance         the plan's two paths are level in wall time: the dropped
  *                   blocks' reads against the compressed chunks' decoding
  *                   over the decoding threads (the rule with one decoding
  *                   thread dropped 6 blocks at 75 % remaining, 0.18 s of
- *                   disk, where 3 decoding threads free it from memory)
+ *                   disk beside 0.08 s of decoding on 2 threads)
  *   q8 at 50 %      every placement needs the same disk bytes: compressing
  *                   all KV frees at most (1 - ratio) of it, the rest comes
  *                   from one disk whichever unit holds it
@@ -226,21 +227,27 @@ static void test_decode_threads(void)
     load_device(&p);
     /* Below 4 restore threads the split decodes on one thread (2 = the
      * 2-vCPU machine: decoding beside one storage thread). */
-    CHECK_EQ_INT(mz_profile_decode_threads(1), 1);
-    CHECK_EQ_INT(mz_profile_decode_threads(2), 1);
-    CHECK_EQ_INT(mz_profile_decode_threads(3), 1);
-    /* From 4 on every thread but one storage lane decodes. */
-    CHECK_EQ_INT(mz_profile_decode_threads(4), 3);
-    CHECK_EQ_INT(mz_profile_decode_threads(8), 7);
-    CHECK_EQ_INT(mz_profile_decode_threads(0), 1);
+    CHECK_EQ_INT(mz_profile_decode_threads(&p, 1), 1);
+    CHECK_EQ_INT(mz_profile_decode_threads(&p, 2), 1);
+    CHECK_EQ_INT(mz_profile_decode_threads(&p, 3), 1);
+    CHECK_EQ_INT(mz_profile_decode_threads(&p, 0), 1);
+    /* From 4 on: all but one storage lane, and but thread 0 when every
+     * thread pre-faults. The device's table pre-faults on 4: with 4 restore
+     * threads all pre-fault (2 decode), with 8 four do (7 decode). */
+    CHECK_EQ_INT(mz_profile_decode_threads(&p, 4), 2);
+    CHECK_EQ_INT(mz_profile_decode_threads(&p, 8), 7);
     /* The device with 8 compute threads: 4 restore threads (its pre-fault
-     * saturation count), 3 decoding. */
-    CHECK_EQ_INT(mz_profile_decode_threads(mz_profile_restore_threads(&p, 8)), 3);
+     * saturation count), 2 decoding. */
+    CHECK_EQ_INT(mz_profile_decode_threads(&p, mz_profile_restore_threads(&p, 8)), 2);
+    /* No table: every thread pre-faults. */
+    mz_device_profile n = p;
+    n.n_touch = 0;
+    CHECK_EQ_INT(mz_profile_decode_threads(&n, 8), 6);
     /* The built-in profile (2 vCPUs) keeps one. */
     mz_device_profile b;
     mz_profile_builtin(&b);
     b.n_cpus = 2;
-    CHECK_EQ_INT(mz_profile_decode_threads(mz_profile_restore_threads(&b, 2)), 1);
+    CHECK_EQ_INT(mz_profile_decode_threads(&b, mz_profile_restore_threads(&b, 2)), 1);
 }
 
 static void test_derive_spread(void)
@@ -270,14 +277,14 @@ static void test_derive_spread(void)
 /* Decoding threads of the device's split beside 8 compute threads. */
 static int device_decode_threads(const mz_device_profile *p)
 {
-    return mz_profile_decode_threads(mz_profile_restore_threads(p, 8));
+    return mz_profile_decode_threads(p, mz_profile_restore_threads(p, 8));
 }
 
 /* The plan levels the two paths in wall time with the split's decoding
- * threads (3 of the device's 4 restore threads); the rule that charged the
+ * threads (2 of the device's 4 restore threads); the rule that charged the
  * decoding to one thread (decode_threads 1) fails the check: at 75 %
- * remaining it drops 6 weight blocks (0.18 s of disk) where 3 decoding
- * threads free nearly all of it from memory (0.06 s). */
+ * remaining it drops 6 weight blocks (0.18 s of disk, 0.08 s of decoding)
+ * where the balanced plan drops 3 (0.09 s) and compresses more. */
 static void test_balance_75(void)
 {
     mz_device_profile p;
@@ -336,7 +343,7 @@ static void test_q8_disk_floor(void)
  * alone, but decodes at 0.54 GB/s a thread: with one thread charged, the
  * plan sends two thirds of the chunks raw to the disk; charged over the
  * split's decoding threads it sends fewer bytes to the disk and the
- * estimate is lower (still above q8's: 3 threads decode too slowly for
+ * estimate is lower (still above q8's: 2 threads decode too slowly for
  * cachegen to beat the disk here). */
 static void test_cachegen_spread(void)
 {
@@ -352,7 +359,7 @@ static void test_cachegen_spread(void)
         cc[rule] = cost_of(&p, &j, &pl, "cachegen", n_dec, n_pf);
         job_free(&j);
     }
-    CHECK_MSG(cc[1].disk_mb < cc[0].disk_mb * 0.7, "disk %.0f vs %.0f MB", cc[1].disk_mb, cc[0].disk_mb);
+    CHECK_MSG(cc[1].disk_mb < cc[0].disk_mb * 0.85, "disk %.0f vs %.0f MB", cc[1].disk_mb, cc[0].disk_mb);
     CHECK_MSG(cc[1].ready_s < cc[0].ready_s, "%.3f vs %.3f s", cc[1].ready_s, cc[0].ready_s);
 }
 
@@ -370,7 +377,7 @@ static int print_table(const char *path)
     int ncomp[] = {8, 2};
     for (size_t k = 0; k < MZ_ARRAY_LEN(ncomp); k++) {
         int nr = mz_profile_restore_threads(&p, ncomp[k]);
-        int nd = mz_profile_decode_threads(nr), npf = mz_profile_prefault_threads(&p, nr);
+        int nd = mz_profile_decode_threads(&p, nr), npf = mz_profile_prefault_threads(&p, nr);
         printf("\n%d compute threads: %d restore threads, %d decoding, %d pre-faulting\n",
                ncomp[k], nr, nd, npf);
         printf("| codec | remaining | rule | compressed | raw | stored-c | blocks | disk MB | "
