@@ -34,9 +34,9 @@
 #   avx2      MZ_KERNELS=avx2: bench_throughput of AVX2_MODELS at 8 threads and
 #             target 2's 50 % point; every row names the kernels that ran
 #   split8    target 2's 50 % and 75 % points with 8 restore threads (the
-#             rule before the pre-fault saturation cap: twice it) beside the
-#             profile's split of target2, and target 3 with 8 (3 runs); the
-#             restore split's part-4 check (~80 s)
+#             rule before the pre-fault saturation cap: twice it), to set
+#             beside target2's profile split; SPLIT8_T3=1 adds target 3 with
+#             8 (3 runs, ~40 s more); the restore split's part-4 check (~40 s)
 #   fullcpu   compute on every CPU (-t $(nproc)), 50 %: the profile's split
 #             (3 restore threads) vs 4 and 8 (~60 s)
 #   codecs    target 2's 50 % point with the cachegen codecs (the policy's
@@ -183,7 +183,7 @@ if want split8; then
         >"$RAW/target2-rt8.log" 2>&1 || echo "bench ttft (8 restore threads) failed"
     echo "target 2, 8 restore threads:" | tee -a "$MD"
     grep -o "level [0-9]*%: run .*" "$RAW/target2-rt8.log" | sed 's/^/    /' | tee -a "$MD"
-    if [ "$(elapsed)" -lt "$BUDGET_S" ]; then
+    if [ "${SPLIT8_T3:-0}" = 1 ] && [ "$(elapsed)" -lt "$BUDGET_S" ]; then
         echo "target 3, 8 restore threads, 3 runs:" | tee -a "$MD"
         mz bench_restore -m "$F" -c "$CTX" -q 8 -r 3 -t 2 --synthetic --remaining 50 --restore-threads 8 \
             --modes none,all "${PROFOPT[@]}" --swap-dir "$W/swap" >"$RAW/target3-rt8.log" 2>&1 ||
