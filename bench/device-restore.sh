@@ -96,7 +96,7 @@ echo
 PROF=$W/profile.json
 if want profile; then
     mz mzcache profile -o "$PROF" $PROFILE_ARGS -q >"$RAW/profile.log" 2>&1 || echo "profile failed (see profile.log)"
-    mz mzcache profile --show -o "$PROF" 2>&1 | grep -E "saturate|pre-fault|restore threads|first touch|pre-faulting" | sed 's/^/    /' | tee -a "$MD"
+    mz mzcache profile --show -o "$PROF" 2>&1 | grep -E "saturate|pre-fault|restore threads|first touch|pre-faulting|decoding" | sed 's/^/    /' | tee -a "$MD"
     cp "$PROF" "$RAW/profile.json" 2>/dev/null
     echo "    [profile done at $(elapsed) s]" | tee -a "$MD"
 fi
