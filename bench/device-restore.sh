@@ -35,6 +35,14 @@
 #             target 2's 50 % point with the old cap of 3 restore threads
 #   avx2      MZ_KERNELS=avx2: bench_throughput of AVX2_MODELS at 8 threads and
 #             target 2's 50 % point; every row names the kernels that ran
+#   split8    target 2's 50 % and 75 % points with 8 restore threads (the
+#             rule before the pre-fault saturation cap: twice it), to set
+#             beside target2's profile split; SPLIT8_T3=1 adds target 3 with
+#             8 (3 runs, ~40 s more); the restore split's part-4 check (~40 s)
+#   fullcpu   compute on every CPU (-t $(nproc)), 50 %: the profile's split
+#             (3 restore threads) vs 4 and 8 (~60 s)
+#   codecs    target 2's 50 % point with the cachegen codecs (the policy's
+#             decoding over several threads; slow to encode: ~2 min)
 # Knobs: SECTIONS ("profile target2 target3 scaling"), BUDGET_S (330),
 #        CTX (16384), SCALING_MODELS, AVX2_MODELS, REPS (3), SMALL (1: tiny
 #        shapes and contexts, for the local smoke test).
@@ -90,7 +98,7 @@ echo
 PROF=$W/profile.json
 if want profile; then
     mz mzcache profile -o "$PROF" $PROFILE_ARGS -q >"$RAW/profile.log" 2>&1 || echo "profile failed (see profile.log)"
-    mz mzcache profile --show -o "$PROF" 2>&1 | grep -E "saturate|pre-fault|restore threads|first touch|pre-faulting" | sed 's/^/    /' | tee -a "$MD"
+    mz mzcache profile --show -o "$PROF" 2>&1 | grep -E "saturate|pre-fault|restore threads|first touch|pre-faulting|decoding" | sed 's/^/    /' | tee -a "$MD"
     cp "$PROF" "$RAW/profile.json" 2>/dev/null
     echo "    [profile done at $(elapsed) s]" | tee -a "$MD"
 fi
@@ -184,6 +192,48 @@ if want compare; then
     else
         echo "## compare: the cap-3 run skipped (budget of $BUDGET_S s spent)" | tee -a "$MD"
     fi
+fi
+
+if want split8; then
+    echo "### Split check: 8 restore threads (twice the pre-fault saturation count) vs the profile's split" | tee -a "$MD"
+    mz mzcache bench ttft --models "$F" --ctx "$CTX" --levels 50,75 --modes mzcache --runs 3 -t 8 \
+        --restore-threads 8 "${PROFOPT[@]}" --swap-dir "$W/swap" -o "$RAW" --name target2-rt8 --no-plot --no-inmem \
+        >"$RAW/target2-rt8.log" 2>&1 || echo "bench ttft (8 restore threads) failed"
+    echo "target 2, 8 restore threads:" | tee -a "$MD"
+    grep -o "level [0-9]*%: run .*" "$RAW/target2-rt8.log" | sed 's/^/    /' | tee -a "$MD"
+    if [ "${SPLIT8_T3:-0}" = 1 ] && [ "$(elapsed)" -lt "$BUDGET_S" ]; then
+        echo "target 3, 8 restore threads, 3 runs:" | tee -a "$MD"
+        mz bench_restore -m "$F" -c "$CTX" -q 8 -r 3 -t 2 --synthetic --remaining 50 --restore-threads 8 \
+            --modes none,all "${PROFOPT[@]}" --swap-dir "$W/swap" >"$RAW/target3-rt8.log" 2>&1 ||
+            echo "bench_restore failed (see target3-rt8.log)"
+        grep -E '^\| 50|per-run' "$RAW/target3-rt8.log" | tee -a "$MD"
+    fi
+    echo "    [split8 done at $(elapsed) s]" | tee -a "$MD"
+fi
+
+if want fullcpu; then
+    n=$(nproc)
+    echo "### Compute on every CPU (-t $n), 50 %: restore threads 0 (the profile's) / 4 / 8" | tee -a "$MD"
+    for rt in 0 4 8; do
+        [ "$(elapsed)" -ge "$BUDGET_S" ] && break
+        mz mzcache bench ttft --models "$F" --ctx "$CTX" --levels 50 --modes mzcache --runs 3 -t "$n" \
+            --restore-threads "$rt" "${PROFOPT[@]}" --swap-dir "$W/swap" -o "$RAW" --name "fullcpu-rt$rt" --no-plot \
+            $([ "$rt" = 0 ] || echo --no-inmem) >"$RAW/fullcpu-rt$rt.log" 2>&1 || echo "bench ttft (-t $n, $rt) failed"
+        echo "restore threads $rt:" | tee -a "$MD"
+        grep -o "level [0-9]*%.*: run .*" "$RAW/fullcpu-rt$rt.log" | sed 's/^/    /' | tee -a "$MD"
+    done
+fi
+
+if want codecs; then
+    echo "### Target 2 at 50 % with the cachegen codecs (8 compute threads, the profile's split)" | tee -a "$MD"
+    for codec in cachegen cachegen-q7; do
+        [ "$(elapsed)" -ge "$BUDGET_S" ] && break
+        mz mzcache bench ttft --models "$F" --ctx "$CTX" --levels 50 --modes mzcache --codecs "$codec" --runs 2 -t 8 \
+            "${PROFOPT[@]}" --swap-dir "$W/swap" -o "$RAW" --name "target2-$codec" --no-plot --no-inmem \
+            >"$RAW/target2-$codec.log" 2>&1 || echo "bench ttft ($codec) failed"
+        echo "$codec:" | tee -a "$MD"
+        grep -o "level [0-9]*%: run .*" "$RAW/target2-$codec.log" | sed 's/^/    /' | tee -a "$MD"
+    done
 fi
 
 echo "done in $(elapsed) s" | tee -a "$MD"

@@ -370,7 +370,7 @@ typedef struct mz_mem_stats {
     double planned_mem_ms;       /* memory path: decode every chunk in the compressed stack */
     double planned_storage_ms;   /* storage path: read every stored chunk and dropped block */
     double planned_alloc_ms;     /* fresh pages for every evicted unit */
-    double unit_t_d_ms;          /* t_d: decode one KV chunk */
+    double unit_t_d_ms;          /* t_d: decode one KV chunk, spread over the decoding threads */
     double unit_t_rkv_ms;        /* t_rKV: read one raw KV chunk */
     double unit_t_rw_ms;         /* t_rW: read one weight block */
     double unit_t_alloc_ms;      /* fresh pages for one KV chunk */

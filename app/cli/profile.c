@@ -76,6 +76,9 @@ static void print_profile(const mz_device_profile *p, const char *path)
            r1 < 4 ? r1 : mz_profile_prefault_threads(p, r1),
            r2 < 4 ? r2 : mz_profile_prefault_threads(p, r2),
            rh < 4 ? rh : mz_profile_prefault_threads(p, rh));
+    printf("  of them decoding (the policy's t_d is spread over them): %d / %d / %d\n",
+           mz_profile_decode_threads(p, r1), mz_profile_decode_threads(p, r2),
+           mz_profile_decode_threads(p, rh));
 }
 
 /* Runs the hybrid planner on a fresh simulated table of the shape, evicting
@@ -141,14 +144,19 @@ static int print_derived(const mz_device_profile *p, const char *label, int n_la
                          size_t kv_bytes, size_t block_bytes, const char *codec, const char *ctxs)
 {
     mz_unit_times t;
-    mz_profile_units pu = {.kv_chunk_bytes = kv_bytes, .block_bytes = block_bytes, .codec = codec};
+    /* The split beside half the CPUs computing (the rule's default). */
+    const int n_dec = mz_profile_decode_threads(p, mz_profile_restore_threads(p, 0));
+    mz_profile_units pu = {.kv_chunk_bytes = kv_bytes, .block_bytes = block_bytes, .codec = codec,
+                           .decode_threads = n_dec};
     mz_profile_derive(p, &pu, &t);
     const mz_profile_codec *pc = mz_profile_codec_find(p, codec);
     size_t enc = (size_t)((double)kv_bytes * (pc ? pc->ratio : 1.0));
     long long T = (long long)mz_profile_threshold(&t, n_layer);
     long long Tx = (long long)mz_profile_threshold_exact(&t, n_layer);
-    printf("\n%s: %d layers, KV chunk %.1f KiB, weight block %.2f MiB, codec %s\n", label,
-           n_layer, kv_bytes / 1024.0, block_bytes / 1048576.0, codec);
+    printf("\n%s: %d layers, KV chunk %.1f KiB, weight block %.2f MiB, codec %s, t_d over %d "
+           "decoding thread%s\n",
+           label, n_layer, kv_bytes / 1024.0, block_bytes / 1048576.0, codec, n_dec,
+           n_dec == 1 ? "" : "s");
     printf("  t_d %.3f ms | t_rKV %.3f ms | t_rW %.3f ms | t_rKVc %.3f ms | alloc %.3f ms/chunk, "
            "%.3f ms/block\n",
            t.t_d_ns / 1e6, t.t_rkv_ns / 1e6, t.t_rw_ns / 1e6, t.t_rkvc_ns / 1e6,

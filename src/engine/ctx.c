@@ -141,6 +141,7 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
     } else {
         c->pool = e->pool;
     }
+    mz_mem_set_compute_threads(c->mem, mz_threadpool_n_threads(c->pool));
     (void)mz_session_attach(e, c);
     *out = c;
     return MZ_OK;

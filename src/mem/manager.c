@@ -432,6 +432,13 @@ mz_unit_state mz_mem_kv_state(mz_mem *mm, int layer, size_t chunk)
 
 const mz_unit_times *mz_mem_unit_times(const mz_mem *mm) { return &mm->times; }
 
+void mz_mem_set_compute_threads(mz_mem *mm, int n_compute)
+{
+    mm->pu.decode_threads =
+        mz_profile_decode_threads(&mm->prof, mz_profile_restore_threads(&mm->prof, n_compute));
+    mm_refresh_times(mm);
+}
+
 mz_unit_state mz_mem_weights_state(mz_mem *mm, int layer)
 {
     return mz_unit_state_get(&mm->wt->units[layer]);

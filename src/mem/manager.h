@@ -124,6 +124,13 @@ MZ_INTERNAL void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out);
  * shrink, the next call on the manager notices the unmapped chunks. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos);
 
+/* The compute threads beside which this session restores (its pool's
+ * count): the policy charges the memory path's decoding over the decoding
+ * threads of the profile's split for them (mz_profile_restore_threads,
+ * mz_profile_decode_threads); 1 decoding thread until called. Owner thread,
+ * between requests. */
+MZ_INTERNAL void mz_mem_set_compute_threads(mz_mem *mm, int n_compute);
+
 /* Per-unit restore times derived from the device profile at init (for the
  * restore workers' planning and for stats). */
 MZ_INTERNAL const mz_unit_times *mz_mem_unit_times(const mz_mem *mm);

@@ -153,7 +153,8 @@ void mz_profile_derive(const mz_device_profile *p, const mz_profile_units *u, mz
     size_t max_io = u->max_io_bytes ? u->max_io_bytes : (size_t)1 << 20;
     double kv = (double)u->kv_chunk_bytes, blk = (double)u->block_bytes;
     double enc = u->kv_enc_bytes ? (double)u->kv_enc_bytes : kv * ratio;
-    out->t_d_ns = ns_of(kv, dec);
+    /* Decoding spreads over the decoding threads; reads share one disk. */
+    out->t_d_ns = ns_of(kv, dec * (u->decode_threads > 1 ? u->decode_threads : 1));
     out->t_rkv_ns = ns_of(kv, mz_profile_read_gbps(p, MZ_MIN(u->kv_chunk_bytes, max_io), qd, u->loaded));
     out->t_rkvc_ns = ns_of(enc, mz_profile_read_gbps(p, MZ_MIN((size_t)enc, max_io), qd, u->loaded)) +
                      out->t_d_ns;
@@ -222,8 +223,13 @@ int mz_profile_restore_threads(const mz_device_profile *p, int n_compute)
     if (n_compute <= 0) n_compute = n / 2;
     int nt = n - n_compute;
     /* Pre-faulting stops scaling at some thread count k (the kernel's page
-     * allocator and the hypervisor's backing are shared): allocation uses
-     * up to k threads, and as many again load and decode beside it. */
+     * allocator, the hypervisor's backing and the memory bandwidth are
+     * shared): past k, restore threads neither fault nor decode faster,
+     * and they slow the compute beside them. The 16-vCPU device (k = 4),
+     * 2 compute threads, 50 %: 4 restore threads were ready soonest (621
+     * ms without overlap; 2 / 3 / 6 / 8: 860 / 692 / 697 / 652) and slowed
+     * the prefill beside them least (424 -> 527 ms; 8: 497 -> 747 ms);
+     * docs/BENCHMARKS.md, issue 18 part 4. */
     if (p->n_touch >= 2) {
         int k_best = 0;
         double best = 0;
@@ -241,7 +247,7 @@ int mz_profile_restore_threads(const mz_device_profile *p, int n_compute)
                     k = p->touch_threads[i];
                     break;
                 }
-            nt = MZ_MIN(nt, 2 * k);
+            nt = MZ_MIN(nt, k);
         }
     }
     return MZ_MAX(3, MZ_MIN(nt, MZ_RESTORE_THREADS_MAX));
@@ -264,6 +270,15 @@ int mz_profile_prefault_threads(const mz_device_profile *p, int n_restore)
             p->touch_mt_s_per_gib[i] > 0 && p->touch_mt_s_per_gib[i] <= 1.1 * best)
             return p->touch_threads[i];
     return n_restore;
+}
+
+int mz_profile_decode_threads(const mz_device_profile *p, int n_restore)
+{
+    if (n_restore < 4) return 1;
+    /* One storage lane; with every thread pre-faulting, thread 0 does
+     * nothing else (mz_restore_split_plan). */
+    int d = n_restore - 1 - (mz_profile_prefault_threads(p, n_restore) >= n_restore ? 1 : 0);
+    return MZ_MAX(d, 1);
 }
 
 void mz_profile_io_shape(const mz_device_profile *p, size_t *io_bytes, int *queue_depth)

@@ -96,7 +96,9 @@ MZ_INTERNAL void mz_profile_builtin(mz_device_profile *out);
  * restore threads beside two compute threads beat one); else the CPUs the
  * compute threads leave (at least 3), and no more than the thread count
  * past which pre-faulting stops getting faster (touch_mt_s_per_gib within
- * 10 % of the best measured up to there). Never above MZ_RESTORE_THREADS_MAX. */
+ * 10 % of the best measured up to there): the memory system is saturated
+ * there, so more restore threads only slow the compute beside them.
+ * Never above MZ_RESTORE_THREADS_MAX. */
 MZ_INTERNAL int mz_profile_restore_threads(const mz_device_profile *p, int n_compute);
 
 /* Of n_restore restore threads, how many pre-fault: the smallest measured
@@ -107,6 +109,16 @@ MZ_INTERNAL int mz_profile_restore_threads(const mz_device_profile *p, int n_com
  * restore thread pre-faults) when the table has fewer than two counts or
  * none of them fits. 1..n_restore for n_restore >= 1; 0 for n_restore <= 0. */
 MZ_INTERNAL int mz_profile_prefault_threads(const mz_device_profile *p, int n_restore);
+
+/* Of n_restore restore threads, how many decode compressed chunks side by
+ * side (mz_restore_split_plan's layout): 1 below 4 (the 1-3 thread splits
+ * decode on one thread; 2 = the 2-vCPU machine: decoding beside one storage
+ * thread); else all but one storage lane (one keeps the disk at the
+ * profile's saturation depth), and but thread 0 too when every thread
+ * pre-faults (mz_profile_prefault_threads = n_restore: thread 0 only
+ * allocates). The eviction policy charges the memory path's decoding over
+ * this many threads (mz_profile_derive); the disk does not spread. >= 1. */
+MZ_INTERNAL int mz_profile_decode_threads(const mz_device_profile *p, int n_restore);
 
 /* The restore's storage requests: bytes per request (the saturation size,
  * 64 KiB..4 MiB, 4 KiB multiple) and requests in flight in all (the
@@ -145,10 +157,16 @@ typedef struct mz_profile_units {
     bool loaded;               /* false (default): idle-machine figures, as the paper
                                   profiles; true: those measured beside a compute thread,
                                   where present */
+    int decode_threads;        /* restore threads that decode at once
+                                  (mz_profile_decode_threads); 0: 1 */
 } mz_profile_units;
 
 /* Per-unit restore times (every field >= 1 ns). t_d from the codec's decode
- * throughput (unknown codec: a conservative 1 GB/s); reads at request size
+ * throughput (unknown codec: a conservative 1 GB/s) divided by the decoding
+ * threads — the memory path's wall time per chunk when decode_threads decode
+ * side by side; the decode half of t_rkvc likewise (storage lanes decode
+ * what they read), the reads not (one disk, its throughput already taken at
+ * the requests in flight); reads at request size
  * min(unit, max_io), interpolated in log2(size) between measured sizes;
  * allocation from the cold first-touch cost. */
 MZ_INTERNAL void mz_profile_derive(const mz_device_profile *p, const mz_profile_units *u,
