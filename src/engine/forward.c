@@ -62,7 +62,8 @@ typedef struct matmul_job {
 } matmul_job;
 
 /* Which split matmul_fused uses: the planned one (work_split.h) unless
- * MZ_WORK_SPLIT=slices asks for fixed row slices over all tokens (kept to
+ * MZ_WORK_SPLIT=slices asks for fixed row slices over all tokens, and
+ * attention's groups in index order instead of heaviest first (kept to
  * compare the two in one run on a many-core machine; same values). */
 static bool use_row_slices(void)
 {
@@ -376,6 +377,7 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
             _Atomic size_t work;
             atomic_init(&work, 0);
             aa.work = &work;
+            aa.work_in_index_order = use_row_slices();
             mz_threadpool_run(c->pool, attn_task, &aa);
             atomic_store(&work, 0);
             if (aa.partial) mz_threadpool_run(c->pool, attn_merge_task, &aa);
