@@ -44,9 +44,13 @@ void mz_split_plan_make(mz_split_plan *p, const mz_split_op *ops, int n_ops, siz
     }
     size_t want_pieces, n_tb;
     if (n_tok < MZ_SPLIT_DECODE_TOKENS) {
-        want_pieces = (size_t)MZ_SPLIT_DECODE_PIECES_PER_THREAD * (size_t)nth;
-        want_pieces = MZ_MIN(want_pieces, units);
+        /* At least 2 pieces per thread; a large matrix (the output head) in
+         * pieces of about MZ_SPLIT_DECODE_ROWS rows, so a descheduled thread
+         * leaves little behind; a multiple of nth so that all get as many. */
+        want_pieces = MZ_MAX((size_t)MZ_SPLIT_DECODE_PIECES_PER_THREAD * (size_t)nth, rows / MZ_SPLIT_DECODE_ROWS);
         want_pieces = MZ_MIN(want_pieces, (size_t)MZ_SPLIT_MAX_PIECES);
+        if (want_pieces >= (size_t)nth) want_pieces -= want_pieces % (size_t)nth;
+        want_pieces = MZ_MIN(want_pieces, units);
         n_tb = 1;
     } else {
         batch_shape(rows, units, n_tok, nth, &want_pieces, &n_tb);
