@@ -8,12 +8,18 @@
 static size_t op_units(const mz_split_op *o) { return (o->n_rows + o->row_group - 1) / o->row_group; }
 
 /* Pieces and token blocks for a batch: n_items = MZ_SPLIT_ITEMS_PER_THREAD *
- * nth where the shape allows, the fewest token blocks that keep pieces at
+ * nth (or one per 64 rows if more) where the shape allows, the fewest token blocks that keep pieces at
  * least MZ_SPLIT_MIN_ROWS rows, and a block count dividing n_items so that
  * pieces x blocks is exactly n_items (every thread the same number). */
 static void batch_shape(size_t rows, size_t units, size_t n_tok, int nth, size_t *pieces, size_t *n_tb)
 {
-    const size_t want = (size_t)MZ_SPLIT_ITEMS_PER_THREAD * (size_t)nth;
+    /* No coarser than 64-row slices of a large product (gate/up at 2
+     * threads: 48 items, not 8), so that a thread the OS deschedules — the
+     * restore workers share the cores during mz_prefill_restore — holds
+     * little of the job; a multiple of nth either way. */
+    size_t want = MZ_MAX((size_t)MZ_SPLIT_ITEMS_PER_THREAD * (size_t)nth, rows / MZ_SPLIT_DECODE_ROWS);
+    want = MZ_MIN(want, (size_t)MZ_SPLIT_MAX_PIECES);
+    if (want >= (size_t)nth) want -= want % (size_t)nth;
     size_t p_max = rows / MZ_SPLIT_MIN_ROWS;
     p_max = MZ_MAX(p_max, (size_t)1);
     p_max = MZ_MIN(p_max, units);

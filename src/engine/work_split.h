@@ -13,7 +13,8 @@
  *
  * Sizes (MZ_SPLIT_*): decode (few tokens): one token block, 2 pieces per
  * thread or pieces of about 64 rows if that gives more (up to 256 pieces,
- * a multiple of the thread count). A batch: MZ_SPLIT_ITEMS_PER_THREAD items per thread, pieces no
+ * a multiple of the thread count). A batch: MZ_SPLIT_ITEMS_PER_THREAD items per thread
+ * or one per 64 rows if that gives more (a multiple of the thread count), pieces no
  * smaller than MZ_SPLIT_MIN_ROWS rows where the rows allow, the tokens split
  * into the smallest number of blocks (a divisor of the item count) that
  * reaches it, so the item count is a multiple of the thread count.
@@ -38,7 +39,7 @@
 #define MZ_SPLIT_MIN_ROWS 32    /* rows per piece (batch), where the rows allow */
 #define MZ_SPLIT_MIN_TOKENS 16  /* tokens per block */
 #define MZ_SPLIT_DECODE_TOKENS 8 /* fewer tokens: decode sizes */
-#define MZ_SPLIT_DECODE_ROWS 64  /* rows per piece (decode) where that gives more pieces */
+#define MZ_SPLIT_DECODE_ROWS 64  /* rows per piece (decode) / per item (batch) where that gives more */
 
 typedef struct mz_split_op {
     size_t n_rows, n_cols;
