@@ -13,13 +13,21 @@
 #   MZ_LOCAL=1 THREADS="2" bash bench/device-scaling.sh
 # (a bundle made by hand elsewhere: BUNDLE=dir, with bin/ lib/ vocab.gguf llama.cpp.tgz)
 # Knobs: THREADS ("2 4 8 16"), MODELS ("preset:TYPE[:t/t/...] ..."), REPS (3),
-#        NOREPACK ("preset:TYPE@threads ..." also run with MZ_REPACK=0).
+#        NOREPACK ("preset:TYPE@threads ..." also run with MZ_REPACK=0),
+#        SLICES ("preset:TYPE@threads ..." or "preset:TYPE" for every thread count: also
+#        run with MZ_WORK_SPLIT=slices, the 64-row slices the planned split replaced),
+#        BUDGET_S (no new model row starts after this many seconds; 0 = no limit).
+# Tiny local smoke test (seconds): MZ_LOCAL=1 THREADS="1 2" REPS=1 \
+#   MODELS="tiny-llama:F16 tiny-qwen3:Q8_0:2" SLICES="tiny-llama:F16" bash bench/device-scaling.sh
 set -uo pipefail
 OUTD=${OUT:-/tmp/scaling-out}; mkdir -p "$OUTD"
 THREADS=${THREADS:-"2 4 8 16"}
 MODELS=${MODELS:-"smollm2-135m:Q4_0 smollm2-135m:Q4_1 smollm2-135m:Q8_0 smollm2-135m:F16"}
 REPS=${REPS:-3}
 NOREPACK=${NOREPACK:-""}
+SLICES=${SLICES:-""}
+BUDGET_S=${BUDGET_S:-0}
+T_START=$(date +%s)
 W=${WORK:-/tmp/scaling-models}; mkdir -p "$W"
 if [ "${MZ_LOCAL:-0}" = 1 ]; then
     BIN=${MZ_BUILD:-$PWD/build} LIBP=
@@ -73,15 +81,28 @@ for spec in $MODELS; do
     [ -f "$f" ] || mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$f" >/dev/null 2>>"$OUTD/errors.log"
     for t in $ths; do
         [ "$t" -le "$(nproc)" ] || continue
+        if [ "$BUDGET_S" -gt 0 ] && [ $(( $(date +%s) - T_START )) -ge "$BUDGET_S" ]; then
+            echo "| $preset $type | $t | not run (BUDGET_S=$BUDGET_S reached) | | | | | | |" | tee -a "$OUTD/scaling.md"
+            continue
+        fi
         read -r opp otg isa x8 <<<"$(ours "$f" "$t")"
         read -r lpp ltg <<<"$(peer "$f" "$t")"
         case "$type" in Q*) k="$isa, x8 $x8" ;; *) k="$isa" ;; esac
+        k="$k, split planned"
         echo "| $preset $type | $t | $k | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
         for nr in $NOREPACK; do
             if [ "$nr" = "$preset:$type@$t" ]; then
                 read -r opp otg isa x8 <<<"$(ours "$f" "$t" MZ_REPACK=0)"
-                echo "| $preset $type | $t | $isa, x8 off (MZ_REPACK=0) | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
+                echo "| $preset $type | $t | $isa, x8 off (MZ_REPACK=0), split planned | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
+            fi
+        done
+        for sl in $SLICES; do
+            if [ "$sl" = "$preset:$type@$t" ] || [ "$sl" = "$preset:$type" ]; then
+                read -r opp otg isa x8 <<<"$(ours "$f" "$t" MZ_WORK_SPLIT=slices)"
+                case "$type" in Q*) k="$isa, x8 $x8" ;; *) k="$isa" ;; esac
+                echo "| $preset $type | $t | $k, slices (MZ_WORK_SPLIT=slices) | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
             fi
         done
     done
 done
+echo "total $(( $(date +%s) - T_START )) s" | tee -a "$OUTD/scaling.md"

@@ -18,6 +18,7 @@
 #include "engine.h"
 
 #include "../kernels/kernels.h"
+#include "work_split.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -36,13 +37,12 @@ typedef struct matmul_op {
     size_t slice_rows;
 } matmul_op;
 
-/* Rows per claimed slice: a multiple of 8 (the register tiles and the x8
- * weight groups), small enough that a thread the OS deschedules mid-job
- * (the restore workers share the cores during mz_prefill_restore) leaves
- * little behind for the others, large enough that the counter and the
- * kernels' per-call activation setup cost little next to the slice. Batches
- * use 64; a few tokens (decode) use smaller slices so that a 576-row matrix
- * still gives every one of 16 threads about two slices. */
+/* Row slices of MZ_WORK_SPLIT=slices (the default split is work_split.h's):
+ * a multiple of 8 (the register tiles and the x8 weight groups), every
+ * token per slice; batches use 64 rows, a few tokens (decode) smaller
+ * slices so that a 576-row matrix gives each of 16 threads about two. With
+ * 576 rows that is 9 slices for a batch: at 8 or 16 threads the output and
+ * down products of SmolLM2 kept 9 threads busy (work_split.h). */
 #define MATMUL_SLICE_ROWS 64
 #define MATMUL_SLICE_ROWS_MIN 16
 
@@ -56,17 +56,57 @@ static size_t slice_rows_for(size_t n_rows, size_t n_tok, int nth)
 typedef struct matmul_job {
     matmul_op ops[3];
     int n_ops;
-    size_t slice_end[3];       /* cumulative slice counts per op */
-    _Atomic size_t next;       /* next slice to claim, over all ops */
+    size_t slice_end[3];       /* row slices (MZ_WORK_SPLIT=slices): cumulative counts per op */
+    const mz_split_plan *plan; /* the planned split (default); NULL: row slices */
+    _Atomic size_t next;       /* next slice or item to claim */
 } matmul_job;
 
-/* Threads claim row slices of the fused ops from one counter (dynamic
- * sharing); the values do not depend on who computes which slice. */
+/* Which split matmul_fused uses: the planned one (work_split.h) unless
+ * MZ_WORK_SPLIT=slices asks for fixed row slices over all tokens, and
+ * attention's groups in index order instead of heaviest first (kept to
+ * compare the two in one run on a many-core machine; same values). */
+static bool use_row_slices(void)
+{
+    static _Atomic int mode = -1; /* -1 unread, 0 planned, 1 slices */
+    int m = atomic_load_explicit(&mode, memory_order_relaxed);
+    if (m < 0) {
+        const char *env = getenv("MZ_WORK_SPLIT");
+        m = env && !strcmp(env, "slices");
+        atomic_store_explicit(&mode, m, memory_order_relaxed);
+    }
+    return m == 1;
+}
+
+static void matmul_op_run(const matmul_op *op, size_t r0, size_t r1, size_t t0, size_t t1)
+{
+    const size_t n_rows = (size_t)op->w->ne[1];
+    mz_matmul_rows(op->k, op->w->data, op->w->row_bytes, op->w->ne[0], n_rows,
+                   (const uint8_t *)op->xq + t0 * op->xq_row_bytes, op->xq_row_bytes, t1 - t0,
+                   op->y + t0 * op->y_stride, op->y_stride, r0, r1);
+}
+
+/* Threads claim row slices of the fused ops, or the plan's items, from one
+ * counter (dynamic sharing); the values do not depend on who computes what. */
 static void matmul_task(void *arg, int ith, int nth)
 {
     (void)ith;
     (void)nth;
     matmul_job *job = arg;
+    const mz_split_plan *pl = job->plan;
+    if (pl) {
+        const size_t n_items = mz_split_n_items(pl);
+        for (;;) {
+            const size_t it = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+            if (it >= n_items) break;
+            const size_t piece = it / pl->n_tb;
+            size_t t0, t1;
+            mz_split_tokens(pl, it % pl->n_tb, &t0, &t1);
+            if (t0 == t1) continue;
+            for (size_t g = pl->piece_seg[piece]; g < pl->piece_seg[piece + 1]; g++)
+                matmul_op_run(&job->ops[pl->segs[g].op], pl->segs[g].r0, pl->segs[g].r1, t0, t1);
+        }
+        return;
+    }
     const size_t n_slices = job->slice_end[job->n_ops - 1];
     int i = 0;
     for (;;) {
@@ -78,8 +118,7 @@ static void matmul_task(void *arg, int ith, int nth)
         const size_t n_rows = (size_t)op->w->ne[1];
         const size_t r0 = (s - first) * op->slice_rows;
         const size_t r1 = r0 + op->slice_rows < n_rows ? r0 + op->slice_rows : n_rows;
-        mz_matmul_rows(op->k, op->w->data, op->w->row_bytes, op->w->ne[0], n_rows, op->xq,
-                       op->xq_row_bytes, op->n_tok, op->y, op->y_stride, r0, r1);
+        matmul_op_run(op, r0, r1, 0, op->n_tok);
     }
 }
 
@@ -165,6 +204,15 @@ static mz_status matmul_fused(mz_ctx_t *c, const mz_tensor *const *ws, float *co
                                  .n_tok = n_tok, .y = ys[i], .y_stride = ws[i]->ne[1], .slice_rows = sr};
         const size_t slices = ((size_t)ws[i]->ne[1] + sr - 1) / sr;
         job.slice_end[i] = (i ? job.slice_end[i - 1] : 0) + slices;
+    }
+    mz_split_plan plan;
+    if (!use_row_slices()) {
+        mz_split_op so[3];
+        for (int i = 0; i < n; i++)
+            so[i] = (mz_split_op){.n_rows = (size_t)ws[i]->ne[1], .n_cols = (size_t)ws[i]->ne[0],
+                                  .row_group = job.ops[i].k->row_group > 4 ? (size_t)job.ops[i].k->row_group : 4};
+        mz_split_plan_make(&plan, so, n, n_tok, mz_threadpool_n_threads(c->pool));
+        job.plan = &plan;
     }
     atomic_init(&job.next, 0);
     mz_threadpool_run(c->pool, matmul_task, &job);
@@ -329,6 +377,7 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
             _Atomic size_t work;
             atomic_init(&work, 0);
             aa.work = &work;
+            aa.work_in_index_order = use_row_slices();
             mz_threadpool_run(c->pool, attn_task, &aa);
             atomic_store(&work, 0);
             if (aa.partial) mz_threadpool_run(c->pool, attn_merge_task, &aa);

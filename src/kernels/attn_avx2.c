@@ -406,6 +406,15 @@ static item group_item(const mz_attn_args *a, const attn_plan *p, size_t gi)
     return it;
 }
 
+/* The k-th claim's group, heaviest first: the last token block of every
+ * (kv head, head sub-group), then the one before, ... (a bijection on
+ * [0, n_grp): gi = kh * n_tb + tb). */
+static size_t heaviest_first(const attn_plan *p, size_t k)
+{
+    const size_t n_kh = p->n_grp / p->n_tb;
+    return (k % n_kh) * p->n_tb + (p->n_tb - 1 - k / n_kh);
+}
+
 static void write_out(const mz_attn_args *a, const item *it, const row_state *S, const float *ACC)
 {
     const int hd = a->head_dim;
@@ -489,7 +498,11 @@ void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kern
     row_state S[ATTN_MAX_ROWS];
     /* Interleaved groups: later token blocks see more positions (causal). */
     for (size_t gi = (size_t)ith;; gi += (size_t)nth) {
-        if (a->work) gi = atomic_fetch_add_explicit(a->work, 1, memory_order_relaxed);
+        if (a->work) {
+            gi = atomic_fetch_add_explicit(a->work, 1, memory_order_relaxed);
+            if (gi >= p.n_grp) break;
+            if (!a->work_in_index_order) gi = heaviest_first(&p, gi);
+        }
         if (gi >= p.n_grp) break;
         const item it = group_item(a, &p, gi);
         const int nr = (int)it.nq * it.hsub;

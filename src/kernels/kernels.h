@@ -156,6 +156,11 @@ typedef struct mz_attn_args {
      * cores) does not hold up the job. Same bits either way; kernels without
      * dynamic claiming ignore it. */
     _Atomic size_t *work;
+    /* With work: the claims take the (head group, token block) groups
+     * heaviest first — a causal batch's last token blocks see the most
+     * positions, and claimed last they left one thread finishing alone —
+     * unless this asks for index order (MZ_WORK_SPLIT=slices, to compare). */
+    bool work_in_index_order;
 } mz_attn_args;
 
 /* Bytes of one chunk (K and V). */

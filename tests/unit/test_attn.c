@@ -26,6 +26,8 @@
 #include "kernels/kernels_impl.h"
 #include "testutil.h"
 
+#include <stdatomic.h>
+
 static unsigned long long g_rng = 0x5eed0a77ULL;
 
 typedef struct {
@@ -229,6 +231,25 @@ static void run_case(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_
                       head_dim, n_kv, n_q);
         }
     }
+    /* Claimed from a shared counter, heaviest group first or in index order
+     * (the forward pass's way; every output written once, same bits). */
+    for (int order = 0; order <= 1; order++)
+        for (int with_partial = 0; with_partial <= 1; with_partial++) {
+            _Atomic size_t work;
+            mz_attn_args b = a;
+            b.work = &work;
+            b.work_in_index_order = order;
+            b.partial = with_partial ? partial : NULL;
+            b.partial_floats = with_partial ? np : 0;
+            for (size_t i = 0; i < n_out; i++) f.out[i] = NAN;
+            atomic_store(&work, 0);
+            for (int ith = 0; ith < 3; ith++) mz_attn(&b, ith, 3);
+            atomic_store(&work, 0);
+            for (int ith = 0; ith < 3; ith++) mz_attn_merge(&b, ith, 3);
+            CHECK_MSG(!memcmp(first, f.out, n_out * sizeof *first),
+                      "active, claimed (index order %d, partial %d): ratio %d hd %d n_kv %zu n_q %zu differs", order,
+                      with_partial, ratio, head_dim, n_kv, n_q);
+        }
     free(partial);
     free(first);
     free(avx2_out);
