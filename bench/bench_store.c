@@ -541,9 +541,10 @@ static int resume_once(const char *model, size_t n, const char *dir)
     const mz_restore_timings *tm = &ri.timings;
     printf("tokens %zu: TTFT %.0f ms = model load %.0f + store open (model identity) %.0f + resume "
            "%.0f (%zu chunks restored, %zu tokens recomputed; pipeline: prefill %.0f, stall %.0f, "
-           "all units ready %.0f, storage worker %.0f, alloc worker %.0f) + question %.0f\n", n, ttft,
-           t_model, t_open, t_resume, ri.n_chunks_restored, ri.n_tokens_recomputed, tm->prefill_ms,
-           tm->stall_ms, tm->restore_ms, tm->storage_ms, tm->alloc_ms, t_q);
+           "all units ready %.0f, storage worker %.0f, alloc worker %.0f, %d restore threads) + "
+           "question %.0f\n", n, ttft, t_model, t_open, t_resume, ri.n_chunks_restored,
+           ri.n_tokens_recomputed, tm->prefill_ms, tm->stall_ms, tm->restore_ms, tm->storage_ms,
+           tm->alloc_ms, tm->n_restore_threads, t_q);
     mz_ctx_free(c);
     if (mz_store_delete(st, "synth")) fprintf(stderr, "delete: %s\n", mz_last_error());
     mz_store_close(st);
