@@ -410,15 +410,16 @@ static mz_status load_block(mz_model_t *m, int fd, int l)
     return mz_model_block_to_layout(m, l, b->buf);
 }
 
-/* Claims and loads blocks until none is left or a lower layer failed. */
-static void load_blocks(load_job *j)
+/* Claims and loads blocks (reading through fd) until none is left or a
+ * lower layer failed. */
+static void load_blocks_fd(load_job *j, int fd)
 {
     for (;;) {
         pthread_mutex_lock(&j->mu);
         int l = j->next < j->m->cfg.n_layer && j->next < j->err_layer ? j->next++ : -1;
         pthread_mutex_unlock(&j->mu);
         if (l < 0) return;
-        mz_status s = load_block(j->m, j->fd, l);
+        mz_status s = load_block(j->m, fd, l);
         if (!s) continue;
         pthread_mutex_lock(&j->mu);
         if (l < j->err_layer) {
@@ -432,7 +433,15 @@ static void load_blocks(load_job *j)
 
 static void *load_thread_main(void *arg)
 {
-    load_blocks(arg);
+    load_job *j = arg;
+    /* its own open file: the kernel keeps one readahead state per open file */
+    int fd = open(j->m->path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        load_blocks_fd(j, fd);
+        close(fd);
+    } else {
+        load_blocks_fd(j, j->fd);
+    }
     return NULL;
 }
 
@@ -520,7 +529,7 @@ static mz_status load_tokenizer_and_weights(mz_model_t *m, const mz_gguf *g,
         j.next = m->cfg.n_layer;
         pthread_mutex_unlock(&j.mu);
     } else {
-        load_blocks(&j);
+        load_blocks_fd(&j, j.fd);
     }
     for (int i = 0; i < n_th; i++) pthread_join(th[i], NULL);
     if (!s && j.err) s = mz_fail(j.err, "%s", j.msg);
