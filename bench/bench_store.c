@@ -21,6 +21,12 @@
  *       tokens are recomputed: the worst case) and of N + 1 (one token, the
  *       best case): model load, store open, mz_session_resume with its
  *       pipeline's timings, the 8-token question.
+ *   bench_store load MODEL N STORE_DIR
+ *       The model load alone, cold page cache: one loader thread vs the
+ *       default (all CPUs) or MZ_LOAD_THREADS, alternating, medians of 7
+ *       (N, STORE_DIR unused).
+ *       MZ_LOAD_THREADS=N sets the loader threads of every other command
+ *       (mz_model_params.n_threads; default 0: all CPUs).
  *   bench_store recompute MODEL N STORE_DIR
  *       The recompute baseline alone: cold model load + prefill of N tokens
  *       + the question (STORE_DIR unused).
@@ -56,6 +62,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static double now_ms(void)
@@ -90,9 +97,21 @@ static void tokens(mz_token *t, size_t n, int nv)
     }
 }
 
+/* MZ_LOAD_THREADS=N: the model's loader threads (default 0: all CPUs). */
 static mz_model_t *load(const char *path)
 {
     mz_model_params mp = mz_model_params_default();
+    const char *lt = getenv("MZ_LOAD_THREADS");
+    if (lt) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(lt, &end, 10);
+        if (errno || end == lt || *end || v < 0 || v > 256) {
+            fprintf(stderr, "bad MZ_LOAD_THREADS\n");
+            exit(2);
+        }
+        mp.n_threads = (int)v;
+    }
     mz_model_t *m = NULL;
     if (mz_model_load(path, &mp, &m)) {
         fprintf(stderr, "load: %s\n", mz_last_error());
@@ -356,6 +375,15 @@ static int cmp_dbl(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* CPU time of this process (all its threads), ms. */
+static double proc_cpu_ms(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
 static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_dbl);
@@ -496,6 +524,7 @@ static int resume_once(const char *model, size_t n, const char *dir)
     drop_cache(model);
     drop_cache(kv);
     drop_cache(man);
+    double cpu0 = proc_cpu_ms();
     double t0 = now_ms();
     prefetch(dir, "synth");
     mz_model_t *m = load(model);
@@ -519,13 +548,16 @@ static int resume_once(const char *model, size_t n, const char *dir)
     tokens(q, 8, mz_model_n_vocab(m));
     t1 = now_ms();
     if (first_token_after(c, q, 8)) return 1;
-    double t_q = now_ms() - t1, ttft = now_ms() - t0;
+    double t_q = now_ms() - t1, ttft = now_ms() - t0, cpu = proc_cpu_ms() - cpu0;
     const mz_restore_timings *tm = &ri.timings;
     printf("tokens %zu: TTFT %.0f ms = model load %.0f + store open (model identity) %.0f + resume "
            "%.0f (%zu chunks restored, %zu tokens recomputed; pipeline: prefill %.0f, stall %.0f, "
-           "all units ready %.0f, storage worker %.0f, alloc worker %.0f) + question %.0f\n", n, ttft,
-           t_model, t_open, t_resume, ri.n_chunks_restored, ri.n_tokens_recomputed, tm->prefill_ms,
-           tm->stall_ms, tm->restore_ms, tm->storage_ms, tm->alloc_ms, t_q);
+           "all units ready %.0f, storage worker %.0f, alloc worker %.0f, %d restore threads) + "
+           "question %.0f\n", n, ttft, t_model, t_open, t_resume, ri.n_chunks_restored,
+           ri.n_tokens_recomputed, tm->prefill_ms, tm->stall_ms, tm->restore_ms, tm->storage_ms,
+           tm->alloc_ms, tm->n_restore_threads, t_q);
+    printf("tokens %zu: process CPU time over the TTFT %.0f ms (%.2f CPUs busy on average)\n", n,
+           cpu, cpu / ttft);
     mz_ctx_free(c);
     if (mz_store_delete(st, "synth")) fprintf(stderr, "delete: %s\n", mz_last_error());
     mz_store_close(st);
@@ -626,10 +658,37 @@ static int cmd_recompute(const char *model, size_t n)
     return 0;
 }
 
+/* The model load alone from a cold page cache, one loader thread vs the
+ * default (all CPUs, mz_model_params.n_threads = 0), alternating, medians
+ * of LOAD_REPS; N and the store directory are not used. */
+#define LOAD_REPS 7
+static int cmd_load(const char *model)
+{
+    double one[LOAD_REPS], all[LOAD_REPS];
+    char keep[16] = "";
+    const char *lt = getenv("MZ_LOAD_THREADS") ? strncpy(keep, getenv("MZ_LOAD_THREADS"), 15) : NULL;
+    for (int r = 0; r < LOAD_REPS; r++)
+        for (int k = 0; k < 2; k++) {
+            if (!k) setenv("MZ_LOAD_THREADS", "1", 1);
+            else if (lt) setenv("MZ_LOAD_THREADS", lt, 1);
+            else unsetenv("MZ_LOAD_THREADS");
+            drop_cache(model);
+            double t0 = now_ms();
+            mz_model_t *m = load(model);
+            (k ? all : one)[r] = now_ms() - t0;
+            mz_model_free(m);
+        }
+    double a = median(one, LOAD_REPS), b = median(all, LOAD_REPS);
+    printf("model load, cold page cache, median of %d alternating: 1 thread %.1f ms, n_threads %s "
+           "(%d CPUs) %.1f ms, ratio %.2f\n", LOAD_REPS, a, lt ? lt : "0, all CPUs",
+           (int)sysconf(_SC_NPROCESSORS_ONLN), b, b / a);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: bench_store ttft|evict-clean|resume|writebehind|recompute MODEL N_TOKENS STORE_DIR\n");
+        fprintf(stderr, "usage: bench_store ttft|evict-clean|resume|writebehind|recompute|load MODEL N_TOKENS STORE_DIR\n");
         return 2;
     }
     char *end = NULL;
@@ -643,6 +702,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "evict-clean")) return cmd_evict_clean(argv[2], (size_t)n, argv[4]);
     if (!strcmp(argv[1], "resume")) return cmd_resume(argv[2], (size_t)n, argv[4]);
     if (!strcmp(argv[1], "recompute")) return cmd_recompute(argv[2], (size_t)n);
+    if (!strcmp(argv[1], "load")) return cmd_load(argv[2]);
     if (!strcmp(argv[1], "writebehind")) return cmd_writebehind(argv[2], (size_t)n, argv[4]);
     fprintf(stderr, "unknown command %s\n", argv[1]);
     return 2;

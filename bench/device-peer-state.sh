@@ -22,7 +22,11 @@
 # Locally (peer built here, or PEER_BIN=path to reuse one):
 #   MZ_LOCAL=1 ROWS="smollm2-135m:Q4_1:1024" bash bench/device-peer-state.sh
 # Knobs: ROWS ("smollm2-135m:Q4_1:8192 smollm2-135m:Q4_1:16384
-#        qwen3-0.6b:F16:8192": preset:type:tokens, run in this order),
+#        qwen3-0.6b:F16:8192": preset:type:tokens[:codec], run in this
+#        order; codec q8 stores the full chunks as q8 records, default raw),
+#        AB_ROW / AB_REPS (the before/after table at the end: one loader
+#        thread + the profile's restore split vs the defaults, alternating;
+#        default the first row, 3 pairs; AB_ROW= skips it),
 #        TIME_BUDGET (180 s from the start: no row starts later), PEER_BIN,
 #        OMP_WAIT_POLICY of the llama.cpp peer (active there: llama.cpp's
 #        default, its best on an idle machine; passive with MZ_LOCAL=1, as
@@ -61,6 +65,7 @@ dl_head shape tokens "mzcache resume ms" "of which model load + store open / res
 } | tee "$OUTD/peer-state.md"
 for row in $ROWS; do
     preset=${row%%:*} rest=${row#*:}; type=${rest%%:*} n=${rest#*:}
+    codec=raw; case $n in *:*) codec=${n#*:}; n=${n%%:*} ;; esac
     if [ "$(dl_elapsed)" -gt "$TIME_BUDGET" ]; then
         dl_row "$preset $type" "$n" "skipped: past TIME_BUDGET=$TIME_BUDGET s" "" "" "" "" "" "" "" |
             tee -a "$OUTD/peer-state.md"
@@ -71,8 +76,8 @@ for row in $ROWS; do
         { dl_row "$preset $type" "$n" "gen-model failed" | tee -a "$OUTD/peer-state.md"; continue; }
     rm -rf "$ST"; mkdir -p "$ST"
     r0=$(date +%s)
-    out=$(MZ_PEER_STATE_BIN=${PEER_BIN:-/nonexistent} mz bench_store ttft "$M" "$n" "$ST" 2>>"$DL_ERRORS")
-    echo "== $preset $type $n ($(( $(date +%s) - r0 )) s)" >>"$OUTD/raw.log"; echo "$out" >>"$OUTD/raw.log"
+    out=$(MZ_STORE_CODEC=$codec MZ_PEER_STATE_BIN=${PEER_BIN:-/nonexistent} mz bench_store ttft "$M" "$n" "$ST" 2>>"$DL_ERRORS")
+    echo "== $preset $type $n $codec store ($(( $(date +%s) - r0 )) s)" >>"$OUTD/raw.log"; echo "$out" >>"$OUTD/raw.log"
     g() { echo "$out" | sed -n "$1" | head -1; }
     res=$(g 's/^resume: *TTFT \([0-9]*\) ms.*/\1/p')
     resload=$(g 's/^resume:.*model load + store open \([0-9]*\) ms, resume \([0-9]*\) ms.*/\1 \/ \2/p')
@@ -80,9 +85,44 @@ for row in $ROWS; do
     pk=$(g 's/^llama.cpp state reload: \([0-9]*\) ms = .*/\1/p')
     pparts=$(g 's/^llama.cpp state reload: [0-9]* ms = model load \([0-9]*\) + context \([0-9]*\) + llama_state_load_file \([0-9]*\) + the question \([0-9]*\).*/\1 \/ \2 \/ \3 \/ \4/p')
     mib=$(g 's/^state_reload .* state_mib=\([0-9.]*\) .*/\1/p')
-    dl_row "$preset $type" "$n" "${res:--}" "${resload:--}" "${pk:--}" "${pparts:--}" "${mib:--}" \
+    [ "$codec" = raw ] && label="$preset $type" || label="$preset $type, $codec store"
+    dl_row "$label" "$n" "${res:--}" "${resload:--}" "${pk:--}" "${pparts:--}" "${mib:--}" \
         "${rc:--}" "$(dl_ratio "$res" "$pk" '%.2f')" "$(dl_ratio "$rc" "$res" '%.1fx')" | tee -a "$OUTD/peer-state.md"
 done
+# Before/after of the restart's critical path on one build, alternating:
+# "before" = one model loader thread and the profile's restore split
+# (MZ_LOAD_THREADS=1 MZCACHE_RESUME_THREADS=0), "after" = the defaults
+# (loader threads and resume restore threads on all CPUs). bench_store
+# resume (synthetic session, page cache dropped, the tail case: 1 token
+# recomputed) and bench_store load (model alone, medians of 7). AB_ROW
+# (preset:type:tokens, default the first row; AB_ROW= skips), AB_REPS (3).
+AB_ROW=${AB_ROW-${ROWS%% *}}
+if [ -n "$AB_ROW" ] && [ "$(dl_elapsed)" -le "$TIME_BUDGET" ]; then
+    preset=${AB_ROW%%:*} rest=${AB_ROW#*:}; type=${rest%%:*} n=${rest#*:}
+    M="$W/$preset-$type.gguf"
+    [ -f "$M" ] || mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$M" >>"$OUTD/gen.log" 2>&1
+    {
+    echo
+    echo "### before/after, $preset $type, $n tokens (+1: the tail case), alternating"
+    echo
+    echo "| run | TTFT ms | model load ms | resume ms | question ms | restore threads | CPUs busy |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
+    } | tee -a "$OUTD/peer-state.md"
+    for i in $(seq 1 "${AB_REPS:-3}"); do
+        for side in before after; do
+            rm -rf "$ST"; mkdir -p "$ST"
+            if [ $side = before ]; then env_ab="MZ_LOAD_THREADS=1 MZCACHE_RESUME_THREADS=0"; else env_ab=; fi
+            out=$(env $env_ab LD_LIBRARY_PATH=$LIBP "$BIN/bench_store" resume "$M" "$n" "$ST" 2>>"$DL_ERRORS")
+            echo "== A/B $side $i" >>"$OUTD/raw.log"; echo "$out" >>"$OUTD/raw.log"
+            line=$(echo "$out" | grep "^tokens $((n / 256 * 256 + 1)): TTFT" | head -1)
+            cpus=$(echo "$out" | sed -n "s/^tokens $((n / 256 * 256 + 1)): process CPU.*(\([0-9.]*\) CPUs.*/\1/p" | head -1)
+            echo "$line" | sed -E "s/.*TTFT ([0-9]+) ms = model load ([0-9]+) .* resume ([0-9]+) .*, ([0-9]+) restore threads\) \+ question ([0-9]+).*/| $side $i | \1 | \2 | \3 | \5 | \4 | ${cpus:--} |/" |
+                tee -a "$OUTD/peer-state.md"
+        done
+    done
+    lo=$(LD_LIBRARY_PATH=$LIBP "$BIN/bench_store" load "$M" 300 "$ST" 2>>"$DL_ERRORS")
+    { echo; echo "model load alone: $lo"; } | tee -a "$OUTD/peer-state.md"
+fi
 {
 echo
 echo "$(dl_load end); $(dl_elapsed) s in all. Per row one \`MZ_PEER_STATE_BIN=peer_state_reload bench_store ttft MODEL N DIR\` (raw output: raw.log); llama.cpp: medians of 3 cold reloads, each in a fresh process, synthetic state of its own layout."

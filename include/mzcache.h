@@ -74,7 +74,9 @@ MZ_API const char *mz_last_error(void);
 /* ---- model ---------------------------------------------------------------- */
 
 typedef struct mz_model_params {
-    int n_threads;             /* threads used while loading; 0 = all cores */
+    int n_threads;             /* threads that read and repack the weight blocks while the
+                                  tokenizer is built; 0 = all cores; at most 8 are used.
+                                  The result does not depend on it. */
     bool verbose;              /* print loading details to stderr */
 } mz_model_params;
 
@@ -745,7 +747,9 @@ MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *o
  * Resume reads the manifest, checks model and tokenizer identity, takes the
  * stored chunks back as stored units and restores them through the
  * pipelined restore while recomputing the last, partial chunk (1..256 tokens)
- * from the stored token ids. Every chunk is verified (record header and
+ * from the stored token ids; when that is a few tokens (a stored tail: one)
+ * the restore runs on as many threads as the session computes with, since
+ * its forward pass only waits for it. Every chunk is verified (record header and
  * XXH64) as it is read; a chunk that fails truncates the session to the
  * chunks before it (they are recomputed instead), never answered from. */
 

@@ -5,6 +5,7 @@
 #include "core.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -117,9 +118,15 @@ double mz_time_ms(void)
 
 size_t mz_page_size(void)
 {
-    static size_t page;
-    if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
-    return page;
+    /* threads may make the first call together (the model's loader
+     * threads do): they all store the same value */
+    static _Atomic size_t page;
+    size_t p = atomic_load_explicit(&page, memory_order_relaxed);
+    if (!p) {
+        p = (size_t)sysconf(_SC_PAGESIZE);
+        atomic_store_explicit(&page, p, memory_order_relaxed);
+    }
+    return p;
 }
 
 static size_t round_to_pages(size_t n)

@@ -1,6 +1,7 @@
 /*
  * model.c — loads a GGUF model: reads the architecture configuration from
- * metadata, builds the tokenizer, and copies the weights into memory units.
+ * metadata, builds the tokenizer, and copies the weights into memory units
+ * (on several threads: "weights: read and repacked on several threads").
  *
  * Unit layout (what the memory manager moves later):
  *   pinned buffer   token_embd, output_norm, output (when untied)
@@ -18,6 +19,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -365,13 +368,119 @@ static void fill_info(mz_model_t *m, const mz_gguf *g, const char *arch)
     in->eot = mz_tokenizer_eot(m->tok);
 }
 
-static mz_status load_weights(mz_model_t *m, const mz_gguf *g)
+/* ---- weights: read and repacked on several threads ------------------------------------ *
+ *
+ * A cold load is disk reads (the file's pages), first touches of the
+ * units' fresh anonymous pages, a copy out of the page cache and the
+ * repacking, in that order per block; on one thread the disk idles while
+ * the CPU works and the other way round. The blocks are independent, so
+ * loader threads claim them in file order (the main thread builds the
+ * tokenizer and reads the pinned unit meanwhile, then claims blocks too):
+ * several reads are in flight and the CPU work of one block overlaps the
+ * reads of the next. The result is the same bytes in the same places
+ * whatever the thread count. Errors: the lowest failing layer's message
+ * is reported (what the one-thread load would report), after every loader
+ * has stopped. */
+
+#define MZ_LOAD_THREADS_MAX 8
+
+typedef struct {
+    mz_model_t *m;
+    int fd;
+    pthread_mutex_t mu;
+    int next;                  /* under mu: the next layer to claim */
+    int err_layer;             /* under mu: lowest failed layer; INT_MAX none */
+    mz_status err;
+    char msg[512];
+} load_job;
+
+static mz_status load_block(mz_model_t *m, int fd, int l)
+{
+    mz_block_weights *b = &m->blocks[l];
+    b->buf = mz_pages_alloc(b->buf_bytes);
+    if (!b->buf) return mz_fail(MZ_E_NOMEM, "cannot map %zu bytes for block %d", b->buf_bytes, l);
+    mz_tensor *ts[BLOCK_TENSORS];
+    char names[BLOCK_TENSORS][64];
+    const char *name_ptrs[BLOCK_TENSORS];
+    block_tensor_list(b, l, ts, names);
+    for (int i = 0; i < BLOCK_TENSORS; i++) name_ptrs[i] = names[i];
+    mz_status s = load_tensors(fd, b->buf, ts, name_ptrs, BLOCK_TENSORS);
+    if (s) return s;
+    mz_model_block_set_plain(m, l, false);
+    return mz_model_block_to_layout(m, l, b->buf);
+}
+
+/* Claims and loads blocks (reading through fd) until none is left or a
+ * lower layer failed. */
+static void load_blocks_fd(load_job *j, int fd)
+{
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        int l = j->next < j->m->cfg.n_layer && j->next < j->err_layer ? j->next++ : -1;
+        pthread_mutex_unlock(&j->mu);
+        if (l < 0) return;
+        mz_status s = load_block(j->m, fd, l);
+        if (!s) continue;
+        pthread_mutex_lock(&j->mu);
+        if (l < j->err_layer) {
+            j->err_layer = l;
+            j->err = s;
+            snprintf(j->msg, sizeof j->msg, "%s", mz_last_error());
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+}
+
+static void *load_thread_main(void *arg)
+{
+    load_job *j = arg;
+    /* its own open file: the kernel keeps one readahead state per open file */
+    int fd = open(j->m->path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        load_blocks_fd(j, fd);
+        close(fd);
+    } else {
+        load_blocks_fd(j, j->fd);
+    }
+    return NULL;
+}
+
+/* Threads that load blocks: n_threads (0: all CPUs), at most
+ * MZ_LOAD_THREADS_MAX (the disk's queue is full well before) and one per
+ * block. */
+static int load_threads(const mz_model_params *p, int n_layer)
+{
+    int n = p && p->n_threads > 0 ? p->n_threads : mz_n_cpus();
+    int cap = MZ_MIN(MZ_LOAD_THREADS_MAX, MZ_MAX(n_layer, 1));
+    return n < 1 ? 1 : n > cap ? cap : n;
+}
+
+/* Binds and places every block's tensors (no I/O). */
+static mz_status bind_blocks(mz_model_t *m, const mz_gguf *g)
+{
+    mz_model_config *c = &m->cfg;
+    m->blocks = mz_calloc((size_t)c->n_layer, sizeof *m->blocks);
+    if (!m->blocks) return MZ_E_NOMEM;
+    for (int l = 0; l < c->n_layer; l++) {
+        mz_block_weights *b = &m->blocks[l];
+        mz_status s = bind_block(g, c, l, b);
+        if (s) return s;
+        mz_tensor *ts[BLOCK_TENSORS];
+        char names[BLOCK_TENSORS][64];
+        block_tensor_list(b, l, ts, names);
+        size_t bc = 0;
+        for (int i = 0; i < BLOCK_TENSORS; i++) place(ts[i], &bc, g->data_offset, g, names[i]);
+        b->buf_bytes = bc;
+    }
+    return MZ_OK;
+}
+
+/* The pinned unit (needs the vocabulary size: after the tokenizer). */
+static mz_status load_pinned(mz_model_t *m, const mz_gguf *g, int fd)
 {
     mz_model_config *c = &m->cfg;
     mz_status s;
     uint64_t E = (uint64_t)c->n_embd;
-
-    /* pinned unit */
     if ((s = bind_tensor(g, "token_embd.weight", E, (uint64_t)c->n_vocab, true, &m->tok_embd, NULL)))
         return s;
     if ((s = bind_tensor(g, "output_norm.weight", E, 0, true, &m->output_norm, NULL))) return s;
@@ -385,53 +494,47 @@ static mz_status load_weights(mz_model_t *m, const mz_gguf *g)
     place(&m->output_norm, &cursor, g->data_offset, g, "output_norm.weight");
     if (has_output) place(&m->output, &cursor, g->data_offset, g, "output.weight");
     m->pinned_bytes = cursor;
-
-    m->blocks = mz_calloc((size_t)c->n_layer, sizeof *m->blocks);
-    if (!m->blocks) return MZ_E_NOMEM;
-    for (int l = 0; l < c->n_layer; l++) {
-        mz_block_weights *b = &m->blocks[l];
-        if ((s = bind_block(g, c, l, b))) return s;
-        mz_tensor *ts[BLOCK_TENSORS];
-        char names[BLOCK_TENSORS][64];
-        block_tensor_list(b, l, ts, names);
-        size_t bc = 0;
-        for (int i = 0; i < BLOCK_TENSORS; i++) place(ts[i], &bc, g->data_offset, g, names[i]);
-        b->buf_bytes = bc;
-    }
-
-    int fd = open(m->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mz_fail(MZ_E_IO, "cannot open: %s", strerror(errno));
-    s = MZ_OK;
     m->pinned_buf = mz_pages_alloc(m->pinned_bytes);
-    if (!m->pinned_buf) {
-        s = mz_fail(MZ_E_NOMEM, "cannot map %zu bytes for embeddings", m->pinned_bytes);
-        goto out_close;
-    }
-    {
-        mz_tensor *ts[] = {&m->tok_embd, &m->output_norm, &m->output};
-        const char *names[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
-        if ((s = load_tensors(fd, m->pinned_buf, ts, names, MZ_ARRAY_LEN(ts)))) goto out_close;
-    }
+    if (!m->pinned_buf)
+        return mz_fail(MZ_E_NOMEM, "cannot map %zu bytes for embeddings", m->pinned_bytes);
+    mz_tensor *ts[] = {&m->tok_embd, &m->output_norm, &m->output};
+    const char *names[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
+    if ((s = load_tensors(fd, m->pinned_buf, ts, names, MZ_ARRAY_LEN(ts)))) return s;
     if (!has_output) m->output = m->tok_embd; /* plain: its rows are also looked up */
-    if (has_output && (s = to_layout(&m->output, m->pinned_buf, true))) goto out_close;
-    for (int l = 0; l < c->n_layer; l++) {
-        mz_block_weights *b = &m->blocks[l];
-        b->buf = mz_pages_alloc(b->buf_bytes);
-        if (!b->buf) {
-            s = mz_fail(MZ_E_NOMEM, "cannot map %zu bytes for block %d", b->buf_bytes, l);
-            goto out_close;
-        }
-        mz_tensor *ts[BLOCK_TENSORS];
-        char names[BLOCK_TENSORS][64];
-        const char *name_ptrs[BLOCK_TENSORS];
-        block_tensor_list(b, l, ts, names);
-        for (int i = 0; i < BLOCK_TENSORS; i++) name_ptrs[i] = names[i];
-        if ((s = load_tensors(fd, b->buf, ts, name_ptrs, BLOCK_TENSORS))) goto out_close;
-        mz_model_block_set_plain(m, l, false);
-        if ((s = mz_model_block_to_layout(m, l, b->buf))) goto out_close;
+    if (has_output && (s = to_layout(&m->output, m->pinned_buf, true))) return s;
+    return MZ_OK;
+}
+
+/* Tokenizer and weights: the blocks' loaders start first, the tokenizer
+ * and the pinned unit are built on this thread while they read. */
+static mz_status load_tokenizer_and_weights(mz_model_t *m, const mz_gguf *g,
+                                            const mz_model_params *p)
+{
+    mz_status s = bind_blocks(m, g);
+    if (s) return s;
+    load_job j = {.m = m, .err_layer = INT_MAX};
+    j.fd = open(m->path, O_RDONLY | O_CLOEXEC);
+    if (j.fd < 0) return mz_fail(MZ_E_IO, "cannot open: %s", strerror(errno));
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_t th[MZ_LOAD_THREADS_MAX];
+    int n_th = 0, want = load_threads(p, m->cfg.n_layer) - 1;
+    while (n_th < want && pthread_create(&th[n_th], NULL, load_thread_main, &j) == 0) n_th++;
+
+    if (!(s = mz_tokenizer_init(g, &m->tok))) {
+        m->cfg.n_vocab = mz_tokenizer_n_vocab(m->tok);
+        s = load_pinned(m, g, j.fd);
     }
-out_close:
-    close(fd);
+    if (s) { /* stop the loaders: nothing further is claimed */
+        pthread_mutex_lock(&j.mu);
+        j.next = m->cfg.n_layer;
+        pthread_mutex_unlock(&j.mu);
+    } else {
+        load_blocks_fd(&j, j.fd);
+    }
+    for (int i = 0; i < n_th; i++) pthread_join(th[i], NULL);
+    if (!s && j.err) s = mz_fail(j.err, "%s", j.msg);
+    pthread_mutex_destroy(&j.mu);
+    close(j.fd);
     return s;
 }
 
@@ -455,9 +558,7 @@ mz_status mz_model_load(const char *path, const mz_model_params *p, mz_model_t *
     }
     snprintf(m->path, sizeof m->path, "%s", path);
     if ((s = read_config(g, &m->cfg, arch, sizeof arch))) goto out_fail;
-    if ((s = mz_tokenizer_init(g, &m->tok))) goto out_fail;
-    m->cfg.n_vocab = mz_tokenizer_n_vocab(m->tok);
-    if ((s = load_weights(m, g))) goto out_fail;
+    if ((s = load_tokenizer_and_weights(m, g, p))) goto out_fail;
     fill_info(m, g, arch);
     if (p && p->verbose)
         fprintf(stderr, "mzcache: loaded %s: %s, %d layers, %.1f MiB of weights\n", path,

@@ -579,6 +579,31 @@ static size_t verified_prefix(mz_ctx_t *c, size_t k, char *why, size_t cap)
     return good;
 }
 
+/* Restore threads of a resume that recomputes n tokens. The profile's
+ * split leaves the compute threads their CPUs (on 16 CPUs with 16 compute
+ * threads: 3 restore threads), but a resume's forward pass of a few tokens
+ * only waits, layer by layer, for the restore: then the restore gets as
+ * many threads as the session computes with (the pre-faulting among them
+ * still capped by the profile's pre-fault table). 0: the profile's split. */
+#define RESUME_WIDE_MAX_TOKENS 32
+static int resume_restore_threads(const mz_ctx_t *c, size_t n)
+{
+    /* MZCACHE_RESUME_THREADS=N (0..MZ_RESTORE_THREADS_MAX; 0: the profile's
+     * split) overrides, for benchmarks comparing the two on one build */
+    const char *env = getenv("MZCACHE_RESUME_THREADS");
+    if (env && *env) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(env, &end, 10);
+        if (!errno && end != env && !*end && v >= 0 && v <= MZ_RESTORE_THREADS_MAX) return (int)v;
+        mz_log(MZ_LOG_WARN, "MZCACHE_RESUME_THREADS=%s ignored: use 0..%d", env,
+               MZ_RESTORE_THREADS_MAX);
+    }
+    int nc = mz_threadpool_n_threads(c->pool);
+    if (n > RESUME_WIDE_MAX_TOKENS || nc < 4) return 0;
+    return MZ_MIN(nc, MZ_RESTORE_THREADS_MAX);
+}
+
 mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params *p, mz_ctx_t **out,
                             mz_resume_info *info_out)
 {
@@ -708,7 +733,9 @@ mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params 
      * before it; the rest of the stored tokens are computed again. */
     for (int attempt = 0;; attempt++) {
         size_t have = c->n_tokens;
-        s = mz_prefill_restore(c, m.tokens + have, m.n_tokens - have, NULL, &info->timings);
+        mz_restore_params rp = mz_restore_params_default();
+        rp.n_restore_threads = resume_restore_threads(c, m.n_tokens - have);
+        s = mz_prefill_restore(c, m.tokens + have, m.n_tokens - have, &rp, &info->timings);
         if (!s) break;
         if ((s != MZ_E_CORRUPT && s != MZ_E_IO) || attempt >= 3) goto fail;
         char first[400];

@@ -7,10 +7,35 @@
 #define _GNU_SOURCE
 #include "mzcache.h"
 #include "model/gguf.h"
+#include "model/model.h"
 #include "testutil.h"
 
 #include <fcntl.h>
 #include <unistd.h>
+
+/* Loads path with n_threads loader threads; true when every unit's bytes
+ * and every tensor's layout equal ref's (ref NULL: only loads). */
+static bool same_as(const mz_model_t *ref, const char *path, int n_threads)
+{
+    mz_model_params p = mz_model_params_default();
+    p.n_threads = n_threads;
+    mz_model_t *m = NULL;
+    if (mz_model_load(path, &p, &m) != MZ_OK) {
+        CHECK_MSG(0, "n_threads %d: %s", n_threads, mz_last_error());
+        return false;
+    }
+    bool same = m->pinned_bytes == ref->pinned_bytes &&
+                memcmp(m->pinned_buf, ref->pinned_buf, m->pinned_bytes) == 0 &&
+                m->output.layout == ref->output.layout;
+    for (int l = 0; same && l < m->cfg.n_layer; l++) {
+        const mz_block_weights *a = &m->blocks[l], *b = &ref->blocks[l];
+        same = a->buf_bytes == b->buf_bytes && memcmp(a->buf, b->buf, a->buf_bytes) == 0 &&
+               a->wq.layout == b->wq.layout && a->w_down.layout == b->w_down.layout;
+        CHECK_MSG(same, "n_threads %d: block %d differs from the one-thread load", n_threads, l);
+    }
+    mz_model_free(m);
+    return same;
+}
 
 /* How a rewrite changes the source file. */
 typedef struct edit {
@@ -117,6 +142,22 @@ int main(void)
         CHECK_EQ_INT(in.kv_bytes_per_token, 2 * 30 * 3 * 64 * 2);
         CHECK(in.n_params > 134000000 && in.n_params < 136000000);
         mz_model_free(m);
+    }
+
+    /* the blocks are read and repacked on several threads: the same bytes
+     * and layouts as one thread, for a thread count below, at and above
+     * the loader cap (8) and the default (all CPUs) */
+    {
+        mz_model_params p1 = mz_model_params_default();
+        p1.n_threads = 1;
+        mz_model_t *ref = NULL;
+        CHECK_MSG(mz_model_load(real, &p1, &ref) == MZ_OK, "%s", mz_last_error());
+        if (ref) {
+            int counts[] = {2, 3, 8, 64, 0};
+            for (size_t i = 0; i < MZ_ARRAY_LEN(counts); i++)
+                CHECK_MSG(same_as(ref, real, counts[i]), "n_threads %d", counts[i]);
+            mz_model_free(ref);
+        }
     }
 
     /* missing file */

@@ -884,11 +884,97 @@ out:
     mz_model_free(m);
 }
 
+/* A resume that recomputes one token restores on as many threads as the
+ * session computes with (6 here, beside the profile's 2-3), and answers
+ * as the uninterrupted session; a flipped byte in a record is still
+ * caught by name and the session truncated before it. */
+static void test_wide_resume(void)
+{
+    const char *tiny = t_tmp_path("tiny-wide.gguf");
+    if (ev_gen_tiny(tiny, 2) != 0) {
+        printf("%s: cannot make the tiny model, wide-resume case skipped\n", T);
+        return;
+    }
+    mz_model_t *m = ev_load(tiny);
+    if (!m) return;
+    mz_engine_t *e = NULL;
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 6;
+    ep.swap_dir = swap_dir();
+    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
+    mz_store_params stp = mz_store_params_default();
+    char sdir[512];
+    snprintf(sdir, sizeof sdir, "%s/store-wide", t_tmp_dir());
+    stp.dir = sdir;
+    mz_store_t *st = NULL;
+    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
+    if (!st) goto out;
+    mz_ctx_params cp = sp_params();
+    cp.n_threads = 0;
+    enum { N = 1100, G = 8 };
+    mz_token prompt[N], want[G], got[G];
+    ev_tokens(prompt, N, mz_model_n_vocab(m), 23);
+    mz_ctx_t *c = NULL;
+    CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_prefill(c, prompt, N) == MZ_OK);
+    CHECK(greedy(c, G, want) == G);
+    mz_ctx_free(c);
+    c = NULL;
+    for (int flip = 0; flip < 2; flip++) {
+        char id[16];
+        snprintf(id, sizeof id, "wide%d", flip);
+        CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_session_store(c, st, id) == MZ_OK);
+        CHECK(mz_prefill(c, prompt, N) == MZ_OK && mz_session_sync(c) == MZ_OK);
+        mz_sstore_test_abandon(c); /* the store as a kill leaves it */
+        mz_ctx_free(c);
+        c = NULL;
+        mz_manifest mf;
+        CHECK(mz_store_read_manifest(st, id, &mf) == MZ_OK);
+        CHECK_EQ_INT(mf.n_chunks, 4);
+        if (flip) { /* one byte of chunk 2, layer 1: the resume keeps chunks 0-1 */
+            char kv[700];
+            snprintf(kv, sizeof kv, "%s/%s.kv", sdir, id);
+            int fd = open(kv, O_RDWR);
+            unsigned char b = 0;
+            const mz_swap_slot_info *ri2 = &mf.recs[2 * (size_t)m->cfg.n_layer + 1];
+            off_t at = (off_t)(ri2->off + (ri2->split ? 4096 : 64) + 77);
+            CHECK(fd >= 0 && pread(fd, &b, 1, at) == 1);
+            b ^= 0x10;
+            CHECK(pwrite(fd, &b, 1, at) == 1);
+            if (fd >= 0) close(fd);
+        }
+        mz_manifest_clear(&mf);
+        mz_resume_info ri;
+        CHECK(mz_session_resume(st, id, &cp, &c, &ri) == MZ_OK);
+        if (!c) continue;
+        if (!flip) {
+            CHECK_EQ_INT(ri.outcome, MZ_RESUME_FULL);
+            CHECK_EQ_INT(ri.n_tokens_recomputed, 1);
+            CHECK_EQ_INT(ri.timings.n_restore_threads, 6);
+        } else {
+            CHECK_EQ_INT(ri.outcome, MZ_RESUME_TRUNCATED);
+            CHECK_EQ_INT(ri.n_chunks_restored, 2);
+            CHECK_MSG(strstr(ri.reason, "wide1") != NULL, "reason: %s", ri.reason);
+        }
+        CHECK_EQ_INT(mz_ctx_n_tokens(c), N);
+        CHECK(greedy(c, G, got) == G);
+        CHECK_MSG(memcmp(got, want, sizeof got) == 0, "flip %d: continuation after the resume differs", flip);
+        CHECK(mz_mem_is_valid(c->mem));
+        mz_ctx_free(c);
+        c = NULL;
+        CHECK(mz_store_delete(st, id) == MZ_OK);
+    }
+    mz_store_close(st);
+out:
+    mz_engine_free(e);
+    mz_model_free(m);
+}
+
 int main(void)
 {
     test_manifest();
     test_quiet();
     test_checkpoint();
+    test_wide_resume();
     test_persist();
     test_faults();
     /* The SmolLM2 cases take over 25 minutes under TSan; the write-behind
