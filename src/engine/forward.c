@@ -61,7 +61,7 @@ typedef struct matmul_job {
     _Atomic size_t next;       /* next slice or item to claim */
 } matmul_job;
 
-/* Which split matmul_fused uses: the planned one (work_split.h) unless
+/* Which split matmul_fused uses for a batch: the planned one (work_split.h) unless
  * MZ_WORK_SPLIT=slices asks for fixed row slices over all tokens, and
  * attention's groups in index order instead of heaviest first (kept to
  * compare the two in one run on a many-core machine; same values). */
@@ -205,8 +205,12 @@ static mz_status matmul_fused(mz_ctx_t *c, const mz_tensor *const *ws, float *co
         const size_t slices = ((size_t)ws[i]->ne[1] + sr - 1) / sr;
         job.slice_end[i] = (i ? job.slice_end[i - 1] : 0) + slices;
     }
+    /* Decode keeps the row slices (multiples of 8 rows, 16-64): the plan's
+     * decode pieces (18 rows of a 576-row product at 16 threads) ran
+     * SmolLM2's F16 tg128 at 153-208 tok/s against 227-245 with the slices
+     * on the 16-vCPU device (BENCHMARKS, "Thread scaling", part 4). */
     mz_split_plan plan;
-    if (!use_row_slices()) {
+    if (!use_row_slices() && n_tok >= MZ_SPLIT_DECODE_TOKENS) {
         mz_split_op so[3];
         for (int i = 0; i < n; i++)
             so[i] = (mz_split_op){.n_rows = (size_t)ws[i]->ne[1], .n_cols = (size_t)ws[i]->ne[0],

@@ -13,7 +13,9 @@
  *
  * Sizes (MZ_SPLIT_*): decode (few tokens): one token block, 2 pieces per
  * thread or pieces of about 64 rows if that gives more (up to 256 pieces,
- * a multiple of the thread count). A batch: MZ_SPLIT_ITEMS_PER_THREAD items per thread
+ * a multiple of the thread count); forward.c runs decode on its row slices
+ * instead (measured faster on the 16-vCPU device), these sizes remain for
+ * bench_split's comparison and the planner's invariants. A batch: MZ_SPLIT_ITEMS_PER_THREAD items per thread
  * or one per 64 rows if that gives more (a multiple of the thread count), pieces no
  * smaller than MZ_SPLIT_MIN_ROWS rows where the rows allow, the tokens split
  * into the smallest number of blocks (a divisor of the item count) that
