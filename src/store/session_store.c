@@ -60,6 +60,7 @@ struct mz_sstore {
     bool chunks_unsynced;
     size_t durable_k;
     bool pending;              /* under mu: a manifest is due (timed retry) */
+    bool yielded;              /* under mu: the last pass left chunks to a quiet engine */
     double last_write_ms;
     uint64_t created_ns;
     mz_status last_err;        /* under mu: the last pass failed (retry in 1 s) */
@@ -178,6 +179,17 @@ static bool tail_write(struct mz_sstore *a, size_t n)
  * longer than the gap between two tokens of a decode loop (sampling, a
  * socket write), short next to the pause between two requests. */
 #define WB_QUIET_NS 2000000ull
+
+/* A compute that never pauses for WB_QUIET_NS (back-to-back requests, one
+ * long generation) would leave full chunks unwritten for as long as it
+ * runs, and a kill would recompute them: once chunks have waited this long
+ * for a quiet engine, the worker writes them anyway, beside the compute, at
+ * its idle priority. Bounds what a kill under sustained load loses; tests
+ * shorten it (mz_sstore_test_max_defer_ms). */
+#define WB_MAX_DEFER_MS 10000.0
+static _Atomic double wb_max_defer_ms = WB_MAX_DEFER_MS;
+
+void mz_sstore_test_max_defer_ms(double ms) { atomic_store(&wb_max_defer_ms, ms); }
 
 /* force: write the manifest even if only tokens changed within the interval.
  * tail: also stage the partly filled last chunk (owner thread only).
@@ -337,6 +349,7 @@ out:
     }
     pthread_mutex_lock(&a->mu); /* the worker's wait reads them */
     a->pending = pend || yielded;
+    a->yielded = yielded;
     a->last_err = s;
     pthread_mutex_unlock(&a->mu);
     pthread_mutex_unlock(&a->pass_lock);
@@ -368,6 +381,7 @@ static void *worker_main(void *arg)
 {
     struct mz_sstore *a = arg;
     lower_priority();
+    double waiting_since_ms = 0; /* chunks have waited for a quiet engine since (0: none wait) */
     pthread_mutex_lock(&a->mu);
     for (;;) {
         while (!a->stop && !a->kick) {
@@ -389,7 +403,14 @@ static void *worker_main(void *arg)
         /* Never beside a request: wait until the engine has been quiet for
          * WB_QUIET_NS (kicks meanwhile fold into the pass); a sleep, not the
          * condition, so the owner's per-token kicks do not wake it. */
+        bool overdue = false;
         while (!a->stop && !mz_engine_quiet(a->c->engine, WB_QUIET_NS)) {
+            double now = mz_time_ms();
+            if (!waiting_since_ms) waiting_since_ms = now;
+            if (now - waiting_since_ms >= atomic_load(&wb_max_defer_ms)) {
+                overdue = true;
+                break;
+            }
             pthread_mutex_unlock(&a->mu);
             nanosleep(&(struct timespec){.tv_nsec = 5000000L}, NULL);
             pthread_mutex_lock(&a->mu);
@@ -398,8 +419,10 @@ static void *worker_main(void *arg)
         a->kick = false;
         pthread_mutex_unlock(&a->mu);
 
-        (void)pass(a, false, false, true, true);
+        (void)pass(a, false, false, true, !overdue);
         pthread_mutex_lock(&a->mu);
+        /* a pass that left chunks behind keeps the clock running */
+        if (!a->yielded) waiting_since_ms = 0;
     }
     pthread_mutex_unlock(&a->mu);
     return NULL;

@@ -42,6 +42,9 @@ MZ_INTERNAL void mz_sstore_note_truncate(mz_ctx_t *c, size_t n_keep);
 MZ_INTERNAL void mz_sstore_detach(mz_ctx_t *c);
 /* Tests: the session's free will not write a last manifest (as after kill -9). */
 MZ_INTERNAL void mz_sstore_test_abandon(mz_ctx_t *c);
+/* Tests: how long full chunks may wait for a quiet engine before the
+ * write-behind writes them beside the compute (default 10 s). */
+MZ_INTERNAL void mz_sstore_test_max_defer_ms(double ms);
 /* The request-side sync of `mzcache serve` (owner thread, between two
  * requests): writes the manifest now (every token; the full chunks that
  * have a clean copy already) and stages the partly filled last chunk, and

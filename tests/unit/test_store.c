@@ -783,6 +783,63 @@ out:
     mz_model_free(m);
 }
 
+/* ---- the write-behind does not wait for a quiet engine forever (tiny model) ---------------- */
+
+/* A compute that never pauses (stood in for by a compute section held open
+ * throughout) must not keep full chunks off the store indefinitely: once
+ * they have waited the maximum deferral (shortened to 100 ms here), the
+ * worker writes them beside the compute. Fails if the worker only ever
+ * writes on a quiet engine; waits up to 30 s for it (no clock asserted). */
+static void test_overdue(void)
+{
+    const char *tiny = t_tmp_path("tiny-overdue.gguf");
+    if (ev_gen_tiny(tiny, 2) != 0) {
+        printf("%s: cannot make the tiny model, overdue case skipped\n", T);
+        return;
+    }
+    mz_model_t *m = ev_load(tiny);
+    if (!m) return;
+    mz_engine_t *e = NULL;
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = swap_dir();
+    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
+    mz_store_params stp = mz_store_params_default();
+    char sdir[512];
+    snprintf(sdir, sizeof sdir, "%s/store-overdue", t_tmp_dir());
+    stp.dir = sdir;
+    mz_store_t *st = NULL;
+    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
+    if (!st) goto out;
+    mz_ctx_params cp = sp_params();
+    mz_token prompt[600];
+    ev_tokens(prompt, 600, mz_model_n_vocab(m), 17);
+    mz_ctx_t *c = NULL;
+    CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
+    mz_sstore_test_max_defer_ms(100);
+    /* counting only; set before the worker starts, cleared after it is joined */
+    mz_io_fault never = {.op = MZ_IO_WRITE, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
+                         .nth = UINT32_MAX, .count = 1};
+    mz_io_fault_set(&never);
+    mz_engine_compute_open(e);
+    CHECK(mz_session_store(c, st, "overdue") == MZ_OK);
+    unsigned w0 = mz_io_fault_calls(MZ_IO_WRITE);
+    CHECK(mz_prefill(c, prompt, 600) == MZ_OK); /* 2 full chunks: the worker is kicked */
+    const unsigned want = 2 * (unsigned)m->cfg.n_layer;
+    unsigned w = 0;
+    for (int i = 0; i < 3000 && (w = mz_io_fault_calls(MZ_IO_WRITE) - w0) < want; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 10000000L}, NULL);
+    CHECK_MSG(w >= want, "%u writes while the engine never paused (want %u)", w, want);
+    mz_engine_compute_close(e);
+    mz_ctx_free(c); /* joins the worker */
+    mz_io_fault_set(NULL);
+    mz_sstore_test_max_defer_ms(10000);
+    mz_store_close(st);
+out:
+    mz_engine_free(e);
+    mz_model_free(m);
+}
+
 /* ---- serve's request-side checkpoint writes no full chunk (tiny model) --------------------- */
 
 /* mz_session_checkpoint is what `mzcache serve` runs after each request,
@@ -973,6 +1030,7 @@ int main(void)
 {
     test_manifest();
     test_quiet();
+    test_overdue();
     test_checkpoint();
     test_wide_resume();
     test_persist();
