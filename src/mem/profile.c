@@ -240,15 +240,9 @@ int mz_profile_restore_threads(const mz_device_profile *p, int n_compute)
             }
         int last = 0; /* the largest measured count that fits */
         while (last < p->n_touch && p->touch_threads[last] <= nt) last++;
-        if (k_best && k_best < last) { /* flat before the spare CPUs run out */
-            int k = p->touch_threads[k_best - 1];
-            for (int i = 0; i < k_best; i++)
-                if (p->touch_mt_s_per_gib[i] > 0 && p->touch_mt_s_per_gib[i] <= 1.1 * best) {
-                    k = p->touch_threads[i];
-                    break;
-                }
-            nt = MZ_MIN(nt, k);
-        }
+        /* flat before the spare CPUs run out: as many as pre-fault (the
+         * smallest count within 10 % of the best) */
+        if (k_best && k_best < last) nt = MZ_MIN(nt, mz_profile_prefault_threads(p, nt));
     }
     return MZ_MAX(3, MZ_MIN(nt, MZ_RESTORE_THREADS_MAX));
 }
