@@ -221,20 +221,31 @@ static mz_status ctx_fail(mz_ctx_t *c, mz_status s)
  * baselines call mz_prefill inside. */
 static void use_begin(mz_ctx_t *c) { pthread_mutex_lock(&c->use_lock); }
 static void use_end(mz_ctx_t *c) { pthread_mutex_unlock(&c->use_lock); }
+/* A compute section: the engine's compute lock, counted open for the
+ * store's write-behind (mz_engine_quiet); at its end the section's weight
+ * reloads are over, so the model-file reader gives its bounce pool back. */
+static void section_open(mz_ctx_t *c)
+{
+    pthread_mutex_lock(&c->engine->compute_lock);
+    mz_engine_compute_open(c->engine);
+}
+static void section_close(mz_ctx_t *c)
+{
+    mz_mem_reader_idle(c->mem);
+    mz_engine_compute_close(c->engine);
+    pthread_mutex_unlock(&c->engine->compute_lock);
+}
 static void compute_begin(mz_ctx_t *c)
 {
     use_begin(c);
-    pthread_mutex_lock(&c->engine->compute_lock);
-    mz_engine_compute_open(c->engine);
+    section_open(c);
     atomic_store(&c->busy, true);
 }
 static void compute_end(mz_ctx_t *c)
 {
     mz_session_touch(c);
     atomic_store(&c->busy, false);
-    mz_mem_reader_idle(c->mem); /* the section's weight reloads are over */
-    mz_engine_compute_close(c->engine);
-    pthread_mutex_unlock(&c->engine->compute_lock);
+    section_close(c);
     use_end(c);
 }
 
@@ -518,12 +529,9 @@ static mz_status restore_generate_locked(mz_ctx_t *c, const mz_token *tokens, si
 {
     double t0 = mz_time_ms();
     mz_restore_timings tm;
-    pthread_mutex_lock(&c->engine->compute_lock);
-    mz_engine_compute_open(c->engine);
+    section_open(c);
     mz_status s = prefill_restore(c, tokens, n, p, &tm, t0);
-    mz_mem_reader_idle(c->mem);
-    mz_engine_compute_close(c->engine);
-    pthread_mutex_unlock(&c->engine->compute_lock);
+    section_close(c);
     if (out) *out = tm;
     if (s) return s;
     const mz_generate_params dflt = mz_generate_params_default();
