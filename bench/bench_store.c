@@ -25,6 +25,9 @@
  *       The model load alone, cold page cache: one loader thread vs the
  *       default (all CPUs) or MZ_LOAD_THREADS, alternating, medians of 7
  *       (N, STORE_DIR unused).
+ *       MZ_RESUME_QUESTION=after (ttft, resume): the question is prefilled
+ *       after mz_session_resume returns instead of in its pipelined pass
+ *       (mz_session_resume_prefill, the default), for the two on one build.
  *       MZ_LOAD_THREADS=N sets the loader threads of every other command
  *       (mz_model_params.n_threads; default 0: all CPUs).
  *   bench_store recompute MODEL N STORE_DIR
@@ -145,6 +148,32 @@ static int first_token_after(mz_ctx_t *c, const mz_token *q, size_t nq)
         return -1;
     }
     return 0;
+}
+
+/* The restart's question: in the resume's pipelined pass
+ * (mz_session_resume_prefill) or, with MZ_RESUME_QUESTION=after, prefilled
+ * after mz_session_resume returns (the two on one build). *t_resume_ms gets
+ * the time to the resume's return (the question included when in the pass). */
+static bool question_after(void)
+{
+    const char *v = getenv("MZ_RESUME_QUESTION");
+    return v && !strcmp(v, "after");
+}
+
+static int resume_and_ask(mz_store_t *st, const char *id, const mz_ctx_params *cp,
+                          const mz_token *q, size_t nq, mz_ctx_t **c, mz_resume_info *ri,
+                          double *t_resume_ms)
+{
+    double t0 = now_ms();
+    bool after = question_after();
+    mz_status s = after ? mz_session_resume(st, id, cp, c, ri)
+                        : mz_session_resume_prefill(st, id, cp, q, nq, c, ri);
+    *t_resume_ms = now_ms() - t0;
+    if (s) {
+        fprintf(stderr, "resume: %s\n", ri->reason[0] ? ri->reason : mz_last_error());
+        return -1;
+    }
+    return after ? first_token_after(*c, q, nq) : 0;
 }
 
 /* The table of the three, one row. */
@@ -284,16 +313,13 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
     mz_ctx_params cp = cparams(n);
     mz_ctx_t *c = NULL;
     mz_resume_info ri;
-    if (mz_session_resume(st, "bench", &cp, &c, &ri)) {
-        fprintf(stderr, "resume: %s\n", ri.reason);
-        return 1;
-    }
-    double t_resume = now_ms() - t0;
-    if (first_token_after(c, t + n, 8)) return 1;
+    double t_resume = 0;
+    if (resume_and_ask(st, "bench", &cp, t + n, 8, &c, &ri, &t_resume)) return 1;
     double ttft_resume = now_ms() - t0;
-    printf("resume:    TTFT %.0f ms (model load + store open %.0f ms, resume %.0f ms: %zu chunks "
+    printf("resume:    TTFT %.0f ms (model load + store open %.0f ms, resume %.0f ms%s: %zu chunks "
            "restored, %zu tokens recomputed, restore pipeline %.0f ms)\n", ttft_resume, t_load,
-           t_resume - t_load, ri.n_chunks_restored, ri.n_tokens_recomputed, ri.timings.ttft_ms);
+           t_resume, question_after() ? ", then the question" : " with the question in its pass",
+           ri.n_chunks_restored, ri.n_tokens_recomputed, ri.timings.ttft_ms);
     mz_ctx_free(c);
     if (mz_store_delete(st, "bench")) fprintf(stderr, "delete: %s\n", mz_last_error());
     mz_store_close(st);
@@ -538,22 +564,17 @@ static int resume_once(const char *model, size_t n, const char *dir)
     mz_ctx_params cp = cparams(n);
     mz_ctx_t *c = NULL;
     mz_resume_info ri;
-    double t1 = now_ms();
-    if (mz_session_resume(st, "synth", &cp, &c, &ri)) {
-        fprintf(stderr, "resume: %s\n", ri.reason);
-        return 1;
-    }
-    double t_resume = now_ms() - t1;
     mz_token q[8];
     tokens(q, 8, mz_model_n_vocab(m));
-    t1 = now_ms();
-    if (first_token_after(c, q, 8)) return 1;
-    double t_q = now_ms() - t1, ttft = now_ms() - t0, cpu = proc_cpu_ms() - cpu0;
+    double t1 = now_ms(), t_resume = 0;
+    if (resume_and_ask(st, "synth", &cp, q, 8, &c, &ri, &t_resume)) return 1;
+    double t_q = now_ms() - t1 - t_resume, ttft = now_ms() - t0, cpu = proc_cpu_ms() - cpu0;
     const mz_restore_timings *tm = &ri.timings;
     printf("tokens %zu: TTFT %.0f ms = model load %.0f + store open (model identity) %.0f + resume "
-           "%.0f (%zu chunks restored, %zu tokens recomputed; pipeline: prefill %.0f, stall %.0f, "
+           "%.0f%s (%zu chunks restored, %zu tokens recomputed; pipeline: prefill %.0f, stall %.0f, "
            "all units ready %.0f, storage worker %.0f, alloc worker %.0f, %d restore threads) + "
-           "question %.0f\n", n, ttft, t_model, t_open, t_resume, ri.n_chunks_restored,
+           "question %.0f\n", n, ttft, t_model, t_open, t_resume,
+           question_after() ? "" : " with the question in its pass", ri.n_chunks_restored,
            ri.n_tokens_recomputed, tm->prefill_ms, tm->stall_ms, tm->restore_ms, tm->storage_ms,
            tm->alloc_ms, tm->n_restore_threads, t_q);
     printf("tokens %zu: process CPU time over the TTFT %.0f ms (%.2f CPUs busy on average)\n", n,

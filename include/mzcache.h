@@ -831,6 +831,20 @@ typedef struct mz_resume_info {
 MZ_API MZ_NODISCARD mz_status mz_session_resume(mz_store_t *st, const char *id,
                                                 const mz_ctx_params *p, mz_ctx_t **out,
                                                 mz_resume_info *info);
+/* mz_session_resume, then tokens[0, n) prefilled in the same pipelined pass
+ * (a restart's first request: its forward pass runs layer by layer as the
+ * stored chunks arrive, instead of after the last one). On success the
+ * session holds the stored tokens followed by tokens, with the last one's
+ * logits ready for sampling, as mz_session_resume + mz_prefill would leave it
+ * (info->n_tokens counts the new tokens; a truncated resume recomputes the
+ * lost stored tokens, then the new ones). A new token outside the vocabulary
+ * is refused (MZ_E_INVAL) before anything is read; the stored tokens and the
+ * new ones must fit the context (MZ_E_CONTEXT_FULL). Errors as
+ * mz_session_resume. */
+MZ_API MZ_NODISCARD mz_status mz_session_resume_prefill(mz_store_t *st, const char *id,
+                                                        const mz_ctx_params *p,
+                                                        const mz_token *tokens, size_t n,
+                                                        mz_ctx_t **out, mz_resume_info *info);
 
 typedef struct mz_stored_session {
     char id[64];

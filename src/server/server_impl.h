@@ -66,6 +66,9 @@ typedef struct srv_session {
     size_t n_prompt_last;        /* prompt tokens of its last request (prefix routing) */
     double last_ttft_ms;         /* < 0: no request finished yet */
     size_t n_requests;
+    size_t n_fresh;              /* tokens at the end of its context prefilled for the request
+                                    being routed (by a resume), their logits current: that
+                                    request counts them as computed, not cached */
 } srv_session;
 
 /* What /mz/status, /mz/sessions and /metrics show of a session (snap_mu). */

@@ -183,12 +183,43 @@ static int stored_exists(const mz_server_t *s, const char *id)
     return access(path, F_OK) == 0;
 }
 
+static size_t common_prefix(const mz_token *a, size_t na, const mz_token *b, size_t nb)
+{
+    size_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* The request's tokens past the stored ones, when the stored tokens are a
+ * prefix of the request's toks[0, n) (NULL otherwise): they go into the
+ * resume's pipelined pass, so a restart's first request computes while the
+ * stored chunks arrive instead of after the last one. */
+static const mz_token *request_past_stored(mz_server_t *s, const char *id, const mz_token *toks,
+                                           size_t n, size_t *n_past)
+{
+    *n_past = 0;
+    mz_manifest m;
+    if (!toks || mz_store_read_manifest(s->store, id, &m) != MZ_OK) {
+        mz_clear_error();
+        return NULL;
+    }
+    size_t k = m.n_tokens;
+    bool prefix = k < n && common_prefix(m.tokens, k, toks, n) == k;
+    mz_manifest_clear(&m);
+    if (!prefix) return NULL;
+    *n_past = n - k;
+    return toks + k;
+}
+
 /* A named session not in memory: resume it from the store if it is there.
  * Returns 1 with *out set (resumed, full or truncated), 0 when it is to start
  * empty and be stored, -1 when it is to start empty and NOT be stored (its
- * files belong to another model and are kept). */
-static int store_resume(mz_server_t *s, const char *id, mz_ctx_t **out)
+ * files belong to another model and are kept). *n_fresh gets the request's
+ * tokens the resume prefilled (the end of *out's context). */
+static int store_resume(mz_server_t *s, const char *id, const mz_token *toks, size_t n,
+                        mz_ctx_t **out, size_t *n_fresh)
 {
+    *n_fresh = 0;
     *out = NULL;
     if (!mz_session_id_valid(id)) {
         srv_log(s, "session %s is not kept in the store (store ids are 1..63 of A-Z a-z 0-9 _ . -, "
@@ -198,15 +229,29 @@ static int store_resume(mz_server_t *s, const char *id, mz_ctx_t **out)
     if (!stored_exists(s, id)) return 0;
     mz_resume_info ri;
     memset(&ri, 0, sizeof ri);
-    mz_status st = mz_session_resume(s->store, id, &s->ctx_params, out, &ri);
+    size_t n_past = 0;
+    const mz_token *past = request_past_stored(s, id, toks, n, &n_past);
+    mz_status st = MZ_E_INVAL;
+    if (past) {
+        st = mz_session_resume_prefill(s->store, id, &s->ctx_params, past, n_past, out, &ri);
+        if (st == MZ_OK) *n_fresh = n_past;
+        /* Whatever failed with the request's tokens (a context too small
+         * for them), the plain resume decides what the session is: the
+         * request then fails or succeeds as it would without them. */
+    }
+    if (st != MZ_OK) {
+        memset(&ri, 0, sizeof ri);
+        st = mz_session_resume(s->store, id, &s->ctx_params, out, &ri);
+    }
     if (st == MZ_OK) {
         if (ri.outcome == MZ_RESUME_TRUNCATED)
             srv_log(s, "session %s resumed TRUNCATED: %zu tokens, %zu of %zu stored chunks restored, %zu tokens "
-                    "recomputed (%s)", id, ri.n_tokens, ri.n_chunks_restored, ri.n_chunks_stored,
-                    ri.n_tokens_recomputed, ri.reason);
+                    "recomputed, %zu of the request's tokens in the same pass (%s)", id, ri.n_tokens - *n_fresh,
+                    ri.n_chunks_restored, ri.n_chunks_stored, ri.n_tokens_recomputed, *n_fresh, ri.reason);
         else
             srv_log(s, "session %s resumed from the store: %zu tokens, %zu chunks restored, %zu tokens recomputed, "
-                    "%.0f ms", id, ri.n_tokens, ri.n_chunks_restored, ri.n_tokens_recomputed, ri.timings.ttft_ms);
+                    "%zu of the request's tokens in the same pass, %.0f ms", id, ri.n_tokens - *n_fresh,
+                    ri.n_chunks_restored, ri.n_tokens_recomputed, *n_fresh, ri.timings.ttft_ms);
         return 1;
     }
     *out = NULL;
@@ -229,22 +274,16 @@ static void store_attach(mz_server_t *s, srv_session *ss)
     ss->stored = true;
 }
 
-static size_t common_prefix(const mz_token *a, size_t na, const mz_token *b, size_t nb)
-{
-    size_t n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i]) i++;
-    return i;
-}
-
 mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks, size_t n)
 {
     int pick = -1;
     mz_ctx_t *resumed = NULL;
     int in_store = 0; /* store_resume's answer for a named session not in memory */
+    size_t n_fresh = 0;
     if (id && *id) {
         for (int i = 0; i < s->n_sess && pick < 0; i++)
             if (s->sess[i].named && !strcmp(s->sess[i].id, id)) pick = i;
-        if (pick < 0 && s->store) in_store = store_resume(s, id, &resumed);
+        if (pick < 0 && s->store) in_store = store_resume(s, id, toks, n, &resumed, &n_fresh);
         /* An unused anonymous session (the one made at start) is taken over. */
         for (int i = 0; i < s->n_sess && pick < 0 && !resumed; i++)
             if (!s->sess[i].named && mz_ctx_n_tokens(s->sess[i].ctx) == 0) {
@@ -320,6 +359,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
     }
     if (s->store && s->sess[pick].named && !s->sess[pick].stored && in_store == 0 && !resumed)
         store_attach(s, &s->sess[pick]);
+    s->sess[pick].n_fresh = resumed ? n_fresh : 0;
     touch(s, &s->sess[pick]);
     s->cur = pick;
     s->ctx = s->sess[pick].ctx;

@@ -627,8 +627,9 @@ static int resume_restore_threads(const mz_ctx_t *c, size_t n)
     return MZ_MIN(nc, MZ_RESTORE_THREADS_MAX);
 }
 
-mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params *p, mz_ctx_t **out,
-                            mz_resume_info *info_out)
+/* Resumes `id` and prefills then[0, n_then) in the same pipelined pass. */
+static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, const mz_token *then,
+                        size_t n_then, mz_ctx_t **out, mz_resume_info *info_out)
 {
     mz_resume_info dummy;
     mz_resume_info *info = info_out ? info_out : &dummy;
@@ -636,6 +637,12 @@ mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params 
     *out = NULL;
     if (!st) return mz_fail(MZ_E_INVAL, "null store");
     mz_clear_error();
+    /* A bad new token is refused before anything is read or made. */
+    if (n_then && !then) return lost(info, mz_fail(MZ_E_INVAL, "null tokens"));
+    for (size_t i = 0; i < n_then; i++)
+        if (then[i] < 0 || then[i] >= st->n_vocab)
+            return lost(info, mz_fail(MZ_E_INVAL, "new token %zu (%d) is outside the vocabulary "
+                                      "of %d", i, (int)then[i], st->n_vocab));
     mz_manifest m;
     mz_status s = mz_store_read_manifest(st, id, &m);
     if (s) return lost(info, s);
@@ -662,17 +669,30 @@ mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params 
         return lost(info, s);
     }
     info->n_chunks_stored = m.n_chunks;
+    /* What the resume's pass computes: the stored tokens past the restored
+     * ones, then the caller's. */
+    const size_t n_feed = m.n_tokens + n_then;
+    mz_token *feed = malloc(n_feed * sizeof *feed);
+    if (!feed) {
+        mz_manifest_clear(&m);
+        return lost(info, mz_fail(MZ_E_NOMEM, "out of memory (resume)"));
+    }
+    memcpy(feed, m.tokens, m.n_tokens * sizeof *feed);
+    if (n_then) memcpy(feed + m.n_tokens, then, n_then * sizeof *feed);
 
     mz_ctx_t *c = NULL;
     mz_swap_slot *slots = NULL;
     if ((s = mz_session_create(st->e, p, &c))) {
+        free(feed);
         mz_manifest_clear(&m);
         return lost(info, s);
     }
     const int L = c->model->cfg.n_layer;
-    if (m.n_tokens >= c->n_ctx) {
-        s = mz_fail(MZ_E_CONTEXT_FULL, "session %s: %zu tokens do not fit a context of %zu", id,
-                    m.n_tokens, c->n_ctx);
+    if (n_feed >= c->n_ctx) {
+        s = n_then ? mz_fail(MZ_E_CONTEXT_FULL, "session %s: %zu tokens and %zu new ones do not fit "
+                             "a context of %zu", id, m.n_tokens, n_then, c->n_ctx)
+                   : mz_fail(MZ_E_CONTEXT_FULL, "session %s: %zu tokens do not fit a context of %zu",
+                             id, m.n_tokens, c->n_ctx);
         goto fail;
     }
     if (c->kv.chunk_bytes != m.chunk_bytes) {
@@ -757,8 +777,8 @@ mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params 
     for (int attempt = 0;; attempt++) {
         size_t have = c->n_tokens;
         mz_restore_params rp = mz_restore_params_default();
-        rp.n_restore_threads = resume_restore_threads(c, m.n_tokens - have);
-        s = mz_prefill_restore(c, m.tokens + have, m.n_tokens - have, &rp, &info->timings);
+        rp.n_restore_threads = resume_restore_threads(c, n_feed - have);
+        s = mz_prefill_restore(c, feed + have, n_feed - have, &rp, &info->timings);
         if (!s) break;
         if ((s != MZ_E_CORRUPT && s != MZ_E_IO) || attempt >= 3) goto fail;
         char first[400];
@@ -777,6 +797,7 @@ mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params 
     info->n_tokens_recomputed = m.n_tokens - n0;
     info->outcome = k == m.n_chunks ? MZ_RESUME_FULL : MZ_RESUME_TRUNCATED;
     if (info->outcome == MZ_RESUME_FULL) info->reason[0] = '\0';
+    free(feed);
     free(slots);
     mz_manifest_clear(&m);
     if ((s = start_worker(c->sstore))) {
@@ -802,7 +823,21 @@ fail:
         c->sstore = NULL;
     }
     mz_ctx_free(c);
+    free(feed);
     free(slots);
     mz_manifest_clear(&m);
     return s;
+}
+
+mz_status mz_session_resume(mz_store_t *st, const char *id, const mz_ctx_params *p, mz_ctx_t **out,
+                            mz_resume_info *info)
+{
+    return resume(st, id, p, NULL, 0, out, info);
+}
+
+mz_status mz_session_resume_prefill(mz_store_t *st, const char *id, const mz_ctx_params *p,
+                                    const mz_token *tokens, size_t n, mz_ctx_t **out,
+                                    mz_resume_info *info)
+{
+    return resume(st, id, p, tokens, n, out, info);
 }

@@ -25,6 +25,7 @@ only. No wall-clock assertion: timeouts only bound waits.
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -200,6 +201,7 @@ def main():
               f"conv1's manifest catches up with its tokens ({s})")
         check(os.path.exists(os.path.join(store, "conv1.mzs")) and os.path.exists(os.path.join(store, "conv1.kv")),
               "conv1's manifest and data file exist")
+        s_before = s
         a.kill9()
 
         # B: restart, resume, next turn.
@@ -219,6 +221,16 @@ def main():
         check(cached > 256, f"the next turn after kill -9 reuses the resumed prefix (cached_tokens {cached})")
         check(a4 == ref[3], f"the answer after resume equals the uninterrupted one ({a4!r} vs {ref[3]!r})")
         check("session conv1 resumed" in b.log_text(), "the log says conv1 was resumed")
+        # The stored tokens are a prefix of the re-rendered conversation: the
+        # new turn's tokens went into the resume's pipelined pass, and the
+        # usage counts exactly the stored ones as cached.
+        m = re.search(r"session conv1 resumed from the store: (\d+) tokens.*?(\d+) of the request's tokens in "
+                      r"the same pass", b.log_text())
+        check(m is not None and int(m.group(2)) > 0,
+              f"the request's tokens were prefilled in the resume's pass ({m.group(0) if m else b.log_text()})")
+        if m:
+            check(int(m.group(1)) == s_before.get("tokens") and cached == int(m.group(1)),
+                  f"cached_tokens {cached} = the stored tokens {m.group(1)} = A's {s_before.get('tokens')}")
         s = b.sessions().get("conv1")
         check(s is not None and s["loaded"] and s["stored"], f"conv1 is loaded and stored after the turn ({s})")
 

@@ -1026,6 +1026,113 @@ out:
     mz_model_free(m);
 }
 
+/* mz_session_resume_prefill: the stored session and a question in one
+ * pipelined pass give the logits, bit for bit, and the continuation of the
+ * uninterrupted session that heard the question; a truncated resume
+ * recomputes the lost chunks before the question; a bad question token or a
+ * question past the context is refused and the stored session still
+ * resumes. */
+static void test_resume_prefill(void)
+{
+    const char *tiny = t_tmp_path("tiny-rp.gguf");
+    if (ev_gen_tiny(tiny, 2) != 0) {
+        printf("%s: cannot make the tiny model, resume-prefill case skipped\n", T);
+        return;
+    }
+    mz_model_t *m = ev_load(tiny);
+    if (!m) return;
+    float *want_lg = NULL;
+    mz_engine_t *e = NULL;
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = swap_dir();
+    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
+    mz_store_params stp = mz_store_params_default();
+    char sdir[512];
+    snprintf(sdir, sizeof sdir, "%s/store-rp", t_tmp_dir());
+    stp.dir = sdir;
+    mz_store_t *st = NULL;
+    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
+    if (!st) goto out;
+    mz_ctx_params cp = sp_params();
+    const int nv = mz_model_n_vocab(m);
+    enum { N = 1100, Q = 8, G = 6 };
+    mz_token prompt[N], q[Q], want[G], got[G];
+    ev_tokens(prompt, N, nv, 29);
+    ev_tokens(q, Q, nv, 31);
+    want_lg = malloc((size_t)nv * sizeof *want_lg);
+    CHECK(want_lg != NULL);
+    if (!want_lg) goto out;
+    mz_ctx_t *c = NULL;
+    CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_prefill(c, prompt, N) == MZ_OK &&
+          mz_prefill(c, q, Q) == MZ_OK);
+    if (c && mz_ctx_logits(c)) memcpy(want_lg, mz_ctx_logits(c), (size_t)nv * sizeof *want_lg);
+    CHECK(greedy(c, G, want) == G);
+    mz_ctx_free(c);
+    c = NULL;
+    for (int flip = 0; flip < 2; flip++) {
+        char id[16];
+        snprintf(id, sizeof id, "rp%d", flip);
+        CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_session_store(c, st, id) == MZ_OK);
+        CHECK(mz_prefill(c, prompt, N) == MZ_OK && mz_session_sync(c) == MZ_OK);
+        mz_sstore_test_abandon(c); /* the store as a kill leaves it */
+        mz_ctx_free(c);
+        c = NULL;
+        mz_resume_info ri;
+        if (flip) { /* one byte of chunk 1, layer 0: the resume keeps chunk 0 */
+            mz_manifest mf;
+            CHECK(mz_store_read_manifest(st, id, &mf) == MZ_OK);
+            char kv[700];
+            snprintf(kv, sizeof kv, "%s/%s.kv", sdir, id);
+            int fd = open(kv, O_RDWR);
+            unsigned char b = 0;
+            const mz_swap_slot_info *r1 = &mf.recs[1 * (size_t)m->cfg.n_layer];
+            off_t at = (off_t)(r1->off + (r1->split ? 4096 : 64) + 301);
+            CHECK(fd >= 0 && pread(fd, &b, 1, at) == 1);
+            b ^= 0x04;
+            CHECK(pwrite(fd, &b, 1, at) == 1);
+            if (fd >= 0) close(fd);
+            mz_manifest_clear(&mf);
+        } else {
+            /* refused before anything is read: the session stays stored */
+            mz_token bad[2] = {q[0], (mz_token)nv};
+            CHECK(mz_session_resume_prefill(st, id, &cp, bad, 2, &c, &ri) == MZ_E_INVAL && !c);
+            CHECK_MSG(strstr(ri.reason, "vocabulary") != NULL, "reason: %s", ri.reason);
+            mz_ctx_params small = cp;
+            small.n_ctx = N + 2;
+            CHECK(mz_session_resume_prefill(st, id, &small, q, Q, &c, &ri) == MZ_E_CONTEXT_FULL &&
+                  !c);
+            CHECK_MSG(strstr(ri.reason, "new ones") != NULL, "reason: %s", ri.reason);
+        }
+        CHECK(mz_session_resume_prefill(st, id, &cp, q, Q, &c, &ri) == MZ_OK);
+        if (!c) continue;
+        if (!flip) {
+            CHECK_EQ_INT(ri.outcome, MZ_RESUME_FULL);
+            CHECK_EQ_INT(ri.n_chunks_restored, 4);
+        } else {
+            CHECK_EQ_INT(ri.outcome, MZ_RESUME_TRUNCATED);
+            CHECK_EQ_INT(ri.n_chunks_restored, 1);
+            CHECK_MSG(strstr(ri.reason, "rp1") != NULL, "reason: %s", ri.reason);
+        }
+        CHECK_EQ_INT(ri.n_tokens, N + Q);
+        CHECK_EQ_INT(mz_ctx_n_tokens(c), N + Q);
+        const float *lg = mz_ctx_logits(c);
+        CHECK_MSG(lg && memcmp(lg, want_lg, (size_t)nv * sizeof *lg) == 0,
+                  "flip %d: the question's logits differ from the uninterrupted session's", flip);
+        CHECK(greedy(c, G, got) == G);
+        CHECK_MSG(memcmp(got, want, sizeof got) == 0, "flip %d: continuation differs", flip);
+        CHECK(mz_mem_is_valid(c->mem));
+        mz_ctx_free(c);
+        c = NULL;
+        CHECK(mz_store_delete(st, id) == MZ_OK);
+    }
+    mz_store_close(st);
+out:
+    free(want_lg);
+    mz_engine_free(e);
+    mz_model_free(m);
+}
+
 int main(void)
 {
     test_manifest();
@@ -1033,6 +1140,7 @@ int main(void)
     test_overdue();
     test_checkpoint();
     test_wide_resume();
+    test_resume_prefill();
     test_persist();
     test_faults();
     /* The SmolLM2 cases take over 25 minutes under TSan; the write-behind
