@@ -24,9 +24,11 @@
 # Knobs: ROWS ("smollm2-135m:Q4_1:8192 smollm2-135m:Q4_1:16384
 #        qwen3-0.6b:F16:8192": preset:type:tokens[:codec], run in this
 #        order; codec q8 stores the full chunks as q8 records, default raw),
-#        AB_ROW / AB_REPS (the before/after table at the end: one loader
-#        thread + the profile's restore split vs the defaults, alternating;
-#        default the first row, 3 pairs; AB_ROW= skips it),
+#        AB_ROW / AB_REPS / AB_BEFORE (the before/after table at the end:
+#        the environment AB_BEFORE, default MZ_RESUME_QUESTION=after: the
+#        question prefilled after the resume instead of in its pass, vs the
+#        defaults, alternating; default the first row, 3 pairs; AB_ROW= skips
+#        it),
 #        TIME_BUDGET (180 s from the start: no row starts later), PEER_BIN,
 #        OMP_WAIT_POLICY of the llama.cpp peer (active there: llama.cpp's
 #        default, its best on an idle machine; passive with MZ_LOCAL=1, as
@@ -90,9 +92,10 @@ for row in $ROWS; do
         "${rc:--}" "$(dl_ratio "$res" "$pk" '%.2f')" "$(dl_ratio "$rc" "$res" '%.1fx')" | tee -a "$OUTD/peer-state.md"
 done
 # Before/after of the restart's critical path on one build, alternating:
-# "before" = one model loader thread and the profile's restore split
-# (MZ_LOAD_THREADS=1 MZCACHE_RESUME_THREADS=0), "after" = the defaults
-# (loader threads and resume restore threads on all CPUs). bench_store
+# "before" = the environment AB_BEFORE (default MZ_RESUME_QUESTION=after:
+# the question after mz_session_resume; "MZ_LOAD_THREADS=1
+# MZCACHE_RESUME_THREADS=0" gave the loader threads' table), "after" = the
+# defaults. bench_store
 # resume (synthetic session, page cache dropped, the tail case: 1 token
 # recomputed) and bench_store load (model alone, medians of 7). AB_ROW
 # (preset:type:tokens, default the first row; AB_ROW= skips), AB_REPS (3).
@@ -103,7 +106,7 @@ if [ -n "$AB_ROW" ] && [ "$(dl_elapsed)" -le "$TIME_BUDGET" ]; then
     [ -f "$M" ] || mz mzcache gen-model --preset "$preset" --type "$type" --vocab-from "$VOCAB" -o "$M" >>"$OUTD/gen.log" 2>&1
     {
     echo
-    echo "### before/after, $preset $type, $n tokens (+1: the tail case), alternating"
+    echo "### before/after, $preset $type, $n tokens (+1: the tail case), alternating; before = ${AB_BEFORE:-MZ_RESUME_QUESTION=after}"
     echo
     echo "| run | TTFT ms | model load ms | resume ms | question ms | restore threads | CPUs busy |"
     echo "|---|---:|---:|---:|---:|---:|---:|"
@@ -111,7 +114,7 @@ if [ -n "$AB_ROW" ] && [ "$(dl_elapsed)" -le "$TIME_BUDGET" ]; then
     for i in $(seq 1 "${AB_REPS:-3}"); do
         for side in before after; do
             rm -rf "$ST"; mkdir -p "$ST"
-            if [ $side = before ]; then env_ab="MZ_LOAD_THREADS=1 MZCACHE_RESUME_THREADS=0"; else env_ab=; fi
+            if [ $side = before ]; then env_ab=${AB_BEFORE:-MZ_RESUME_QUESTION=after}; else env_ab=; fi
             out=$(env $env_ab LD_LIBRARY_PATH=$LIBP "$BIN/bench_store" resume "$M" "$n" "$ST" 2>>"$DL_ERRORS")
             echo "== A/B $side $i" >>"$OUTD/raw.log"; echo "$out" >>"$OUTD/raw.log"
             line=$(echo "$out" | grep "^tokens $((n / 256 * 256 + 1)): TTFT" | head -1)

@@ -42,7 +42,9 @@
 #   fullcpu   compute on every CPU (-t $(nproc)), 50 %: the profile's split
 #             (3 restore threads) vs 4 and 8 (~60 s)
 #   codecs    target 2's 50 % point with the cachegen codecs (the policy's
-#             decoding over several threads; slow to encode: ~2 min)
+#             decoding over several threads; slow to encode: ~2 min) — CODECS
+#             ("cachegen cachegen-q7"), each with every restore-thread count
+#             of CODECS_RT ("0": the profile's split)
 # Knobs: SECTIONS ("profile target2 target3 scaling"), BUDGET_S (330),
 #        CTX (16384), SCALING_MODELS, AVX2_MODELS, REPS (3), SMALL (1: tiny
 #        shapes and contexts, for the local smoke test).
@@ -226,13 +228,18 @@ fi
 
 if want codecs; then
     echo "### Target 2 at 50 % with the cachegen codecs (8 compute threads, the profile's split)" | tee -a "$MD"
-    for codec in cachegen cachegen-q7; do
-        [ "$(elapsed)" -ge "$BUDGET_S" ] && break
-        mz mzcache bench ttft --models "$F" --ctx "$CTX" --levels 50 --modes mzcache --codecs "$codec" --runs 2 -t 8 \
-            "${PROFOPT[@]}" --swap-dir "$W/swap" -o "$RAW" --name "target2-$codec" --no-plot --no-inmem \
-            >"$RAW/target2-$codec.log" 2>&1 || echo "bench ttft ($codec) failed"
-        echo "$codec:" | tee -a "$MD"
-        grep -o "level [0-9]*%: run .*" "$RAW/target2-$codec.log" | sed 's/^/    /' | tee -a "$MD"
+    inmem=  # the first run also measures the in-memory TTFT (level 100), for the ratio
+    for codec in ${CODECS:-cachegen cachegen-q7}; do
+        for rt in ${CODECS_RT:-0}; do
+            [ "$(elapsed)" -ge "$BUDGET_S" ] && break
+            name="target2-$codec-rt$rt"
+            mz mzcache bench ttft --models "$F" --ctx "$CTX" --levels 50 --modes mzcache --codecs "$codec" --runs 2 -t 8 \
+                --restore-threads "$rt" "${PROFOPT[@]}" --swap-dir "$W/swap" -o "$RAW" --name "$name" --no-plot $inmem \
+                >"$RAW/$name.log" 2>&1 || echo "bench ttft ($codec, $rt restore threads) failed"
+            echo "$codec, restore threads $rt (0: the profile's split):" | tee -a "$MD"
+            grep -o "level [0-9]*%: run .*" "$RAW/$name.log" | sed 's/^/    /' | tee -a "$MD"
+            inmem=--no-inmem
+        done
     done
 fi
 
