@@ -607,8 +607,10 @@ static bool gen_setup_openai(gen_state *g, srv_comp_req *r)
 
 /* Brings the context to exactly toks, keeping the longest common prefix.
  * Caller owns the engine. */
-static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, size_t *n_cached)
+static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, size_t *n_cached,
+                              bool *in_resume)
 {
+    *in_resume = false;
     const mz_token *have = mz_ctx_tokens(s->ctx);
     size_t n_have = mz_ctx_n_tokens(s->ctx), common = 0;
     size_t fresh = s->sess[s->cur].n_fresh;
@@ -618,6 +620,7 @@ static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, si
      * is toks with the last one's logits current. */
     if (fresh && fresh <= n && common == n && n_have == n && mz_ctx_logits(s->ctx)) {
         *n_cached = n - fresh;
+        *in_resume = true;
         return MZ_OK;
     }
     if (common == n) common = n - 1; /* recompute the last token for fresh logits */
@@ -718,6 +721,7 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         goto out_gen;
     }
     g->holds_gate = true;
+    double t_route = srv_now_ms();
     if ((st = srv_session_route(s, sid, toks, n))) {
         ret = srv_error(s, c, 503, "unavailable", "cannot open a session (%s)", mz_status_str(st));
         goto out_gen;
@@ -731,9 +735,11 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         g->tm.evicted_bytes_before = total > held ? total - held : 0;
     }
     double tp = srv_now_ms();
-    st = sync_context(s, toks, n, &g->tm.n_cached);
+    bool in_resume = false;
+    st = sync_context(s, toks, n, &g->tm.n_cached, &in_resume);
     g->t_gen0 = srv_now_ms();
-    g->tm.prefill_ms = g->t_gen0 - tp;
+    /* A resume that computed the new tokens in its pass did the prefill. */
+    g->tm.prefill_ms = g->t_gen0 - (in_resume ? t_route : tp);
     g->tm.n_prefilled = n - g->tm.n_cached;
     if (st) {
         srv_log(s, "prefill failed: %s", mz_ctx_errmsg(s->ctx));
