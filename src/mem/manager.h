@@ -224,8 +224,8 @@ MZ_INTERNAL bool mz_mem_is_valid(mz_mem *mm);
  * adopted when it already sits raw in the file; *clean says whether it has
  * one now, *wrote whether this call wrote. Only chunks below *full (the
  * committed full chunks, read under mm->lock) are considered.
- * Any thread; takes mm->lock. adopt: a chunk just reserved by the owner
- * becomes STORED_RAW at an imported record, clean. With a store codec
+ * Any thread; takes mm->lock. adopt_chunks: chunks just reserved by the
+ * owner become STORED_RAW at imported records, clean. With a store codec
  * (q8; NULL: raw) clean records are encoded with it, and a clean chunk is
  * STORED_COMPRESSED when evicted or adopted. */
 MZ_INTERNAL void mz_mem_use_store_file(mz_mem *mm, mz_swapfile_t *sf, const struct mz_codec *codec);
@@ -234,8 +234,12 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_chunk(mz_mem *mm, int layer, siz
                                                       bool *wrote);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_clean_info(mz_mem *mm, int layer, size_t chunk,
                                                            mz_swap_slot_info *out);
-MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk,
-                                                      mz_swap_slot slot);
+/* adopt_chunks: chunks [0, n_chunks) of every layer, just reserved by the
+ * owner (slots chunk-major: [chunk * n_layer + layer]); their pages go in one
+ * madvise and one mprotect per run of adjacent chunks, not two system calls
+ * per unit (7680 for a 32k-token SmolLM2 session). */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_store_adopt_chunks(mz_mem *mm, size_t n_chunks,
+                                                             const mz_swap_slot *slots);
 MZ_INTERNAL size_t mz_mem_store_n_clean_evicted(const mz_mem *mm);
 /* The tail: a copy of the partly filled KV unit (layer, chunk) as it is now,
  * written to a new record of the store file (*slot). It gets no clean

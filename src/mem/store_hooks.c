@@ -114,22 +114,38 @@ mz_status mz_mem_store_clean_info(mz_mem *mm, int layer, size_t chunk, mz_swap_s
     return s;
 }
 
-mz_status mz_mem_store_adopt(mz_mem *mm, int layer, size_t chunk, mz_swap_slot slot)
+mz_status mz_mem_store_adopt_chunks(mz_mem *mm, size_t n_chunks, const mz_swap_slot *slots)
 {
     mm_sync_kv(mm);
-    mz_unit *u = kv_unit(mm, layer, chunk);
-    if (!mz_unit_claim(u, MZ_UNIT_RESIDENT))
-        return mz_fail(MZ_E_INVAL, "KV chunk %d/%zu is not a fresh resident chunk", layer, chunk);
-    u->slot = slot;
-    mz_unit_set_clean(u, slot);
-    atomic_fetch_add(&mm->n_slots, 1);
-    mz_unit_release_pages(u);
-    if (mm->store_codec) {
-        u->enc = mm->store_codec;
-        u->enc_bytes = mz_swapfile_slot_len(mm->swap, slot);
-    }
-    mz_unit_settle(u, mm->store_codec ? MZ_UNIT_STORED_COMPRESSED : MZ_UNIT_STORED_RAW);
-    return MZ_OK;
+    const size_t n = n_chunks * (size_t)mm->n_layer;
+    mz_unit **claimed = malloc((n ? n : 1) * sizeof *claimed);
+    if (!claimed) return mz_fail(MZ_E_NOMEM, "out of memory (adopting %zu KV units)", n);
+    mz_status s = MZ_OK;
+    size_t k = 0;
+    for (size_t ch = 0; ch < n_chunks && !s; ch++)
+        for (int l = 0; l < mm->n_layer; l++) {
+            mz_unit *u = kv_unit(mm, l, ch);
+            if (!mz_unit_claim(u, MZ_UNIT_RESIDENT)) {
+                s = mz_fail(MZ_E_INVAL, "KV chunk %d/%zu is not a fresh resident chunk", l, ch);
+                break;
+            }
+            mz_swap_slot slot = slots[ch * (size_t)mm->n_layer + (size_t)l];
+            u->slot = slot;
+            mz_unit_set_clean(u, slot);
+            atomic_fetch_add(&mm->n_slots, 1);
+            if (mm->store_codec) {
+                u->enc = mm->store_codec;
+                u->enc_bytes = mz_swapfile_slot_len(mm->swap, slot);
+            }
+            claimed[k++] = u;
+        }
+    /* Every claimed unit is settled, also after a failure: what was adopted
+     * stays adopted, as one unit at a time would have left it. */
+    mz_units_release_pages(claimed, k);
+    for (size_t i = 0; i < k; i++)
+        mz_unit_settle(claimed[i], mm->store_codec ? MZ_UNIT_STORED_COMPRESSED : MZ_UNIT_STORED_RAW);
+    free(claimed);
+    return s;
 }
 
 size_t mz_mem_store_n_clean_evicted(const mz_mem *mm) { return atomic_load(&mm->n_clean_evicted); }

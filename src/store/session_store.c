@@ -743,9 +743,7 @@ static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, 
     }
     size_t n0 = k * MZ_KV_CHUNK_TOKENS + tail;
     s = mz_kv_cache_reserve(&c->kv, n0);
-    for (size_t ch = 0; ch < k && !s; ch++)
-        for (int l = 0; l < L && !s; l++)
-            s = mz_mem_store_adopt(c->mem, l, ch, slots[ch * (size_t)L + (size_t)l]);
+    if (!s) s = mz_mem_store_adopt_chunks(c->mem, k, slots);
     for (int l = 0; !s && tail && l < L; l++) {
         size_t len = 0;
         if (mz_swapfile_read(a->sf, a->tail_slot[l], c->kv.chunks[l][k], c->kv.chunk_bytes, &len) ==
