@@ -3,10 +3,11 @@
  * shape: prefill-like (many tokens) and decode-like (one token) products,
  * in GOP/s (2 ops per multiply-add) and weight GB/s.
  *
- * usage: bench_kernels [rows cols tokens] [-r reps]
+ * usage: bench_kernels [rows cols tokens] [-r reps] [-t TYPE]
  *        bench_kernels attn      (attention per ISA, qwen3-0.6b shape, 1k/8k/32k context)
  * Default: 1536 x 576 (SmolLM2 ffn), tokens 1 and 64. Quantized types run
- * twice: plain layout, then "x8" (weights repacked, repack.c).
+ * twice: plain layout, then "x8" (weights repacked, repack.c). -t runs one
+ * type only (its name as printed: Q4_1, Q4_0, Q8_0, F16).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels_impl.h"
@@ -164,6 +165,7 @@ int main(int argc, char **argv)
     }
     size_t rows = 1536, cols = 576, toks[2] = {1, 64};
     int n_toks = 2, reps = 5;
+    const char *only_type = NULL;
     int a = 1;
     if (argc >= 4 && argv[1][0] != '-') {
         rows = strtoul(argv[1], NULL, 10);
@@ -174,12 +176,15 @@ int main(int argc, char **argv)
     }
     for (; a + 1 < argc; a += 2)
         if (!strcmp(argv[a], "-r")) reps = atoi(argv[a + 1]);
+        else if (!strcmp(argv[a], "-t")) only_type = argv[a + 1];
     static const int types[] = {MZ_DT_Q4_1, MZ_DT_Q4_0, MZ_DT_Q8_0, MZ_DT_F16};
     const char *const *names = mz_isa_names;
-    for (int ti = 0; ti < 4; ti++)
+    for (int ti = 0; ti < 4; ti++) {
+        if (only_type && strcmp(only_type, mz_dtype_name(types[ti]))) continue;
         for (int i = 0; i < n_toks; i++)
             for (int isa = MZ_ISA_AVX2; isa < MZ_ISA_COUNT; isa++)
                 for (int x8 = 0; x8 < 2; x8++)
                     bench((enum mz_isa)isa, names[isa], types[ti], rows, cols, toks[i], reps, x8);
+    }
     return 0;
 }

@@ -316,49 +316,88 @@ GEMM_DRIVER(f16, tile_f16, n, _direct, GEMM_STATIC)
  * runs wider tiles that convert only the weights: F16GX_R x F16GX_T FMAs per
  * F16GX_R conversions. The F32 values are exactly the F16 ones and every
  * output keeps tile_f16's sequence (same lane width, steps, hsum and scalar
- * tail), so the bits equal tile_f16's (and vec_dot's) for every shape. */
+ * tail), so the bits equal tile_f16's (and vec_dot's) for every shape.
+ *
+ * Rows longer than F16GX_MAX_N are cut into column panels of at most
+ * F16GX_PANEL columns, each a multiple of 16 (whole steps of either lane
+ * width) but the last. A tile runs one panel at a time and carries its
+ * vector accumulators to the next panel through memory (stored and loaded
+ * whole, so exact); the hsum and the scalar tail come once, after the last
+ * panel. Each lane therefore sees the same FMAs in the same order as in
+ * tile_f16, and the bits stay tile_f16's. */
 #ifdef GEMM_F16_ZMM
 #define F16GX_R 4
 #define F16GX_T 6
+#define F16GX_LANES 16
 #else
 #define F16GX_R 3
 #define F16GX_T 4
+#define F16GX_LANES 8
 #endif
 #define F16GX_BUF (48 * 1024)
 #define F16GX_SB_BYTES (128 * 1024)
-/* Longer rows: a tile's F32 activation rows no longer fit L1 beside its
- * weights and the wider loads cost more than the conversions saved
- * (4096 columns measured 10 % slower, 8192 half as fast, on a Zen 4); those go through tile_f16. */
+/* Rows up to this many columns are one panel: a chunk of whole F32 rows
+ * (F16GX_BUF / n tokens) in the buffer. Longer whole rows left too few tokens
+ * per chunk (6 at 8192 columns, in super-blocks of 8 rows), so each chunk's
+ * conversion served few weight rows: measured 10 % slower than tile_f16 at
+ * 4096 columns and half as fast at 8192 (Zen 4). In panels, 2048 x 8192 at
+ * 512 tokens runs 10-25 % faster than tile_f16 (bench_kernels, Zen 4, 1 thread). */
 #define F16GX_MAX_N 3072
+/* Longer rows: panels of at most F16GX_PANEL columns and F16GX_PANEL_TOK tokens
+ * per chunk (whole tiles of both ISAs); the rest of the buffer holds one
+ * accumulator vector per (row, token) of a super-block x the chunk, which
+ * bounds the super-block (128 rows AVX-512, 255 AVX2, in 2048-column panels).
+ * More tokens per chunk (18, 24, 36) or narrower panels (768, 1024, 1536)
+ * measured no faster. */
+#define F16GX_PANEL 2048
+#define F16GX_PANEL_TOK 12
 
-/* Activation rows [c0, c0 + cn) as F32, n apart (exact). */
-GEMM_INLINE void f16gx_convert(const void *restrict x, size_t xrb, size_t c0, size_t cn, size_t n,
-                               float *restrict xf)
+/* Columns [d0, d1) of activation rows [c0, c0 + cn) as F32, xs apart (exact). */
+GEMM_INLINE void f16gx_convert(const void *restrict x, size_t xrb, size_t c0, size_t cn, size_t d0, size_t d1,
+                               size_t xs, float *restrict xf)
 {
+    const size_t len = d1 - d0;
     for (size_t t = 0; t < cn; t++) {
-        const mz_f16 *xr = (const mz_f16 *)((const uint8_t *)x + (c0 + t) * xrb);
-        float *dst = xf + t * n;
+        const mz_f16 *xr = (const mz_f16 *)((const uint8_t *)x + (c0 + t) * xrb) + d0;
+        float *dst = xf + t * xs;
         size_t e = 0;
-        for (; e + 8 <= n; e += 8) _mm256_storeu_ps(dst + e, gemm_load_f16x8(xr + e));
-        for (; e < n; e++) dst[e] = _cvtsh_ss(xr[e]);
+        for (; e + 8 <= len; e += 8) _mm256_storeu_ps(dst + e, gemm_load_f16x8(xr + e));
+        for (; e < len; e++) dst[e] = _cvtsh_ss(xr[e]);
     }
 }
 
+/* One R x T tile over the panel [d0, d1) of n columns: w points at column 0
+ * of the tile's first row, x at column d0 of its first token (tokens xs
+ * apart). d0 is a multiple of F16GX_LANES; so is d1 unless d1 == n. The
+ * accumulators start at zero when d0 == 0, else from accb (vector (r, t) at
+ * accb + r * accs + t * F16GX_LANES); when d1 < n they go back there, else
+ * they are reduced (hsum, scalar tail) into y. */
 #ifdef GEMM_F16_ZMM
-GEMM_INLINE void tile_f16x(size_t n, const uint8_t *restrict w, size_t wrb, const float *restrict x,
-                           size_t xs, float *restrict y, size_t ys, const int R, const int T)
+GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restrict w, size_t wrb,
+                           const float *restrict x, size_t xs, float *restrict y, size_t ys, float *restrict accb,
+                           size_t accs, const int R, const int T)
 {
     __m512 acc[F16GX_R][F16GX_T];
-    GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    size_t d = 0;
-    for (; d + 16 <= n; d += 16) {
+    if (d0 == 0) {
+        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    } else {
+        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++)
+            acc[r][t] = _mm512_loadu_ps(accb + (size_t)r * accs + (size_t)t * F16GX_LANES);
+    }
+    size_t d = d0;
+    for (; d + 16 <= d1; d += 16) {
         __m512 wv[F16GX_R];
         GEMM_UNROLL for (int r = 0; r < R; r++)
             wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const mz_f16 *)(w + (size_t)r * wrb) + d)));
         GEMM_UNROLL for (int t = 0; t < T; t++) {
-            const __m512 xv = _mm512_loadu_ps(x + (size_t)t * xs + d);
+            const __m512 xv = _mm512_loadu_ps(x + (size_t)t * xs + (d - d0));
             GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
         }
+    }
+    if (d1 < n) {
+        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++)
+            _mm512_storeu_ps(accb + (size_t)r * accs + (size_t)t * F16GX_LANES, acc[r][t]);
+        return;
     }
     GEMM_UNROLL for (int t = 0; t < T; t++) {
         GEMM_UNROLL for (int r = 0; r < R; r++) {
@@ -366,32 +405,43 @@ GEMM_INLINE void tile_f16x(size_t n, const uint8_t *restrict w, size_t wrb, cons
             float s = gemm_hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
             const mz_f16 *wr = (const mz_f16 *)(w + (size_t)r * wrb);
             const float *xr = x + (size_t)t * xs;
-            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * xr[e];
+            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * xr[e - d0];
             y[(size_t)t * ys + (size_t)r] = s;
         }
     }
 }
 #else
-GEMM_INLINE void tile_f16x(size_t n, const uint8_t *restrict w, size_t wrb, const float *restrict x,
-                           size_t xs, float *restrict y, size_t ys, const int R, const int T)
+GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restrict w, size_t wrb,
+                           const float *restrict x, size_t xs, float *restrict y, size_t ys, float *restrict accb,
+                           size_t accs, const int R, const int T)
 {
     __m256 acc[F16GX_R][F16GX_T];
-    GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    size_t d = 0;
-    for (; d + 8 <= n; d += 8) {
+    if (d0 == 0) {
+        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    } else {
+        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_loadu_ps(accb + (size_t)r * accs + (size_t)t * F16GX_LANES);
+    }
+    size_t d = d0;
+    for (; d + 8 <= d1; d += 8) {
         __m256 wv[F16GX_R];
         GEMM_UNROLL for (int r = 0; r < R; r++) wv[r] = gemm_load_f16x8((const mz_f16 *)(w + (size_t)r * wrb) + d);
         GEMM_UNROLL for (int t = 0; t < T; t++) {
-            const __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + d);
+            const __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (d - d0));
             GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
         }
+    }
+    if (d1 < n) {
+        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++)
+            _mm256_storeu_ps(accb + (size_t)r * accs + (size_t)t * F16GX_LANES, acc[r][t]);
+        return;
     }
     GEMM_UNROLL for (int t = 0; t < T; t++) {
         GEMM_UNROLL for (int r = 0; r < R; r++) {
             float s = gemm_hsum(acc[r][t]);
             const mz_f16 *wr = (const mz_f16 *)(w + (size_t)r * wrb);
             const float *xr = x + (size_t)t * xs;
-            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * xr[e];
+            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * xr[e - d0];
             y[(size_t)t * ys + (size_t)r] = s;
         }
     }
@@ -399,22 +449,39 @@ GEMM_INLINE void tile_f16x(size_t n, const uint8_t *restrict w, size_t wrb, cons
 #endif
 
 #define F16GX_CASE(R_, T_) \
-    case R_ * 8 + T_: tile_f16x(n, w, wrb, x, xs, y, ys, R_, T_); break;
+    case R_ * 8 + T_: tile_f16x(d0, d1, n, w, wrb, x, xs, y, ys, accb, accs, R_, T_); break;
 #if F16GX_T > 4
 #define F16GX_CASES_T(R_) \
     F16GX_CASE(R_, 1) F16GX_CASE(R_, 2) F16GX_CASE(R_, 3) F16GX_CASE(R_, 4) F16GX_CASE(R_, 5) F16GX_CASE(R_, 6)
 #else
 #define F16GX_CASES_T(R_) F16GX_CASE(R_, 1) F16GX_CASE(R_, 2) F16GX_CASE(R_, 3) F16GX_CASE(R_, 4)
 #endif
+#if F16GX_R > 3
+#define F16GX_CASES F16GX_CASES_T(1) F16GX_CASES_T(2) F16GX_CASES_T(3) F16GX_CASES_T(4)
+#else
+#define F16GX_CASES F16GX_CASES_T(1) F16GX_CASES_T(2) F16GX_CASES_T(3)
+#endif
 
+/* Panel [d0, d1) of a tile whose accumulators carry over in accb. */
+static void GEMM_FN(run_f16x_panel)(int rn, int tn, size_t d0, size_t d1, size_t n, const uint8_t *restrict w,
+                                    size_t wrb, const float *restrict x, size_t xs, float *restrict y, size_t ys,
+                                    float *restrict accb, size_t accs)
+{
+    switch (rn * 8 + tn) {
+        F16GX_CASES
+    default: MZ_ASSERT(0);
+    }
+}
+
+/* Whole rows (one panel): d0 = 0 and d1 = n are known here, so the tiles
+ * compile without the accumulator loads and stores. */
 static void GEMM_FN(run_f16x)(int rn, int tn, size_t n, const uint8_t *restrict w, size_t wrb,
                               const float *restrict x, size_t xs, float *restrict y, size_t ys)
 {
+    const size_t d0 = 0, d1 = n, accs = 0;
+    float *const accb = NULL;
     switch (rn * 8 + tn) {
-        F16GX_CASES_T(1) F16GX_CASES_T(2) F16GX_CASES_T(3)
-#if F16GX_R > 3
-        F16GX_CASES_T(4)
-#endif
+        F16GX_CASES
     default: MZ_ASSERT(0);
     }
 }
@@ -424,35 +491,69 @@ void GEMM_FN(mz_gemm_f16)(size_t n, const void *restrict w, size_t wrb, size_t r
 {
     /* One token (decode): the weights stream from memory once and each
      * activation vector serves R rows; converting it first gains nothing. */
-    if (n_tok < 2 || n > F16GX_MAX_N) {
+    if (n_tok < 2) {
         GEMM_FN(mz_gemm_f16_direct)(n, w, wrb, r0, r1, x, xrb, n_tok, y, ys);
         return;
     }
     float xf[F16GX_BUF] __attribute__((aligned(64)));
-    /* Tokens per chunk: as many as the buffer holds, whole tiles when it can. */
-    size_t tc = F16GX_BUF / n;
-    if (tc > F16GX_T) tc -= tc % F16GX_T;
-    /* Rows in super-blocks of F16GX_SB_BYTES of weights (they stay in L2
-     * while the chunks go by), in blocks of GEMM_BLOCK_BYTES (L1) within. */
-    size_t blk = GEMM_BLOCK_BYTES / wrb;
+    /* Panel width pw (xs of the converted chunk) and tokens per chunk tc:
+     * short rows are one panel with as many tokens as the buffer holds,
+     * whole tiles when it can; long rows are cut into equal panels rounded
+     * up to whole 16-column steps. */
+    size_t pw, tc;
+    if (n <= F16GX_MAX_N) {
+        pw = n;
+        tc = F16GX_BUF / n;
+        if (tc > F16GX_T) tc -= tc % F16GX_T;
+    } else {
+        const size_t np = (n + F16GX_PANEL - 1) / F16GX_PANEL;
+        pw = ((n + np - 1) / np + 15) / 16 * 16;
+        tc = F16GX_PANEL_TOK;
+    }
+    const bool one_panel = pw >= n;
+    /* Rows in super-blocks, in blocks whose panel of weights fits
+     * GEMM_BLOCK_BYTES (L1) within. One panel: super-blocks of F16GX_SB_BYTES
+     * of weights, which stay in L2 while the chunks go by. Several: as many
+     * rows as the buffer after the chunk holds accumulators for (one vector
+     * per row x token of the chunk); a chunk's panel is converted once per
+     * super-block and serves all its rows. */
+    const size_t pwb = one_panel ? wrb : pw * sizeof(mz_f16);
+    size_t blk = GEMM_BLOCK_BYTES / pwb;
     blk = blk < F16GX_R ? F16GX_R : blk - blk % F16GX_R;
-    size_t sb = F16GX_SB_BYTES / wrb;
+    float *const accb = xf + tc * pw; /* several panels only */
+    const size_t accs = tc * F16GX_LANES;
+    size_t sb;
+    if (one_panel) {
+        sb = F16GX_SB_BYTES / wrb;
+    } else {
+        MZ_ASSERT(tc * pw < F16GX_BUF);
+        sb = (F16GX_BUF - tc * pw) / accs;
+        MZ_ASSERT(sb >= blk);
+    }
     sb = sb < blk ? blk : sb - sb % blk;
-    const bool one_chunk = n_tok <= tc;
-    if (one_chunk) f16gx_convert(x, xrb, 0, n_tok, n, xf);
+    const bool one_chunk = one_panel && n_tok <= tc;
+    if (one_chunk) f16gx_convert(x, xrb, 0, n_tok, 0, n, pw, xf);
     for (size_t sa = r0; sa < r1; sa += sb) {
         const size_t se = sa + sb < r1 ? sa + sb : r1;
         for (size_t c0 = 0; c0 < n_tok; c0 += tc) {
             const size_t cn = n_tok - c0 < tc ? n_tok - c0 : tc;
-            if (!one_chunk) f16gx_convert(x, xrb, c0, cn, n, xf);
-            for (size_t rb = sa; rb < se; rb += blk) {
-                const size_t re = rb + blk < se ? rb + blk : se;
-                for (size_t t0 = 0; t0 < cn; t0 += F16GX_T) {
-                    const int tn = (int)(cn - t0 < F16GX_T ? cn - t0 : F16GX_T);
-                    for (size_t ra = rb; ra < re; ra += F16GX_R) {
-                        const int rn = (int)(re - ra < F16GX_R ? re - ra : F16GX_R);
-                        GEMM_FN(run_f16x)(rn, tn, n, (const uint8_t *)w + ra * wrb, wrb, xf + t0 * n, n,
-                                          y + (c0 + t0) * ys + ra, ys);
+            for (size_t d0 = 0; d0 < n; d0 += pw) {
+                const size_t d1 = d0 + pw < n ? d0 + pw : n;
+                if (!one_chunk) f16gx_convert(x, xrb, c0, cn, d0, d1, pw, xf);
+                for (size_t rb = sa; rb < se; rb += blk) {
+                    const size_t re = rb + blk < se ? rb + blk : se;
+                    for (size_t t0 = 0; t0 < cn; t0 += F16GX_T) {
+                        const int tn = (int)(cn - t0 < F16GX_T ? cn - t0 : F16GX_T);
+                        for (size_t ra = rb; ra < re; ra += F16GX_R) {
+                            const int rn = (int)(re - ra < F16GX_R ? re - ra : F16GX_R);
+                            const uint8_t *wt = (const uint8_t *)w + ra * wrb;
+                            float *yt = y + (c0 + t0) * ys + ra;
+                            if (one_panel)
+                                GEMM_FN(run_f16x)(rn, tn, n, wt, wrb, xf + t0 * pw, pw, yt, ys);
+                            else
+                                GEMM_FN(run_f16x_panel)(rn, tn, d0, d1, n, wt, wrb, xf + t0 * pw, pw, yt, ys,
+                                                        accb + (ra - sa) * accs + t0 * F16GX_LANES, accs);
+                        }
                     }
                 }
             }

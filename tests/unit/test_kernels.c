@@ -465,8 +465,16 @@ static void test_matmul_isa(enum mz_isa isa, const char *isa_name)
         /* F16 with several tokens converts chunks of activation rows (tokens
          * per chunk = 48K floats / cols, rounded to whole tiles) and walks the
          * rows in 128 KiB super-blocks: two chunks and three super-blocks,
-         * column tails (float types only), the widest row it takes (3072). */
-        {150, 70, 1000}, {70, 11, 3000}, {5, 50, 1001}, {9, 17, 3072}};
+         * column tails (float types only), the widest one-panel row (3072). */
+        {150, 70, 1000}, {70, 11, 3000}, {5, 50, 1001}, {9, 17, 3072},
+        /* Longer F16 rows go in column panels (at most 2048 columns, 12
+         * tokens per chunk) whose vector accumulators carry over: one column
+         * past the one-panel limit, two panels with three chunks and more
+         * rows than one super-block (128 rows AVX-512, 256 AVX2), five
+         * panels with the llama3.2-1b down product's width plus a scalar tail
+         * in both lane widths (8203 % 16 = 11, % 8 = 3) or in AVX-512 only
+         * (8200), token counts 1, 2, 7, 64. */
+        {5, 7, 3073}, {300, 25, 4096}, {13, 64, 8203}, {7, 2, 8200}, {6, 1, 8192}, {11, 7, 8192}};
     for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
         const int t = k_types[ti];
         const mz_type_kernels *k = mz_kernels_for_isa(isa, t);
