@@ -31,6 +31,7 @@ typedef struct matmul_op {
     const mz_tensor *w;
     const void *xq;
     size_t xq_row_bytes;
+    bool xq_is_f32; /* xq: F32 rows of F16 values for k->gemm_xf */
     size_t n_tok;
     float *y;
     size_t y_stride;
@@ -80,9 +81,14 @@ static bool use_row_slices(void)
 static void matmul_op_run(const matmul_op *op, size_t r0, size_t r1, size_t t0, size_t t1)
 {
     const size_t n_rows = (size_t)op->w->ne[1];
-    mz_matmul_rows(op->k, op->w->data, op->w->row_bytes, op->w->ne[0], n_rows,
-                   (const uint8_t *)op->xq + t0 * op->xq_row_bytes, op->xq_row_bytes, t1 - t0,
-                   op->y + t0 * op->y_stride, op->y_stride, r0, r1);
+    if (op->xq_is_f32)
+        mz_matmul_rows_xf(op->k, op->w->data, op->w->row_bytes, op->w->ne[0], n_rows,
+                          (const float *)((const uint8_t *)op->xq + t0 * op->xq_row_bytes), op->xq_row_bytes,
+                          t1 - t0, op->y + t0 * op->y_stride, op->y_stride, r0, r1);
+    else
+        mz_matmul_rows(op->k, op->w->data, op->w->row_bytes, op->w->ne[0], n_rows,
+                       (const uint8_t *)op->xq + t0 * op->xq_row_bytes, op->xq_row_bytes, t1 - t0,
+                       op->y + t0 * op->y_stride, op->y_stride, r0, r1);
 }
 
 /* Threads claim row slices of the fused ops, or the plan's items, from one
@@ -159,23 +165,30 @@ typedef struct convert_ctx {
     const mz_type_kernels *k;
     const float *x;
     size_t x_stride, n_cols, row_bytes;
+    bool to_f32;
     uint8_t *dst;
 } convert_ctx;
 
 static void convert_range(void *arg, size_t t0, size_t t1)
 {
     const convert_ctx *cc = arg;
-    for (size_t t = t0; t < t1; t++)
-        cc->k->from_float(cc->x + t * cc->x_stride, cc->dst + t * cc->row_bytes, cc->n_cols);
+    for (size_t t = t0; t < t1; t++) {
+        if (cc->to_f32)
+            mz_f32_round_f16_row(cc->x + t * cc->x_stride, (float *)(cc->dst + t * cc->row_bytes), cc->n_cols);
+        else
+            cc->k->from_float(cc->x + t * cc->x_stride, cc->dst + t * cc->row_bytes, cc->n_cols);
+    }
 }
 
 /* Converts n_tok rows of n_cols floats (row stride x_stride) into the
- * activation format of k; returns the converted row size. */
-static size_t convert_rows(mz_ctx_t *c, const mz_type_kernels *k, const float *x, size_t x_stride,
-                           size_t n_cols, size_t n_tok, void *dst)
+ * activation format of k — or, to_f32, into F32 rows of exactly those F16
+ * values for k->gemm_xf; returns the converted row size. */
+static size_t convert_rows(mz_ctx_t *c, const mz_type_kernels *k, bool to_f32, const float *x,
+                           size_t x_stride, size_t n_cols, size_t n_tok, void *dst)
 {
-    convert_ctx cc = {.k = k, .x = x, .x_stride = x_stride, .n_cols = n_cols,
-                      .row_bytes = mz_dtype_row_bytes(k->vec_dot_type, n_cols), .dst = dst};
+    convert_ctx cc = {.k = k, .x = x, .x_stride = x_stride, .n_cols = n_cols, .to_f32 = to_f32,
+                      .row_bytes = to_f32 ? n_cols * sizeof(float) : mz_dtype_row_bytes(k->vec_dot_type, n_cols),
+                      .dst = dst};
     par_rows(c, n_tok, n_cols, convert_range, &cc);
     return cc.row_bytes;
 }
@@ -187,21 +200,31 @@ static mz_status matmul_fused(mz_ctx_t *c, const mz_tensor *const *ws, float *co
 {
     matmul_job job = {.n_ops = n};
     uint8_t *slot = c->s.xq;
-    int converted_type = -1;
+    /* The activation format of the last conversion: a vec_dot_type, or
+     * MZ_DT_COUNT + the type for F32 rows of its values (gemm_xf). */
+    int converted_fmt = -1;
     const void *converted = NULL;
     size_t converted_row = 0;
     for (int i = 0; i < n; i++) {
         const mz_type_kernels *k = mz_kernels_for_layout(ws[i]->type, ws[i]->layout);
         if (!k) return mz_fail(MZ_E_UNSUPPORTED, "no kernel for %s", mz_dtype_name(ws[i]->type));
-        if (k->vec_dot_type != converted_type) {
-            converted_row = convert_rows(c, k, x, x_stride, ws[i]->ne[0], n_tok, slot);
+        /* A batch's F16 products read F32 activations converted here once
+         * (exactly the F16 values): in the tiles' own per-piece conversion the
+         * same rows went F16 -> F32 once per 64-row piece, ~20 % of a piece's
+         * time. The F32 rows fit the slot (xq_row_cap is F32-wide). Decode
+         * keeps the F16 rows (its tiles convert them in registers). */
+        const bool to_f32 = k->gemm_xf && n_tok >= 2;
+        const int fmt = to_f32 ? MZ_DT_COUNT + k->vec_dot_type : k->vec_dot_type;
+        if (fmt != converted_fmt) {
+            converted_row = convert_rows(c, k, to_f32, x, x_stride, ws[i]->ne[0], n_tok, slot);
             converted = slot;
-            converted_type = k->vec_dot_type;
+            converted_fmt = fmt;
             slot += c->s.xq_row_cap * (size_t)c->n_batch;
         }
         const size_t sr = slice_rows_for((size_t)ws[i]->ne[1], n_tok, mz_threadpool_n_threads(c->pool));
         job.ops[i] = (matmul_op){.k = k, .w = ws[i], .xq = converted, .xq_row_bytes = converted_row,
-                                 .n_tok = n_tok, .y = ys[i], .y_stride = ws[i]->ne[1], .slice_rows = sr};
+                                 .xq_is_f32 = to_f32, .n_tok = n_tok, .y = ys[i], .y_stride = ws[i]->ne[1],
+                                 .slice_rows = sr};
         const size_t slices = ((size_t)ws[i]->ne[1] + sr - 1) / sr;
         job.slice_end[i] = (i ? job.slice_end[i - 1] : 0) + slices;
     }

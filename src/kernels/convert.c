@@ -135,3 +135,19 @@ void mz_f32_to_f16_row(const float *restrict x, mz_f16 *restrict y, size_t n)
 #endif
     mz_f32_to_f16_row_ref(x, y, n);
 }
+
+void mz_f32_round_f16_row(const float *restrict x, float *restrict y, size_t n)
+{
+#if MZ_KERNELS_X86
+    if (mz_kernels_active_isa() >= MZ_ISA_AVX2) {
+        mz_f32_round_f16_row_avx2(x, y, n);
+        return;
+    }
+#endif
+    mz_f16 h[256];
+    for (size_t i = 0; i < n; i += MZ_ARRAY_LEN(h)) {
+        const size_t len = MZ_MIN(n - i, MZ_ARRAY_LEN(h));
+        mz_f32_to_f16_row(x + i, h, len);
+        mz_f16_to_f32_row(h, y + i, len);
+    }
+}

@@ -317,6 +317,9 @@ GEMM_DRIVER(f16, tile_f16, n, _direct, GEMM_STATIC)
  * F16GX_R conversions. The F32 values are exactly the F16 ones and every
  * output keeps tile_f16's sequence (same lane width, steps, hsum and scalar
  * tail), so the bits equal tile_f16's (and vec_dot's) for every shape.
+ * gemm_f16_xf runs the same tiles on F32 rows converted once by the caller
+ * for all the pieces of a product (kernels.h, gemm_xf), reading them in
+ * place: the same bits again.
  *
  * Rows longer than F16GX_MAX_N are cut into column panels of at most
  * F16GX_PANEL columns, each a multiple of 16 (whole steps of either lane
@@ -486,15 +489,16 @@ static void GEMM_FN(run_f16x)(int rn, int tn, size_t n, const uint8_t *restrict 
     }
 }
 
-void GEMM_FN(mz_gemm_f16)(size_t n, const void *restrict w, size_t wrb, size_t r0, size_t r1,
-                          const void *restrict x, size_t xrb, size_t n_tok, float *restrict y, size_t ys)
+/* The tiled product of many tokens. xs == NULL: x holds F16 activation rows
+ * (xrb bytes apart), converted chunk by chunk into the stack buffer. Else xs
+ * holds the same activations already as F32 (exactly the F16 values), xss
+ * floats apart, shared by every caller: the tiles read them in place and the
+ * buffer serves only the long rows' carried accumulators. The tiles, their
+ * order and so the bits are the same either way. */
+GEMM_INLINE void f16x_gemm(size_t n, const void *restrict w, size_t wrb, size_t r0, size_t r1,
+                           const void *restrict x, size_t xrb, const float *restrict xs, size_t xss,
+                           size_t n_tok, float *restrict y, size_t ys)
 {
-    /* One token (decode): the weights stream from memory once and each
-     * activation vector serves R rows; converting it first gains nothing. */
-    if (n_tok < 2) {
-        GEMM_FN(mz_gemm_f16_direct)(n, w, wrb, r0, r1, x, xrb, n_tok, y, ys);
-        return;
-    }
     float xf[F16GX_BUF] __attribute__((aligned(64)));
     /* Panel width pw (xs of the converted chunk) and tokens per chunk tc:
      * short rows are one panel with as many tokens as the buffer holds,
@@ -532,14 +536,24 @@ void GEMM_FN(mz_gemm_f16)(size_t n, const void *restrict w, size_t wrb, size_t r
     }
     sb = sb < blk ? blk : sb - sb % blk;
     const bool one_chunk = one_panel && n_tok <= tc;
-    if (one_chunk) f16gx_convert(x, xrb, 0, n_tok, 0, n, pw, xf);
+    if (!xs && one_chunk) f16gx_convert(x, xrb, 0, n_tok, 0, n, pw, xf);
     for (size_t sa = r0; sa < r1; sa += sb) {
         const size_t se = sa + sb < r1 ? sa + sb : r1;
         for (size_t c0 = 0; c0 < n_tok; c0 += tc) {
             const size_t cn = n_tok - c0 < tc ? n_tok - c0 : tc;
             for (size_t d0 = 0; d0 < n; d0 += pw) {
                 const size_t d1 = d0 + pw < n ? d0 + pw : n;
-                if (!one_chunk) f16gx_convert(x, xrb, c0, cn, d0, d1, pw, xf);
+                /* The chunk's panel: column d0 of token c0, tokens cs floats apart. */
+                const float *xc;
+                size_t cs;
+                if (xs) {
+                    xc = xs + c0 * xss + d0;
+                    cs = xss;
+                } else {
+                    if (!one_chunk) f16gx_convert(x, xrb, c0, cn, d0, d1, pw, xf);
+                    xc = xf;
+                    cs = pw;
+                }
                 for (size_t rb = sa; rb < se; rb += blk) {
                     const size_t re = rb + blk < se ? rb + blk : se;
                     for (size_t t0 = 0; t0 < cn; t0 += F16GX_T) {
@@ -549,9 +563,9 @@ void GEMM_FN(mz_gemm_f16)(size_t n, const void *restrict w, size_t wrb, size_t r
                             const uint8_t *wt = (const uint8_t *)w + ra * wrb;
                             float *yt = y + (c0 + t0) * ys + ra;
                             if (one_panel)
-                                GEMM_FN(run_f16x)(rn, tn, n, wt, wrb, xf + t0 * pw, pw, yt, ys);
+                                GEMM_FN(run_f16x)(rn, tn, n, wt, wrb, xc + t0 * cs, cs, yt, ys);
                             else
-                                GEMM_FN(run_f16x_panel)(rn, tn, d0, d1, n, wt, wrb, xf + t0 * pw, pw, yt, ys,
+                                GEMM_FN(run_f16x_panel)(rn, tn, d0, d1, n, wt, wrb, xc + t0 * cs, cs, yt, ys,
                                                         accb + (ra - sa) * accs + t0 * F16GX_LANES, accs);
                         }
                     }
@@ -559,6 +573,27 @@ void GEMM_FN(mz_gemm_f16)(size_t n, const void *restrict w, size_t wrb, size_t r
             }
         }
     }
+}
+
+void GEMM_FN(mz_gemm_f16)(size_t n, const void *restrict w, size_t wrb, size_t r0, size_t r1,
+                          const void *restrict x, size_t xrb, size_t n_tok, float *restrict y, size_t ys)
+{
+    /* One token (decode): the weights stream from memory once and each
+     * activation vector serves R rows; converting it first gains nothing. */
+    if (n_tok < 2) {
+        GEMM_FN(mz_gemm_f16_direct)(n, w, wrb, r0, r1, x, xrb, n_tok, y, ys);
+        return;
+    }
+    f16x_gemm(n, w, wrb, r0, r1, x, xrb, NULL, 0, n_tok, y, ys);
+}
+
+/* x: F32 rows (xrb bytes apart, a multiple of 4) holding exactly F16 values,
+ * converted once for all the pieces of a product (kernels.h, gemm_xf). */
+void GEMM_FN(mz_gemm_f16_xf)(size_t n, const void *restrict w, size_t wrb, size_t r0, size_t r1,
+                             const void *restrict x, size_t xrb, size_t n_tok, float *restrict y, size_t ys)
+{
+    MZ_ASSERT(xrb % sizeof(float) == 0);
+    f16x_gemm(n, w, wrb, r0, r1, NULL, 0, (const float *)x, xrb / sizeof(float), n_tok, y, ys);
 }
 
 float GEMM_FN(mz_vec_dot_f16)(size_t n, const void *restrict w, const void *restrict x)

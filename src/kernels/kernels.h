@@ -28,6 +28,9 @@ mz_bf16 mz_f32_to_bf16(float f);    /* round to nearest even, as ggml does */
 
 void mz_f16_to_f32_row(const mz_f16 *restrict x, float *restrict y, size_t n);
 void mz_f32_to_f16_row(const float *restrict x, mz_f16 *restrict y, size_t n);
+/* y = the F16 value of each x (mz_f32_to_f16 rounding) as F32: exact, so
+ * y holds what an F16 activation row holds, in the format gemm_xf reads. */
+void mz_f32_round_f16_row(const float *restrict x, float *restrict y, size_t n);
 
 /* ---- per-type kernels -------------------------------------------------------- */
 
@@ -52,6 +55,14 @@ typedef struct mz_type_kernels {
     void (*gemm)(size_t n, const void *restrict w, size_t w_row_bytes, size_t r0, size_t r1,
                  const void *restrict x, size_t x_row_bytes, size_t n_tok, float *restrict y,
                  size_t y_stride);
+    /* Optional (NULL: use gemm), F16 weights only: the same product, bit for
+     * bit, with the activations given as F32 rows (x_row_bytes apart, a
+     * multiple of 4) that hold exactly the F16 values from_float makes
+     * (mz_f32_round_f16_row). Many pieces of one product then share one
+     * conversion instead of each converting its token chunk again. */
+    void (*gemm_xf)(size_t n, const void *restrict w, size_t w_row_bytes, size_t r0, size_t r1,
+                    const void *restrict x, size_t x_row_bytes, size_t n_tok, float *restrict y,
+                    size_t y_stride);
     /* 0 for the plain layout; 8 for the x8 layout (repack.c), whose gemm
      * needs r0 and r1 multiples of 8 and whose vec_dot computes the x8
      * arithmetic on a plain (unrepacked) row. */
@@ -101,6 +112,13 @@ void mz_matmul(const mz_type_kernels *k, const void *restrict w, size_t w_row_by
 void mz_matmul_rows(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
                     size_t n_cols, size_t n_rows, const void *restrict x, size_t x_row_bytes,
                     size_t n_tok, float *restrict y, size_t y_stride, size_t r0, size_t r1);
+
+/* mz_matmul_rows through k->gemm_xf (non-NULL): x holds F32 rows of exactly
+ * the F16 values (mz_f32_round_f16_row); the same bits as mz_matmul_rows on
+ * the F16 rows. */
+void mz_matmul_rows_xf(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
+                       size_t n_cols, size_t n_rows, const float *restrict x, size_t x_row_bytes,
+                       size_t n_tok, float *restrict y, size_t y_stride, size_t r0, size_t r1);
 
 /* ---- element-wise and row ops (F32) ----------------------------------------- */
 

@@ -74,6 +74,7 @@ float mz_vec_dot_q4_1_q8_1_ref(size_t n, const void *restrict w, const void *res
               size_t y_stride)
 MZ_GEMM_DECL(mz_gemm_f32_ref);
 MZ_GEMM_DECL(mz_gemm_f16_ref);
+MZ_GEMM_DECL(mz_gemm_f16_xf_ref);
 MZ_GEMM_DECL(mz_gemm_bf16_ref);
 MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_ref);
 MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_ref);
@@ -95,6 +96,7 @@ const mz_type_kernels *mz_kernels_x8_for_isa(enum mz_isa isa, int type);
 #if MZ_KERNELS_X86
 void mz_f16_to_f32_row_avx2(const mz_f16 *restrict x, float *restrict y, size_t n);
 void mz_f32_to_f16_row_avx2(const float *restrict x, mz_f16 *restrict y, size_t n);
+void mz_f32_round_f16_row_avx2(const float *restrict x, float *restrict y, size_t n);
 void mz_from_float_q8_0_avx2(const float *restrict x, void *restrict y, size_t n);
 void mz_from_float_q8_1_avx2(const float *restrict x, void *restrict y, size_t n);
 void mz_from_float_f16_avx2(const float *restrict x, void *restrict y, size_t n);
@@ -108,6 +110,7 @@ float mz_vec_dot_q4_1_q8_1_avx2(size_t n, const void *restrict w, const void *re
 /* gemm_avx2.c: tiled kernels (canonical arithmetic in gemm_x86.h); the vec_dot
  * of F16/Q8_0/Q4_0/Q4_1 above are their 1 x 1 tiles. */
 MZ_GEMM_DECL(mz_gemm_f16_avx2);
+MZ_GEMM_DECL(mz_gemm_f16_xf_avx2);
 MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_avx2);
 MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_avx2);
 MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_avx2);
@@ -131,6 +134,7 @@ float mz_vec_dot_q4_0_q8_0_avx512(size_t n, const void *restrict w, const void *
 float mz_vec_dot_q4_1_q8_1_avx512(size_t n, const void *restrict w, const void *restrict x);
 /* gemm_avx512.c: the same tiles with VNNI and 32 registers (bit-identical to AVX2). */
 MZ_GEMM_DECL(mz_gemm_f16_avx512);
+MZ_GEMM_DECL(mz_gemm_f16_xf_avx512);
 MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_avx512);
 MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_avx512);
 MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_avx512);

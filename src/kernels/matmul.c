@@ -40,6 +40,16 @@
 
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_f32_ref, mz_vec_dot_f32_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_f16_ref, mz_vec_dot_f16_ref)
+/* mz_vec_dot_f16_ref with the activations as F32 holding F16 values (gemm_xf). */
+static float vec_dot_f16_xf_ref(size_t n, const void *restrict w, const void *restrict x)
+{
+    const mz_f16 *a = w;
+    const float *b = x;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)mz_f16_to_f32(a[i]) * (double)b[i];
+    return (float)s;
+}
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_f16_xf_ref, vec_dot_f16_xf_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_bf16_ref, mz_vec_dot_bf16_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_q8_0_q8_0_ref, mz_vec_dot_q8_0_q8_0_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_q4_0_q8_0_ref, mz_vec_dot_q4_0_q8_0_ref)
@@ -85,4 +95,14 @@ void mz_matmul_rows(const mz_type_kernels *k, const void *restrict w, size_t w_r
     MZ_ASSERT(!k->row_group || (r0 % (size_t)k->row_group == 0 && r1 % (size_t)k->row_group == 0));
     MZ_ASSERT(n_tok <= 1 || y_stride >= n_rows);
     if (r0 < r1 && n_tok > 0) k->gemm(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
+}
+
+void mz_matmul_rows_xf(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
+                       size_t n_cols, size_t n_rows, const float *restrict x, size_t x_row_bytes,
+                       size_t n_tok, float *restrict y, size_t y_stride, size_t r0, size_t r1)
+{
+    MZ_ASSERT(k && k->gemm_xf && !k->row_group);
+    MZ_ASSERT(r0 % 4 == 0 && r0 <= r1 && r1 <= n_rows);
+    MZ_ASSERT(n_tok <= 1 || y_stride >= n_rows);
+    if (r0 < r1 && n_tok > 0) k->gemm_xf(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
 }

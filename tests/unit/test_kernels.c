@@ -511,6 +511,53 @@ static void test_matmul_isa(enum mz_isa isa, const char *isa_name)
                 CHECK_MSG(bad == 0, "%s matmul %s %zux%zu tok %zu nth %d: %d not bit-equal to vec_dot", isa_name,
                           mz_dtype_name(t), n_rows, n_cols, n_tok, nth, bad);
             }
+            /* gemm_xf (F16): the activations as F32 rows of the F16 values,
+             * shared by all slices (rows a few floats longer than needed, as
+             * any stride may come), give gemm's bits: whole, in 4-row-aligned
+             * slices, and one token at a time. */
+            if (k->gemm_xf) {
+                CHECK(t == MZ_DT_F16 && k->vec_dot_type == MZ_DT_F16);
+                const size_t xs = n_cols + 5;
+                float *x32 = malloc(n_tok * xs * sizeof *x32), *x32r = malloc(n_cols * sizeof *x32r);
+                float *yg = malloc(n_tok * y_stride * sizeof *yg);
+                int bad_round = 0;
+                for (size_t i = 0; i < n_tok; i++) {
+                    mz_f16_to_f32_row_ref((const mz_f16 *)(x + i * xrb), x32 + i * xs, n_cols);
+                    mz_f32_round_f16_row(xf + i * n_cols, x32r, n_cols);
+                    bad_round += memcmp(x32r, x32 + i * xs, n_cols * sizeof *x32r) != 0;
+                }
+                CHECK_MSG(bad_round == 0, "%s mz_f32_round_f16_row %zu cols: %d rows differ from F16 -> F32", isa_name,
+                          n_cols, bad_round);
+                for (size_t i = 0; i < n_tok * y_stride; i++) yg[i] = NAN;
+                k->gemm(n_cols, w, wrb, 0, n_rows, x, xrb, n_tok, yg, y_stride);
+                for (int mode = 0; mode < 3; mode++) {
+                    for (size_t i = 0; i < n_tok * y_stride; i++) y[i] = NAN;
+                    if (mode == 0) {
+                        k->gemm_xf(n_cols, w, wrb, 0, n_rows, x32, xs * sizeof(float), n_tok, y, y_stride);
+                    } else if (mode == 1) {
+                        for (size_t r0 = 0; r0 < n_rows; r0 += 8)
+                            mz_matmul_rows_xf(k, w, wrb, n_cols, n_rows, x32, xs * sizeof(float), n_tok, y, y_stride,
+                                              r0, r0 + 8 < n_rows ? r0 + 8 : n_rows);
+                    } else {
+                        for (size_t i = 0; i < n_tok; i++)
+                            mz_matmul_rows_xf(k, w, wrb, n_cols, n_rows, x32 + i * xs, xs * sizeof(float), 1,
+                                              y + i * y_stride, y_stride, 0, n_rows);
+                    }
+                    int bad = 0;
+                    for (size_t i = 0; i < n_tok; i++) {
+                        for (size_t r = 0; r < n_rows; r++) {
+                            bad += memcmp(&y[i * y_stride + r], &yg[i * y_stride + r], 4) != 0;
+                            bad += memcmp(&y[i * y_stride + r], &yn[i * y_stride + r], 4) != 0;
+                        }
+                        for (size_t r = n_rows; r < y_stride; r++) bad += !isnan(y[i * y_stride + r]);
+                    }
+                    CHECK_MSG(bad == 0, "%s gemm_xf %zux%zu tok %zu mode %d: %d not bit-equal to gemm", isa_name, n_rows,
+                              n_cols, n_tok, mode, bad);
+                }
+                free(x32);
+                free(x32r);
+                free(yg);
+            }
             /* Tiled kernels of the SIMD ISAs give the same bits as each other
              * (exact integer lanes, same float sequence: gemm_x86.h). */
             const mz_type_kernels *k2 = mz_kernels_for_isa(MZ_ISA_AVX2, t);
