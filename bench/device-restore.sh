@@ -45,6 +45,7 @@
 #             decoding over several threads; slow to encode: ~2 min) — CODECS
 #             ("cachegen cachegen-q7"), each with every restore-thread count
 #             of CODECS_RT ("0": the profile's split)
+# T2_CODEC: the KV codec of target2's mzcache runs (default: the engine's, q8).
 # Knobs: SECTIONS ("profile target2 target3 scaling"), BUDGET_S (330),
 #        CTX (16384), SCALING_MODELS, AVX2_MODELS, REPS (3), SMALL (1: tiny
 #        shapes and contexts, for the local smoke test).
@@ -108,9 +109,10 @@ PROFOPT=(); [ -f "$PROF" ] && PROFOPT=(--profile "$PROF")
 
 F=$(gen "$PRESET" F16)
 if want target2; then
-    echo "### Target 2: $PRESET F16, ctx $CTX, 8 compute threads, restore split from the profile" | tee -a "$MD"
+    echo "### Target 2: $PRESET F16, ctx $CTX, 8 compute threads, restore split from the profile, KV codec ${T2_CODEC:-q8 (the default)}" | tee -a "$MD"
+    T2OPT=(); [ -n "${T2_CODEC:-}" ] && T2OPT=(--codecs "$T2_CODEC")
     mz mzcache bench ttft --models "$F" --ctx "$CTX" --levels 0,25,50,75 --modes mzcache,partial-offload \
-        --runs 3 -t 8 "${PROFOPT[@]}" --swap-dir "$W/swap" -o "$RAW" --name target2 --no-plot \
+        --runs 3 -t 8 "${PROFOPT[@]}" "${T2OPT[@]}" --swap-dir "$W/swap" -o "$RAW" --name target2 --no-plot \
         >"$RAW/target2.log" 2>&1 || echo "bench ttft failed (see target2.log)"
     sed -n '/^## TTFT (s) and speedup/,/^`\*`/p' "$RAW/target2.md" 2>/dev/null | grep '^|' | tee -a "$MD"
     grep -o "isa [a-z0-9]*, q8 codec [a-z0-9]*" "$RAW/target2.log" | head -1 | sed 's/^/    /' | tee -a "$MD"
@@ -227,7 +229,7 @@ if want fullcpu; then
 fi
 
 if want codecs; then
-    echo "### Target 2 at 50 % with the cachegen codecs (8 compute threads, the profile's split)" | tee -a "$MD"
+    echo "### Target 2 at 50 % with the codecs of CODECS (8 compute threads, the restore threads of CODECS_RT)" | tee -a "$MD"
     inmem=  # the first run also measures the in-memory TTFT (level 100), for the ratio
     for codec in ${CODECS:-cachegen cachegen-q7}; do
         for rt in ${CODECS_RT:-0}; do
