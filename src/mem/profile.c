@@ -244,6 +244,14 @@ int mz_profile_restore_threads(const mz_device_profile *p, int n_compute)
          * smallest count within 10 % of the best) */
         if (k_best && k_best < last) nt = MZ_MIN(nt, mz_profile_prefault_threads(p, nt));
     }
+    /* A compute wider than that finishes its share of the first request
+     * early and then only waits for the restore, so the restore gets as
+     * many threads as the compute, up to the spare CPUs; the pre-faulting
+     * among them stays at k (mz_profile_prefault_threads), the others read
+     * and decode. The device, 8 compute threads, 50 %, the same call: q4
+     * all ready after 229-246 ms with 8 restore threads, 314-319 with 4;
+     * q8 (disk-bound) 432-512 vs 469-512 (docs/BENCHMARKS.md, issue 18). */
+    if (n_compute > nt) nt = MZ_MIN(n - n_compute, n_compute);
     return MZ_MAX(3, MZ_MIN(nt, MZ_RESTORE_THREADS_MAX));
 }
 

@@ -236,9 +236,11 @@ static void test_decode_threads(void)
      * threads all pre-fault (2 decode), with 8 four do (7 decode). */
     CHECK_EQ_INT(mz_profile_decode_threads(&p, 4), 2);
     CHECK_EQ_INT(mz_profile_decode_threads(&p, 8), 7);
-    /* The device with 8 compute threads: 4 restore threads (its pre-fault
-     * saturation count), 2 decoding. */
-    CHECK_EQ_INT(mz_profile_decode_threads(&p, mz_profile_restore_threads(&p, 8)), 2);
+    /* The device with 8 compute threads: 8 restore threads (as wide as the
+     * compute; 4 of them pre-fault), 7 decoding; with 2 compute threads 4
+     * (its pre-fault saturation count), 2 decoding. */
+    CHECK_EQ_INT(mz_profile_decode_threads(&p, mz_profile_restore_threads(&p, 8)), 7);
+    CHECK_EQ_INT(mz_profile_decode_threads(&p, mz_profile_restore_threads(&p, 2)), 2);
     /* No table: every thread pre-faults. */
     mz_device_profile n = p;
     n.n_touch = 0;
@@ -281,10 +283,11 @@ static int device_decode_threads(const mz_device_profile *p)
 }
 
 /* The plan levels the two paths in wall time with the split's decoding
- * threads (2 of the device's 4 restore threads); the rule that charged the
- * decoding to one thread (decode_threads 1) fails the check: at 75 %
- * remaining it drops 6 weight blocks (0.18 s of disk, 0.08 s of decoding)
- * where the balanced plan drops 3 (0.09 s) and compresses more. */
+ * threads (7 of the device's 8 restore threads beside 8 compute threads);
+ * the rule that charged the decoding to one thread (decode_threads 1) fails
+ * the check: at 75 % remaining it drops 6 weight blocks (0.18 s of disk,
+ * 0.02 s of decoding) where the balanced plan drops 1 (0.03 s) and
+ * compresses more. */
 static void test_balance_75(void)
 {
     mz_device_profile p;
