@@ -66,9 +66,10 @@
  * 16 lanes, streaming stores into large aligned destinations; encode 16
  * lanes), else AVX2+F16C (codec_q8_avx2.c), NEON decode on AArch64 (q8
  * only; q4 decodes with the scalar kernel there), scalar otherwise. q4's
- * decoders unpack 16 bytes into 32 codes (low nibbles and high nibbles,
- * interleaved) and then do q8's arithmetic with L = 15; its encoders run q8's
- * code search with L = 15 and pack the codes. The SIMD encoders compute
+ * SIMD decoders compute dec() of the 16 codes once per group with q8's
+ * vector arithmetic (L = 15), then unpack 16 bytes into 32 codes and look
+ * each value up in that table (vpermw on AVX-512, two pshufb on AVX2); its
+ * encoders run q8's code search with L = 15 and pack the codes. The SIMD encoders compute
  * min/max and settle most codes a vector at a time (guess, decode the
  * neighbours exactly as the decoder does, check the bracket); lanes they
  * cannot settle (plateaus where several codes decode to one f16 value) take

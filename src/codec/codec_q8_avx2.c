@@ -7,8 +7,8 @@
  * mz_q4_decode_groups_ref, lane by lane: f32(q) * step, + min,
  * "v > max ? max : v" (as _mm256_min_ps(max, v), which returns v on
  * equality, so signed zeros match the scalar code), top code (255 / 15) →
- * max, then vcvtps2ph with RNE. q4 first spreads 16 bytes into 32 codes
- * (value 2i from the low nibble of byte i).
+ * max, then vcvtps2ph with RNE. q4 computes that once per group for its 16
+ * codes and looks values up (see mz_q4_decode_groups_avx2).
  * Output is bit-identical to the scalar reference (tests/unit/test_codec.c).
  */
 #include "codec.h"
@@ -68,9 +68,15 @@ size_t mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group
     return g;
 }
 
+/* q4 decodes by table: dec() of the 16 codes once per group (dec8_codes:
+ * the same arithmetic, hence the same bits), split into its low and its
+ * high bytes, and every value two byte lookups (pshufb) of its nibble,
+ * 32 values a step. */
 size_t mz_q4_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
 {
     const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m128i codes = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     size_t g = 0;
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = n - i0 < group ? n - i0 : group;
@@ -78,20 +84,24 @@ size_t mz_q4_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group
         float mn = _cvtsh_ss((unsigned short)bmn), mx = _cvtsh_ss((unsigned short)bmx);
         if ((bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || mx < mn) break; /* invalid */
         float step = mz_q4_step(mn, mx);
+        __m256 vmn = _mm256_set1_ps(mn), vmx = _mm256_set1_ps(mx), vstep = _mm256_set1_ps(step);
+        /* t0, t1: entries 0..7, 8..15, each as 8 low bytes then 8 high bytes */
+        __m128i t0 = _mm_shuffle_epi8(dec8_codes(codes, vmn, vmx, vstep, 15), split);
+        __m128i t1 = _mm_shuffle_epi8(dec8_codes(_mm_srli_si128(codes, 8), vmn, vmx, vstep, 15), split);
+        const __m128i tlo = _mm_unpacklo_epi64(t0, t1), thi = _mm_unpackhi_epi64(t0, t1);
         const uint8_t *q = payload + 4;
         mz_f16 *out = dst + i0;
-        __m256 vmn = _mm256_set1_ps(mn), vmx = _mm256_set1_ps(mx), vstep = _mm256_set1_ps(step);
         size_t j = 0;
         for (; j + 32 <= k; j += 32) { /* 16 bytes: value 2i in the low nibble of byte i */
             __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(q + j / 2));
             __m128i even = _mm_and_si128(b, m4), odd = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
-            __m128i lo = _mm_unpacklo_epi8(even, odd), hi = _mm_unpackhi_epi8(even, odd);
-            _mm_storeu_si128((__m128i *)(void *)(out + j), dec8_codes(lo, vmn, vmx, vstep, 15));
-            _mm_storeu_si128((__m128i *)(void *)(out + j + 8),
-                             dec8_codes(_mm_srli_si128(lo, 8), vmn, vmx, vstep, 15));
-            _mm_storeu_si128((__m128i *)(void *)(out + j + 16), dec8_codes(hi, vmn, vmx, vstep, 15));
-            _mm_storeu_si128((__m128i *)(void *)(out + j + 24),
-                             dec8_codes(_mm_srli_si128(hi, 8), vmn, vmx, vstep, 15));
+            __m128i c0 = _mm_unpacklo_epi8(even, odd), c1 = _mm_unpackhi_epi8(even, odd);
+            __m128i l0 = _mm_shuffle_epi8(tlo, c0), h0 = _mm_shuffle_epi8(thi, c0);
+            __m128i l1 = _mm_shuffle_epi8(tlo, c1), h1 = _mm_shuffle_epi8(thi, c1);
+            _mm_storeu_si128((__m128i *)(void *)(out + j), _mm_unpacklo_epi8(l0, h0));
+            _mm_storeu_si128((__m128i *)(void *)(out + j + 8), _mm_unpackhi_epi8(l0, h0));
+            _mm_storeu_si128((__m128i *)(void *)(out + j + 16), _mm_unpacklo_epi8(l1, h1));
+            _mm_storeu_si128((__m128i *)(void *)(out + j + 24), _mm_unpackhi_epi8(l1, h1));
         }
         for (; j < k; j++) {
             unsigned c = (q[j / 2] >> (4 * (j & 1))) & 15u;

@@ -1,7 +1,8 @@
 /*
  * codec_q8_avx512.c — AVX-512 (F, BW, VL) decode and encode kernels for the
- * q8 and q4 codecs (top code L = 255 / 15; q4 unpacks / packs two codes a
- * byte around the same arithmetic), 16 lanes at a time (compiled with the -mavx512* flags of every
+ * q8 and q4 codecs (top code L = 255 / 15; q4 decodes by a per-group table
+ * of the same arithmetic's results, and packs two codes a byte after the
+ * same code search), 16 lanes at a time (compiled with the -mavx512* flags of every
  * *_avx512.c file; called only after mz_codec_cpu_has_avx512()). Nothing
  * here needs AVX512-FP16: vcvtps2ph / vcvtph2ps on zmm are AVX512F.
  *
@@ -107,9 +108,14 @@ static inline void unpack_nibbles(__m128i b, __m128i *lo, __m128i *hi)
     *hi = _mm_unpackhi_epi8(even, odd);
 }
 
+/* q4 decodes by table: a group has only 16 codes, so dec() of all of them
+ * is computed once per group (dec16 of the codes 0..15: the same arithmetic,
+ * hence the same bits) and every value is a 16-bit lookup (vpermw) of its
+ * nibble, 32 values a step. */
 size_t mz_q4_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst,
                                   bool stream)
 {
+    const __m128i codes = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     size_t g = 0;
     stream = stream && group % 32 == 0 && ((uintptr_t)(void *)dst & 63) == 0;
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
@@ -117,35 +123,31 @@ size_t mz_q4_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned gro
         unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
         float mn = _cvtsh_ss((unsigned short)bmn), mx = _cvtsh_ss((unsigned short)bmx);
         if ((bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || mx < mn) break;
-        const __m512 vmn = _mm512_set1_ps(mn), vmx = _mm512_set1_ps(mx);
-        const __m512 vstep = _mm512_set1_ps(mz_q4_step(mn, mx));
+        __m256i dec = dec16(codes, _mm512_set1_ps(mn), _mm512_set1_ps(mx),
+                            _mm512_set1_ps(mz_q4_step(mn, mx)), 15);
+        const __m512i table = _mm512_inserti64x4(_mm512_setzero_si512(), dec, 0); /* lanes 0..15 */
         const uint8_t *q = payload + 4;
         mz_f16 *out = dst + i0;
         size_t j = 0;
-        /* 32 values (16 bytes) a step; every group starts a 64-byte line when
-         * streaming (G a multiple of 32, dst aligned) */
+        /* every group starts a 64-byte line when streaming (G a multiple of
+         * 32, dst aligned) */
         for (; j + 32 <= k; j += 32) {
             __m128i lo, hi;
             unpack_nibbles(load16(q + j / 2), &lo, &hi);
-            __m256i a = dec16(lo, vmn, vmx, vstep, 15), b = dec16(hi, vmn, vmx, vstep, 15);
-            __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+            __m512i idx = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+            __m512i v = _mm512_permutexvar_epi16(idx, table);
             if (stream)
-                _mm512_stream_si512((void *)(out + j), ab);
+                _mm512_stream_si512((void *)(out + j), v);
             else
-                _mm512_storeu_si512((void *)(out + j), ab);
+                _mm512_storeu_si512((void *)(out + j), v);
         }
         if (j < k) { /* 1..31 values in (k - j + 1) / 2 bytes */
             size_t left = k - j;
             __m128i lo, hi;
             unpack_nibbles(_mm_maskz_loadu_epi8(tail_mask((left + 1) / 2), q + j / 2), &lo, &hi);
-            if (left >= 16) {
-                _mm256_storeu_si256((__m256i *)(void *)(out + j), dec16(lo, vmn, vmx, vstep, 15));
-                if (left > 16)
-                    _mm256_mask_storeu_epi16(out + j + 16, tail_mask(left - 16),
-                                             dec16(hi, vmn, vmx, vstep, 15));
-            } else {
-                _mm256_mask_storeu_epi16(out + j, tail_mask(left), dec16(lo, vmn, vmx, vstep, 15));
-            }
+            __m512i idx = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+            _mm512_mask_storeu_epi16(out + j, (__mmask32)((1u << left) - 1u),
+                                     _mm512_permutexvar_epi16(idx, table));
         }
         payload += 4 + (k + 1) / 2;
     }
