@@ -104,6 +104,11 @@ static void test_profile(void)
     if (!pq || !pc || !pl) return;
     CHECK(pc->decode_gbps > 0 && pc->decode_gbps < pq->decode_gbps && pc->encode_gbps > 0);
     CHECK(pc->ratio < 0.3 && pl->ratio < pc->ratio);
+    /* q4: its own entry (the family for q4-g32), exact ratio, decode no
+     * slower than q8's */
+    const mz_profile_codec *p4 = mz_profile_codec_find(&p, "q4");
+    CHECK(p4 && !strcmp(p4->name, "q4") && mz_profile_codec_find(&p, "q4-g32") == p4);
+    if (p4) CHECK(p4->ratio == 36.0 / 128.0 && p4->decode_gbps >= pq->decode_gbps && p4->encode_gbps > 0);
     mz_profile_units u = {.kv_chunk_bytes = 196608, .block_bytes = 3 << 20, .codec = "q8"};
     mz_unit_times tq, tc;
     mz_profile_derive(&p, &u, &tq);
