@@ -112,7 +112,8 @@ static void bench_dram(const char *list, size_t dram_mib, int reps)
                 die("encode", mz_last_error());
         /* q8, q4: the best kernels, then AVX2 forced if it is not that (scalar is
          * too slow for a GiB pass) */
-        bool is_quant = !strncmp(nm, "q8", 2) || !strncmp(nm, "q4", 2); /* kernels chosen by mz_q8_force_isa */
+        /* q8 and q4: kernels chosen by mz_q8_force_isa */
+        bool is_quant = !strncmp(nm, "q8", 2) || !strncmp(nm, "q4", 2);
         const char *sets[2] = {"best", "avx2"};
         for (int si = 0; si < (is_quant ? 2 : 1); si++) {
             char isa[16] = "-";

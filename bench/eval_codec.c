@@ -403,7 +403,8 @@ int main(int argc, char **argv)
              * the last codec's round trip of it and that codec's greedy
              * continuation after it, neither of which the next cut may see. */
             if (prev_P) {
-                if (mz_ctx_truncate(c, MZ_MIN(prev_P, P)) != MZ_OK) die("truncate", mz_ctx_errmsg(c));
+                if (mz_ctx_truncate(c, MZ_MIN(prev_P, P)) != MZ_OK)
+                    die("truncate", mz_ctx_errmsg(c));
                 load_kv(c, prev_ch, pristine);
             }
             size_t have = mz_ctx_n_tokens(c);

@@ -137,8 +137,9 @@ MZ_INTERNAL size_t mz_q8_encode_groups_ref(const mz_f16 *src, size_t n, unsigned
  * code: the smallest q in [0, top] whose dec(q) is nearest x (mn <= x <= mx);
  * the SIMD encoders call it for the lanes they cannot settle. */
 typedef struct {
-    float mn, mx, step, inv_step; /* inv_step = 1 / step, 0 when step is 0 */
-    unsigned top;                 /* top code: 255 (q8) or 15 (q4); step = mz_quant_step(mn, mx, top) */
+    /* step = mz_quant_step(mn, mx, top); inv_step = 1 / step, 0 when step is 0 */
+    float mn, mx, step, inv_step;
+    unsigned top;                 /* top code: 255 (q8) or 15 (q4) */
 } mz_quant_grid;
 MZ_INTERNAL unsigned mz_quant_code_ref(const mz_quant_grid *g, float x);
 /* q4 kernels (format: top of codec_q8.c): as the q8 ones, groups of G
