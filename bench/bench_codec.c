@@ -22,7 +22,7 @@
  * restore does, into freshly mapped memory: each pass mmaps MIB MiB,
  * populates it (MADV_POPULATE_WRITE), then decodes 1 MiB chunks (16
  * synthetic chunks of 8 KV heads x 128 x 256 tokens x K+V, in turn) into it
- * end to end. Printed per codec, and for q8 per kernel set it can force
+ * end to end. Printed per codec, and for q8 and q4 per kernel set it can force
  * (mz_q8_force_isa: avx512 streams its stores, avx2 does not); GB/s of F16
  * written per wall second and per thread CPU second, median of --reps.
  */
@@ -110,13 +110,14 @@ static void bench_dram(const char *list, size_t dram_mib, int reps)
         for (size_t i = 0; i < N_SRC; i++)
             if (mz_codec_encode(c, raw + i * n, n, blob + i * cap, cap, &len[i]) != MZ_OK)
                 die("encode", mz_last_error());
-        /* q8: the best kernels, then AVX2 forced if it is not that (scalar is
+        /* q8, q4: the best kernels, then AVX2 forced if it is not that (scalar is
          * too slow for a GiB pass) */
-        bool is_q8 = !strncmp(nm, "q8", 2);
+        /* q8 and q4: kernels chosen by mz_q8_force_isa */
+        bool is_quant = !strncmp(nm, "q8", 2) || !strncmp(nm, "q4", 2);
         const char *sets[2] = {"best", "avx2"};
-        for (int si = 0; si < (is_q8 ? 2 : 1); si++) {
+        for (int si = 0; si < (is_quant ? 2 : 1); si++) {
             char isa[16] = "-";
-            if (is_q8) {
+            if (is_quant) {
                 mz_q8_force_isa(NULL);
                 bool same = si && !strcmp(mz_q8_isa(), sets[si]);
                 if (same || !mz_q8_force_isa(sets[si])) continue;
@@ -147,7 +148,7 @@ static void bench_dram(const char *list, size_t dram_mib, int reps)
             free(tw);
             free(tc);
         }
-        if (is_q8) mz_q8_force_isa(NULL);
+        if (is_quant) mz_q8_force_isa(NULL);
         free(blob);
     }
     free(raw);

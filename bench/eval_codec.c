@@ -9,7 +9,8 @@
  *
  * For every text: tokenize it; for cut points c = first-cut, +stride, ...
  * (while c + score fits in the text, at most max-cuts of them), prefill the
- * first c - 1 tokens (incrementally), keep a pristine copy of the KV chunks,
+ * first c - 1 tokens (incrementally, from the previous cut's pristine KV), keep
+ * a pristine copy of the KV chunks,
  * then for the uncompressed baseline and for every codec:
  *   1. put the pristine KV back and replace every chunk of the prefix in
  *      place by decode(encode(chunk)) (in the context's KV chunks, through
@@ -394,9 +395,18 @@ int main(int argc, char **argv)
         if (!lp_base) lp_base = malloc((size_t)n_score * (size_t)n_vocab * sizeof *lp_base);
         if (!scratch || !pristine || !lp_base) die("malloc", "out of memory");
 
+        size_t prev_P = 0, prev_ch = 0; /* the previous cut's prefix, saved in pristine */
         for (int ki = 0; ki < n_cuts; ki++) {
             size_t cut = (size_t)cuts[ki], P = cut - 1;
             double t0 = wall_s();
+            /* Extend the previous cut's pristine prefix: the context now holds
+             * the last codec's round trip of it and that codec's greedy
+             * continuation after it, neither of which the next cut may see. */
+            if (prev_P) {
+                if (mz_ctx_truncate(c, MZ_MIN(prev_P, P)) != MZ_OK)
+                    die("truncate", mz_ctx_errmsg(c));
+                load_kv(c, prev_ch, pristine);
+            }
             size_t have = mz_ctx_n_tokens(c);
             if (have > P && mz_ctx_truncate(c, P) != MZ_OK) die("truncate", mz_ctx_errmsg(c));
             have = mz_ctx_n_tokens(c);
@@ -404,6 +414,8 @@ int main(int argc, char **argv)
                 die("prefill", mz_ctx_errmsg(c));
             size_t n_ch = (P + TOK - 1) / TOK;
             save_kv(c, n_ch, pristine);
+            prev_P = P;
+            prev_ch = n_ch;
             if (!sized) {
                 if (dump) {
                     FILE *df = fopen(dump, "wb");

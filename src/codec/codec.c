@@ -74,6 +74,9 @@ static const mz_codec *builtin(const char *name)
     if (!strcmp(name, "q8") || !strcmp(name, "q8-g64")) return &mz_codec_q8_g64_vt;
     if (!strcmp(name, "q8-g32")) return &mz_codec_q8_g32_vt;
     if (!strcmp(name, "q8-g128")) return &mz_codec_q8_g128_vt;
+    if (!strcmp(name, "q4") || !strcmp(name, "q4-g64")) return &mz_codec_q4_g64_vt;
+    if (!strcmp(name, "q4-g32")) return &mz_codec_q4_g32_vt;
+    if (!strcmp(name, "q4-g128")) return &mz_codec_q4_g128_vt;
     if (!strcmp(name, "cachegen")) return &mz_codec_cachegen_vt;
     if (!strcmp(name, "cachegen-q7")) return &mz_codec_cachegen_q7_vt;
     if (!strcmp(name, "cachegen-anchor")) return &mz_codec_cachegen_anchor_vt;
@@ -92,6 +95,8 @@ double mz_codec_ratio_hint(const mz_codec *c)
     if (mz_codec_is_cachegen(c)) return mz_cachegen_ratio_hint(c);
     if (!strcmp(c->name, "q8") && c->param >= 1) /* f16 min + f16 max + G codes per G values */
         return (4.0 + (double)c->param) / (2.0 * (double)c->param);
+    if (c->encode == mz_codec_q4_g64_vt.encode && c->param >= 2) /* 4 + G / 2 bytes per G values */
+        return (4.0 + (double)c->param / 2.0) / (2.0 * (double)c->param);
     return 1.0;
 }
 
@@ -99,7 +104,8 @@ const mz_codec *mz_codec_find(const char *name)
 {
     const mz_codec *c = name ? builtin(name) : NULL;
     if (!c)
-        mz_fail(MZ_E_INVAL, "unknown codec '%s' (known: raw, q8, q8-g32, q8-g128, cachegen, "
+        mz_fail(MZ_E_INVAL, "unknown codec '%s' (known: raw, q8, q8-g32, q8-g128, q4, q4-g32, "
+                "q4-g128, cachegen, "
                 "cachegen-q7, cachegen-anchor, cachegen-layer)",
                 name ? name : "(null)");
     return c;

@@ -5,9 +5,10 @@
  * self-describing blob and back. Every blob starts with a 16-byte header,
  * little-endian:
  *
- *     u32 magic      per codec ("MZRW" raw, "MZQ8" q8)
+ *     u32 magic      per codec ("MZRW" raw, "MZQ8" q8, "MZQ4" q4)
  *     u16 version    1
- *     u16 param      codec parameter (q8: group size G >= 1; raw: 0)
+ *     u16 param      codec parameter (q8: group size G >= 1; q4: even G >= 2;
+ *                    raw: 0)
  *     u64 n_values   number of F16 values encoded
  *
  * followed by the codec's payload, whose length is a pure function of
@@ -19,7 +20,7 @@
  *               (0 when n is too large to describe).
  *   encode()    writes at most dst_cap bytes; *n_written = blob length.
  *               MZ_E_RANGE if dst_cap < bound(n) (nothing useful written);
- *               MZ_E_FORMAT if the input cannot be encoded (q8: inf/NaN;
+ *               MZ_E_FORMAT if the input cannot be encoded (q8, q4: inf/NaN;
  *               dst may then be partly written).
  *   decode()    MZ_E_FORMAT (message via mz_last_error()) for a malformed,
  *               truncated or oversized blob, or one whose n_values != n;
@@ -44,6 +45,7 @@
 #define MZ_CODEC_VERSION 1
 #define MZ_Q8_GROUP_DEFAULT 64
 #define MZ_Q8_GROUP_MAX 65535
+#define MZ_Q4_GROUP_MAX 65534 /* q4 groups are even: each starts on a byte */
 
 typedef struct mz_codec mz_codec;
 
@@ -58,12 +60,16 @@ struct mz_codec {
     mz_status (*peek)(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values);
 };
 
-/* Built-in codecs by name: "raw", "q8" (G = 64), "q8-g32", "q8-g128".
+/* Built-in codecs by name: "raw", "q8" (G = 64), "q8-g32", "q8-g128", "q4"
+ * (G = 64), "q4-g32", "q4-g128", the cachegen family (codec_cachegen.h).
  * NULL (with a message) for an unknown name. The result is static. */
 MZ_INTERNAL const mz_codec *mz_codec_find(const char *name);
 /* A q8 codec with any group size in [1, MZ_Q8_GROUP_MAX] (returned by value,
  * nothing allocated); .name is "q8". Asserts on a bad group size. */
 MZ_INTERNAL mz_codec mz_codec_q8(unsigned group);
+/* A q4 codec with any even group size in [2, MZ_Q4_GROUP_MAX], as
+ * mz_codec_q8; .name is "q4". */
+MZ_INTERNAL mz_codec mz_codec_q4(unsigned group);
 
 /* The instance that encodes KV chunks of layer `layer` (of n_layer) for a
  * model whose KV heads are head_dim values wide (by value, nothing
@@ -74,7 +80,7 @@ MZ_INTERNAL mz_codec mz_codec_q8(unsigned group);
  * any blob of that codec, so a chunk decodes whichever instance encoded it. */
 MZ_INTERNAL mz_codec mz_codec_for_layer(const mz_codec *c, unsigned head_dim, unsigned layer,
                                         unsigned n_layer);
-/* Expected encoded size / raw size on real KV (q8, raw: exact; cachegen: the
+/* Expected encoded size / raw size on real KV (q8, q4, raw: exact; cachegen: the
  * measured bits per value at its level counts, docs/CODECS.md). A seed for
  * the memory manager's running estimate; bound() stays the worst case. */
 MZ_INTERNAL double mz_codec_ratio_hint(const mz_codec *c);
@@ -98,6 +104,9 @@ MZ_INTERNAL extern const mz_codec mz_codec_raw_vt;     /* "raw" */
 MZ_INTERNAL extern const mz_codec mz_codec_q8_g64_vt;  /* "q8" */
 MZ_INTERNAL extern const mz_codec mz_codec_q8_g32_vt;  /* "q8-g32" */
 MZ_INTERNAL extern const mz_codec mz_codec_q8_g128_vt; /* "q8-g128" */
+MZ_INTERNAL extern const mz_codec mz_codec_q4_g64_vt;  /* "q4" */
+MZ_INTERNAL extern const mz_codec mz_codec_q4_g32_vt;  /* "q4-g32" */
+MZ_INTERNAL extern const mz_codec mz_codec_q4_g128_vt; /* "q4-g128" */
 
 /* Header helpers (codec.c). parse checks magic, version and that len equals
  * MZ_CODEC_HEADER_BYTES + payload_bytes(param, n) exactly; payload_bytes
@@ -124,14 +133,25 @@ MZ_INTERNAL mz_status mz_q8_decode_ref(const uint8_t *src, size_t len, mz_f16 *d
  * partly written). The reference every SIMD encoder matches byte for byte. */
 MZ_INTERNAL size_t mz_q8_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group,
                                            uint8_t *payload);
-/* One group's decode grid, and the scalar search for a value's code: the
- * smallest q whose dec(q) is nearest x (mn <= x <= mx); the SIMD encoders
- * call it for the lanes they cannot settle. */
+/* One q8 / q4 group's decode grid, and the scalar search for a value's
+ * code: the smallest q in [0, top] whose dec(q) is nearest x (mn <= x <= mx);
+ * the SIMD encoders call it for the lanes they cannot settle. */
 typedef struct {
-    float mn, mx, step, inv_step; /* inv_step = 1 / step, 0 when step is 0 */
-} mz_q8_grid;
-MZ_INTERNAL unsigned mz_q8_code_ref(const mz_q8_grid *g, float x);
-/* Which kernels mz_codec_q8 uses: "avx512", "avx2", "neon" or "scalar". */
+    /* step = mz_quant_step(mn, mx, top); inv_step = 1 / step, 0 when step is 0 */
+    float mn, mx, step, inv_step;
+    unsigned top;                 /* top code: 255 (q8) or 15 (q4) */
+} mz_quant_grid;
+MZ_INTERNAL unsigned mz_quant_code_ref(const mz_quant_grid *g, float x);
+/* q4 kernels (format: top of codec_q8.c): as the q8 ones, groups of G
+ * values (G even) each = f16 min, f16 max, ceil(k / 2) bytes of 4-bit codes,
+ * value 2i in the low nibble of byte i, value 2i + 1 in its high nibble. */
+MZ_INTERNAL size_t mz_q4_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group,
+                                           mz_f16 *dst);
+MZ_INTERNAL mz_status mz_q4_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n);
+MZ_INTERNAL size_t mz_q4_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group,
+                                           uint8_t *payload);
+/* Which kernels mz_codec_q8 and the q4 decoder use: "avx512", "avx2", "neon"
+ * or "scalar" (q4 decodes with the scalar kernel where q8 has NEON). */
 MZ_INTERNAL const char *mz_q8_isa(void);
 /* Test hooks, process-wide: use at most the named kernels ("scalar", "avx2",
  * "avx512", "neon"; NULL or "best": the best the CPU has). force_isa returns
@@ -146,13 +166,18 @@ MZ_INTERNAL void mz_q8_force_scalar(bool on);
 /* codec_q8_avx2.c: call only when the CPU has AVX2+FMA+F16C. */
 MZ_INTERNAL size_t mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group,
                                             mz_f16 *dst);
-/* Encoder fast path: codes of k values of one group (grid as in codec_q8.c);
- * lanes it cannot settle cheaply get unresolved[j] = 1 for the scalar code.
- * Returns the number of unresolved lanes. */
-MZ_INTERNAL size_t mz_q8_codes_avx2(const mz_f16 *x, size_t k, float mn, float mx, float step,
-                                    float inv_step, uint8_t *codes, uint8_t *unresolved);
+/* Encoder fast path: codes (one a byte) of k values of one group (grid as in
+ * codec_q8.c, top code 255 or 15); lanes it cannot settle cheaply get
+ * unresolved[j] = 1 for the scalar code. Returns the number of unresolved
+ * lanes. */
+MZ_INTERNAL size_t mz_quant_codes_avx2(const mz_f16 *x, size_t k, float mn, float mx, float step,
+                                       float inv_step, unsigned top, uint8_t *codes,
+                                       uint8_t *unresolved);
 /* Min and max of k >= 1 finite F16 values (a zero may come out either sign). */
 MZ_INTERNAL void mz_q8_minmax_avx2(const mz_f16 *x, size_t k, float *mn, float *mx);
+/* q4: decode_groups as mz_q4_decode_groups_ref. */
+MZ_INTERNAL size_t mz_q4_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group,
+                                            mz_f16 *dst);
 /* F16C conversion of n floats (RNE); test hook for the scalar helper. */
 MZ_INTERNAL void mz_codec_f32_to_f16_avx2(const float *src, mz_f16 *dst, size_t n);
 MZ_INTERNAL bool mz_codec_cpu_has_avx2(void);
@@ -167,6 +192,12 @@ MZ_INTERNAL size_t mz_q8_decode_groups_avx512(const uint8_t *payload, size_t n, 
 /* encode_groups as the _ref kernel, 16 lanes at a time; same bytes. */
 MZ_INTERNAL size_t mz_q8_encode_groups_avx512(const mz_f16 *src, size_t n, unsigned group,
                                               uint8_t *payload);
+/* q4: decode_groups as mz_q4_decode_groups_ref; stream as for q8; encode as
+ * mz_q4_encode_groups_ref, same bytes. */
+MZ_INTERNAL size_t mz_q4_encode_groups_avx512(const mz_f16 *src, size_t n, unsigned group,
+                                              uint8_t *payload);
+MZ_INTERNAL size_t mz_q4_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned group,
+                                              mz_f16 *dst, bool stream);
 MZ_INTERNAL bool mz_codec_cpu_has_avx512(void);
 #endif
 

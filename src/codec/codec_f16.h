@@ -1,7 +1,7 @@
 /*
  * codec_f16.h — private bit-exact IEEE binary16 <-> binary32 conversions for
  * the codec files (kept here so the codecs do not depend on src/kernels), and
- * the q8 step shared by every q8 kernel.
+ * the q8 / q4 step shared by every kernel of those codecs.
  *
  * mz_cdc_f32_to_f16 rounds to nearest, ties to even, exactly as the F16C
  * instruction vcvtps2ph with rounding mode 0 (and NEON vcvt_f16_f32 under the
@@ -88,19 +88,26 @@ static inline float mz_cdc_round_f16(float f)
     return t - 0.75f;
 }
 
-/* The implied q8 step of a group with the given min and max (both finite,
- * max >= min): (max - min) / 255 in f32, truncated to 16 significant bits.
- * The truncation makes q * step exact in f32 for every 8-bit q (8 + 16 bits),
- * so min + q * step rounds once whether or not a compiler or ISA fuses the
+/* The implied step of a q8 / q4 group with the given min and max (both
+ * finite, max >= min) and top code `top` (255 for q8, 15 for q4):
+ * (max - min) / top in f32, truncated to 16 significant bits. The truncation
+ * makes q * step exact in f32 for every code q <= 255 (8 + 16 bits), so
+ * min + q * step rounds once whether or not a compiler or ISA fuses the
  * multiply-add; every decode path then produces the same bits. */
-static inline float mz_q8_step(float mn, float mx)
+static inline float mz_quant_step(float mn, float mx, unsigned top)
 {
-    float d = (mx - mn) / 255.0f;
+    float d = (mx - mn) / (float)top;
     uint32_t b;
     memcpy(&b, &d, sizeof b);
     b &= ~0xffu;
     memcpy(&d, &b, sizeof d);
     return d;
 }
+
+/* The q8 step: mz_quant_step with top code 255. */
+static inline float mz_q8_step(float mn, float mx) { return mz_quant_step(mn, mx, 255); }
+
+/* The q4 step: mz_quant_step with top code 15. */
+static inline float mz_q4_step(float mn, float mx) { return mz_quant_step(mn, mx, 15); }
 
 #endif /* MZ_CODEC_F16_H */

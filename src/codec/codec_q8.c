@@ -1,39 +1,54 @@
 /*
- * codec_q8.c — group-wise asymmetric 8-bit quantization of F16 values
- * (FlexGen style), idempotent bit for bit.
+ * codec_q8.c — group-wise asymmetric quantization of F16 values (FlexGen
+ * style) at 8 bits (q8) and 4 bits (q4), idempotent bit for bit. Both share
+ * one definition of the step, the decode and the code search, over the top
+ * code L (q8: L = 255, q4: L = 15).
  *
- * Blob: the 16-byte header of codec.h (magic "MZQ8", param = group size G),
- * then ceil(n / G) groups, each
+ * q8 blob: the 16-byte header of codec.h (magic "MZQ8", param = group size
+ * G >= 1), then ceil(n / G) groups, each
  *
  *     f16 min     (finite)
  *     f16 max     (finite, >= min)
  *     u8  code[G] (the last group holds n mod G codes when G does not divide n)
  *
- * so a group of 64 takes 68 bytes instead of 128 (46.9 % saved). The group's
- * scale is implied: step = f32((max - min) / 255) truncated to 16 significant
- * bits (mz_q8_step), which makes q * step exact in f32.
+ * so a group of 64 takes 68 bytes instead of 128 (46.9 % saved).
  *
- * Decoding, for q in 0..255:
- *     dec(q) = max                                         if q == 255
+ * q4 blob: header magic "MZQ4", param = G, even (2 .. 65534), then groups of
+ *
+ *     f16 min, f16 max (as q8)
+ *     u8  nib[ceil(k / 2)]  code of value 2i in the low nibble of nib[i],
+ *                           of value 2i + 1 in its high nibble
+ *
+ * (k = G, or n mod G for a short last group). An even G keeps every group
+ * byte-aligned; when n is odd the high nibble of the blob's last byte is
+ * padding and must be 0 (decode and peek refuse anything else, so a blob has
+ * exactly one encoding). A group of 64 takes 36 bytes (71.9 % saved).
+ *
+ * The group's scale is implied: step = f32((max - min) / L) truncated to 16
+ * significant bits (mz_quant_step), which makes q * step exact in f32 for
+ * every q <= 255.
+ *
+ * Decoding, for q in 0..L:
+ *     dec(q) = max                                         if q == L
  *            = f16_rne(v > max ? max : v), v = f32(min + f32(q * step))  otherwise
  * Every ISA path computes exactly this (an exact f32 multiply, one rounded
  * f32 add — fused or not, the same —, the compare-select, RNE to f16), so
  * SIMD output is bit-identical to scalar.
- * Properties: dec(0) = min, dec(255) = max, min <= dec(q) <= max, and dec is
+ * Properties: dec(0) = min, dec(L) = max, min <= dec(q) <= max, and dec is
  * monotone non-decreasing in q. It never yields -0 when min and max are
  * canonical (a zero min or max is stored as +0).
  *
  * Encoding a group x[0..k) (all finite; inf or NaN anywhere → MZ_E_FORMAT, so
  * the caller can fall back to the raw codec):
  *     min = min x, max = max x (exact: they are f16 values; ±0 stored as +0)
- *     code(x) = the smallest q whose dec(q) is nearest x
+ *     code(x) = the smallest q in 0..L whose dec(q) is nearest x
  *               (dec is monotone, so ties go to the lower value)
  *
- * Why encode(decode(encode(x))) == encode(x), byte for byte. Let y be the
- * decoded group.
+ * Why encode(decode(encode(x))) == encode(x), byte for byte, for any L. Let
+ * y be the decoded group.
  *   - min y = min: the min element gets code 0 and dec(0) = min; all
  *     dec(q) >= min.
- *   - max y = max: the max element is at distance 0 from dec(255) = max, so
+ *   - max y = max: the max element is at distance 0 from dec(L) = max, so
  *     its code decodes to max; all dec(q) <= max.
  *   So the header and the implied step are unchanged, hence so is dec.
  *   - codes: let c = code(x_i), y_i = dec(c). Every code decoding to y_i is
@@ -41,20 +56,26 @@
  *     smallest code decoding to y_i, which is exactly code(y_i).
  * The parameters and codes are a fixed point; later cycles repeat it. No
  * special case for constant groups (step = 0), subnormals or huge ranges.
+ * (q4's padding nibble is always written 0, so its bytes repeat as well.)
  *
  * Error: |dec(code(x)) - x| <= (step + ulp16 of the neighbouring grid
  * values) / 2; min and max are exact.
  *
- * Kernels, picked at run time (mz_q8_isa; mz_q8_force_isa for tests):
- * AVX-512 F/BW/VL (codec_q8_avx512.c: decode 16 lanes, streaming stores into
- * large aligned destinations; encode 16 lanes), else AVX2+F16C
- * (codec_q8_avx2.c), NEON decode on AArch64, scalar otherwise. The SIMD
- * encoders compute min/max and settle most codes a vector at a time (guess,
- * decode the neighbours exactly as the decoder does, check the bracket);
- * lanes they cannot settle (plateaus where several codes decode to one f16
- * value) take the scalar search, mz_q8_code_ref. Decode checks each group's
- * min/max as it reaches it (peek checks them all up front). Every kernel
- * gives the same bytes (tests/unit/test_codec.c).
+ * Kernels, picked at run time (mz_q8_isa; mz_q8_force_isa for tests), the
+ * same choice for both codecs: AVX-512 F/BW/VL (codec_q8_avx512.c: decode
+ * 16 lanes, streaming stores into large aligned destinations; encode 16
+ * lanes), else AVX2+F16C (codec_q8_avx2.c), NEON decode on AArch64 (q8
+ * only; q4 decodes with the scalar kernel there), scalar otherwise. q4's
+ * SIMD decoders compute dec() of the 16 codes once per group with q8's
+ * vector arithmetic (L = 15), then unpack 16 bytes into 32 codes and look
+ * each value up in that table (vpermw on AVX-512, two pshufb on AVX2); its
+ * encoders run q8's code search with L = 15 and pack the codes. The SIMD encoders compute
+ * min/max and settle most codes a vector at a time (guess, decode the
+ * neighbours exactly as the decoder does, check the bracket); lanes they
+ * cannot settle (plateaus where several codes decode to one f16 value) take
+ * the scalar search, mz_quant_code_ref. Decode checks each group's min/max
+ * as it reaches it (peek checks them all up front). Every kernel gives the
+ * same bytes (tests/unit/test_codec.c).
  *
  * Thread contract: stateless, any thread.
  */
@@ -101,12 +122,12 @@ static inline void wr16(uint8_t *p, unsigned v)
 
 /* ---- decode ---------------------------------------------------------------- */
 
-/* Implied step of a group; the same function in every kernel. */
-static inline float q8_step(float mn, float mx) { return mz_q8_step(mn, mx); }
-
-static inline uint16_t dec_bits(float mn, float mx, float step, unsigned q)
+/* dec(q) of a group with top code `top` (255: q8, 15: q4) and its implied
+ * step (mz_quant_step); the one definition every kernel of both codecs
+ * follows. */
+static inline uint16_t dec_bits(float mn, float mx, float step, unsigned top, unsigned q)
 {
-    if (q == 255) return mz_cdc_f32_to_f16(mx);
+    if (q == top) return mz_cdc_f32_to_f16(mx);
     float v = mn + (float)q * step;
     if (v > mx) v = mx;
     return mz_cdc_f32_to_f16(v);
@@ -114,9 +135,9 @@ static inline uint16_t dec_bits(float mn, float mx, float step, unsigned q)
 
 /* The value of dec_bits as a float (a zero may come out as either sign, which
  * no comparison below can tell apart). */
-static inline float dec_val(float mn, float mx, float step, unsigned q)
+static inline float dec_val(float mn, float mx, float step, unsigned top, unsigned q)
 {
-    if (q == 255) return mx;
+    if (q == top) return mx;
     float v = mn + (float)q * step;
     if (v > mx) v = mx;
     return mz_cdc_round_f16(v);
@@ -136,9 +157,9 @@ size_t mz_q8_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group,
         unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
         float mn = mz_cdc_f16_to_f32((uint16_t)bmn), mx = mz_cdc_f16_to_f32((uint16_t)bmx);
         if (q8_header_bad(bmn, bmx, mn, mx)) break;
-        float step = q8_step(mn, mx);
+        float step = mz_q8_step(mn, mx);
         const uint8_t *q = payload + 4;
-        for (size_t j = 0; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, q[j]);
+        for (size_t j = 0; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 255, q[j]);
         payload += 4 + k;
     }
     return g;
@@ -162,7 +183,7 @@ static size_t decode_groups_neon(const uint8_t *payload, size_t n, unsigned grou
         unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
         float mn = mz_cdc_f16_to_f32((uint16_t)bmn), mx = mz_cdc_f16_to_f32((uint16_t)bmx);
         if (q8_header_bad(bmn, bmx, mn, mx)) break;
-        float step = q8_step(mn, mx);
+        float step = mz_q8_step(mn, mx);
         const uint8_t *q = payload + 4;
         float32x4_t vmn = vdupq_n_f32(mn), vmx = vdupq_n_f32(mx), vstep = vdupq_n_f32(step);
         size_t j = 0;
@@ -171,7 +192,7 @@ static size_t decode_groups_neon(const uint8_t *payload, size_t n, unsigned grou
             vst1_u16(dst + i0 + j, neon_dec4(vmovl_u16(vget_low_u16(q16)), vmn, vmx, vstep));
             vst1_u16(dst + i0 + j + 4, neon_dec4(vmovl_u16(vget_high_u16(q16)), vmn, vmx, vstep));
         }
-        for (; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, q[j]);
+        for (; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 255, q[j]);
         payload += 4 + k;
     }
     return g;
@@ -390,11 +411,14 @@ static mz_status q8_decode(const mz_codec *c, const uint8_t *src, size_t len, mz
 
 /* ---- encode ---------------------------------------------------------------- */
 
-static inline float grid_dec(const mz_q8_grid *g, unsigned q) { return dec_val(g->mn, g->mx, g->step, q); }
+static inline float grid_dec(const mz_quant_grid *g, unsigned q)
+{
+    return dec_val(g->mn, g->mx, g->step, g->top, q);
+}
 
-/* Smallest q in [0, 255] with dec(q) >= t, or 256 if none; guess is a hint.
+/* Smallest q in [0, top] with dec(q) >= t, or top + 1 if none; guess is a hint.
  * Gallops from the guess, then bisects, so a good guess costs two decodes. */
-static unsigned first_ge(const mz_q8_grid *g, float t, unsigned guess)
+static unsigned first_ge(const mz_quant_grid *g, float t, unsigned guess)
 {
     unsigned lo, hi;
     if (grid_dec(g, guess) >= t) {
@@ -411,8 +435,8 @@ static unsigned first_ge(const mz_q8_grid *g, float t, unsigned guess)
         }
     } else {
         lo = guess + 1;
-        hi = 256;
-        for (unsigned step = 1; guess + step < 256; step <<= 1) {
+        hi = g->top + 1;
+        for (unsigned step = 1; guess + step <= g->top; step <<= 1) {
             unsigned c = guess + step;
             if (grid_dec(g, c) >= t) {
                 hi = c;
@@ -432,12 +456,12 @@ static unsigned first_ge(const mz_q8_grid *g, float t, unsigned guess)
 }
 
 /* Smallest q whose dec(q) is nearest x (min <= x <= max); ties to the lower value. */
-unsigned mz_q8_code_ref(const mz_q8_grid *g, float x)
+unsigned mz_quant_code_ref(const mz_quant_grid *g, float x)
 {
     unsigned guess = 0;
     float t = (x - g->mn) * g->inv_step;
-    if (t >= 255.0f)
-        guess = 255;
+    if (t >= (float)g->top)
+        guess = g->top;
     else if (t > 0.0f)
         guess = (unsigned)ceilf(t);
     /* Fast path: the guess brackets x and the lower neighbour starts its plateau. */
@@ -452,18 +476,19 @@ unsigned mz_q8_code_ref(const mz_q8_grid *g, float x)
     }
     unsigned hi = first_ge(g, x, guess);
     if (hi == 0) return 0;
-    if (hi > 255) hi = 255; /* cannot happen: dec(255) = max >= x */
+    if (hi > g->top) hi = g->top; /* cannot happen: dec(top) = max >= x */
     float vlo = grid_dec(g, hi - 1), vhi = grid_dec(g, hi);
     if ((double)vhi - (double)x < (double)x - (double)vlo) return hi;
     return first_ge(g, vlo, hi - 1);
 }
 
-/* Header of a group with the given min and max (any zero sign); fills g. */
-static void group_start(float mn, float mx, uint8_t *out, mz_q8_grid *g)
+/* Header of a group with the given min and max (any zero sign) and top code;
+ * fills g. */
+static void group_start(float mn, float mx, unsigned top, uint8_t *out, mz_quant_grid *g)
 {
     if (mn == 0.0f) mn = 0.0f; /* canonical +0 */
     if (mx == 0.0f) mx = 0.0f;
-    *g = (mz_q8_grid){.mn = mn, .mx = mx, .step = q8_step(mn, mx)};
+    *g = (mz_quant_grid){.mn = mn, .mx = mx, .step = mz_quant_step(mn, mx, top), .top = top};
     g->inv_step = g->step > 0.0f ? 1.0f / g->step : 0.0f;
     wr16(out, mz_cdc_f32_to_f16(mn));
     wr16(out + 2, mz_cdc_f32_to_f16(mx));
@@ -491,38 +516,44 @@ size_t mz_q8_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint
             if (v < mn) mn = v;
             if (v > mx) mx = v;
         }
-        mz_q8_grid g;
-        group_start(mn, mx, payload, &g);
+        mz_quant_grid g;
+        group_start(mn, mx, 255, payload, &g);
         uint8_t *q = payload + 4;
-        for (size_t j = 0; j < k; j++) q[j] = (uint8_t)mz_q8_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
+        for (size_t j = 0; j < k; j++) q[j] = (uint8_t)mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
         payload += 4 + k;
     }
     return n;
 }
 
 #if defined(MZ_CODEC_HAVE_AVX2_FILE)
-/* AVX2: min/max and most codes eight at a time, the rest scalar. */
-static size_t encode_groups_avx2(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload)
+/* AVX2, q8 (top 255) or q4 (top 15): min/max and most codes eight at a
+ * time, the rest scalar; q4's codes are then packed two a byte. */
+static size_t encode_groups_avx2(const mz_f16 *src, size_t n, unsigned group, unsigned top,
+                                 uint8_t *payload)
 {
     size_t bad = first_nonfinite(src, n);
     if (bad < n) return bad;
+    const bool nibbles = top == 15;
     for (size_t i0 = 0; i0 < n; i0 += group) {
         size_t k = MZ_MIN((size_t)group, n - i0);
         const mz_f16 *x = src + i0;
         float mn, mx;
         mz_q8_minmax_avx2(x, k, &mn, &mx);
-        mz_q8_grid g;
-        group_start(mn, mx, payload, &g);
+        mz_quant_grid g;
+        group_start(mn, mx, top, payload, &g);
         uint8_t *q = payload + 4;
-        uint8_t unres[256];
-        for (size_t j0 = 0; j0 < k; j0 += sizeof unres) {
+        uint8_t unres[256], c4[256];
+        for (size_t j0 = 0; j0 < k; j0 += sizeof unres) { /* j0 even: a byte boundary for q4 */
             size_t kk = MZ_MIN(sizeof unres, k - j0);
-            if (mz_q8_codes_avx2(x + j0, kk, g.mn, g.mx, g.step, g.inv_step, q + j0, unres) == 0)
-                continue;
-            for (size_t j = 0; j < kk; j++)
-                if (unres[j]) q[j0 + j] = (uint8_t)mz_q8_code_ref(&g, mz_cdc_f16_to_f32(x[j0 + j]));
+            uint8_t *c = nibbles ? c4 : q + j0;
+            if (mz_quant_codes_avx2(x + j0, kk, g.mn, g.mx, g.step, g.inv_step, top, c, unres) != 0)
+                for (size_t j = 0; j < kk; j++)
+                    if (unres[j]) c[j] = (uint8_t)mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j0 + j]));
+            if (nibbles)
+                for (size_t j = 0; j < kk; j += 2)
+                    q[(j0 + j) / 2] = (uint8_t)(c[j] | (j + 1 < kk ? c[j + 1] : 0u) << 4);
         }
-        payload += 4 + k;
+        payload += 4 + (nibbles ? (k + 1) / 2 : k);
     }
     return n;
 }
@@ -546,7 +577,7 @@ static mz_status q8_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8
     case Q8_AVX512: done = mz_q8_encode_groups_avx512(src, n, group, p); break;
 #endif
 #if defined(MZ_CODEC_HAVE_AVX2_FILE)
-    case Q8_AVX2: done = encode_groups_avx2(src, n, group, p); break;
+    case Q8_AVX2: done = encode_groups_avx2(src, n, group, 255, p); break;
 #endif
     default: done = mz_q8_encode_groups_ref(src, n, group, p); break;
     }
@@ -573,5 +604,198 @@ mz_codec mz_codec_q8(unsigned group)
 {
     MZ_ASSERT(group >= 1 && group <= MZ_Q8_GROUP_MAX);
     mz_codec c = Q8_VT("q8", group);
+    return c;
+}
+
+/* ---- q4 ----------------------------------------------------------------------- */
+
+#define Q4_MAGIC 0x34515a4du /* "MZQ4" */
+
+/* Payload of n values in groups of G (even): 4 header bytes per group and
+ * ceil(n / 2) code bytes (every group but the last has G / 2; an even G keeps
+ * each group byte-aligned). */
+static bool q4_payload(unsigned group, uint64_t n, size_t *payload)
+{
+    if (group < 2 || group > MZ_Q4_GROUP_MAX || group % 2 || n > SIZE_MAX / 8) return false;
+    uint64_t n_groups = (n + group - 1) / group;
+    *payload = (size_t)(n_groups * 4 + (n + 1) / 2);
+    return true;
+}
+
+static size_t q4_bound(const mz_codec *c, size_t n)
+{
+    size_t p;
+    if (!q4_payload(c->param, n, &p) || p > SIZE_MAX - MZ_CODEC_HEADER_BYTES) return 0;
+    return MZ_CODEC_HEADER_BYTES + p;
+}
+
+/* Bytes of one group of k values (k <= G). */
+static inline size_t q4_group_bytes(size_t k) { return 4 + (k + 1) / 2; }
+
+size_t mz_q4_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+{
+    size_t g = 0;
+    for (size_t i0 = 0; i0 < n; i0 += group, g++) {
+        size_t k = MZ_MIN((size_t)group, n - i0);
+        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
+        float mn = mz_cdc_f16_to_f32((uint16_t)bmn), mx = mz_cdc_f16_to_f32((uint16_t)bmx);
+        if (q8_header_bad(bmn, bmx, mn, mx)) break;
+        float step = mz_q4_step(mn, mx);
+        const uint8_t *q = payload + 4;
+        for (size_t j = 0; j < k; j++)
+            dst[i0 + j] = dec_bits(mn, mx, step, 15, (q[j / 2] >> (4 * (j & 1))) & 15u);
+        payload += q4_group_bytes(k);
+    }
+    return g;
+}
+
+/* The MZ_E_FORMAT of group g, whose header (at p) is invalid. */
+static mz_status q4_group_fail(const uint8_t *p, uint64_t g)
+{
+    unsigned mn = rd16(p), mx = rd16(p + 2);
+    if ((mn & 0x7c00u) == 0x7c00u || (mx & 0x7c00u) == 0x7c00u)
+        return mz_fail(MZ_E_FORMAT, "q4 blob: group %llu has a non-finite min/max "
+                       "(0x%04x, 0x%04x)", (unsigned long long)g, mn, mx);
+    return mz_fail(MZ_E_FORMAT, "q4 blob: group %llu has max < min (0x%04x < 0x%04x)",
+                   (unsigned long long)g, mx, mn);
+}
+
+/* Header, exact length, and the unused high nibble of an odd count's last
+ * byte, which must be 0 (so every blob decodes from exactly one encoding). */
+static mz_status q4_parse(const uint8_t *src, size_t len, unsigned *group, uint64_t *n)
+{
+    mz_status st = mz_codec_header_parse("q4", src, len, Q4_MAGIC, q4_payload, group, n);
+    if (st != MZ_OK) return st;
+    if ((*n & 1) && (src[len - 1] & 0xf0u))
+        return mz_fail(MZ_E_FORMAT, "q4 blob: padding nibble of the last byte is 0x%x, not 0",
+                       src[len - 1] >> 4);
+    return MZ_OK;
+}
+
+static mz_status q4_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)
+{
+    unsigned group;
+    uint64_t n;
+    mz_status st = q4_parse(src, len, &group, &n);
+    if (st != MZ_OK) return st;
+    const uint8_t *p = src + MZ_CODEC_HEADER_BYTES;
+    for (uint64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        unsigned bmn = rd16(p), bmx = rd16(p + 2);
+        if (q8_header_bad(bmn, bmx, mz_cdc_f16_to_f32((uint16_t)bmn), mz_cdc_f16_to_f32((uint16_t)bmx)))
+            return q4_group_fail(p, g);
+        p += q4_group_bytes((size_t)MZ_MIN((uint64_t)group, n - i0));
+    }
+    *n_values = (size_t)n;
+    return MZ_OK;
+}
+
+static mz_status q4_decode_impl(const uint8_t *src, size_t len, mz_f16 *dst, size_t n_want,
+                                enum q8_isa isa)
+{
+    unsigned group;
+    uint64_t n;
+    mz_status st = q4_parse(src, len, &group, &n);
+    if (st != MZ_OK) return st;
+    if (n != n_want)
+        return mz_fail(MZ_E_FORMAT, "q4 blob: holds %llu values, caller expects %zu",
+                       (unsigned long long)n, n_want);
+    const uint8_t *payload = src + MZ_CODEC_HEADER_BYTES;
+    size_t n_groups = (size_t)((n + group - 1) / group), done;
+    switch (isa) {
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+    case Q8_AVX512:
+        done = mz_q4_decode_groups_avx512(payload, (size_t)n, group, dst,
+                                          n * sizeof *dst >= Q8_STREAM_MIN_BYTES);
+        break;
+#endif
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    case Q8_AVX2: done = mz_q4_decode_groups_avx2(payload, (size_t)n, group, dst); break;
+#endif
+    default: done = mz_q4_decode_groups_ref(payload, (size_t)n, group, dst); break;
+    }
+    if (done < n_groups) return q4_group_fail(payload + done * q4_group_bytes(group), done);
+    return MZ_OK;
+}
+
+mz_status mz_q4_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n)
+{
+    return q4_decode_impl(src, len, dst, n, Q8_SCALAR);
+}
+
+static mz_status q4_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
+                           size_t n)
+{
+    return q4_decode_impl(src, len, dst, n, q8_isa_now());
+}
+
+size_t mz_q4_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload)
+{
+    size_t bad = first_nonfinite(src, n);
+    if (bad < n) return bad;
+    for (size_t i0 = 0; i0 < n; i0 += group) {
+        size_t k = MZ_MIN((size_t)group, n - i0);
+        const mz_f16 *x = src + i0;
+        float mn = mz_cdc_f16_to_f32(x[0]), mx = mn;
+        for (size_t j = 1; j < k; j++) {
+            float v = mz_cdc_f16_to_f32(x[j]);
+            if (v < mn) mn = v;
+            if (v > mx) mx = v;
+        }
+        mz_quant_grid g;
+        group_start(mn, mx, 15, payload, &g);
+        uint8_t *q = payload + 4;
+        for (size_t j = 0; j < k; j += 2) {
+            unsigned lo = mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
+            unsigned hi = j + 1 < k ? mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j + 1])) : 0;
+            q[j / 2] = (uint8_t)(lo | hi << 4);
+        }
+        payload += q4_group_bytes(k);
+    }
+    return n;
+}
+
+static mz_status q4_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,
+                           size_t dst_cap, size_t *n_written)
+{
+    unsigned group = c->param;
+    size_t need = q4_bound(c, n);
+    *n_written = 0;
+    MZ_ASSERT(group >= 2 && group <= MZ_Q4_GROUP_MAX && group % 2 == 0);
+    if (need == 0) return mz_fail(MZ_E_RANGE, "q4 encode: %zu values is too many", n);
+    if (dst_cap < need)
+        return mz_fail(MZ_E_RANGE, "q4 encode: need %zu bytes, have %zu", need, dst_cap);
+    mz_codec_header_write(dst, Q4_MAGIC, group, n);
+    uint8_t *p = dst + MZ_CODEC_HEADER_BYTES;
+    size_t done;
+    switch (q8_isa_now()) {
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+    case Q8_AVX512: done = mz_q4_encode_groups_avx512(src, n, group, p); break;
+#endif
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    case Q8_AVX2: done = encode_groups_avx2(src, n, group, 15, p); break;
+#endif
+    default: done = mz_q4_encode_groups_ref(src, n, group, p); break;
+    }
+    if (done < n)
+        return mz_fail(MZ_E_FORMAT, "q4 encode: value %zu is %s (0x%04x); use the raw codec",
+                       done, (src[done] & 0x3ffu) ? "NaN" : "infinite", src[done]);
+    *n_written = need;
+    return MZ_OK;
+}
+
+#define Q4_VT(nm, g)                                                                   \
+    {                                                                                  \
+        .name = nm, .param = g, .bound = q4_bound, .encode = q4_encode,                \
+        .decode = q4_decode, .peek = q4_peek                                           \
+    }
+
+const mz_codec mz_codec_q4_g64_vt = Q4_VT("q4", 64);
+const mz_codec mz_codec_q4_g32_vt = Q4_VT("q4-g32", 32);
+const mz_codec mz_codec_q4_g128_vt = Q4_VT("q4-g128", 128);
+
+mz_codec mz_codec_q4(unsigned group)
+{
+    MZ_ASSERT(group >= 2 && group <= MZ_Q4_GROUP_MAX && group % 2 == 0);
+    mz_codec c = Q4_VT("q4", group);
     return c;
 }

@@ -218,12 +218,14 @@ out_fail:
     return s;
 }
 
-/* The registry name of a codec ("q8-g32" for q8 with groups of 32). */
+/* The registry name of a codec ("q8-g32" for q8 with groups of 32; q4 the
+ * same way). */
 static void codec_display_name(const mz_codec *c, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s", c->name);
-    if (strcmp(c->name, "q8") == 0 && c->param != MZ_Q8_GROUP_DEFAULT)
-        snprintf(buf, cap, "q8-g%u", c->param);
+    if ((strcmp(c->name, "q8") == 0 || strcmp(c->name, "q4") == 0) &&
+        c->param != MZ_Q8_GROUP_DEFAULT)
+        snprintf(buf, cap, "%s-g%u", c->name, c->param);
 }
 
 /* ---- storage helpers ------------------------------------------------------------------ */

@@ -144,7 +144,7 @@ static void load_stop(load_thread *lt)
  * a change here; the fixed list covers a message without that list. */
 static int codec_names(char names[][24], int cap)
 {
-    static const char *fallback[] = {"raw", "q8", "q8-g32", "q8-g128", "cachegen"};
+    static const char *fallback[] = {"raw", "q8", "q8-g32", "q8-g128", "q4", "cachegen"};
     int n = 0;
     (void)mz_codec_find("\x01not-a-codec");
     const char *msg = mz_last_error(), *k = strstr(msg, "known: ");

@@ -1,19 +1,21 @@
 /*
  * fuzz_codec.c — libFuzzer target for every codec's peek/decode, plus the q8
- * idempotency property on whatever decodes.
+ * / q4 idempotency property on whatever decodes.
  *
  * Input: byte 0 selects the codec (bits 0-1 and 2) and mode, the rest is the
- * blob.
+ * blob. A blob starting with q4's magic "MZQ4" selects q4 / q4-g32 / q4-g128
+ * in place of the q8 family (bits 0-1 as for q8; raw's slot is q4 too).
  *   - peek and decode with the blob's own count (if <= MAX_N) and with a
  *     wrong count: must never crash or read/write out of bounds (ASan);
- *   - q8, when decoding succeeds: e1 = encode(y), e2 = encode(decode(e1))
- *     must be byte-identical (idempotency), and SIMD encode/decode must equal
- *     the scalar reference;
+ *   - q8 and q4, when decoding succeeds: e1 = encode(y), e2 =
+ *     encode(decode(e1)) must be byte-identical (idempotency), and SIMD
+ *     encode/decode must equal the scalar reference;
  *   - cachegen (bit 2): peek checks structure only, so decode may still fail
  *     (MZ_E_FORMAT, a corrupt stream); when it succeeds the scalar decode
  *     must agree and the same idempotency cycle must hold, with parameters
  *     taken from the blob's own sub-header;
- *   - mode bit 3: the bytes are raw F16 input to every encoder instead.
+ *   - mode bit 3: the bytes are raw F16 input to every encoder instead (the
+ *     q8 and the q4 cycle both run).
  *
  * Build: `make fuzz` (CMake, build-fuzz). By hand: clang -std=c11 -g -O1
  *   -fsanitize=fuzzer,address,undefined -Isrc -Iinclude src/core/core.c
@@ -36,9 +38,10 @@ static uint8_t g_e1[MAX_N * 8 + 65536], g_e2[MAX_N * 8 + 65536];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void check_q8_cycle(const mz_f16 *y, size_t n, unsigned group)
+/* q8 (or q4 when q4, group even) */
+static void check_quant_cycle(const mz_f16 *y, size_t n, unsigned group, bool q4)
 {
-    mz_codec c = mz_codec_q8(group);
+    mz_codec c = q4 ? mz_codec_q4(group) : mz_codec_q8(group);
     size_t l1, l2;
     if (mz_codec_encode(&c, y, n, g_e1, sizeof g_e1, &l1) != MZ_OK) return; /* inf/NaN */
     mz_q8_force_scalar(true); /* scalar encode must match the SIMD one */
@@ -48,7 +51,7 @@ static void check_q8_cycle(const mz_f16 *y, size_t n, unsigned group)
     if (mz_codec_decode(&c, g_e1, l1, g_y2, n) != MZ_OK) abort();
     if (mz_codec_encode(&c, g_y2, n, g_e2, sizeof g_e2, &l2) != MZ_OK) abort();
     if (l1 != l2 || memcmp(g_e1, g_e2, l1) != 0) abort(); /* not idempotent */
-    if (mz_q8_decode_ref(g_e2, l2, g_y3, n) != MZ_OK) abort();
+    if ((q4 ? mz_q4_decode_ref : mz_q8_decode_ref)(g_e2, l2, g_y3, n) != MZ_OK) abort();
     if (memcmp(g_y2, g_y3, n * 2) != 0) abort(); /* SIMD != scalar */
 }
 
@@ -88,9 +91,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                   "cachegen", "cachegen-q7", "cachegen-anchor", "cachegen"};
     unsigned mode = data[0];
     bool cg = (mode & 4) != 0;
+    static const char *q4_names[] = {"q4", "q4", "q4-g32", "q4-g128"};
     const mz_codec *c = mz_codec_find(names[mode & 7]);
     data++;
     size--;
+    bool q4 = !cg && size >= 4 && memcmp(data, "MZQ4", 4) == 0;
+    if (q4) c = mz_codec_find(q4_names[mode & 3]);
     if (mode & 8) {
         /* encoder side: bytes are F16 values */
         size_t n = MZ_MIN(size / 2, (size_t)MAX_N);
@@ -103,7 +109,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             mz_cachegen_params p = cg_params_from(pb);
             check_cg_cycle(g_y, n, &p);
         } else {
-            check_q8_cycle(g_y, n, group);
+            check_quant_cycle(g_y, n, group, false);
+            check_quant_cycle(g_y, n, group + (group & 1), true); /* 2, 10, 20, ... 136 */
         }
         size_t l;
         if (mz_codec_encode(c, g_y, n, g_e1, sizeof g_e1, &l) == MZ_OK &&
@@ -128,10 +135,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (!cg && c->peek(c, data, size, &n) == MZ_OK && n <= MAX_N) {
         if (mz_codec_decode(c, data, size, g_y, n) != MZ_OK) abort(); /* peek said valid */
         if (c->name[0] == 'q') {
-            if (mz_q8_decode_ref(data, size, g_y2, n) != MZ_OK) abort();
+            if ((q4 ? mz_q4_decode_ref : mz_q8_decode_ref)(data, size, g_y2, n) != MZ_OK) abort();
             if (memcmp(g_y, g_y2, n * 2) != 0) abort();
             unsigned group = (unsigned)data[6] | (unsigned)data[7] << 8;
-            check_q8_cycle(g_y, n, group);
+            check_quant_cycle(g_y, n, group, q4);
         }
         if (n > 0 && mz_codec_decode(c, data, size, g_y, n - 1) != MZ_E_FORMAT) abort();
     }

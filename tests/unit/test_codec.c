@@ -1,7 +1,8 @@
 /*
- * test_codec.c — codec registry, raw and q8: round trips, q8 idempotency
+ * test_codec.c — codec registry, raw, q8 and q4: round trips, idempotency
  * (encode(decode(encode(x))) == encode(x) byte for byte, over 3 cycles) on
- * realistic and adversarial inputs, malformed blobs, every kernel set
+ * realistic and adversarial inputs, the decode formula against a reference
+ * written here, malformed blobs, every kernel set
  * (scalar, AVX2, AVX-512 with and without streaming stores; whichever the
  * CPU has) against the scalar reference for decode and encode, a randomized
  * differential test of the encoders on adversarial groups, and throughput
@@ -164,7 +165,34 @@ static void test_raw(void)
     free(blob);
 }
 
-/* ---- q8 idempotency ---------------------------------------------------------------- */
+/* ---- the q8 / q4 definition, written independently of codec_q8.c ------------------- */
+
+/* Top code of a q8 (255) or q4 (15) codec. */
+static unsigned t_top(const mz_codec *c) { return strncmp(c->name, "q4", 2) == 0 ? 15 : 255; }
+
+/* Bytes of one group of k values. */
+static size_t t_group_bytes(unsigned top, size_t k) { return 4 + (top == 15 ? (k + 1) / 2 : k); }
+
+/* The implied step: f32 (max - min) / top with its significand cut to 16
+ * bits (by frexp and floor here, not by masking bits as the codec does). */
+static float t_step(float mn, float mx, unsigned top)
+{
+    float d = (mx - mn) / (float)top;
+    if (d == 0.0f) return 0.0f;
+    int e;
+    float m = frexpf(d, &e); /* d = m 2^e, 0.5 <= m < 1: 24 significant bits */
+    return ldexpf(floorf(m * 65536.0f) / 65536.0f, e);
+}
+
+/* dec(q) of a group: top → max; else min + q step, capped at max, to f16. */
+static mz_f16 t_decq(float mn, float mx, unsigned top, unsigned q)
+{
+    if (q == top) return h(mx);
+    float v = mn + (float)q * t_step(mn, mx, top);
+    return h(v > mx ? mx : v);
+}
+
+/* ---- q8 / q4 idempotency ------------------------------------------------------------ */
 
 typedef struct {
     uint8_t *e1, *e2, *e3;
@@ -190,7 +218,10 @@ static int cycle3(const mz_codec *c, const mz_f16 *x, size_t n, cyc_bufs *b)
 {
     size_t l1, l2, l3;
     int fail = 0;
-    if (mz_codec_encode(c, x, n, b->e1, b->cap, &l1) != MZ_OK) return 1;
+    if (mz_codec_encode(c, x, n, b->e1, b->cap, &l1) != MZ_OK) {
+        if (getenv("MZ_TEST_VERBOSE")) fprintf(stderr, "encode: %s\n", mz_last_error());
+        return 1;
+    }
     /* every encoder must match the best one (and so each other) byte for byte */
     for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
         if (!mz_q8_force_isa(g_isas[i])) continue;
@@ -205,13 +236,15 @@ static int cycle3(const mz_codec *c, const mz_f16 *x, size_t n, cyc_bufs *b)
     if (memcmp(b->y1, b->y2, n * 2) != 0) fail = 6;
     if (mz_codec_encode(c, b->y2, n, b->e3, b->cap, &l3) != MZ_OK) return 7;
     if (l3 != l1 || memcmp(b->e1, b->e3, l1) != 0) fail = 8;
-    /* error bound per group */
-    unsigned G = c->param;
+    /* error bound per group: (s (1 + 1/128) + ulp16) / 2, s = (max - min) / top
+     * (the truncated step is at most 2^-15 s short, so the last gap is below
+     * s (1 + top 2^-15)) */
+    unsigned G = c->param, top = t_top(c);
     const uint8_t *p = b->e1 + MZ_CODEC_HEADER_BYTES;
     for (size_t i0 = 0; i0 < n; i0 += G) {
         size_t k = MZ_MIN((size_t)G, n - i0);
         float mn = fl((mz_f16)(p[0] | p[1] << 8)), mx = fl((mz_f16)(p[2] | p[3] << 8));
-        double s = ((double)mx - (double)mn) / 255.0;
+        double s = ((double)mx - (double)mn) / (double)top;
         for (size_t j = 0; j < k; j++) {
             float xv = fl(x[i0 + j]), yv = fl(b->y1[i0 + j]);
             double err = fabs((double)yv - (double)xv);
@@ -224,7 +257,7 @@ static int cycle3(const mz_codec *c, const mz_f16 *x, size_t n, cyc_bufs *b)
                 fail = fail ? fail : 9;
             }
         }
-        p += 4 + k;
+        p += t_group_bytes(top, k);
     }
     g_values_cycled += (long long)n;
     return fail;
@@ -265,14 +298,21 @@ static void fill_kv(mz_f16 *x, int n_head_kv, int head_dim, float base)
     }
 }
 
-static void test_q8_realistic(void)
+/* The q8 or q4 codec with groups of G. */
+static mz_codec t_codec(unsigned top, unsigned G) { return top == 15 ? mz_codec_q4(G) : mz_codec_q8(G); }
+
+/* family: "q8" or "q4" (G = 64, 32, 128 by name) */
+static void test_realistic(const char *family)
 {
     const int n_head_kv = 4, head_dim = 64;
     size_t n = (size_t)n_head_kv * 256 * head_dim * 2; /* 131072 values */
     mz_f16 *x = malloc(n * 2);
     cyc_bufs b;
     cyc_init(&b, n, 32);
-    const char *names[] = {"q8", "q8-g32", "q8-g128"};
+    char names[3][16];
+    snprintf(names[0], sizeof names[0], "%s", family);
+    snprintf(names[1], sizeof names[1], "%s-g32", family);
+    snprintf(names[2], sizeof names[2], "%s-g128", family);
     int fails = 0;
     for (int t = 0; t < 24; t++) {
         const mz_codec *c = mz_codec_find(names[t % 3]);
@@ -306,23 +346,46 @@ static void fill_adversarial(mz_f16 *x, size_t k, int kind)
         case 9: x[j] = (r % 8 == 0) ? h(fminf(fmaxf(t_rand_normal(&g_rng) * 30000.0f, -65504.0f), 65504.0f))
                                     : h(t_rand_normal(&g_rng) * 1e-4f); break;
         case 10: x[j] = (mz_f16)((r & 0x8000u) | (0x0400u + (r % 64))); break; /* around min normal */
-        case 11: x[j] = (r % 2) ? (mz_f16)(lo & 0x7fffu) : (mz_f16)((lo & 0x7fffu) + 1u); break;
+        case 11: { /* two neighbouring positive values (below 65504: its successor is inf) */
+            mz_f16 base = (mz_f16)MZ_MIN(lo & 0x7fffu, 0x7bfeu);
+            x[j] = (r % 2) ? base : (mz_f16)(base + 1u);
+            break;
+        }
         default: x[j] = h(t_rand_normal(&g_rng) * (float)(1 << (r % 16)) * 1e-3f); break;
         }
     }
 }
 
-static void test_q8_adversarial(void)
+/* top: 255 (q8) or 15 (q4, whose groups are even) */
+static void test_adversarial(unsigned top)
 {
     size_t n_max = 1 << 16;
     mz_f16 *x = malloc(n_max * 2);
     cyc_bufs b;
     cyc_init(&b, n_max, 1);
-    const unsigned groups[] = {1, 2, 3, 7, 8, 17, 32, 64, 100, 128, 1000, 4096};
+    const unsigned groups8[] = {1, 2, 3, 7, 8, 17, 32, 64, 100, 128, 1000, 4096};
+    const unsigned groups4[] = {2, 4, 6, 8, 16, 18, 32, 64, 100, 128, 1000, 4096};
+    const unsigned *groups = top == 15 ? groups4 : groups8;
+    const size_t n_groups = MZ_ARRAY_LEN(groups8);
     int fails = 0;
+    /* odd and edge lengths (a short last group, q4's padding nibble) */
+    const size_t lens[] = {0, 1, 2, 15, 17, 63, 64, 65, 4097};
+    const unsigned len_groups[] = {2, 32, 64, 128};
+    for (size_t li = 0; li < MZ_ARRAY_LEN(lens); li++)
+        for (size_t gi = 0; gi < MZ_ARRAY_LEN(len_groups); gi++)
+            for (int kind = 0; kind < 13; kind++) {
+                unsigned G = len_groups[gi];
+                mz_codec c = t_codec(top, G);
+                size_t n = lens[li];
+                for (size_t i0 = 0; i0 < n; i0 += G)
+                    fill_adversarial(x + i0, MZ_MIN((size_t)G, n - i0), (kind + (int)(i0 / G)) % 13);
+                int r = cycle3(&c, x, n, &b);
+                if (r && fails++ < 3) fprintf(stderr, "length %zu G=%u kind %d: fail %d\n", n, G, kind, r);
+            }
+    CHECK_EQ_INT(fails, 0);
     for (int t = 0; t < 600; t++) {
-        unsigned G = groups[t % MZ_ARRAY_LEN(groups)];
-        mz_codec c = mz_codec_q8(G);
+        unsigned G = groups[t % n_groups];
+        mz_codec c = t_codec(top, G);
         size_t n = 1 + t_rand_u64(&g_rng) % (G <= 8 ? 4096 : 16384);
         for (size_t i0 = 0; i0 < n; i0 += G) {
             size_t k = MZ_MIN((size_t)G, n - i0);
@@ -338,7 +401,7 @@ static void test_q8_adversarial(void)
     static const uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00,
                                        0xbc00, 0x3c01, 0x6400, 0x6401, 0x7bfe, 0x7bff, 0xfbff,
                                        0xfbfe, 0x1000, 0x5bff, 0xd800, 0x7800, 0xf800};
-    mz_codec c64 = mz_codec_q8(64);
+    mz_codec c64 = t_codec(top, 64);
     fails = 0;
     for (size_t i = 0; i < MZ_ARRAY_LEN(special); i++)
         for (size_t j = 0; j < MZ_ARRAY_LEN(special); j++)
@@ -360,14 +423,16 @@ static void test_q8_adversarial(void)
     free(x);
 }
 
-/* Many short random groups: the bulk of the "millions of values" (plus realistic). */
-static void test_q8_random_bulk(void)
+/* Many short random groups: the bulk of the "millions of values" (plus
+ * realistic); prints the values cycled and the largest error seen since the
+ * last call. */
+static void test_random_bulk(const char *name)
 {
     size_t n = 1 << 18;
     mz_f16 *x = malloc(n * 2);
     cyc_bufs b;
     cyc_init(&b, n, 64);
-    const mz_codec *c = mz_codec_find("q8");
+    const mz_codec *c = mz_codec_find(name);
     int fails = 0;
     for (int t = 0; t < 8; t++) {
         for (size_t i = 0; i < n; i++) {
@@ -379,8 +444,10 @@ static void test_q8_random_bulk(void)
         if (r && fails++ < 3) fprintf(stderr, "bulk %d: fail %d\n", t, r);
     }
     CHECK_EQ_INT(fails, 0);
-    printf("q8 idempotency: %lld values through 3 encode/decode cycles; max error %.3f of bound "
-           "(step + ulp16) / 2\n", g_values_cycled, g_max_rel_err);
+    printf("%s idempotency: %lld values through 3 encode/decode cycles; max error %.3f of bound "
+           "(step + ulp16) / 2\n", name, g_values_cycled, g_max_rel_err);
+    g_values_cycled = 0;
+    g_max_rel_err = 0;
     cyc_free(&b);
     free(x);
 }
@@ -469,6 +536,258 @@ static void test_q8_format(void)
     CHECK(memcmp(out, o2, sizeof o2) == 0);
 }
 
+/* ---- q4 format details and malformed blobs ----------------------------------------------- */
+
+static void test_q4_format(void)
+{
+    const mz_codec *c = mz_codec_find("q4");
+    CHECK(c && c->param == 64 && mz_codec_find("q4-g64") == c);
+    CHECK(mz_codec_find("q4-g32")->param == 32 && mz_codec_find("q4-g128")->param == 128);
+    CHECK_EQ_INT(mz_codec_bound(c, 128), 16 + 2 * 36);
+    CHECK_EQ_INT(mz_codec_bound(c, 65), 16 + 36 + 4 + 1);
+    CHECK_EQ_INT(mz_codec_bound(c, 1), 16 + 4 + 1);
+    CHECK_EQ_INT(mz_codec_bound(c, 0), 16);
+    size_t n_chunk = 8 * 256 * 128 * 2;
+    double saving = 1.0 - (double)mz_codec_bound(c, n_chunk) / (double)(n_chunk * 2);
+    printf("q4 (G=64) space saving vs F16 for an 8x256x128 K+V chunk: %.2f %%\n", 100.0 * saving);
+    CHECK(saving > 0.718 && saving < 0.719); /* 1 - 36 / 128 = 71.875 % */
+    CHECK(fabs(mz_codec_ratio_hint(c) - 36.0 / 128.0) < 1e-12);
+    CHECK(fabs(mz_codec_ratio_hint(mz_codec_find("q4-g32")) - 20.0 / 64.0) < 1e-12);
+
+    /* known values: 0..15 → min 0, max 15, step 1, codes = values, two a
+     * byte with the even value in the low nibble */
+    mz_f16 x[16], y[16];
+    for (int i = 0; i < 16; i++) x[i] = h((float)i);
+    uint8_t blob[128];
+    size_t len;
+    CHECK_EQ_INT(mz_codec_encode(c, x, 16, blob, sizeof blob, &len), MZ_OK);
+    CHECK_EQ_INT(len, 16 + 4 + 8);
+    CHECK(blob[0] == 'M' && blob[1] == 'Z' && blob[2] == 'Q' && blob[3] == '4');
+    CHECK_EQ_INT(blob[16] | blob[17] << 8, 0);
+    CHECK_EQ_INT(blob[18] | blob[19] << 8, h(15.0f));
+    static const uint8_t packed[8] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe};
+    CHECK(memcmp(blob + 20, packed, 8) == 0);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 16), MZ_OK);
+    CHECK(memcmp(x, y, sizeof x) == 0);
+    /* an odd count: the last byte's high nibble is padding, written 0 */
+    mz_f16 o[3] = {h(0), h(15), h(7)};
+    CHECK_EQ_INT(mz_codec_encode(c, o, 3, blob, sizeof blob, &len), MZ_OK);
+    CHECK_EQ_INT(len, 16 + 4 + 2);
+    CHECK(blob[20] == 0xf0 && blob[21] == 0x07);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 3), MZ_OK);
+    CHECK(memcmp(o, y, sizeof o) == 0);
+    blob[21] = 0x17;
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 3), MZ_E_FORMAT);
+    CHECK(strstr(mz_last_error(), "padding") != NULL);
+    size_t pn;
+    CHECK_EQ_INT(c->peek(c, blob, len, &pn), MZ_E_FORMAT);
+
+    /* constant group: step 0; -0 becomes +0 */
+    mz_f16 z[3] = {0x8000u, 0x8000u, 0x0000u};
+    CHECK_EQ_INT(mz_codec_encode(c, z, 3, blob, sizeof blob, &len), MZ_OK);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 3), MZ_OK);
+    CHECK(y[0] == 0 && y[1] == 0 && y[2] == 0);
+
+    /* inf / NaN are refused by every kernel set */
+    mz_f16 bad[3] = {h(1), 0x7c00u, h(2)};
+    for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
+        if (!mz_q8_force_isa(g_isas[i])) continue;
+        bad[1] = 0x7c00u;
+        CHECK_EQ_INT(mz_codec_encode(c, bad, 3, blob, sizeof blob, &len), MZ_E_FORMAT);
+        CHECK(strstr(mz_last_error(), "infinite") != NULL);
+        bad[1] = 0xfe01u;
+        CHECK_EQ_INT(mz_codec_encode(c, bad, 3, blob, sizeof blob, &len), MZ_E_FORMAT);
+        CHECK(strstr(mz_last_error(), "NaN") != NULL);
+    }
+    mz_q8_force_isa(NULL);
+    CHECK_EQ_INT(mz_codec_encode(c, x, 16, blob, 27, &len), MZ_E_RANGE);
+
+    /* malformed: every truncation / extension of a valid 2-group blob fails */
+    mz_f16 v[100];
+    for (int i = 0; i < 100; i++) v[i] = h(t_rand_normal(&g_rng));
+    uint8_t good[256], tmp[300];
+    size_t glen;
+    mz_f16 out[101];
+    CHECK_EQ_INT(mz_codec_encode(c, v, 100, good, sizeof good, &glen), MZ_OK);
+    CHECK_EQ_INT(glen, 16 + 36 + 4 + 18);
+    int wrong = 0;
+    for (size_t l = 0; l < glen + 8; l++) {
+        memset(tmp, 0, sizeof tmp);
+        memcpy(tmp, good, MZ_MIN(l, glen));
+        if (l == glen) continue;
+        wrong += mz_codec_decode(c, tmp, l, out, 100) != MZ_E_FORMAT;
+        wrong += c->peek(c, tmp, l, &pn) != MZ_E_FORMAT;
+    }
+    CHECK_EQ_INT(wrong, 0);
+    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 101), MZ_E_FORMAT);
+    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 99), MZ_E_FORMAT);
+    struct { size_t off; uint8_t val; const char *what; } muts[] = {
+        {3, '8', "magic"}, {4, 2, "version"}, {6, 0, "parameter"}, {6, 63, "parameter"},
+        {6, 1, "parameter"}, {7, 0x01, "length"}, {8, 101, "length"}, {15, 0x80, "parameter"},
+        {17, 0x7c, "min/max"}, {19, 0x7e, "min/max"}, {19, 0xfb, "max < min"},
+        {17, 0x7b, "max < min"}, {16 + 36 + 3, 0xfc, "min/max"}, {16 + 36 + 1, 0x7b, "max < min"},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(muts); i++) {
+        for (size_t k = 0; k < MZ_ARRAY_LEN(g_isas); k++) {
+            if (!mz_q8_force_isa(g_isas[k])) continue;
+            memcpy(tmp, good, glen);
+            tmp[muts[i].off] = muts[i].val;
+            mz_status st = mz_codec_decode(c, tmp, glen, out, 100);
+            CHECK_MSG(st == MZ_E_FORMAT && strstr(mz_last_error(), muts[i].what),
+                      "mutation %zu (%s): %d '%s'", i, g_isas[k], (int)st, mz_last_error());
+            st = c->peek(c, tmp, glen, &pn);
+            CHECK_MSG(st == MZ_E_FORMAT && strstr(mz_last_error(), muts[i].what),
+                      "peek mutation %zu: %d '%s'", i, (int)st, mz_last_error());
+        }
+        mz_q8_force_isa(NULL);
+    }
+    CHECK(c->peek(c, good, glen, &pn) == MZ_OK && pn == 100);
+    /* random byte pokes anywhere: an error or a finite decode, never a crash */
+    for (int t = 0; t < 2000; t++) {
+        memcpy(tmp, good, glen);
+        for (int k = 0; k < 1 + t % 3; k++) tmp[t_rand_u64(&g_rng) % glen] = (uint8_t)t_rand_u64(&g_rng);
+        if (mz_codec_decode(c, tmp, glen, out, 100) == MZ_OK)
+            for (int i = 0; i < 100; i++) wrong += (out[i] & 0x7c00u) == 0x7c00u;
+    }
+    CHECK_EQ_INT(wrong, 0);
+    /* a q8 blob is not a q4 blob, and the reverse */
+    const mz_codec *q8 = mz_codec_find("q8");
+    CHECK_EQ_INT(mz_codec_decode(q8, good, glen, out, 100), MZ_E_FORMAT);
+    CHECK_EQ_INT(mz_codec_encode(q8, v, 100, tmp, sizeof tmp, &len), MZ_OK);
+    CHECK_EQ_INT(mz_codec_decode(c, tmp, len, out, 100), MZ_E_FORMAT);
+    CHECK(strstr(mz_last_error(), "magic") != NULL);
+    /* a blob encoded with G=32 decodes through any q4 vtable (G is in the header) */
+    const mz_codec *c32 = mz_codec_find("q4-g32");
+    mz_f16 o2[100];
+    CHECK_EQ_INT(mz_codec_encode(c32, v, 100, tmp, sizeof tmp, &glen), MZ_OK);
+    CHECK_EQ_INT(glen, 16 + 4 * 4 + 50);
+    CHECK_EQ_INT(mz_codec_decode(c, tmp, glen, out, 100), MZ_OK);
+    CHECK_EQ_INT(mz_codec_decode(c32, tmp, glen, o2, 100), MZ_OK);
+    CHECK(memcmp(out, o2, sizeof o2) == 0);
+}
+
+/* A random valid q4 blob written byte by byte here (not by the encoder):
+ * any finite min <= max, any codes, padding nibble 0. */
+static size_t make_random_q4_blob(uint8_t *blob, size_t n, unsigned G)
+{
+    static const uint8_t head[8] = {'M', 'Z', 'Q', '4', 1, 0};
+    memcpy(blob, head, 6);
+    blob[6] = (uint8_t)G;
+    blob[7] = (uint8_t)(G >> 8);
+    for (int i = 0; i < 8; i++) blob[8 + i] = (uint8_t)((uint64_t)n >> (8 * i));
+    uint8_t *p = blob + 16;
+    for (size_t i0 = 0; i0 < n; i0 += G) {
+        size_t k = MZ_MIN((size_t)G, n - i0);
+        uint64_t r = t_rand_u64(&g_rng);
+        mz_f16 a = rand_finite_bits(), z = rand_finite_bits();
+        if (r % 4 == 0) z = (mz_f16)(a + (r >> 8) % 40);      /* narrow ranges: plateaus */
+        if (r % 8 == 1) a = (mz_f16)(a & 0x83ffu);            /* subnormals */
+        if (r % 16 == 2) a = (mz_f16)(((r >> 20) & 1) << 15); /* ±0 */
+        if (r % 16 == 3) z = (mz_f16)(((r >> 21) & 1) << 15);
+        if (r % 32 == 4) a = 0xfbffu, z = 0x7bffu;            /* ±65504 */
+        if ((z & 0x7c00u) == 0x7c00u) z = a;
+        if (fl(z) < fl(a)) {
+            mz_f16 t = a;
+            a = z;
+            z = t;
+        }
+        p[0] = (uint8_t)a;
+        p[1] = (uint8_t)(a >> 8);
+        p[2] = (uint8_t)z;
+        p[3] = (uint8_t)(z >> 8);
+        for (size_t j = 0; j < (k + 1) / 2; j++) p[4 + j] = (uint8_t)t_rand_u64(&g_rng);
+        if (k % 2) p[4 + k / 2] &= 0x0f;
+        p += 4 + (k + 1) / 2;
+    }
+    return (size_t)(p - blob);
+}
+
+/* Decode of random q4 blobs by every kernel set (and each SIMD kernel
+ * directly, streaming or not, aligned or not) against t_decq. */
+static void test_q4_decode_formula(void)
+{
+    size_t n_max = 70001;
+    uint8_t *blob = malloc(16 + n_max * 3 + 64);
+    mz_f16 *want = malloc(n_max * 2), *got = malloc(n_max * 2);
+    mz_f16 *al = aligned_alloc(64, ((n_max + 64) * 2 + 63) / 64 * 64);
+    const unsigned groups[] = {2, 4, 16, 18, 30, 32, 34, 64, 96, 128, 1000, 4096};
+    long long compared = 0;
+    int mism = 0;
+    for (int t = 0; t < 240; t++) {
+        unsigned G = groups[t % MZ_ARRAY_LEN(groups)];
+        size_t n = t_rand_u64(&g_rng) % (t < 120 ? 1000 : n_max);
+        size_t len = make_random_q4_blob(blob, n, G);
+        const uint8_t *p = blob + 16;
+        for (size_t i0 = 0; i0 < n; i0 += G) {
+            size_t k = MZ_MIN((size_t)G, n - i0);
+            float mn = fl((mz_f16)(p[0] | p[1] << 8)), mx = fl((mz_f16)(p[2] | p[3] << 8));
+            for (size_t j = 0; j < k; j++)
+                want[i0 + j] = t_decq(mn, mx, 15, (p[4 + j / 2] >> (j % 2 ? 4 : 0)) & 15u);
+            p += 4 + (k + 1) / 2;
+        }
+        mz_codec c = mz_codec_q4(G);
+        size_t pn = 0;
+        CHECK(c.peek(&c, blob, len, &pn) == MZ_OK && pn == n);
+        memset(got, 0xee, n * 2);
+        CHECK_EQ_INT(mz_q4_decode_ref(blob, len, got, n), MZ_OK);
+        if (memcmp(want, got, n * 2) != 0 && mism++ < 3) fprintf(stderr, "q4 scalar G=%u n=%zu differs\n", G, n);
+        for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
+            if (!mz_q8_force_isa(g_isas[i])) continue;
+            memset(got, 0xee, n * 2);
+            CHECK_EQ_INT(mz_codec_decode(&c, blob, len, got, n), MZ_OK);
+            if (memcmp(want, got, n * 2) != 0 && mism++ < 3)
+                fprintf(stderr, "q4 decode %s G=%u n=%zu differs\n", g_isas[i], G, n);
+        }
+        mz_q8_force_isa(NULL);
+        size_t n_groups = (n + G - 1) / G;
+        const uint8_t *pl = blob + MZ_CODEC_HEADER_BYTES;
+        (void)n_groups; /* no SIMD kernel file off x86 */
+        (void)pl;
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+        if (mz_codec_cpu_has_avx2()) {
+            memset(got, 0xee, n * 2);
+            CHECK_EQ_INT(mz_q4_decode_groups_avx2(pl, n, G, got), n_groups);
+            if (memcmp(want, got, n * 2) != 0 && mism++ < 3) fprintf(stderr, "q4 avx2 G=%u n=%zu\n", G, n);
+        }
+#endif
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+        if (mz_codec_cpu_has_avx512()) {
+            for (int v = 0; v < 4; v++) {
+                mz_f16 *d = v & 1 ? al + 1 + (size_t)(t % 31) : al;
+                memset(d, 0xee, n * 2);
+                CHECK_EQ_INT(mz_q4_decode_groups_avx512(pl, n, G, d, v >= 2), n_groups);
+                if (memcmp(want, d, n * 2) != 0 && mism++ < 3)
+                    fprintf(stderr, "q4 avx512 decode G=%u n=%zu variant %d differs\n", G, n, v);
+            }
+        }
+#endif
+        compared += (long long)n;
+    }
+    CHECK_EQ_INT(mism, 0);
+    /* q * step is exact for every 4-bit code too */
+    int fused = 0;
+    for (int t = 0; t < 20000; t++) {
+        float lo = fl(rand_finite_bits()), hi = fl(rand_finite_bits());
+        if (hi < lo) {
+            float tmp = lo;
+            lo = hi;
+            hi = tmp;
+        }
+        float step = mz_q4_step(lo, hi);
+        fused += step != t_step(lo, hi, 15);
+        for (unsigned q = 0; q < 16; q++) {
+            volatile float prod = (float)q * step;
+            fused += fmaf((float)q, step, lo) != lo + prod;
+        }
+    }
+    CHECK_EQ_INT(fused, 0);
+    printf("q4 decode, every kernel set: %lld values equal to the formula\n", compared);
+    free(al);
+    free(blob);
+    free(want);
+    free(got);
+}
+
 /* ---- SIMD vs scalar ---------------------------------------------------------------------- */
 
 /* Random valid blob: any finite min <= max, any codes. */
@@ -537,6 +856,8 @@ static void test_simd_vs_scalar(void)
         mz_q8_force_isa(NULL);
         size_t n_groups = (n + G - 1) / G;
         const uint8_t *pl = blob + MZ_CODEC_HEADER_BYTES;
+        (void)n_groups; /* no SIMD kernel file off x86 */
+        (void)pl;
 #if defined(MZ_CODEC_HAVE_AVX2_FILE)
         if (mz_codec_cpu_has_avx2()) {
             CHECK_EQ_INT(mz_q8_decode_groups_avx2(pl, n, G, b), n_groups);
@@ -587,8 +908,10 @@ static void test_simd_vs_scalar(void)
 /* An invalid group in the middle of a blob: every kernel set fails with the
  * scalar message and leaves the groups before it decoded; a large aligned
  * destination (the streaming-store path of the dispatcher) decodes the same. */
-static void test_q8_decode_errors_and_large(void)
+static void test_decode_errors_and_large(unsigned top)
 {
+    mz_status (*decode_ref)(const uint8_t *, size_t, mz_f16 *, size_t) =
+        top == 15 ? mz_q4_decode_ref : mz_q8_decode_ref;
     size_t n = 300000; /* 600 kB of F16: above the streaming threshold */
     const unsigned groups[] = {32, 64, 128, 100};
     mz_f16 *x = malloc(n * 2), *a = malloc(n * 2);
@@ -596,12 +919,12 @@ static void test_q8_decode_errors_and_large(void)
     for (size_t i = 0; i < n; i++) x[i] = h(t_rand_normal(&g_rng) * (i % 7 == 0 ? 9.0f : 1.0f));
     int bad = 0;
     for (size_t gi = 0; gi < MZ_ARRAY_LEN(groups); gi++) {
-        mz_codec c = mz_codec_q8(groups[gi]);
+        mz_codec c = t_codec(top, groups[gi]);
         size_t cap = mz_codec_bound(&c, n), len;
         uint8_t *blob = malloc(cap);
         size_t nn = n - gi * 13; /* ragged last group */
         CHECK_EQ_INT(mz_codec_encode(&c, x, nn, blob, cap, &len), MZ_OK);
-        CHECK_EQ_INT(mz_q8_decode_ref(blob, len, a, nn), MZ_OK);
+        CHECK_EQ_INT(decode_ref(blob, len, a, nn), MZ_OK);
         for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
             if (!mz_q8_force_isa(g_isas[i])) continue;
             memset(b, 0xee, nn * 2);
@@ -611,7 +934,7 @@ static void test_q8_decode_errors_and_large(void)
             bad += memcmp(a, b + 1, nn * 2) != 0;
         }
         /* break group 1000: max < min, then a non-finite min */
-        size_t g = 1000, off = MZ_CODEC_HEADER_BYTES + g * (groups[gi] + 4);
+        size_t g = 1000, off = MZ_CODEC_HEADER_BYTES + g * t_group_bytes(top, groups[gi]);
         uint8_t keep[4];
         memcpy(keep, blob + off, 4);
         for (int kind = 0; kind < 2; kind++) {
@@ -621,7 +944,7 @@ static void test_q8_decode_errors_and_large(void)
                 blob[off + 1] = 0x7c; /* inf */
             }
             char want[256];
-            CHECK_EQ_INT(mz_q8_decode_ref(blob, len, a, nn), MZ_E_FORMAT);
+            CHECK_EQ_INT(decode_ref(blob, len, a, nn), MZ_E_FORMAT);
             snprintf(want, sizeof want, "%s", mz_last_error());
             CHECK(strstr(want, "group 1000 ") != NULL);
             for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
@@ -645,14 +968,6 @@ static void test_q8_decode_errors_and_large(void)
 
 /* ---- encoders: randomized differential test ------------------------------------------ */
 
-/* dec(q) of a group, by the definition at the top of codec_q8.c. */
-static mz_f16 t_dec(float mn, float mx, unsigned q)
-{
-    if (q == 255) return h(mx);
-    float v = mn + (float)q * mz_q8_step(mn, mx);
-    return h(v > mx ? mx : v);
-}
-
 static mz_f16 t_clamp_finite(float v)
 {
     return h(fminf(fmaxf(v, -65504.0f), 65504.0f));
@@ -668,8 +983,8 @@ static float t_ulp16(float a)
     return ldexpf(1.0f, e - 11);
 }
 
-/* One adversarial group of k values. */
-static void fill_diff_group(mz_f16 *x, size_t k, int kind)
+/* One adversarial group of k values for the grid of top code `top`. */
+static void fill_diff_group(mz_f16 *x, size_t k, int kind, unsigned top)
 {
     uint64_t r0 = t_rand_u64(&g_rng);
     mz_f16 a = rand_finite_bits();
@@ -708,8 +1023,8 @@ static void fill_diff_group(mz_f16 *x, size_t k, int kind)
         float step = kind == 4 ? 2.0f * t_ulp16(M) : 0.5f - t_ulp16(M);
         step *= 1.0f + 0.02f * t_rand_float(&g_rng);
         if (kind == 5) M = fmaxf(M, 140.0f * (1.0f + (float)(r0 % 100)));
-        hi = (r0 & 64) ? M : -M + 255.0f * step;
-        lo = hi - 255.0f * step;
+        hi = (r0 & 64) ? M : -M + (float)top * step;
+        lo = hi - (float)top * step;
         break;
     }
     case 7: /* symmetric ±M, values near 0: dec(127) == -dec(128) for some M, and
@@ -728,9 +1043,9 @@ static void fill_diff_group(mz_f16 *x, size_t k, int kind)
                * may sit on a plateau (the mirror image has none; tried too) */
         float p2 = ldexpf(1.0f, (int)(r0 % 28) - 13);
         float step = t_ulp16(p2) * (0.55f + 0.4f * (t_rand_float(&g_rng) + 1.0f) * 0.5f);
-        float below = 255.0f * step * (0.1f + 0.8f * (t_rand_float(&g_rng) + 1.0f) * 0.5f);
+        float below = (float)top * step * (0.1f + 0.8f * (t_rand_float(&g_rng) + 1.0f) * 0.5f);
         lo = -p2 - below;
-        hi = lo + 255.0f * step;
+        hi = lo + (float)top * step;
         if (r0 & 128) {
             float tmp = lo;
             lo = -hi;
@@ -763,8 +1078,8 @@ static void fill_diff_group(mz_f16 *x, size_t k, int kind)
     float mn = fl(hlo), mx = fl(hhi);
     for (size_t j = 0; j < k; j++) {
         uint64_t r = t_rand_u64(&g_rng);
-        unsigned q = (unsigned)(r % 256);
-        mz_f16 d = t_dec(mn, mx, q), e = t_dec(mn, mx, q < 255 ? q + 1 : q);
+        unsigned q = (unsigned)(r % (top + 1));
+        mz_f16 d = t_decq(mn, mx, top, q), e = t_decq(mn, mx, top, q < top ? q + 1 : q);
         switch ((r >> 8) % 5) {
         case 0: x[j] = d; break;
         case 1: x[j] = h(0.5f * (fl(d) + fl(e))); break; /* RNE picks a side or hits the tie */
@@ -778,31 +1093,35 @@ static void fill_diff_group(mz_f16 *x, size_t k, int kind)
     x[(r0 >> 20) % k] = hhi;
 }
 
-static void test_q8_encode_differential(void)
+/* top: 255 (q8) or 15 (q4) */
+static void test_encode_differential(unsigned top)
 {
     size_t n_max = 20000;
     mz_f16 *x = malloc(n_max * 2);
     uint8_t *ref = malloc(n_max * 5 + 64), *got = malloc(n_max * 5 + 64);
-    const unsigned groups[] = {32, 64, 128, 1, 7, 16, 17, 100, 255, 1000};
+    const unsigned groups8[] = {32, 64, 128, 1, 7, 16, 17, 100, 255, 1000};
+    const unsigned groups4[] = {32, 64, 128, 2, 8, 16, 18, 100, 254, 1000};
+    const unsigned *groups = top == 15 ? groups4 : groups8;
+    const bool q4 = top == 15;
     long long groups_done = 0;
     int mism = 0, n_isas = 0;
     for (int t = 0; t < 1500; t++) {
-        unsigned G = groups[t % MZ_ARRAY_LEN(groups)];
+        unsigned G = groups[t % MZ_ARRAY_LEN(groups8)];
         size_t n = 1 + t_rand_u64(&g_rng) % (t % 3 ? 4 * (size_t)G + 40 : n_max);
         if (n > n_max) n = n_max;
         for (size_t i0 = 0; i0 < n; i0 += G) {
             size_t k = MZ_MIN((size_t)G, n - i0);
-            fill_diff_group(x + i0, k, (int)(t_rand_u64(&g_rng) % 10));
+            fill_diff_group(x + i0, k, (int)(t_rand_u64(&g_rng) % 10), top);
             for (size_t j = 0; j < k; j++) /* the odd generator overshoot */
                 if ((x[i0 + j] & 0x7c00u) == 0x7c00u) x[i0 + j] = 0x7bffu;
             groups_done++;
         }
-        size_t pay = (n + G - 1) / G * 4 + n;
-        CHECK_EQ_INT(mz_q8_encode_groups_ref(x, n, G, ref), n);
+        size_t pay = (n + G - 1) / G * 4 + (q4 ? (n + 1) / 2 : n);
+        CHECK_EQ_INT((q4 ? mz_q4_encode_groups_ref : mz_q8_encode_groups_ref)(x, n, G, ref), n);
 #if defined(MZ_CODEC_HAVE_AVX512_FILE)
         if (mz_codec_cpu_has_avx512()) {
             memset(got, 0xee, pay);
-            CHECK_EQ_INT(mz_q8_encode_groups_avx512(x, n, G, got), n);
+            CHECK_EQ_INT((q4 ? mz_q4_encode_groups_avx512 : mz_q8_encode_groups_avx512)(x, n, G, got), n);
             if (memcmp(ref, got, pay) != 0 && mism++ < 5) {
                 size_t i = 0;
                 while (ref[i] == got[i]) i++;
@@ -812,7 +1131,7 @@ static void test_q8_encode_differential(void)
         }
 #endif
         /* through the codec, every kernel set */
-        mz_codec c = mz_codec_q8(G);
+        mz_codec c = t_codec(top, G);
         size_t cap = mz_codec_bound(&c, n), len;
         n_isas = 0;
         for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
@@ -842,8 +1161,8 @@ static void test_q8_encode_differential(void)
         }
     }
     CHECK_EQ_INT(mism, 0);
-    printf("q8 encode differential: %lld adversarial groups, %d kernel sets, byte-identical to "
-           "scalar\n", groups_done, n_isas);
+    printf("%s encode differential: %lld adversarial groups, %d kernel sets, byte-identical to "
+           "scalar\n", q4 ? "q4" : "q8", groups_done, n_isas);
     free(x);
     free(ref);
     free(got);
@@ -864,12 +1183,12 @@ static double decode_gbps(const mz_codec *c, const uint8_t *blob, size_t len, mz
     return (double)iters * (double)n * 2.0 / (t * 1e6);
 }
 
-static void test_throughput(void)
+static void test_throughput(const char *name)
 {
     const int n_head_kv = 8, head_dim = 128;
     size_t n = (size_t)n_head_kv * 256 * head_dim * 2; /* 1 MiB of F16 */
     mz_f16 *x = malloc(n * 2), *y = malloc(n * 2);
-    const mz_codec *c = mz_codec_find("q8");
+    const mz_codec *c = mz_codec_find(name);
     size_t cap = mz_codec_bound(c, n), len;
     uint8_t *blob = malloc(cap);
     fill_kv(x, n_head_kv, head_dim, 1.0f);
@@ -901,9 +1220,9 @@ static void test_throughput(void)
 #else
     const char *note = "";
 #endif
-    printf("throughput, 1 thread, GB/s of F16 per CPU second%s: q8 encode scalar %.2f, %s %.2f"
-           " | q8 decode scalar %.2f, %s %.2f | raw decode %.2f\n", note, enc_scalar, mz_q8_isa(),
-           enc, scalar, mz_q8_isa(), best, rawr);
+    printf("throughput, 1 thread, GB/s of F16 per CPU second%s: %s encode scalar %.2f, %s %.2f"
+           " | %s decode scalar %.2f, %s %.2f | raw decode %.2f\n", note, name, enc_scalar,
+           mz_q8_isa(), enc, name, scalar, mz_q8_isa(), best, rawr);
     free(x);
     free(y);
     free(blob);
@@ -916,12 +1235,20 @@ int main(void)
     test_registry();
     test_raw();
     test_q8_format();
-    test_q8_realistic();
-    test_q8_adversarial();
-    test_q8_random_bulk();
+    test_realistic("q8");
+    test_adversarial(255);
+    test_random_bulk("q8");
     test_simd_vs_scalar();
-    test_q8_decode_errors_and_large();
-    test_q8_encode_differential();
-    test_throughput();
+    test_decode_errors_and_large(255);
+    test_encode_differential(255);
+    test_q4_format();
+    test_q4_decode_formula();
+    test_realistic("q4");
+    test_adversarial(15);
+    test_random_bulk("q4");
+    test_decode_errors_and_large(15);
+    test_encode_differential(15);
+    test_throughput("q8");
+    test_throughput("q4");
     return t_done("test_codec");
 }

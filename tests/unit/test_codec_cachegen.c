@@ -344,8 +344,8 @@ static void test_throughput(void)
     size_t n = 2 * (size_t)heads * 256 * hd;
     mz_f16 *x = malloc(n * 2), *y = malloc(n * 2);
     fill_kv(x, heads, hd);
-    const char *names[] = {"q8", "cachegen", "cachegen-q7"};
-    for (int k = 0; k < 3; k++) {
+    const char *names[] = {"q8", "q4", "cachegen", "cachegen-q7"};
+    for (size_t k = 0; k < MZ_ARRAY_LEN(names); k++) {
         const mz_codec *c = mz_codec_find(names[k]);
         size_t cap = mz_codec_bound(c, n), len = 0;
         uint8_t *blob = malloc(cap);

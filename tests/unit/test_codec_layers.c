@@ -71,11 +71,20 @@ static void test_instances(void)
     mz_codec one = mz_codec_for_layer(cl, 64, 0, 1), two = mz_codec_for_layer(cl, 64, 1, 2);
     CHECK(mz_cachegen_params_of(&one).levels_k == 15 && mz_cachegen_params_of(&two).levels_k == 7);
 
-    /* hints: q8 and raw exact, cachegen ordered and near the measured 0.25 / 0.18 */
+    /* hints: q8, q4 and raw exact, cachegen ordered and near the measured 0.25 / 0.18 */
     size_t n = 256 * 2 * 3 * 64;
     double q8_exact = (double)(mz_codec_bound(q8, n) - MZ_CODEC_HEADER_BYTES) / (double)(2 * n);
     CHECK_MSG(fabs(mz_codec_ratio_hint(q8) - q8_exact) < 1e-12, "q8 hint %.6f, exact %.6f",
               mz_codec_ratio_hint(q8), q8_exact);
+    static const char *const q4s[] = {"q4", "q4-g32", "q4-g128"};
+    for (size_t i = 0; i < MZ_ARRAY_LEN(q4s); i++) {
+        const mz_codec *q4 = mz_codec_find(q4s[i]);
+        double exact = (double)(mz_codec_bound(q4, n) - MZ_CODEC_HEADER_BYTES) / (double)(2 * n);
+        CHECK_MSG(fabs(mz_codec_ratio_hint(q4) - exact) < 1e-12, "%s hint %.6f, exact %.6f",
+                  q4s[i], mz_codec_ratio_hint(q4), exact);
+        mz_codec c = mz_codec_for_layer(q4, 64, 3, 30);
+        CHECK(c.param == q4->param && c.encode == q4->encode && !strcmp(c.name, q4->name));
+    }
     CHECK(mz_codec_ratio_hint(raw) == 1.0);
     double h15 = mz_codec_ratio_hint(cg), h7 = mz_codec_ratio_hint(mz_codec_find("cachegen-q7"));
     double hl = mz_codec_ratio_hint(cl);
@@ -95,6 +104,11 @@ static void test_profile(void)
     if (!pq || !pc || !pl) return;
     CHECK(pc->decode_gbps > 0 && pc->decode_gbps < pq->decode_gbps && pc->encode_gbps > 0);
     CHECK(pc->ratio < 0.3 && pl->ratio < pc->ratio);
+    /* q4: its own entry (the family for q4-g32), exact ratio, decode no
+     * slower than q8's */
+    const mz_profile_codec *p4 = mz_profile_codec_find(&p, "q4");
+    CHECK(p4 && !strcmp(p4->name, "q4") && mz_profile_codec_find(&p, "q4-g32") == p4);
+    if (p4) CHECK(p4->ratio == 36.0 / 128.0 && p4->decode_gbps >= pq->decode_gbps && p4->encode_gbps > 0);
     mz_profile_units u = {.kv_chunk_bytes = 196608, .block_bytes = 3 << 20, .codec = "q8"};
     mz_unit_times tq, tc;
     mz_profile_derive(&p, &u, &tq);
@@ -145,7 +159,8 @@ static void test_manager(mz_model_t *m, mz_model_t *ref_m, const char *codec)
     size_t n = cb / sizeof(mz_f16);
     const mz_codec *base = mz_mem_codec(c->mem);
     size_t bound = mz_codec_bound(base, n), seed = mz_mem_enc_expected(c->mem);
-    if (!strcmp(codec, "q8")) CHECK_EQ_INT(seed, bound); /* q8 plans exactly as before */
+    if (!strcmp(codec, "q8") || !strcmp(codec, "q4")) /* exact hints: plans use the exact size */
+        CHECK_MSG(seed == bound, "%s: expected %zu, bound %zu", codec, seed, bound);
     if (mz_codec_is_cachegen(base))
         CHECK_MSG(seed < cb / 2 && bound > cb, "%s: expected %zu, bound %zu, chunk %zu", codec,
                   seed, bound, cb);
@@ -201,7 +216,7 @@ int main(void)
     mz_model_t *m = ev_load(path), *ref_m = ev_load(path);
     if (!m || !ref_m) return 1;
     /* (raw: compressing frees nothing, nothing to plan with) */
-    static const char *const codecs[] = {"cachegen-layer", "cachegen", "q8"};
+    static const char *const codecs[] = {"cachegen-layer", "cachegen", "q8", "q4"};
     for (size_t i = 0; i < MZ_ARRAY_LEN(codecs); i++) test_manager(m, ref_m, codecs[i]);
     mz_model_free(m);
     mz_model_free(ref_m);

@@ -210,13 +210,14 @@ static void test_quick_run(void)
     CHECK(p.read_gbps[0][0] > 0 && p.read_gbps[1][1] > 0 && p.sat_size && p.sat_qd);
     if (p.direct) CHECK_EQ_INT(p.cached_pages_max, 0);
     CHECK(p.touch_cold_s_per_gib > 0 && p.memcpy_gbps > 0);
-    bool have_q8 = false, have_raw = false;
+    bool have_q8 = false, have_q4 = false, have_raw = false;
     for (int i = 0; i < p.n_codecs; i++) {
         CHECK(p.codec[i].decode_gbps > 0 && p.codec[i].ratio > 0);
         have_q8 = have_q8 || !strcmp(p.codec[i].name, "q8");
+        have_q4 = have_q4 || !strcmp(p.codec[i].name, "q4");
         have_raw = have_raw || !strcmp(p.codec[i].name, "raw");
     }
-    CHECK(have_q8 && have_raw);
+    CHECK(have_q8 && have_q4 && have_raw);
     const char *path = t_tmp_path("profile-quick.json");
     CHECK(mz_profile_save(&p, path) == MZ_OK);
     CHECK(mz_profile_load(path, &q) == MZ_OK && q.n_codecs == p.n_codecs);
