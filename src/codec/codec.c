@@ -93,7 +93,8 @@ mz_codec mz_codec_for_layer(const mz_codec *c, unsigned head_dim, unsigned layer
 double mz_codec_ratio_hint(const mz_codec *c)
 {
     if (mz_codec_is_cachegen(c)) return mz_cachegen_ratio_hint(c);
-    if (!strcmp(c->name, "q8") && c->param >= 1) /* f16 min + f16 max + G codes per G values */
+    /* By the encoder, not the name: "q8-g32" is q8 with another group. */
+    if (c->encode == mz_codec_q8_g64_vt.encode && c->param >= 1) /* f16 min + max + G codes */
         return (4.0 + (double)c->param) / (2.0 * (double)c->param);
     if (c->encode == mz_codec_q4_g64_vt.encode && c->param >= 2) /* 4 + G / 2 bytes per G values */
         return (4.0 + (double)c->param / 2.0) / (2.0 * (double)c->param);
