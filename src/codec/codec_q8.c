@@ -105,11 +105,30 @@ static bool q8_payload(unsigned group, uint64_t n, size_t *payload)
     return true;
 }
 
-static size_t q8_bound(const mz_codec *c, size_t n)
+/* What q8 and q4 differ in. Validation, encode and decode are written once
+ * and take one of these (Q8_FMT here, Q4_FMT with q4's payload below). */
+typedef struct quant_fmt {
+    const char *name; /* in messages */
+    uint32_t magic;
+    unsigned top;     /* top code: 255 (q8, a code a byte) or 15 (q4, two a byte) */
+    bool (*payload)(unsigned group, uint64_t n, size_t *payload);
+} quant_fmt;
+
+static const quant_fmt Q8_FMT = {"q8", Q8_MAGIC, 255, q8_payload};
+
+static size_t fmt_bound(const quant_fmt *f, unsigned group, size_t n)
 {
     size_t p;
-    if (!q8_payload(c->param, n, &p) || p > SIZE_MAX - MZ_CODEC_HEADER_BYTES) return 0;
+    if (!f->payload(group, n, &p) || p > SIZE_MAX - MZ_CODEC_HEADER_BYTES) return 0;
     return MZ_CODEC_HEADER_BYTES + p;
+}
+
+static size_t q8_bound(const mz_codec *c, size_t n) { return fmt_bound(&Q8_FMT, c->param, n); }
+
+/* Bytes of one group of k values (k <= G): min, max, the codes. */
+static inline size_t group_bytes(const quant_fmt *f, size_t k)
+{
+    return 4 + (f->top == 15 ? (k + 1) / 2 : k);
 }
 
 static inline unsigned rd16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
@@ -326,87 +345,116 @@ void mz_q8_force_scalar(bool on) { (void)mz_q8_force_isa(on ? "scalar" : NULL); 
 /* ---- validation and decode --------------------------------------------------- */
 
 /* The MZ_E_FORMAT of group g, whose header (at p) is invalid. */
-static mz_status q8_group_fail(const uint8_t *p, uint64_t g)
+static mz_status group_fail(const quant_fmt *f, const uint8_t *p, uint64_t g)
 {
     unsigned mn = rd16(p), mx = rd16(p + 2);
     if ((mn & 0x7c00u) == 0x7c00u || (mx & 0x7c00u) == 0x7c00u)
-        return mz_fail(MZ_E_FORMAT, "q8 blob: group %llu has a non-finite min/max "
-                       "(0x%04x, 0x%04x)", (unsigned long long)g, mn, mx);
-    return mz_fail(MZ_E_FORMAT, "q8 blob: group %llu has max < min (0x%04x < 0x%04x)",
+        return mz_fail(MZ_E_FORMAT, "%s blob: group %llu has a non-finite min/max "
+                       "(0x%04x, 0x%04x)", f->name, (unsigned long long)g, mn, mx);
+    return mz_fail(MZ_E_FORMAT, "%s blob: group %llu has max < min (0x%04x < 0x%04x)", f->name,
                    (unsigned long long)g, mx, mn);
 }
 
-/* Validates header, exact length and every group's min/max (peek; decode
- * checks the groups as it goes). */
-static mz_status q8_check(const uint8_t *src, size_t len, unsigned *group, uint64_t *n)
+/* Header and exact length; for q4 also the unused high nibble of an odd
+ * count's last byte, which must be 0 (so every blob decodes from exactly one
+ * encoding). */
+static mz_status fmt_parse(const quant_fmt *f, const uint8_t *src, size_t len, unsigned *group,
+                           uint64_t *n)
 {
-    mz_status st = mz_codec_header_parse("q8", src, len, Q8_MAGIC, q8_payload, group, n);
+    mz_status st = mz_codec_header_parse(f->name, src, len, f->magic, f->payload, group, n);
+    if (st != MZ_OK) return st;
+    if (f->top == 15 && (*n & 1) && (src[len - 1] & 0xf0u))
+        return mz_fail(MZ_E_FORMAT, "%s blob: padding nibble of the last byte is 0x%x, not 0",
+                       f->name, src[len - 1] >> 4);
+    return MZ_OK;
+}
+
+/* peek: fmt_parse and every group's min/max (decode checks the groups as it
+ * goes). */
+static mz_status fmt_peek(const quant_fmt *f, const uint8_t *src, size_t len, size_t *n_values)
+{
+    unsigned group;
+    uint64_t n;
+    mz_status st = fmt_parse(f, src, len, &group, &n);
     if (st != MZ_OK) return st;
     const uint8_t *p = src + MZ_CODEC_HEADER_BYTES;
-    for (uint64_t i0 = 0, g = 0; i0 < *n; i0 += *group, g++) {
+    for (uint64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
         unsigned bmn = rd16(p), bmx = rd16(p + 2);
         if (q8_header_bad(bmn, bmx, mz_cdc_f16_to_f32((uint16_t)bmn), mz_cdc_f16_to_f32((uint16_t)bmx)))
-            return q8_group_fail(p, g);
-        p += 4 + MZ_MIN((uint64_t)*group, *n - i0);
+            return group_fail(f, p, g);
+        p += group_bytes(f, (size_t)MZ_MIN((uint64_t)group, n - i0));
     }
+    *n_values = (size_t)n;
     return MZ_OK;
 }
 
 static mz_status q8_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)
 {
-    unsigned group;
-    uint64_t n;
-    mz_status st = q8_check(src, len, &group, &n);
-    if (st == MZ_OK) *n_values = (size_t)n;
-    return st;
+    return fmt_peek(&Q8_FMT, src, len, n_values);
 }
 
 /* Destinations at least this large are written with streaming stores by the
- * AVX-512 kernel (when 64-byte aligned): a restore decodes whole chunks into
+ * AVX-512 kernels (when 64-byte aligned): a restore decodes whole chunks into
  * fresh pages, which the stores would otherwise first read for ownership,
  * and a chunk this size would push other data out of L1/L2 anyway. */
 #define Q8_STREAM_MIN_BYTES (256u << 10)
 
-static mz_status q8_decode_impl(const uint8_t *src, size_t len, mz_f16 *dst, size_t n_want,
-                                enum q8_isa isa)
+/* The groups decoded by the kernels of isa for top code `top` (q4 has no
+ * NEON kernel: the scalar one there). */
+static size_t decode_groups(unsigned top, enum q8_isa isa, const uint8_t *payload, size_t n,
+                            unsigned group, mz_f16 *dst)
+{
+    const bool q4 = top == 15;
+    switch (isa) {
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+    case Q8_AVX512: {
+        const bool stream = n * sizeof *dst >= Q8_STREAM_MIN_BYTES;
+        return q4 ? mz_q4_decode_groups_avx512(payload, n, group, dst, stream)
+                  : mz_q8_decode_groups_avx512(payload, n, group, dst, stream);
+    }
+#endif
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    case Q8_AVX2:
+        return q4 ? mz_q4_decode_groups_avx2(payload, n, group, dst)
+                  : mz_q8_decode_groups_avx2(payload, n, group, dst);
+#endif
+#if defined(__ARM_NEON) && defined(__aarch64__)
+    case Q8_NEON:
+        if (!q4) return decode_groups_neon(payload, n, group, dst);
+        break;
+#endif
+    default: break;
+    }
+    return q4 ? mz_q4_decode_groups_ref(payload, n, group, dst)
+              : mz_q8_decode_groups_ref(payload, n, group, dst);
+}
+
+static mz_status fmt_decode(const quant_fmt *f, const uint8_t *src, size_t len, mz_f16 *dst,
+                            size_t n_want, enum q8_isa isa)
 {
     unsigned group;
     uint64_t n;
-    mz_status st = mz_codec_header_parse("q8", src, len, Q8_MAGIC, q8_payload, &group, &n);
+    mz_status st = fmt_parse(f, src, len, &group, &n);
     if (st != MZ_OK) return st;
     if (n != n_want)
-        return mz_fail(MZ_E_FORMAT, "q8 blob: holds %llu values, caller expects %zu",
+        return mz_fail(MZ_E_FORMAT, "%s blob: holds %llu values, caller expects %zu", f->name,
                        (unsigned long long)n, n_want);
     const uint8_t *payload = src + MZ_CODEC_HEADER_BYTES;
-    size_t n_groups = (size_t)((n + group - 1) / group), done;
-    switch (isa) {
-#if defined(MZ_CODEC_HAVE_AVX512_FILE)
-    case Q8_AVX512:
-        done = mz_q8_decode_groups_avx512(payload, (size_t)n, group, dst,
-                                          n * sizeof *dst >= Q8_STREAM_MIN_BYTES);
-        break;
-#endif
-#if defined(MZ_CODEC_HAVE_AVX2_FILE)
-    case Q8_AVX2: done = mz_q8_decode_groups_avx2(payload, (size_t)n, group, dst); break;
-#endif
-#if defined(__ARM_NEON) && defined(__aarch64__)
-    case Q8_NEON: done = decode_groups_neon(payload, (size_t)n, group, dst); break;
-#endif
-    default: done = mz_q8_decode_groups_ref(payload, (size_t)n, group, dst); break;
-    }
-    if (done < n_groups) return q8_group_fail(payload + done * ((size_t)group + 4), done);
+    size_t n_groups = (size_t)((n + group - 1) / group);
+    size_t done = decode_groups(f->top, isa, payload, (size_t)n, group, dst);
+    if (done < n_groups) return group_fail(f, payload + done * group_bytes(f, group), done);
     return MZ_OK;
 }
 
 mz_status mz_q8_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n)
 {
-    return q8_decode_impl(src, len, dst, n, Q8_SCALAR);
+    return fmt_decode(&Q8_FMT, src, len, dst, n, Q8_SCALAR);
 }
 
 static mz_status q8_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
                            size_t n)
 {
-    return q8_decode_impl(src, len, dst, n, q8_isa_now());
+    return fmt_decode(&Q8_FMT, src, len, dst, n, q8_isa_now());
 }
 
 /* ---- encode ---------------------------------------------------------------- */
@@ -494,6 +542,19 @@ static void group_start(float mn, float mx, unsigned top, uint8_t *out, mz_quant
     wr16(out + 2, mz_cdc_f32_to_f16(mx));
 }
 
+/* Min and max of the k >= 1 values x (the scalar encoders' group header). */
+static void minmax_ref(const mz_f16 *x, size_t k, float *mn_out, float *mx_out)
+{
+    float mn = mz_cdc_f16_to_f32(x[0]), mx = mn;
+    for (size_t j = 1; j < k; j++) {
+        float v = mz_cdc_f16_to_f32(x[j]);
+        if (v < mn) mn = v;
+        if (v > mx) mx = v;
+    }
+    *mn_out = mn;
+    *mx_out = mx;
+}
+
 /* Index of the first inf or NaN in src[0..n), or n. */
 static size_t first_nonfinite(const mz_f16 *src, size_t n)
 {
@@ -510,12 +571,8 @@ size_t mz_q8_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint
     for (size_t i0 = 0; i0 < n; i0 += group) {
         size_t k = MZ_MIN((size_t)group, n - i0);
         const mz_f16 *x = src + i0;
-        float mn = mz_cdc_f16_to_f32(x[0]), mx = mn;
-        for (size_t j = 1; j < k; j++) {
-            float v = mz_cdc_f16_to_f32(x[j]);
-            if (v < mn) mn = v;
-            if (v > mx) mx = v;
-        }
+        float mn, mx;
+        minmax_ref(x, k, &mn, &mx);
         mz_quant_grid g;
         group_start(mn, mx, 255, payload, &g);
         uint8_t *q = payload + 4;
@@ -559,33 +616,49 @@ static size_t encode_groups_avx2(const mz_f16 *src, size_t n, unsigned group, un
 }
 #endif
 
+/* The groups encoded by the kernels of isa for top code `top`: n, or the
+ * index of the first inf/NaN. */
+static size_t encode_groups(unsigned top, enum q8_isa isa, const mz_f16 *src, size_t n,
+                            unsigned group, uint8_t *payload)
+{
+    const bool q4 = top == 15;
+    switch (isa) {
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+    case Q8_AVX512:
+        return q4 ? mz_q4_encode_groups_avx512(src, n, group, payload)
+                  : mz_q8_encode_groups_avx512(src, n, group, payload);
+#endif
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    case Q8_AVX2: return encode_groups_avx2(src, n, group, top, payload);
+#endif
+    default: break;
+    }
+    return q4 ? mz_q4_encode_groups_ref(src, n, group, payload)
+              : mz_q8_encode_groups_ref(src, n, group, payload);
+}
+
+static mz_status fmt_encode(const quant_fmt *f, unsigned group, const mz_f16 *src, size_t n,
+                            uint8_t *dst, size_t dst_cap, size_t *n_written)
+{
+    size_t need = fmt_bound(f, group, n), group_ok;
+    *n_written = 0;
+    MZ_ASSERT(f->payload(group, 0, &group_ok)); /* the vtable's or the constructor's group */
+    if (need == 0) return mz_fail(MZ_E_RANGE, "%s encode: %zu values is too many", f->name, n);
+    if (dst_cap < need)
+        return mz_fail(MZ_E_RANGE, "%s encode: need %zu bytes, have %zu", f->name, need, dst_cap);
+    mz_codec_header_write(dst, f->magic, group, n);
+    size_t done = encode_groups(f->top, q8_isa_now(), src, n, group, dst + MZ_CODEC_HEADER_BYTES);
+    if (done < n)
+        return mz_fail(MZ_E_FORMAT, "%s encode: value %zu is %s (0x%04x); use the raw codec",
+                       f->name, done, (src[done] & 0x3ffu) ? "NaN" : "infinite", src[done]);
+    *n_written = need;
+    return MZ_OK;
+}
+
 static mz_status q8_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,
                            size_t dst_cap, size_t *n_written)
 {
-    unsigned group = c->param;
-    size_t need = q8_bound(c, n);
-    *n_written = 0;
-    MZ_ASSERT(group >= 1 && group <= MZ_Q8_GROUP_MAX);
-    if (need == 0) return mz_fail(MZ_E_RANGE, "q8 encode: %zu values is too many", n);
-    if (dst_cap < need)
-        return mz_fail(MZ_E_RANGE, "q8 encode: need %zu bytes, have %zu", need, dst_cap);
-    mz_codec_header_write(dst, Q8_MAGIC, group, n);
-    uint8_t *p = dst + MZ_CODEC_HEADER_BYTES;
-    size_t done;
-    switch (q8_isa_now()) {
-#if defined(MZ_CODEC_HAVE_AVX512_FILE)
-    case Q8_AVX512: done = mz_q8_encode_groups_avx512(src, n, group, p); break;
-#endif
-#if defined(MZ_CODEC_HAVE_AVX2_FILE)
-    case Q8_AVX2: done = encode_groups_avx2(src, n, group, 255, p); break;
-#endif
-    default: done = mz_q8_encode_groups_ref(src, n, group, p); break;
-    }
-    if (done < n)
-        return mz_fail(MZ_E_FORMAT, "q8 encode: value %zu is %s (0x%04x); use the raw codec",
-                       done, (src[done] & 0x3ffu) ? "NaN" : "infinite", src[done]);
-    *n_written = need;
-    return MZ_OK;
+    return fmt_encode(&Q8_FMT, c->param, src, n, dst, dst_cap, n_written);
 }
 
 /* ---- vtables ------------------------------------------------------------------ */
@@ -622,15 +695,9 @@ static bool q4_payload(unsigned group, uint64_t n, size_t *payload)
     return true;
 }
 
-static size_t q4_bound(const mz_codec *c, size_t n)
-{
-    size_t p;
-    if (!q4_payload(c->param, n, &p) || p > SIZE_MAX - MZ_CODEC_HEADER_BYTES) return 0;
-    return MZ_CODEC_HEADER_BYTES + p;
-}
+static const quant_fmt Q4_FMT = {"q4", Q4_MAGIC, 15, q4_payload};
 
-/* Bytes of one group of k values (k <= G). */
-static inline size_t q4_group_bytes(size_t k) { return 4 + (k + 1) / 2; }
+static size_t q4_bound(const mz_codec *c, size_t n) { return fmt_bound(&Q4_FMT, c->param, n); }
 
 size_t mz_q4_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
 {
@@ -644,88 +711,25 @@ size_t mz_q4_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group,
         const uint8_t *q = payload + 4;
         for (size_t j = 0; j < k; j++)
             dst[i0 + j] = dec_bits(mn, mx, step, 15, (q[j / 2] >> (4 * (j & 1))) & 15u);
-        payload += q4_group_bytes(k);
+        payload += group_bytes(&Q4_FMT, k);
     }
     return g;
 }
 
-/* The MZ_E_FORMAT of group g, whose header (at p) is invalid. */
-static mz_status q4_group_fail(const uint8_t *p, uint64_t g)
-{
-    unsigned mn = rd16(p), mx = rd16(p + 2);
-    if ((mn & 0x7c00u) == 0x7c00u || (mx & 0x7c00u) == 0x7c00u)
-        return mz_fail(MZ_E_FORMAT, "q4 blob: group %llu has a non-finite min/max "
-                       "(0x%04x, 0x%04x)", (unsigned long long)g, mn, mx);
-    return mz_fail(MZ_E_FORMAT, "q4 blob: group %llu has max < min (0x%04x < 0x%04x)",
-                   (unsigned long long)g, mx, mn);
-}
-
-/* Header, exact length, and the unused high nibble of an odd count's last
- * byte, which must be 0 (so every blob decodes from exactly one encoding). */
-static mz_status q4_parse(const uint8_t *src, size_t len, unsigned *group, uint64_t *n)
-{
-    mz_status st = mz_codec_header_parse("q4", src, len, Q4_MAGIC, q4_payload, group, n);
-    if (st != MZ_OK) return st;
-    if ((*n & 1) && (src[len - 1] & 0xf0u))
-        return mz_fail(MZ_E_FORMAT, "q4 blob: padding nibble of the last byte is 0x%x, not 0",
-                       src[len - 1] >> 4);
-    return MZ_OK;
-}
-
 static mz_status q4_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)
 {
-    unsigned group;
-    uint64_t n;
-    mz_status st = q4_parse(src, len, &group, &n);
-    if (st != MZ_OK) return st;
-    const uint8_t *p = src + MZ_CODEC_HEADER_BYTES;
-    for (uint64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
-        unsigned bmn = rd16(p), bmx = rd16(p + 2);
-        if (q8_header_bad(bmn, bmx, mz_cdc_f16_to_f32((uint16_t)bmn), mz_cdc_f16_to_f32((uint16_t)bmx)))
-            return q4_group_fail(p, g);
-        p += q4_group_bytes((size_t)MZ_MIN((uint64_t)group, n - i0));
-    }
-    *n_values = (size_t)n;
-    return MZ_OK;
-}
-
-static mz_status q4_decode_impl(const uint8_t *src, size_t len, mz_f16 *dst, size_t n_want,
-                                enum q8_isa isa)
-{
-    unsigned group;
-    uint64_t n;
-    mz_status st = q4_parse(src, len, &group, &n);
-    if (st != MZ_OK) return st;
-    if (n != n_want)
-        return mz_fail(MZ_E_FORMAT, "q4 blob: holds %llu values, caller expects %zu",
-                       (unsigned long long)n, n_want);
-    const uint8_t *payload = src + MZ_CODEC_HEADER_BYTES;
-    size_t n_groups = (size_t)((n + group - 1) / group), done;
-    switch (isa) {
-#if defined(MZ_CODEC_HAVE_AVX512_FILE)
-    case Q8_AVX512:
-        done = mz_q4_decode_groups_avx512(payload, (size_t)n, group, dst,
-                                          n * sizeof *dst >= Q8_STREAM_MIN_BYTES);
-        break;
-#endif
-#if defined(MZ_CODEC_HAVE_AVX2_FILE)
-    case Q8_AVX2: done = mz_q4_decode_groups_avx2(payload, (size_t)n, group, dst); break;
-#endif
-    default: done = mz_q4_decode_groups_ref(payload, (size_t)n, group, dst); break;
-    }
-    if (done < n_groups) return q4_group_fail(payload + done * q4_group_bytes(group), done);
-    return MZ_OK;
+    return fmt_peek(&Q4_FMT, src, len, n_values);
 }
 
 mz_status mz_q4_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n)
 {
-    return q4_decode_impl(src, len, dst, n, Q8_SCALAR);
+    return fmt_decode(&Q4_FMT, src, len, dst, n, Q8_SCALAR);
 }
 
 static mz_status q4_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
                            size_t n)
 {
-    return q4_decode_impl(src, len, dst, n, q8_isa_now());
+    return fmt_decode(&Q4_FMT, src, len, dst, n, q8_isa_now());
 }
 
 size_t mz_q4_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload)
@@ -735,12 +739,8 @@ size_t mz_q4_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint
     for (size_t i0 = 0; i0 < n; i0 += group) {
         size_t k = MZ_MIN((size_t)group, n - i0);
         const mz_f16 *x = src + i0;
-        float mn = mz_cdc_f16_to_f32(x[0]), mx = mn;
-        for (size_t j = 1; j < k; j++) {
-            float v = mz_cdc_f16_to_f32(x[j]);
-            if (v < mn) mn = v;
-            if (v > mx) mx = v;
-        }
+        float mn, mx;
+        minmax_ref(x, k, &mn, &mx);
         mz_quant_grid g;
         group_start(mn, mx, 15, payload, &g);
         uint8_t *q = payload + 4;
@@ -749,7 +749,7 @@ size_t mz_q4_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint
             unsigned hi = j + 1 < k ? mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j + 1])) : 0;
             q[j / 2] = (uint8_t)(lo | hi << 4);
         }
-        payload += q4_group_bytes(k);
+        payload += group_bytes(&Q4_FMT, k);
     }
     return n;
 }
@@ -757,30 +757,7 @@ size_t mz_q4_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint
 static mz_status q4_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,
                            size_t dst_cap, size_t *n_written)
 {
-    unsigned group = c->param;
-    size_t need = q4_bound(c, n);
-    *n_written = 0;
-    MZ_ASSERT(group >= 2 && group <= MZ_Q4_GROUP_MAX && group % 2 == 0);
-    if (need == 0) return mz_fail(MZ_E_RANGE, "q4 encode: %zu values is too many", n);
-    if (dst_cap < need)
-        return mz_fail(MZ_E_RANGE, "q4 encode: need %zu bytes, have %zu", need, dst_cap);
-    mz_codec_header_write(dst, Q4_MAGIC, group, n);
-    uint8_t *p = dst + MZ_CODEC_HEADER_BYTES;
-    size_t done;
-    switch (q8_isa_now()) {
-#if defined(MZ_CODEC_HAVE_AVX512_FILE)
-    case Q8_AVX512: done = mz_q4_encode_groups_avx512(src, n, group, p); break;
-#endif
-#if defined(MZ_CODEC_HAVE_AVX2_FILE)
-    case Q8_AVX2: done = encode_groups_avx2(src, n, group, 15, p); break;
-#endif
-    default: done = mz_q4_encode_groups_ref(src, n, group, p); break;
-    }
-    if (done < n)
-        return mz_fail(MZ_E_FORMAT, "q4 encode: value %zu is %s (0x%04x); use the raw codec",
-                       done, (src[done] & 0x3ffu) ? "NaN" : "infinite", src[done]);
-    *n_written = need;
-    return MZ_OK;
+    return fmt_encode(&Q4_FMT, c->param, src, n, dst, dst_cap, n_written);
 }
 
 #define Q4_VT(nm, g)                                                                   \
