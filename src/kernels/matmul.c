@@ -86,23 +86,37 @@ void mz_matmul(const mz_type_kernels *k, const void *restrict w, size_t w_row_by
     if (r0 < r1) k->gemm(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
 }
 
+/* The checks and call of mz_matmul_rows / mz_matmul_rows_xf: gemm is k's
+ * gemm or gemm_xf (the same contract, another activation format). */
+static void matmul_rows_with(const mz_type_kernels *k,
+                             void (*gemm)(size_t, const void *restrict, size_t, size_t, size_t,
+                                          const void *restrict, size_t, size_t, float *restrict,
+                                          size_t),
+                             const void *restrict w, size_t w_row_bytes, size_t n_cols,
+                             size_t n_rows, const void *restrict x, size_t x_row_bytes,
+                             size_t n_tok, float *restrict y, size_t y_stride, size_t r0, size_t r1)
+{
+    MZ_ASSERT(gemm);
+    MZ_ASSERT(r0 % 4 == 0 && r0 <= r1 && r1 <= n_rows);
+    MZ_ASSERT(!k->row_group || (r0 % (size_t)k->row_group == 0 && r1 % (size_t)k->row_group == 0));
+    MZ_ASSERT(n_tok <= 1 || y_stride >= n_rows);
+    if (r0 < r1 && n_tok > 0) gemm(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
+}
+
 void mz_matmul_rows(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
                     size_t n_cols, size_t n_rows, const void *restrict x, size_t x_row_bytes,
                     size_t n_tok, float *restrict y, size_t y_stride, size_t r0, size_t r1)
 {
-    MZ_ASSERT(k && k->gemm);
-    MZ_ASSERT(r0 % 4 == 0 && r0 <= r1 && r1 <= n_rows);
-    MZ_ASSERT(!k->row_group || (r0 % (size_t)k->row_group == 0 && r1 % (size_t)k->row_group == 0));
-    MZ_ASSERT(n_tok <= 1 || y_stride >= n_rows);
-    if (r0 < r1 && n_tok > 0) k->gemm(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
+    MZ_ASSERT(k);
+    matmul_rows_with(k, k->gemm, w, w_row_bytes, n_cols, n_rows, x, x_row_bytes, n_tok, y, y_stride,
+                     r0, r1);
 }
 
 void mz_matmul_rows_xf(const mz_type_kernels *k, const void *restrict w, size_t w_row_bytes,
                        size_t n_cols, size_t n_rows, const float *restrict x, size_t x_row_bytes,
                        size_t n_tok, float *restrict y, size_t y_stride, size_t r0, size_t r1)
 {
-    MZ_ASSERT(k && k->gemm_xf && !k->row_group);
-    MZ_ASSERT(r0 % 4 == 0 && r0 <= r1 && r1 <= n_rows);
-    MZ_ASSERT(n_tok <= 1 || y_stride >= n_rows);
-    if (r0 < r1 && n_tok > 0) k->gemm_xf(n_cols, w, w_row_bytes, r0, r1, x, x_row_bytes, n_tok, y, y_stride);
+    MZ_ASSERT(k && !k->row_group);
+    matmul_rows_with(k, k->gemm_xf, w, w_row_bytes, n_cols, n_rows, x, x_row_bytes, n_tok, y,
+                     y_stride, r0, r1);
 }
