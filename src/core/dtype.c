@@ -5,6 +5,9 @@
 
 #include "core.h"
 
+#include <stdatomic.h>
+#include <stdio.h>
+
 typedef struct {
     const char *name;
     uint16_t block_len;
@@ -45,6 +48,25 @@ int mz_dtype_supported(int type)
 {
     const dtype_traits *t = traits(type);
     return t && t->supported;
+}
+
+const char *mz_dtype_supported_names(void)
+{
+    /* Built once; the table is constant, so racing first callers write the
+     * same bytes. */
+    static char names[256];
+    static _Atomic int built;
+    if (!built) {
+        size_t len = 0;
+        for (int t = 0; t < MZ_DT_COUNT; t++) {
+            if (!k_traits[t].name || !k_traits[t].supported) continue;
+            int w = snprintf(names + len, sizeof names - len, "%s%s", len ? " " : "", k_traits[t].name);
+            if (w < 0 || (size_t)w >= sizeof names - len) break;
+            len += (size_t)w;
+        }
+        built = 1;
+    }
+    return names;
 }
 
 size_t mz_dtype_block_len(int type)

@@ -58,6 +58,9 @@ void mz_quantize_q8_0_ref(const float *restrict x, void *restrict y, size_t n);
 void mz_quantize_q8_1_ref(const float *restrict x, void *restrict y, size_t n);
 void mz_quantize_q4_0_ref(const float *restrict x, void *restrict y, size_t n);
 void mz_quantize_q4_1_ref(const float *restrict x, void *restrict y, size_t n);
+/* Q8_K (quant_ref.c): the activation side of the K-quants and IQ4_XS. */
+void mz_quantize_q8_K_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_to_float_q8_K_ref(const void *restrict x, float *restrict y, size_t n);
 
 float mz_vec_dot_f32_ref(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_f16_ref(size_t n, const void *restrict w, const void *restrict x);

@@ -198,3 +198,52 @@ void mz_quantize_q4_1_ref(const float *restrict x, void *restrict y, size_t n)
         }
     }
 }
+
+/* ---- Q8_K: the activation type of the K-quants and IQ4_XS ------------------------- */
+
+/*
+ * Per 256-value block, as ggml's quantize_row_q8_K_ref: v = the value of
+ * largest magnitude (with its sign), iscale = -127/v, q = min(127,
+ * nearest(x * iscale)) (so v maps to -127 exactly), d = 1/iscale stored as
+ * F32, bsums = the sums of each 16 q. An all-zero block gets d = 0, q = 0.
+ */
+void mz_quantize_q8_K_ref(const float *restrict x, void *restrict y, size_t n)
+{
+    MZ_ASSERT(n % MZ_QK_K == 0);
+    mz_block_q8_K *b = y;
+    for (size_t i = 0; i < n / MZ_QK_K; i++) {
+        const float *v = x + i * MZ_QK_K;
+        float amax = 0.0f, vmax = 0.0f;
+        for (int j = 0; j < MZ_QK_K; j++) {
+            if (fabsf(v[j]) > amax) {
+                amax = fabsf(v[j]);
+                vmax = v[j];
+            }
+        }
+        if (amax == 0.0f) {
+            memset(&b[i], 0, sizeof b[i]);
+            continue;
+        }
+        const float iscale = -127.0f / vmax;
+        for (int j = 0; j < MZ_QK_K; j++) {
+            /* nearest, ties to even (ggml's nearest_int); the clamp keeps
+             * inf/NaN input defined */
+            float t = fmaxf(-128.0f, fminf(127.0f, rintf(iscale * v[j])));
+            b[i].qs[j] = (int8_t)(t == t ? t : 0.0f);
+        }
+        for (int g = 0; g < MZ_QK_K / 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += b[i].qs[g * 16 + j];
+            b[i].bsums[g] = (int16_t)sum;
+        }
+        b[i].d = 1.0f / iscale;
+    }
+}
+
+void mz_to_float_q8_K_ref(const void *restrict x, float *restrict y, size_t n)
+{
+    MZ_ASSERT(n % MZ_QK_K == 0);
+    const mz_block_q8_K *b = x;
+    for (size_t i = 0; i < n / MZ_QK_K; i++)
+        for (int j = 0; j < MZ_QK_K; j++) y[i * MZ_QK_K + j] = b[i].d * (float)b[i].qs[j];
+}

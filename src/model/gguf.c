@@ -756,9 +756,9 @@ static mz_status parse_impl(const uint8_t *buf, size_t len, uint64_t file_size, 
     if (first_unsupported >= 0) {
         const mz_gguf_tensor *t = &g->tensors[first_unsupported];
         s = mz_fail(MZ_E_UNSUPPORTED,
-                    "tensor %s has type %s which mzcache does not support; supported: F32 F16 "
-                    "BF16 Q8_0 Q4_0 Q4_1",
-                    show_str(&t->name, nb, sizeof nb), mz_dtype_name(t->type));
+                    "tensor %s has type %s which mzcache does not support; supported: %s",
+                    show_str(&t->name, nb, sizeof nb), mz_dtype_name(t->type),
+                    mz_dtype_supported_names());
         goto out;
     }
 out:

@@ -174,9 +174,11 @@ static mz_status bind_tensor(const mz_gguf *g, const char *name, uint64_t ne0, u
         if (required) return mz_fail(MZ_E_FORMAT, "missing required tensor %s", name);
         return MZ_OK;
     }
-    if (!mz_dtype_supported(t->type) || t->type == MZ_DT_Q8_1)
-        return mz_fail(MZ_E_UNSUPPORTED, "tensor %s has type %s which mzcache does not support",
-                       name, mz_dtype_name(t->type) ? mz_dtype_name(t->type) : "unknown");
+    if (!mz_dtype_supported(t->type))
+        return mz_fail(MZ_E_UNSUPPORTED,
+                       "tensor %s has type %s which mzcache does not support; supported: %s",
+                       name, mz_dtype_name(t->type) ? mz_dtype_name(t->type) : "unknown",
+                       mz_dtype_supported_names());
     uint64_t want1 = ne1 ? ne1 : 1;
     bool ok = t->ne[0] == ne0 && t->ne[1] == want1 && t->ne[2] == 1 && t->ne[3] == 1 &&
               (ne1 ? t->n_dims <= 2 : t->n_dims <= 1);

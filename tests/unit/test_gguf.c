@@ -350,14 +350,14 @@ static void test_tensor_errors(void)
                patch_tensor(buf, len, "t.x", 1, 1, 48),
                expect("block len", buf, len, MZ_E_FORMAT,
                       "tensor 't.x': ne[0] = 48 is not a multiple of the block length 32 of type Q8_0")));
-    /* Known but unsupported type: refused as unsupported, not malformed. */
-    WITH_BASE(((base_opts){14, 256}),
-              expect("q6_k", buf, len, MZ_E_UNSUPPORTED,
-                     "tensor t.x has type Q6_K which mzcache does not support; supported: F32 F16 "
-                     "BF16 Q8_0 Q4_0 Q4_1"));
+    /* Known but unsupported type (IQ2_XXS, id 16): refused as unsupported,
+     * not malformed, naming the type and what loads. */
+    WITH_BASE(((base_opts){16, 256}),
+              expect("iq2_xxs", buf, len, MZ_E_UNSUPPORTED,
+                     "tensor t.x has type IQ2_XXS which mzcache does not support; supported: F32 F16"));
     /* ...but a structural error elsewhere in the same file wins. */
-    WITH_BASE(((base_opts){14, 256}), (patch_tensor(buf, len, "t.b", 1, 6, 4),
-                                       expect("q6_k + unaligned", buf, len, MZ_E_FORMAT, "not aligned")));
+    WITH_BASE(((base_opts){16, 256}), (patch_tensor(buf, len, "t.b", 1, 6, 4),
+                                       expect("iq2_xxs + unaligned", buf, len, MZ_E_FORMAT, "not aligned")));
     WITH_BASE(none, (buf[after_name(buf, len, "t.b") - 1] = 0,
                      expect("NUL in name", buf, len, MZ_E_FORMAT, "tensor info 1 't.?': name contains a NUL byte")));
     /* Tensor infos run out. */
