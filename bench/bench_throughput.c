@@ -4,8 +4,11 @@
  * context, tg = N single-token decode steps from an empty context.
  *
  * usage: bench_throughput -m MODEL [-t THREADS] [-p 512] [-n 128] [-r 5]
- * Prints one line per run and a median line, as "key=value" pairs, so
- * bench/bench_throughput.py can read them.
+ * Prints one line per run, then a median line and a spread line, as
+ * "key=value" pairs, so bench/bench_throughput.py and bench/device-scaling.sh
+ * can read them: the spread line gives min / max of every cell and max/min,
+ * so a run that collapsed once in ten shows instead of hiding behind the
+ * median.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
@@ -103,6 +106,10 @@ int main(int argc, char **argv)
         printf("median pp%d=%.2f tg%d=%.2f threads=%d isa=%s x8=%s\n", n_prompt, pp[reps / 2], n_gen,
                tg[reps / 2], threads, mz_kernels_isa(),
                mz_kernels_pick_layout(MZ_DT_Q4_0, 8, MZ_QK) == MZ_LAYOUT_X8 ? "on" : "off");
+        printf("spread pp%d_min=%.2f pp%d_max=%.2f pp%d_ratio=%.2f tg%d_min=%.2f tg%d_max=%.2f "
+               "tg%d_ratio=%.2f runs=%d\n",
+               n_prompt, pp[0], n_prompt, pp[reps - 1], n_prompt, pp[reps - 1] / pp[0], n_gen, tg[0],
+               n_gen, tg[reps - 1], n_gen, tg[reps - 1] / tg[0], reps);
     }
     free(pp);
     free(tg);

@@ -2,7 +2,8 @@
 # Thread scaling: our bench_throughput against llama.cpp's llama-bench (same
 # vendored version as llama-cpp-python 0.3.36, built with the ISA flags
 # scripts/install-peer.sh picks for this CPU), same generated GGUF files,
-# pp512 and tg128 at several thread counts. Prints a markdown table
+# pp512 and tg128 at several thread counts, the two sides alternating run by
+# run (cell() below). Prints a markdown table
 # (docs/BENCHMARKS.md, "Thread scaling") and writes it to $OUT/scaling.md.
 #
 # On the 16-vCPU machine (see ../shared/DEVICE.md), from the project root,
@@ -12,7 +13,7 @@
 # builds; MZ_BUILD=dir for another build folder):
 #   MZ_LOCAL=1 THREADS="2" bash bench/device-scaling.sh
 # (a bundle made by hand elsewhere: BUNDLE=dir, with bin/ lib/ vocab.gguf llama.cpp.tgz)
-# Knobs: THREADS ("2 4 8 16"), MODELS ("preset:TYPE[:t/t/...] ..."), REPS (3),
+# Knobs: THREADS ("2 4 8 16"), MODELS ("preset:TYPE[:t/t/...] ..."), REPS (5: alternating rounds of one run each side),
 #        NOREPACK ("preset:TYPE@threads ..." also run with MZ_REPACK=0),
 #        SLICES ("preset:TYPE@threads ..." or "preset:TYPE" for every thread count: also
 #        run with MZ_WORK_SPLIT=slices, the 64-row slices the planned split replaced),
@@ -23,7 +24,7 @@ set -uo pipefail
 OUTD=${OUT:-/tmp/scaling-out}; mkdir -p "$OUTD"
 THREADS=${THREADS:-"2 4 8 16"}
 MODELS=${MODELS:-"smollm2-135m:Q4_0 smollm2-135m:Q4_1 smollm2-135m:Q8_0 smollm2-135m:F16"}
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 NOREPACK=${NOREPACK:-""}
 SLICES=${SLICES:-""}
 BUDGET_S=${BUDGET_S:-0}
@@ -51,14 +52,14 @@ if [ ! -x "$LB" ] && [ -f "${BUNDLE:-.bundle}/llama.cpp.tgz" ]; then
 fi
 [ -x "$LB" ] || echo "no llama-bench ($LB): peer columns stay empty"
 
-ours() { # model threads [env...] -> "pp tg isa x8"
+ours1() { # model threads [env...] -> "pp tg isa x8" of one measured run (after its warm-up)
     local m=$1 t=$2; shift 2
-    env "$@" LD_LIBRARY_PATH="$LIBP" "$BIN/bench_throughput" -m "$m" -t "$t" -p 512 -n 128 -r "$REPS" 2>>"$OUTD/errors.log" |
+    env "$@" LD_LIBRARY_PATH="$LIBP" "$BIN/bench_throughput" -m "$m" -t "$t" -p 512 -n 128 -r 1 2>>"$OUTD/errors.log" |
         sed -n 's/^median pp512=\([0-9.]*\) tg128=\([0-9.]*\) threads=[0-9]* isa=\([a-z0-9]*\) x8=\([a-z]*\).*/\1 \2 \3 \4/p'
 }
-peer() { # model threads -> "pp tg"
+peer1() { # model threads -> "pp tg" of one llama-bench repetition (its own warm-up first)
     [ -x "$LB" ] || { echo "- -"; return; }
-    "$LB" -m "$1" -t "$2" -p 512 -n 128 -r "$REPS" -o csv 2>>"$OUTD/errors.log" | python3 -c '
+    "$LB" -m "$1" -t "$2" -p 512 -n 128 -r 1 -o csv 2>>"$OUTD/errors.log" | python3 -c '
 import csv, sys
 pp = tg = "-"
 for r in csv.DictReader(sys.stdin):
@@ -66,14 +67,53 @@ for r in csv.DictReader(sys.stdin):
     if r.get("n_prompt") == "0" and r.get("n_gen") == "128": tg = "%.1f" % float(r["avg_ts"])
 print(pp, tg)'
 }
-ratio() { python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(a)/float(b)) if a not in '-' and b not in '-' else '-')" "$1" "$2"; }
+# One cell: REPS rounds, each one run of ours then one of llama-bench, so a
+# slow spell of the machine hits both sides alike. Every run goes to
+# runs.csv; the table row gives min / median / max of each side, the ratio
+# of the medians, and the worst round (ours / llama.cpp in the same round).
+cell() { # label model threads [env...]
+    local label=$1 m=$2 t=$3; shift 3
+    local runs="" isa=- x8=- opp otg oi ox lpp ltg
+    for r in $(seq 1 "$REPS"); do
+        read -r opp otg oi ox <<<"$(ours1 "$m" "$t" "$@")"
+        read -r lpp ltg <<<"$(peer1 "$m" "$t")"
+        isa=${oi:-$isa} x8=${ox:-$x8}
+        echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg" >>"$OUTD/runs.csv"
+        runs="$runs ${opp:--}:${otg:--}:$lpp:$ltg"
+    done
+    python3 - "$label" "$t" "$isa" "$x8" "$runs" <<'PY' | tee -a "$OUTD/scaling.md"
+import statistics, sys
+label, t, isa, x8, runs = sys.argv[1:]
+rounds = [r.split(":") for r in runs.split()]
+def col(i):
+    return [float(r[i]) for r in rounds if r[i] != "-"]
+def mmm(v):
+    return "%.1f / %.1f / %.1f" % (min(v), statistics.median(v), max(v)) if v else "-"
+def med_ratio(a, b):
+    return "%.2f" % (statistics.median(a) / statistics.median(b)) if a and b else "-"
+def worst(i, j):
+    v = [float(r[i]) / float(r[j]) for r in rounds if "-" not in (r[i], r[j])]
+    return "%.2f" % min(v) if v else "-"
+def spread(v):
+    return "%.2f" % (max(v) / min(v)) if v else "-"
+k = isa + (", x8 " + x8 if "Q" in label.split()[-1] else "")
+opp, otg, lpp, ltg = col(0), col(1), col(2), col(3)
+print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+    label, t, k, mmm(opp), mmm(lpp), med_ratio(opp, lpp), worst(0, 2), spread(opp),
+    mmm(otg), mmm(ltg), med_ratio(otg, ltg), worst(1, 3), spread(otg)))
+PY
+}
 
 {
-echo "machine: $(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), reps $REPS, $(date -u +%FT%TZ)"
+echo "machine: $(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $REPS alternating rounds per cell, $(date -u +%FT%TZ)"
 echo
-echo "| model | threads | kernels | pp512 ours | pp512 llama.cpp | ratio | tg128 ours | tg128 llama.cpp | ratio |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "Each side: min / median / max tok/s of its $REPS runs; ratio = median / median; worst = the lowest"
+echo "ours / llama.cpp of one round; spread = our max / min."
+echo
+echo "| model | threads | kernels | pp512 ours | pp512 llama.cpp | ratio | worst | spread | tg128 ours | tg128 llama.cpp | ratio | worst | spread |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee "$OUTD/scaling.md"
+echo "cell,threads,round,pp_ours,tg_ours,pp_llamacpp,tg_llamacpp" >"$OUTD/runs.csv"
 for spec in $MODELS; do
     preset=${spec%%:*}; rest=${spec#*:}; type=${rest%%:*}; ths=$THREADS
     case "$rest" in *:*) ths=${rest#*:}; ths=${ths//\// } ;; esac
@@ -82,25 +122,16 @@ for spec in $MODELS; do
     for t in $ths; do
         [ "$t" -le "$(nproc)" ] || continue
         if [ "$BUDGET_S" -gt 0 ] && [ $(( $(date +%s) - T_START )) -ge "$BUDGET_S" ]; then
-            echo "| $preset $type | $t | not run (BUDGET_S=$BUDGET_S reached) | | | | | | |" | tee -a "$OUTD/scaling.md"
+            echo "| $preset $type | $t | not run (BUDGET_S=$BUDGET_S reached) | | | | | | | | | | |" | tee -a "$OUTD/scaling.md"
             continue
         fi
-        read -r opp otg isa x8 <<<"$(ours "$f" "$t")"
-        read -r lpp ltg <<<"$(peer "$f" "$t")"
-        case "$type" in Q*) k="$isa, x8 $x8" ;; *) k="$isa" ;; esac
-        k="$k, split planned"
-        echo "| $preset $type | $t | $k | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
+        cell "$preset $type" "$f" "$t"
         for nr in $NOREPACK; do
-            if [ "$nr" = "$preset:$type@$t" ]; then
-                read -r opp otg isa x8 <<<"$(ours "$f" "$t" MZ_REPACK=0)"
-                echo "| $preset $type | $t | $isa, x8 off (MZ_REPACK=0), split planned | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
-            fi
+            [ "$nr" = "$preset:$type@$t" ] && cell "$preset $type (MZ_REPACK=0)" "$f" "$t" MZ_REPACK=0
         done
         for sl in $SLICES; do
             if [ "$sl" = "$preset:$type@$t" ] || [ "$sl" = "$preset:$type" ]; then
-                read -r opp otg isa x8 <<<"$(ours "$f" "$t" MZ_WORK_SPLIT=slices)"
-                case "$type" in Q*) k="$isa, x8 $x8" ;; *) k="$isa" ;; esac
-                echo "| $preset $type | $t | $k, slices (MZ_WORK_SPLIT=slices) | ${opp:--} | $lpp | $(ratio "${opp:--}" "$lpp") | ${otg:--} | $ltg | $(ratio "${otg:--}" "$ltg") |" | tee -a "$OUTD/scaling.md"
+                cell "$preset $type (MZ_WORK_SPLIT=slices)" "$f" "$t" MZ_WORK_SPLIT=slices
             fi
         done
     done
