@@ -32,6 +32,9 @@
 #include "../core/core.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
@@ -49,8 +52,10 @@
 
 /* How long a waiting side spins before it sleeps. Long enough to bridge the
  * gap between two kernels of one forward pass, short enough that an idle
- * pool goes quiet at once on a shared machine. */
-#define SPIN_US 80
+ * pool goes quiet at once on a shared machine. MZ_POOL_SPIN_US overrides it
+ * (0 .. 100000) for measurements. */
+#define SPIN_US_DEFAULT 80
+#define SPIN_US_MAX 100000
 
 struct mz_threadpool;
 
@@ -81,6 +86,17 @@ struct mz_threadpool {
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* gen changed or stop */
     pthread_cond_t done_cv; /* pending reached 0 */
+
+    int64_t spin_us;
+    /* MZ_POOL_YIELD=1: a spinning side calls sched_yield() between its polls,
+     * so a runnable thread queued on its core (a descheduled worker) gets
+     * it; for measurements of the oversubscribed case. */
+    bool yield;
+    /* MZ_POOL_STATS=1: the slow paths taken, printed by free(). Counted only
+     * when asked, so the fast path stays two atomics per job. */
+    bool stats;
+    atomic_llong n_jobs, n_worker_sleeps, n_caller_sleeps;
+    atomic_llong join_us_total, join_us_max, n_joins_over_1ms;
 };
 
 static int64_t now_us(void)
@@ -93,13 +109,15 @@ static int64_t now_us(void)
 /* Waits until gen != seen or stop; returns false on stop. */
 static bool worker_wait(struct mz_threadpool *tp, unsigned seen)
 {
-    const int64_t t_end = now_us() + SPIN_US;
+    const int64_t t_end = now_us() + tp->spin_us;
     for (unsigned k = 0;; k++) {
         if (atomic_load(&tp->stop)) return false;
         if (atomic_load(&tp->gen) != seen) return true;
-        cpu_relax();
+        if (tp->yield && (k & 63) == 63) sched_yield();
+        else cpu_relax();
         if ((k & 63) == 63 && now_us() >= t_end) break;
     }
+    if (tp->stats) atomic_fetch_add(&tp->n_worker_sleeps, 1);
     pthread_mutex_lock(&tp->mu);
     atomic_fetch_add(&tp->n_sleeping, 1);
     while (!atomic_load(&tp->stop) && atomic_load(&tp->gen) == seen)
@@ -148,6 +166,33 @@ static void shutdown_workers(struct mz_threadpool *tp)
     tp->n_started = 0;
 }
 
+static int64_t spin_us_from_env(void)
+{
+    const char *e = getenv("MZ_POOL_SPIN_US");
+    if (!e || !*e) return SPIN_US_DEFAULT;
+    char *end;
+    errno = 0;
+    long v = strtol(e, &end, 10);
+    if (errno || *end || v < 0 || v > SPIN_US_MAX) {
+        mz_log(MZ_LOG_WARN, "MZ_POOL_SPIN_US='%s' is not a whole number of microseconds in [0, %d]; "
+               "using %d", e, SPIN_US_MAX, SPIN_US_DEFAULT);
+        return SPIN_US_DEFAULT;
+    }
+    return v;
+}
+
+static void print_stats(struct mz_threadpool *tp)
+{
+    long long jobs = atomic_load(&tp->n_jobs);
+    fprintf(stderr,
+            "threadpool: %d threads, spin %lld us: %lld jobs, %lld worker sleeps, %lld caller "
+            "sleeps, join wait %.1f us mean, %lld us max, %lld over 1 ms\n",
+            tp->n_threads, (long long)tp->spin_us, jobs, (long long)atomic_load(&tp->n_worker_sleeps),
+            (long long)atomic_load(&tp->n_caller_sleeps),
+            jobs ? (double)atomic_load(&tp->join_us_total) / (double)jobs : 0.0,
+            (long long)atomic_load(&tp->join_us_max), (long long)atomic_load(&tp->n_joins_over_1ms));
+}
+
 mz_threadpool *mz_threadpool_init(int n_threads)
 {
     if (n_threads < 1) {
@@ -167,6 +212,11 @@ mz_threadpool *mz_threadpool_init(int n_threads)
     atomic_init(&tp->stop, false);
     atomic_init(&tp->n_sleeping, 0);
     atomic_init(&tp->caller_sleeping, false);
+    tp->spin_us = spin_us_from_env();
+    const char *st = getenv("MZ_POOL_STATS");
+    tp->stats = st && *st && strcmp(st, "0") != 0;
+    const char *yl = getenv("MZ_POOL_YIELD");
+    tp->yield = yl && *yl && strcmp(yl, "0") != 0;
 
     static const char *const sync_err = "threadpool: cannot initialise a mutex or condition variable";
     if (pthread_mutex_init(&tp->mu, NULL)) {
@@ -214,6 +264,7 @@ out_free_tp:
 void mz_threadpool_free(mz_threadpool *tp)
 {
     if (!tp) return;
+    if (tp->stats) print_stats(tp);
     shutdown_workers(tp);
     free(tp->workers);
     pthread_cond_destroy(&tp->done_cv);
@@ -239,10 +290,13 @@ void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
 
     fn(arg, 0, tp->n_threads);
 
-    const int64_t t_end = now_us() + SPIN_US;
+    const int64_t t_join = now_us();
+    const int64_t t_end = t_join + tp->spin_us;
     for (unsigned k = 0; atomic_load(&tp->pending) != 0; k++) {
-        cpu_relax();
+        if (tp->yield && (k & 63) == 62) sched_yield();
+        else cpu_relax();
         if ((k & 63) == 63 && now_us() >= t_end) {
+            if (tp->stats) atomic_fetch_add(&tp->n_caller_sleeps, 1);
             pthread_mutex_lock(&tp->mu);
             atomic_store(&tp->caller_sleeping, true);
             while (atomic_load(&tp->pending) != 0) pthread_cond_wait(&tp->done_cv, &tp->mu);
@@ -250,5 +304,14 @@ void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
             pthread_mutex_unlock(&tp->mu);
             break;
         }
+    }
+    if (tp->stats) {
+        /* the caller's wait for the slowest worker: where a descheduled or
+         * sleeping worker shows */
+        const long long w = (long long)(now_us() - t_join);
+        atomic_fetch_add(&tp->n_jobs, 1);
+        atomic_fetch_add(&tp->join_us_total, w);
+        if (w > atomic_load(&tp->join_us_max)) atomic_store(&tp->join_us_max, w);
+        if (w > 1000) atomic_fetch_add(&tp->n_joins_over_1ms, 1);
     }
 }
