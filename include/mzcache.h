@@ -90,7 +90,7 @@ MZ_API void mz_model_free(mz_model_t *m);
 typedef struct mz_model_info {
     char arch[32];             /* "llama" or "qwen3" */
     char name[128];            /* general.name, "" if absent */
-    char weight_type[16];      /* dominant weight type, e.g. "Q4_1" */
+    char weight_type[16];      /* the matrices' type ("Q4_1"), or the file's mix ("Q4_K_M") */
     int n_layer;
     int n_embd;
     int n_head;
