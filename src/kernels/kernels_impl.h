@@ -109,6 +109,17 @@ MZ_KQUANT_REF_DECL(q3_K);
 MZ_KQUANT_REF_DECL(q4_K);
 MZ_KQUANT_REF_DECL(q5_K);
 MZ_KQUANT_REF_DECL(q6_K);
+/* SIMD vec_dot of type t for an ISA, and its gemm (MZ_GEMM_FROM_VEC_DOT). */
+#define MZ_KQUANT_ISA_DECL(t, isa)                                                             \
+    float mz_vec_dot_##t##_q8_K_##isa(size_t n, const void *restrict w, const void *restrict x); \
+    MZ_GEMM_DECL(mz_gemm_##t##_q8_K_##isa)
+#if MZ_KERNELS_X86
+MZ_KQUANT_ISA_DECL(q2_K, avx2);
+MZ_KQUANT_ISA_DECL(q3_K, avx2);
+MZ_KQUANT_ISA_DECL(q4_K, avx2);
+MZ_KQUANT_ISA_DECL(q5_K, avx2);
+MZ_KQUANT_ISA_DECL(q6_K, avx2);
+#endif
 
 /* ---- end of K-quants ----------------------------------------------------------------- */
 

@@ -31,8 +31,9 @@
  *   isum  = sum_g sc[g] * sum_{v in g} q[v] * qx[v]
  *   summs = sum_g m[g] * bsums[g]          (types with mins)
  * then s = fmaf(dx*d, isum, s), s = fmaf(-(dx*dmin), summs, s), blocks in
- * order. Every SIMD kernel (kquant_<isa>.c) forms the same integers and the
- * same two fmaf per block, so all ISAs give these bits exactly.
+ * order (kquant.h). Every SIMD kernel (kquant_<isa>.c) forms the same
+ * integers and the same float steps per block, so all ISAs give these bits
+ * exactly.
  *
  * Quantizer (ours, deterministic; ggml's make_qkx2_quants / make_qx_quants
  * in simple form): each sub-block gets the scale (and min) that minimises
@@ -43,10 +44,7 @@
  * the neighbours +-1 by the squared error of the values the stored bytes
  * decode to, the codes re-derived for each choice.
  */
-#include "kernels_impl.h"
-
-#include <math.h>
-#include <string.h>
+#include "kquant.h"
 
 #define KQ_GROUPS (MZ_QK_K / 16) /* 16-value groups per super-block */
 
@@ -59,18 +57,6 @@ typedef struct {
 } kq_unpacked;
 
 /* ---- unpacking -------------------------------------------------------------------- */
-
-/* The 6-bit scale and min of 32-value sub-block s of Q4_K / Q5_K. */
-static void scale_min_k4(const uint8_t *restrict s12, int s, int *sc, int *m)
-{
-    if (s < 4) {
-        *sc = s12[s] & 63;
-        *m = s12[s + 4] & 63;
-    } else {
-        *sc = (s12[s + 4] & 0x0f) | ((s12[s - 4] >> 6) << 4);
-        *m = (s12[s + 4] >> 4) | ((s12[s] >> 6) << 4);
-    }
-}
 
 static void unpack_q2_K(const mz_block_q2_K *restrict b, kq_unpacked *restrict u)
 {
@@ -86,14 +72,6 @@ static void unpack_q2_K(const mz_block_q2_K *restrict b, kq_unpacked *restrict u
     u->has_min = true;
 }
 
-/* The 6-bit scale of 16-value group g of Q3_K, 0..63 (stored with +32). */
-static int scale_q3_K(const uint8_t *restrict s12, int g)
-{
-    const int lo = g < 8 ? s12[g] & 15 : s12[g - 8] >> 4;
-    const int hi = (s12[8 + g % 4] >> (2 * (g / 4))) & 3;
-    return lo | (hi << 4);
-}
-
 static void unpack_q3_K(const mz_block_q3_K *restrict b, kq_unpacked *restrict u)
 {
     for (int h = 0; h < 2; h++)
@@ -103,8 +81,10 @@ static void unpack_q3_K(const mz_block_q3_K *restrict b, kq_unpacked *restrict u
                 const int high = (b->hmask[l] >> (4 * h + j)) & 1;
                 u->q[128 * h + 32 * j + l] = (int8_t)(lo - (high ? 0 : 4));
             }
+    int8_t sc[KQ_GROUPS];
+    mz_kq_scales_q3_K(b->scales, sc);
     for (int g = 0; g < KQ_GROUPS; g++) {
-        u->sc[g] = (int16_t)(scale_q3_K(b->scales, g) - 32);
+        u->sc[g] = sc[g];
         u->m[g] = 0;
     }
     u->d = mz_f16_to_f32(b->d);
@@ -126,11 +106,11 @@ static void unpack_q45_K(mz_f16 d, mz_f16 dmin, const uint8_t *restrict s12, con
             u->q[64 * c + l] = (int8_t)lo;
             u->q[64 * c + 32 + l] = (int8_t)hi;
         }
+    uint8_t sc[8], m[8];
+    mz_kq_scales_k4(s12, sc, m);
     for (int s = 0; s < 8; s++) {
-        int sc, m;
-        scale_min_k4(s12, s, &sc, &m);
-        u->sc[2 * s] = u->sc[2 * s + 1] = (int16_t)sc;
-        u->m[2 * s] = u->m[2 * s + 1] = (int16_t)m;
+        u->sc[2 * s] = u->sc[2 * s + 1] = sc[s];
+        u->m[2 * s] = u->m[2 * s + 1] = m[s];
     }
     u->d = mz_f16_to_f32(d);
     u->dmin = mz_f16_to_f32(dmin);
@@ -215,8 +195,8 @@ static float vec_dot_k(int t, size_t n, const void *restrict w, const void *rest
             isum += u.sc[g] * gs;
             summs += u.m[g] * b[i].bsums[g];
         }
-        s = fmaf(b[i].d * u.d, (float)isum, s);
-        if (u.has_min) s = fmaf(-(b[i].d * u.dmin), (float)summs, s);
+        s = u.has_min ? mz_kq_block_end_min(s, b[i].d, u.d, u.dmin, isum, summs)
+                      : mz_kq_block_end(s, b[i].d, u.d, isum);
     }
     return s;
 }
