@@ -7,7 +7,9 @@
  *        bench_kernels attn      (attention per ISA, qwen3-0.6b shape, 1k/8k/32k context)
  * Default: 1536 x 576 (SmolLM2 ffn), tokens 1 and 64. Quantized types run
  * twice: plain layout, then "x8" (weights repacked, repack.c). -t runs one
- * type only (its name as printed: Q4_1, Q4_0, Q8_0, F16).
+ * type only (its name as printed: Q4_1, Q4_0, Q8_0, F16, Q4_K, Q6_K, Q5_K,
+ * Q3_K, Q2_K; the K-quants need cols % 256 == 0, e.g. 576 1536 1: SmolLM2's
+ * ffn_down).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels_impl.h"
@@ -177,10 +179,12 @@ int main(int argc, char **argv)
     for (; a + 1 < argc; a += 2)
         if (!strcmp(argv[a], "-r")) reps = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-t")) only_type = argv[a + 1];
-    static const int types[] = {MZ_DT_Q4_1, MZ_DT_Q4_0, MZ_DT_Q8_0, MZ_DT_F16};
+    static const int types[] = {MZ_DT_Q4_1, MZ_DT_Q4_0, MZ_DT_Q8_0, MZ_DT_F16, MZ_DT_Q4_K,
+                                MZ_DT_Q6_K, MZ_DT_Q5_K, MZ_DT_Q3_K, MZ_DT_Q2_K};
     const char *const *names = mz_isa_names;
-    for (int ti = 0; ti < 4; ti++) {
+    for (size_t ti = 0; ti < MZ_ARRAY_LEN(types); ti++) {
         if (only_type && strcmp(only_type, mz_dtype_name(types[ti]))) continue;
+        if (cols % mz_dtype_block_len(types[ti])) continue; /* K-quants: cols % 256 */
         for (int i = 0; i < n_toks; i++)
             for (int isa = MZ_ISA_AVX2; isa < MZ_ISA_COUNT; isa++)
                 for (int x8 = 0; x8 < 2; x8++)

@@ -36,6 +36,13 @@ static bool cpu_has_f16c(void)
 
 /* ---- tables ---------------------------------------------------------------------- */
 
+/* A K-quant entry (kquant_*.c): activations in Q8_K, the reference
+ * dequantizer and quantizer, vec_dot and its gemm of the given ISA. */
+#define KQ_ENTRY(t, isa, ff)                                                                   \
+    {.vec_dot_type = MZ_DT_Q8_K, .from_float = ff, .vec_dot = mz_vec_dot_##t##_q8_K_##isa,   \
+     .to_float = mz_to_float_##t##_ref, .quantize = mz_quantize_##t##_ref,                      \
+     .gemm = mz_gemm_##t##_q8_K_##isa}
+
 static const mz_type_kernels k_ref[MZ_DT_COUNT] = {
     [MZ_DT_F32] = {.vec_dot_type = MZ_DT_F32, .from_float = mz_quantize_f32_ref,
                    .vec_dot = mz_vec_dot_f32_ref, .to_float = mz_to_float_f32_ref,
@@ -61,6 +68,13 @@ static const mz_type_kernels k_ref[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_ref, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_ref},
+    /* ---- K-quants (kquant_ref.c) ---- */
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, ref, mz_quantize_q8_K_ref),
+    /* ---- end of K-quants ---- */
 };
 
 #if MZ_KERNELS_X86
@@ -89,6 +103,13 @@ static const mz_type_kernels k_avx2[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx2, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx2},
+    /* ---- K-quants (kquant_avx2.c) ---- */
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx2, mz_quantize_q8_K_ref),
+    /* ---- end of K-quants ---- */
 };
 
 static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
@@ -116,6 +137,13 @@ static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx512, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx512},
+    /* ---- K-quants (kquant_avx2.c until kquant_avx512.c) ---- */
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx2, mz_quantize_q8_K_ref),
+    /* ---- end of K-quants ---- */
 };
 #endif
 
@@ -141,6 +169,13 @@ static const mz_type_kernels k_neon[MZ_DT_COUNT] = {
     [MZ_DT_Q4_1] = {.vec_dot_type = MZ_DT_Q8_1, .from_float = mz_quantize_q8_1_ref,
                     .vec_dot = mz_vec_dot_q4_1_q8_1_neon, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref, .gemm = mz_gemm_q4_1_q8_1_neon},
+    /* ---- K-quants (kquant_ref.c) ---- */
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, ref, mz_quantize_q8_K_ref),
+    /* ---- end of K-quants ---- */
 };
 #endif
 

@@ -94,6 +94,35 @@ float mz_vec_dot_x8_q8_0_ref(size_t n, const void *restrict w, const void *restr
 /* x8 kernel table of a given ISA (NULL as mz_kernels_for_isa). */
 const mz_type_kernels *mz_kernels_x8_for_isa(enum mz_isa isa, int type);
 
+/* ---- K-quants: Q2_K..Q6_K x Q8_K (kquant_ref.c, kquant_<isa>.c) ------------------------ */
+
+/* Scalar reference of type t (q2_K .. q6_K); every ISA's vec_dot gives
+ * these bits exactly (the same per-block integers and float steps, see
+ * kquant_ref.c). */
+#define MZ_KQUANT_REF_DECL(t)                                                                  \
+    void mz_to_float_##t##_ref(const void *restrict x, float *restrict y, size_t n);          \
+    void mz_quantize_##t##_ref(const float *restrict x, void *restrict y, size_t n);          \
+    float mz_vec_dot_##t##_q8_K_ref(size_t n, const void *restrict w, const void *restrict x); \
+    MZ_GEMM_DECL(mz_gemm_##t##_q8_K_ref)
+MZ_KQUANT_REF_DECL(q2_K);
+MZ_KQUANT_REF_DECL(q3_K);
+MZ_KQUANT_REF_DECL(q4_K);
+MZ_KQUANT_REF_DECL(q5_K);
+MZ_KQUANT_REF_DECL(q6_K);
+/* SIMD vec_dot of type t for an ISA, and its gemm (MZ_GEMM_FROM_VEC_DOT). */
+#define MZ_KQUANT_ISA_DECL(t, isa)                                                             \
+    float mz_vec_dot_##t##_q8_K_##isa(size_t n, const void *restrict w, const void *restrict x); \
+    MZ_GEMM_DECL(mz_gemm_##t##_q8_K_##isa)
+#if MZ_KERNELS_X86
+MZ_KQUANT_ISA_DECL(q2_K, avx2);
+MZ_KQUANT_ISA_DECL(q3_K, avx2);
+MZ_KQUANT_ISA_DECL(q4_K, avx2);
+MZ_KQUANT_ISA_DECL(q5_K, avx2);
+MZ_KQUANT_ISA_DECL(q6_K, avx2);
+#endif
+
+/* ---- end of K-quants ----------------------------------------------------------------- */
+
 /* ---- AVX2 + FMA + F16C (vecdot_avx2.c, gemm_avx2.c) ------------------------------------------ */
 
 #if MZ_KERNELS_X86
