@@ -106,7 +106,7 @@ static const mz_type_kernels k_avx2[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx2, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx2},
-    Q5_IQ4_ENTRIES(mz_quantize_q8_0_ref, mz_quantize_q8_1_ref, ref),
+    Q5_IQ4_ENTRIES(mz_from_float_q8_0_avx2, mz_from_float_q8_1_avx2, avx2),
 };
 
 static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
@@ -134,7 +134,7 @@ static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx512, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx512},
-    Q5_IQ4_ENTRIES(mz_quantize_q8_0_ref, mz_quantize_q8_1_ref, ref),
+    Q5_IQ4_ENTRIES(mz_from_float_q8_0_avx2, mz_from_float_q8_1_avx2, avx512),
 };
 #endif
 
