@@ -3,6 +3,7 @@
  * mix (src/model/quantize.c does the work, src/model/quant_mix.c the rules).
  */
 #include "cli.h"
+#include "cli_num.h"
 
 #include "model/quant_mix.h"
 #include "model/quantize.h"
@@ -32,6 +33,7 @@ int cmd_quantize(int argc, char **argv)
                    "  --type MIX   %s\n"
                    "  --pure       every quantizable tensor in the mix's base type (still falling\n"
                    "               back where a row does not fit it)\n"
+                   "  -t N         threads (default: every CPU; the file is the same for any N)\n"
                    "  -v           list each tensor whose type changes\n",
                    mz_qmix_names());
             return 0;
@@ -46,6 +48,9 @@ int cmd_quantize(int argc, char **argv)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) in = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "--type")) p.mix = v;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (cli_opt_int(a, v, 1, 64, &p.n_threads)) return 2;
+        }
         else {
             fprintf(stderr, "mzcache quantize: unknown option '%s' (see --help)\n", a);
             return 2;

@@ -1,7 +1,9 @@
 /*
  * quantize.c — `mzcache quantize`: a GGUF file rewritten in another mix
  * (see quantize.h). One tensor at a time through the writer's fill
- * callback: memory is the largest source tensor plus one row of floats.
+ * callback: memory is the largest source tensor plus a row of floats per
+ * thread; the rows of a tensor are shared among threads, each row converted
+ * on its own, so the file's bytes do not depend on the thread count.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "quantize.h"
@@ -12,14 +14,19 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
+
+#define Q_THREADS_MAX 64
 
 typedef struct q_job {
     int fd;
     const mz_gguf *g;
     uint8_t *src;               /* one source tensor's bytes */
-    float *row;                 /* one row of floats */
+    float *rows;                /* one row of floats per thread */
+    size_t row_cap;             /* floats per thread's row */
+    int n_threads;
 } q_job;
 
 typedef struct q_tensor {
@@ -56,6 +63,28 @@ static void load_row(int type, const void *src, float *y, size_t n)
     else mz_kernels_ref(type)->to_float(src, y, n);
 }
 
+/* Rows [r0, r1) of one tensor: each row is converted on its own, so the
+ * bytes do not depend on how the rows are shared among threads. */
+typedef struct q_slice {
+    const q_tensor *qt;
+    uint8_t *dst;
+    size_t r0, r1;
+    float *row;
+} q_slice;
+
+static void *convert_slice(void *arg)
+{
+    const q_slice *sl = arg;
+    const mz_gguf_tensor *t = sl->qt->t;
+    size_t n0 = (size_t)t->ne[0];
+    size_t in_rb = mz_dtype_row_bytes(t->type, t->ne[0]), out_rb = mz_dtype_row_bytes(sl->qt->to, t->ne[0]);
+    for (size_t r = sl->r0; r < sl->r1; r++) {
+        load_row(t->type, sl->qt->job->src + r * in_rb, sl->row, n0);
+        store_row(sl->qt->to, sl->row, sl->dst + r * out_rb, n0);
+    }
+    return NULL;
+}
+
 static mz_status fill_tensor(void *user, void *dst, size_t nbytes)
 {
     q_tensor *qt = user;
@@ -66,13 +95,23 @@ static mz_status fill_tensor(void *user, void *dst, size_t nbytes)
         return read_at(j->fd, dst, nbytes, j->g->data_offset + t->offset, name);
     mz_status s = read_at(j->fd, j->src, (size_t)t->nbytes, j->g->data_offset + t->offset, name);
     if (s) return s;
-    size_t n0 = (size_t)t->ne[0], rows = (size_t)(t->n_elements / t->ne[0]);
-    size_t in_rb = mz_dtype_row_bytes(t->type, t->ne[0]), out_rb = mz_dtype_row_bytes(qt->to, t->ne[0]);
-    MZ_ASSERT(out_rb * rows == nbytes);
-    for (size_t r = 0; r < rows; r++) {
-        load_row(t->type, j->src + r * in_rb, j->row, n0);
-        store_row(qt->to, j->row, (uint8_t *)dst + r * out_rb, n0);
+    size_t rows = (size_t)(t->n_elements / t->ne[0]);
+    MZ_ASSERT(mz_dtype_row_bytes(qt->to, t->ne[0]) * rows == nbytes);
+    size_t nth = MZ_MIN((size_t)j->n_threads, rows);
+    q_slice sl[Q_THREADS_MAX];
+    pthread_t th[Q_THREADS_MAX];
+    uint64_t started = 0;
+    for (size_t i = 0; i < nth; i++)
+        sl[i] = (q_slice){.qt = qt, .dst = dst, .r0 = rows * i / nth, .r1 = rows * (i + 1) / nth,
+                          .row = j->rows + i * j->row_cap};
+    /* slice 0 runs here; a thread that does not start has its slice run here too */
+    for (size_t i = 1; i < nth; i++) {
+        if (pthread_create(&th[i], NULL, convert_slice, &sl[i]) == 0) started |= (uint64_t)1 << i;
+        else convert_slice(&sl[i]);
     }
+    convert_slice(&sl[0]);
+    for (size_t i = 1; i < nth; i++)
+        if (started & ((uint64_t)1 << i)) pthread_join(th[i], NULL);
     return MZ_OK;
 }
 
@@ -132,8 +171,11 @@ mz_status mz_quantize_file(const char *in_path, const char *out_path, const mz_q
     }
     job.g = g;
     job.src = mz_malloc(max_src ? max_src : 1);
-    job.row = mz_malloc((max_row ? max_row : 1) * sizeof *job.row);
-    if (!job.src || !job.row) {
+    job.n_threads = p->n_threads > 0 ? p->n_threads : mz_n_cpus();
+    job.n_threads = MZ_MAX(1, MZ_MIN(job.n_threads, Q_THREADS_MAX));
+    job.row_cap = max_row ? max_row : 1;
+    job.rows = mz_malloc((size_t)job.n_threads * job.row_cap * sizeof *job.rows);
+    if (!job.src || !job.rows) {
         s = MZ_E_NOMEM;
         goto out_free_bufs;
     }
@@ -159,7 +201,7 @@ out_close:
     close(job.fd);
 out_free_bufs:
     free(job.src);
-    free(job.row);
+    free(job.rows);
 out_free_tensors:
     free(qts);
 out_free_gguf:

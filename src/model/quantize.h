@@ -20,6 +20,7 @@
 typedef struct mz_quantize_params {
     const char *mix;            /* a mix name (mz_qmix_names()) */
     bool pure;                  /* every quantizable tensor takes the mix's base type */
+    int n_threads;              /* 0: every CPU; the bytes are the same for any count */
     /* Optional: called after each tensor with its name and chosen type. */
     void (*on_tensor)(void *user, const char *name, int from_type, int to_type);
     void *user;
