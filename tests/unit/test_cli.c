@@ -133,6 +133,13 @@ int main(void)
         CHECK_EQ_INT(sh("%s gen-model --preset tiny-llama --type Q4_0 --vocab-from %s -o %s", bin,
                         model, out), 0);
         CHECK_EQ_INT(sh("%s run -m %s -p 'Hello' -n 3 -q", bin, out), 0);
+        /* a mix: llama.cpp's rules for 8 blocks of 256-wide rows (untied:
+         * output Q6_K; attn_v and ffn_down Q6_K on layers 0, 3, 6, 7) */
+        CHECK_EQ_INT(sh("%s gen-model --preset tiny-llama --embd 256 --ff 512 --heads 4 --kv-heads 2 "
+                        "--head-dim 64 --layers 8 --type q4_k_m --vocab-from %s -o %s", bin, model, out), 0);
+        CHECK_EQ_INT(sh("%s info -m %s", bin, out), 0);
+        CHECK_MSG(strstr(g_out, "  types: Q4_K_M: Q4_K ×49, Q6_K ×9, F32 ×17\n") != NULL, "%s", g_out);
+        CHECK_EQ_INT(sh("%s run -m %s -p 'Hello' -n 3 -q", bin, out), 0);
         CHECK_EQ_INT(sh("%s gen-model --preset no-such-preset --vocab-from %s -o %s", bin, model, out), 1);
         CHECK_MSG(strstr(g_out, "no-such-preset") != NULL, "%s", g_out);
         unlink(out);
