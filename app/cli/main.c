@@ -494,6 +494,7 @@ static void usage(FILE *f)
             "  info       show a model's metadata, tensors and memory units\n"
             "  tokenize   print the token ids of a text\n"
             "  gen-model  write a random-weight GGUF model of a given shape\n"
+            "  quantize   rewrite a GGUF model in a quantization mix (Q4_K_M, Q8_0, ...)\n"
             "  profile    measure this machine once for the eviction policy\n"
             "  serve      OpenAI-style HTTP server that gives memory back under pressure\n"
             "  evict      ask a running server to give memory back (512M, 40%%, all)\n"
@@ -526,6 +527,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "evict")) return cmd_evict(argc - 1, argv + 1);

@@ -94,6 +94,12 @@ mz_status mz_gguf_open(const char *path, mz_gguf **out);
  * file_size. Used by mz_gguf_open and by the fuzzer. If the metadata runs past
  * len but not past file_size the result is MZ_E_RANGE (give more bytes). */
 mz_status mz_gguf_parse(const uint8_t *buf, size_t len, uint64_t file_size, mz_gguf **out);
+/* The same, accepting tensors of every known type whether mzcache computes
+ * with it or not (info, quantize and the dequantize tool only read; the
+ * model loader refuses such a type by name). The file is checked as
+ * strictly otherwise: block counts, shapes and data bounds of every type. */
+mz_status mz_gguf_open_any_type(const char *path, mz_gguf **out);
+mz_status mz_gguf_parse_any_type(const uint8_t *buf, size_t len, uint64_t file_size, mz_gguf **out);
 void mz_gguf_free(mz_gguf *g);
 
 /* Lookups: NULL / -1 when absent. */
