@@ -54,4 +54,31 @@ static inline float mz_kq_block_end_min(float s, float dx, float dw, float dmin,
     return fmaf(-(dx * dmin), (float)summs, fmaf(dx * dw, (float)isum, s));
 }
 
+/* What one super-block of a dot product contributes: the weight block's
+ * scales as F32 and its exact integer sums (summs: the min term, 0 for the
+ * types without mins). */
+typedef struct {
+    float dw, dmin;
+    int32_t isum, summs;
+} mz_kq_sums;
+
+/* Defines the row dot product `name` (n values, n % 256 == 0) of a weight
+ * block type over Q8_K from a per-block function
+ *   mz_kq_sums block_fn(const block_t *w, const mz_block_q8_K *x)
+ * and the float steps above: the one loop every ISA shares. */
+#define MZ_KQ_VEC_DOT(name, block_t, block_fn, has_min)                                             \
+    float name(size_t n, const void *restrict w, const void *restrict x)                            \
+    {                                                                                               \
+        MZ_ASSERT(n % MZ_QK_K == 0);                                                                \
+        const block_t *a = w;                                                                       \
+        const mz_block_q8_K *b = x;                                                                 \
+        float s = 0.0f;                                                                             \
+        for (size_t i = 0; i < n / MZ_QK_K; i++) {                                                  \
+            const mz_kq_sums q = block_fn(&a[i], &b[i]);                                            \
+            s = (has_min) ? mz_kq_block_end_min(s, b[i].d, q.dw, q.dmin, q.isum, q.summs)           \
+                          : mz_kq_block_end(s, b[i].d, q.dw, q.isum);                               \
+        }                                                                                           \
+        return s;                                                                                   \
+    }
+
 #endif /* MZ_KQUANT_H */
