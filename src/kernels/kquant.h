@@ -81,4 +81,18 @@ typedef struct {
         return s;                                                                                   \
     }
 
+/* Defines block_q4_K and block_q5_K (MZ_KQ_VEC_DOT's block functions) from
+ * one function for both layouts:
+ *   mz_kq_sums q45(mz_f16 d, mz_f16 dmin, const uint8_t *scales12,
+ *                  const uint8_t *qs, const uint8_t *qh (NULL: Q4_K), const mz_block_q8_K *x) */
+#define MZ_KQ_Q45_BLOCKS(q45)                                                                       \
+    static inline mz_kq_sums block_q4_K(const mz_block_q4_K *restrict a, const mz_block_q8_K *restrict b) \
+    {                                                                                               \
+        return q45(a->d, a->dmin, a->scales, a->qs, NULL, b);                                       \
+    }                                                                                               \
+    static inline mz_kq_sums block_q5_K(const mz_block_q5_K *restrict a, const mz_block_q8_K *restrict b) \
+    {                                                                                               \
+        return q45(a->d, a->dmin, a->scales, a->qs, a->qh, b);                                      \
+    }
+
 #endif /* MZ_KQUANT_H */

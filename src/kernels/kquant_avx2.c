@@ -142,15 +142,7 @@ static inline mz_kq_sums block_q45(mz_f16 d, mz_f16 dmin, const uint8_t *restric
     return r;
 }
 
-static inline mz_kq_sums block_q4_K(const mz_block_q4_K *restrict a, const mz_block_q8_K *restrict b)
-{
-    return block_q45(a->d, a->dmin, a->scales, a->qs, NULL, b);
-}
-
-static inline mz_kq_sums block_q5_K(const mz_block_q5_K *restrict a, const mz_block_q8_K *restrict b)
-{
-    return block_q45(a->d, a->dmin, a->scales, a->qs, a->qh, b);
-}
+MZ_KQ_Q45_BLOCKS(block_q45)
 
 static inline mz_kq_sums block_q6_K(const mz_block_q6_K *restrict a, const mz_block_q8_K *restrict b)
 {
