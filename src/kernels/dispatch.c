@@ -137,12 +137,12 @@ static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx512, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx512},
-    /* ---- K-quants (kquant_avx2.c until kquant_avx512.c) ---- */
+    /* ---- K-quants (kquant_avx512.c; Q2_K, Q3_K, Q4_K: kquant_avx2.c) ---- */
     [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, avx2, mz_quantize_q8_K_ref),
     [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, avx2, mz_quantize_q8_K_ref),
     [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, avx2, mz_quantize_q8_K_ref),
-    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx2, mz_quantize_q8_K_ref),
-    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx512, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx512, mz_quantize_q8_K_ref),
     /* ---- end of K-quants ---- */
 };
 #endif

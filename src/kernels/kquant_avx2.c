@@ -43,7 +43,7 @@ static inline void chunk_scales(__m256i sc16, __m256i out[8])
 {
     const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
     const __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
-    for (int k = 0; k < 4; k++) {
+    MZ_KQ_UNROLL for (int k = 0; k < 4; k++) {
         const char a = (char)(4 * k), b = (char)(4 * k + 1), c = (char)(4 * k + 2), d = (char)(4 * k + 3);
         const __m256i m = _mm256_setr_epi8(a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b,
                                            c, d, c, d, c, d, c, d, c, d, c, d, c, d, c, d);
@@ -76,10 +76,10 @@ static inline mz_kq_sums block_q2_K(const mz_block_q2_K *restrict a, const mz_bl
     __m256i sc[8];
     chunk_scales(sc16, sc);
     __m256i acc = _mm256_setzero_si256();
-    for (int h = 0; h < 2; h++) {
+    MZ_KQ_UNROLL for (int h = 0; h < 2; h++) {
         __m256i q[4];
         split2(_mm256_loadu_si256((const __m256i *)(a->qs + 32 * h)), q);
-        for (int j = 0; j < 4; j++) acc = _mm256_add_epi32(acc, dot32(q[j], b->qs + 128 * h + 32 * j, sc[4 * h + j]));
+        MZ_KQ_UNROLL for (int j = 0; j < 4; j++) acc = _mm256_add_epi32(acc, dot32(q[j], b->qs + 128 * h + 32 * j, sc[4 * h + j]));
     }
     mz_kq_sums r = {.dw = h2f(a->d), .dmin = h2f(a->dmin)};
     hsum2_i32(acc, _mm256_madd_epi16(mn16, load_bsums(b)), &r.isum, &r.summs);
@@ -89,17 +89,18 @@ static inline mz_kq_sums block_q2_K(const mz_block_q2_K *restrict a, const mz_bl
 static inline mz_kq_sums block_q3_K(const mz_block_q3_K *restrict a, const mz_block_q8_K *restrict b)
 {
     const __m256i four = _mm256_set1_epi8(4);
-    int8_t scs[16];
-    mz_kq_scales_q3_K(a->scales, scs);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scs));
+    uint32_t o[4];
+    mz_kq_scales_q3_K_words(a->scales, o);
+    const __m128i codes = _mm_setr_epi32((int)o[0], (int)o[1], (int)o[2], (int)o[3]);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(codes, _mm_set1_epi8(32)));
     __m256i sc[8];
     chunk_scales(sc16, sc);
     const __m256i hm = _mm256_loadu_si256((const __m256i *)a->hmask);
     __m256i acc = _mm256_setzero_si256();
-    for (int h = 0; h < 2; h++) {
+    MZ_KQ_UNROLL for (int h = 0; h < 2; h++) {
         __m256i q[4];
         split2(_mm256_loadu_si256((const __m256i *)(a->qs + 32 * h)), q);
-        for (int j = 0; j < 4; j++) {
+        MZ_KQ_UNROLL for (int j = 0; j < 4; j++) {
             const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
             const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
             acc = _mm256_add_epi32(acc, dot32(_mm256_or_si256(q[j], high), b->qs + 128 * h + 32 * j, sc[4 * h + j]));
@@ -114,18 +115,18 @@ static inline mz_kq_sums block_q3_K(const mz_block_q3_K *restrict a, const mz_bl
 }
 
 /* Q4_K and Q5_K (qh NULL for Q4_K). */
-static inline mz_kq_sums block_q45(mz_f16 d, mz_f16 dmin, const uint8_t *restrict s12, const uint8_t *restrict qs,
-                                   const uint8_t *restrict qh, const mz_block_q8_K *restrict b)
+static inline mz_kq_sums block_q45(const void *blk, mz_f16 d, mz_f16 dmin, const uint8_t *restrict s12,
+                                   const uint8_t *restrict qs, const uint8_t *restrict qh,
+                                   const mz_block_q8_K *restrict b)
 {
-    uint8_t scs[8], mns[8];
-    mz_kq_scales_k4(s12, scs, mns);
-    /* each min covers two 16-value groups of bsums */
-    const __m128i m8 = _mm_loadl_epi64((const __m128i *)mns);
-    const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    (void)s12; /* read with d and dmin, through blk */
+    __m256i mn16;
+    /* the scales as s16 in both halves; scale k is broadcast by a byte shuffle */
+    const __m256i sc16 = _mm256_broadcastsi128_si256(mz_kq_scales_k4_x86(blk, &mn16));
     const __m256i m4 = _mm256_set1_epi8(0x0f), sixteen = _mm256_set1_epi8(16);
     const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     __m256i acc = _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
+    MZ_KQ_UNROLL for (int c = 0; c < 4; c++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
         __m256i lo = _mm256_and_si256(q, m4);
         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -134,8 +135,10 @@ static inline mz_kq_sums block_q45(mz_f16 d, mz_f16 dmin, const uint8_t *restric
             lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bl), bl), sixteen));
             hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bh), bh), sixteen));
         }
-        acc = _mm256_add_epi32(acc, dot32(lo, b->qs + 64 * c, _mm256_set1_epi16(scs[2 * c])));
-        acc = _mm256_add_epi32(acc, dot32(hi, b->qs + 64 * c + 32, _mm256_set1_epi16(scs[2 * c + 1])));
+        const __m256i sl = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
+        const __m256i sh = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
+        acc = _mm256_add_epi32(acc, dot32(lo, b->qs + 64 * c, sl));
+        acc = _mm256_add_epi32(acc, dot32(hi, b->qs + 64 * c + 32, sh));
     }
     mz_kq_sums r = {.dw = h2f(d), .dmin = h2f(dmin)};
     hsum2_i32(acc, _mm256_madd_epi16(mn16, load_bsums(b)), &r.isum, &r.summs);
@@ -151,7 +154,7 @@ static inline mz_kq_sums block_q6_K(const mz_block_q6_K *restrict a, const mz_bl
     __m256i sc[8];
     chunk_scales(sc16, sc);
     __m256i acc = _mm256_setzero_si256();
-    for (int h = 0; h < 2; h++) {
+    MZ_KQ_UNROLL for (int h = 0; h < 2; h++) {
         const __m256i l0 = _mm256_loadu_si256((const __m256i *)(a->ql + 64 * h));
         const __m256i l1 = _mm256_loadu_si256((const __m256i *)(a->ql + 64 * h + 32));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(a->qh + 32 * h));

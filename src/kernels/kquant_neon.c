@@ -55,9 +55,9 @@ static inline mz_kq_sums block_q2_K(const mz_block_q2_K *restrict a, const mz_bl
     mz_kq_sums r = {.dw = h2f(a->d), .dmin = h2f(a->dmin)};
     r.summs = mins16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mn))), vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(mn))), b);
     int32x4_t acc = vdupq_n_s32(0);
-    for (int h = 0; h < 2; h++) {
+    MZ_KQ_UNROLL for (int h = 0; h < 2; h++) {
         const uint8x16_t q0 = vld1q_u8(a->qs + 32 * h), q1 = vld1q_u8(a->qs + 32 * h + 16);
-        for (int j = 0; j < 4; j++) {
+        MZ_KQ_UNROLL for (int j = 0; j < 4; j++) {
             const int g = 8 * h + 2 * j;
             const int8_t *q8 = b->qs + 128 * h + 32 * j;
             acc = dot16(acc, vreinterpretq_s8_u8(field2(q0, j)), q8, a->scales[g] & 15);
@@ -76,9 +76,9 @@ static inline mz_kq_sums block_q3_K(const mz_block_q3_K *restrict a, const mz_bl
     const uint8x16_t four = vdupq_n_u8(4);
     const int8x16_t off = vdupq_n_s8(4);
     int32x4_t acc = vdupq_n_s32(0);
-    for (int h = 0; h < 2; h++) {
+    MZ_KQ_UNROLL for (int h = 0; h < 2; h++) {
         const uint8x16_t q0 = vld1q_u8(a->qs + 32 * h), q1 = vld1q_u8(a->qs + 32 * h + 16);
-        for (int j = 0; j < 4; j++) {
+        MZ_KQ_UNROLL for (int j = 0; j < 4; j++) {
             const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << (4 * h + j)));
             const int g = 8 * h + 2 * j;
             const int8_t *q8 = b->qs + 128 * h + 32 * j;
@@ -94,9 +94,11 @@ static inline mz_kq_sums block_q3_K(const mz_block_q3_K *restrict a, const mz_bl
 }
 
 /* Q4_K and Q5_K (qh NULL for Q4_K). */
-static inline mz_kq_sums block_q45(mz_f16 d, mz_f16 dmin, const uint8_t *restrict s12, const uint8_t *restrict qs,
-                                   const uint8_t *restrict qh, const mz_block_q8_K *restrict b)
+static inline mz_kq_sums block_q45(const void *blk, mz_f16 d, mz_f16 dmin, const uint8_t *restrict s12,
+                                   const uint8_t *restrict qs, const uint8_t *restrict qh,
+                                   const mz_block_q8_K *restrict b)
 {
+    (void)blk;
     uint8_t sc[8], mn[8];
     mz_kq_scales_k4(s12, sc, mn);
     /* each min covers two 16-value groups: pair the bsums first */
@@ -108,7 +110,7 @@ static inline mz_kq_sums block_q45(mz_f16 d, mz_f16 dmin, const uint8_t *restric
     const uint8x16_t m4 = vdupq_n_u8(0x0f), sixteen = vdupq_n_u8(16);
     const uint8x16_t h0 = qh ? vld1q_u8(qh) : vdupq_n_u8(0), h1 = qh ? vld1q_u8(qh + 16) : vdupq_n_u8(0);
     int32x4_t acc = vdupq_n_s32(0);
-    for (int c = 0; c < 4; c++) {
+    MZ_KQ_UNROLL for (int c = 0; c < 4; c++) {
         const uint8x16_t q0 = vld1q_u8(qs + 32 * c), q1 = vld1q_u8(qs + 32 * c + 16);
         uint8x16_t lo0 = vandq_u8(q0, m4), lo1 = vandq_u8(q1, m4);
         uint8x16_t hi0 = vshrq_n_u8(q0, 4), hi1 = vshrq_n_u8(q1, 4);
@@ -136,9 +138,9 @@ static inline mz_kq_sums block_q6_K(const mz_block_q6_K *restrict a, const mz_bl
     const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(3);
     const int8x16_t off = vdupq_n_s8(32);
     int32x4_t acc = vdupq_n_s32(0);
-    for (int h = 0; h < 2; h++)
-        for (int k = 0; k < 4; k++)
-            for (int half = 0; half < 2; half++) {
+    MZ_KQ_UNROLL for (int h = 0; h < 2; h++)
+        MZ_KQ_UNROLL for (int k = 0; k < 4; k++)
+            MZ_KQ_UNROLL for (int half = 0; half < 2; half++) {
                 const uint8x16_t ql = vld1q_u8(a->ql + 64 * h + 32 * (k & 1) + 16 * half);
                 const uint8x16_t qh = vld1q_u8(a->qh + 32 * h + 16 * half);
                 const uint8x16_t lo = k < 2 ? vandq_u8(ql, m4) : vshrq_n_u8(ql, 4);
