@@ -154,12 +154,12 @@ static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx512, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx512},
-    /* ---- K-quants (kquant_avx2.c until kquant_avx512.c) ---- */
+    /* ---- K-quants (kquant_avx512.c; Q2_K, Q3_K, Q4_K: kquant_avx2.c) ---- */
     [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, avx2, mz_quantize_q8_K_ref),
     [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, avx2, mz_quantize_q8_K_ref),
     [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, avx2, mz_quantize_q8_K_ref),
-    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx2, mz_quantize_q8_K_ref),
-    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx512, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx512, mz_quantize_q8_K_ref),
     /* ---- end of K-quants ---- */
     Q5_IQ4_ENTRIES(mz_from_float_q8_0_avx2, mz_from_float_q8_1_avx2, avx512),
 };
@@ -187,12 +187,12 @@ static const mz_type_kernels k_neon[MZ_DT_COUNT] = {
     [MZ_DT_Q4_1] = {.vec_dot_type = MZ_DT_Q8_1, .from_float = mz_quantize_q8_1_ref,
                     .vec_dot = mz_vec_dot_q4_1_q8_1_neon, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref, .gemm = mz_gemm_q4_1_q8_1_neon},
-    /* ---- K-quants (kquant_ref.c) ---- */
-    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, ref, mz_quantize_q8_K_ref),
-    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, ref, mz_quantize_q8_K_ref),
-    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, ref, mz_quantize_q8_K_ref),
-    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, ref, mz_quantize_q8_K_ref),
-    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, ref, mz_quantize_q8_K_ref),
+    /* ---- K-quants (kquant_neon.c) ---- */
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, neon, mz_quantize_q8_K_ref),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, neon, mz_quantize_q8_K_ref),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, neon, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, neon, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, neon, mz_quantize_q8_K_ref),
     /* ---- end of K-quants ---- */
     Q5_IQ4_ENTRIES(mz_quantize_q8_0_ref, mz_quantize_q8_1_ref, ref),
 };

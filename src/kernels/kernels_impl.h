@@ -119,6 +119,15 @@ MZ_KQUANT_ISA_DECL(q3_K, avx2);
 MZ_KQUANT_ISA_DECL(q4_K, avx2);
 MZ_KQUANT_ISA_DECL(q5_K, avx2);
 MZ_KQUANT_ISA_DECL(q6_K, avx2);
+MZ_KQUANT_ISA_DECL(q5_K, avx512);
+MZ_KQUANT_ISA_DECL(q6_K, avx512);
+#endif
+#if MZ_KERNELS_NEON
+MZ_KQUANT_ISA_DECL(q2_K, neon);
+MZ_KQUANT_ISA_DECL(q3_K, neon);
+MZ_KQUANT_ISA_DECL(q4_K, neon);
+MZ_KQUANT_ISA_DECL(q5_K, neon);
+MZ_KQUANT_ISA_DECL(q6_K, neon);
 #endif
 
 /* ---- end of K-quants ----------------------------------------------------------------- */

@@ -66,6 +66,15 @@ MZ_GEMM_FROM_VEC_DOT(mz_gemm_q3_K_q8_K_avx2, mz_vec_dot_q3_K_q8_K_avx2)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_q4_K_q8_K_avx2, mz_vec_dot_q4_K_q8_K_avx2)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_K_q8_K_avx2, mz_vec_dot_q5_K_q8_K_avx2)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_q6_K_q8_K_avx2, mz_vec_dot_q6_K_q8_K_avx2)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_K_q8_K_avx512, mz_vec_dot_q5_K_q8_K_avx512)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q6_K_q8_K_avx512, mz_vec_dot_q6_K_q8_K_avx512)
+#endif
+#if MZ_KERNELS_NEON
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q2_K_q8_K_neon, mz_vec_dot_q2_K_q8_K_neon)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q3_K_q8_K_neon, mz_vec_dot_q3_K_q8_K_neon)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q4_K_q8_K_neon, mz_vec_dot_q4_K_q8_K_neon)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_K_q8_K_neon, mz_vec_dot_q5_K_q8_K_neon)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q6_K_q8_K_neon, mz_vec_dot_q6_K_q8_K_neon)
 #endif
 /* end of K-quants */
 /* Q5_0, Q5_1, IQ4_NL, IQ4_XS (q5_iq4_*.c) */
