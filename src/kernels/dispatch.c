@@ -160,7 +160,7 @@ static const mz_type_kernels k_neon[MZ_DT_COUNT] = {
     [MZ_DT_Q4_1] = {.vec_dot_type = MZ_DT_Q8_1, .from_float = mz_quantize_q8_1_ref,
                     .vec_dot = mz_vec_dot_q4_1_q8_1_neon, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref, .gemm = mz_gemm_q4_1_q8_1_neon},
-    Q5_IQ4_ENTRIES(mz_quantize_q8_0_ref, mz_quantize_q8_1_ref, ref),
+    Q5_IQ4_ENTRIES(mz_quantize_q8_0_ref, mz_quantize_q8_1_ref, neon),
 };
 #endif
 

@@ -142,7 +142,7 @@ QX_INLINE void qx_tile32(int kind, size_t nb, const uint8_t *restrict w, size_t 
         }
     }
     QX_UNROLL for (int t = 0; t < T; t++) QX_UNROLL for (int r = 0; r < R; r++)
-        y[(size_t)t * ys + (size_t)r] = qx_hsum(acc[r][t]) + (kind == QX_Q5_1 ? summ[r][t] : 0.0f);
+        y[(size_t)t * ys + (size_t)r] = kind == QX_Q5_1 ? qx_hsum(acc[r][t]) + summ[r][t] : qx_hsum(acc[r][t]);
 }
 
 QX_INLINE void qx_tile_q5_0(size_t nb, const uint8_t *restrict w, size_t wrb, const uint8_t *restrict x,
