@@ -314,6 +314,14 @@ void mz_quantize_iq4_xs_ref(const float *restrict x, void *restrict y, size_t n)
 
 /* ---- dot products ---------------------------------------------------------------- */
 
+int32_t mz_dot_q5_0_block(const mz_block_q5_0 *a, const int8_t *qx)
+{
+    int q[MZ_QK], sumi = 0;
+    q5_values(a->qh, a->qs, q);
+    for (int j = 0; j < MZ_QK; j++) sumi += (q[j] - 16) * qx[j];
+    return sumi;
+}
+
 float mz_vec_dot_q5_0_q8_0_ref(size_t n, const void *restrict w, const void *restrict x)
 {
     MZ_ASSERT(n % MZ_QK == 0);
@@ -321,10 +329,7 @@ float mz_vec_dot_q5_0_q8_0_ref(size_t n, const void *restrict w, const void *res
     const mz_block_q8_0 *b = x;
     float s = 0.0f;
     for (size_t i = 0; i < n / MZ_QK; i++) {
-        int q[MZ_QK], sumi = 0;
-        q5_values(a[i].qh, a[i].qs, q);
-        for (int j = 0; j < MZ_QK; j++) sumi += (q[j] - 16) * b[i].qs[j];
-        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)sumi;
+        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)mz_dot_q5_0_block(&a[i], b[i].qs);
     }
     return s;
 }

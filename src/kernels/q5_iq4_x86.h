@@ -142,7 +142,7 @@ QX_INLINE void qx_tile32(int kind, size_t nb, const uint8_t *restrict w, size_t 
         }
     }
     QX_UNROLL for (int t = 0; t < T; t++) QX_UNROLL for (int r = 0; r < R; r++)
-        y[(size_t)t * ys + (size_t)r] = qx_hsum(acc[r][t]) + (kind == QX_Q5_1 ? summ[r][t] : 0.0f);
+        y[(size_t)t * ys + (size_t)r] = kind == QX_Q5_1 ? qx_hsum(acc[r][t]) + summ[r][t] : qx_hsum(acc[r][t]);
 }
 
 QX_INLINE void qx_tile_q5_0(size_t nb, const uint8_t *restrict w, size_t wrb, const uint8_t *restrict x,
@@ -223,7 +223,8 @@ QX_INLINE void qx_tile_iq4_xs(size_t nb, const uint8_t *restrict w, size_t wrb, 
     {                                                                                                   \
         MZ_ASSERT(n % (block_len) == 0);                                                                \
         const size_t nb = n / (block_len);                                                              \
-        size_t rows_per_l1 = QX_L1_BYTES / w_row_bytes;                                                 \
+        /* w_row_bytes is 0 for one row (gemm_x8_x86.h's vec_dot) */                                \
+        size_t rows_per_l1 = w_row_bytes ? QX_L1_BYTES / w_row_bytes : QX_R;                            \
         rows_per_l1 = rows_per_l1 < QX_R ? QX_R : rows_per_l1 - rows_per_l1 % QX_R;                     \
         for (size_t rb = r0; rb < r1; rb += rows_per_l1) {                                              \
             const size_t re = r1 - rb < rows_per_l1 ? r1 : rb + rows_per_l1;                            \
@@ -246,7 +247,10 @@ QX_INLINE void qx_tile_iq4_xs(size_t nb, const uint8_t *restrict w, size_t wrb, 
         return out;                                                                                     \
     }
 
-QX_KERNELS(q5_0_q8_0, qx_tile_q5_0, MZ_QK)
+/* Q5_0's public gemm / vec_dot are gemm_x8_x86.h's (the x8 order, shared
+ * with its repacked layout); these tiles serve its rows longer than
+ * MZ_X8_MAX_BLOCKS. */
+QX_KERNELS(q5_0_q8_0_tiles, qx_tile_q5_0, MZ_QK)
 QX_KERNELS(q5_1_q8_1, qx_tile_q5_1, MZ_QK)
 QX_KERNELS(iq4_nl_q8_0, qx_tile_iq4_nl, MZ_QK)
 QX_KERNELS(iq4_xs_q8_K, qx_tile_iq4_xs, MZ_QK_K)
