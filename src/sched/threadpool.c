@@ -9,9 +9,9 @@
  *            pending. The gen increment publishes fn/arg (release/acquire
  *            through the seq_cst atomics); the decrement publishes the
  *            worker's results to the caller the same way.
- *   Waiting: both sides spin on the atomic for up to SPIN_US with a pause
- *            instruction (back-to-back jobs start in well under a
- *            microsecond), then sleep on a condition variable.
+ *   Waiting: both sides spin on the atomic with a pause instruction
+ *            (back-to-back jobs start in well under a microsecond), then
+ *            sleep on a condition variable: see "How long to spin" below.
  *   Lost wake-ups are ruled out Dekker-style with seq_cst atomics: a sleeper
  *   first announces itself (n_sleeping / caller_sleeping) under the mutex,
  *   then re-checks the condition before waiting; a waker first changes the
@@ -25,13 +25,14 @@
  * Lock order: one mutex only (tp->mu), never held while running a task.
  * Thread contract: init/run/free from one owner thread; tasks run on all.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 
 #include "threadpool.h"
 
 #include "../core/core.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sched.h>
 #include <errno.h>
 #include <stdio.h>
@@ -50,12 +51,36 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* How long a waiting side spins before it sleeps. Long enough to bridge the
- * gap between two kernels of one forward pass, short enough that an idle
- * pool goes quiet at once on a shared machine. MZ_POOL_SPIN_US overrides it
- * (0 .. 100000) for measurements. */
-#define SPIN_US_DEFAULT 80
+/*
+ * How long to spin. The pool has two regimes. While every thread spins, a
+ * job starts in well under a microsecond. Once workers sleep, each job pays
+ * a broadcast wake-up of the sleepers (tens of microseconds on a VM, where a
+ * halted vCPU is woken through the hypervisor); that makes the join slower
+ * than a short spin, so the next wait times out too and the pool stays
+ * asleep between jobs. Measured on the 16-vCPU machine (smollm2-135m shape,
+ * Q4_0/Q4_1, 16 threads, tg128, 10 runs each, MZ_POOL_STATS=1): with an
+ * 80 us spin, 2 runs of 20 fell into that regime (12,000 worker sleeps in
+ * 20,000 jobs against about 1,000 in the others) and decoded at 155-321
+ * tok/s against 560-660; with 1 ms every run stayed above 469 (max/min
+ * 1.18-1.36; 20-60 sleeps). Spinning is harmful when the machine is
+ * oversubscribed, though: the spinner takes a core from a thread with work
+ * (on a 2-vCPU machine at load 9 a 1 ms spin cut decode from 20-24 to 1-11
+ * tok/s). A thread the scheduler preempted is the sign of that case: for
+ * CALM_US after its last involuntary context switch it spins only
+ * SPIN_US_SHORT, and a preemption seen during a spin ends it. The count is
+ * read only inside a spin, every 64 polls, so a wait that ends within a few
+ * microseconds (the hot path) makes no system call.
+ * MZ_POOL_SPIN_US (0 .. 100000) overrides the long spin for measurements.
+ */
+#define SPIN_US_DEFAULT 1000
+#define SPIN_US_SHORT 80
 #define SPIN_US_MAX 100000
+#define CALM_US 50000
+
+typedef struct {
+    long nivcsw;        /* involuntary switches last seen; -1 if unknown */
+    int64_t calm_after; /* long spins allowed from this time on */
+} spin_state;
 
 struct mz_threadpool;
 
@@ -88,6 +113,7 @@ struct mz_threadpool {
     pthread_cond_t done_cv; /* pending reached 0 */
 
     int64_t spin_us;
+    spin_state owner_spin; /* the owner thread's (the caller of run) */
     /* MZ_POOL_YIELD=1: a spinning side calls sched_yield() between its polls,
      * so a runnable thread queued on its core (a descheduled worker) gets
      * it; for measurements of the oversubscribed case. */
@@ -106,16 +132,51 @@ static int64_t now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Waits until gen != seen or stop; returns false on stop. */
-static bool worker_wait(struct mz_threadpool *tp, unsigned seen)
+/* The calling thread's involuntary context switches so far; -1 where the
+ * platform cannot say (then only the time limit ends a spin). */
+static long preemptions(void)
 {
-    const int64_t t_end = now_us() + tp->spin_us;
+#ifdef RUSAGE_THREAD
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0) return ru.ru_nivcsw;
+#endif
+    return -1;
+}
+
+static void spin_state_init(spin_state *st)
+{
+    st->nivcsw = preemptions();
+    st->calm_after = 0;
+}
+
+/* Called every 64 polls of a wait whose spin began at t0: true when the
+ * thread should stop spinning and sleep. */
+static bool spin_over(const struct mz_threadpool *tp, spin_state *st, int64_t t0)
+{
+    const int64_t t = now_us();
+    if (st->nivcsw >= 0) {
+        const long n = preemptions();
+        if (n != st->nivcsw) {
+            st->nivcsw = n;
+            st->calm_after = t + CALM_US;
+            return true;
+        }
+    }
+    const int64_t limit = t >= st->calm_after ? tp->spin_us : MZ_MIN(tp->spin_us, SPIN_US_SHORT);
+    return t - t0 >= limit;
+}
+
+/* Waits until gen != seen or stop; returns false on stop. */
+static bool worker_wait(struct mz_threadpool *tp, spin_state *st, unsigned seen)
+{
+    int64_t t0 = 0;
     for (unsigned k = 0;; k++) {
         if (atomic_load(&tp->stop)) return false;
         if (atomic_load(&tp->gen) != seen) return true;
         if (tp->yield && (k & 63) == 63) sched_yield();
         else cpu_relax();
-        if ((k & 63) == 63 && now_us() >= t_end) break;
+        if (k == 63) t0 = now_us();
+        else if ((k & 63) == 63 && spin_over(tp, st, t0)) break;
     }
     if (tp->stats) atomic_fetch_add(&tp->n_worker_sleeps, 1);
     pthread_mutex_lock(&tp->mu);
@@ -132,7 +193,9 @@ static void *worker_main(void *p)
     worker *w = p;
     struct mz_threadpool *tp = w->tp;
     unsigned seen = 0; /* gen starts at 0 and workers start before the first run */
-    while (worker_wait(tp, seen)) {
+    spin_state st;
+    spin_state_init(&st);
+    while (worker_wait(tp, &st, seen)) {
         seen = atomic_load(&tp->gen);
         /* Only one job is in flight: the owner cannot start the next one
          * before pending reaches 0, so gen moved by exactly one. */
@@ -213,6 +276,7 @@ mz_threadpool *mz_threadpool_init(int n_threads)
     atomic_init(&tp->n_sleeping, 0);
     atomic_init(&tp->caller_sleeping, false);
     tp->spin_us = spin_us_from_env();
+    spin_state_init(&tp->owner_spin);
     const char *st = getenv("MZ_POOL_STATS");
     tp->stats = st && *st && strcmp(st, "0") != 0;
     const char *yl = getenv("MZ_POOL_YIELD");
@@ -290,12 +354,13 @@ void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
 
     fn(arg, 0, tp->n_threads);
 
-    const int64_t t_join = now_us();
-    const int64_t t_end = t_join + tp->spin_us;
+    const int64_t t_join = tp->stats ? now_us() : 0;
+    int64_t t0 = 0;
     for (unsigned k = 0; atomic_load(&tp->pending) != 0; k++) {
         if (tp->yield && (k & 63) == 62) sched_yield();
         else cpu_relax();
-        if ((k & 63) == 63 && now_us() >= t_end) {
+        if (k == 63) t0 = now_us();
+        else if ((k & 63) == 63 && spin_over(tp, &tp->owner_spin, t0)) {
             if (tp->stats) atomic_fetch_add(&tp->n_caller_sleeps, 1);
             pthread_mutex_lock(&tp->mu);
             atomic_store(&tp->caller_sleeping, true);
