@@ -358,23 +358,6 @@ struct mz_ospage {
     bool warned;
 };
 
-static mz_status make_dirs(const char *dir)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-                return mz_fail(MZ_E_IO, "cannot create %s: %s", tmp, strerror(errno));
-            *p = c;
-            if (!c) break;
-        }
-    }
-    return MZ_OK;
-}
-
 mz_status mz_ospage_init(mz_ctx_t *c, const char *swap_dir, mz_ospage **out)
 {
     *out = NULL;
@@ -531,7 +514,7 @@ static mz_status evict_block(mz_ospage *op, int l)
 static mz_status ensure_kv_file(mz_ospage *op)
 {
     if (op->kv_fd >= 0) return MZ_OK;
-    mz_status s = make_dirs(op->dir);
+    mz_status s = mz_dir_make_private(op->dir);
     if (s) return s;
     char path[4200];
     snprintf(path, sizeof path, "%s/os-paging-kv-XXXXXX", op->dir);

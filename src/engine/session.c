@@ -20,13 +20,6 @@
 static pthread_mutex_t g_attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t g_next_id = 1;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 mz_engine_params mz_engine_params_default(void)
 {
     return (mz_engine_params){.n_threads = 0, .swap_dir = NULL, .profile_path = NULL};
@@ -183,7 +176,7 @@ void mz_session_init_fields(mz_ctx_t *c, mz_engine_t *e)
     pthread_mutexattr_destroy(&a);
     c->engine = e;
     c->id = atomic_fetch_add(&g_next_id, 1);
-    atomic_init(&c->last_use_ns, now_ns());
+    atomic_init(&c->last_use_ns, mz_time_ns());
     atomic_init(&c->pending_evict, 0);
     atomic_init(&c->busy, false);
     atomic_init(&c->deferred_freed, 0);
@@ -224,20 +217,20 @@ void mz_session_detach(mz_ctx_t *c)
 mz_engine_t *mz_ctx_engine(const mz_ctx_t *c) { return c ? c->engine : NULL; }
 uint64_t mz_ctx_id(const mz_ctx_t *c) { return c ? c->id : 0; }
 
-void mz_session_touch(mz_ctx_t *c) { atomic_store(&c->last_use_ns, now_ns()); }
+void mz_session_touch(mz_ctx_t *c) { atomic_store(&c->last_use_ns, mz_time_ns()); }
 
 void mz_engine_compute_open(mz_engine_t *e) { atomic_fetch_add(&e->n_computing, 1); }
 
 void mz_engine_compute_close(mz_engine_t *e)
 {
-    atomic_store(&e->compute_end_ns, now_ns());
+    atomic_store(&e->compute_end_ns, mz_time_ns());
     atomic_fetch_sub(&e->n_computing, 1);
 }
 
 bool mz_engine_quiet(mz_engine_t *e, uint64_t quiet_ns)
 {
     if (atomic_load(&e->n_computing) > 0) return false;
-    return now_ns() - atomic_load(&e->compute_end_ns) >= quiet_ns;
+    return mz_time_ns() - atomic_load(&e->compute_end_ns) >= quiet_ns;
 }
 
 void mz_session_pay_deferred(mz_ctx_t *c)

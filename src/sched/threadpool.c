@@ -83,22 +83,15 @@ struct mz_threadpool {
     pthread_cond_t done_cv; /* pending reached 0 */
 };
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Waits until gen != seen or stop; returns false on stop. */
 static bool worker_wait(struct mz_threadpool *tp, unsigned seen)
 {
-    const int64_t t_end = now_us() + SPIN_US;
+    const int64_t t_end = mz_time_us() + SPIN_US;
     for (unsigned k = 0;; k++) {
         if (atomic_load(&tp->stop)) return false;
         if (atomic_load(&tp->gen) != seen) return true;
         cpu_relax();
-        if ((k & 63) == 63 && now_us() >= t_end) break;
+        if ((k & 63) == 63 && mz_time_us() >= t_end) break;
     }
     pthread_mutex_lock(&tp->mu);
     atomic_fetch_add(&tp->n_sleeping, 1);
@@ -239,10 +232,10 @@ void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
 
     fn(arg, 0, tp->n_threads);
 
-    const int64_t t_end = now_us() + SPIN_US;
+    const int64_t t_end = mz_time_us() + SPIN_US;
     for (unsigned k = 0; atomic_load(&tp->pending) != 0; k++) {
         cpu_relax();
-        if ((k & 63) == 63 && now_us() >= t_end) {
+        if ((k & 63) == 63 && mz_time_us() >= t_end) {
             pthread_mutex_lock(&tp->mu);
             atomic_store(&tp->caller_sleeping, true);
             while (atomic_load(&tp->pending) != 0) pthread_cond_wait(&tp->done_cv, &tp->mu);
