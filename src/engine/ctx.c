@@ -6,7 +6,6 @@
  * engine's compute lock too (engine.h).
  */
 #include "engine.h"
-#include "../store/store.h"
 
 #include "../baseline/baseline.h"
 #include "../kernels/kernels.h"
@@ -198,7 +197,11 @@ void mz_ctx_free(mz_ctx_t *c)
     }
     mz_threadpool_free(c->own_pool);
     mz_baseline_free(c);
-    mz_sstore_detach(c); /* [store] last manifest, worker stopped, before the file goes */
+    if (c->listener) { /* before the memory manager and its files go */
+        const mz_ctx_listener *l = c->listener;
+        c->listener = NULL;
+        l->on_free(c->listener_ud);
+    }
     mz_mem_free(c->mem);
     mz_kv_cache_free(&c->kv);
     scratch_free(&c->s);
@@ -221,6 +224,8 @@ static mz_status ctx_fail(mz_ctx_t *c, mz_status s)
  * baselines call mz_prefill inside. */
 static void use_begin(mz_ctx_t *c) { pthread_mutex_lock(&c->use_lock); }
 static void use_end(mz_ctx_t *c) { pthread_mutex_unlock(&c->use_lock); }
+void mz_ctx_use_lock(mz_ctx_t *c) { use_begin(c); }
+void mz_ctx_use_unlock(mz_ctx_t *c) { use_end(c); }
 /* A compute section: the engine's compute lock, counted open for the
  * store's write-behind (mz_engine_quiet); at its end the section's weight
  * reloads are over, so the model-file reader gives its bounce pool back. */
@@ -309,7 +314,7 @@ static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_to
         return ctx_fail(c, s);
     }
     c->have_logits = true;
-    if (c->sstore) mz_sstore_note(c); /* [store] new tokens for the write-behind */
+    if (c->listener) c->listener->on_append(c->listener_ud, c->tokens, c->n_tokens);
     double dt = mz_time_ms() - t0;
     if (n_tokens == 1) {
         c->timings.decode_ms += dt;
@@ -326,6 +331,33 @@ size_t mz_ctx_n_tokens(const mz_ctx_t *c) { return c->n_tokens; }
 size_t mz_ctx_n_ctx(const mz_ctx_t *c) { return c->n_ctx; }
 const mz_token *mz_ctx_tokens(const mz_ctx_t *c) { return c->tokens; }
 
+void mz_ctx_set_listener(mz_ctx_t *c, const mz_ctx_listener *l, void *ud)
+{
+    c->listener = l;
+    c->listener_ud = l ? ud : NULL;
+}
+
+void *mz_ctx_listener_data(const mz_ctx_t *c, const mz_ctx_listener *l)
+{
+    return c && l && c->listener == l ? c->listener_ud : NULL;
+}
+
+mz_ctx_parts mz_ctx_get_parts(mz_ctx_t *c)
+{
+    return (mz_ctx_parts){.engine = c->engine, .model = c->model, .mem = c->mem, .kv = &c->kv,
+                          .n_layer = c->model->cfg.n_layer, .n_ctx = c->n_ctx,
+                          .mode = c->params.mode, .n_threads = mz_threadpool_n_threads(c->pool)};
+}
+
+void mz_ctx_adopt_tokens(mz_ctx_t *c, const mz_token *tokens, size_t n)
+{
+    MZ_ASSERT(n <= c->n_ctx);
+    memcpy(c->tokens, tokens, n * sizeof *c->tokens);
+    c->n_tokens = n;
+    c->have_logits = false;
+    if (c->listener) c->listener->on_append(c->listener_ud, c->tokens, c->n_tokens);
+}
+
 static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep);
 
 mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep)
@@ -340,8 +372,9 @@ static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep)
 {
     if (n_keep > c->n_tokens) return mz_fail(MZ_E_RANGE, "cannot keep %zu of %zu tokens", n_keep, c->n_tokens);
     mz_clear_error();
-    /* [store] the write-behind stops treating the cut chunks as full first */
-    if (c->sstore) mz_sstore_note_truncate(c, n_keep);
+    /* listeners first (the store's write-behind stops treating the cut
+     * chunks as full) */
+    if (c->listener) c->listener->on_truncate(c->listener_ud, n_keep);
     /* Evicted chunks beyond n_keep give up their stored copies first. */
     mz_status s = mz_mem_kv_truncate(c->mem, n_keep);
     if (s) return ctx_fail(c, s);

@@ -77,6 +77,55 @@ typedef struct mz_mode_ops {
     bool unit_plans;
 } mz_mode_ops;
 
+/* A listener on one session (SQLite's hooks): the engine tells it what
+ * happens to the session's tokens, so that a layer above (the session
+ * store) follows a session without reading it. Every call comes from the
+ * session's owner thread under its use lock. */
+typedef struct mz_ctx_listener {
+    /* tokens [0, n) are the session's tokens now, after tokens were added
+     * (a prefill, a generated token, adopted ones) */
+    void (*on_append)(void *ud, const mz_token *tokens, size_t n);
+    /* the session is cut back to n_keep tokens; called before any of its
+     * KV beyond n_keep changes */
+    void (*on_truncate)(void *ud, size_t n_keep);
+    /* the session is being freed: its memory manager and KV still exist
+     * during the call and go after it; the listener is unregistered */
+    void (*on_free)(void *ud);
+} mz_ctx_listener;
+
+/* Registers l with user data ud on c (one listener per session; NULL
+ * unregisters). Caller holds c's use lock or owns c alone. */
+MZ_INTERNAL void mz_ctx_set_listener(mz_ctx_t *c, const mz_ctx_listener *l, void *ud);
+/* ud of the listener l if l is the one registered on c, else NULL. */
+MZ_INTERNAL void *mz_ctx_listener_data(const mz_ctx_t *c, const mz_ctx_listener *l);
+
+/* What a layer above the engine (the session store) uses of a session
+ * instead of reading struct mz_ctx: its parts below the engine and its
+ * shape. The pointers live as long as the session. */
+typedef struct mz_ctx_parts {
+    mz_engine_t *engine;
+    mz_model_t *model;
+    mz_mem *mem;               /* its memory manager */
+    mz_kv_cache *kv;           /* its KV cache (chunk layout, reserve) */
+    int n_layer;
+    size_t n_ctx;
+    mz_engine_mode mode;
+    int n_threads;             /* threads of the pool it computes on */
+} mz_ctx_parts;
+MZ_INTERNAL mz_ctx_parts mz_ctx_get_parts(mz_ctx_t *c);
+/* The session's use lock (recursive; every public call on c takes it). */
+MZ_INTERNAL void mz_ctx_use_lock(mz_ctx_t *c);
+MZ_INTERNAL void mz_ctx_use_unlock(mz_ctx_t *c);
+/* The KV of tokens [0, n) is in c's cache (a resume read it there): they
+ * become c's tokens, with no logits; listeners hear an append. Caller
+ * holds c's use lock; n <= n_ctx. */
+MZ_INTERNAL void mz_ctx_adopt_tokens(mz_ctx_t *c, const mz_token *tokens, size_t n);
+/* The engine's model; its compute lock (engine.h's lock order) for work
+ * that must not run beside a forward pass outside a compute section. */
+MZ_INTERNAL mz_model_t *mz_engine_model(const mz_engine_t *e);
+MZ_INTERNAL void mz_engine_compute_lock(mz_engine_t *e);
+MZ_INTERNAL void mz_engine_compute_unlock(mz_engine_t *e);
+
 /* The baselines' table (src/baseline/baseline.c). */
 MZ_INTERNAL const mz_mode_ops *mz_baseline_ops(void);
 
@@ -126,7 +175,8 @@ struct mz_ctx {
     char errmsg[1024];
     const mz_mode_ops *ops;   /* the engine mode (params.mode) */
     struct mz_baseline *base; /* a baseline mode's state (src/baseline) */
-    struct mz_sstore *sstore; /* [store] its session store attachment (src/store), or NULL */
+    const mz_ctx_listener *listener; /* NULL: none (mz_ctx_set_listener) */
+    void *listener_ud;
 };
 
 /* Runs the forward pass for n tokens at positions [c->n_tokens, c->n_tokens + n)

@@ -242,13 +242,14 @@ mz_status mz_store_open(mz_engine_t *e, const mz_store_params *p, mz_store_t **o
     st->p.codec = st->codec;
     mz_status s = store_dir(p, st->dir, sizeof st->dir);
     if (!s) s = make_store_dir(st->dir);
-    if (!s) s = model_identity(st, e->model->path, &st->model_id);
+    mz_model_t *model = mz_engine_model(e);
+    if (!s) s = model_identity(st, model->path, &st->model_id);
     if (s) {
         free(st);
         return mz_fail_prefix(s, "session store");
     }
-    st->tok_id = tokenizer_identity(e->model);
-    st->n_vocab = mz_model_n_vocab(e->model);
+    st->tok_id = tokenizer_identity(model);
+    st->n_vocab = mz_model_n_vocab(model);
     *out = st;
     return MZ_OK;
 }
