@@ -7,7 +7,7 @@
  */
 #include "engine.h"
 
-#include "../baseline/baseline.h"
+#include "../baseline/baseline.h" /* mz_baseline_mem_params */
 #include "../kernels/kernels.h"
 
 #include <stdint.h>
@@ -114,7 +114,7 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
         c->ops = prm.mode == MZ_MODE_MZCACHE ? &mzcache_ops : mz_baseline_ops();
         mz_baseline_mem_params(prm.mode, &mp);
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;
-        if ((s = mz_baseline_init(c, &prm))) goto out_fail; /* engine mode (src/baseline) */
+        if ((s = mz_ctx_mode_init(c))) goto out_fail; /* engine mode (modes.c) */
         /* The strings were copied; don't keep the caller's pointers. */
         c->params.kv_codec = NULL;
         c->params.swap_dir = NULL;
@@ -196,7 +196,7 @@ void mz_ctx_free(mz_ctx_t *c)
         (void)implicit_last;
     }
     mz_threadpool_free(c->own_pool);
-    mz_baseline_free(c);
+    mz_ctx_mode_free(c);
     if (c->listener) { /* before the memory manager and its files go */
         const mz_ctx_listener *l = c->listener;
         c->listener = NULL;

@@ -65,8 +65,8 @@ typedef struct mz_mode_ops {
     /* Before mz_prefill's forward pass: bring back what the mode restores
      * before computing. NULL: nothing (mzcache restores per unit). */
     MZ_NODISCARD mz_status (*before_prefill)(mz_ctx_t *c);
-    /* mz_prefill_restore: restore the mode's way and prefill (through
-     * mz_ctx_prefill_internal); fills the breakdown. */
+    /* mz_prefill_restore: restore the mode's way and prefill; fills the
+     * breakdown. */
     MZ_NODISCARD mz_status (*prefill_restore)(mz_ctx_t *c, const mz_token *t, size_t n,
                                               const mz_restore_params *rp,
                                               mz_restore_timings *tm, double t0);
@@ -126,8 +126,11 @@ MZ_INTERNAL mz_model_t *mz_engine_model(const mz_engine_t *e);
 MZ_INTERNAL void mz_engine_compute_lock(mz_engine_t *e);
 MZ_INTERNAL void mz_engine_compute_unlock(mz_engine_t *e);
 
-/* The baselines' table (src/baseline/baseline.c). */
+/* modes.c: the baselines' table, and a session's mode state (c->base; every
+ * mode, mzcache included, is counted in the engine's registry). */
 MZ_INTERNAL const mz_mode_ops *mz_baseline_ops(void);
+MZ_INTERNAL MZ_NODISCARD mz_status mz_ctx_mode_init(mz_ctx_t *c);
+MZ_INTERNAL void mz_ctx_mode_free(mz_ctx_t *c);
 
 struct mz_engine {
     mz_model_t *model;
@@ -139,6 +142,7 @@ struct mz_engine {
     struct mz_device_profile *prof; /* read once at create */
     bool implicit;             /* made by mz_ctx_init: freed with its last session */
     mz_mem_shared shared;      /* the swap file and model-file reader of its sessions */
+    struct mz_ospage_model *modes; /* which modes its sessions run (src/baseline) */
     pthread_mutex_t compute_lock;
     /* Compute sections open (compute_lock holders, nested ones counted) and
      * when the last one closed (CLOCK_MONOTONIC ns): the store's
@@ -174,7 +178,7 @@ struct mz_ctx {
     mz_ctx_timings timings;
     char errmsg[1024];
     const mz_mode_ops *ops;   /* the engine mode (params.mode) */
-    struct mz_baseline *base; /* a baseline mode's state (src/baseline) */
+    struct mz_baseline *base; /* its mode's state (src/baseline; modes.c) */
     const mz_ctx_listener *listener; /* NULL: none (mz_ctx_set_listener) */
     void *listener_ud;
 };

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include "../baseline/baseline.h"
 #include "../mem/policy_engine.h"
 #include "../mem/profile.h"
 #include "../mem/weights.h"
@@ -39,6 +40,7 @@ static void engine_destroy(mz_engine_t *e)
     mz_threadpool_free(e->pool);
     mz_wtable_free(e->wt); /* the model gets its dropped blocks back */
     mz_mem_shared_close(&e->shared);
+    mz_ospage_model_free(e->modes);
     free(e->prof);
     free(e->swap_dir);
     free(e->profile_path);
@@ -87,6 +89,11 @@ static mz_status engine_new(mz_model_t *m, const mz_engine_params *p, bool impli
         mz_profile_load_or_builtin(e->profile_path, e->prof);
     }
     if ((s = mz_wtable_init(m, &e->wt))) goto out_fail;
+    e->modes = mz_ospage_model_new(m);
+    if (!e->modes) {
+        s = mz_fail(MZ_E_NOMEM, "out of memory creating the engine");
+        goto out_fail;
+    }
     e->pool = mz_threadpool_init(e->n_threads);
     if (!e->pool) {
         s = mz_fail(MZ_E_NOMEM, "cannot start %d compute threads", e->n_threads);
