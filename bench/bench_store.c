@@ -590,7 +590,7 @@ static int cmd_resume(const char *model, size_t n, const char *dir)
 }
 
 /* Decode speed with the write-behind running vs off. A session of N
- * positions (the calibrated synthetic fill, src/kv/kv_fill.h) decodes T
+ * positions (the calibrated synthetic fill, src/harness/kv_fill.h) decodes T
  * tokens, one forward pass each; "on": the session is stored just before,
  * so the worker writes all its N/256 full chunks while the decode runs.
  * Alternating off/on, medians of R. */

@@ -4,7 +4,7 @@
  *
  * The context is SYNTHETIC: instead of prefilling N tokens (minutes to hours
  * on two cores), the KV chunks of positions [0, N) are filled straight by the
- * calibrated fill (src/kv/kv_fill.h) and the context is told it holds
+ * calibrated fill (src/harness/kv_fill.h) and the context is told it holds
  * N tokens. Attention cost does not depend on the values, so the query's
  * timing is that of a real context of the same length; its output is
  * meaningless. bench/bench_ttft.py gives llama.cpp a synthetic state of the
@@ -68,7 +68,7 @@ int main(int argc, char **argv)
 
     /* The synthetic context. */
     double t0 = now_s();
-    /* Values from the calibrated fill (src/kv/kv_fill.h), as the other harnesses. */
+    /* Values from the calibrated fill (src/harness/kv_fill.h), as the other harnesses. */
     mz_kvfill *fill = NULL;
     {
         mz_ctx_params cc = mz_ctx_params_default();

@@ -8,6 +8,7 @@
 #include "engine.h"
 
 #include "../baseline/baseline.h" /* mz_baseline_mem_params */
+#include "../mem/profile.h"
 #include "../kernels/kernels.h"
 
 #include <stdint.h>
@@ -61,6 +62,13 @@ out_nomem:
 
 static const mz_mode_ops mzcache_ops; /* below, with the mode's functions */
 
+/* Two optional paths name the same file (NULL and "" both: the default). */
+static bool same_path(const char *a, const char *b)
+{
+    bool da = !a || !a[0], db = !b || !b[0];
+    return da || db ? da == db : strcmp(a, b) == 0;
+}
+
 /* Builds a session of e (a place already reserved: mz_engine_for_ctx /
  * mz_engine_reserve_session). from_ctx_init: the caller's n_threads and
  * profile_path are honoured as mz_ctx_init always did. */
@@ -104,13 +112,19 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
     c->n_batch = n_batch;
     if ((s = mz_kv_cache_init(&c->kv, cfg->n_layer, cfg->n_head_kv, cfg->head_dim, n_ctx))) goto out_fail;
     {
+        /* The engine read its profile once; a session naming another file
+         * (mz_ctx_init's profile_path) gets that one. */
+        mz_device_profile own_prof;
+        const mz_device_profile *prof = e->prof;
+        if (!same_path(prm.profile_path, e->profile_path)) {
+            mz_profile_load_or_builtin(prm.profile_path, &own_prof);
+            prof = &own_prof;
+        }
         mz_mem_params mp = {.codec = prm.kv_codec,
                             .swap_dir = prm.swap_dir,
-                            .placement = prm.kv_placement, .profile_path = prm.profile_path,
+                            .placement = prm.kv_placement, .profile = prof,
                             .order = xp.evict_order, .seed = xp.evict_seed, .wt = e->wt,
                             .shared = &e->shared};
-        /* The engine read its profile once; a session's own path wins. */
-        if (e->prof && !(prm.profile_path && prm.profile_path[0])) mp.profile = e->prof;
         c->ops = prm.mode == MZ_MODE_MZCACHE ? &mzcache_ops : mz_baseline_ops();
         mz_baseline_mem_params(prm.mode, &mp);
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;

@@ -78,16 +78,15 @@ static mz_status engine_new(mz_model_t *m, const mz_engine_params *p, bool impli
     mz_mem_shared_init(&e->shared, e->swap_dir);
     e->n_threads = prm.n_threads ? prm.n_threads : mz_n_cpus();
     if (e->n_threads > 256) e->n_threads = 256;
-    if (!implicit) {
-        /* Implicit engines let each mz_ctx_init context read its own
-         * profile_path, as contexts always did. */
-        e->prof = mz_calloc(1, sizeof *e->prof);
-        if (!e->prof) {
-            s = mz_fail(MZ_E_NOMEM, "out of memory creating the engine");
-            goto out_fail;
-        }
-        mz_profile_load_or_builtin(e->profile_path, e->prof);
+    /* The device profile, read once here: the memory manager of every
+     * session gets it (a session naming another file gets that one, read
+     * by ctx.c). */
+    e->prof = mz_calloc(1, sizeof *e->prof);
+    if (!e->prof) {
+        s = mz_fail(MZ_E_NOMEM, "out of memory creating the engine");
+        goto out_fail;
     }
+    mz_profile_load_or_builtin(e->profile_path, e->prof);
     if ((s = mz_wtable_init(m, &e->wt))) goto out_fail;
     e->modes = mz_ospage_model_new(m);
     if (!e->modes) {

@@ -54,8 +54,9 @@ typedef struct mz_mem_params {
     const char *swap_dir;      /* NULL/"": swapfile default */
     mz_kv_placement placement; /* AUTO: the hybrid policy; others: one fixed destination */
     unsigned swap_flags;       /* MZ_SWAP_* (tests) */
-    const char *profile_path;  /* NULL/"": the default profile path (profile.h) */
-    const struct mz_device_profile *profile; /* tests: use this instead of a file */
+    /* required: the device profile, read by the engine (the manager reads
+     * no file); copied */
+    const struct mz_device_profile *profile;
     mz_evict_order order;      /* default backward-out */
     uint64_t seed;             /* random-out permutation */
     mz_hybrid_rounding rounding; /* default MZ_HYBRID_EXACT */
