@@ -399,6 +399,25 @@ static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep)
     return MZ_OK;
 }
 
+size_t mz_ctx_common_prefix(const mz_ctx_t *c, const mz_token *tokens, size_t n)
+{
+    size_t k = 0;
+    while (k < c->n_tokens && k < n && c->tokens[k] == tokens[k]) k++;
+    return k;
+}
+
+mz_status mz_ctx_keep_prefix(mz_ctx_t *c, const mz_token *tokens, size_t n, size_t *n_kept)
+{
+    if (!c || !tokens || n == 0) return mz_fail(MZ_E_INVAL, "prefix sync: no tokens");
+    use_begin(c);
+    size_t k = mz_ctx_common_prefix(c, tokens, n);
+    if (k == n) k = n - 1; /* the last token runs again: its logits come fresh */
+    mz_status s = truncate_locked(c, k);
+    use_end(c);
+    if (!s && n_kept) *n_kept = k;
+    return s;
+}
+
 void mz_ctx_get_timings(const mz_ctx_t *c, mz_ctx_timings *out) { *out = c->timings; }
 void mz_ctx_reset_timings(mz_ctx_t *c) { memset(&c->timings, 0, sizeof c->timings); }
 
@@ -608,6 +627,16 @@ mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
     mz_session_touch(c);
     use_end(c);
     return s;
+}
+
+mz_status mz_ctx_sync(mz_ctx_t *c, const mz_token *tokens, size_t n, const mz_restore_params *p,
+                      mz_restore_timings *out, size_t *n_kept)
+{
+    size_t k = 0;
+    mz_status s = mz_ctx_keep_prefix(c, tokens, n, &k);
+    if (s) return s;
+    if (n_kept) *n_kept = k;
+    return mz_prefill_restore(c, tokens + k, n - k, p, out);
 }
 
 void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *out)
