@@ -137,10 +137,8 @@ static mz_status recompute_kv(mz_baseline *b)
 
 mz_status mz_baseline_evict(mz_baseline *b, size_t nbytes, mz_evict_report *r)
 {
-    mz_evict_report dummy;
-    if (!r) r = &dummy;
-    memset(r, 0, sizeof *r);
-    r->bytes_requested = nbytes;
+    mz_evict_report scratch;
+    r = mz_evict_report_start(r, &scratch, nbytes);
     if (nbytes == 0) {
         r->complete = true;
         return MZ_OK;

@@ -650,10 +650,8 @@ static size_t net_freed(size_t raw, size_t to_zram)
 
 mz_status mz_ospage_evict(const mz_mode_session *ms, mz_ospage *op, size_t nbytes, mz_evict_report *r)
 {
-    mz_evict_report dummy;
-    if (!r) r = &dummy;
-    memset(r, 0, sizeof *r);
-    r->bytes_requested = nbytes;
+    mz_evict_report scratch;
+    r = mz_evict_report_start(r, &scratch, nbytes);
     double t0 = mz_time_ms();
     mz_status s = MZ_OK;
     /* raw: bytes that left RAM (mincore); to_zram: of them, KV bytes now in a

@@ -261,10 +261,8 @@ void mz_session_pay_deferred(mz_ctx_t *c)
 
 mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes, mz_evict_report *r)
 {
-    mz_evict_report dummy;
-    if (!r) r = &dummy;
-    memset(r, 0, sizeof *r);
-    r->bytes_requested = nbytes;
+    mz_evict_report scratch;
+    r = mz_evict_report_start(r, &scratch, nbytes);
     if (!e) return mz_fail(MZ_E_INVAL, "null engine");
     mz_clear_error();
     if (nbytes == 0) {
