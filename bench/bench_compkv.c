@@ -4,7 +4,7 @@
  * compressed): one write submission per item, waited for (batch 1), against
  * batches of up to 32 items in flight through io_uring (the default).
  *
- * A context of N positions of the calibrated KV fill (src/kv/kv_fill.h: what
+ * A context of N positions of the calibrated KV fill (src/harness/kv_fill.h: what
  * q8 makes of it is what it makes of real KV) is compressed whole into the
  * stack (untimed), then each repetition moves the whole stack to the swap
  * file with one mz_mem_evict_steps call (timed) and restores it (untimed).

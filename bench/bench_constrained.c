@@ -22,6 +22,7 @@
  * Overhead % = grammar time per token / plain time per token.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "core/core.h"
 #include "grammar/grammar.h"
 
 #include <stdio.h>
@@ -29,12 +30,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return mz_time_ms(); }
 
 /* CPU time of the whole process (all compute threads): other load on the
  * machine changes it much less than wall time. */

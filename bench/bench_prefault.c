@@ -23,6 +23,7 @@
  *   bench_prefault [-s SIZE] [-t 1,2,4,8] [-r REPEATS]
  */
 #define _GNU_SOURCE
+#include "core/core.h"
 #include "core/parse.h"
 
 #include <errno.h>
@@ -54,12 +55,7 @@ typedef struct {
     pthread_barrier_t start;
 } job;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+static double now_s(void) { return mz_time_ms() / 1e3; }
 
 static void *populate_worker(void *arg)
 {

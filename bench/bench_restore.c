@@ -9,7 +9,7 @@
  *                 [--profile FILE] [--prefault-threads N]
  *
  * --synthetic: the context's KV chunks are written straight by the calibrated
- * fill (src/kv/kv_fill.h; values that compress as the model's real KV does)
+ * fill (src/harness/kv_fill.h; values that compress as the model's real KV does)
  * instead of prefilling CONTEXT tokens (which takes hours for 16k tokens of a
  * 0.6B model on two cores). Restore and attention costs do not depend on the
  * values; the answer is meaningless. --restore-threads lists the splits to
@@ -67,7 +67,7 @@ static void print_loadavg(const char *when)
 }
 
 /* The synthetic context: N positions written by the calibrated fill
- * (src/kv/kv_fill.h: per-channel distributions of a real 512-token prefill of
+ * (src/harness/kv_fill.h: per-channel distributions of a real 512-token prefill of
  * this model), so the codec and zram compress it as they would real KV. */
 static int fill_synthetic(mz_ctx_t *c, size_t N)
 {

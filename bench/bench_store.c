@@ -49,6 +49,7 @@
  *       their ratio.
  */
 #define _GNU_SOURCE
+#include "core/core.h"
 #include "mzcache.h"
 #include "harness/harness.h" /* not public: a context's KV layout */
 #include "io/swapfile.h"
@@ -68,12 +69,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return mz_time_ms(); }
 
 static double cpu_ms(void)
 {
@@ -594,7 +590,7 @@ static int cmd_resume(const char *model, size_t n, const char *dir)
 }
 
 /* Decode speed with the write-behind running vs off. A session of N
- * positions (the calibrated synthetic fill, src/kv/kv_fill.h) decodes T
+ * positions (the calibrated synthetic fill, src/harness/kv_fill.h) decodes T
  * tokens, one forward pass each; "on": the session is stored just before,
  * so the worker writes all its N/256 full chunks while the decode runs.
  * Alternating off/on, medians of R. */

@@ -11,6 +11,7 @@
  * usage: bench_threadpool [-t 2] [-n 20000]
  */
 #define _POSIX_C_SOURCE 200809L
+#include "core/core.h"
 #include "sched/threadpool.h"
 
 #include <stdatomic.h>
@@ -19,12 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
+static double now_us(void) { return mz_time_ms() * 1e3; }
 
 static atomic_int g_sink;
 

@@ -4,7 +4,7 @@
  *
  * The context is SYNTHETIC: instead of prefilling N tokens (minutes to hours
  * on two cores), the KV chunks of positions [0, N) are filled straight by the
- * calibrated fill (src/kv/kv_fill.h) and the context is told it holds
+ * calibrated fill (src/harness/kv_fill.h) and the context is told it holds
  * N tokens. Attention cost does not depend on the values, so the query's
  * timing is that of a real context of the same length; its output is
  * meaningless. bench/bench_ttft.py gives llama.cpp a synthetic state of the
@@ -25,12 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+static double now_s(void) { return mz_harness_time_ms() / 1e3; }
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -73,7 +68,7 @@ int main(int argc, char **argv)
 
     /* The synthetic context. */
     double t0 = now_s();
-    /* Values from the calibrated fill (src/kv/kv_fill.h), as the other harnesses. */
+    /* Values from the calibrated fill (src/harness/kv_fill.h), as the other harnesses. */
     mz_kvfill *fill = NULL;
     {
         mz_ctx_params cc = mz_ctx_params_default();

@@ -262,6 +262,14 @@ MZ_API size_t mz_ctx_n_ctx(const mz_ctx_t *c);
 MZ_API const mz_token *mz_ctx_tokens(const mz_ctx_t *c);
 /* Drops everything after the first n_keep tokens (their KV stays). */
 MZ_API MZ_NODISCARD mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep);
+/* Length of the longest common prefix of c's tokens and tokens[0, n). */
+MZ_API size_t mz_ctx_common_prefix(const mz_ctx_t *c, const mz_token *tokens, size_t n);
+/* The first half of a prefix sync (mz_ctx_sync): truncates c to the longest
+ * common prefix of its tokens and tokens[0, n), at most n - 1 of them, so
+ * that the caller's prefill of tokens[*n_kept, n) runs the last token again
+ * and its logits are fresh. n >= 1 (MZ_E_INVAL otherwise). */
+MZ_API MZ_NODISCARD mz_status mz_ctx_keep_prefix(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                                                 size_t *n_kept);
 
 typedef struct mz_ctx_timings {
     double prefill_ms;         /* total time in mz_prefill for >1 token calls */
@@ -715,6 +723,15 @@ typedef struct mz_restore_timings {
 MZ_API MZ_NODISCARD mz_status mz_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
                                                  const mz_restore_params *p,
                                                  mz_restore_timings *out);
+
+/* Brings c to exactly tokens[0, n) with the last token's logits fresh,
+ * reusing the cache: mz_ctx_keep_prefix, then mz_prefill_restore (p, out as
+ * there) of tokens[*n_kept, n), so evicted units come back through the
+ * restore workers. *n_kept (optional) is set once the truncation is done,
+ * also when the prefill then fails. n >= 1. */
+MZ_API MZ_NODISCARD mz_status mz_ctx_sync(mz_ctx_t *c, const mz_token *tokens, size_t n,
+                                          const mz_restore_params *p, mz_restore_timings *out,
+                                          size_t *n_kept);
 
 /* The paper's restore_generate: mz_prefill_restore of the prompt, then the
  * generation loop (mz_generate, with sampler s and gp; NULL = defaults). The

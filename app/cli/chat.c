@@ -53,23 +53,6 @@ static void conv_free(conversation *c)
     free(c->msgs);
 }
 
-/* Brings the context to exactly `toks`, reusing the common prefix. The
- * last token is always re-run so its logits are fresh. */
-static mz_status sync_context(mz_ctx_t *ctx, const mz_token *toks, size_t n, size_t *n_reused,
-                              const mz_restore_params *rp)
-{
-    const mz_token *have = mz_ctx_tokens(ctx);
-    size_t n_have = mz_ctx_n_tokens(ctx), common = 0;
-    while (common < n_have && common < n && have[common] == toks[common]) common++;
-    if (common == n) common = n - 1;
-    mz_status s = mz_ctx_truncate(ctx, common);
-    if (s) return s;
-    *n_reused = common;
-    /* Evicted units come back through the restore workers while the
-     * forward pass runs (restore_generate). */
-    return mz_prefill_restore(ctx, toks + common, n - common, rp, NULL);
-}
-
 static int parse_overlap(const char *name, mz_restore_overlap *out)
 {
     static const char *const names[] = {"all", "none", "alloc-reload", "reload-prefill"};
@@ -458,7 +441,7 @@ int cmd_chat(int argc, char **argv)
         }
         mz_ctx_reset_timings(ctx);
         double t0 = cli_now_ms();
-        mz_status s = sync_context(ctx, toks, n, &reused, &rp);
+        mz_status s = mz_ctx_sync(ctx, toks, n, &rp, NULL, &reused);
         double prompt_ms = cli_now_ms() - t0;
         free(toks);
         if (s) {

@@ -145,11 +145,8 @@ static int demo_ask(mz_model_t *m, mz_ctx_t *ctx, demo_conv *conv, const char *q
     demo_answer ans = {0};
     if (cli_format_chat(m, conv->msgs, conv->n, &text)) goto out;
     if (cli_tokenize(m, text, true, true, &toks, &n)) goto out;
-    const mz_token *have = mz_ctx_tokens(ctx);
-    size_t n_have = mz_ctx_n_tokens(ctx), common = 0;
-    while (common < n_have && common < n && have[common] == toks[common]) common++;
-    if (common == n) common = n - 1;
-    if (mz_ctx_truncate(ctx, common) || mz_detok_init(m, &ans.dt)) {
+    size_t common = 0;
+    if (mz_ctx_keep_prefix(ctx, toks, n, &common) || mz_detok_init(m, &ans.dt)) {
         fprintf(stderr, "mzcache demo: %s\n", mz_ctx_errmsg(ctx));
         goto out;
     }

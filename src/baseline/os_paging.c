@@ -63,21 +63,21 @@
 #define MADV_PAGEOUT 21
 #endif
 
-/* ---- per-model registry -------------------------------------------------------------- */
+/* ---- the engine's registry of its model's modes ------------------------------------------ */
 
-typedef struct fmodel {
+/* One per engine (so one per model): which modes its sessions run, and the
+ * file mapping while os-paging sessions exist. lock: a leaf. */
+struct mz_ospage_model {
+    pthread_mutex_t lock;
     mz_model_t *model;
-    int n_ctx;                 /* contexts of any mode on the model */
+    int n_ctx;                 /* sessions of any mode on the model */
     int n_os;                  /* of them, os-paging */
     int fd;                    /* the GGUF file while mapped, else -1 */
     uint8_t *map;
     size_t map_bytes;
     size_t *lo, *hi;           /* [n_layer] page-aligned file range of each block */
-    struct fmodel *next;
-} fmodel;
-
-static pthread_mutex_t g_fm_lock = PTHREAD_MUTEX_INITIALIZER;
-static fmodel *g_fm;
+};
+typedef struct mz_ospage_model fmodel;
 
 static size_t pg(void) { return mz_page_size(); }
 static size_t round_up(size_t n) { return (n + pg() - 1) / pg() * pg(); }
@@ -92,16 +92,21 @@ static int block_tensor_list(mz_block_weights *b, mz_tensor *out[11])
     return n;
 }
 
-static fmodel *fm_find(mz_model_t *m)
+mz_ospage_model *mz_ospage_model_new(mz_model_t *m)
 {
-    for (fmodel *f = g_fm; f; f = f->next)
-        if (f->model == m) return f;
-    return NULL;
+    fmodel *f = mz_calloc(1, sizeof *f);
+    if (!f) return NULL;
+    pthread_mutex_init(&f->lock, NULL);
+    f->model = m;
+    f->fd = -1;
+    return f;
 }
 
-static void fm_free(fmodel *f)
+void mz_ospage_model_free(mz_ospage_model *f)
 {
     if (!f) return;
+    MZ_ASSERT(f->n_ctx == 0 && !f->map);
+    pthread_mutex_destroy(&f->lock);
     free(f->lo);
     free(f->hi);
     free(f);
@@ -222,22 +227,10 @@ static void fm_unmap(fmodel *f)
     f->fd = -1;
 }
 
-mz_status mz_ospage_model_attach(mz_model_t *m, mz_engine_mode mode)
+mz_status mz_ospage_model_attach(mz_ospage_model *f, mz_engine_mode mode)
 {
     mz_status s = MZ_OK;
-    pthread_mutex_lock(&g_fm_lock);
-    fmodel *f = fm_find(m);
-    if (!f) {
-        f = mz_calloc(1, sizeof *f);
-        if (!f) {
-            s = MZ_E_NOMEM;
-            goto out;
-        }
-        f->model = m;
-        f->fd = -1;
-        f->next = g_fm;
-        g_fm = f;
-    }
+    pthread_mutex_lock(&f->lock);
     bool os = mode == MZ_MODE_OS_PAGING;
     if (os && f->n_ctx > f->n_os) {
         s = mz_fail(MZ_E_INVAL, "os-paging reads the weights from a mapping of the model file, "
@@ -260,35 +253,16 @@ mz_status mz_ospage_model_attach(mz_model_t *m, mz_engine_mode mode)
     f->n_ctx++;
     if (os) f->n_os++;
 out:
-    if (f && f->n_ctx == 0) {
-        for (fmodel **pp = &g_fm; *pp; pp = &(*pp)->next)
-            if (*pp == f) {
-                *pp = f->next;
-                break;
-            }
-        fm_free(f);
-    }
-    pthread_mutex_unlock(&g_fm_lock);
+    pthread_mutex_unlock(&f->lock);
     return s;
 }
 
-void mz_ospage_model_detach(mz_model_t *m, mz_engine_mode mode)
+void mz_ospage_model_detach(mz_ospage_model *f, mz_engine_mode mode)
 {
-    pthread_mutex_lock(&g_fm_lock);
-    fmodel *f = fm_find(m);
-    if (f) {
-        f->n_ctx--;
-        if (mode == MZ_MODE_OS_PAGING && --f->n_os == 0) fm_unmap(f);
-        if (f->n_ctx == 0 && !f->map) {
-            for (fmodel **pp = &g_fm; *pp; pp = &(*pp)->next)
-                if (*pp == f) {
-                    *pp = f->next;
-                    break;
-                }
-            fm_free(f);
-        }
-    }
-    pthread_mutex_unlock(&g_fm_lock);
+    pthread_mutex_lock(&f->lock);
+    f->n_ctx--;
+    if (mode == MZ_MODE_OS_PAGING && --f->n_os == 0) fm_unmap(f);
+    pthread_mutex_unlock(&f->lock);
 }
 
 /* ---- swap ----------------------------------------------------------------------------- */
@@ -358,32 +332,16 @@ struct mz_ospage {
     bool warned;
 };
 
-static mz_status make_dirs(const char *dir)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-                return mz_fail(MZ_E_IO, "cannot create %s: %s", tmp, strerror(errno));
-            *p = c;
-            if (!c) break;
-        }
-    }
-    return MZ_OK;
-}
-
-mz_status mz_ospage_init(mz_ctx_t *c, const char *swap_dir, mz_ospage **out)
+mz_status mz_ospage_init(const mz_mode_session *ms, mz_ospage_model *fm, const char *swap_dir,
+                         mz_ospage **out)
 {
     *out = NULL;
     mz_ospage *op = mz_calloc(1, sizeof *op);
     if (!op) return MZ_E_NOMEM;
     op->kv_fd = -1;
     op->pagemap_fd = -1;
-    op->slot_bytes = round_up(c->kv.chunk_bytes);
-    op->fb = mz_calloc((size_t)c->kv.n_layer * MZ_MAX(c->kv.max_chunks, 1), sizeof *op->fb);
+    op->slot_bytes = round_up(ms->kv->chunk_bytes);
+    op->fb = mz_calloc((size_t)ms->kv->n_layer * MZ_MAX(ms->kv->max_chunks, 1), sizeof *op->fb);
     if (!op->fb) {
         free(op);
         return MZ_E_NOMEM;
@@ -395,17 +353,14 @@ mz_status mz_ospage_init(mz_ctx_t *c, const char *swap_dir, mz_ospage **out)
         if (xdg && xdg[0]) snprintf(op->dir, sizeof op->dir, "%s/mzcache", xdg);
         else snprintf(op->dir, sizeof op->dir, "%s/.cache/mzcache", home && home[0] ? home : "/tmp");
     }
-    pthread_mutex_lock(&g_fm_lock);
-    op->fm = fm_find(c->model);
-    pthread_mutex_unlock(&g_fm_lock);
-    MZ_ASSERT(op->fm && op->fm->map);
+    op->fm = fm;
+    MZ_ASSERT(op->fm->map); /* attached as an os-paging session */
     *out = op;
     return MZ_OK;
 }
 
-void mz_ospage_free(mz_ctx_t *c, mz_ospage *op)
+void mz_ospage_free(mz_ospage *op)
 {
-    (void)c;
     if (!op) return;
     /* File-backed chunks stay mapped until the KV cache unmaps them; the file
      * is already unlinked, so closing it here loses nothing. */
@@ -531,7 +486,7 @@ static mz_status evict_block(mz_ospage *op, int l)
 static mz_status ensure_kv_file(mz_ospage *op)
 {
     if (op->kv_fd >= 0) return MZ_OK;
-    mz_status s = make_dirs(op->dir);
+    mz_status s = mz_dir_make_private(op->dir);
     if (s) return s;
     char path[4200];
     snprintf(path, sizeof path, "%s/os-paging-kv-XXXXXX", op->dir);
@@ -577,10 +532,10 @@ static mz_status chunk_to_file(mz_ospage *op, uint8_t *chunk, size_t idx, int l,
 }
 
 /* swap: the system has swap space (read once per eviction). */
-static mz_status evict_chunk(mz_ctx_t *c, mz_ospage *op, int l, size_t ck, bool swap)
+static mz_status evict_chunk(const mz_mode_session *ms, mz_ospage *op, int l, size_t ck, bool swap)
 {
-    uint8_t *chunk = c->kv.chunks[l][ck];
-    size_t idx = (size_t)l * c->kv.max_chunks + ck;
+    uint8_t *chunk = ms->kv->chunks[l][ck];
+    size_t idx = (size_t)l * ms->kv->max_chunks + ck;
     if (op->fb[idx] != chunk) {
         /* Anonymous. (A chunk freed by mz_ctx_truncate loses its fb entry there,
          * mz_ospage_kv_truncate: mapped again, maybe at the same address, it is
@@ -632,20 +587,21 @@ static size_t touch(const void *p, size_t len)
  * K/V head regions ([256][head_dim] F16) up to the context's length. Pages
  * never written are no memory at all, so they count neither as total nor as
  * resident. *data = those bytes, return = of them resident. */
-static size_t chunk_data_resident(const mz_ctx_t *c, size_t k, const uint8_t *chunk, size_t *data,
+static size_t chunk_data_resident(const mz_mode_session *ms, size_t k, const uint8_t *chunk, size_t *data,
                                   bool fault_in)
 {
-    size_t region = (size_t)MZ_KV_CHUNK_TOKENS * (size_t)c->kv.head_dim * sizeof(mz_f16);
+    size_t region = (size_t)MZ_KV_CHUNK_TOKENS * (size_t)ms->kv->head_dim * sizeof(mz_f16);
     size_t pos0 = k * MZ_KV_CHUNK_TOKENS;
-    size_t npos = c->n_tokens > pos0 ? MZ_MIN(c->n_tokens - pos0, (size_t)MZ_KV_CHUNK_TOKENS) : 0;
+    const size_t n_tokens = ms->n_tokens(ms->ud);
+    size_t npos = n_tokens > pos0 ? MZ_MIN(n_tokens - pos0, (size_t)MZ_KV_CHUNK_TOKENS) : 0;
     if (region % pg() != 0 || npos == MZ_KV_CHUNK_TOKENS) {
-        *data = c->kv.chunk_bytes;
-        if (fault_in) (void)touch(chunk, c->kv.chunk_bytes);
-        return resident_bytes(chunk, c->kv.chunk_bytes);
+        *data = ms->kv->chunk_bytes;
+        if (fault_in) (void)touch(chunk, ms->kv->chunk_bytes);
+        return resident_bytes(chunk, ms->kv->chunk_bytes);
     }
-    size_t len = round_up(npos * (size_t)c->kv.head_dim * sizeof(mz_f16)), res = 0;
+    size_t len = round_up(npos * (size_t)ms->kv->head_dim * sizeof(mz_f16)), res = 0;
     *data = 0;
-    for (int r = 0; r < 2 * c->kv.n_head_kv && len; r++) {
+    for (int r = 0; r < 2 * ms->kv->n_head_kv && len; r++) {
         *data += len;
         if (fault_in) (void)touch(chunk + (size_t)r * region, len);
         res += resident_bytes(chunk + (size_t)r * region, len);
@@ -653,13 +609,13 @@ static size_t chunk_data_resident(const mz_ctx_t *c, size_t k, const uint8_t *ch
     return res;
 }
 
-static size_t total_resident(mz_ctx_t *c, mz_ospage *op)
+static size_t total_resident(const mz_mode_session *ms, mz_ospage *op)
 {
     size_t r = 0;
-    for (int l = 0; l < c->kv.n_layer; l++) {
+    for (int l = 0; l < ms->kv->n_layer; l++) {
         r += block_resident(op, l);
-        for (size_t k = 0; k < c->kv.n_chunks; k++)
-            r += resident_bytes(c->kv.chunks[l][k], c->kv.chunk_bytes);
+        for (size_t k = 0; k < ms->kv->n_chunks; k++)
+            r += resident_bytes(ms->kv->chunks[l][k], ms->kv->chunk_bytes);
     }
     return r;
 }
@@ -667,18 +623,18 @@ static size_t total_resident(mz_ctx_t *c, mz_ospage *op)
 /* Resident bytes of KV chunk (l, k) and its neighbours k - 1 and k + 1 (their
  * slots in the KV file are adjacent), and of block l and blocks l - 1, l + 1
  * (adjacent in the GGUF file). */
-static size_t kv_window_resident(const mz_ctx_t *c, int l, size_t k)
+static size_t kv_window_resident(const mz_mode_session *ms, int l, size_t k)
 {
     size_t r = 0;
-    for (size_t j = k ? k - 1 : 0; j <= k + 1 && j < c->kv.n_chunks; j++)
-        r += resident_bytes(c->kv.chunks[l][j], c->kv.chunk_bytes);
+    for (size_t j = k ? k - 1 : 0; j <= k + 1 && j < ms->kv->n_chunks; j++)
+        r += resident_bytes(ms->kv->chunks[l][j], ms->kv->chunk_bytes);
     return r;
 }
 
-static size_t block_window_resident(const mz_ctx_t *c, const mz_ospage *op, int l)
+static size_t block_window_resident(const mz_mode_session *ms, const mz_ospage *op, int l)
 {
     size_t r = 0;
-    for (int j = l ? l - 1 : 0; j <= l + 1 && j < c->kv.n_layer; j++) r += block_resident(op, j);
+    for (int j = l ? l - 1 : 0; j <= l + 1 && j < ms->kv->n_layer; j++) r += block_resident(op, j);
     return r;
 }
 
@@ -692,12 +648,10 @@ static size_t net_freed(size_t raw, size_t to_zram)
     return raw > held ? raw - held : 0;
 }
 
-mz_status mz_ospage_evict(mz_ctx_t *c, mz_ospage *op, size_t nbytes, mz_evict_report *r)
+mz_status mz_ospage_evict(const mz_mode_session *ms, mz_ospage *op, size_t nbytes, mz_evict_report *r)
 {
-    mz_evict_report dummy;
-    if (!r) r = &dummy;
-    memset(r, 0, sizeof *r);
-    r->bytes_requested = nbytes;
+    mz_evict_report scratch;
+    r = mz_evict_report_start(r, &scratch, nbytes);
     double t0 = mz_time_ms();
     mz_status s = MZ_OK;
     /* raw: bytes that left RAM (mincore); to_zram: of them, KV bytes now in a
@@ -712,17 +666,17 @@ mz_status mz_ospage_evict(mz_ctx_t *c, mz_ospage *op, size_t nbytes, mz_evict_re
     /* Freed bytes are counted over the unit and its neighbours: reclaiming a
      * large folio that straddles into a neighbour's range takes the
      * neighbour's pages with it. */
-    for (int l = c->kv.n_layer - 1; l >= 0 && !s && !OSP_ENOUGH(); l--) {
-        for (size_t k = c->kv.n_chunks; k-- > 0 && !OSP_ENOUGH();) {
-            uint8_t *chunk = c->kv.chunks[l][k];
-            size_t before = resident_bytes(chunk, c->kv.chunk_bytes);
+    for (int l = ms->kv->n_layer - 1; l >= 0 && !s && !OSP_ENOUGH(); l--) {
+        for (size_t k = ms->kv->n_chunks; k-- > 0 && !OSP_ENOUGH();) {
+            uint8_t *chunk = ms->kv->chunks[l][k];
+            size_t before = resident_bytes(chunk, ms->kv->chunk_bytes);
             if (!before) continue;
-            size_t wbefore = kv_window_resident(c, l, k);
-            if ((s = evict_chunk(c, op, l, k, swap))) break;
-            size_t after = resident_bytes(chunk, c->kv.chunk_bytes);
-            size_t wafter = kv_window_resident(c, l, k);
+            size_t wbefore = kv_window_resident(ms, l, k);
+            if ((s = evict_chunk(ms, op, l, k, swap))) break;
+            size_t after = resident_bytes(chunk, ms->kv->chunk_bytes);
+            size_t wafter = kv_window_resident(ms, l, k);
             raw += wbefore > wafter ? wbefore - wafter : 0;
-            if (all_zram && op->fb[(size_t)l * c->kv.max_chunks + k] != chunk)
+            if (all_zram && op->fb[(size_t)l * ms->kv->max_chunks + k] != chunk)
                 to_zram += before > after ? before - after : 0;
             if (after < before) r->n_kv_stored_raw++; /* to swap or to the KV file, raw */
             r->stage = MZ_EVICT_STAGE_KV_ONLY;
@@ -730,10 +684,10 @@ mz_status mz_ospage_evict(mz_ctx_t *c, mz_ospage *op, size_t nbytes, mz_evict_re
         if (s || OSP_ENOUGH()) break;
         size_t before = block_resident(op, l);
         if (!before) continue;
-        size_t wbefore = block_window_resident(c, op, l);
+        size_t wbefore = block_window_resident(ms, op, l);
         if ((s = evict_block(op, l))) break;
         size_t after = block_resident(op, l);
-        size_t wafter = block_window_resident(c, op, l);
+        size_t wafter = block_window_resident(ms, op, l);
         raw += wbefore > wafter ? wbefore - wafter : 0;
         /* Pages another process maps stay in the page cache: counted only
          * when something really went. */
@@ -748,50 +702,50 @@ out:
     return s;
 }
 
-mz_status mz_ospage_restore(mz_ctx_t *c, mz_ospage *op, mz_restore_report *r)
+mz_status mz_ospage_restore(const mz_mode_session *ms, mz_ospage *op, mz_restore_report *r)
 {
     mz_restore_report dummy;
     if (!r) r = &dummy;
     memset(r, 0, sizeof *r);
     double t0 = mz_time_ms();
-    size_t before = total_resident(c, op);
+    size_t before = total_resident(ms, op);
     /* Page faults bring everything back, in forward order. */
     size_t sink = 0;
-    for (int l = 0; l < c->kv.n_layer; l++) {
+    for (int l = 0; l < ms->kv->n_layer; l++) {
         const fmodel *f = op->fm;
         if (block_resident(op, l) < f->model->blocks[l].buf_bytes) {
             sink += touch(f->map + f->lo[l], f->hi[l] - f->lo[l]);
             r->n_weights_loaded++;
         }
-        for (size_t k = 0; k < c->kv.n_chunks; k++) {
-            uint8_t *chunk = c->kv.chunks[l][k];
+        for (size_t k = 0; k < ms->kv->n_chunks; k++) {
+            uint8_t *chunk = ms->kv->chunks[l][k];
             size_t data = 0;
-            if (chunk_data_resident(c, k, chunk, &data, false) == data) continue;
-            (void)chunk_data_resident(c, k, chunk, &data, true);
-            if (op->fb[(size_t)l * c->kv.max_chunks + k] == chunk) r->n_kv_read_raw++;
+            if (chunk_data_resident(ms, k, chunk, &data, false) == data) continue;
+            (void)chunk_data_resident(ms, k, chunk, &data, true);
+            if (op->fb[(size_t)l * ms->kv->max_chunks + k] == chunk) r->n_kv_read_raw++;
             else r->n_kv_decoded++;
         }
     }
     (void)sink;
-    size_t after = total_resident(c, op);
+    size_t after = total_resident(ms, op);
     r->bytes_restored = after > before ? after - before : 0;
     r->time_ms = mz_time_ms() - t0;
     return MZ_OK;
 }
 
-void mz_ospage_kv_truncate(mz_ctx_t *c, mz_ospage *op, size_t n_keep)
+void mz_ospage_kv_truncate(const mz_mode_session *ms, mz_ospage *op, size_t n_keep)
 {
     if (!op) return;
     size_t keep = (n_keep + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
-    for (int l = 0; l < c->kv.n_layer; l++)
-        for (size_t k = keep; k < c->kv.max_chunks; k++) op->fb[(size_t)l * c->kv.max_chunks + k] = NULL;
+    for (int l = 0; l < ms->kv->n_layer; l++)
+        for (size_t k = keep; k < ms->kv->max_chunks; k++) op->fb[(size_t)l * ms->kv->max_chunks + k] = NULL;
 }
 
-void mz_ospage_get_stats(const mz_ctx_t *c, mz_ospage *op, mz_mem_stats *out)
+void mz_ospage_get_stats(const mz_mode_session *ms, mz_ospage *op, mz_mem_stats *out)
 {
     memset(out, 0, sizeof *out);
     const fmodel *f = op->fm;
-    for (int l = 0; l < c->kv.n_layer; l++) {
+    for (int l = 0; l < ms->kv->n_layer; l++) {
         size_t tot = f->model->blocks[l].buf_bytes, res = block_resident(op, l);
         out->weights.total_bytes += tot;
         out->weights.resident_bytes += res;
@@ -803,15 +757,15 @@ void mz_ospage_get_stats(const mz_ctx_t *c, mz_ospage *op, mz_mem_stats *out)
     size_t swap = mz_ospage_swap_total(&all_zram);
     double ratio = all_zram ? zram_swap_stat(NULL, NULL, NULL) : 0.0;
     size_t swapped = 0;
-    for (int l = 0; l < c->kv.n_layer; l++) {
-        for (size_t k = 0; k < c->kv.n_chunks; k++) {
-            uint8_t *chunk = c->kv.chunks[l][k];
-            size_t tot = 0, res = chunk_data_resident(c, k, chunk, &tot, false);
+    for (int l = 0; l < ms->kv->n_layer; l++) {
+        for (size_t k = 0; k < ms->kv->n_chunks; k++) {
+            uint8_t *chunk = ms->kv->chunks[l][k];
+            size_t tot = 0, res = chunk_data_resident(ms, k, chunk, &tot, false);
             out->kv.total_bytes += tot;
             out->kv.resident_bytes += res;
             out->kv.n_units++;
             if (res == tot) out->kv.n_resident++;
-            if (op->fb[(size_t)l * c->kv.max_chunks + k] == chunk) out->kv.stored_bytes += tot - res;
+            if (op->fb[(size_t)l * ms->kv->max_chunks + k] == chunk) out->kv.stored_bytes += tot - res;
             else swapped += tot - res;
         }
     }
@@ -820,7 +774,7 @@ void mz_ospage_get_stats(const mz_ctx_t *c, mz_ospage *op, mz_mem_stats *out)
         out->kv.compressed_bytes = (size_t)((double)swapped * ratio);
     }
     out->kv.stored_bytes += all_zram ? 0 : swapped;
-    out->pinned_bytes = c->model->pinned_bytes;
+    out->pinned_bytes = ms->model->pinned_bytes;
     size_t total = out->weights.total_bytes + out->kv.total_bytes;
     size_t kept = out->weights.resident_bytes + out->kv.resident_bytes + out->kv.compressed_bytes;
     out->remaining_pct = total ? 100.0 * (double)kept / (double)total : 100.0;

@@ -5,9 +5,11 @@
 #include "core.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,6 +109,35 @@ int64_t mz_time_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+uint64_t mz_time_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+mz_status mz_dir_make_private(const char *dir)
+{
+    char tmp[PATH_MAX];
+    size_t n = dir ? strlen(dir) : 0;
+    if (n == 0 || n >= sizeof tmp) return mz_fail(MZ_E_INVAL, "bad directory \"%.200s\"", dir ? dir : "");
+    memcpy(tmp, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] != '/' && tmp[i] != '\0') continue;
+        char c = tmp[i];
+        tmp[i] = '\0';
+        if (mkdir(tmp, 0700) == 0) {
+            if (chmod(tmp, 0700)) { /* best effort: mkdir already masked the mode down */ }
+        } else if (errno != EEXIST) {
+            return mz_fail(MZ_E_IO, "cannot create directory %s: %s", tmp, strerror(errno));
+        }
+        tmp[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return mz_fail(MZ_E_IO, "%s is not a directory", dir);
+    return MZ_OK;
 }
 
 double mz_time_ms(void)

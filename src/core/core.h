@@ -1,5 +1,6 @@
 /*
- * core.h — shared internals: errors, assertions, logging, clocks, page memory.
+ * core.h — shared internals: errors, assertions, logging, clocks, page memory,
+ * byte order, private directories.
  *
  * Every src/ module includes this. Errors: a failing function records a
  * message with mz_fail() (thread-local, read back by mz_last_error()) and
@@ -50,9 +51,41 @@ enum mz_log_level { MZ_LOG_DEBUG = 0, MZ_LOG_INFO = 1, MZ_LOG_WARN = 2, MZ_LOG_E
 /* Logs to stderr when level >= the level set by MZ_LOG (env: debug/info/warn/error; default warn). */
 MZ_INTERNAL void mz_log(enum mz_log_level level, const char *fmt, ...) MZ_PRINTF(2, 3);
 
-/* Monotonic clock. */
+/* Monotonic clock (CLOCK_MONOTONIC): the one clock for intervals, deadlines
+ * relative to now and LRU ages; wall-clock dates use CLOCK_REALTIME. */
 MZ_INTERNAL double mz_time_ms(void);
 MZ_INTERNAL int64_t mz_time_us(void);
+MZ_INTERNAL uint64_t mz_time_ns(void);
+
+/* Little-endian fields of the on-disk formats (swap-file records,
+ * manifests), whatever the host's byte order. */
+static inline void mz_put_le32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void mz_put_le64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t mz_get_le32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static inline uint64_t mz_get_le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* mkdir -p for directories that hold a user's data (swap files, sessions,
+ * profiles): every directory it creates gets mode 0700 exactly, whatever
+ * the umask; directories that exist are left as they are. Then `dir` must
+ * be a directory (symbolic links to one are followed). MZ_E_INVAL for an
+ * empty or over-long path, MZ_E_IO naming the directory that failed. */
+MZ_INTERNAL mz_status mz_dir_make_private(const char *dir);
 
 /* Page-aligned anonymous mapping of nbytes (rounded up to the page size).
  * Returns NULL on failure (errno set). Each call is its own mapping, so

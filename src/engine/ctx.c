@@ -6,9 +6,9 @@
  * engine's compute lock too (engine.h).
  */
 #include "engine.h"
-#include "../store/store.h"
 
-#include "../baseline/baseline.h"
+#include "../baseline/baseline.h" /* mz_baseline_mem_params */
+#include "../mem/profile.h"
 #include "../kernels/kernels.h"
 
 #include <stdint.h>
@@ -62,6 +62,13 @@ out_nomem:
 
 static const mz_mode_ops mzcache_ops; /* below, with the mode's functions */
 
+/* Two optional paths name the same file (NULL and "" both: the default). */
+static bool same_path(const char *a, const char *b)
+{
+    bool da = !a || !a[0], db = !b || !b[0];
+    return da || db ? da == db : strcmp(a, b) == 0;
+}
+
 /* Builds a session of e (a place already reserved: mz_engine_for_ctx /
  * mz_engine_reserve_session). from_ctx_init: the caller's n_threads and
  * profile_path are honoured as mz_ctx_init always did. */
@@ -105,17 +112,23 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
     c->n_batch = n_batch;
     if ((s = mz_kv_cache_init(&c->kv, cfg->n_layer, cfg->n_head_kv, cfg->head_dim, n_ctx))) goto out_fail;
     {
+        /* The engine read its profile once; a session naming another file
+         * (mz_ctx_init's profile_path) gets that one. */
+        mz_device_profile own_prof;
+        const mz_device_profile *prof = e->prof;
+        if (!same_path(prm.profile_path, e->profile_path)) {
+            mz_profile_load_or_builtin(prm.profile_path, &own_prof);
+            prof = &own_prof;
+        }
         mz_mem_params mp = {.codec = prm.kv_codec,
                             .swap_dir = prm.swap_dir,
-                            .placement = prm.kv_placement, .profile_path = prm.profile_path,
+                            .placement = prm.kv_placement, .profile = prof,
                             .order = xp.evict_order, .seed = xp.evict_seed, .wt = e->wt,
                             .shared = &e->shared};
-        /* The engine read its profile once; a session's own path wins. */
-        if (e->prof && !(prm.profile_path && prm.profile_path[0])) mp.profile = e->prof;
         c->ops = prm.mode == MZ_MODE_MZCACHE ? &mzcache_ops : mz_baseline_ops();
         mz_baseline_mem_params(prm.mode, &mp);
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;
-        if ((s = mz_baseline_init(c, &prm))) goto out_fail; /* engine mode (src/baseline) */
+        if ((s = mz_ctx_mode_init(c))) goto out_fail; /* engine mode (modes.c) */
         /* The strings were copied; don't keep the caller's pointers. */
         c->params.kv_codec = NULL;
         c->params.swap_dir = NULL;
@@ -197,8 +210,12 @@ void mz_ctx_free(mz_ctx_t *c)
         (void)implicit_last;
     }
     mz_threadpool_free(c->own_pool);
-    mz_baseline_free(c);
-    mz_sstore_detach(c); /* [store] last manifest, worker stopped, before the file goes */
+    mz_ctx_mode_free(c);
+    if (c->listener) { /* before the memory manager and its files go */
+        const mz_ctx_listener *l = c->listener;
+        c->listener = NULL;
+        l->on_free(c->listener_ud);
+    }
     mz_mem_free(c->mem);
     mz_kv_cache_free(&c->kv);
     scratch_free(&c->s);
@@ -221,6 +238,8 @@ static mz_status ctx_fail(mz_ctx_t *c, mz_status s)
  * baselines call mz_prefill inside. */
 static void use_begin(mz_ctx_t *c) { pthread_mutex_lock(&c->use_lock); }
 static void use_end(mz_ctx_t *c) { pthread_mutex_unlock(&c->use_lock); }
+void mz_ctx_use_lock(mz_ctx_t *c) { use_begin(c); }
+void mz_ctx_use_unlock(mz_ctx_t *c) { use_end(c); }
 /* A compute section: the engine's compute lock, counted open for the
  * store's write-behind (mz_engine_quiet); at its end the section's weight
  * reloads are over, so the model-file reader gives its bounce pool back. */
@@ -309,7 +328,7 @@ static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_to
         return ctx_fail(c, s);
     }
     c->have_logits = true;
-    if (c->sstore) mz_sstore_note(c); /* [store] new tokens for the write-behind */
+    if (c->listener) c->listener->on_append(c->listener_ud, c->tokens, c->n_tokens);
     double dt = mz_time_ms() - t0;
     if (n_tokens == 1) {
         c->timings.decode_ms += dt;
@@ -326,6 +345,33 @@ size_t mz_ctx_n_tokens(const mz_ctx_t *c) { return c->n_tokens; }
 size_t mz_ctx_n_ctx(const mz_ctx_t *c) { return c->n_ctx; }
 const mz_token *mz_ctx_tokens(const mz_ctx_t *c) { return c->tokens; }
 
+void mz_ctx_set_listener(mz_ctx_t *c, const mz_ctx_listener *l, void *ud)
+{
+    c->listener = l;
+    c->listener_ud = l ? ud : NULL;
+}
+
+void *mz_ctx_listener_data(const mz_ctx_t *c, const mz_ctx_listener *l)
+{
+    return c && l && c->listener == l ? c->listener_ud : NULL;
+}
+
+mz_ctx_parts mz_ctx_get_parts(mz_ctx_t *c)
+{
+    return (mz_ctx_parts){.engine = c->engine, .model = c->model, .mem = c->mem, .kv = &c->kv,
+                          .n_layer = c->model->cfg.n_layer, .n_ctx = c->n_ctx,
+                          .mode = c->params.mode, .n_threads = mz_threadpool_n_threads(c->pool)};
+}
+
+void mz_ctx_adopt_tokens(mz_ctx_t *c, const mz_token *tokens, size_t n)
+{
+    MZ_ASSERT(n <= c->n_ctx);
+    memcpy(c->tokens, tokens, n * sizeof *c->tokens);
+    c->n_tokens = n;
+    c->have_logits = false;
+    if (c->listener) c->listener->on_append(c->listener_ud, c->tokens, c->n_tokens);
+}
+
 static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep);
 
 mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep)
@@ -340,8 +386,9 @@ static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep)
 {
     if (n_keep > c->n_tokens) return mz_fail(MZ_E_RANGE, "cannot keep %zu of %zu tokens", n_keep, c->n_tokens);
     mz_clear_error();
-    /* [store] the write-behind stops treating the cut chunks as full first */
-    if (c->sstore) mz_sstore_note_truncate(c, n_keep);
+    /* listeners first (the store's write-behind stops treating the cut
+     * chunks as full) */
+    if (c->listener) c->listener->on_truncate(c->listener_ud, n_keep);
     /* Evicted chunks beyond n_keep give up their stored copies first. */
     mz_status s = mz_mem_kv_truncate(c->mem, n_keep);
     if (s) return ctx_fail(c, s);
@@ -350,6 +397,25 @@ static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep)
     if (c->ops->kv_truncate) c->ops->kv_truncate(c, n_keep); /* before the chunks go */
     mz_kv_cache_shrink(&c->kv, n_keep);
     return MZ_OK;
+}
+
+size_t mz_ctx_common_prefix(const mz_ctx_t *c, const mz_token *tokens, size_t n)
+{
+    size_t k = 0;
+    while (k < c->n_tokens && k < n && c->tokens[k] == tokens[k]) k++;
+    return k;
+}
+
+mz_status mz_ctx_keep_prefix(mz_ctx_t *c, const mz_token *tokens, size_t n, size_t *n_kept)
+{
+    if (!c || !tokens || n == 0) return mz_fail(MZ_E_INVAL, "prefix sync: no tokens");
+    use_begin(c);
+    size_t k = mz_ctx_common_prefix(c, tokens, n);
+    if (k == n) k = n - 1; /* the last token runs again: its logits come fresh */
+    mz_status s = truncate_locked(c, k);
+    use_end(c);
+    if (!s && n_kept) *n_kept = k;
+    return s;
 }
 
 void mz_ctx_get_timings(const mz_ctx_t *c, mz_ctx_timings *out) { *out = c->timings; }
@@ -561,6 +627,16 @@ mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
     mz_session_touch(c);
     use_end(c);
     return s;
+}
+
+mz_status mz_ctx_sync(mz_ctx_t *c, const mz_token *tokens, size_t n, const mz_restore_params *p,
+                      mz_restore_timings *out, size_t *n_kept)
+{
+    size_t k = 0;
+    mz_status s = mz_ctx_keep_prefix(c, tokens, n, &k);
+    if (s) return s;
+    if (n_kept) *n_kept = k;
+    return mz_prefill_restore(c, tokens + k, n - k, p, out);
 }
 
 void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *out)

@@ -65,8 +65,8 @@ typedef struct mz_mode_ops {
     /* Before mz_prefill's forward pass: bring back what the mode restores
      * before computing. NULL: nothing (mzcache restores per unit). */
     MZ_NODISCARD mz_status (*before_prefill)(mz_ctx_t *c);
-    /* mz_prefill_restore: restore the mode's way and prefill (through
-     * mz_ctx_prefill_internal); fills the breakdown. */
+    /* mz_prefill_restore: restore the mode's way and prefill; fills the
+     * breakdown. */
     MZ_NODISCARD mz_status (*prefill_restore)(mz_ctx_t *c, const mz_token *t, size_t n,
                                               const mz_restore_params *rp,
                                               mz_restore_timings *tm, double t0);
@@ -77,8 +77,60 @@ typedef struct mz_mode_ops {
     bool unit_plans;
 } mz_mode_ops;
 
-/* The baselines' table (src/baseline/baseline.c). */
+/* A listener on one session (SQLite's hooks): the engine tells it what
+ * happens to the session's tokens, so that a layer above (the session
+ * store) follows a session without reading it. Every call comes from the
+ * session's owner thread under its use lock. */
+typedef struct mz_ctx_listener {
+    /* tokens [0, n) are the session's tokens now, after tokens were added
+     * (a prefill, a generated token, adopted ones) */
+    void (*on_append)(void *ud, const mz_token *tokens, size_t n);
+    /* the session is cut back to n_keep tokens; called before any of its
+     * KV beyond n_keep changes */
+    void (*on_truncate)(void *ud, size_t n_keep);
+    /* the session is being freed: its memory manager and KV still exist
+     * during the call and go after it; the listener is unregistered */
+    void (*on_free)(void *ud);
+} mz_ctx_listener;
+
+/* Registers l with user data ud on c (one listener per session; NULL
+ * unregisters). Caller holds c's use lock or owns c alone. */
+MZ_INTERNAL void mz_ctx_set_listener(mz_ctx_t *c, const mz_ctx_listener *l, void *ud);
+/* ud of the listener l if l is the one registered on c, else NULL. */
+MZ_INTERNAL void *mz_ctx_listener_data(const mz_ctx_t *c, const mz_ctx_listener *l);
+
+/* What a layer above the engine (the session store) uses of a session
+ * instead of reading struct mz_ctx: its parts below the engine and its
+ * shape. The pointers live as long as the session. */
+typedef struct mz_ctx_parts {
+    mz_engine_t *engine;
+    mz_model_t *model;
+    mz_mem *mem;               /* its memory manager */
+    mz_kv_cache *kv;           /* its KV cache (chunk layout, reserve) */
+    int n_layer;
+    size_t n_ctx;
+    mz_engine_mode mode;
+    int n_threads;             /* threads of the pool it computes on */
+} mz_ctx_parts;
+MZ_INTERNAL mz_ctx_parts mz_ctx_get_parts(mz_ctx_t *c);
+/* The session's use lock (recursive; every public call on c takes it). */
+MZ_INTERNAL void mz_ctx_use_lock(mz_ctx_t *c);
+MZ_INTERNAL void mz_ctx_use_unlock(mz_ctx_t *c);
+/* The KV of tokens [0, n) is in c's cache (a resume read it there): they
+ * become c's tokens, with no logits; listeners hear an append. Caller
+ * holds c's use lock; n <= n_ctx. */
+MZ_INTERNAL void mz_ctx_adopt_tokens(mz_ctx_t *c, const mz_token *tokens, size_t n);
+/* The engine's model; its compute lock (engine.h's lock order) for work
+ * that must not run beside a forward pass outside a compute section. */
+MZ_INTERNAL mz_model_t *mz_engine_model(const mz_engine_t *e);
+MZ_INTERNAL void mz_engine_compute_lock(mz_engine_t *e);
+MZ_INTERNAL void mz_engine_compute_unlock(mz_engine_t *e);
+
+/* modes.c: the baselines' table, and a session's mode state (c->base; every
+ * mode, mzcache included, is counted in the engine's registry). */
 MZ_INTERNAL const mz_mode_ops *mz_baseline_ops(void);
+MZ_INTERNAL MZ_NODISCARD mz_status mz_ctx_mode_init(mz_ctx_t *c);
+MZ_INTERNAL void mz_ctx_mode_free(mz_ctx_t *c);
 
 struct mz_engine {
     mz_model_t *model;
@@ -90,6 +142,7 @@ struct mz_engine {
     struct mz_device_profile *prof; /* read once at create */
     bool implicit;             /* made by mz_ctx_init: freed with its last session */
     mz_mem_shared shared;      /* the swap file and model-file reader of its sessions */
+    struct mz_ospage_model *modes; /* which modes its sessions run (src/baseline) */
     pthread_mutex_t compute_lock;
     /* Compute sections open (compute_lock holders, nested ones counted) and
      * when the last one closed (CLOCK_MONOTONIC ns): the store's
@@ -125,8 +178,9 @@ struct mz_ctx {
     mz_ctx_timings timings;
     char errmsg[1024];
     const mz_mode_ops *ops;   /* the engine mode (params.mode) */
-    struct mz_baseline *base; /* a baseline mode's state (src/baseline) */
-    struct mz_sstore *sstore; /* [store] its session store attachment (src/store), or NULL */
+    struct mz_baseline *base; /* its mode's state (src/baseline; modes.c) */
+    const mz_ctx_listener *listener; /* NULL: none (mz_ctx_set_listener) */
+    void *listener_ud;
 };
 
 /* Runs the forward pass for n tokens at positions [c->n_tokens, c->n_tokens + n)

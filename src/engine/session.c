@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include "../baseline/baseline.h"
 #include "../mem/policy_engine.h"
 #include "../mem/profile.h"
 #include "../mem/weights.h"
@@ -19,13 +20,6 @@
  * mz_ctx_init on one model must find the same implicit engine). */
 static pthread_mutex_t g_attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t g_next_id = 1;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 mz_engine_params mz_engine_params_default(void)
 {
@@ -46,6 +40,7 @@ static void engine_destroy(mz_engine_t *e)
     mz_threadpool_free(e->pool);
     mz_wtable_free(e->wt); /* the model gets its dropped blocks back */
     mz_mem_shared_close(&e->shared);
+    mz_ospage_model_free(e->modes);
     free(e->prof);
     free(e->swap_dir);
     free(e->profile_path);
@@ -83,17 +78,21 @@ static mz_status engine_new(mz_model_t *m, const mz_engine_params *p, bool impli
     mz_mem_shared_init(&e->shared, e->swap_dir);
     e->n_threads = prm.n_threads ? prm.n_threads : mz_n_cpus();
     if (e->n_threads > 256) e->n_threads = 256;
-    if (!implicit) {
-        /* Implicit engines let each mz_ctx_init context read its own
-         * profile_path, as contexts always did. */
-        e->prof = mz_calloc(1, sizeof *e->prof);
-        if (!e->prof) {
-            s = mz_fail(MZ_E_NOMEM, "out of memory creating the engine");
-            goto out_fail;
-        }
-        mz_profile_load_or_builtin(e->profile_path, e->prof);
+    /* The device profile, read once here: the memory manager of every
+     * session gets it (a session naming another file gets that one, read
+     * by ctx.c). */
+    e->prof = mz_calloc(1, sizeof *e->prof);
+    if (!e->prof) {
+        s = mz_fail(MZ_E_NOMEM, "out of memory creating the engine");
+        goto out_fail;
     }
+    mz_profile_load_or_builtin(e->profile_path, e->prof);
     if ((s = mz_wtable_init(m, &e->wt))) goto out_fail;
+    e->modes = mz_ospage_model_new(m);
+    if (!e->modes) {
+        s = mz_fail(MZ_E_NOMEM, "out of memory creating the engine");
+        goto out_fail;
+    }
     e->pool = mz_threadpool_init(e->n_threads);
     if (!e->pool) {
         s = mz_fail(MZ_E_NOMEM, "cannot start %d compute threads", e->n_threads);
@@ -183,7 +182,7 @@ void mz_session_init_fields(mz_ctx_t *c, mz_engine_t *e)
     pthread_mutexattr_destroy(&a);
     c->engine = e;
     c->id = atomic_fetch_add(&g_next_id, 1);
-    atomic_init(&c->last_use_ns, now_ns());
+    atomic_init(&c->last_use_ns, mz_time_ns());
     atomic_init(&c->pending_evict, 0);
     atomic_init(&c->busy, false);
     atomic_init(&c->deferred_freed, 0);
@@ -222,22 +221,25 @@ void mz_session_detach(mz_ctx_t *c)
 }
 
 mz_engine_t *mz_ctx_engine(const mz_ctx_t *c) { return c ? c->engine : NULL; }
+mz_model_t *mz_engine_model(const mz_engine_t *e) { return e->model; }
+void mz_engine_compute_lock(mz_engine_t *e) { pthread_mutex_lock(&e->compute_lock); }
+void mz_engine_compute_unlock(mz_engine_t *e) { pthread_mutex_unlock(&e->compute_lock); }
 uint64_t mz_ctx_id(const mz_ctx_t *c) { return c ? c->id : 0; }
 
-void mz_session_touch(mz_ctx_t *c) { atomic_store(&c->last_use_ns, now_ns()); }
+void mz_session_touch(mz_ctx_t *c) { atomic_store(&c->last_use_ns, mz_time_ns()); }
 
 void mz_engine_compute_open(mz_engine_t *e) { atomic_fetch_add(&e->n_computing, 1); }
 
 void mz_engine_compute_close(mz_engine_t *e)
 {
-    atomic_store(&e->compute_end_ns, now_ns());
+    atomic_store(&e->compute_end_ns, mz_time_ns());
     atomic_fetch_sub(&e->n_computing, 1);
 }
 
 bool mz_engine_quiet(mz_engine_t *e, uint64_t quiet_ns)
 {
     if (atomic_load(&e->n_computing) > 0) return false;
-    return now_ns() - atomic_load(&e->compute_end_ns) >= quiet_ns;
+    return mz_time_ns() - atomic_load(&e->compute_end_ns) >= quiet_ns;
 }
 
 void mz_session_pay_deferred(mz_ctx_t *c)
@@ -259,10 +261,8 @@ void mz_session_pay_deferred(mz_ctx_t *c)
 
 mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes, mz_evict_report *r)
 {
-    mz_evict_report dummy;
-    if (!r) r = &dummy;
-    memset(r, 0, sizeof *r);
-    r->bytes_requested = nbytes;
+    mz_evict_report scratch;
+    r = mz_evict_report_start(r, &scratch, nbytes);
     if (!e) return mz_fail(MZ_E_INVAL, "null engine");
     mz_clear_error();
     if (nbytes == 0) {

@@ -7,7 +7,7 @@
  * reads and rewrites them; those need a context's KV layout, which the
  * public API rightly hides. Rather than each program including
  * src/engine/engine.h and writing struct mz_ctx fields, they go through the
- * accessors below and the calibrated KV fill (src/kv/kv_fill.h, included
+ * accessors below and the calibrated KV fill (src/harness/kv_fill.h, included
  * here). Nothing here is installed or promised to library users; tests under
  * tests/ keep their direct access to the internals.
  *
@@ -18,7 +18,7 @@
 #define MZ_HARNESS_H
 
 #include "mzcache.h"
-#include "../kv/kv_fill.h" /* mz_kvfill_*: synthetic KV that compresses like the real one */
+#include "kv_fill.h" /* mz_kvfill_*: synthetic KV that compresses like the real one */
 
 #include <stddef.h>
 #include <stdint.h>

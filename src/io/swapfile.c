@@ -40,42 +40,21 @@
 
 /* ---- 1. record header ---------------------------------------------------------------- */
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 /* Layout: 0 magic u32 | 4 version u16 | 6 flags u16 | 8 len | 16 tag | 24 seq |
  *         32 payload_hash | 40..55 reserved (zero) | 56 hash of bytes 0..55 */
 void mz_swap_rec_encode(const mz_swap_rec *r, unsigned char out[MZ_SWAP_REC_HDR_BYTES])
 {
     memset(out, 0, MZ_SWAP_REC_HDR_BYTES);
-    put32(out, MZ_SWAP_REC_MAGIC);
+    mz_put_le32(out, MZ_SWAP_REC_MAGIC);
     out[4] = (unsigned char)MZ_SWAP_REC_VERSION;
     out[5] = 0;
     out[6] = (unsigned char)r->flags;
     out[7] = (unsigned char)(r->flags >> 8);
-    put64(out + 8, r->len);
-    put64(out + 16, r->tag);
-    put64(out + 24, r->seq);
-    put64(out + 32, r->payload_hash);
-    put64(out + 56, mz_hash64(out, 56, 0));
+    mz_put_le64(out + 8, r->len);
+    mz_put_le64(out + 16, r->tag);
+    mz_put_le64(out + 24, r->seq);
+    mz_put_le64(out + 32, r->payload_hash);
+    mz_put_le64(out + 56, mz_hash64(out, 56, 0));
 }
 
 mz_status mz_swap_rec_decode(const void *buf, size_t n, mz_swap_rec *r, const char **why)
@@ -84,16 +63,16 @@ mz_status mz_swap_rec_decode(const void *buf, size_t n, mz_swap_rec *r, const ch
     const char *w = NULL;
     memset(r, 0, sizeof *r);
     if (n < MZ_SWAP_REC_HDR_BYTES) w = "record header truncated";
-    else if (get32(p) != MZ_SWAP_REC_MAGIC) w = "bad record magic";
-    else if (get64(p + 56) != mz_hash64(p, 56, 0)) w = "record header checksum mismatch";
+    else if (mz_get_le32(p) != MZ_SWAP_REC_MAGIC) w = "bad record magic";
+    else if (mz_get_le64(p + 56) != mz_hash64(p, 56, 0)) w = "record header checksum mismatch";
     else if ((p[4] | (p[5] << 8)) != MZ_SWAP_REC_VERSION) w = "unknown record version";
-    else if (get64(p + 40) || get64(p + 48)) w = "reserved header bytes not zero";
+    else if (mz_get_le64(p + 40) || mz_get_le64(p + 48)) w = "reserved header bytes not zero";
     else {
         r->flags = (uint32_t)(p[6] | (p[7] << 8));
-        r->len = get64(p + 8);
-        r->tag = get64(p + 16);
-        r->seq = get64(p + 24);
-        r->payload_hash = get64(p + 32);
+        r->len = mz_get_le64(p + 8);
+        r->tag = mz_get_le64(p + 16);
+        r->seq = mz_get_le64(p + 24);
+        r->payload_hash = mz_get_le64(p + 32);
         if (r->flags & ~MZ_SWAP_REC_SPLIT) w = "unknown record flags";
         else if (r->len > SWAP_MAX_LEN) w = "record length out of range";
         else if ((r->flags & MZ_SWAP_REC_SPLIT) && (r->len == 0 || r->len % SWAP_BLOCK))
@@ -427,30 +406,6 @@ mz_status mz_swapfile_default_dir(char *buf, size_t cap)
     return MZ_OK;
 }
 
-/* mkdir -p with mode 0700 for every directory created. */
-static mz_status make_dirs(const char *dir)
-{
-    char tmp[PATH_MAX];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof tmp) return mz_fail(MZ_E_INVAL, "bad swap directory \"%s\"", dir);
-    memcpy(tmp, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (tmp[i] != '/' && tmp[i] != '\0') continue;
-        char c = tmp[i];
-        tmp[i] = '\0';
-        if (mkdir(tmp, 0700) == 0) {
-            chmod(tmp, 0700); /* exact mode whatever the umask */
-        } else if (errno != EEXIST) {
-            return mz_fail(MZ_E_IO, "cannot create directory %s: %s", tmp, strerror(errno));
-        }
-        tmp[i] = c;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return mz_fail(MZ_E_IO, "swap directory %s is not a directory", dir);
-    return MZ_OK;
-}
-
 static uint64_t random_u64(void)
 {
     uint64_t r = 0;
@@ -504,7 +459,7 @@ mz_status mz_swapfile_open(const mz_swapfile_params *p, mz_swapfile_t **out)
     } else if ((s = mz_swapfile_default_dir(dir, sizeof dir - 64)) != MZ_OK) {
         return s;
     }
-    if ((s = make_dirs(dir)) != MZ_OK) return s;
+    if ((s = mz_dir_make_private(dir)) != MZ_OK) return mz_fail_prefix(s, "swap directory");
 
     mz_swapfile_t *sf = mz_calloc(1, sizeof *sf);
     if (!sf) return MZ_E_NOMEM;

@@ -381,10 +381,8 @@ mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r)
 
 mz_status mz_mem_evict_ex(mz_mem *mm, size_t nbytes, bool weights_evictable, mz_evict_report *r)
 {
-    mz_evict_report dummy;
-    if (!r) r = &dummy;
-    memset(r, 0, sizeof *r);
-    r->bytes_requested = nbytes;
+    mz_evict_report scratch;
+    r = mz_evict_report_start(r, &scratch, nbytes);
     double t0 = mz_time_ms();
     mz_status s = MZ_OK;
     int64_t freed = 0;

@@ -183,11 +183,10 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     if (!mm->policy) goto out_nomem;
     if ((s = mz_evict_plan_init(&mm->plan, mm->n_layer, MZ_MAX(mm->max_chunks, 1)))) goto out_fail;
     {
-        /* Per-unit times: the device profile (or the built-in estimate and a
-         * warning) applied to this model's unit sizes. */
-        mz_device_profile prof;
-        if (p && p->profile) prof = *p->profile;
-        else mz_profile_load_or_builtin(p ? p->profile_path : NULL, &prof);
+        /* Per-unit times: the device profile (or the built-in estimate)
+         * applied to this model's unit sizes. */
+        MZ_ASSERT(p && p->profile);
+        const mz_device_profile prof = *p->profile;
         size_t block = 0;
         for (int l = 0; l < m->cfg.n_layer; l++) block = MZ_MAX(block, m->blocks[l].buf_bytes);
         codec_display_name(codec, mm->codec_name, sizeof mm->codec_name);

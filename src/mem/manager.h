@@ -31,6 +31,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 typedef struct mz_mem mz_mem;
 struct mz_device_profile;
@@ -54,8 +55,9 @@ typedef struct mz_mem_params {
     const char *swap_dir;      /* NULL/"": swapfile default */
     mz_kv_placement placement; /* AUTO: the hybrid policy; others: one fixed destination */
     unsigned swap_flags;       /* MZ_SWAP_* (tests) */
-    const char *profile_path;  /* NULL/"": the default profile path (profile.h) */
-    const struct mz_device_profile *profile; /* tests: use this instead of a file */
+    /* required: the device profile, read by the engine (the manager reads
+     * no file); copied */
+    const struct mz_device_profile *profile;
     mz_evict_order order;      /* default backward-out */
     uint64_t seed;             /* random-out permutation */
     mz_hybrid_rounding rounding; /* default MZ_HYBRID_EXACT */
@@ -81,6 +83,17 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, s
 
 /* Evicts with the session's policy; weight blocks only while the session is
  * its engine's one session and none is pinned. */
+/* The report an eviction fills: r, or *scratch where the caller passed
+ * none; zeroed, with the bytes asked for. */
+static inline mz_evict_report *mz_evict_report_start(mz_evict_report *r, mz_evict_report *scratch,
+                                                     size_t nbytes)
+{
+    if (!r) r = scratch;
+    memset(r, 0, sizeof *r);
+    r->bytes_requested = nbytes;
+    return r;
+}
+
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_evict(mz_mem *mm, size_t nbytes, mz_evict_report *r);
 /* The same with the weights' eligibility given (the engine's cross-session
  * plan, a session giving up deferred bytes between two steps). Pinned blocks

@@ -559,29 +559,20 @@ mz_status mz_profile_load(const char *path, mz_device_profile *out)
     return s;
 }
 
-static mz_status mkdir_parents(const char *path)
+/* The profile's directory, made private (it names the user's devices). */
+static mz_status make_parent_dir(const char *path)
 {
-    char tmp[1024];
-    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
-        return mz_fail(MZ_E_RANGE, "path too long");
-    char *slash = strrchr(tmp, '/');
-    if (!slash || slash == tmp) return MZ_OK;
+    char dir[1024];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return mz_fail(MZ_E_RANGE, "path too long");
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return MZ_OK;
     *slash = '\0';
-    for (char *q = tmp + 1; *q; q++) {
-        if (*q != '/') continue;
-        *q = '\0';
-        if (mkdir(tmp, 0700) && errno != EEXIST)
-            return mz_fail(MZ_E_IO, "cannot create %s: %s", tmp, strerror(errno));
-        *q = '/';
-    }
-    if (mkdir(tmp, 0700) && errno != EEXIST)
-        return mz_fail(MZ_E_IO, "cannot create %s: %s", tmp, strerror(errno));
-    return MZ_OK;
+    return mz_dir_make_private(dir);
 }
 
 mz_status mz_profile_save(const mz_device_profile *p, const char *path)
 {
-    mz_status s = mkdir_parents(path);
+    mz_status s = make_parent_dir(path);
     if (s) return s;
     size_t need = mz_profile_to_json(p, NULL, 0) + 1;
     char *buf = mz_malloc(need);

@@ -333,8 +333,7 @@ static mz_status measure_storage(const mz_profile_run_params *rp, mz_device_prof
     if (rp->dir && rp->dir[0]) snprintf(dir, sizeof dir, "%s", rp->dir);
     else if ((s = mz_swapfile_default_dir(dir, sizeof dir))) return s;
     snprintf(out->dir, sizeof out->dir, "%.255s", dir);
-    if (mkdir(dir, 0700) && errno != EEXIST)
-        return mz_fail(MZ_E_IO, "cannot create %s: %s", dir, strerror(errno));
+    if ((s = mz_dir_make_private(dir))) return s;
     snprintf(path, sizeof path, "%s/mzprofile-%ld.tmp", dir, (long)getpid());
 
     bool direct = true;

@@ -125,13 +125,6 @@ struct mz_threadpool {
     atomic_llong join_us_total, join_us_max, n_joins_over_1ms;
 };
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* The calling thread's involuntary context switches so far; -1 where the
  * platform cannot say (then only the time limit ends a spin). */
 static long preemptions(void)
@@ -153,7 +146,7 @@ static void spin_state_init(spin_state *st)
  * thread should stop spinning and sleep. */
 static bool spin_over(const struct mz_threadpool *tp, spin_state *st, int64_t t0)
 {
-    const int64_t t = now_us();
+    const int64_t t = mz_time_us();
     if (st->nivcsw >= 0) {
         const long n = preemptions();
         if (n != st->nivcsw) {
@@ -175,7 +168,7 @@ static bool worker_wait(struct mz_threadpool *tp, spin_state *st, unsigned seen)
         if (atomic_load(&tp->gen) != seen) return true;
         if (tp->yield && (k & 63) == 63) sched_yield();
         else cpu_relax();
-        if (k == 63) t0 = now_us();
+        if (k == 63) t0 = mz_time_us();
         else if ((k & 63) == 63 && spin_over(tp, st, t0)) break;
     }
     if (tp->stats) atomic_fetch_add(&tp->n_worker_sleeps, 1);
@@ -354,12 +347,12 @@ void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
 
     fn(arg, 0, tp->n_threads);
 
-    const int64_t t_join = tp->stats ? now_us() : 0;
+    const int64_t t_join = tp->stats ? mz_time_us() : 0;
     int64_t t0 = 0;
     for (unsigned k = 0; atomic_load(&tp->pending) != 0; k++) {
         if (tp->yield && (k & 63) == 62) sched_yield();
         else cpu_relax();
-        if (k == 63) t0 = now_us();
+        if (k == 63) t0 = mz_time_us();
         else if ((k & 63) == 63 && spin_over(tp, &tp->owner_spin, t0)) {
             if (tp->stats) atomic_fetch_add(&tp->n_caller_sleeps, 1);
             pthread_mutex_lock(&tp->mu);
@@ -373,7 +366,7 @@ void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
     if (tp->stats) {
         /* the caller's wait for the slowest worker: where a descheduled or
          * sleeping worker shows */
-        const long long w = (long long)(now_us() - t_join);
+        const long long w = (long long)(mz_time_us() - t_join);
         atomic_fetch_add(&tp->n_jobs, 1);
         atomic_fetch_add(&tp->join_us_total, w);
         if (w > atomic_load(&tp->join_us_max)) atomic_store(&tp->join_us_max, w);

@@ -611,24 +611,17 @@ static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, si
                               bool *in_resume)
 {
     *in_resume = false;
-    const mz_token *have = mz_ctx_tokens(s->ctx);
-    size_t n_have = mz_ctx_n_tokens(s->ctx), common = 0;
     size_t fresh = s->sess[s->cur].n_fresh;
     s->sess[s->cur].n_fresh = 0;
-    while (common < n_have && common < n && have[common] == toks[common]) common++;
     /* The resume that routed this request prefilled its tokens: the context
      * is toks with the last one's logits current. */
-    if (fresh && fresh <= n && common == n && n_have == n && mz_ctx_logits(s->ctx)) {
+    if (fresh && fresh <= n && mz_ctx_n_tokens(s->ctx) == n && mz_ctx_common_prefix(s->ctx, toks, n) == n &&
+        mz_ctx_logits(s->ctx)) {
         *n_cached = n - fresh;
         *in_resume = true;
         return MZ_OK;
     }
-    if (common == n) common = n - 1; /* recompute the last token for fresh logits */
-    mz_status st = mz_ctx_truncate(s->ctx, common);
-    if (st) return st;
-    *n_cached = common;
-    /* Evicted units come back through the restore workers (restore_generate). */
-    return mz_prefill_restore(s->ctx, toks + common, n - common, NULL, NULL);
+    return mz_ctx_sync(s->ctx, toks, n, NULL, NULL, n_cached);
 }
 
 enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, srv_request *rq, bool chat)

@@ -14,27 +14,6 @@ static const unsigned char MAGIC[8] = {'M', 'Z', 'S', 'E', 'S', 'S', 0, 1};
 #define MANIFEST_SEED 0x6d7a73657373ULL
 #define BLOCK 4096u
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 bool mz_session_id_valid(const char *id)
 {
     if (!id || !id[0] || id[0] == '.' || id[0] == '-') return false;
@@ -63,34 +42,34 @@ mz_status mz_manifest_encode(const mz_manifest *m, void *buf, size_t cap)
     unsigned char *p = buf;
     memset(p, 0, MZ_MANIFEST_HDR_BYTES);
     memcpy(p, MAGIC, 8);
-    put32(p + 8, MZ_MANIFEST_HDR_BYTES);
-    put32(p + 12, m->tail_pos ? 1u : 0u);
-    put64(p + 16, m->model_id);
-    put64(p + 24, m->tok_id);
+    mz_put_le32(p + 8, MZ_MANIFEST_HDR_BYTES);
+    mz_put_le32(p + 12, m->tail_pos ? 1u : 0u);
+    mz_put_le64(p + 16, m->model_id);
+    mz_put_le64(p + 24, m->tok_id);
     memcpy(p + 32, m->codec, strlen(m->codec));
-    put32(p + 48, m->n_layer);
-    put32(p + 52, 256);
-    put64(p + 56, m->chunk_bytes);
-    put64(p + 64, m->created_ns);
-    put64(p + 72, m->updated_ns);
-    put64(p + 80, m->n_tokens);
-    put64(p + 88, m->n_chunks);
+    mz_put_le32(p + 48, m->n_layer);
+    mz_put_le32(p + 52, 256);
+    mz_put_le64(p + 56, m->chunk_bytes);
+    mz_put_le64(p + 64, m->created_ns);
+    mz_put_le64(p + 72, m->updated_ns);
+    mz_put_le64(p + 80, m->n_tokens);
+    mz_put_le64(p + 88, m->n_chunks);
     memcpy(p + 96, m->name, strlen(m->name));
-    put64(p + 160, m->tail_pos);
+    mz_put_le64(p + 160, m->tail_pos);
     unsigned char *q = p + MZ_MANIFEST_HDR_BYTES;
-    for (size_t i = 0; i < m->n_tokens; i++, q += 4) put32(q, (uint32_t)m->tokens[i]);
+    for (size_t i = 0; i < m->n_tokens; i++, q += 4) mz_put_le32(q, (uint32_t)m->tokens[i]);
     for (size_t i = 0; i < (m->n_chunks + (m->tail_pos > 0)) * m->n_layer; i++, q += MZ_MANIFEST_REC_BYTES) {
         const mz_swap_slot_info *r = &m->recs[i];
-        put64(q, r->off);
-        put64(q + 8, r->ext);
-        put64(q + 16, r->len);
-        put64(q + 24, r->seq);
-        put64(q + 32, r->hash);
-        put32(q + 40, r->split);
-        put32(q + 44, 0);
-        put64(q + 48, 0);
+        mz_put_le64(q, r->off);
+        mz_put_le64(q + 8, r->ext);
+        mz_put_le64(q + 16, r->len);
+        mz_put_le64(q + 24, r->seq);
+        mz_put_le64(q + 32, r->hash);
+        mz_put_le32(q + 40, r->split);
+        mz_put_le32(q + 44, 0);
+        mz_put_le64(q + 48, 0);
     }
-    put64(q, mz_hash64(p, (size_t)(q - p), MANIFEST_SEED));
+    mz_put_le64(q, mz_hash64(p, (size_t)(q - p), MANIFEST_SEED));
     return MZ_OK;
 }
 
@@ -126,32 +105,32 @@ mz_status mz_manifest_decode(const void *buf, size_t n, mz_manifest *m)
     const unsigned char *p = buf;
     if (n < MZ_MANIFEST_HDR_BYTES + 8) return mz_fail(MZ_E_CORRUPT, "manifest truncated (%zu bytes)", n);
     if (memcmp(p, MAGIC, 8) != 0) return mz_fail(MZ_E_CORRUPT, "not a session manifest (bad magic)");
-    if (get64(p + n - 8) != mz_hash64(p, n - 8, MANIFEST_SEED))
+    if (mz_get_le64(p + n - 8) != mz_hash64(p, n - 8, MANIFEST_SEED))
         return mz_fail(MZ_E_CORRUPT, "manifest checksum mismatch");
-    uint32_t flags = get32(p + 12);
-    if (get32(p + 8) != MZ_MANIFEST_HDR_BYTES || flags > 1)
+    uint32_t flags = mz_get_le32(p + 12);
+    if (mz_get_le32(p + 8) != MZ_MANIFEST_HDR_BYTES || flags > 1)
         return mz_fail(MZ_E_FORMAT, "manifest: unknown header size or flags");
-    m->model_id = get64(p + 16);
-    m->tok_id = get64(p + 24);
+    m->model_id = mz_get_le64(p + 16);
+    m->tok_id = mz_get_le64(p + 24);
     if (!padded_str(p + 32, 16, m->codec) || (strcmp(m->codec, "raw") != 0 && strcmp(m->codec, "q8") != 0))
         return mz_fail(MZ_E_FORMAT, "manifest: unknown codec");
     bool raw = strcmp(m->codec, "raw") == 0;
-    m->n_layer = get32(p + 48);
+    m->n_layer = mz_get_le32(p + 48);
     if (m->n_layer == 0 || m->n_layer > MZ_MANIFEST_MAX_LAYERS)
         return mz_fail(MZ_E_FORMAT, "manifest: layer count %u out of range", m->n_layer);
-    if (get32(p + 52) != 256) return mz_fail(MZ_E_FORMAT, "manifest: chunk size is not 256 tokens");
-    m->chunk_bytes = get64(p + 56);
+    if (mz_get_le32(p + 52) != 256) return mz_fail(MZ_E_FORMAT, "manifest: chunk size is not 256 tokens");
+    m->chunk_bytes = mz_get_le64(p + 56);
     if (m->chunk_bytes == 0 || m->chunk_bytes > ((uint64_t)1 << 32))
         return mz_fail(MZ_E_FORMAT, "manifest: chunk bytes out of range");
-    m->created_ns = get64(p + 64);
-    m->updated_ns = get64(p + 72);
-    uint64_t nt = get64(p + 80), nc = get64(p + 88);
+    m->created_ns = mz_get_le64(p + 64);
+    m->updated_ns = mz_get_le64(p + 72);
+    uint64_t nt = mz_get_le64(p + 80), nc = mz_get_le64(p + 88);
     if (nt > MZ_MANIFEST_MAX_TOKENS) return mz_fail(MZ_E_FORMAT, "manifest: too many tokens");
     /* At least one token is left to recompute, so resume always has logits. */
     if (nc > 0 && nc * 256 >= nt) return mz_fail(MZ_E_FORMAT, "manifest: more chunks than tokens");
     if (!padded_str(p + 96, 65 - 1, m->name) || !mz_session_id_valid(m->name))
         return mz_fail(MZ_E_FORMAT, "manifest: bad session id");
-    uint64_t tail = get64(p + 160);
+    uint64_t tail = mz_get_le64(p + 160);
     if (!(flags & 1) && tail != 0) return mz_fail(MZ_E_FORMAT, "manifest: reserved bytes not zero");
     if ((flags & 1) && (tail == 0 || tail > 255 || nt == 0 || nc != (nt - 1) / 256 ||
                         nc * 256 + tail > nt - 1))
@@ -174,7 +153,7 @@ mz_status mz_manifest_decode(const void *buf, size_t n, mz_manifest *m)
     }
     const unsigned char *q = p + MZ_MANIFEST_HDR_BYTES;
     for (size_t i = 0; i < m->n_tokens; i++, q += 4) {
-        uint32_t t = get32(q);
+        uint32_t t = mz_get_le32(q);
         if (t > INT32_MAX) {
             s = mz_fail(MZ_E_FORMAT, "manifest: negative token id at %zu", i);
             goto out;
@@ -184,16 +163,16 @@ mz_status mz_manifest_decode(const void *buf, size_t n, mz_manifest *m)
     uint64_t raw_ext = BLOCK + (m->chunk_bytes + BLOCK - 1) / BLOCK * BLOCK;
     for (uint64_t i = 0; i < nrec; i++, q += MZ_MANIFEST_REC_BYTES) {
         mz_swap_slot_info *r = &m->recs[i];
-        r->off = get64(q);
-        r->ext = get64(q + 8);
-        r->len = get64(q + 16);
-        r->seq = get64(q + 24);
-        r->hash = get64(q + 32);
-        r->split = get32(q + 40);
+        r->off = mz_get_le64(q);
+        r->ext = mz_get_le64(q + 8);
+        r->len = mz_get_le64(q + 16);
+        r->seq = mz_get_le64(q + 24);
+        r->hash = mz_get_le64(q + 32);
+        r->split = mz_get_le32(q + 40);
         uint64_t chunk = i / m->n_layer, layer = i % m->n_layer;
         r->tag = layer << 32 | chunk;
         uint64_t need_ext = r->split ? BLOCK + r->len : (64 + r->len + BLOCK - 1) / BLOCK * BLOCK;
-        if (get32(q + 44) || get64(q + 48) || r->split > 1) {
+        if (mz_get_le32(q + 44) || mz_get_le64(q + 48) || r->split > 1) {
             s = mz_fail(MZ_E_FORMAT, "manifest: record %llu has bad flags or padding",
                         (unsigned long long)i);
         } else if ((raw || chunk == nc ? r->len != m->chunk_bytes

@@ -37,7 +37,7 @@
 
 struct mz_sstore {
     mz_store_t *st;
-    mz_ctx_t *c;
+    mz_ctx_parts parts;        /* c's memory manager, KV cache and shape */
     char id[MZ_SESSION_ID_MAX + 1];
     mz_swapfile_t *sf;         /* the data file (owned by the session's manager) */
     pthread_mutex_t mu;        /* tok, n_tok, stop, kick */
@@ -86,14 +86,23 @@ struct mz_sstore {
     size_t tail_cut;           /* under mu: lowest truncation since the last pass; SIZE_MAX none */
 };
 
-/* ---- owner-thread hooks (ctx.c) ------------------------------------------------------------ */
+/* ---- the session's listener (engine.h; owner thread) ------------------------------------- */
 
-void mz_sstore_note(mz_ctx_t *c)
+static void on_free(void *ud);
+static void on_append(void *ud, const mz_token *tokens, size_t n_tokens);
+static void on_truncate(void *ud, size_t n_keep);
+static const mz_ctx_listener store_listener = {
+    .on_append = on_append, .on_truncate = on_truncate, .on_free = on_free};
+
+/* c's attachment, or NULL when c is not stored. */
+static struct mz_sstore *att_of(const mz_ctx_t *c) { return mz_ctx_listener_data(c, &store_listener); }
+
+static void on_append(void *ud, const mz_token *tokens, size_t n_tokens)
 {
-    struct mz_sstore *a = c->sstore;
+    struct mz_sstore *a = ud;
     pthread_mutex_lock(&a->mu);
-    size_t n = MZ_MIN(c->n_tokens, a->cap);
-    if (n > a->n_tok) memcpy(a->tok + a->n_tok, c->tokens + a->n_tok, (n - a->n_tok) * sizeof *a->tok);
+    size_t n = MZ_MIN(n_tokens, a->cap);
+    if (n > a->n_tok) memcpy(a->tok + a->n_tok, tokens + a->n_tok, (n - a->n_tok) * sizeof *a->tok);
     a->n_tok = n;
     atomic_store(&a->full, n / MZ_KV_CHUNK_TOKENS);
     a->kick = true;
@@ -101,9 +110,9 @@ void mz_sstore_note(mz_ctx_t *c)
     pthread_mutex_unlock(&a->mu);
 }
 
-void mz_sstore_note_truncate(mz_ctx_t *c, size_t n_keep)
+static void on_truncate(void *ud, size_t n_keep)
 {
-    struct mz_sstore *a = c->sstore;
+    struct mz_sstore *a = ud;
     pthread_mutex_lock(&a->mu);
     if (n_keep < a->n_tok) a->n_tok = n_keep;
     if (n_keep < a->tail_cut) a->tail_cut = n_keep;
@@ -129,9 +138,9 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem)
 
 static void tail_free(struct mz_sstore *a, mz_swap_slot *slots)
 {
-    for (int l = 0; l < a->c->model->cfg.n_layer; l++)
+    for (int l = 0; l < a->parts.n_layer; l++)
         if (slots[l]) {
-            mz_mem_store_slot_free(a->c->mem, slots[l]);
+            mz_mem_store_slot_free(a->parts.mem, slots[l]);
             slots[l] = 0;
         }
 }
@@ -155,7 +164,7 @@ static void tail_cut_to(size_t chunk, size_t *pos, size_t cut)
  * names it once they have one. Owner thread. */
 static bool tail_write(struct mz_sstore *a, size_t n)
 {
-    const int L = a->c->model->cfg.n_layer;
+    const int L = a->parts.n_layer;
     if (n == 0) return false;
     size_t tc = (n - 1) / MZ_KV_CHUNK_TOKENS, p = n - 1 - tc * MZ_KV_CHUNK_TOKENS;
     if (p == 0) return false; /* nothing to keep */
@@ -163,7 +172,7 @@ static bool tail_write(struct mz_sstore *a, size_t n)
     if (a->stage_pos && a->stage_chunk == tc && a->stage_pos >= p) return false; /* staged */
     stage_drop(a); /* no manifest names it */
     for (int l = 0; l < L; l++) {
-        if (mz_mem_store_tail(a->c->mem, l, tc, &a->new_tail[l]) != MZ_OK) {
+        if (mz_mem_store_tail(a->parts.mem, l, tc, &a->new_tail[l]) != MZ_OK) {
             mz_clear_error(); /* an evicted tail chunk: the manifest goes without a new tail */
             tail_free(a, a->new_tail);
             return false;
@@ -200,9 +209,8 @@ void mz_sstore_test_max_defer_ms(double ms) { atomic_store(&wb_max_defer_ms, ms)
  * the pass stays pending and the worker comes back once it is quiet. */
 static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool chunks, bool yield)
 {
-    mz_ctx_t *c = a->c;
-    mz_mem *mm = c->mem;
-    const int L = c->model->cfg.n_layer;
+    mz_mem *mm = a->parts.mem;
+    const int L = a->parts.n_layer;
     mz_status s = MZ_OK;
     pthread_mutex_lock(&a->pass_lock);
     bool pend = false; /* a manifest is still due */
@@ -223,7 +231,7 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool chunks, b
     bool prefix = true;
     bool yielded = false;
     for (size_t ch = k; chunks && ch < full && !s; ch++) {
-        if (yield && !mz_engine_quiet(c->engine, WB_QUIET_NS)) {
+        if (yield && !mz_engine_quiet(a->parts.engine, WB_QUIET_NS)) {
             yielded = true; /* the chunks from ch on wait for the next pass */
             break;
         }
@@ -404,7 +412,7 @@ static void *worker_main(void *arg)
          * WB_QUIET_NS (kicks meanwhile fold into the pass); a sleep, not the
          * condition, so the owner's per-token kicks do not wake it. */
         bool overdue = false;
-        while (!a->stop && !mz_engine_quiet(a->c->engine, WB_QUIET_NS)) {
+        while (!a->stop && !mz_engine_quiet(a->parts.engine, WB_QUIET_NS)) {
             double now = mz_time_ms();
             if (!waiting_since_ms) waiting_since_ms = now;
             if (now - waiting_since_ms >= atomic_load(&wb_max_defer_ms)) {
@@ -455,11 +463,12 @@ static mz_status attach(mz_ctx_t *c, mz_store_t *st, const char *id, bool fresh,
     if ((s = mz_store_path(st, id, ".kv", pk, sizeof pk)) ||
         (s = mz_store_path(st, id, ".mzs", pm, sizeof pm)))
         return s;
-    if (c->params.mode != MZ_MODE_MZCACHE)
+    const mz_ctx_parts cp = mz_ctx_get_parts(c);
+    if (cp.mode != MZ_MODE_MZCACHE)
         return mz_fail(MZ_E_UNSUPPORTED, "session store: only mzcache-mode sessions are stored");
-    if (c->engine != st->e) return mz_fail(MZ_E_INVAL, "session store: another engine's session");
-    if (c->sstore) return mz_fail(MZ_E_INVAL, "session is stored already");
-    if (mz_mem_swapfile(c->mem))
+    if (cp.engine != st->e) return mz_fail(MZ_E_INVAL, "session store: another engine's session");
+    if (att_of(c)) return mz_fail(MZ_E_INVAL, "session is stored already");
+    if (mz_mem_swapfile(cp.mem))
         return mz_fail(MZ_E_INVAL, "session store: the session already has a swap file (store it "
                        "before its first eviction)");
     if (fresh) {
@@ -470,15 +479,15 @@ static mz_status attach(mz_ctx_t *c, mz_store_t *st, const char *id, bool fresh,
     struct mz_sstore *a = mz_calloc(1, sizeof *a);
     if (!a) return MZ_E_NOMEM;
     a->st = st;
-    a->c = c;
+    a->parts = cp;
     snprintf(a->id, sizeof a->id, "%s", id);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     pthread_mutex_init(&a->pass_lock, NULL);
-    a->cap = c->n_ctx;
+    a->cap = cp.n_ctx;
     a->tok = malloc(a->cap * sizeof *a->tok);
-    a->tail_slot = calloc((size_t)c->model->cfg.n_layer, sizeof *a->tail_slot);
-    a->new_tail = calloc((size_t)c->model->cfg.n_layer, sizeof *a->new_tail);
+    a->tail_slot = calloc((size_t)cp.n_layer, sizeof *a->tail_slot);
+    a->new_tail = calloc((size_t)cp.n_layer, sizeof *a->new_tail);
     a->tail_cut = SIZE_MAX;
     if (!a->tok || !a->tail_slot || !a->new_tail) {
         att_free(a);
@@ -491,14 +500,14 @@ static mz_status attach(mz_ctx_t *c, mz_store_t *st, const char *id, bool fresh,
         att_free(a);
         return mz_fail_prefix(s, "session %s", id);
     }
-    mz_mem_use_store_file(c->mem, a->sf, strcmp(st->codec, "raw") ? mz_codec_find(st->codec) : NULL);
+    mz_mem_use_store_file(cp.mem, a->sf, strcmp(st->codec, "raw") ? mz_codec_find(st->codec) : NULL);
     a->created_ns = mz_store_now_ns();
     mz_manifest *m = &a->man;
     m->model_id = st->model_id;
     m->tok_id = st->tok_id;
     snprintf(m->codec, sizeof m->codec, "%s", st->codec);
-    m->n_layer = (uint32_t)c->model->cfg.n_layer;
-    m->chunk_bytes = c->kv.chunk_bytes;
+    m->n_layer = (uint32_t)cp.n_layer;
+    m->chunk_bytes = cp.kv->chunk_bytes;
     m->created_ns = a->created_ns;
     snprintf(m->name, sizeof m->name, "%s", id);
     *out = a;
@@ -516,36 +525,38 @@ static mz_status start_worker(struct mz_sstore *a)
 mz_status mz_session_store(mz_ctx_t *c, mz_store_t *st, const char *id)
 {
     if (!c || !st) return mz_fail(MZ_E_INVAL, "null argument");
-    pthread_mutex_lock(&c->use_lock);
+    mz_ctx_use_lock(c);
     struct mz_sstore *a = NULL;
     mz_status s = attach(c, st, id, true, &a);
     if (!s) {
-        c->sstore = a;
-        mz_sstore_note(c);
+        mz_ctx_set_listener(c, &store_listener, a);
+        on_append(a, mz_ctx_tokens(c), mz_ctx_n_tokens(c));
         if ((s = start_worker(a))) {
-            c->sstore = NULL;
+            mz_ctx_set_listener(c, NULL, NULL);
             att_free(a); /* the data file stays the session's swap file */
         }
     }
-    pthread_mutex_unlock(&c->use_lock);
+    mz_ctx_use_unlock(c);
     return s;
 }
 
 void mz_sstore_test_abandon(mz_ctx_t *c)
 {
-    if (c->sstore) c->sstore->no_final = true;
+    struct mz_sstore *a = att_of(c);
+    if (a) a->no_final = true;
 }
 
 mz_status mz_session_sync(mz_ctx_t *c)
 {
-    if (!c || !c->sstore) return mz_fail(MZ_E_INVAL, "session is not stored");
-    return pass(c->sstore, true, true, true, false);
+    struct mz_sstore *a = att_of(c);
+    if (!a) return mz_fail(MZ_E_INVAL, "session is not stored");
+    return pass(a, true, true, true, false);
 }
 
 mz_status mz_session_checkpoint(mz_ctx_t *c)
 {
-    if (!c || !c->sstore) return mz_fail(MZ_E_INVAL, "session is not stored");
-    struct mz_sstore *a = c->sstore;
+    struct mz_sstore *a = att_of(c);
+    if (!a) return mz_fail(MZ_E_INVAL, "session is not stored");
     mz_status s = pass(a, true, true, false, false);
     /* the full chunks left: the worker writes them once the engine is quiet */
     pthread_mutex_lock(&a->mu);
@@ -555,10 +566,12 @@ mz_status mz_session_checkpoint(mz_ctx_t *c)
     return s;
 }
 
-void mz_sstore_detach(mz_ctx_t *c)
+/* The session goes (the engine has unregistered the listener): the worker
+ * stops and the last manifest is written while the data file is still
+ * open; the file closes with the session's memory manager. */
+static void on_free(void *ud)
 {
-    struct mz_sstore *a = c->sstore;
-    if (!a) return;
+    struct mz_sstore *a = ud;
     if (a->th_started) {
         pthread_mutex_lock(&a->mu);
         a->stop = true;
@@ -566,8 +579,7 @@ void mz_sstore_detach(mz_ctx_t *c)
         pthread_mutex_unlock(&a->mu);
         pthread_join(a->th, NULL);
     }
-    if (!a->no_final) (void)pass(a, true, true, true, false); /* the last manifest; the file closes with the manager */
-    c->sstore = NULL;
+    if (!a->no_final) (void)pass(a, true, true, true, false);
     att_free(a);
 }
 
@@ -584,21 +596,21 @@ static mz_status lost(mz_resume_info *info, mz_status s)
  * layer in order; the first chunk of any layer that fails bounds what is
  * kept. Returns the number of chunks [0, good) whose every layer restored;
  * *why gets the first failure's message. */
-static size_t verified_prefix(mz_ctx_t *c, size_t k, char *why, size_t cap)
+static size_t verified_prefix(const mz_ctx_parts *cp, size_t k, char *why, size_t cap)
 {
     size_t good = k;
     why[0] = '\0';
-    pthread_mutex_lock(&c->engine->compute_lock);
-    for (int l = 0; l < c->model->cfg.n_layer; l++) {
-        if (mz_mem_acquire_layer(c->mem, l, MZ_MIN(k, good)) == MZ_OK) continue;
+    mz_engine_compute_lock(cp->engine);
+    for (int l = 0; l < cp->n_layer; l++) {
+        if (mz_mem_acquire_layer(cp->mem, l, MZ_MIN(k, good)) == MZ_OK) continue;
         if (!why[0]) snprintf(why, cap, "%s", mz_last_error());
         for (size_t ch = 0; ch < good; ch++)
-            if (mz_mem_kv_state(c->mem, l, ch) != MZ_UNIT_RESIDENT) {
+            if (mz_mem_kv_state(cp->mem, l, ch) != MZ_UNIT_RESIDENT) {
                 good = ch;
                 break;
             }
     }
-    pthread_mutex_unlock(&c->engine->compute_lock);
+    mz_engine_compute_unlock(cp->engine);
     return good;
 }
 
@@ -609,7 +621,7 @@ static size_t verified_prefix(mz_ctx_t *c, size_t k, char *why, size_t cap)
  * many threads as the session computes with (the pre-faulting among them
  * still capped by the profile's pre-fault table). 0: the profile's split. */
 #define RESUME_WIDE_MAX_TOKENS 32
-static int resume_restore_threads(const mz_ctx_t *c, size_t n)
+static int resume_restore_threads(const mz_ctx_parts *cp, size_t n)
 {
     /* MZCACHE_RESUME_THREADS=N (0..MZ_RESTORE_THREADS_MAX; 0: the profile's
      * split) overrides, for benchmarks comparing the two on one build */
@@ -622,7 +634,7 @@ static int resume_restore_threads(const mz_ctx_t *c, size_t n)
         mz_log(MZ_LOG_WARN, "MZCACHE_RESUME_THREADS=%s ignored: use 0..%d", env,
                MZ_RESTORE_THREADS_MAX);
     }
-    int nc = mz_threadpool_n_threads(c->pool);
+    int nc = cp->n_threads;
     if (n > RESUME_WIDE_MAX_TOKENS || nc < 4) return 0;
     return MZ_MIN(nc, MZ_RESTORE_THREADS_MAX);
 }
@@ -655,9 +667,9 @@ static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, 
                     "%s (--store-codec %s resumes it)", id, m.codec, st->codec, m.codec);
     } else if (m.tok_id != st->tok_id) {
         s = mz_fail(MZ_E_UNSUPPORTED, "session %s was made with another tokenizer", id);
-    } else if (m.n_layer != (uint32_t)st->e->model->cfg.n_layer) {
+    } else if (m.n_layer != (uint32_t)mz_engine_model(st->e)->cfg.n_layer) {
         s = mz_fail(MZ_E_FORMAT, "session %s: %u layers, the model has %d", id, m.n_layer,
-                    st->e->model->cfg.n_layer);
+                    mz_engine_model(st->e)->cfg.n_layer);
     } else if (m.n_tokens == 0) {
         s = mz_fail(MZ_E_FORMAT, "session %s holds no tokens", id);
     }
@@ -687,15 +699,16 @@ static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, 
         mz_manifest_clear(&m);
         return lost(info, s);
     }
-    const int L = c->model->cfg.n_layer;
-    if (n_feed >= c->n_ctx) {
+    const mz_ctx_parts cp = mz_ctx_get_parts(c);
+    const int L = cp.n_layer;
+    if (n_feed >= cp.n_ctx) {
         s = n_then ? mz_fail(MZ_E_CONTEXT_FULL, "session %s: %zu tokens and %zu new ones do not fit "
-                             "a context of %zu", id, m.n_tokens, n_then, c->n_ctx)
+                             "a context of %zu", id, m.n_tokens, n_then, cp.n_ctx)
                    : mz_fail(MZ_E_CONTEXT_FULL, "session %s: %zu tokens do not fit a context of %zu",
-                             id, m.n_tokens, c->n_ctx);
+                             id, m.n_tokens, cp.n_ctx);
         goto fail;
     }
-    if (c->kv.chunk_bytes != m.chunk_bytes) {
+    if (cp.kv->chunk_bytes != m.chunk_bytes) {
         s = mz_fail(MZ_E_FORMAT, "session %s: its chunk size differs from this model's", id);
         goto fail;
     }
@@ -704,14 +717,14 @@ static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, 
         s = mz_fail(MZ_E_NOMEM, "out of memory (resume)");
         goto fail;
     }
-    pthread_mutex_lock(&c->use_lock);
+    mz_ctx_use_lock(c);
     struct mz_sstore *a = NULL;
     if ((s = attach(c, st, id, false, &a))) {
-        pthread_mutex_unlock(&c->use_lock);
+        mz_ctx_use_unlock(c);
         goto fail;
     }
     a->man.created_ns = m.created_ns;
-    c->sstore = a;
+    mz_ctx_set_listener(c, &store_listener, a);
     /* Take the named records back: chunks [0, k) become stored, clean units,
      * checked as the restore reads them. */
     size_t k = m.n_chunks;
@@ -733,7 +746,7 @@ static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, 
     for (int l = 0; tail && l < L; l++) {
         if (mz_swapfile_slot_import(a->sf, &m.recs[k * (size_t)L + (size_t)l], &a->tail_slot[l]) ==
             MZ_OK) {
-            mz_mem_store_hold(c->mem);
+            mz_mem_store_hold(cp.mem);
             continue;
         }
         mz_log(MZ_LOG_WARN, "session %s: the tail of layer %d: %s; its tokens are recomputed", id, l,
@@ -742,13 +755,13 @@ static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, 
         tail = 0;
     }
     size_t n0 = k * MZ_KV_CHUNK_TOKENS + tail;
-    s = mz_kv_cache_reserve(&c->kv, n0);
-    if (!s) s = mz_mem_store_adopt_chunks(c->mem, k, slots);
+    s = mz_kv_cache_reserve(cp.kv, n0);
+    if (!s) s = mz_mem_store_adopt_chunks(cp.mem, k, slots);
     for (int l = 0; !s && tail && l < L; l++) {
         size_t len = 0;
-        if (mz_swapfile_read(a->sf, a->tail_slot[l], c->kv.chunks[l][k], c->kv.chunk_bytes, &len) ==
+        if (mz_swapfile_read(a->sf, a->tail_slot[l], cp.kv->chunks[l][k], cp.kv->chunk_bytes, &len) ==
                 MZ_OK &&
-            len == c->kv.chunk_bytes)
+            len == cp.kv->chunk_bytes)
             continue;
         mz_log(MZ_LOG_WARN, "session %s: the tail of layer %d: %s; its tokens are recomputed", id, l,
                mz_last_error());
@@ -760,45 +773,40 @@ static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, 
         a->tail_pos = tail;
         a->tail_disk = true;
     }
-    if (!s) {
-        memcpy(c->tokens, m.tokens, n0 * sizeof *c->tokens);
-        c->n_tokens = n0;
-        c->have_logits = false;
-        mz_sstore_note(c);
-    }
-    pthread_mutex_unlock(&c->use_lock);
+    if (!s) mz_ctx_adopt_tokens(c, m.tokens, n0); /* the listener takes them too */
+    mz_ctx_use_unlock(c);
     if (s) goto fail;
     /* Restore the stored chunks through the pipelined restore while the
      * partial last chunk is recomputed. A chunk that fails verification
      * (its name is in the message) cuts the session back to the chunks
      * before it; the rest of the stored tokens are computed again. */
     for (int attempt = 0;; attempt++) {
-        size_t have = c->n_tokens;
+        size_t have = mz_ctx_n_tokens(c);
         mz_restore_params rp = mz_restore_params_default();
-        rp.n_restore_threads = resume_restore_threads(c, n_feed - have);
+        rp.n_restore_threads = resume_restore_threads(&cp, n_feed - have);
         s = mz_prefill_restore(c, feed + have, n_feed - have, &rp, &info->timings);
         if (!s) break;
         if ((s != MZ_E_CORRUPT && s != MZ_E_IO) || attempt >= 3) goto fail;
         char first[400];
         snprintf(first, sizeof first, "%s", mz_last_error());
         char why[400];
-        size_t good = verified_prefix(c, MZ_MIN(k, c->kv.n_chunks), why, sizeof why);
+        size_t good = verified_prefix(&cp, MZ_MIN(k, cp.kv->n_chunks), why, sizeof why);
         snprintf(info->reason, sizeof info->reason, "session %s: %s; truncated to %zu chunks (%zu "
                  "tokens)", id, why[0] ? why : first, good, good * MZ_KV_CHUNK_TOKENS);
         mz_log(MZ_LOG_WARN, "%s", info->reason);
-        if ((s = mz_ctx_truncate(c, MZ_MIN(c->n_tokens, good * MZ_KV_CHUNK_TOKENS)))) goto fail;
+        if ((s = mz_ctx_truncate(c, MZ_MIN(mz_ctx_n_tokens(c), good * MZ_KV_CHUNK_TOKENS)))) goto fail;
         k = good;
         n0 = MZ_MIN(n0, good * MZ_KV_CHUNK_TOKENS);
     }
     info->n_chunks_restored = k;
-    info->n_tokens = c->n_tokens;
+    info->n_tokens = mz_ctx_n_tokens(c);
     info->n_tokens_recomputed = m.n_tokens - n0;
     info->outcome = k == m.n_chunks ? MZ_RESUME_FULL : MZ_RESUME_TRUNCATED;
     if (info->outcome == MZ_RESUME_FULL) info->reason[0] = '\0';
     free(feed);
     free(slots);
     mz_manifest_clear(&m);
-    if ((s = start_worker(c->sstore))) {
+    if ((s = start_worker(a))) {
         mz_ctx_free(c);
         return lost(info, s);
     }
@@ -816,9 +824,10 @@ fail:
         }
     }
     /* No manifest update from a session that never resumed. */
-    if (c && c->sstore) {
-        att_free(c->sstore);
-        c->sstore = NULL;
+    struct mz_sstore *att = att_of(c);
+    if (att) {
+        mz_ctx_set_listener(c, NULL, NULL);
+        att_free(att);
     }
     mz_ctx_free(c);
     free(feed);

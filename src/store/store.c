@@ -82,19 +82,10 @@ static mz_status default_dir(char *buf, size_t cap)
  * directory of this user that nobody else can enter: one store per user. */
 static mz_status make_store_dir(const char *dir)
 {
-    char tmp[PATH_MAX];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof tmp || dir[0] != '/')
+    if (dir[0] != '/')
         return mz_fail(MZ_E_INVAL, "store directory must be an absolute path: \"%s\"", dir);
-    memcpy(tmp, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (tmp[i] != '/' && tmp[i] != '\0') continue;
-        char ch = tmp[i];
-        tmp[i] = '\0';
-        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-            return mz_fail(MZ_E_IO, "cannot create directory %s: %s", tmp, strerror(errno));
-        tmp[i] = ch;
-    }
+    mz_status s = mz_dir_make_private(dir);
+    if (s) return s;
     struct stat st;
     if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return mz_fail(MZ_E_IO, "store %s is not a directory (symbolic links are refused)", dir);
@@ -251,13 +242,14 @@ mz_status mz_store_open(mz_engine_t *e, const mz_store_params *p, mz_store_t **o
     st->p.codec = st->codec;
     mz_status s = store_dir(p, st->dir, sizeof st->dir);
     if (!s) s = make_store_dir(st->dir);
-    if (!s) s = model_identity(st, e->model->path, &st->model_id);
+    mz_model_t *model = mz_engine_model(e);
+    if (!s) s = model_identity(st, model->path, &st->model_id);
     if (s) {
         free(st);
         return mz_fail_prefix(s, "session store");
     }
-    st->tok_id = tokenizer_identity(e->model);
-    st->n_vocab = mz_model_n_vocab(e->model);
+    st->tok_id = tokenizer_identity(model);
+    st->n_vocab = mz_model_n_vocab(model);
     *out = st;
     return MZ_OK;
 }

@@ -9,8 +9,10 @@
  *   session_store.c  a session's attachment: write-behind worker, sync,
  *                    checkpoint, resume
  *
- * Hooks elsewhere (marked [store]): struct mz_ctx.sstore and three calls in
- * src/engine/ctx.c (after a prefill, before a truncation, at free); the
+ * The store follows a session as its listener (mz_ctx_listener,
+ * src/engine/engine.h: appends, truncations, free) and reaches it only
+ * through the engine's narrow accessors (mz_ctx_get_parts ...); the engine
+ * names nothing of the store. Hooks below the engine (marked [store]): the
  * clean-copy field of mz_unit and the mz_mem_store_* calls in
  * src/mem/manager.c; MZ_SWAP_PERSIST and slot import/info in
  * src/io/swapfile.c.
@@ -36,10 +38,6 @@ struct mz_store {
     char codec[8];             /* "raw" or "q8": full chunks' records (manifest.h) */
 };
 
-/* ctx.c hooks (owner thread, c->sstore != NULL for the first two). */
-MZ_INTERNAL void mz_sstore_note(mz_ctx_t *c);
-MZ_INTERNAL void mz_sstore_note_truncate(mz_ctx_t *c, size_t n_keep);
-MZ_INTERNAL void mz_sstore_detach(mz_ctx_t *c);
 /* Tests: the session's free will not write a last manifest (as after kill -9). */
 MZ_INTERNAL void mz_sstore_test_abandon(mz_ctx_t *c);
 /* Tests: how long full chunks may wait for a quiet engine before the

@@ -59,6 +59,25 @@ static inline mz_ctx_t *ev_ctx(mz_model_t *m, const char *codec, mz_kv_placement
     return c;
 }
 
+/* A context of engine mode `mode` (the baseline tests); mzcache itself with
+ * the lossless destination (q8 is not), so that every mode can be held to
+ * the same exact check. */
+static inline mz_ctx_t *ev_mode_ctx(mz_model_t *m, mz_engine_mode mode, int n_ctx, const char *swap)
+{
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_ctx = n_ctx;
+    cp.n_threads = 2;
+    cp.swap_dir = t_tmp_path(swap);
+    cp.mode = mode;
+    if (mode == MZ_MODE_MZCACHE) cp.kv_placement = MZ_KV_PLACE_STORAGE;
+    mz_ctx_t *c = NULL;
+    if (mz_ctx_init(m, &cp, &c)) {
+        fprintf(stderr, "ctx (%s): %s\n", mz_engine_mode_name(mode), mz_last_error());
+        return NULL;
+    }
+    return c;
+}
+
 static inline void ev_tokens(mz_token *t, size_t n, int n_vocab, unsigned long long seed)
 {
     unsigned long long s = seed;

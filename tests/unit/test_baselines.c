@@ -37,29 +37,12 @@ typedef struct setup {
     int n_vocab;
 } setup;
 
-static mz_ctx_t *mode_ctx(mz_model_t *m, mz_engine_mode mode, int n_ctx, const char *swap)
-{
-    mz_ctx_params cp = mz_ctx_params_default();
-    cp.n_ctx = n_ctx;
-    cp.n_threads = 2;
-    cp.swap_dir = t_tmp_path(swap);
-    cp.mode = mode;
-    /* mzcache itself: the lossless destination (q8 is not), for the same check. */
-    if (mode == MZ_MODE_MZCACHE) cp.kv_placement = MZ_KV_PLACE_STORAGE;
-    mz_ctx_t *c = NULL;
-    if (mz_ctx_init(m, &cp, &c)) {
-        fprintf(stderr, "ctx (%s): %s\n", mz_engine_mode_name(mode), mz_last_error());
-        return NULL;
-    }
-    return c;
-}
-
 static int make_reference(setup *su)
 {
     mz_model_t *m = ev_load(su->path);
     if (!m) return -1;
     su->n_vocab = mz_model_n_vocab(m);
-    mz_ctx_t *c = mode_ctx(m, MZ_MODE_MZCACHE, su->n_ctx, "ref");
+    mz_ctx_t *c = ev_mode_ctx(m, MZ_MODE_MZCACHE, su->n_ctx, "ref");
     int rc = -1;
     if (!c) goto out;
     for (int i = 0; i < 4; i++) {
@@ -123,7 +106,7 @@ static void run_mode(setup *su, mz_engine_mode mode)
     if (!m) return;
     char swap[64];
     snprintf(swap, sizeof swap, "swap-%s", mn);
-    mz_ctx_t *c = mode_ctx(m, mode, su->n_ctx, swap);
+    mz_ctx_t *c = ev_mode_ctx(m, mode, su->n_ctx, swap);
     CHECK(c != NULL);
     if (!c) goto out;
 
@@ -230,7 +213,7 @@ static void test_mixing(setup *su)
     mz_model_t *m = ev_load(su->path);
     CHECK(m != NULL);
     if (!m) return;
-    mz_ctx_t *a = mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "mix"), *b = NULL;
+    mz_ctx_t *a = ev_mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "mix"), *b = NULL;
     CHECK(a != NULL);
     mz_ctx_params cp = mz_ctx_params_default();
     cp.n_ctx = su->n_ctx;
@@ -238,14 +221,14 @@ static void test_mixing(setup *su)
     CHECK(mz_ctx_init(m, &cp, &b) == MZ_E_INVAL && b == NULL);
     /* A second context joins the engine of the first: same swap directory
      * (an engine has one); another one is refused. */
-    mz_ctx_t *a2 = mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "mix2");
+    mz_ctx_t *a2 = ev_mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "mix2");
     CHECK(a2 == NULL);
-    a2 = mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "mix");
+    a2 = ev_mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "mix");
     CHECK(a2 != NULL);
     mz_ctx_free(a2);
     mz_ctx_free(a);
     /* Back in the model's buffers: a mzcache context works and matches. */
-    b = mode_ctx(m, MZ_MODE_MZCACHE, su->n_ctx, "mix3");
+    b = ev_mode_ctx(m, MZ_MODE_MZCACHE, su->n_ctx, "mix3");
     CHECK(b != NULL);
     if (b) {
         CHECK(mz_prefill(b, su->base, su->n_base) == MZ_OK);
@@ -284,7 +267,7 @@ static void test_zram(setup *su)
     printf("  zram swap on %s\n", dev);
 
     mz_model_t *m = ev_load(su->path);
-    mz_ctx_t *c = m ? mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "zram") : NULL;
+    mz_ctx_t *c = m ? ev_mode_ctx(m, MZ_MODE_OS_PAGING, su->n_ctx, "zram") : NULL;
     CHECK(c != NULL);
     if (c) {
         CHECK(mz_prefill(c, su->base, su->n_base) == MZ_OK);

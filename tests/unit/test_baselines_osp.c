@@ -45,22 +45,6 @@ static int gen_wide(const char *path)
     return mz_gen_model(path, &gp) == MZ_OK ? 0 : -1;
 }
 
-static mz_ctx_t *osp_ctx(mz_model_t *m, mz_engine_mode mode, int n_ctx, const char *swap)
-{
-    mz_ctx_params cp = mz_ctx_params_default();
-    cp.n_ctx = n_ctx;
-    cp.n_threads = 2;
-    cp.swap_dir = t_tmp_path(swap);
-    cp.mode = mode;
-    if (mode == MZ_MODE_MZCACHE) cp.kv_placement = MZ_KV_PLACE_STORAGE;
-    mz_ctx_t *c = NULL;
-    if (mz_ctx_init(m, &cp, &c)) {
-        fprintf(stderr, "ctx (%s): %s\n", mz_engine_mode_name(mode), mz_last_error());
-        return NULL;
-    }
-    return c;
-}
-
 /* A synthetic context of n positions: random F16 K/V straight into the chunks
  * (as `mzcache bench ttft` does). */
 static int fill_synthetic(mz_ctx_t *c, size_t n)
@@ -104,7 +88,7 @@ static void test_repeated_full_eviction(const char *model)
     CHECK(m != NULL);
     if (!m) return;
     const size_t N = 24 * MZ_KV_CHUNK_TOKENS;
-    mz_ctx_t *c = osp_ctx(m, MZ_MODE_OS_PAGING, (int)N + 64, "osp-wide");
+    mz_ctx_t *c = ev_mode_ctx(m, MZ_MODE_OS_PAGING, (int)N + 64, "osp-wide");
     CHECK(c != NULL);
     if (!c) goto out;
     CHECK(c->kv.chunk_bytes == (size_t)1 << 20);
@@ -163,14 +147,14 @@ static void test_truncate_regrow(const char *model)
     ev_tokens(base, NB, nv, 21);
     ev_tokens(follow, NF, nv, 22);
     float *ref = malloc((size_t)nv * sizeof *ref);
-    mz_ctx_t *r = osp_ctx(m, MZ_MODE_MZCACHE, 1024, "osp-ref");
+    mz_ctx_t *r = ev_mode_ctx(m, MZ_MODE_MZCACHE, 1024, "osp-ref");
     CHECK(r != NULL && ref != NULL);
     if (!r || !ref) goto out;
     CHECK(mz_prefill(r, base, NB) == MZ_OK);
     CHECK(ev_prefill_logits(r, follow, NF, ref, nv) == MZ_OK);
     mz_ctx_free(r);
 
-    mz_ctx_t *c = osp_ctx(m, MZ_MODE_OS_PAGING, 1024, "osp-regrow");
+    mz_ctx_t *c = ev_mode_ctx(m, MZ_MODE_OS_PAGING, 1024, "osp-regrow");
     CHECK(c != NULL);
     if (c) {
         CHECK(mz_prefill(c, base, NB) == MZ_OK);
@@ -220,7 +204,7 @@ static void test_zram_partial(const char *model)
     /* 2 chunks a layer: 6 of ~14 MiB are KV, so that 50 % can be reached even
      * if zram cannot compress the random KV at all. */
     const size_t N = 2 * MZ_KV_CHUNK_TOKENS;
-    mz_ctx_t *c = m ? osp_ctx(m, MZ_MODE_OS_PAGING, (int)N + 64, "osp-zram") : NULL;
+    mz_ctx_t *c = m ? ev_mode_ctx(m, MZ_MODE_OS_PAGING, (int)N + 64, "osp-zram") : NULL;
     CHECK(c != NULL);
     if (c && fill_synthetic(c, N) == 0) {
         /* The weights may have left the page cache with the other cases (the

@@ -1,5 +1,5 @@
 /*
- * test_kv_fill.c — the synthetic KV fill (src/kv/kv_fill.c) against real KV.
+ * test_kv_fill.c — the synthetic KV fill (src/harness/kv_fill.c) against real KV.
  *
  * A real SmolLM2-135M prefill of N_REAL tokens of English text (the GPL-3
  * licence text). The fill is calibrated on positions [4, CAL_END) and judged
@@ -20,7 +20,7 @@
 #include "codec/codec.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
-#include "kv/kv_fill.h"
+#include "harness/kv_fill.h"
 
 #ifdef MZ_HAVE_LZ4
 #include <lz4.h>
