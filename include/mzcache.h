@@ -152,6 +152,15 @@ MZ_API MZ_NODISCARD mz_status mz_chat_format(const mz_model_t *m, const mz_chat_
                                              size_t n_msgs, bool add_assistant, char *buf,
                                              size_t cap, size_t *n_out);
 
+/* The chat template applied to msgs, tokenized (BOS as mz_tokenize's
+ * add_special): control tokens such as <|im_end|> come only from the
+ * template; message content is text, whatever it spells, so a message cannot
+ * close its own turn or open another. Writes at most cap tokens; *n_out is
+ * the full count (MZ_E_RANGE when cap is short, as mz_tokenize). */
+MZ_API MZ_NODISCARD mz_status mz_chat_tokenize(const mz_model_t *m, const mz_chat_msg *msgs,
+                                               size_t n_msgs, bool add_assistant, mz_token *out,
+                                               size_t cap, size_t *n_out);
+
 /* ---- context ------------------------------------------------------------------ */
 
 /* Progress of a long prefill: return false to cancel (MZ_E_CANCELLED). */

@@ -235,11 +235,7 @@ static int fit_conversation(const mz_model_t *m, conversation *conv, size_t n_ct
     size_t first = conv->n && !strcmp(conv->msgs[0].role, "system") ? 1 : 0;
     size_t dropped = 0;
     for (;;) {
-        char *formatted = NULL;
-        if (cli_format_chat(m, conv->msgs, conv->n, &formatted)) return -1;
-        mz_status s = cli_tokenize(m, formatted, true, true, toks, n);
-        free(formatted);
-        if (s) return -1;
+        if (cli_tokenize_chat(m, conv->msgs, conv->n, toks, n)) return -1;
         if (*n + room <= n_ctx || (*n < n_ctx && conv->n - first <= 1)) break;
         if (conv->n - first <= 1) {
             printf("(your message is %zu tokens with the template; the context holds %zu: not sent. "

@@ -156,31 +156,45 @@ void cli_print_gen_timings(size_t n_prompt, double prompt_ms, const cli_gen_resu
     fputc('\n', stderr);
 }
 
-mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, bool parse_special,
-                       mz_token **out, size_t *n_out)
+/* Text (msgs NULL) or chat messages through the template, into a buffer
+ * grown to the count the first pass reports. */
+static mz_status tokenize_grow(const mz_model_t *m, const char *text, const mz_chat_msg *msgs, size_t n_msgs,
+                               bool add_special, bool parse_special, mz_token **out, size_t *n_out)
 {
-    size_t len = strlen(text), n = 0;
-    size_t cap = len + 16;
-    mz_token *toks = malloc(cap * sizeof *toks);
-    if (!toks) return MZ_E_NOMEM;
-    mz_status s = mz_tokenize(m, text, len, add_special, parse_special, toks, cap, &n);
-    if (s == MZ_E_RANGE) {
-        mz_token *bigger = realloc(toks, n * sizeof *toks);
+    size_t len = text ? strlen(text) : 0, n = 0, cap = len + 256;
+    mz_token *toks = NULL;
+    mz_status s = MZ_E_RANGE;
+    for (int pass = 0; pass < 2 && s == MZ_E_RANGE; pass++) {
+        mz_token *bigger = realloc(toks, cap * sizeof *toks);
         if (!bigger) {
             free(toks);
             return MZ_E_NOMEM;
         }
         toks = bigger;
-        s = mz_tokenize(m, text, len, add_special, parse_special, toks, n, &n);
+        s = msgs ? mz_chat_tokenize(m, msgs, n_msgs, true, toks, cap, &n)
+                 : mz_tokenize(m, text, len, add_special, parse_special, toks, cap, &n);
+        cap = n;
     }
     if (s) {
         free(toks);
-        fprintf(stderr, "mzcache: tokenize failed: %s\n", mz_last_error());
+        fprintf(stderr, "mzcache: %s failed: %s\n", msgs ? "chat template" : "tokenize", mz_last_error());
         return s;
     }
     *out = toks;
     *n_out = n;
     return MZ_OK;
+}
+
+mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, bool parse_special,
+                       mz_token **out, size_t *n_out)
+{
+    return tokenize_grow(m, text, NULL, 0, add_special, parse_special, out, n_out);
+}
+
+mz_status cli_tokenize_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n_msgs, mz_token **out,
+                            size_t *n_out)
+{
+    return tokenize_grow(m, NULL, msgs, n_msgs, true, true, out, n_out);
 }
 
 /* Printing for cli_generate: each token's text goes out as it comes, and
@@ -307,20 +321,18 @@ static int cmd_run(int argc, char **argv)
     mz_ctx_t *ctx = NULL;
     mz_sampler_t *smp = NULL;
     mz_token *toks = NULL;
-    char *formatted = NULL;
     size_t n = 0;
     int rc = 1;
     if (cli_load(&o, &m, &ctx)) return 1;
-    const char *text = prompt;
     if (chat) {
         mz_chat_msg msgs[2];
         size_t nm = 0;
         if (system) msgs[nm++] = (mz_chat_msg){"system", system};
         msgs[nm++] = (mz_chat_msg){"user", prompt};
-        if (cli_format_chat(m, msgs, nm, &formatted)) goto out;
-        text = formatted;
+        if (cli_tokenize_chat(m, msgs, nm, &toks, &n)) goto out;
+    } else if (cli_tokenize(m, prompt, true, false, &toks, &n)) {
+        goto out;
     }
-    if (cli_tokenize(m, text, true, chat, &toks, &n)) goto out;
     if (n == 0) {
         /* The sampler needs the logits of at least one token. */
         fprintf(stderr, "mzcache run: the prompt is empty (no tokens); give some text with -p\n");
@@ -351,7 +363,6 @@ static int cmd_run(int argc, char **argv)
     rc = 0;
 out:
     free(toks);
-    free(formatted);
     mz_sampler_free(smp);
     mz_ctx_free(ctx);
     mz_model_free(m);

@@ -87,39 +87,25 @@ struct lp_entry {
 
 /* ---- prompt → tokens ------------------------------------------------------------------- */
 
+/* Tokenizes with a growing buffer: chat messages through the template
+ * (control tokens only from the template), or the raw prompt, whose control
+ * tokens are read only when the request opts in ("parse_special"). */
 static mz_status build_tokens(mz_server_t *s, const srv_comp_req *r, bool chat, mz_token **out, size_t *n_out)
 {
-    char *formatted = NULL;
-    const char *text = r->prompt;
-    mz_status st;
-    if (chat) {
-        size_t need = 0;
-        st = mz_chat_format(s->model, r->msgs, r->n_msgs, true, NULL, 0, &need);
-        if (st && st != MZ_E_RANGE) return st;
-        formatted = malloc(need + 1);
-        if (!formatted) return MZ_E_NOMEM;
-        if ((st = mz_chat_format(s->model, r->msgs, r->n_msgs, true, formatted, need + 1, &need))) {
-            free(formatted);
-            return st;
+    size_t len = chat ? 0 : strlen(r->prompt), n = 0, cap = len + 256;
+    mz_token *toks = NULL;
+    mz_status st = MZ_E_RANGE;
+    for (int pass = 0; pass < 2 && st == MZ_E_RANGE; pass++) {
+        mz_token *b = realloc(toks, cap * sizeof *toks);
+        if (!b) {
+            st = MZ_E_NOMEM;
+            break;
         }
-        text = formatted;
+        toks = b;
+        st = chat ? mz_chat_tokenize(s->model, r->msgs, r->n_msgs, true, toks, cap, &n)
+                  : mz_tokenize(s->model, r->prompt, len, true, r->parse_special, toks, cap, &n);
+        cap = n;
     }
-    size_t len = strlen(text), n = 0, cap = len + 16;
-    mz_token *toks = malloc(cap * sizeof *toks);
-    if (!toks) {
-        free(formatted);
-        return MZ_E_NOMEM;
-    }
-    st = mz_tokenize(s->model, text, len, true, true, toks, cap, &n);
-    if (st == MZ_E_RANGE) {
-        mz_token *b = realloc(toks, n * sizeof *toks);
-        if (!b) st = MZ_E_NOMEM;
-        else {
-            toks = b;
-            st = mz_tokenize(s->model, text, len, true, true, toks, n, &n);
-        }
-    }
-    free(formatted);
     if (st) {
         free(toks);
         return st;
@@ -653,8 +639,7 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         return ret;
     }
     char sid[SRV_SESSION_ID_MAX + 1];
-    const char *bad_sid = srv_session_id(root, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id"), sid,
-                                         sizeof sid);
+    const char *bad_sid = srv_session_id(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id"), sid, sizeof sid);
     gen_state *g = bad_sid ? NULL : calloc(1, sizeof *g);
     mz_token *toks = NULL;
     size_t n = 0;

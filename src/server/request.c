@@ -44,7 +44,7 @@ static const char *const k_fields_common[] = {
     "top_k", "min_p", "repeat_penalty", "seed", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
     "presence_penalty", "response_format", "user", "metadata", "store", "service_tier", NULL};
 static const char *const k_fields_chat[] = {"messages", "top_logprobs", "modalities", NULL};
-static const char *const k_fields_comp[] = {"prompt", "echo", "best_of", "suffix", NULL};
+static const char *const k_fields_comp[] = {"prompt", "echo", "best_of", "suffix", "parse_special", NULL};
 
 /* OpenAI fields this server does not implement, with the reason given. */
 static const struct {
@@ -337,6 +337,13 @@ const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, b
         if (!cJSON_IsString(p)) return "\"prompt\" must be a string";
         if (!*p->valuestring) return "\"prompt\" is empty";
         r->prompt = p->valuestring;
+        /* An extension: control-token text in a raw prompt is text unless
+         * the client says it writes the template itself. */
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(root, "parse_special");
+        if (ps && !cJSON_IsNull(ps)) {
+            if (!cJSON_IsBool(ps)) return "\"parse_special\" must be true or false";
+            r->parse_special = cJSON_IsTrue(ps);
+        }
     }
     r->stream = false;
     if ((j = cJSON_GetObjectItemCaseSensitive(root, "stream")) && !cJSON_IsNull(j)) {
@@ -486,24 +493,13 @@ bool srv_session_id_valid(const char *id, bool allow_anon)
     return allow_anon || strncmp(id, "anon-", 5);
 }
 
-const char *srv_session_id(const cJSON *root, const char *header, char *id, size_t cap)
+const char *srv_session_id(const char *header, char *id, size_t cap)
 {
     id[0] = '\0';
-    const char *v = header && *header ? header : NULL;
-    bool from_user = false;
-    if (!v) {
-        const cJSON *u = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "user") : NULL;
-        if (!u || cJSON_IsNull(u)) return NULL;
-        if (!cJSON_IsString(u)) return "\"user\" must be a string (it names the session)";
-        if (!*u->valuestring) return NULL;
-        v = u->valuestring;
-        from_user = true;
-    }
-    if (!srv_session_id_valid(v, false) || strlen(v) >= cap)
-        return from_user ? "\"user\" names the session: 1 to 64 characters of A-Z a-z 0-9 . _ : @ + -, not beginning "
-                           "with \"anon-\""
-                         : "the X-Session-Id header must be 1 to 64 characters of A-Z a-z 0-9 . _ : @ + - and not "
-                           "begin with \"anon-\"";
-    memcpy(id, v, strlen(v) + 1);
+    if (!header || !*header) return NULL;
+    if (!srv_session_id_valid(header, false) || strlen(header) >= cap)
+        return "the X-Session-Id header must be 1 to 64 characters of A-Z a-z 0-9 . _ : @ + - and not "
+               "begin with \"anon-\"";
+    memcpy(id, header, strlen(header) + 1);
     return NULL;
 }

@@ -48,6 +48,7 @@ typedef struct srv_comp_req {
     char *owned[SRV_MAX_MESSAGES];  /* message contents (copies) */
     size_t n_msgs;
     const char *prompt;             /* /v1/completions */
+    bool parse_special;             /* /v1/completions: "<|im_end|>" in the prompt is that control token */
     bool stream;
     int max_tokens;                 /* in [1, max_tokens_limit] */
     mz_sampler_params sp;
@@ -109,10 +110,10 @@ bool srv_key_matches(const char *key, size_t key_len, const char *given);
  * allow_anon (DELETE /mz/sessions/ID), never chosen by a client. */
 bool srv_session_id_valid(const char *id, bool allow_anon);
 
-/* The session a completion names: the X-Session-Id header value (header,
- * NULL when absent) wins over the body's "user" field; an empty value counts
- * as absent. Copies it into id[cap] ("" when none). NULL on success, else a
- * message for a 400. */
-const char *srv_session_id(const cJSON *root, const char *header, char *id, size_t cap);
+/* The session a completion names: the X-Session-Id header value (NULL or
+ * empty: none; the body's "user" is an end-user id and never names one).
+ * Copies it into id[cap] ("" when none). NULL on success, else a message for
+ * a 400. */
+const char *srv_session_id(const char *header, char *id, size_t cap);
 
 #endif /* MZ_SERVER_REQUEST_H */
