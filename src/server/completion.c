@@ -620,8 +620,9 @@ static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, si
 enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, srv_request *rq, bool chat)
 {
     double t0 = srv_now_ms();
-    cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
-    if (!root) return srv_error(s, c, 400, "invalid_request_error", "body is not valid JSON");
+    const char *bad_json;
+    cJSON *root = srv_parse_json(rq->body, rq->len, &bad_json);
+    if (!root) return srv_error(s, c, 400, "invalid_request_error", "%s", bad_json);
     srv_comp_req *r = calloc(1, sizeof *r);
     if (!r) {
         cJSON_Delete(root);

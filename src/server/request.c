@@ -18,6 +18,46 @@
 #include <string.h>
 #include <strings.h>
 
+/* ---- JSON bodies ------------------------------------------------------------------- */
+
+/* An escape \u0000 at s[i] (the backslash), counting the backslashes before
+ * it: an even number of them leaves this one a real escape. */
+static bool nul_escape_at(const char *s, size_t i, size_t len)
+{
+    if (len - i < 6 || memcmp(s + i, "\\u0000", 6)) return false;
+    size_t k = 0;
+    while (k < i && s[i - 1 - k] == '\\') k++;
+    return k % 2 == 0;
+}
+
+cJSON *srv_parse_json(const char *body, size_t len, const char **err)
+{
+    *err = "body is not valid JSON";
+    if (!body) body = "";
+    for (size_t i = 0; i < len; i++) {
+        if (body[i] == '\0') {
+            *err = "body is not valid JSON: a NUL byte";
+            return NULL;
+        }
+        /* cJSON would end the string there, silently dropping the rest. */
+        if (body[i] == '\\' && nul_escape_at(body, i, len)) {
+            *err = "strings must not contain \\u0000";
+            return NULL;
+        }
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) return NULL;
+    for (const char *p = end; p < body + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(root);
+            *err = "body is not valid JSON: something follows the JSON value";
+            return NULL;
+        }
+    *err = NULL;
+    return root;
+}
+
 /* ---- completion bodies ------------------------------------------------------------- */
 
 void srv_comp_req_free(srv_comp_req *r)
@@ -412,7 +452,8 @@ const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, b
 const char *srv_parse_evict(const char *body, size_t len, srv_evict_req *out)
 {
     memset(out, 0, sizeof *out);
-    cJSON *root = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
+    const char *bad_json;
+    cJSON *root = srv_parse_json(body, body ? len : 0, &bad_json); /* bad_json: the generic message below */
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return "body must be a JSON object: {\"bytes\": N}, {\"percent\": P} or {\"all\": true}";

@@ -64,6 +64,12 @@ typedef struct srv_comp_req {
     char errbuf[256];               /* messages that name a field are written here */
 } srv_comp_req;
 
+/* Parses body[0, len) as one strict JSON value: NULL with *err set (a
+ * message for a 400) for invalid JSON, anything but whitespace after the
+ * value, a NUL byte, or a \u0000 escape (which cJSON would silently end the
+ * string at). */
+cJSON *srv_parse_json(const char *body, size_t len, const char **err);
+
 /* Fills r (zeroed by the caller) from a parsed body. Every top-level field
  * is either honoured or refused by name (docs/SERVER.md has the table). Returns NULL when the
  * request is valid, else a message for the client (never naming a file),

@@ -111,6 +111,31 @@ def part_user(srv, openai):
     T.check(st == 400 and "user" in json.dumps(j), f"a non-string user: {st} {j}")
 
 
+def part_json(srv):
+    """item 9: strict JSON bodies."""
+    hdr = {"Content-Type": "application/json"}
+    ok = b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
+    st, _ = srv.raw("POST", "/v1/chat/completions", ok, hdr)
+    T.check(st == 200, f"a plain body is accepted: {st}")
+    cases = [
+        (b'{"messages": [{"role": "user", "content": "hi\\u0000there"}], "max_tokens": 2}', "u0000"),
+        (ok + b' garbage', "follows"),
+        (ok + b'{}', "follows"),
+        (ok + b'\x00', "NUL"),
+    ]
+    for body, word in cases:
+        st, raw = srv.raw("POST", "/v1/chat/completions", body, hdr)
+        T.check(st == 400 and word.encode() in raw, f"{body[-24:]!r}: HTTP {st} {raw[:160]!r}")
+    # An escaped backslash before u0000 is text, not a NUL.
+    body = b'{"prompt": "a\\\\u0000b", "max_tokens": 1}'
+    st, raw = srv.raw("POST", "/v1/completions", body, hdr)
+    T.check(st == 200, f"an escaped backslash then u0000 is text: {st} {raw[:160]!r}")
+    st, raw = srv.raw("POST", "/mz/evict", b'{"bytes": 0} x', hdr)
+    T.check(st == 400, f"/mz/evict with trailing garbage: {st}")
+    st, raw = srv.raw("POST", "/v1/chat/completions", ok + b" \r\n\t", hdr)
+    T.check(st == 200, f"whitespace after the value is fine: {st}")
+
+
 def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     binary = T.binary_and_model()
@@ -120,6 +145,7 @@ def main():
         if not T.check(srv.wait_ready(), "the server starts"):
             return
         part_injection(binary, srv)
+        part_json(srv)
         try:
             import openai
         except ImportError as e:
