@@ -56,6 +56,7 @@ typedef struct gen_state {
     char *text;
     size_t len, cap, emitted;
     bool done, failed;
+    bool client_gone;              /* the generation stopped: its client closed the connection */
     const char *finish;
     /* SSE output waiting to be copied into MHD's buffer */
     char *out;
@@ -233,10 +234,16 @@ static mz_gen_action gen_on_token(void *user, mz_token t, const float *logits, i
     return MZ_GEN_CONTINUE;
 }
 
-/* Shutdown: the grace period ran out; the answer ends here ("length"). */
+/* Shutdown: the grace period ran out; the answer ends here ("length").
+ * A non-streamed request whose client closed its connection ends too:
+ * nobody would read the answer (a stream notices through MHD's writes). */
 static bool gen_cancelled(void *user)
 {
     gen_state *g = user;
+    if (!g->stream && srv_client_gone(g->conn)) {
+        g->client_gone = true;
+        return true;
+    }
     return srv_cut_short(g->srv);
 }
 
@@ -283,10 +290,12 @@ static void gen_release(gen_state *g)
     double now = srv_now_ms();
     g->tm.gen_ms = now - g->t_gen0;
     g->tm.total_ms = now - g->t0;
-    snprintf(g->tm.finish_reason, sizeof g->tm.finish_reason, "%s", g->done ? finish_reason(g) : "client_gone");
+    snprintf(g->tm.finish_reason, sizeof g->tm.finish_reason, "%s",
+             g->done && !g->client_gone ? finish_reason(g) : "client_gone");
     g->tm.valid = true;
     pthread_mutex_lock(&s->snap_mu);
     s->last = g->tm;
+    if (g->client_gone) s->n_client_gone_running++;
     s->n_prompt_tokens += g->tm.n_prompt;
     s->n_prefilled_tokens += g->tm.n_prefilled;
     s->n_cached_tokens += g->tm.n_cached;
@@ -696,8 +705,16 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         goto out_gen;
     }
     double wait_ms = 0;
-    int gate = srv_gate_enter(s, false, &wait_ms);
+    int gate = srv_gate_enter_for(s, false, c, &wait_ms);
     g->tm.queue_ms = wait_ms;
+    if (gate == SRV_GATE_CLIENT_GONE) {
+        pthread_mutex_lock(&s->snap_mu);
+        s->n_client_gone_queued++;
+        pthread_mutex_unlock(&s->snap_mu);
+        srv_log(s, "request dropped from the queue after %.0f ms: its client closed the connection", wait_ms);
+        ret = MHD_NO; /* close it: nobody is there to answer */
+        goto out_gen;
+    }
     if (gate == 429) {
         ret = srv_error(s, c, 429, "rate_limit_error", "busy: another request is using the conversation and the queue is full; retry");
         goto out_gen;
@@ -789,8 +806,14 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g));
         cJSON_AddItemToArray(choices, ch);
         add_usage(o, g);
-        bool failed = g->failed;
+        bool failed = g->failed, gone = g->client_gone;
         gen_release(g);
+        if (gone) {
+            srv_log(s, "generation stopped after %zu tokens: its client closed the connection", g->tm.n_generated);
+            cJSON_Delete(o);
+            ret = MHD_NO;
+            goto out_gen;
+        }
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)s->p.conn_timeout_s);
         if (failed) {
             cJSON_Delete(o);

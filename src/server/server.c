@@ -31,6 +31,7 @@
 #endif
 #include <math.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -168,7 +169,24 @@ static size_t rss_bytes(void)
 
 /* ---- 2. gate and snapshot ------------------------------------------------------------- */
 
+bool srv_client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+    if (!ci) return false;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&pfd, 1, 0) <= 0) return false;
+    if (pfd.revents & (POLLHUP | POLLERR | POLLRDHUP)) return true;
+    /* Readable: a pipelined request is data; end of stream is a close. */
+    char b;
+    return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
+{
+    return srv_gate_enter_for(s, priority, NULL, wait_ms);
+}
+
+int srv_gate_enter_for(mz_server_t *s, bool priority, struct MHD_Connection *client, double *wait_ms)
 {
     double t0 = srv_now_ms();
     int rc = 0;
@@ -188,10 +206,25 @@ int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
             dl.tv_sec += (time_t)(ns / 1000000000LL);
             dl.tv_nsec = (long)(ns % 1000000000LL);
             s->n_waiting++;
-            while ((s->busy || s->n_priority_waiting) && !s->stopping && !rc && !srv_cut_short(s))
-                if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) rc = 503;
+            while ((s->busy || s->n_priority_waiting) && !s->stopping && !rc && !srv_cut_short(s)) {
+                /* With a client: wake every 200 ms to see whether it left. */
+                struct timespec wake = dl;
+                if (client) {
+                    clock_gettime(CLOCK_REALTIME, &wake);
+                    long long wn = wake.tv_nsec + 200000000LL;
+                    wake.tv_sec += (time_t)(wn / 1000000000LL);
+                    wake.tv_nsec = (long)(wn % 1000000000LL);
+                    if (wake.tv_sec > dl.tv_sec || (wake.tv_sec == dl.tv_sec && wake.tv_nsec > dl.tv_nsec)) wake = dl;
+                }
+                if (pthread_cond_timedwait(&s->cv, &s->mu, &wake) == ETIMEDOUT) {
+                    struct timespec now;
+                    clock_gettime(CLOCK_REALTIME, &now);
+                    if (now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec)) rc = 503;
+                }
+                if (!rc && client && srv_client_gone(client)) rc = SRV_GATE_CLIENT_GONE;
+            }
             s->n_waiting--;
-            if (s->stopping || srv_cut_short(s)) rc = 503;
+            if ((s->stopping || srv_cut_short(s)) && rc != SRV_GATE_CLIENT_GONE) rc = 503;
         }
     }
     if (!rc) s->busy = true;
@@ -651,6 +684,9 @@ static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
     cJSON_AddStringToObject(root, "model", s->model_id);
     cJSON_AddBoolToObject(root, "busy", busy);
     cJSON_AddNumberToObject(root, "queued", queued);
+    cJSON *gone = cJSON_AddObjectToObject(root, "client_gone");
+    cJSON_AddNumberToObject(gone, "queued", (double)s->n_client_gone_queued);
+    cJSON_AddNumberToObject(gone, "generating", (double)s->n_client_gone_running);
     cJSON_AddItemToObject(root, "memory", stats_json(&s->stats, s->ctx_tokens, (int)s->n_ctx));
     cJSON_AddItemToObject(root, "sessions", sessions_json(s));
     cJSON_AddItemToObject(root, "budget", budget_json(s));
@@ -755,6 +791,10 @@ static enum MHD_Result handle_metrics(mz_server_t *s, struct MHD_Connection *c)
     for (int i = 2; i < 6; i++) P("mzcache_responses_total{class=\"%dxx\"} %zu\n", i, s->n_responses[i]);
     P("# HELP mzcache_rejected_busy_total Requests refused with 429.\n# TYPE mzcache_rejected_busy_total counter\n"
       "mzcache_rejected_busy_total %zu\n", s->n_429);
+    P("# HELP mzcache_client_gone_total Requests whose client closed the connection: dropped from the queue, or "
+      "stopped while generating.\n# TYPE mzcache_client_gone_total counter\n"
+      "mzcache_client_gone_total{where=\"queued\"} %zu\nmzcache_client_gone_total{where=\"generating\"} %zu\n",
+      s->n_client_gone_queued, s->n_client_gone_running);
     P("# HELP mzcache_tokens_total Tokens by kind: prompt (all), prefilled (computed), cached (reused), generated.\n"
       "# TYPE mzcache_tokens_total counter\n"
       "mzcache_tokens_total{kind=\"prompt\"} %zu\nmzcache_tokens_total{kind=\"prefilled\"} %zu\n"

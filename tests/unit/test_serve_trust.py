@@ -26,9 +26,11 @@ parts that need it, said by name). No wall-clock assertion.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serveutil import MODEL, ROOT, Checks, Server  # noqa: E402
@@ -136,6 +138,90 @@ def part_json(srv):
     T.check(st == 200, f"whitespace after the value is fine: {st}")
 
 
+def metric(srv, name):
+    st, raw = srv.request("GET", "/metrics")
+    for line in raw.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def wait_idle(srv, want_queued=0, timeout_s=120):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st, j = srv.json("GET", "/mz/status")
+        if st == 200 and not j.get("busy") and j.get("queued") == want_queued:
+            return j
+        time.sleep(0.05)
+    return None
+
+
+def send_raw(port, body):
+    """A request on a socket of its own, left open (the caller closes it)."""
+    sk = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    sk.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return sk
+
+
+LONG = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 400, "temperature": 0,
+        "logit_bias": {"0": -100, "2": -100}}
+
+
+def part_gone(srv, openai):
+    """item 6: clients that leave, running and queued (the daemon has --token-delay)."""
+    gen0 = metric(srv, 'mzcache_tokens_total{kind="generated"}')
+    if openai:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="unused", max_retries=2,
+                               timeout=1.5)
+        try:
+            client.chat.completions.create(model="default", **LONG)
+            T.check(False, "the long request should time out in the client")
+        except openai.APITimeoutError:
+            pass
+        st, j = chat(srv, [{"role": "user", "content": "hi"}], max_tokens=1)
+        T.check(st == 200, f"the next request is answered: {st}")
+        T.check(wait_idle(srv) is not None, "the server goes idle")
+        gen = metric(srv, 'mzcache_tokens_total{kind="generated"}') - gen0
+        T.check(gen < LONG["max_tokens"], f"three timed-out attempts generated {gen:.0f} tokens, fewer than one "
+                                          f"whole answer ({LONG['max_tokens']})")
+        st, j = srv.json("GET", "/mz/status")
+        gone = (j or {}).get("client_gone", {})
+        T.check(gone.get("generating", 0) + gone.get("queued", 0) >= 3,
+                f"every attempt whose client left was stopped or dropped: {gone}")
+    # Queued requests whose clients leave are dropped.
+    gen0 = metric(srv, 'mzcache_tokens_total{kind="generated"}')
+    st, j0 = srv.json("GET", "/mz/status")
+    queued0 = (j0 or {}).get("client_gone", {}).get("queued", 0)
+    running = send_raw(srv.port, LONG)
+    waiting = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st, j = srv.json("GET", "/mz/status")
+        if j and j.get("busy"):
+            break
+        time.sleep(0.02)
+    for _ in range(3):
+        waiting.append(send_raw(srv.port, LONG))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st, j = srv.json("GET", "/mz/status")
+        if j and j.get("queued") == 3:
+            break
+        time.sleep(0.02)
+    T.check(j and j.get("queued") == 3, f"three requests queued behind a running one: {j and j.get('queued')}")
+    for sk in waiting:
+        sk.close()
+    running.close()
+    j = wait_idle(srv)
+    T.check(j is not None, "the server goes idle after its clients left")
+    gone = (j or {}).get("client_gone", {})
+    T.check(gone.get("queued", 0) - queued0 == 3, f"the three queued requests were dropped: {gone}")
+    gen = metric(srv, 'mzcache_tokens_total{kind="generated"}') - gen0
+    T.check(gen < LONG["max_tokens"], f"four abandoned requests generated {gen:.0f} tokens")
+
+
 def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     binary = T.binary_and_model()
@@ -154,6 +240,10 @@ def main():
                   f"installed ({e}); scripts/install-deps.sh installs it", flush=True)
         if openai:
             part_user(srv, openai)
+        srv.stop()
+        srv = Server(binary, os.path.join(tmp, "gone.log"), serve_args(tmp, "--no-store", "--token-delay", "20"))
+        if T.check(srv.wait_ready(), "the server with a token delay starts"):
+            part_gone(srv, openai)
     finally:
         srv.stop()
         if T.failures:
