@@ -608,20 +608,25 @@ static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, si
     *in_resume = false;
     const mz_token *have = mz_ctx_tokens(s->ctx);
     size_t n_have = mz_ctx_n_tokens(s->ctx), common = 0;
-    size_t fresh = s->sess[s->cur].n_fresh;
-    s->sess[s->cur].n_fresh = 0;
+    srv_session *ss = &s->sess[s->cur];
+    size_t fresh = ss->n_fresh;
+    /* Cached means not computed for this request: after a resume only the
+     * tokens restored from storage count, not those it recomputed. */
+    size_t not_computed = ss->resumed_now ? ss->n_restored : SIZE_MAX;
+    ss->n_fresh = 0;
+    ss->resumed_now = false;
     while (common < n_have && common < n && have[common] == toks[common]) common++;
     /* The resume that routed this request prefilled its tokens: the context
      * is toks with the last one's logits current. */
     if (fresh && fresh <= n && common == n && n_have == n && mz_ctx_logits(s->ctx)) {
-        *n_cached = n - fresh;
+        *n_cached = MZ_MIN(n - fresh, not_computed);
         *in_resume = true;
         return MZ_OK;
     }
     if (common == n) common = n - 1; /* recompute the last token for fresh logits */
     mz_status st = mz_ctx_truncate(s->ctx, common);
     if (st) return st;
-    *n_cached = common;
+    *n_cached = MZ_MIN(common, not_computed);
     /* Evicted units come back through the restore workers (restore_generate). */
     return mz_prefill_restore(s->ctx, toks + common, n - common, NULL, NULL);
 }

@@ -69,6 +69,11 @@ typedef struct srv_session {
     size_t n_fresh;              /* tokens at the end of its context prefilled for the request
                                     being routed (by a resume), their logits current: that
                                     request counts them as computed, not cached */
+    bool resumed_now;            /* resumed from the store for the request being routed */
+    size_t n_restored;           /* with resumed_now: the tokens at the start of its context
+                                    whose KV came back from storage; the rest of the stored
+                                    tokens were recomputed, so that request counts only these
+                                    as cached */
 } srv_session;
 
 /* What /mz/status, /mz/sessions and /metrics show of a session (snap_mu). */

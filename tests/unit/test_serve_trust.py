@@ -222,6 +222,66 @@ def part_gone(srv, openai):
     T.check(gen < LONG["max_tokens"], f"four abandoned requests generated {gen:.0f} tokens")
 
 
+LONG_SYSTEM = ("You are a careful assistant for a small library. " * 40).strip()
+
+
+def wait_stored(srv, ids, timeout_s=60):
+    """Until /mz/sessions says each session's manifest holds all its tokens."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st, j = srv.json("GET", "/mz/sessions")
+        rows = {o["id"]: o for o in (j or {}).get("data", [])}
+        if all(i in rows and rows[i].get("stored_tokens") == rows[i].get("tokens") for i in ids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def part_cached(binary, tmp):
+    """item 7: after kill -9 and restart, cached_tokens counts only what the
+    resume restored from storage; what it recomputed is computed."""
+    import re
+    store = os.path.join(tmp, "store7")
+    convs = {"t7-short": [{"role": "user", "content": "My name is Bob. Say hello."}],
+             "t7-long": [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "Say hello."}]}
+    a = Server(binary, os.path.join(tmp, "c7a.log"), serve_args(tmp, "--store", store))
+    try:
+        if not T.check(a.wait_ready(), "store server A starts"):
+            return
+        for sid, msgs in convs.items():
+            st, j = chat(a, msgs, {"X-Session-Id": sid})
+            if T.check(st == 200, f"{sid}: HTTP {st}"):
+                msgs += [{"role": "assistant", "content": j["choices"][0]["message"]["content"]},
+                         {"role": "user", "content": "What is my name?"}]
+        T.check(wait_stored(a, list(convs)), "the manifests hold every token")
+    finally:
+        a.kill9()
+    b = Server(binary, os.path.join(tmp, "c7b.log"), serve_args(tmp, "--store", store))
+    try:
+        if not T.check(b.wait_ready(), "store server B starts"):
+            return
+        for sid, msgs in convs.items():
+            st, j = chat(b, msgs, {"X-Session-Id": sid})
+            if not T.check(st == 200, f"{sid} after restart: HTTP {st}"):
+                continue
+            m = re.search(rf"session {sid} resumed from the store: (\d+) tokens, (\d+) chunks restored, "
+                          rf"(\d+) tokens recomputed", b.log_text())
+            if not T.check(m is not None, f"{sid}: the log says how it was resumed"):
+                continue
+            restored = int(m.group(1)) - int(m.group(3))
+            cached = j["usage"]["prompt_tokens_details"]["cached_tokens"]
+            tm = j["timings"]
+            T.check(cached == restored == tm["cached_n"],
+                    f"{sid}: cached_tokens {cached}, timings.cached_n {tm['cached_n']}: the resume restored "
+                    f"{restored} ({m.group(0)})")
+            T.check(cached + tm["prompt_n"] == j["usage"]["prompt_tokens"],
+                    f"{sid}: cached {cached} + computed {tm['prompt_n']} = prompt {j['usage']['prompt_tokens']}")
+    finally:
+        b.stop()
+        if T.failures:
+            print("---- c7b log (tail) ----\n" + b.log_text()[-2000:])
+
+
 def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     binary = T.binary_and_model()
@@ -241,6 +301,7 @@ def main():
         if openai:
             part_user(srv, openai)
         srv.stop()
+        part_cached(binary, tmp)
         srv = Server(binary, os.path.join(tmp, "gone.log"), serve_args(tmp, "--no-store", "--token-delay", "20"))
         if T.check(srv.wait_ready(), "the server with a token delay starts"):
             part_gone(srv, openai)
