@@ -745,8 +745,8 @@ MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *o
  * session has a manifest <id>.mzs (model identity: XXH64 of the GGUF file's
  * bytes, metadata and tensor data; tokenizer identity; codec; token ids; the
  * record of every full 256-token KV chunk) and a data file <id>.kv (0600),
- * which is also the session's swap file. Ids are 1..63 of [A-Za-z0-9_.-],
- * not starting with '.' or '-'; no path ever comes from an id.
+ * which is also the session's swap file. Ids: mz_session_id_valid below; no
+ * path ever comes from an id.
  *
  * Write-behind: a background thread (lowest CPU and I/O priority) writes each
  * full chunk raw, checksummed, to the data file once, and keeps the manifest
@@ -765,6 +765,18 @@ MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *o
  * chunks before it (they are recomputed instead), never answered from. */
 
 typedef struct mz_store mz_store_t;
+
+/* Session ids, one rule for the store, `mzcache chat --session` and the
+ * daemon: 1..MZ_SESSION_ID_MAX bytes of A-Z a-z 0-9 _ . - : @ +, not
+ * starting with '.' or '-' (an id is a file name in the store, never a
+ * path). Ids starting with MZ_SESSION_ANON_PREFIX belong to the daemon's
+ * anonymous conversations: no client and no `chat --session` may choose one. */
+#define MZ_SESSION_ID_MAX 63
+#define MZ_SESSION_ANON_PREFIX "anon-"
+MZ_API bool mz_session_id_valid(const char *id);
+/* NULL when id may be chosen (valid, and not anonymous unless allow_anon),
+ * else why not, in words for the user (a static string). */
+MZ_API const char *mz_session_id_check(const char *id, bool allow_anon);
 
 typedef enum mz_fsync_policy {
     MZ_FSYNC_BATCH = 0,   /* default: fsync the data file and the new manifest before each

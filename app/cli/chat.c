@@ -184,7 +184,8 @@ static const char chat_commands_help[] =
     "back | /quit (or /exit, Ctrl-D) leave | //text sends a message that starts with /\n";
 
 /* Handles a /command line: 0 = done, 1 = quit, -1 = fatal error. */
-static int chat_command(mz_ctx_t *ctx, const char *line, conversation *conv, const char *system)
+static int chat_command(mz_ctx_t *ctx, const char *line, conversation *conv, const char *system,
+                        chat_store *cs)
 {
     size_t len = strcspn(line, " ");
     if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) return 1;
@@ -208,6 +209,8 @@ static int chat_command(mz_ctx_t *ctx, const char *line, conversation *conv, con
         conv_free(conv);
         memset(conv, 0, sizeof *conv);
         if (system && conv_add(conv, "system", system)) return -1;
+        /* [store] the saved conversation first: it is what a resume keeps */
+        if (cs->session) chat_store_save(cs, conv->msgs, conv->n);
         if (mz_ctx_truncate(ctx, 0)) return -1;
         printf("(conversation cleared)\n");
         return 0;
@@ -235,7 +238,7 @@ static int fit_conversation(const mz_model_t *m, conversation *conv, size_t n_ct
     size_t first = conv->n && !strcmp(conv->msgs[0].role, "system") ? 1 : 0;
     size_t dropped = 0;
     for (;;) {
-        if (cli_tokenize_chat(m, conv->msgs, conv->n, toks, n)) return -1;
+        if (cli_tokenize_chat(m, conv->msgs, conv->n, true, toks, n)) return -1;
         if (*n + room <= n_ctx || (*n < n_ctx && conv->n - first <= 1)) break;
         if (conv->n - first <= 1) {
             printf("(your message is %zu tokens with the template; the context holds %zu: not sent. "
@@ -430,7 +433,7 @@ int cmd_chat(int argc, char **argv)
         if (line[0] == '/' && line[1] == '/') {
             msg = line + 1; /* "//text" sends "/text" */
         } else if (line[0] == '/') {
-            int r = chat_command(ctx, line, &conv, system);
+            int r = chat_command(ctx, line, &conv, system, &cs);
             free(line);
             if (r < 0) goto out;
             if (r == 1) break;

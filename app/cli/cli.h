@@ -83,9 +83,10 @@ void cli_note_profile(const char *cmd);
 /* The same from the model file's metadata (for serve, which loads it later). */
 void cli_fit_ctx_file(cli_opts *o);
 /* The chat template over msgs, tokenized: control tokens only from the
- * template (mz_chat_tokenize). *out is malloc'd. Says what failed. */
-mz_status cli_tokenize_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n_msgs, mz_token **out,
-                            size_t *n_out);
+ * template (mz_chat_tokenize); add_assistant ends with the assistant's
+ * header. *out is malloc'd. Says what failed. */
+mz_status cli_tokenize_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n_msgs, bool add_assistant,
+                            mz_token **out, size_t *n_out);
 mz_status cli_format_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n, char **out);
 
 int cmd_chat(int argc, char **argv);

@@ -159,7 +159,8 @@ void cli_print_gen_timings(size_t n_prompt, double prompt_ms, const cli_gen_resu
 /* Text (msgs NULL) or chat messages through the template, into a buffer
  * grown to the count the first pass reports. */
 static mz_status tokenize_grow(const mz_model_t *m, const char *text, const mz_chat_msg *msgs, size_t n_msgs,
-                               bool add_special, bool parse_special, mz_token **out, size_t *n_out)
+                               bool add_special, bool parse_special, bool add_assistant, mz_token **out,
+                               size_t *n_out)
 {
     size_t len = text ? strlen(text) : 0, n = 0, cap = len + 256;
     mz_token *toks = NULL;
@@ -171,7 +172,7 @@ static mz_status tokenize_grow(const mz_model_t *m, const char *text, const mz_c
             return MZ_E_NOMEM;
         }
         toks = bigger;
-        s = msgs ? mz_chat_tokenize(m, msgs, n_msgs, true, toks, cap, &n)
+        s = msgs ? mz_chat_tokenize(m, msgs, n_msgs, add_assistant, toks, cap, &n)
                  : mz_tokenize(m, text, len, add_special, parse_special, toks, cap, &n);
         cap = n;
     }
@@ -188,13 +189,13 @@ static mz_status tokenize_grow(const mz_model_t *m, const char *text, const mz_c
 mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, bool parse_special,
                        mz_token **out, size_t *n_out)
 {
-    return tokenize_grow(m, text, NULL, 0, add_special, parse_special, out, n_out);
+    return tokenize_grow(m, text, NULL, 0, add_special, parse_special, false, out, n_out);
 }
 
-mz_status cli_tokenize_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n_msgs, mz_token **out,
-                            size_t *n_out)
+mz_status cli_tokenize_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n_msgs, bool add_assistant,
+                            mz_token **out, size_t *n_out)
 {
-    return tokenize_grow(m, NULL, msgs, n_msgs, true, true, out, n_out);
+    return tokenize_grow(m, NULL, msgs, n_msgs, true, true, add_assistant, out, n_out);
 }
 
 /* Printing for cli_generate: each token's text goes out as it comes, and
@@ -329,7 +330,7 @@ static int cmd_run(int argc, char **argv)
         size_t nm = 0;
         if (system) msgs[nm++] = (mz_chat_msg){"system", system};
         msgs[nm++] = (mz_chat_msg){"user", prompt};
-        if (cli_tokenize_chat(m, msgs, nm, &toks, &n)) goto out;
+        if (cli_tokenize_chat(m, msgs, nm, true, &toks, &n)) goto out;
     } else if (cli_tokenize(m, prompt, true, false, &toks, &n)) {
         goto out;
     }

@@ -654,7 +654,9 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         return ret;
     }
     char sid[SRV_SESSION_ID_MAX + 1];
-    const char *bad_sid = srv_session_id(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id"), sid, sizeof sid);
+    char sid_err[200];
+    const char *bad_sid = srv_session_id(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id"), sid, sizeof sid,
+                                         sid_err, sizeof sid_err);
     gen_state *g = bad_sid ? NULL : calloc(1, sizeof *g);
     mz_token *toks = NULL;
     size_t n = 0;

@@ -521,26 +521,17 @@ bool srv_key_matches(const char *key, size_t key_len, const char *given)
 
 /* ---- sessions ------------------------------------------------------------------------------- */
 
-bool srv_session_id_valid(const char *id, bool allow_anon)
-{
-    size_t n = 0;
-    for (const char *p = id; *p; p++, n++) {
-        char c = *p;
-        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-                  c == '_' || c == ':' || c == '@' || c == '+' || c == '-';
-        if (!ok || n >= SRV_SESSION_ID_MAX_LEN) return false;
-    }
-    if (n == 0) return false;
-    return allow_anon || strncmp(id, "anon-", 5);
-}
+bool srv_session_id_valid(const char *id, bool allow_anon) { return mz_session_id_check(id, allow_anon) == NULL; }
 
-const char *srv_session_id(const char *header, char *id, size_t cap)
+const char *srv_session_id(const char *header, char *id, size_t cap, char *err, size_t err_cap)
 {
     id[0] = '\0';
     if (!header || !*header) return NULL;
-    if (!srv_session_id_valid(header, false) || strlen(header) >= cap)
-        return "the X-Session-Id header must be 1 to 64 characters of A-Z a-z 0-9 . _ : @ + - and not "
-               "begin with \"anon-\"";
+    const char *why = mz_session_id_check(header, false);
+    if (why || strlen(header) >= cap) {
+        snprintf(err, err_cap, "the X-Session-Id header: %s", why ? why : "too long");
+        return err;
+    }
     memcpy(id, header, strlen(header) + 1);
     return NULL;
 }

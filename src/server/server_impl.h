@@ -24,7 +24,7 @@
 #include <stdatomic.h>
 
 #define SRV_N_EVENTS 64
-#define SRV_SESSION_ID_MAX 64
+#define SRV_SESSION_ID_MAX MZ_SESSION_ID_MAX
 #define SRV_MAX_SESSIONS 64   /* --max-sessions limit */
 #define SRV_MAX_STORED 256    /* stored-but-not-loaded sessions /mz/sessions lists */
 

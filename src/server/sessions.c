@@ -222,11 +222,6 @@ static int store_resume(mz_server_t *s, const char *id, const mz_token *toks, si
     *n_fresh = 0;
     *n_restored = 0;
     *out = NULL;
-    if (!mz_session_id_valid(id)) {
-        srv_log(s, "session %s is not kept in the store (store ids are 1..63 of A-Z a-z 0-9 _ . -, "
-                "not beginning with . or -)", id);
-        return -1;
-    }
     if (!stored_exists(s, id)) return 0;
     mz_resume_info ri;
     memset(&ri, 0, sizeof ri);
