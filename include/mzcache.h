@@ -879,8 +879,12 @@ typedef struct mz_stored_session {
 } mz_stored_session;
 /* Writes up to cap stored sessions (oldest first) and returns how many exist. */
 MZ_API size_t mz_store_list(mz_store_t *st, mz_stored_session *out, size_t cap);
-/* Removes the session's files. MZ_E_IO "in use" while a process has it open. */
+/* Removes the session's files (manifest, data file, chat history). MZ_E_IO
+ * "in use" while a process has it open; MZ_E_INVAL when none exists. */
 MZ_API MZ_NODISCARD mz_status mz_store_delete(mz_store_t *st, const char *id);
+/* The same without a model: in p's store directory (NULL: the default), as
+ * `mzcache sessions --delete` does when no daemon runs. */
+MZ_API MZ_NODISCARD mz_status mz_store_delete_id(const mz_store_params *p, const char *id);
 /* Deletes the oldest sessions not in use until the store is within its
  * limit; *n_deleted may be NULL. */
 MZ_API MZ_NODISCARD mz_status mz_store_enforce_limit(mz_store_t *st, size_t *n_deleted);

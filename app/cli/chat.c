@@ -287,6 +287,14 @@ int cmd_chat(int argc, char **argv)
         int so = chat_store_option(&cs, argc, argv, &i); /* [store] */
         if (so < 0) return 2;
         if (so > 0) continue;
+        static const char *const value_opts[] = {"--system", "--restore-overlap", "--restore-threads", "--codec",
+                                                 "--swap-dir", "--profile", "--evict-order", "--mode",
+                                                 "--kv-placement"};
+        for (size_t k = 0; k < sizeof value_opts / sizeof value_opts[0]; k++)
+            if (!strcmp(argv[i], value_opts[k]) && i + 1 >= argc) {
+                fprintf(stderr, "mzcache chat: %s needs a value\n", argv[i]);
+                return 2;
+            }
         if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
         else if (!strcmp(argv[i], "--timings")) show_timings = true;
         else if (!strcmp(argv[i], "--restore-overlap") && i + 1 < argc) {

@@ -25,11 +25,17 @@ typedef struct cli_opts {
     bool quiet;
     bool no_progress;
     mz_sampler_params sampler;
+    bool seed_given;           /* -s N (N >= 0) was on the command line; -s -1 asks for a random one */
 } cli_opts;
 
 extern const char *cli_common_help;
 
 void cli_opts_defaults(cli_opts *o);
+/* True when an option's value v is there and is not the next option
+ * ("-p -n 5"); else says so on stderr. */
+bool cli_has_value(const char *opt, const char *v);
+/* 64 random bits (getentropy; the clock and pid where it fails). */
+uint64_t cli_random_seed(void);
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
 mz_status cli_load(cli_opts *o, mz_model_t **model, mz_ctx_t **ctx);
 /* Progress callback: prints when user is cli_progress_shown(o), and cancels

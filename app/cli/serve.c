@@ -99,8 +99,9 @@ static const char serve_help[] =
 
 static const char serve_mem_help[] =
     "memory:\n"
-    "      --evict-step X      per pressure signal evict X: 25% of the evictable total (default)\n"
-    "                          or a size (64M); critical signals evict two steps\n"
+    "      --evict-step X      what a PSI signal (or one without a cgroup limit to size it) evicts:\n"
+    "                          a % of the evictable total (default 2%) or a size (64M); signals\n"
+    "                          with a limit evict exactly what is over the target\n"
     "      --evict-floor X     pressure never goes below X remaining: a % or a size (default 0)\n"
     "      --pressure-level L  act on signals of level L and above: low, medium (default), critical\n"
     "      --pressure-interval MS  least time between two pressure evictions (default 1000)\n"
@@ -310,6 +311,7 @@ int cmd_serve(int argc, char **argv)
     sp.n_threads = o.n_threads;
     sp.n_batch = o.n_batch;
     sp.sampler = o.sampler;
+    sp.seed_fixed = o.seed_given;
     if (n_given && o.n_predict > 0) sp.default_max_tokens = o.n_predict;
 
     /* Signals go to sigwait below, never to a server thread. */

@@ -598,6 +598,19 @@ static bool gen_setup_openai(gen_state *g, srv_comp_req *r)
     return true;
 }
 
+/* 64 bits for a request's sampler: the clock mixed with a counter
+ * (splitmix64), so two requests in one nanosecond still differ. */
+static uint64_t srv_fresh_seed(mz_server_t *s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+                 0x9E3779B97F4A7C15ull * (uint64_t)atomic_fetch_add(&s->next_id, 0);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 /* ---- the handler ---------------------------------------------------------------------------------- */
 
 /* Brings the context to exactly toks, keeping the longest common prefix.
@@ -689,6 +702,8 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         g->n_stops = i + 1;
         g->max_stop = MZ_MAX(g->max_stop, strlen(r->stops[i]));
     }
+    /* Without a seed (and none fixed by serve -s), each request samples anew. */
+    if (!r->seed_given && !s->p.seed_fixed) r->sp.seed = srv_fresh_seed(s);
     if (mz_sampler_init(&r->sp, &g->smp) || mz_detok_init(s->model, &g->dt) || !gen_setup_openai(g, r)) {
         ret = srv_error(s, c, 500, "server_error", "cannot set up sampling");
         goto out_gen;

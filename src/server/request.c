@@ -425,6 +425,7 @@ const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, b
     if ((j = cJSON_GetObjectItemCaseSensitive(root, "seed")) && !cJSON_IsNull(j)) {
         if (!is_int(j, 0, 9007199254740991.0)) return "\"seed\" must be an integer >= 0";
         r->sp.seed = (uint64_t)j->valuedouble;
+        r->seed_given = true;
     }
     if ((j = cJSON_GetObjectItemCaseSensitive(root, "stop")) && !cJSON_IsNull(j)) {
         if (cJSON_IsString(j)) {

@@ -61,6 +61,7 @@ typedef struct srv_comp_req {
     srv_format format;
     mz_jschema *schema;             /* owned; set for both JSON formats */
     bool include_usage;             /* stream_options.include_usage */
+    bool seed_given;                /* "seed" was in the request */
     char errbuf[256];               /* messages that name a field are written here */
 } srv_comp_req;
 

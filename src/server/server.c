@@ -415,6 +415,7 @@ static void on_pressure(void *user, const mz_pressure_event *pe)
     if ((s->p.evict_floor_bytes || s->p.evict_floor_pct > 0) && allowed < unit_min) allowed = 0;
     mz_esize_params prm = *mz_pressure_esize_params(pe->monitor);
     if (s->p.evict_step_bytes) prm.psi_step_bytes = s->p.evict_step_bytes;
+    else if (s->p.evict_step_pct > 0) prm.psi_step_pct = s->p.evict_step_pct;
     if (s->p.pressure_interval_ms > 0) prm.psi_backoff_ms = s->p.pressure_interval_ms;
     mz_esize_held h = {.held = allowed > 0 ? (uint64_t)allowed : 0, .total = total, .unit = (uint64_t)unit_min};
     mz_esize_out o;
@@ -871,11 +872,8 @@ static enum MHD_Result handle_metrics(mz_server_t *s, struct MHD_Connection *c)
     return r;
 }
 
-static enum MHD_Result handle_models(mz_server_t *s, struct MHD_Connection *c)
+static cJSON *model_object(const mz_server_t *s)
 {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(root, "data");
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_id);
     cJSON_AddStringToObject(m, "object", "model");
@@ -887,7 +885,22 @@ static enum MHD_Result handle_models(mz_server_t *s, struct MHD_Connection *c)
     cJSON_AddNumberToObject(meta, "n_params", (double)s->info.n_params);
     cJSON_AddNumberToObject(meta, "n_ctx", (double)s->n_ctx);
     cJSON_AddNumberToObject(meta, "n_ctx_train", s->info.n_ctx_train);
-    cJSON_AddItemToArray(data, m);
+    return m;
+}
+
+/* GET /v1/models: the list of one; GET /v1/models/ID: that model ("default"
+ * names it too) or 404. */
+static enum MHD_Result handle_models(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq)
+{
+    if (rq->model_given) {
+        if (strcmp(rq->model, s->model_id) && strcmp(rq->model, "default"))
+            return srv_error(s, c, 404, "not_found", "model not found (GET /v1/models lists the one this server has)");
+        return srv_respond_json(s, c, 200, model_object(s));
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, model_object(s));
     return srv_respond_json(s, c, 200, root);
 }
 
@@ -975,9 +988,19 @@ static srv_endpoint route(const char *url, const char *method, bool *method_ok, 
         {"/mz/status", "GET", EP_STATUS},       {"/metrics", "GET", EP_METRICS},
         {"/mz/sessions", "GET", EP_SESSIONS},
     };
+    /* GET /v1/models/ID (the openai client's models.retrieve): the handler
+     * answers the one model or 404. */
+    if (!strncmp(url, "/v1/models/", 11)) {
+        *method_ok = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        snprintf(rq->model, sizeof rq->model, "%s", url + 11);
+        rq->model_given = true;
+        return EP_MODELS;
+    }
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (!strcmp(url, routes[i].url)) {
-            *method_ok = !strcmp(method, routes[i].method);
+            /* HEAD wherever GET is (MHD sends the headers only). */
+            *method_ok = !strcmp(method, routes[i].method) ||
+                         (!strcmp(routes[i].method, "GET") && !strcmp(method, "HEAD"));
             return routes[i].ep;
         }
     }
@@ -1086,7 +1109,7 @@ static enum MHD_Result dispatch(mz_server_t *s, struct MHD_Connection *c, srv_re
     switch (rq->ep) {
     case EP_HEALTH:
         return srv_respond(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL);
-    case EP_MODELS: return handle_models(s, c);
+    case EP_MODELS: return handle_models(s, c, rq);
     case EP_CHAT: return srv_handle_completion(s, c, rq, true);
     case EP_COMPLETIONS: return srv_handle_completion(s, c, rq, false);
     case EP_EVICT: return handle_evict(s, c, rq);
@@ -1145,7 +1168,7 @@ mz_server_params mz_server_params_default(void)
     p.queue_timeout_ms = 120000;
     p.pressure = true;
     p.pressure_params = mz_pressure_params_default();
-    p.evict_step_pct = 25.0;
+    p.evict_step_pct = 2.0;
     p.pressure_min_level = MZ_PRESSURE_MEDIUM;
     p.pressure_interval_ms = 1000;
     p.restore_ahead = true;

@@ -167,6 +167,8 @@ typedef struct srv_request {
     bool answered;               /* a response was queued early */
     bool inflight;               /* counted in n_inflight */
     char session[SRV_SESSION_ID_MAX + 1]; /* DELETE /mz/sessions/ID */
+    char model[128];             /* GET /v1/models/ID (model_given) */
+    bool model_given;
 } srv_request;
 
 /* Logging with a UTC timestamp, one line per call. */

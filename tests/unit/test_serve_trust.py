@@ -25,6 +25,7 @@ parts that need it, said by name). No wall-clock assertion.
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -220,6 +221,22 @@ def part_gone(srv, openai):
     T.check(gone.get("queued", 0) - queued0 == 3, f"the three queued requests were dropped: {gone}")
     gen = metric(srv, 'mzcache_tokens_total{kind="generated"}') - gen0
     T.check(gen < LONG["max_tokens"], f"four abandoned requests generated {gen:.0f} tokens")
+    # sessions --delete of a session that is generating waits for the answer.
+    busy = socket.create_connection(("127.0.0.1", srv.port))
+    data = json.dumps(dict(LONG, max_tokens=60)).encode()
+    busy.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Session-Id: busy1\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st, j = srv.json("GET", "/mz/status")
+        if j and j.get("busy"):
+            break
+        time.sleep(0.02)
+    r = subprocess.run([os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache")), "sessions", "--port",
+                        str(srv.port), "--delete", "busy1"], capture_output=True, text=True, timeout=120)
+    T.check(r.returncode == 0 and "waiting" in r.stderr, f"sessions --delete waits for the answer: {r.returncode} "
+                                                         f"{r.stdout!r} {r.stderr!r}")
+    busy.close()
 
 
 LONG_SYSTEM = ("You are a careful assistant for a small library. " * 40).strip()
@@ -240,7 +257,6 @@ def wait_stored(srv, ids, timeout_s=60):
 def part_cached(binary, tmp):
     """item 7: after kill -9 and restart, cached_tokens counts only what the
     resume restored from storage; what it recomputed is computed."""
-    import re
     store = os.path.join(tmp, "store7")
     convs = {"t7-short": [{"role": "user", "content": "My name is Bob. Say hello."}],
              "t7-long": [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "Say hello."}]}
@@ -260,6 +276,12 @@ def part_cached(binary, tmp):
     try:
         if not T.check(b.wait_ready(), "store server B starts"):
             return
+        r = subprocess.run([binary, "sessions", "--port", str(b.port)], capture_output=True, text=True, timeout=60)
+        rows = {ln.split()[0]: ln.split() for ln in r.stdout.splitlines()[2:] if ln.strip()}
+        T.check(re.search(r"\d+ of \d+ sessions in memory, 2 more stored", r.stdout) is not None,
+                f"sessions: the header counts the stored sessions: {r.stdout!r}")
+        T.check(all(sid in rows and int(rows[sid][1]) > 0 for sid in convs),
+                f"sessions: stored sessions show their stored tokens: {r.stdout!r}")
         for sid, msgs in convs.items():
             st, j = chat(b, msgs, {"X-Session-Id": sid})
             if not T.check(st == 200, f"{sid} after restart: HTTP {st}"):
@@ -282,6 +304,26 @@ def part_cached(binary, tmp):
             print("---- c7b log (tail) ----\n" + b.log_text()[-2000:])
 
 
+def part_misc(srv, openai):
+    """item 11/12: HEAD, models.retrieve, a fresh seed per request, the evict step."""
+    st, body = srv.raw("HEAD", "/health")
+    T.check(st == 200 and body == b"", f"HEAD /health: {st}")
+    st, j = srv.json("GET", "/mz/status")
+    pol = json.dumps(j)
+    T.check('"step_pct": 2' in pol, "the PSI step reported is the one used (2 %)")
+    st, j = srv.json("GET", "/v1/models/nope")
+    T.check(st == 404, f"GET /v1/models/nope: {st}")
+    if openai:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="unused", max_retries=0,
+                               timeout=600)
+        mid = client.models.list().data[0].id
+        T.check(client.models.retrieve(mid).id == mid, "models.retrieve(id)")
+        answers = {client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Tell me "
+                   "a story."}], max_tokens=16, temperature=1.0, top_p=1.0).choices[0].message.content
+                   for _ in range(3)}
+        T.check(len(answers) >= 2, f"no seed at temperature 1: fresh samples ({len(answers)} distinct of 3)")
+
+
 def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     binary = T.binary_and_model()
@@ -300,6 +342,7 @@ def main():
                   f"installed ({e}); scripts/install-deps.sh installs it", flush=True)
         if openai:
             part_user(srv, openai)
+        part_misc(srv, openai)
         srv.stop()
         part_cached(binary, tmp)
         srv = Server(binary, os.path.join(tmp, "gone.log"), serve_args(tmp, "--no-store", "--token-delay", "20"))
