@@ -93,7 +93,8 @@ static const char serve_help[] =
     "      --timeout S         close connections idle for S seconds (default 30)\n"
     "      --max-body BYTES    largest request body (default 1M)\n"
     "      --max-tokens N      largest max_tokens a request may ask for (default 4096)\n"
-    "      --max-queue N       requests that may wait for the conversation; more get 429 (default 4)\n"
+    "      --max-queue N       requests that may wait for the engine; more get 429 (default 128;\n"
+    "                          at most 256 connections are open at once)\n"
     "      --queue-timeout MS  longest wait in that queue (default 120000)\n"
     "  -v, --verbose           log every request\n\n";
 

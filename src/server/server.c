@@ -1163,8 +1163,8 @@ mz_server_params mz_server_params_default(void)
     p.max_tokens_limit = 4096;
     p.max_body_bytes = 1u << 20;
     p.conn_timeout_s = 30;
-    p.max_connections = 64;
-    p.max_queue = 4;
+    p.max_connections = 256;
+    p.max_queue = 128;
     p.queue_timeout_ms = 120000;
     p.pressure = true;
     p.pressure_params = mz_pressure_params_default();

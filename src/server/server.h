@@ -57,8 +57,8 @@ typedef struct mz_server_params {
     int max_tokens_limit;       /* larger max_tokens → 400 (default 4096) */
     size_t max_body_bytes;      /* larger bodies → 413 (default 1 MiB) */
     int conn_timeout_s;         /* idle connection (slow client) timeout (default 30) */
-    int max_connections;        /* default 64 */
-    int max_queue;              /* completions waiting for the engine; more → 429 (default 4) */
+    int max_connections;        /* default 256 (one thread each) */
+    int max_queue;              /* completions waiting for the engine; more → 429 (default 128) */
     int queue_timeout_ms;       /* longest wait in that queue, then 503 (default 120000) */
     /* Pressure → eviction. */
     bool pressure;              /* start the monitor (default true) */

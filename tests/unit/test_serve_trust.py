@@ -157,6 +157,17 @@ def wait_idle(srv, want_queued=0, timeout_s=120):
     return None
 
 
+def wait_busy(srv, timeout_s=60):
+    """Until a request owns the engine."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st, j = srv.json("GET", "/mz/status")
+        if j and j.get("busy"):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def send_raw(port, body):
     """A request on a socket of its own, left open (the caller closes it)."""
     sk = socket.create_connection(("127.0.0.1", port))
@@ -197,12 +208,7 @@ def part_gone(srv, openai):
     queued0 = (j0 or {}).get("client_gone", {}).get("queued", 0)
     running = send_raw(srv.port, LONG)
     waiting = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        st, j = srv.json("GET", "/mz/status")
-        if j and j.get("busy"):
-            break
-        time.sleep(0.02)
+    wait_busy(srv)
     for _ in range(3):
         waiting.append(send_raw(srv.port, LONG))
     deadline = time.monotonic() + 60
@@ -226,12 +232,7 @@ def part_gone(srv, openai):
     data = json.dumps(dict(LONG, max_tokens=60)).encode()
     busy.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Session-Id: busy1\r\n"
                  b"Content-Type: application/json\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        st, j = srv.json("GET", "/mz/status")
-        if j and j.get("busy"):
-            break
-        time.sleep(0.02)
+    wait_busy(srv)
     r = subprocess.run([os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache")), "sessions", "--port",
                         str(srv.port), "--delete", "busy1"], capture_output=True, text=True, timeout=120)
     T.check(r.returncode == 0 and "waiting" in r.stderr, f"sessions --delete waits for the answer: {r.returncode} "
@@ -324,6 +325,30 @@ def part_misc(srv, openai):
         T.check(len(answers) >= 2, f"no seed at temperature 1: fresh samples ({len(answers)} distinct of 3)")
 
 
+def part_burst(srv, openai):
+    """item 10: a burst of 50 concurrent requests is queued, not refused."""
+    import threading
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="unused", max_retries=0,
+                           timeout=600)
+    results = []
+
+    def one(k):
+        try:
+            r = client.chat.completions.create(model="default", messages=[{"role": "user", "content": f"Say {k}."}],
+                                               max_tokens=2, temperature=0)
+            results.append(r.choices[0].finish_reason)
+        except Exception as e:  # noqa: BLE001 (any failure is counted)
+            results.append(f"{type(e).__name__}: {e}")
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(50)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(600)
+    bad = [x for x in results if x not in ("stop", "length")]
+    T.check(len(results) == 50 and not bad, f"50 concurrent requests all answered: {len(bad)} failed, e.g. "
+                                            f"{bad[:2]}")
+
+
 def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     binary = T.binary_and_model()
@@ -343,6 +368,8 @@ def main():
         if openai:
             part_user(srv, openai)
         part_misc(srv, openai)
+        if openai:
+            part_burst(srv, openai)
         srv.stop()
         part_cached(binary, tmp)
         srv = Server(binary, os.path.join(tmp, "gone.log"), serve_args(tmp, "--no-store", "--token-delay", "20"))
