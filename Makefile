@@ -52,14 +52,16 @@ demo: build model
 	$(BUILD)/mzcache demo -m $(MODEL)
 
 test: build model
-	cd $(BUILD) && ctest $(CTEST_ARGS)
+	cd $(BUILD) && { ctest $(CTEST_ARGS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
 	$(MAKE) test-arm
 	$(MAKE) fuzz FUZZ_SECONDS=10
+	@scripts/test-skips.sh $(BUILD)
 
 test-fast: build model
-	cd $(BUILD) && ctest $(CTEST_ARGS)
+	cd $(BUILD) && { ctest $(CTEST_ARGS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
+	@scripts/test-skips.sh $(BUILD)
 
 test-asan: deps model
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=address,undefined >/dev/null

@@ -152,6 +152,15 @@ MZ_API MZ_NODISCARD mz_status mz_chat_format(const mz_model_t *m, const mz_chat_
                                              size_t n_msgs, bool add_assistant, char *buf,
                                              size_t cap, size_t *n_out);
 
+/* The chat template applied to msgs, tokenized (BOS as mz_tokenize's
+ * add_special): control tokens such as <|im_end|> come only from the
+ * template; message content is text, whatever it spells, so a message cannot
+ * close its own turn or open another. Writes at most cap tokens; *n_out is
+ * the full count (MZ_E_RANGE when cap is short, as mz_tokenize). */
+MZ_API MZ_NODISCARD mz_status mz_chat_tokenize(const mz_model_t *m, const mz_chat_msg *msgs,
+                                               size_t n_msgs, bool add_assistant, mz_token *out,
+                                               size_t cap, size_t *n_out);
+
 /* ---- context ------------------------------------------------------------------ */
 
 /* Progress of a long prefill: return false to cancel (MZ_E_CANCELLED). */
@@ -754,8 +763,8 @@ MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *o
  * session has a manifest <id>.mzs (model identity: XXH64 of the GGUF file's
  * bytes, metadata and tensor data; tokenizer identity; codec; token ids; the
  * record of every full 256-token KV chunk) and a data file <id>.kv (0600),
- * which is also the session's swap file. Ids are 1..63 of [A-Za-z0-9_.-],
- * not starting with '.' or '-'; no path ever comes from an id.
+ * which is also the session's swap file. Ids: mz_session_id_valid below; no
+ * path ever comes from an id.
  *
  * Write-behind: a background thread (lowest CPU and I/O priority) writes each
  * full chunk raw, checksummed, to the data file once, and keeps the manifest
@@ -774,6 +783,18 @@ MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *o
  * chunks before it (they are recomputed instead), never answered from. */
 
 typedef struct mz_store mz_store_t;
+
+/* Session ids, one rule for the store, `mzcache chat --session` and the
+ * daemon: 1..MZ_SESSION_ID_MAX bytes of A-Z a-z 0-9 _ . - : @ +, not
+ * starting with '.' or '-' (an id is a file name in the store, never a
+ * path). Ids starting with MZ_SESSION_ANON_PREFIX belong to the daemon's
+ * anonymous conversations: no client and no `chat --session` may choose one. */
+#define MZ_SESSION_ID_MAX 63
+#define MZ_SESSION_ANON_PREFIX "anon-"
+MZ_API bool mz_session_id_valid(const char *id);
+/* NULL when id may be chosen (valid, and not anonymous unless allow_anon),
+ * else why not, in words for the user (a static string). */
+MZ_API const char *mz_session_id_check(const char *id, bool allow_anon);
 
 typedef enum mz_fsync_policy {
     MZ_FSYNC_BATCH = 0,   /* default: fsync the data file and the new manifest before each
@@ -876,8 +897,12 @@ typedef struct mz_stored_session {
 } mz_stored_session;
 /* Writes up to cap stored sessions (oldest first) and returns how many exist. */
 MZ_API size_t mz_store_list(mz_store_t *st, mz_stored_session *out, size_t cap);
-/* Removes the session's files. MZ_E_IO "in use" while a process has it open. */
+/* Removes the session's files (manifest, data file, chat history). MZ_E_IO
+ * "in use" while a process has it open; MZ_E_INVAL when none exists. */
 MZ_API MZ_NODISCARD mz_status mz_store_delete(mz_store_t *st, const char *id);
+/* The same without a model: in p's store directory (NULL: the default), as
+ * `mzcache sessions --delete` does when no daemon runs. */
+MZ_API MZ_NODISCARD mz_status mz_store_delete_id(const mz_store_params *p, const char *id);
 /* Deletes the oldest sessions not in use until the store is within its
  * limit; *n_deleted may be NULL. */
 MZ_API MZ_NODISCARD mz_status mz_store_enforce_limit(mz_store_t *st, size_t *n_deleted);

@@ -167,7 +167,8 @@ static const char chat_commands_help[] =
     "back | /quit (or /exit, Ctrl-D) leave | //text sends a message that starts with /\n";
 
 /* Handles a /command line: 0 = done, 1 = quit, -1 = fatal error. */
-static int chat_command(mz_ctx_t *ctx, const char *line, conversation *conv, const char *system)
+static int chat_command(mz_ctx_t *ctx, const char *line, conversation *conv, const char *system,
+                        chat_store *cs)
 {
     size_t len = strcspn(line, " ");
     if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) return 1;
@@ -191,6 +192,8 @@ static int chat_command(mz_ctx_t *ctx, const char *line, conversation *conv, con
         conv_free(conv);
         memset(conv, 0, sizeof *conv);
         if (system && conv_add(conv, "system", system)) return -1;
+        /* [store] the saved conversation first: it is what a resume keeps */
+        if (cs->session) chat_store_save(cs, conv->msgs, conv->n);
         if (mz_ctx_truncate(ctx, 0)) return -1;
         printf("(conversation cleared)\n");
         return 0;
@@ -218,11 +221,7 @@ static int fit_conversation(const mz_model_t *m, conversation *conv, size_t n_ct
     size_t first = conv->n && !strcmp(conv->msgs[0].role, "system") ? 1 : 0;
     size_t dropped = 0;
     for (;;) {
-        char *formatted = NULL;
-        if (cli_format_chat(m, conv->msgs, conv->n, &formatted)) return -1;
-        mz_status s = cli_tokenize(m, formatted, true, true, toks, n);
-        free(formatted);
-        if (s) return -1;
+        if (cli_tokenize_chat(m, conv->msgs, conv->n, true, toks, n)) return -1;
         if (*n + room <= n_ctx || (*n < n_ctx && conv->n - first <= 1)) break;
         if (conv->n - first <= 1) {
             printf("(your message is %zu tokens with the template; the context holds %zu: not sent. "
@@ -271,6 +270,14 @@ int cmd_chat(int argc, char **argv)
         int so = chat_store_option(&cs, argc, argv, &i); /* [store] */
         if (so < 0) return 2;
         if (so > 0) continue;
+        static const char *const value_opts[] = {"--system", "--restore-overlap", "--restore-threads", "--codec",
+                                                 "--swap-dir", "--profile", "--evict-order", "--mode",
+                                                 "--kv-placement"};
+        for (size_t k = 0; k < sizeof value_opts / sizeof value_opts[0]; k++)
+            if (!strcmp(argv[i], value_opts[k]) && i + 1 >= argc) {
+                fprintf(stderr, "mzcache chat: %s needs a value\n", argv[i]);
+                return 2;
+            }
         if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
         else if (!strcmp(argv[i], "--timings")) show_timings = true;
         else if (!strcmp(argv[i], "--restore-overlap") && i + 1 < argc) {
@@ -417,7 +424,7 @@ int cmd_chat(int argc, char **argv)
         if (line[0] == '/' && line[1] == '/') {
             msg = line + 1; /* "//text" sends "/text" */
         } else if (line[0] == '/') {
-            int r = chat_command(ctx, line, &conv, system);
+            int r = chat_command(ctx, line, &conv, system, &cs);
             free(line);
             if (r < 0) goto out;
             if (r == 1) break;

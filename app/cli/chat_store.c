@@ -3,6 +3,8 @@
  */
 #include "chat_store.h"
 
+#include "cli.h"
+
 #include "../../src/store/history.h"
 #include "core/parse.h"
 #include "server/server.h"
@@ -22,7 +24,14 @@ int chat_store_option(chat_store *cs, int argc, char **argv, int *i)
             return -1;
         }
         const char *v = argv[++*i];
-        if (!strcmp(a, "--session")) cs->session = v;
+        if (!strcmp(a, "--session")) {
+            const char *why = mz_session_id_check(v, false);
+            if (why) {
+                fprintf(stderr, "mzcache chat: --session '%s': %s\n", v, why);
+                return -1;
+            }
+            cs->session = v;
+        }
         else if (!strcmp(a, "--store")) cs->dir = v;
         else if (!strcmp(a, "--store-codec")) {
             if (strcmp(v, "raw") != 0 && strcmp(v, "q8") != 0) {
@@ -69,6 +78,53 @@ void chat_store_prefetch(const chat_store *cs)
     (void)s;
 }
 
+/* The stored KV against the saved conversation (the history is what a turn
+ * commits: it is written before the prompt comes back, the manifest follows
+ * behind). Stored tokens past the history's (an answer whose turn was not
+ * saved, a /clear) are dropped; history the KV lacks is recomputed with the
+ * next message. Either is said, with its size. */
+static int reconcile(const chat_store *cs, const mz_model_t *m, mz_ctx_t *ctx, const mz_history_msg *h, size_t n,
+                     bool resumed)
+{
+    mz_chat_msg *msgs = calloc(n ? n : 1, sizeof *msgs);
+    if (!msgs) return -1;
+    for (size_t i = 0; i < n; i++) msgs[i] = (mz_chat_msg){h[i].role, h[i].content};
+    mz_token *toks = NULL;
+    size_t nt = 0;
+    mz_status st = n ? cli_tokenize_chat(m, msgs, n, false, &toks, &nt) : MZ_OK;
+    free(msgs);
+    if (st) return -1;
+    const mz_token *have = mz_ctx_tokens(ctx);
+    size_t n_have = mz_ctx_n_tokens(ctx), common = 0;
+    while (common < n_have && common < nt && have[common] == toks[common]) common++;
+    free(toks);
+    if (common < n_have) {
+        if (mz_ctx_truncate(ctx, common)) {
+            fprintf(stderr, "mzcache: session %s: %s\n", cs->session, mz_last_error());
+            return -1;
+        }
+        fprintf(stderr, "(session %s: dropped %zu stored tokens that the saved conversation does not have: "
+                "an answer whose turn was not saved, or a /clear)\n", cs->session, n_have - common);
+    }
+    /* A complete KV ends at the last answer's end-of-turn token; the
+     * template's newline after it is the next turn's first token. */
+    if (resumed && nt > common + 1)
+        fprintf(stderr, "(session %s: %zu tokens of the saved conversation are not in the stored KV; they are "
+                "recomputed with your next message)\n", cs->session, nt - common);
+    return 0;
+}
+
+/* The earlier turns, as the user saw them. */
+static void print_history(const mz_history_msg *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(h[i].role, "user")) printf("> %s\n", h[i].content);
+        else if (!strcmp(h[i].role, "assistant")) printf("%s\n", h[i].content);
+        else printf("(system: %s)\n", h[i].content);
+    }
+    fflush(stdout);
+}
+
 int chat_store_open(chat_store *cs, mz_model_t *m, const mz_ctx_params *cp, mz_ctx_t **ctx,
                     int (*add)(void *u, const char *role, const char *content), void *u)
 {
@@ -88,31 +144,41 @@ int chat_store_open(chat_store *cs, mz_model_t *m, const mz_ctx_params *cp, mz_c
     size_t n_del = 0;
     if (cs->limit && mz_store_enforce_limit(cs->store, &n_del) == MZ_OK && n_del)
         fprintf(stderr, "(session store over --store-limit: %zu oldest sessions deleted)\n", n_del);
+    /* The history is the conversation; the stored KV is what saves
+     * recomputing it. */
+    mz_history_msg *h = NULL;
+    size_t nh = 0;
+    if (mz_store_history_load(cs->store, cs->session, &h, &nh)) {
+        fprintf(stderr, "mzcache: session %s: its saved conversation is unreadable (%s); starting without it\n",
+                cs->session, mz_last_error());
+        nh = 0;
+    }
     mz_resume_info ri;
-    if (mz_session_resume(cs->store, cs->session, cp, ctx, &ri) == MZ_OK) {
+    memset(&ri, 0, sizeof ri);
+    int rc = 0;
+    bool resumed = mz_session_resume(cs->store, cs->session, cp, ctx, &ri) == MZ_OK;
+    if (resumed) {
         fprintf(stderr, "(session %s resumed: %zu tokens, %zu of %zu stored chunks restored in "
                 "%.0f ms%s%s)\n", cs->session, ri.n_tokens, ri.n_chunks_restored,
                 ri.n_chunks_stored, ri.timings.ttft_ms, ri.reason[0] ? "; " : "", ri.reason);
-        mz_history_msg *h = NULL;
-        size_t n = 0;
-        if (mz_store_history_load(cs->store, cs->session, &h, &n)) {
-            fprintf(stderr, "mzcache: %s (starting without the earlier messages)\n", mz_last_error());
+    } else {
+        bool none = strstr(ri.reason, "No such file") != NULL;
+        if (nh)
+            fprintf(stderr, "(session %s: %zu saved messages, but %s: the conversation is recomputed with your "
+                    "next message)\n", cs->session, nh, none ? "no stored KV" : ri.reason);
+        else if (!none)
+            fprintf(stderr, "mzcache: %s; starting session %s again\n", ri.reason, cs->session);
+        if (mz_session_create(cs->engine, cp, ctx) || mz_session_store(*ctx, cs->store, cs->session)) {
+            fprintf(stderr, "mzcache: session %s: %s\n", cs->session, mz_last_error());
+            rc = -1;
         }
-        for (size_t i = 0; i < n; i++)
-            if (add(u, h[i].role, h[i].content)) {
-                mz_history_free(h, n);
-                return -1;
-            }
-        mz_history_free(h, n);
-        return 0;
     }
-    if (strstr(ri.reason, "No such file") == NULL)
-        fprintf(stderr, "mzcache: %s; starting session %s again\n", ri.reason, cs->session);
-    if (mz_session_create(cs->engine, cp, ctx) || mz_session_store(*ctx, cs->store, cs->session)) {
-        fprintf(stderr, "mzcache: session %s: %s\n", cs->session, mz_last_error());
-        return -1;
-    }
-    return 0;
+    if (!rc && reconcile(cs, m, *ctx, h, nh, resumed)) rc = -1;
+    if (!rc) print_history(h, nh);
+    for (size_t i = 0; i < nh && !rc; i++)
+        if (add(u, h[i].role, h[i].content)) rc = -1;
+    mz_history_free(h, nh);
+    return rc;
 }
 
 void chat_store_save(chat_store *cs, const mz_chat_msg *msgs, size_t n)

@@ -25,11 +25,17 @@ typedef struct cli_opts {
     bool quiet;
     bool no_progress;
     mz_sampler_params sampler;
+    bool seed_given;           /* -s N (N >= 0) was on the command line; -s -1 asks for a random one */
 } cli_opts;
 
 extern const char *cli_common_help;
 
 void cli_opts_defaults(cli_opts *o);
+/* True when an option's value v is there and is not the next option
+ * ("-p -n 5"); else says so on stderr. */
+bool cli_has_value(const char *opt, const char *v);
+/* 64 random bits (getentropy; the clock and pid where it fails). */
+uint64_t cli_random_seed(void);
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
 mz_status cli_load(cli_opts *o, mz_model_t **model, mz_ctx_t **ctx);
 /* Progress callback: prints when user is cli_progress_shown(o), and cancels
@@ -82,6 +88,11 @@ void cli_fit_ctx(cli_opts *o, const mz_model_t *m);
 void cli_note_profile(const char *cmd);
 /* The same from the model file's metadata (for serve, which loads it later). */
 void cli_fit_ctx_file(cli_opts *o);
+/* The chat template over msgs, tokenized: control tokens only from the
+ * template (mz_chat_tokenize); add_assistant ends with the assistant's
+ * header. *out is malloc'd. Says what failed. */
+mz_status cli_tokenize_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n_msgs, bool add_assistant,
+                            mz_token **out, size_t *n_out);
 mz_status cli_format_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n, char **out);
 
 int cmd_chat(int argc, char **argv);

@@ -9,6 +9,7 @@
 #include "server/server.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -253,67 +254,134 @@ int cmd_status(int argc, char **argv)
 
 /* ---- mzcache sessions ------------------------------------------------------------------ */
 
+/* DELETE /mz/sessions/ID, waiting while the session is generating (409
+ * with Retry-After) up to the client timeout; with no daemon to ask, the
+ * session is deleted from the store directly. */
+static int sessions_delete(const client_opts *c, const char *del, const char *store_dir)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/mz/sessions/%s", del);
+    double waited_ms = 0;
+    bool said = false;
+    for (;;) {
+        mz_http_response resp;
+        int rc = mz_http_request(c->host, c->port, "DELETE", path, c->api_key, NULL, 0, c->timeout_ms, &resp);
+        if (rc == -ECONNREFUSED) {
+            mz_store_params sp = mz_store_params_default();
+            sp.dir = store_dir;
+            if (mz_store_delete_id(&sp, del)) {
+                fprintf(stderr, "mzcache sessions: no daemon at %s:%d, and the store: %s\n", c->host, c->port,
+                        mz_last_error());
+                return 1;
+            }
+            printf("deleted %s from the session store (no daemon at %s:%d)\n", del, c->host, c->port);
+            return 0;
+        }
+        if (rc) {
+            fprintf(stderr, "mzcache: cannot reach the daemon at %s:%d: %s\n", c->host, c->port, strerror(-rc));
+            return 1;
+        }
+        cJSON *j = cJSON_ParseWithLength(resp.body, resp.len);
+        int status = resp.status;
+        if (status == 409 && waited_ms < c->timeout_ms) {
+            if (!said) fprintf(stderr, "(session %s is generating an answer: waiting for it to end)\n", del);
+            said = true;
+            cJSON_Delete(j);
+            mz_http_response_free(&resp);
+            struct timespec ts = {0, 250 * 1000000L};
+            nanosleep(&ts, NULL);
+            waited_ms += 250;
+            continue;
+        }
+        if (status == 200) {
+            printf("%s\n", c->json ? resp.body : "deleted");
+        } else {
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
+            fprintf(stderr, "mzcache: daemon answered %d: %s\n", status, cJSON_IsString(m) ? m->valuestring : "(no message)");
+        }
+        cJSON_Delete(j);
+        mz_http_response_free(&resp);
+        return status == 200 ? 0 : 1;
+    }
+}
+
 int cmd_sessions(int argc, char **argv)
 {
     client_opts c;
     client_defaults(&c);
-    const char *del = NULL;
+    const char *del = NULL, *store_dir = NULL;
     for (int i = 1; i < argc; i++) {
         int r = parse_client_opt(&c, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: mzcache sessions [--delete ID] [options]\n\n"
+            printf("usage: mzcache sessions [--delete ID [--store DIR]] [options]\n\n"
                    "Lists a running `mzcache serve`'s conversations (most recent first): tokens,\n"
-                   "where their KV is, last use and last time to first token. --delete ID forgets\n"
-                   "one (waiting for its running request, if any, to end).\n\n%s", client_help);
+                   "where their KV is, last use and last time to first token; stored sessions not\n"
+                   "in memory show their stored tokens and file size. --delete ID forgets one,\n"
+                   "waiting while it is generating an answer; with no daemon running, it deletes\n"
+                   "the session (`chat --session` ones too) from the store: --store DIR, default\n"
+                   "$XDG_STATE_HOME/mzcache or ~/.local/state/mzcache.\n\n%s", client_help);
             return 0;
         }
-        if (!strcmp(argv[i], "--delete") && i + 1 < argc) {
-            del = argv[++i];
+        if (!strcmp(argv[i], "--delete") || !strcmp(argv[i], "--store")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mzcache sessions: %s needs a value\n", argv[i]);
+                return 2;
+            }
+            if (!strcmp(argv[i], "--delete")) del = argv[++i];
+            else store_dir = argv[++i];
             continue;
         }
         fprintf(stderr, "mzcache sessions: unexpected '%s' (see mzcache sessions --help)\n", argv[i]);
         return 2;
     }
+    if (del) {
+        /* The id goes into the path and names files: the one rule. */
+        const char *why = mz_session_id_check(del, true);
+        if (why) {
+            fprintf(stderr, "mzcache sessions: '%s' is not a session id: %s\n", del, why);
+            return 2;
+        }
+        return sessions_delete(&c, del, store_dir);
+    }
+    if (store_dir) {
+        fprintf(stderr, "mzcache sessions: --store goes with --delete (the list is the daemon's)\n");
+        return 2;
+    }
     mz_http_response resp;
     cJSON *j = NULL;
-    int rc;
-    if (del) {
-        /* The id goes into the path: refuse what would change the path. */
-        for (const char *p = del; *p; p++)
-            if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@+-", *p) || p - del >= 64) {
-                fprintf(stderr, "mzcache sessions: '%s' is not a session id\n", del);
-                return 2;
+    int rc = call(&c, "GET", "/mz/sessions", NULL, &j, &resp);
+    if (!rc && c.json) {
+        printf("%s\n", resp.body);
+    } else if (!rc) {
+        const double M = 1024.0 * 1024.0;
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "budget"), *e;
+        int n_stored_only = 0;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "data"))
+            if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(e, "loaded"))) n_stored_only++;
+        printf("%.0f of %.0f sessions in memory, %d more stored | footprint %.1f MiB", num(b, "sessions"),
+               num(b, "max_sessions"), n_stored_only, num(b, "footprint_bytes") / M);
+        if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(b, "budget_bytes")))
+            printf(" of a %.1f MiB budget%s", num(b, "budget_bytes") / M,
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "over_budget")) ? " (over)" : "");
+        printf("\n%-24s %7s %10s %11s %9s  %-24s %9s\n", "session", "tokens", "resident", "compressed", "stored",
+               "last use (UTC)", "TTFT ms");
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "data")) {
+            if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(e, "loaded"))) {
+                /* Stored, not in memory: what its files hold. */
+                printf("%-24s %7.0f %10s %11s %8.1fM  %-24s %9s  (stored%s)\n", str(e, "id"), num(e, "stored_tokens"),
+                       "-", "-", num(e, "stored_file_bytes") / M, str(e, "last_use"), "-",
+                       cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(e, "resumable")) ? ", not resumable" : "");
+                continue;
             }
-        char path[96];
-        snprintf(path, sizeof path, "/mz/sessions/%s", del);
-        rc = call(&c, "DELETE", path, NULL, &j, &resp);
-        if (!rc) printf("%s\n", c.json ? resp.body : "deleted");
-    } else {
-        rc = call(&c, "GET", "/mz/sessions", NULL, &j, &resp);
-        if (!rc && c.json) {
-            printf("%s\n", resp.body);
-        } else if (!rc) {
-            const double M = 1024.0 * 1024.0;
-            const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "budget");
-            printf("%.0f of %.0f sessions | footprint %.1f MiB", num(b, "sessions"), num(b, "max_sessions"),
-                   num(b, "footprint_bytes") / M);
-            if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(b, "budget_bytes")))
-                printf(" of a %.1f MiB budget%s", num(b, "budget_bytes") / M,
-                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "over_budget")) ? " (over)" : "");
-            printf("\n%-24s %7s %10s %11s %9s  %-24s %9s\n", "session", "tokens", "resident", "compressed", "stored",
-                   "last use (UTC)", "TTFT ms");
-            const cJSON *e;
-            cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "data")) {
-                const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "last_ttft_ms");
-                char ttft[32] = "-";
-                if (cJSON_IsNumber(t)) snprintf(ttft, sizeof ttft, "%.1f", t->valuedouble);
-                printf("%-24s %7.0f %9.1fM %10.1fM %8.1fM  %-24s %9s%s\n", str(e, "id"), num(e, "tokens"),
-                       num(e, "resident_bytes") / M, num(e, "compressed_bytes") / M, num(e, "stored_bytes") / M,
-                       str(e, "last_use"), ttft,
-                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "active")) ? "  (in use)" : "");
-            }
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "last_ttft_ms");
+            char ttft[32] = "-";
+            if (cJSON_IsNumber(t)) snprintf(ttft, sizeof ttft, "%.1f", t->valuedouble);
+            printf("%-24s %7.0f %9.1fM %10.1fM %8.1fM  %-24s %9s%s\n", str(e, "id"), num(e, "tokens"),
+                   num(e, "resident_bytes") / M, num(e, "compressed_bytes") / M, num(e, "stored_bytes") / M,
+                   str(e, "last_use"), ttft,
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "active")) ? "  (in use)" : "");
         }
     }
     cJSON_Delete(j);

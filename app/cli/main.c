@@ -30,6 +30,32 @@ void cli_opts_defaults(cli_opts *o)
     o->sampler = mz_sampler_params_default();
 }
 
+bool cli_has_value(const char *opt, const char *v)
+{
+    if (!v) {
+        fprintf(stderr, "mzcache: %s needs a value\n", opt);
+        return false;
+    }
+    /* "-p -n 5": the next word is an option, not the value that is missing
+     * ("-1" and "-" are values). */
+    if (v[0] == '-' && (v[1] == '-' || (v[1] >= 'a' && v[1] <= 'z') || (v[1] >= 'A' && v[1] <= 'Z'))) {
+        fprintf(stderr, "mzcache: %s needs a value (the next word, '%s', is an option)\n", opt, v);
+        return false;
+    }
+    return true;
+}
+
+uint64_t cli_random_seed(void)
+{
+    uint64_t seed = 0;
+    if (getentropy(&seed, sizeof seed) != 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+    }
+    return seed;
+}
+
 /* Parses a sampling/runtime option at argv[*i]; returns 1 if consumed,
  * 0 if not ours, -1 on a bad value. */
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i)
@@ -38,10 +64,7 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i)
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
 #define NEED_VALUE()                                                                 \
     do {                                                                             \
-        if (!v) {                                                                    \
-            fprintf(stderr, "mzcache: %s needs a value\n", a);                       \
-            return -1;                                                               \
-        }                                                                            \
+        if (!cli_has_value(a, v)) return -1;                                         \
         (*i)++;                                                                      \
     } while (0)
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED_VALUE(); o->model = v; return 1; }
@@ -62,7 +85,17 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i)
     if (!strcmp(a, "--min-p")) { NEED_VALUE(); return cli_opt_float(a, v, 0, 1, &o->sampler.min_p) ? -1 : 1; }
     if (!strcmp(a, "--repeat-penalty")) { NEED_VALUE(); return cli_opt_float(a, v, 0.01, 100, &o->sampler.repeat_penalty) ? -1 : 1; }
     if (!strcmp(a, "--repeat-last-n")) { NEED_VALUE(); return cli_opt_int(a, v, 0, 1 << 20, &o->sampler.repeat_last_n) ? -1 : 1; }
-    if (!strcmp(a, "-s") || !strcmp(a, "--seed")) { NEED_VALUE(); return cli_opt_u64(a, v, &o->sampler.seed) ? -1 : 1; }
+    if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
+        NEED_VALUE();
+        if (!strcmp(v, "-1")) { /* llama.cpp's "random seed" */
+            o->sampler.seed = cli_random_seed();
+            o->seed_given = false;
+            return 1;
+        }
+        if (cli_opt_u64(a, v, &o->sampler.seed)) return -1;
+        o->seed_given = true;
+        return 1;
+    }
     if (!strcmp(a, "--greedy")) { o->sampler.temperature = 0.0f; return 1; }
     if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { o->quiet = true; return 1; }
     if (!strcmp(a, "--no-progress")) { o->no_progress = true; return 1; }
@@ -83,7 +116,8 @@ const char *cli_common_help =
     "      --min-p P           drop tokens below P x the best one's probability (default 0.05)\n"
     "      --repeat-penalty X  penalise recently seen tokens (default 1.0 = off)\n"
     "      --repeat-last-n N   how many recent tokens the penalty looks at (default 64)\n"
-    "  -s, --seed N            random seed (default fixed, so runs repeat)\n"
+    "  -s, --seed N            random seed (default fixed, so runs repeat; -1: a random one;\n"
+    "                          serve: without -s each request without a seed gets a fresh one)\n"
     "      --greedy            always take the most likely token (same as --temp 0)\n"
     "  -q, --quiet             no timings or progress on stderr\n"
     "      --no-progress       no progress indicator during long prefills\n";
@@ -156,31 +190,46 @@ void cli_print_gen_timings(size_t n_prompt, double prompt_ms, const cli_gen_resu
     fputc('\n', stderr);
 }
 
-mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, bool parse_special,
-                       mz_token **out, size_t *n_out)
+/* Text (msgs NULL) or chat messages through the template, into a buffer
+ * grown to the count the first pass reports. */
+static mz_status tokenize_grow(const mz_model_t *m, const char *text, const mz_chat_msg *msgs, size_t n_msgs,
+                               bool add_special, bool parse_special, bool add_assistant, mz_token **out,
+                               size_t *n_out)
 {
-    size_t len = strlen(text), n = 0;
-    size_t cap = len + 16;
-    mz_token *toks = malloc(cap * sizeof *toks);
-    if (!toks) return MZ_E_NOMEM;
-    mz_status s = mz_tokenize(m, text, len, add_special, parse_special, toks, cap, &n);
-    if (s == MZ_E_RANGE) {
-        mz_token *bigger = realloc(toks, n * sizeof *toks);
+    size_t len = text ? strlen(text) : 0, n = 0, cap = len + 256;
+    mz_token *toks = NULL;
+    mz_status s = MZ_E_RANGE;
+    for (int pass = 0; pass < 2 && s == MZ_E_RANGE; pass++) {
+        mz_token *bigger = realloc(toks, cap * sizeof *toks);
         if (!bigger) {
             free(toks);
             return MZ_E_NOMEM;
         }
         toks = bigger;
-        s = mz_tokenize(m, text, len, add_special, parse_special, toks, n, &n);
+        s = msgs ? mz_chat_tokenize(m, msgs, n_msgs, add_assistant, toks, cap, &n)
+                 : mz_tokenize(m, text, len, add_special, parse_special, toks, cap, &n);
+        cap = n;
     }
     if (s) {
         free(toks);
-        fprintf(stderr, "mzcache: tokenize failed: %s\n", mz_last_error());
+        fprintf(stderr, "mzcache: %s failed: %s\n", msgs ? "chat template" : "tokenize", mz_last_error());
         return s;
     }
     *out = toks;
     *n_out = n;
     return MZ_OK;
+}
+
+mz_status cli_tokenize(const mz_model_t *m, const char *text, bool add_special, bool parse_special,
+                       mz_token **out, size_t *n_out)
+{
+    return tokenize_grow(m, text, NULL, 0, add_special, parse_special, false, out, n_out);
+}
+
+mz_status cli_tokenize_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n_msgs, bool add_assistant,
+                            mz_token **out, size_t *n_out)
+{
+    return tokenize_grow(m, NULL, msgs, n_msgs, true, true, add_assistant, out, n_out);
 }
 
 /* Printing for cli_generate: each token's text goes out as it comes, and
@@ -273,54 +322,111 @@ mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampl
 
 /* ---- run ------------------------------------------------------------------------ */
 
+static char *read_all(FILE *f)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    size_t r;
+    while ((r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += r;
+        if (cap - len - 1 == 0) {
+            cap *= 2;
+            char *bigger = realloc(buf, cap);
+            if (!bigger) { free(buf); return NULL; }
+            buf = bigger;
+        }
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+
 static int cmd_run(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_defaults(&o);
-    const char *prompt = NULL;
+    const char *prompt = NULL, *prompt_file = NULL;
     bool chat = false;
     const char *system = NULL;
+    char *prompt_read = NULL;
     for (int i = 1; i < argc; i++) {
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
-        if ((!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) && i + 1 < argc) prompt = argv[++i];
-        else if (!strcmp(argv[i], "--chat")) chat = true;
-        else if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: mzcache run -m MODEL -p PROMPT [options]\n\n"
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes_value = !strcmp(a, "-p") || !strcmp(a, "--prompt") || !strcmp(a, "-f") || !strcmp(a, "--file") ||
+                           !strcmp(a, "--system");
+        if (takes_value) {
+            /* A prompt may begin with '-'; "-p" followed by another option is
+             * still a missing value. */
+            if (!v || ((!strcmp(a, "-f") || !strcmp(a, "--file")) && !cli_has_value(a, v))) {
+                if (!v) fprintf(stderr, "mzcache run: %s needs a value\n", a);
+                return 2;
+            }
+            i++;
+            if (!strcmp(a, "--system")) system = v;
+            else if (!strcmp(a, "-f") || !strcmp(a, "--file")) prompt_file = v;
+            else prompt = v;
+        } else if (!strcmp(a, "--chat")) chat = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: mzcache run -m MODEL (-p PROMPT | -f FILE) [options]\n\n"
                    "Generates text after PROMPT and prints it, then the speed on stderr.\n\n"
-                   "  -p, --prompt TEXT       the prompt (required)\n"
+                   "  -p, --prompt TEXT       the prompt (-p - reads it from standard input)\n"
+                   "  -f, --file FILE         read the prompt from FILE\n"
                    "      --chat              wrap the prompt as a user message in the model's chat template\n"
                    "      --system TEXT       system message (with --chat)\n%s", cli_common_help);
             return 0;
         } else {
-            fprintf(stderr, "mzcache run: unknown option '%s' (see mzcache run --help)\n", argv[i]);
+            fprintf(stderr, "mzcache run: unknown option '%s' (see mzcache run --help)\n", a);
             return 2;
         }
     }
+    if (prompt && prompt_file) {
+        fprintf(stderr, "mzcache run: give the prompt once: -p TEXT or -f FILE\n");
+        return 2;
+    }
+    if (system && !chat) {
+        fprintf(stderr, "mzcache run: --system needs --chat (a system message belongs to the chat template)\n");
+        return 2;
+    }
+    if (prompt_file || (prompt && !strcmp(prompt, "-"))) {
+        FILE *f = prompt_file ? fopen(prompt_file, "re") : stdin;
+        if (!f) {
+            fprintf(stderr, "mzcache run: cannot read %s: %s\n", prompt_file, strerror(errno));
+            return 2;
+        }
+        prompt_read = read_all(f);
+        if (f != stdin) fclose(f);
+        if (!prompt_read) {
+            fprintf(stderr, "mzcache run: cannot read the prompt from %s\n", prompt_file ? prompt_file : "stdin");
+            return 1;
+        }
+        prompt = prompt_read;
+    }
     if (!prompt) {
-        fprintf(stderr, "mzcache run: no prompt; use -p TEXT (see mzcache run --help)\n");
+        fprintf(stderr, "mzcache run: no prompt; use -p TEXT, -p - (stdin) or -f FILE (see mzcache run --help)\n");
         return 2;
     }
     mz_model_t *m = NULL;
     mz_ctx_t *ctx = NULL;
     mz_sampler_t *smp = NULL;
     mz_token *toks = NULL;
-    char *formatted = NULL;
     size_t n = 0;
     int rc = 1;
-    if (cli_load(&o, &m, &ctx)) return 1;
-    const char *text = prompt;
+    if (cli_load(&o, &m, &ctx)) {
+        free(prompt_read);
+        return 1;
+    }
     if (chat) {
         mz_chat_msg msgs[2];
         size_t nm = 0;
         if (system) msgs[nm++] = (mz_chat_msg){"system", system};
         msgs[nm++] = (mz_chat_msg){"user", prompt};
-        if (cli_format_chat(m, msgs, nm, &formatted)) goto out;
-        text = formatted;
+        if (cli_tokenize_chat(m, msgs, nm, true, &toks, &n)) goto out;
+    } else if (cli_tokenize(m, prompt, true, false, &toks, &n)) {
+        goto out;
     }
-    if (cli_tokenize(m, text, true, chat, &toks, &n)) goto out;
     if (n == 0) {
         /* The sampler needs the logits of at least one token. */
         fprintf(stderr, "mzcache run: the prompt is empty (no tokens); give some text with -p\n");
@@ -332,8 +438,12 @@ static int cmd_run(int argc, char **argv)
     }
     for (size_t i = 0; i < n; i++) mz_sampler_accept(smp, toks[i]);
     if (n >= mz_ctx_n_ctx(ctx)) {
-        fprintf(stderr, "mzcache run: the prompt has %zu tokens; the context holds %zu (raise -c)\n", n,
-                mz_ctx_n_ctx(ctx));
+        if (n == mz_ctx_n_ctx(ctx))
+            fprintf(stderr, "mzcache run: the prompt has %zu tokens and fills the context (%zu): no room is left "
+                    "for an answer (raise -c)\n", n, mz_ctx_n_ctx(ctx));
+        else
+            fprintf(stderr, "mzcache run: the prompt has %zu tokens; the context holds %zu (raise -c)\n", n,
+                    mz_ctx_n_ctx(ctx));
         goto out;
     }
     if (!chat) fputs(prompt, stdout);
@@ -346,12 +456,13 @@ static int cmd_run(int argc, char **argv)
     cli_gen_result g;
     if (cli_generate(&o, m, ctx, smp, stdout, NULL, &g)) goto out;
     fputc('\n', stdout);
+    fflush(stdout); /* the notice on stderr goes after the answer's line, never inside it */
     if (g.ctx_full) fprintf(stderr, "mzcache run: stopped: the context (%zu tokens) is full\n", mz_ctx_n_ctx(ctx));
     if (!o.quiet) cli_print_gen_timings(n, prompt_ms, &g);
     rc = 0;
 out:
     free(toks);
-    free(formatted);
+    free(prompt_read);
     mz_sampler_free(smp);
     mz_ctx_free(ctx);
     mz_model_free(m);
@@ -402,25 +513,6 @@ static int cmd_info(int argc, char **argv)
 
 /* ---- tokenize ----------------------------------------------------------------------- */
 
-static char *read_all(FILE *f)
-{
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    size_t r;
-    while ((r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += r;
-        if (cap - len - 1 == 0) {
-            cap *= 2;
-            char *bigger = realloc(buf, cap);
-            if (!bigger) { free(buf); return NULL; }
-            buf = bigger;
-        }
-    }
-    buf[len] = '\0';
-    return buf;
-}
-
 static int cmd_tokenize(int argc, char **argv)
 {
     cli_opts o;
@@ -431,8 +523,13 @@ static int cmd_tokenize(int argc, char **argv)
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
-        if ((!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) && i + 1 < argc) prompt = argv[++i];
-        else if (!strcmp(argv[i], "--stdin")) from_stdin = true;
+        if (!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mzcache tokenize: %s needs a value\n", argv[i]);
+                return 2;
+            }
+            prompt = argv[++i];
+        } else if (!strcmp(argv[i], "--stdin")) from_stdin = true;
         else if (!strcmp(argv[i], "--show-pieces")) pieces = true;
         else if (!strcmp(argv[i], "--add-special")) add_special = true;
         else if (!strcmp(argv[i], "--no-parse-special")) parse_special = false;

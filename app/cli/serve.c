@@ -93,14 +93,16 @@ static const char serve_help[] =
     "      --timeout S         close connections idle for S seconds (default 30)\n"
     "      --max-body BYTES    largest request body (default 1M)\n"
     "      --max-tokens N      largest max_tokens a request may ask for (default 4096)\n"
-    "      --max-queue N       requests that may wait for the conversation; more get 429 (default 4)\n"
+    "      --max-queue N       requests that may wait for the engine; more get 429 (default 128;\n"
+    "                          at most 256 connections are open at once)\n"
     "      --queue-timeout MS  longest wait in that queue (default 120000)\n"
     "  -v, --verbose           log every request\n\n";
 
 static const char serve_mem_help[] =
     "memory:\n"
-    "      --evict-step X      per pressure signal evict X: 25% of the evictable total (default)\n"
-    "                          or a size (64M); critical signals evict two steps\n"
+    "      --evict-step X      what a PSI signal (or one without a cgroup limit to size it) evicts:\n"
+    "                          a % of the evictable total (default 2%) or a size (64M); signals\n"
+    "                          with a limit evict exactly what is over the target\n"
     "      --evict-floor X     pressure never goes below X remaining: a % or a size (default 0)\n"
     "      --pressure-level L  act on signals of level L and above: low, medium (default), critical\n"
     "      --pressure-interval MS  least time between two pressure evictions (default 1000)\n"
@@ -310,6 +312,7 @@ int cmd_serve(int argc, char **argv)
     sp.n_threads = o.n_threads;
     sp.n_batch = o.n_batch;
     sp.sampler = o.sampler;
+    sp.seed_fixed = o.seed_given;
     if (n_given && o.n_predict > 0) sp.default_max_tokens = o.n_predict;
 
     /* Signals go to sigwait below, never to a server thread. */

@@ -56,6 +56,7 @@ typedef struct gen_state {
     char *text;
     size_t len, cap, emitted;
     bool done, failed;
+    bool client_gone;              /* the generation stopped: its client closed the connection */
     const char *finish;
     /* SSE output waiting to be copied into MHD's buffer */
     char *out;
@@ -87,39 +88,25 @@ struct lp_entry {
 
 /* ---- prompt → tokens ------------------------------------------------------------------- */
 
+/* Tokenizes with a growing buffer: chat messages through the template
+ * (control tokens only from the template), or the raw prompt, whose control
+ * tokens are read only when the request opts in ("parse_special"). */
 static mz_status build_tokens(mz_server_t *s, const srv_comp_req *r, bool chat, mz_token **out, size_t *n_out)
 {
-    char *formatted = NULL;
-    const char *text = r->prompt;
-    mz_status st;
-    if (chat) {
-        size_t need = 0;
-        st = mz_chat_format(s->model, r->msgs, r->n_msgs, true, NULL, 0, &need);
-        if (st && st != MZ_E_RANGE) return st;
-        formatted = malloc(need + 1);
-        if (!formatted) return MZ_E_NOMEM;
-        if ((st = mz_chat_format(s->model, r->msgs, r->n_msgs, true, formatted, need + 1, &need))) {
-            free(formatted);
-            return st;
+    size_t len = chat ? 0 : strlen(r->prompt), n = 0, cap = len + 256;
+    mz_token *toks = NULL;
+    mz_status st = MZ_E_RANGE;
+    for (int pass = 0; pass < 2 && st == MZ_E_RANGE; pass++) {
+        mz_token *b = realloc(toks, cap * sizeof *toks);
+        if (!b) {
+            st = MZ_E_NOMEM;
+            break;
         }
-        text = formatted;
+        toks = b;
+        st = chat ? mz_chat_tokenize(s->model, r->msgs, r->n_msgs, true, toks, cap, &n)
+                  : mz_tokenize(s->model, r->prompt, len, true, r->parse_special, toks, cap, &n);
+        cap = n;
     }
-    size_t len = strlen(text), n = 0, cap = len + 16;
-    mz_token *toks = malloc(cap * sizeof *toks);
-    if (!toks) {
-        free(formatted);
-        return MZ_E_NOMEM;
-    }
-    st = mz_tokenize(s->model, text, len, true, true, toks, cap, &n);
-    if (st == MZ_E_RANGE) {
-        mz_token *b = realloc(toks, n * sizeof *toks);
-        if (!b) st = MZ_E_NOMEM;
-        else {
-            toks = b;
-            st = mz_tokenize(s->model, text, len, true, true, toks, n, &n);
-        }
-    }
-    free(formatted);
     if (st) {
         free(toks);
         return st;
@@ -247,10 +234,16 @@ static mz_gen_action gen_on_token(void *user, mz_token t, const float *logits, i
     return MZ_GEN_CONTINUE;
 }
 
-/* Shutdown: the grace period ran out; the answer ends here ("length"). */
+/* Shutdown: the grace period ran out; the answer ends here ("length").
+ * A non-streamed request whose client closed its connection ends too:
+ * nobody would read the answer (a stream notices through MHD's writes). */
 static bool gen_cancelled(void *user)
 {
     gen_state *g = user;
+    if (!g->stream && srv_client_gone(g->conn)) {
+        g->client_gone = true;
+        return true;
+    }
     return srv_cut_short(g->srv);
 }
 
@@ -297,10 +290,12 @@ static void gen_release(gen_state *g)
     double now = srv_now_ms();
     g->tm.gen_ms = now - g->t_gen0;
     g->tm.total_ms = now - g->t0;
-    snprintf(g->tm.finish_reason, sizeof g->tm.finish_reason, "%s", g->done ? finish_reason(g) : "client_gone");
+    snprintf(g->tm.finish_reason, sizeof g->tm.finish_reason, "%s",
+             g->done && !g->client_gone ? finish_reason(g) : "client_gone");
     g->tm.valid = true;
     pthread_mutex_lock(&s->snap_mu);
     s->last = g->tm;
+    if (g->client_gone) s->n_client_gone_running++;
     s->n_prompt_tokens += g->tm.n_prompt;
     s->n_prefilled_tokens += g->tm.n_prefilled;
     s->n_cached_tokens += g->tm.n_cached;
@@ -603,6 +598,19 @@ static bool gen_setup_openai(gen_state *g, srv_comp_req *r)
     return true;
 }
 
+/* 64 bits for a request's sampler: the clock mixed with a counter
+ * (splitmix64), so two requests in one nanosecond still differ. */
+static uint64_t srv_fresh_seed(mz_server_t *s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+                 0x9E3779B97F4A7C15ull * (uint64_t)atomic_fetch_add(&s->next_id, 0);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 /* ---- the handler ---------------------------------------------------------------------------------- */
 
 /* Brings the context to exactly toks, keeping the longest common prefix.
@@ -611,24 +619,32 @@ static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, si
                               bool *in_resume)
 {
     *in_resume = false;
-    size_t fresh = s->sess[s->cur].n_fresh;
-    s->sess[s->cur].n_fresh = 0;
+    srv_session *ss = &s->sess[s->cur];
+    size_t fresh = ss->n_fresh;
+    /* Cached means not computed for this request: after a resume only the
+     * tokens restored from storage count, not those it recomputed. */
+    size_t not_computed = ss->resumed_now ? ss->n_restored : SIZE_MAX;
+    ss->n_fresh = 0;
+    ss->resumed_now = false;
     /* The resume that routed this request prefilled its tokens: the context
      * is toks with the last one's logits current. */
     if (fresh && fresh <= n && mz_ctx_n_tokens(s->ctx) == n && mz_ctx_common_prefix(s->ctx, toks, n) == n &&
         mz_ctx_logits(s->ctx)) {
-        *n_cached = n - fresh;
+        *n_cached = MZ_MIN(n - fresh, not_computed);
         *in_resume = true;
         return MZ_OK;
     }
-    return mz_ctx_sync(s->ctx, toks, n, NULL, NULL, n_cached);
+    mz_status st = mz_ctx_sync(s->ctx, toks, n, NULL, NULL, n_cached);
+    if (st == MZ_OK) *n_cached = MZ_MIN(*n_cached, not_computed);
+    return st;
 }
 
 enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, srv_request *rq, bool chat)
 {
     double t0 = srv_now_ms();
-    cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
-    if (!root) return srv_error(s, c, 400, "invalid_request_error", "body is not valid JSON");
+    const char *bad_json;
+    cJSON *root = srv_parse_json(rq->body, rq->len, &bad_json);
+    if (!root) return srv_error(s, c, 400, "invalid_request_error", "%s", bad_json);
     srv_comp_req *r = calloc(1, sizeof *r);
     if (!r) {
         cJSON_Delete(root);
@@ -646,8 +662,9 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         return ret;
     }
     char sid[SRV_SESSION_ID_MAX + 1];
-    const char *bad_sid = srv_session_id(root, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id"), sid,
-                                         sizeof sid);
+    char sid_err[200];
+    const char *bad_sid = srv_session_id(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id"), sid, sizeof sid,
+                                         sid_err, sizeof sid_err);
     gen_state *g = bad_sid ? NULL : calloc(1, sizeof *g);
     mz_token *toks = NULL;
     size_t n = 0;
@@ -680,6 +697,8 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         g->n_stops = i + 1;
         g->max_stop = MZ_MAX(g->max_stop, strlen(r->stops[i]));
     }
+    /* Without a seed (and none fixed by serve -s), each request samples anew. */
+    if (!r->seed_given && !s->p.seed_fixed) r->sp.seed = srv_fresh_seed(s);
     if (mz_sampler_init(&r->sp, &g->smp) || mz_detok_init(s->model, &g->dt) || !gen_setup_openai(g, r)) {
         ret = srv_error(s, c, 500, "server_error", "cannot set up sampling");
         goto out_gen;
@@ -703,8 +722,16 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         goto out_gen;
     }
     double wait_ms = 0;
-    int gate = srv_gate_enter(s, false, &wait_ms);
+    int gate = srv_gate_enter_for(s, false, c, &wait_ms);
     g->tm.queue_ms = wait_ms;
+    if (gate == SRV_GATE_CLIENT_GONE) {
+        pthread_mutex_lock(&s->snap_mu);
+        s->n_client_gone_queued++;
+        pthread_mutex_unlock(&s->snap_mu);
+        srv_log(s, "request dropped from the queue after %.0f ms: its client closed the connection", wait_ms);
+        ret = MHD_NO; /* close it: nobody is there to answer */
+        goto out_gen;
+    }
     if (gate == 429) {
         ret = srv_error(s, c, 429, "rate_limit_error", "busy: another request is using the conversation and the queue is full; retry");
         goto out_gen;
@@ -796,8 +823,14 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g));
         cJSON_AddItemToArray(choices, ch);
         add_usage(o, g);
-        bool failed = g->failed;
+        bool failed = g->failed, gone = g->client_gone;
         gen_release(g);
+        if (gone) {
+            srv_log(s, "generation stopped after %zu tokens: its client closed the connection", g->tm.n_generated);
+            cJSON_Delete(o);
+            ret = MHD_NO;
+            goto out_gen;
+        }
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)s->p.conn_timeout_s);
         if (failed) {
             cJSON_Delete(o);

@@ -18,6 +18,46 @@
 #include <string.h>
 #include <strings.h>
 
+/* ---- JSON bodies ------------------------------------------------------------------- */
+
+/* An escape \u0000 at s[i] (the backslash), counting the backslashes before
+ * it: an even number of them leaves this one a real escape. */
+static bool nul_escape_at(const char *s, size_t i, size_t len)
+{
+    if (len - i < 6 || memcmp(s + i, "\\u0000", 6)) return false;
+    size_t k = 0;
+    while (k < i && s[i - 1 - k] == '\\') k++;
+    return k % 2 == 0;
+}
+
+cJSON *srv_parse_json(const char *body, size_t len, const char **err)
+{
+    *err = "body is not valid JSON";
+    if (!body) body = "";
+    for (size_t i = 0; i < len; i++) {
+        if (body[i] == '\0') {
+            *err = "body is not valid JSON: a NUL byte";
+            return NULL;
+        }
+        /* cJSON would end the string there, silently dropping the rest. */
+        if (body[i] == '\\' && nul_escape_at(body, i, len)) {
+            *err = "strings must not contain \\u0000";
+            return NULL;
+        }
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) return NULL;
+    for (const char *p = end; p < body + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(root);
+            *err = "body is not valid JSON: something follows the JSON value";
+            return NULL;
+        }
+    *err = NULL;
+    return root;
+}
+
 /* ---- completion bodies ------------------------------------------------------------- */
 
 void srv_comp_req_free(srv_comp_req *r)
@@ -44,7 +84,7 @@ static const char *const k_fields_common[] = {
     "top_k", "min_p", "repeat_penalty", "seed", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
     "presence_penalty", "response_format", "user", "metadata", "store", "service_tier", NULL};
 static const char *const k_fields_chat[] = {"messages", "top_logprobs", "modalities", NULL};
-static const char *const k_fields_comp[] = {"prompt", "echo", "best_of", "suffix", NULL};
+static const char *const k_fields_comp[] = {"prompt", "echo", "best_of", "suffix", "parse_special", NULL};
 
 /* OpenAI fields this server does not implement, with the reason given. */
 static const struct {
@@ -337,6 +377,13 @@ const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, b
         if (!cJSON_IsString(p)) return "\"prompt\" must be a string";
         if (!*p->valuestring) return "\"prompt\" is empty";
         r->prompt = p->valuestring;
+        /* An extension: control-token text in a raw prompt is text unless
+         * the client says it writes the template itself. */
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(root, "parse_special");
+        if (ps && !cJSON_IsNull(ps)) {
+            if (!cJSON_IsBool(ps)) return "\"parse_special\" must be true or false";
+            r->parse_special = cJSON_IsTrue(ps);
+        }
     }
     r->stream = false;
     if ((j = cJSON_GetObjectItemCaseSensitive(root, "stream")) && !cJSON_IsNull(j)) {
@@ -378,6 +425,7 @@ const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, b
     if ((j = cJSON_GetObjectItemCaseSensitive(root, "seed")) && !cJSON_IsNull(j)) {
         if (!is_int(j, 0, 9007199254740991.0)) return "\"seed\" must be an integer >= 0";
         r->sp.seed = (uint64_t)j->valuedouble;
+        r->seed_given = true;
     }
     if ((j = cJSON_GetObjectItemCaseSensitive(root, "stop")) && !cJSON_IsNull(j)) {
         if (cJSON_IsString(j)) {
@@ -405,7 +453,8 @@ const char *srv_parse_completion(const srv_req_limits *lim, const cJSON *root, b
 const char *srv_parse_evict(const char *body, size_t len, srv_evict_req *out)
 {
     memset(out, 0, sizeof *out);
-    cJSON *root = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
+    const char *bad_json;
+    cJSON *root = srv_parse_json(body, body ? len : 0, &bad_json); /* bad_json: the generic message below */
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return "body must be a JSON object: {\"bytes\": N}, {\"percent\": P} or {\"all\": true}";
@@ -473,37 +522,17 @@ bool srv_key_matches(const char *key, size_t key_len, const char *given)
 
 /* ---- sessions ------------------------------------------------------------------------------- */
 
-bool srv_session_id_valid(const char *id, bool allow_anon)
-{
-    size_t n = 0;
-    for (const char *p = id; *p; p++, n++) {
-        char c = *p;
-        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-                  c == '_' || c == ':' || c == '@' || c == '+' || c == '-';
-        if (!ok || n >= SRV_SESSION_ID_MAX_LEN) return false;
-    }
-    if (n == 0) return false;
-    return allow_anon || strncmp(id, "anon-", 5);
-}
+bool srv_session_id_valid(const char *id, bool allow_anon) { return mz_session_id_check(id, allow_anon) == NULL; }
 
-const char *srv_session_id(const cJSON *root, const char *header, char *id, size_t cap)
+const char *srv_session_id(const char *header, char *id, size_t cap, char *err, size_t err_cap)
 {
     id[0] = '\0';
-    const char *v = header && *header ? header : NULL;
-    bool from_user = false;
-    if (!v) {
-        const cJSON *u = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "user") : NULL;
-        if (!u || cJSON_IsNull(u)) return NULL;
-        if (!cJSON_IsString(u)) return "\"user\" must be a string (it names the session)";
-        if (!*u->valuestring) return NULL;
-        v = u->valuestring;
-        from_user = true;
+    if (!header || !*header) return NULL;
+    const char *why = mz_session_id_check(header, false);
+    if (why || strlen(header) >= cap) {
+        snprintf(err, err_cap, "the X-Session-Id header: %s", why ? why : "too long");
+        return err;
     }
-    if (!srv_session_id_valid(v, false) || strlen(v) >= cap)
-        return from_user ? "\"user\" names the session: 1 to 64 characters of A-Z a-z 0-9 . _ : @ + -, not beginning "
-                           "with \"anon-\""
-                         : "the X-Session-Id header must be 1 to 64 characters of A-Z a-z 0-9 . _ : @ + - and not "
-                           "begin with \"anon-\"";
-    memcpy(id, v, strlen(v) + 1);
+    memcpy(id, header, strlen(header) + 1);
     return NULL;
 }

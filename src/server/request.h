@@ -48,6 +48,7 @@ typedef struct srv_comp_req {
     char *owned[SRV_MAX_MESSAGES];  /* message contents (copies) */
     size_t n_msgs;
     const char *prompt;             /* /v1/completions */
+    bool parse_special;             /* /v1/completions: "<|im_end|>" in the prompt is that control token */
     bool stream;
     int max_tokens;                 /* in [1, max_tokens_limit] */
     mz_sampler_params sp;
@@ -60,8 +61,15 @@ typedef struct srv_comp_req {
     srv_format format;
     mz_jschema *schema;             /* owned; set for both JSON formats */
     bool include_usage;             /* stream_options.include_usage */
+    bool seed_given;                /* "seed" was in the request */
     char errbuf[256];               /* messages that name a field are written here */
 } srv_comp_req;
+
+/* Parses body[0, len) as one strict JSON value: NULL with *err set (a
+ * message for a 400) for invalid JSON, anything but whitespace after the
+ * value, a NUL byte, or a \u0000 escape (which cJSON would silently end the
+ * string at). */
+cJSON *srv_parse_json(const char *body, size_t len, const char **err);
 
 /* Fills r (zeroed by the caller) from a parsed body. Every top-level field
  * is either honoured or refused by name (docs/SERVER.md has the table). Returns NULL when the
@@ -102,17 +110,18 @@ bool srv_key_matches(const char *key, size_t key_len, const char *given);
 
 /* ---- sessions (docs/SERVER.md "Sessions") ---- */
 
-#define SRV_SESSION_ID_MAX_LEN 64
+#define SRV_SESSION_ID_MAX_LEN MZ_SESSION_ID_MAX
 
-/* A session id: 1..64 bytes of A-Z a-z 0-9 . _ : @ + -. Ids beginning with
- * "anon-" are the server's own (anonymous sessions): allowed only when
- * allow_anon (DELETE /mz/sessions/ID), never chosen by a client. */
+/* A session id a request may use: mz_session_id_check (the rule the store
+ * and `chat --session` share); ids beginning with "anon-" are the server's
+ * own (anonymous sessions): allowed only when allow_anon (DELETE
+ * /mz/sessions/ID), never chosen by a client. */
 bool srv_session_id_valid(const char *id, bool allow_anon);
 
-/* The session a completion names: the X-Session-Id header value (header,
- * NULL when absent) wins over the body's "user" field; an empty value counts
- * as absent. Copies it into id[cap] ("" when none). NULL on success, else a
- * message for a 400. */
-const char *srv_session_id(const cJSON *root, const char *header, char *id, size_t cap);
+/* The session a completion names: the X-Session-Id header value (NULL or
+ * empty: none; the body's "user" is an end-user id and never names one).
+ * Copies it into id[cap] ("" when none). NULL on success, else a message for
+ * a 400, written into err[err_cap]. */
+const char *srv_session_id(const char *header, char *id, size_t cap, char *err, size_t err_cap);
 
 #endif /* MZ_SERVER_REQUEST_H */

@@ -31,6 +31,7 @@
 #endif
 #include <math.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -168,7 +169,24 @@ static size_t rss_bytes(void)
 
 /* ---- 2. gate and snapshot ------------------------------------------------------------- */
 
+bool srv_client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+    if (!ci) return false;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&pfd, 1, 0) <= 0) return false;
+    if (pfd.revents & (POLLHUP | POLLERR | POLLRDHUP)) return true;
+    /* Readable: a pipelined request is data; end of stream is a close. */
+    char b;
+    return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
+{
+    return srv_gate_enter_for(s, priority, NULL, wait_ms);
+}
+
+int srv_gate_enter_for(mz_server_t *s, bool priority, struct MHD_Connection *client, double *wait_ms)
 {
     double t0 = srv_now_ms();
     int rc = 0;
@@ -188,10 +206,25 @@ int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
             dl.tv_sec += (time_t)(ns / 1000000000LL);
             dl.tv_nsec = (long)(ns % 1000000000LL);
             s->n_waiting++;
-            while ((s->busy || s->n_priority_waiting) && !s->stopping && !rc && !srv_cut_short(s))
-                if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) rc = 503;
+            while ((s->busy || s->n_priority_waiting) && !s->stopping && !rc && !srv_cut_short(s)) {
+                /* With a client: wake every 200 ms to see whether it left. */
+                struct timespec wake = dl;
+                if (client) {
+                    clock_gettime(CLOCK_REALTIME, &wake);
+                    long long wn = wake.tv_nsec + 200000000LL;
+                    wake.tv_sec += (time_t)(wn / 1000000000LL);
+                    wake.tv_nsec = (long)(wn % 1000000000LL);
+                    if (wake.tv_sec > dl.tv_sec || (wake.tv_sec == dl.tv_sec && wake.tv_nsec > dl.tv_nsec)) wake = dl;
+                }
+                if (pthread_cond_timedwait(&s->cv, &s->mu, &wake) == ETIMEDOUT) {
+                    struct timespec now;
+                    clock_gettime(CLOCK_REALTIME, &now);
+                    if (now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec)) rc = 503;
+                }
+                if (!rc && client && srv_client_gone(client)) rc = SRV_GATE_CLIENT_GONE;
+            }
             s->n_waiting--;
-            if (s->stopping || srv_cut_short(s)) rc = 503;
+            if ((s->stopping || srv_cut_short(s)) && rc != SRV_GATE_CLIENT_GONE) rc = 503;
         }
     }
     if (!rc) s->busy = true;
@@ -382,6 +415,7 @@ static void on_pressure(void *user, const mz_pressure_event *pe)
     if ((s->p.evict_floor_bytes || s->p.evict_floor_pct > 0) && allowed < unit_min) allowed = 0;
     mz_esize_params prm = *mz_pressure_esize_params(pe->monitor);
     if (s->p.evict_step_bytes) prm.psi_step_bytes = s->p.evict_step_bytes;
+    else if (s->p.evict_step_pct > 0) prm.psi_step_pct = s->p.evict_step_pct;
     if (s->p.pressure_interval_ms > 0) prm.psi_backoff_ms = s->p.pressure_interval_ms;
     mz_esize_held h = {.held = allowed > 0 ? (uint64_t)allowed : 0, .total = total, .unit = (uint64_t)unit_min};
     mz_esize_out o;
@@ -651,6 +685,9 @@ static enum MHD_Result handle_status(mz_server_t *s, struct MHD_Connection *c)
     cJSON_AddStringToObject(root, "model", s->model_id);
     cJSON_AddBoolToObject(root, "busy", busy);
     cJSON_AddNumberToObject(root, "queued", queued);
+    cJSON *gone = cJSON_AddObjectToObject(root, "client_gone");
+    cJSON_AddNumberToObject(gone, "queued", (double)s->n_client_gone_queued);
+    cJSON_AddNumberToObject(gone, "generating", (double)s->n_client_gone_running);
     cJSON_AddItemToObject(root, "memory", stats_json(&s->stats, s->ctx_tokens, (int)s->n_ctx));
     cJSON_AddItemToObject(root, "sessions", sessions_json(s));
     cJSON_AddItemToObject(root, "budget", budget_json(s));
@@ -755,6 +792,10 @@ static enum MHD_Result handle_metrics(mz_server_t *s, struct MHD_Connection *c)
     for (int i = 2; i < 6; i++) P("mzcache_responses_total{class=\"%dxx\"} %zu\n", i, s->n_responses[i]);
     P("# HELP mzcache_rejected_busy_total Requests refused with 429.\n# TYPE mzcache_rejected_busy_total counter\n"
       "mzcache_rejected_busy_total %zu\n", s->n_429);
+    P("# HELP mzcache_client_gone_total Requests whose client closed the connection: dropped from the queue, or "
+      "stopped while generating.\n# TYPE mzcache_client_gone_total counter\n"
+      "mzcache_client_gone_total{where=\"queued\"} %zu\nmzcache_client_gone_total{where=\"generating\"} %zu\n",
+      s->n_client_gone_queued, s->n_client_gone_running);
     P("# HELP mzcache_tokens_total Tokens by kind: prompt (all), prefilled (computed), cached (reused), generated.\n"
       "# TYPE mzcache_tokens_total counter\n"
       "mzcache_tokens_total{kind=\"prompt\"} %zu\nmzcache_tokens_total{kind=\"prefilled\"} %zu\n"
@@ -831,11 +872,8 @@ static enum MHD_Result handle_metrics(mz_server_t *s, struct MHD_Connection *c)
     return r;
 }
 
-static enum MHD_Result handle_models(mz_server_t *s, struct MHD_Connection *c)
+static cJSON *model_object(const mz_server_t *s)
 {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(root, "data");
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_id);
     cJSON_AddStringToObject(m, "object", "model");
@@ -847,7 +885,22 @@ static enum MHD_Result handle_models(mz_server_t *s, struct MHD_Connection *c)
     cJSON_AddNumberToObject(meta, "n_params", (double)s->info.n_params);
     cJSON_AddNumberToObject(meta, "n_ctx", (double)s->n_ctx);
     cJSON_AddNumberToObject(meta, "n_ctx_train", s->info.n_ctx_train);
-    cJSON_AddItemToArray(data, m);
+    return m;
+}
+
+/* GET /v1/models: the list of one; GET /v1/models/ID: that model ("default"
+ * names it too) or 404. */
+static enum MHD_Result handle_models(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq)
+{
+    if (rq->model_given) {
+        if (strcmp(rq->model, s->model_id) && strcmp(rq->model, "default"))
+            return srv_error(s, c, 404, "not_found", "model not found (GET /v1/models lists the one this server has)");
+        return srv_respond_json(s, c, 200, model_object(s));
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, model_object(s));
     return srv_respond_json(s, c, 200, root);
 }
 
@@ -935,9 +988,19 @@ static srv_endpoint route(const char *url, const char *method, bool *method_ok, 
         {"/mz/status", "GET", EP_STATUS},       {"/metrics", "GET", EP_METRICS},
         {"/mz/sessions", "GET", EP_SESSIONS},
     };
+    /* GET /v1/models/ID (the openai client's models.retrieve): the handler
+     * answers the one model or 404. */
+    if (!strncmp(url, "/v1/models/", 11)) {
+        *method_ok = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        snprintf(rq->model, sizeof rq->model, "%s", url + 11);
+        rq->model_given = true;
+        return EP_MODELS;
+    }
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (!strcmp(url, routes[i].url)) {
-            *method_ok = !strcmp(method, routes[i].method);
+            /* HEAD wherever GET is (MHD sends the headers only). */
+            *method_ok = !strcmp(method, routes[i].method) ||
+                         (!strcmp(routes[i].method, "GET") && !strcmp(method, "HEAD"));
             return routes[i].ep;
         }
     }
@@ -1046,7 +1109,7 @@ static enum MHD_Result dispatch(mz_server_t *s, struct MHD_Connection *c, srv_re
     switch (rq->ep) {
     case EP_HEALTH:
         return srv_respond(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL);
-    case EP_MODELS: return handle_models(s, c);
+    case EP_MODELS: return handle_models(s, c, rq);
     case EP_CHAT: return srv_handle_completion(s, c, rq, true);
     case EP_COMPLETIONS: return srv_handle_completion(s, c, rq, false);
     case EP_EVICT: return handle_evict(s, c, rq);
@@ -1100,12 +1163,12 @@ mz_server_params mz_server_params_default(void)
     p.max_tokens_limit = 4096;
     p.max_body_bytes = 1u << 20;
     p.conn_timeout_s = 30;
-    p.max_connections = 64;
-    p.max_queue = 4;
+    p.max_connections = 256;
+    p.max_queue = 128;
     p.queue_timeout_ms = 120000;
     p.pressure = true;
     p.pressure_params = mz_pressure_params_default();
-    p.evict_step_pct = 25.0;
+    p.evict_step_pct = 2.0;
     p.pressure_min_level = MZ_PRESSURE_MEDIUM;
     p.pressure_interval_ms = 1000;
     p.restore_ahead = true;

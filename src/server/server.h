@@ -50,18 +50,21 @@ typedef struct mz_server_params {
     mz_kv_placement kv_placement;
     mz_engine_mode mode;        /* default mzcache; a baseline for comparisons (issue 7/9) */
     mz_sampler_params sampler;  /* defaults for fields a request leaves out */
+    bool seed_fixed;            /* sampler.seed serves requests without "seed"; false: each such
+                                   request draws a fresh one (OpenAI's and llama.cpp's way) */
     /* Limits. */
     int default_max_tokens;     /* when a request gives none (default 256) */
     int max_tokens_limit;       /* larger max_tokens → 400 (default 4096) */
     size_t max_body_bytes;      /* larger bodies → 413 (default 1 MiB) */
     int conn_timeout_s;         /* idle connection (slow client) timeout (default 30) */
-    int max_connections;        /* default 64 */
-    int max_queue;              /* completions waiting for the engine; more → 429 (default 4) */
+    int max_connections;        /* default 256 (one thread each) */
+    int max_queue;              /* completions waiting for the engine; more → 429 (default 128) */
     int queue_timeout_ms;       /* longest wait in that queue, then 503 (default 120000) */
     /* Pressure → eviction. */
     bool pressure;              /* start the monitor (default true) */
     mz_pressure_params pressure_params;
-    double evict_step_pct;      /* per signal: % of the evictable total (default 25) */
+    double evict_step_pct;      /* PSI (and signals without a cgroup limit) step: % of the
+                                   evictable total (default 2) */
     size_t evict_step_bytes;    /* per signal, in bytes; overrides the % when nonzero */
     double evict_floor_pct;     /* pressure never takes remaining memory below this % (0) */
     size_t evict_floor_bytes;   /* ... nor resident + compressed below these bytes (0) */

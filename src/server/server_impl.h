@@ -24,7 +24,7 @@
 #include <stdatomic.h>
 
 #define SRV_N_EVENTS 64
-#define SRV_SESSION_ID_MAX 64
+#define SRV_SESSION_ID_MAX MZ_SESSION_ID_MAX
 #define SRV_MAX_SESSIONS 64   /* --max-sessions limit */
 #define SRV_MAX_STORED 256    /* stored-but-not-loaded sessions /mz/sessions lists */
 
@@ -69,6 +69,11 @@ typedef struct srv_session {
     size_t n_fresh;              /* tokens at the end of its context prefilled for the request
                                     being routed (by a resume), their logits current: that
                                     request counts them as computed, not cached */
+    bool resumed_now;            /* resumed from the store for the request being routed */
+    size_t n_restored;           /* with resumed_now: the tokens at the start of its context
+                                    whose KV came back from storage; the rest of the stored
+                                    tokens were recomputed, so that request counts only these
+                                    as cached */
 } srv_session;
 
 /* What /mz/status, /mz/sessions and /metrics show of a session (snap_mu). */
@@ -140,6 +145,8 @@ struct mz_server {
     size_t n_requests[EP_COUNT];
     size_t n_responses[6];       /* by status class: [2] = 2xx ... [5] = 5xx */
     size_t n_429;
+    size_t n_client_gone_queued;   /* requests dropped from the queue: their client left */
+    size_t n_client_gone_running;  /* generations stopped: their client left */
     size_t n_prompt_tokens, n_prefilled_tokens, n_cached_tokens, n_generated_tokens;
     size_t n_evictions[2], evicted_bytes[2]; /* [0] pressure, [1] api */
     size_t n_signals[MZ_PRESSURE_N_SOURCES];
@@ -160,6 +167,8 @@ typedef struct srv_request {
     bool answered;               /* a response was queued early */
     bool inflight;               /* counted in n_inflight */
     char session[SRV_SESSION_ID_MAX + 1]; /* DELETE /mz/sessions/ID */
+    char model[128];             /* GET /v1/models/ID (model_given) */
+    bool model_given;
 } srv_request;
 
 /* Logging with a UTC timestamp, one line per call. */
@@ -169,6 +178,14 @@ void srv_log(mz_server_t *s, const char *fmt, ...) __attribute__((format(printf,
  * never refused). Returns 0 when the caller owns the engine, 429 when the
  * queue is full, 503 on timeout or shutdown. *wait_ms: time waited. */
 int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms);
+/* The same for a request of client (NULL: none): while it waits in the
+ * queue, a client that closed its connection is noticed within 200 ms and
+ * the wait ends with SRV_GATE_CLIENT_GONE (the request is dropped). */
+#define SRV_GATE_CLIENT_GONE 499
+int srv_gate_enter_for(mz_server_t *s, bool priority, struct MHD_Connection *client, double *wait_ms);
+/* True when the client closed the connection (end of stream, hang-up or
+ * error on its socket); a pipelined request is not a close. Any thread. */
+bool srv_client_gone(struct MHD_Connection *c);
 /* Refreshes the snapshot from the context (the caller still owns it), then
  * releases the engine. */
 void srv_gate_leave(mz_server_t *s);

@@ -217,15 +217,11 @@ static const mz_token *request_past_stored(mz_server_t *s, const char *id, const
  * files belong to another model and are kept). *n_fresh gets the request's
  * tokens the resume prefilled (the end of *out's context). */
 static int store_resume(mz_server_t *s, const char *id, const mz_token *toks, size_t n,
-                        mz_ctx_t **out, size_t *n_fresh)
+                        mz_ctx_t **out, size_t *n_fresh, size_t *n_restored)
 {
     *n_fresh = 0;
+    *n_restored = 0;
     *out = NULL;
-    if (!mz_session_id_valid(id)) {
-        srv_log(s, "session %s is not kept in the store (store ids are 1..63 of A-Z a-z 0-9 _ . -, "
-                "not beginning with . or -)", id);
-        return -1;
-    }
     if (!stored_exists(s, id)) return 0;
     mz_resume_info ri;
     memset(&ri, 0, sizeof ri);
@@ -244,6 +240,8 @@ static int store_resume(mz_server_t *s, const char *id, const mz_token *toks, si
         st = mz_session_resume(s->store, id, &s->ctx_params, out, &ri);
     }
     if (st == MZ_OK) {
+        size_t n_stored = ri.n_tokens - *n_fresh;
+        *n_restored = n_stored > ri.n_tokens_recomputed ? n_stored - ri.n_tokens_recomputed : 0;
         if (ri.outcome == MZ_RESUME_TRUNCATED)
             srv_log(s, "session %s resumed TRUNCATED: %zu tokens, %zu of %zu stored chunks restored, %zu tokens "
                     "recomputed, %zu of the request's tokens in the same pass (%s)", id, ri.n_tokens - *n_fresh,
@@ -279,11 +277,11 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
     int pick = -1;
     mz_ctx_t *resumed = NULL;
     int in_store = 0; /* store_resume's answer for a named session not in memory */
-    size_t n_fresh = 0;
+    size_t n_fresh = 0, n_restored = 0;
     if (id && *id) {
         for (int i = 0; i < s->n_sess && pick < 0; i++)
             if (s->sess[i].named && !strcmp(s->sess[i].id, id)) pick = i;
-        if (pick < 0 && s->store) in_store = store_resume(s, id, toks, n, &resumed, &n_fresh);
+        if (pick < 0 && s->store) in_store = store_resume(s, id, toks, n, &resumed, &n_fresh, &n_restored);
         /* An unused anonymous session (the one made at start) is taken over. */
         for (int i = 0; i < s->n_sess && pick < 0 && !resumed; i++)
             if (!s->sess[i].named && mz_ctx_n_tokens(s->sess[i].ctx) == 0) {
@@ -360,6 +358,8 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
     if (s->store && s->sess[pick].named && !s->sess[pick].stored && in_store == 0 && !resumed)
         store_attach(s, &s->sess[pick]);
     s->sess[pick].n_fresh = resumed ? n_fresh : 0;
+    s->sess[pick].resumed_now = resumed != NULL;
+    s->sess[pick].n_restored = resumed ? n_restored : 0;
     touch(s, &s->sess[pick]);
     s->cur = pick;
     s->ctx = s->sess[pick].ctx;

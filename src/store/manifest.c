@@ -21,10 +21,19 @@ bool mz_session_id_valid(const char *id)
     for (; id[n]; n++) {
         char ch = id[n];
         bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                  ch == '_' || ch == '-' || ch == '.';
+                  ch == '_' || ch == '-' || ch == '.' || ch == ':' || ch == '@' || ch == '+';
         if (!ok || n >= MZ_SESSION_ID_MAX) return false;
     }
     return true;
+}
+
+const char *mz_session_id_check(const char *id, bool allow_anon)
+{
+    if (!mz_session_id_valid(id))
+        return "a session id is 1 to 63 characters of A-Z a-z 0-9 _ . - : @ +, not starting with . or -";
+    if (!allow_anon && !strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1))
+        return "session ids beginning with \"anon-\" are the daemon's anonymous conversations";
+    return NULL;
 }
 
 size_t mz_manifest_size(const mz_manifest *m)

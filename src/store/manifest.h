@@ -46,7 +46,6 @@
 #define MZ_MANIFEST_REC_BYTES 56u
 #define MZ_MANIFEST_MAX_TOKENS (1u << 22)   /* 4M tokens: far beyond any context */
 #define MZ_MANIFEST_MAX_LAYERS 512u
-#define MZ_SESSION_ID_MAX 63u               /* bytes, without the NUL */
 
 typedef struct mz_manifest {
     uint64_t model_id, tok_id;
@@ -62,8 +61,6 @@ typedef struct mz_manifest {
     mz_swap_slot_info *recs;   /* [(n_chunks + (tail_pos > 0)) * n_layer], chunk-major; tag filled in */
 } mz_manifest;
 
-/* Session ids: 1..63 of [A-Za-z0-9_.-], not starting with '.' or '-'. */
-MZ_INTERNAL bool mz_session_id_valid(const char *id);
 
 /* Bytes of the encoding of m. */
 MZ_INTERNAL size_t mz_manifest_size(const mz_manifest *m);

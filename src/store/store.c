@@ -425,28 +425,50 @@ size_t mz_store_list(mz_store_t *st, mz_stored_session *out, size_t cap)
     return n;
 }
 
-mz_status mz_store_delete(mz_store_t *st, const char *id)
+/* Removes session id's files from dir: manifest, data file, and the chat
+ * history `chat --session` keeps beside them (a history left behind would
+ * bring the conversation back). */
+static mz_status delete_in_dir(const char *dir, const char *id, bool sync_dir)
 {
-    char pm[PATH_MAX], pt[PATH_MAX], pk[PATH_MAX];
-    mz_status s;
-    if ((s = mz_store_path(st, id, ".mzs", pm, sizeof pm)) ||
-        (s = mz_store_path(st, id, ".mzs.tmp", pt, sizeof pt)) ||
-        (s = mz_store_path(st, id, ".kv", pk, sizeof pk)))
-        return s;
+    if (!mz_session_id_valid(id))
+        return mz_fail(MZ_E_INVAL, "bad session id \"%.80s\" (%s)", id ? id : "", mz_session_id_check(id, true));
+    static const char *const suffix[] = {".mzs", ".kv", ".chat", ".mzs.tmp", ".chat.tmp"};
+    char path[5][PATH_MAX];
+    for (int i = 0; i < 5; i++) {
+        int n = snprintf(path[i], sizeof path[i], "%s/%s%s", dir, id, suffix[i]);
+        if (n < 0 || (size_t)n >= sizeof path[i]) return mz_fail(MZ_E_RANGE, "store path too long");
+    }
     /* The data file's lock says whether a session (any process) has it open. */
-    int fd = open(pk, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path[1], O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
         close(fd);
         return mz_fail(MZ_E_IO, "session %s is in use", id);
     }
     int gone = 0;
-    if (unlink(pm) == 0) gone++;
-    if (unlink(pk) == 0) gone++;
-    (void)unlink(pt);
+    for (int i = 0; i < 5; i++)
+        if (unlink(path[i]) == 0 && i < 3) gone++;
     if (fd >= 0) close(fd);
     if (!gone) return mz_fail(MZ_E_INVAL, "no stored session %s", id);
-    if (st->p.fsync != MZ_FSYNC_NONE) fsync_dir(st->dir);
+    if (sync_dir) fsync_dir(dir);
     return MZ_OK;
+}
+
+mz_status mz_store_delete(mz_store_t *st, const char *id)
+{
+    return delete_in_dir(st->dir, id, st->p.fsync != MZ_FSYNC_NONE);
+}
+
+mz_status mz_store_delete_id(const mz_store_params *p, const char *id)
+{
+    mz_store_params d = mz_store_params_default();
+    if (!p) p = &d;
+    char dir[3968];
+    mz_status s = store_dir(p, dir, sizeof dir);
+    if (s) return s;
+    struct stat ds;
+    if (lstat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode) || ds.st_uid != getuid())
+        return mz_fail(MZ_E_IO, "no session store at %s", dir);
+    return delete_in_dir(dir, id, p->fsync != MZ_FSYNC_NONE);
 }
 
 mz_status mz_store_enforce_limit(mz_store_t *st, size_t *n_deleted)

@@ -103,11 +103,28 @@ static void put(char *buf, size_t cap, size_t *n, const char *s)
     *n += l;
 }
 
+/* put() of text that is not the template's own: its span is recorded (when
+ * spans is given) so that the tokenizer never reads a control token in it. */
+static void put_text(char *buf, size_t cap, size_t *n, const char *s, mz_text_span *spans, size_t *n_spans)
+{
+    size_t start = *n;
+    put(buf, cap, n, s);
+    if (spans && *n > start) spans[(*n_spans)++] = (mz_text_span){start, *n - start};
+}
+
 mz_status mz_chat_tmpl_format(const mz_chat_tmpl *c, const mz_chat_msg *msgs, size_t n_msgs,
                               bool add_assistant, char *buf, size_t cap, size_t *n_out)
 {
+    return mz_chat_tmpl_format_spans(c, msgs, n_msgs, add_assistant, buf, cap, n_out, NULL, NULL);
+}
+
+mz_status mz_chat_tmpl_format_spans(const mz_chat_tmpl *c, const mz_chat_msg *msgs, size_t n_msgs,
+                                    bool add_assistant, char *buf, size_t cap, size_t *n_out,
+                                    mz_text_span *spans, size_t *n_spans)
+{
+    if (n_spans) *n_spans = 0;
     if (n_out) *n_out = 0;
-    if (!c || (!msgs && n_msgs) || (!buf && cap) || !n_out)
+    if (!c || (!msgs && n_msgs) || (!buf && cap) || !n_out || (!spans != !n_spans))
         return mz_fail(MZ_E_INVAL, "chat format: bad arguments");
     for (size_t i = 0; i < n_msgs; i++)
         if (!msgs[i].role || !msgs[i].content)
@@ -120,21 +137,21 @@ mz_status mz_chat_tmpl_format(const mz_chat_tmpl *c, const mz_chat_msg *msgs, si
             put(buf, cap, &n, "<|start_header_id|>");
             put(buf, cap, &n, msgs[i].role);
             put(buf, cap, &n, "<|end_header_id|>\n\n");
-            put(buf, cap, &n, msgs[i].content);
+            put_text(buf, cap, &n, msgs[i].content, spans, n_spans);
             put(buf, cap, &n, "<|eot_id|>");
         }
         if (add_assistant) put(buf, cap, &n, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     } else {
         if (c->default_system && n_msgs > 0 && strcmp(msgs[0].role, "system") != 0) {
             put(buf, cap, &n, "<|im_start|>system\n");
-            put(buf, cap, &n, c->default_system);
+            put_text(buf, cap, &n, c->default_system, spans, n_spans);
             put(buf, cap, &n, "<|im_end|>\n");
         }
         for (size_t i = 0; i < n_msgs; i++) {
             put(buf, cap, &n, "<|im_start|>");
             put(buf, cap, &n, msgs[i].role);
             put(buf, cap, &n, "\n");
-            put(buf, cap, &n, msgs[i].content);
+            put_text(buf, cap, &n, msgs[i].content, spans, n_spans);
             put(buf, cap, &n, "<|im_end|>\n");
         }
         if (add_assistant) put(buf, cap, &n, "<|im_start|>assistant\n");

@@ -639,11 +639,24 @@ static mz_status fv_push(frag_vec *v, size_t start, size_t len, mz_token tok)
     return MZ_OK;
 }
 
+/* True when [pos, pos + n) overlaps one of the spans (sorted, disjoint). */
+static bool in_spans(const mz_text_span *spans, size_t n_spans, size_t pos, size_t n)
+{
+    for (size_t i = 0; i < n_spans; i++) {
+        if (spans[i].start >= pos + n) return false;
+        if (spans[i].start + spans[i].len > pos) return true;
+    }
+    return false;
+}
+
 /* Splits raw fragments at special tokens (llama.cpp's tokenizer_st_partition:
- * each special token in turn, longest first, every occurrence). On return
- * *fv holds the partition. */
+ * each special token in turn, longest first, every occurrence). Control and
+ * unknown tokens are taken only with parse_special, and never where they
+ * overlap one of text_spans (text that must stay text: message content).
+ * On return *fv holds the partition. */
 static mz_status partition_specials(const mz_tokenizer *t, const char *text, size_t len,
-                                    bool parse_special, frag_vec *fv)
+                                    bool parse_special, const mz_text_span *text_spans,
+                                    size_t n_text_spans, frag_vec *fv)
 {
     mz_status st;
     frag_vec tmp = {0};
@@ -669,14 +682,19 @@ static mz_status partition_specials(const mz_tokenizer *t, const char *text, siz
                 if ((st = fv_push(&tmp, fr.start, fr.len, fr.tok)) != MZ_OK) goto out_free;
                 continue;
             }
-            size_t pos = fr.start, end = fr.start + fr.len;
-            while (pos < end) {
-                const char *m = end - pos >= sl ? memmem(text + pos, end - pos, s, sl) : NULL;
+            bool guarded = ty == MZ_TOK_CONTROL || ty == MZ_TOK_UNKNOWN;
+            size_t pos = fr.start, end = fr.start + fr.len, from = pos;
+            while (from < end) {
+                const char *m = end - from >= sl ? memmem(text + from, end - from, s, sl) : NULL;
                 if (!m) break;
                 size_t mp = (size_t)(m - text);
+                if (guarded && in_spans(text_spans, n_text_spans, mp, sl)) {
+                    from = mp + 1;
+                    continue;
+                }
                 if (mp > pos && (st = fv_push(&tmp, pos, mp - pos, -1)) != MZ_OK) goto out_free;
                 if ((st = fv_push(&tmp, mp, sl, id)) != MZ_OK) goto out_free;
-                pos = mp + sl;
+                pos = from = mp + sl;
             }
             if (pos < end && (st = fv_push(&tmp, pos, end - pos, -1)) != MZ_OK) goto out_free;
         }
@@ -838,9 +856,9 @@ out_free:
     return st;
 }
 
-mz_status mz_tokenizer_encode(const mz_tokenizer *t, const char *text, size_t len,
-                              bool add_special, bool parse_special, mz_token *out, size_t cap,
-                              size_t *n_out)
+static mz_status encode(const mz_tokenizer *t, const char *text, size_t len, bool add_special,
+                        bool parse_special, const mz_text_span *text_spans, size_t n_text_spans,
+                        mz_token *out, size_t cap, size_t *n_out)
 {
     if (n_out) *n_out = 0;
     if (!t || (!text && len) || (!out && cap) || !n_out)
@@ -853,7 +871,8 @@ mz_status mz_tokenizer_encode(const mz_tokenizer *t, const char *text, size_t le
 
     if (add_special && t->add_bos && (st = tv_push(&tv, t->bos)) != MZ_OK) goto out_free;
     if (len) {
-        if ((st = partition_specials(t, text, len, parse_special, &fv)) != MZ_OK) goto out_free;
+        if ((st = partition_specials(t, text, len, parse_special, text_spans, n_text_spans, &fv)) != MZ_OK)
+            goto out_free;
         for (size_t f = 0; f < fv.n; f++) {
             if (fv.a[f].tok >= 0)
                 st = tv_push(&tv, fv.a[f].tok);
@@ -875,5 +894,36 @@ out_free:
     free(w.sym);
     free(w.heap);
     free(w.enc);
+    return st;
+}
+
+mz_status mz_tokenizer_encode(const mz_tokenizer *t, const char *text, size_t len,
+                              bool add_special, bool parse_special, mz_token *out, size_t cap,
+                              size_t *n_out)
+{
+    return encode(t, text, len, add_special, parse_special, NULL, 0, out, cap, n_out);
+}
+
+mz_status mz_tokenizer_encode_chat(const mz_tokenizer *t, const mz_chat_msg *msgs, size_t n_msgs,
+                                   bool add_assistant, bool add_special, mz_token *out, size_t cap,
+                                   size_t *n_out)
+{
+    if (n_out) *n_out = 0;
+    if (!t || !n_out) return mz_fail(MZ_E_INVAL, "tokenize chat: bad arguments");
+    size_t need = 0, n_spans = 0;
+    mz_status st = mz_chat_tmpl_format(&t->chat, msgs, n_msgs, add_assistant, NULL, 0, &need);
+    if (st != MZ_E_RANGE && st != MZ_OK) return st;
+    if (n_msgs > SIZE_MAX / sizeof(mz_text_span) - 1) return mz_fail(MZ_E_RANGE, "tokenize chat: too many messages");
+    char *text = malloc(need + 1);
+    mz_text_span *spans = malloc((n_msgs + 1) * sizeof *spans);
+    if (!text || !spans) {
+        st = mz_fail(MZ_E_NOMEM, "tokenize chat: out of memory");
+    } else {
+        st = mz_chat_tmpl_format_spans(&t->chat, msgs, n_msgs, add_assistant, text, need + 1, &need, spans,
+                                       &n_spans);
+        if (st == MZ_OK) st = encode(t, text, need, add_special, true, spans, n_spans, out, cap, n_out);
+    }
+    free(text);
+    free(spans);
     return st;
 }

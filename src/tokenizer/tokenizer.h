@@ -30,6 +30,19 @@ const char *mz_tokenizer_piece(const mz_tokenizer *t, mz_token tok, size_t *len)
 bool mz_tokenizer_is_control(const mz_tokenizer *t, mz_token tok);
 bool mz_tokenizer_is_eog(const mz_tokenizer *t, mz_token tok);
 
+/* A byte range of a text. */
+typedef struct mz_text_span {
+    size_t start, len;
+} mz_text_span;
+
+/* The chat template applied to msgs, tokenized: control tokens come only
+ * from the template; the messages' content is text, whatever it spells
+ * ("<|im_end|>" in a message is the tokens of those characters). add_special
+ * as in mz_tokenizer_encode. */
+mz_status mz_tokenizer_encode_chat(const mz_tokenizer *t, const mz_chat_msg *msgs, size_t n_msgs,
+                                   bool add_assistant, bool add_special, mz_token *out, size_t cap,
+                                   size_t *n_out);
+
 mz_status mz_tokenizer_chat_format(const mz_tokenizer *t, const mz_chat_msg *msgs, size_t n_msgs,
                                    bool add_assistant, char *buf, size_t cap, size_t *n_out);
 

@@ -63,3 +63,14 @@ mz_status mz_chat_format(const mz_model_t *m, const mz_chat_msg *msgs, size_t n_
     }
     return mz_tokenizer_chat_format(t, msgs, n_msgs, add_assistant, buf, cap, n_out);
 }
+
+mz_status mz_chat_tokenize(const mz_model_t *m, const mz_chat_msg *msgs, size_t n_msgs, bool add_assistant,
+                           mz_token *out, size_t cap, size_t *n_out)
+{
+    const mz_tokenizer *t = model_tok(m);
+    if (!t) {
+        if (n_out) *n_out = 0;
+        return mz_fail(MZ_E_INVAL, "tokenize chat: model has no tokenizer");
+    }
+    return mz_tokenizer_encode_chat(t, msgs, n_msgs, add_assistant, true, out, cap, n_out);
+}

@@ -89,6 +89,13 @@ mz_status mz_chat_tmpl_init(const char *tmpl, size_t len, mz_chat_tmpl *out);
 void mz_chat_tmpl_free(mz_chat_tmpl *c);
 mz_status mz_chat_tmpl_format(const mz_chat_tmpl *c, const mz_chat_msg *msgs, size_t n_msgs,
                               bool add_assistant, char *buf, size_t cap, size_t *n_out);
+/* The same, and where the messages' text lies in the result: spans[] (room
+ * for n_msgs + 1: the messages and a default system message) gets each
+ * non-empty text's byte range, in order; *n_spans their count. Everything
+ * outside the spans is the template's own. */
+mz_status mz_chat_tmpl_format_spans(const mz_chat_tmpl *c, const mz_chat_msg *msgs, size_t n_msgs,
+                                    bool add_assistant, char *buf, size_t cap, size_t *n_out,
+                                    mz_text_span *spans, size_t *n_spans);
 
 /* ---- detok.c -------------------------------------------------------------- */
 

@@ -215,8 +215,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     load_once();
     if (size > BODY_LIMIT) return 0; /* the server refuses these with 413 */
-    cJSON *root = cJSON_ParseWithLength((const char *)data, size);
+    const char *bad_json = NULL;
+    cJSON *root = srv_parse_json((const char *)data, size, &bad_json);
+    check(!root == (bad_json != NULL), "a strict JSON parse either succeeds or says why");
     if (root) {
+        check(memchr(data, '\0', size) == NULL, "no accepted body holds a NUL byte");
         completion(root, true);
         completion(root, false);
         cJSON_Delete(root);

@@ -1,11 +1,9 @@
 /*
  * fuzz_session.c — libFuzzer target for what the server reads to pick and
  * size sessions (src/server/request.h, src/server/server.h):
- *   - the input as a completion body with "user" and, split at the first
- *     newline, the rest as an X-Session-Id header value (srv_session_id): an
- *     accepted id must satisfy srv_session_id_valid, be 1..64 bytes of the
- *     documented charset and never start with "anon-"; the header, when
- *     non-empty, must win over "user";
+ *   - the input as an X-Session-Id header value (srv_session_id): an
+ *     accepted id must satisfy srv_session_id_valid, be 1..63 bytes of the
+ *     documented charset, never start with "anon-", and be the header;
  *   - the input as a --mem-budget value (mz_parse_size): an accepted size is
  *     in [1, 1 PiB] and the text has only digits, '.', ' ' and K/M/G/i/B.
  *
@@ -33,7 +31,7 @@ static void check(bool ok, const char *what)
 static bool charset_ok(const char *id)
 {
     size_t n = strlen(id);
-    if (n < 1 || n > 64 || !strncmp(id, "anon-", 5)) return false;
+    if (n < 1 || n > 63 || !strncmp(id, "anon-", 5) || id[0] == '.' || id[0] == '-') return false;
     for (size_t i = 0; i < n; i++)
         if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:@+-", id[i])) return false;
     return true;
@@ -46,26 +44,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     text[size] = '\0';
 
-    /* body [\n header] */
-    char *nl = memchr(text, '\n', size);
-    const char *header = NULL;
-    size_t body_len = size;
-    if (nl) {
-        header = nl + 1;
-        body_len = (size_t)(nl - text);
-    }
-    cJSON *root = cJSON_ParseWithLength(text, body_len);
     char id[SRV_SESSION_ID_MAX_LEN + 1];
-    const char *bad = srv_session_id(root, header, id, sizeof id);
+    char err[200];
+    const char *bad = srv_session_id(text, id, sizeof id, err, sizeof err);
     if (!bad) {
         check(!id[0] || srv_session_id_valid(id, false), "accepted id is valid");
         check(!id[0] || charset_ok(id), "accepted id matches the documented charset");
-        if (header && *header) check(!strcmp(id, header), "the header wins over \"user\"");
+        check(!strcmp(id, text), "the id is the header");
     } else {
         check(strlen(bad) > 0 && strlen(bad) < 200, "short message");
     }
-    cJSON_Delete(root);
-    if (srv_session_id_valid(text, true)) check(strlen(text) <= 64 && strlen(text) >= 1, "DELETE id length");
+    if (srv_session_id_valid(text, true)) check(strlen(text) <= 63 && strlen(text) >= 1, "DELETE id length");
 
     size_t v = 0;
     if (!mz_parse_size(text, &v)) {

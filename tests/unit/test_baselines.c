@@ -246,12 +246,12 @@ static void test_mixing(setup *su)
 static void test_zram(setup *su)
 {
     if (getenv("MZ_TEST_NO_ZRAM")) {
-        printf("  SKIP zram case: MZ_TEST_NO_ZRAM is set\n");
+        t_skip_part("zram case", "MZ_TEST_NO_ZRAM is set");
         return;
     }
     if (system("sh scripts/zram-swap.sh check") != 0) {
-        printf("  SKIP zram case: no zram swap possible here (see the message above: not root "
-               "or no zram)\n");
+        t_skip_part("zram case", "no zram swap possible here (see the message above: not root "
+               "or no zram)");
         return;
     }
     FILE *p = popen("sh scripts/zram-swap.sh up 256M", "r");

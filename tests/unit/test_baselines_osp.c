@@ -80,8 +80,8 @@ static void test_repeated_full_eviction(const char *model)
 {
     bool zram = false;
     if (mz_ospage_swap_total(&zram) > 0) {
-        printf("  SKIP repeated full eviction (file-backed): swap is active here, the KV "
-               "would go to it\n");
+        t_skip_part("repeated full eviction (file-backed)", "swap is active here, the KV "
+               "would go to it");
         return;
     }
     mz_model_t *m = ev_load(model);
@@ -183,11 +183,11 @@ out:
 static void test_zram_partial(const char *model)
 {
     if (getenv("MZ_TEST_NO_ZRAM")) {
-        printf("  SKIP zram case: MZ_TEST_NO_ZRAM is set\n");
+        t_skip_part("zram case", "MZ_TEST_NO_ZRAM is set");
         return;
     }
     if (system("sh scripts/zram-swap.sh check") != 0) {
-        printf("  SKIP zram case: no zram swap possible here (not root or no zram)\n");
+        t_skip_part("zram case", "no zram swap possible here (not root or no zram)");
         return;
     }
     FILE *p = popen("sh scripts/zram-swap.sh up 256M", "r");

@@ -14,7 +14,7 @@ real model, stdin not a terminal (test_cli_chat.py covers the terminal).
              it failed; the swap directory and fetch-model's cache are made
              0700; a dead process's swap file is removed at start
   demo       --text MISSING is an error
-  serve      --help prints "25%" (not "25%%") and serve's own -c default;
+  serve      --help prints "2%" (not "2%%") and serve's own -c default;
              --pressure-headroom (a size or a %) is the eviction target the
              daemon states at start, and wins over MZCACHE_PRESSURE_HEADROOM
   chat       a full context is said and the conversation goes on (exit 0)
@@ -106,7 +106,7 @@ def main():
         (["run", *M, "-p", "hi", "-c", "8k"], "-c"),
         (["run", *M, "-p", "hi", "--top-p", "1.5"], "--top-p"),
         (["run", *M, "-p", "hi", "--top-k", ""], "--top-k"),
-        (["run", *M, "-p", "hi", "--seed", "-1"], "--seed"),
+        (["run", *M, "-p", "hi", "--seed", "-2"], "--seed"),
         (["run", *M, "-p", "hi", "--repeat-last-n", " 8"], "--repeat-last-n"),
         (["run", *M, "-p", "hi", "-b", "0x10"], "-b"),
         (["chat", *M, "--restore-threads", "x"], "--restore-threads"),
@@ -225,7 +225,7 @@ def main():
 
     # ---- serve --help ----
     rc, out = run(["serve", "--help"], env=env)
-    check(rc == 0 and "25%" in out and "%%" not in out, "serve --help: '25%' once, no '%%'", out)
+    check(rc == 0 and "default 2%)" in out and "%%" not in out, "serve --help: 'default 2%)', no '%%'", out)
     ctx_help = "\n".join(l for l in out.splitlines() if "--ctx-size" in l or "serve:" in l)
     check("4096" in ctx_help, "serve --help states serve's default context (4096)", out)
 

@@ -22,12 +22,13 @@ Exit 0 pass, 1 fail, 77 skip (no model or binary). Python 3
 standard library only; timeouts only bound waits.
 """
 import os
-import pty
 import re
-import select
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ptyutil import Term  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -47,60 +48,6 @@ def check(cond, what, out=""):
         tail = out[-2500:] if isinstance(out, str) else ""
         print(f"FAIL: {what}\n--- terminal ---\n{tail}\n---", flush=True)
     return cond
-
-
-class Term:
-    """A program on a pseudo-terminal; everything it writes is kept in .out."""
-
-    def __init__(self, args, env):
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:
-            os.chdir(ROOT)
-            os.execve(args[0], args, env)
-        self.out = ""
-        self.status = None
-
-    def pump(self, timeout):
-        r, _, _ = select.select([self.fd], [], [], timeout)
-        if not r:
-            return False
-        try:
-            data = os.read(self.fd, 65536)
-        except OSError:  # EIO: the other side closed
-            data = b""
-        if not data:
-            return None
-        self.out += data.decode("utf-8", "replace")
-        return True
-
-    def wait_for(self, pattern, timeout_s=120, start=0):
-        """Waits until PATTERN (a regex) appears in the output after START."""
-        deadline = time.monotonic() + timeout_s
-        rx = re.compile(pattern)
-        while True:
-            m = rx.search(self.out, start)
-            if m:
-                return m
-            left = deadline - time.monotonic()
-            if left <= 0 or self.pump(min(left, 0.5)) is None:
-                return rx.search(self.out, start)
-
-    def send(self, data):
-        os.write(self.fd, data.encode() if isinstance(data, str) else data)
-
-    def wait_exit(self, timeout_s=60):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            pid, st = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                while self.pump(0.1):
-                    pass
-                self.status = st
-                return os.waitstatus_to_exitcode(st)
-            self.pump(0.1)
-        os.kill(self.pid, 9)
-        os.waitpid(self.pid, 0)
-        return None
 
 
 def main():

@@ -252,13 +252,15 @@ static void part_real_v1(void)
 {
     char own[512], cg[600], path[700];
     if (mz_cgroup_v1_memory_dir(own, sizeof own)) {
-        printf("  SKIP real signal: no cgroup-v1 memory controller for this process (v2 machines: the v2 "
-               "figures are read the same way, by mz_psig_read_dirs)\n");
+        t_skip_part("real signal", "no cgroup-v1 memory controller for this process (v2 machines: the v2 "
+               "figures are read the same way, by mz_psig_read_dirs)");
         return;
     }
     snprintf(cg, sizeof cg, "%.500s/mzcache-esize-%d", own, getpid());
     if (mkdir(cg, 0755)) {
-        printf("  SKIP real signal: cannot create a child memory cgroup (%s)\n", strerror(errno));
+        char why[400];
+        snprintf(why, sizeof why, "cannot create a child memory cgroup (%s)", strerror(errno));
+        t_skip_part("real signal", why);
         return;
     }
     snprintf(path, sizeof path, "%.600s/memory.limit_in_bytes", cg);
@@ -285,7 +287,7 @@ static void part_real_v1(void)
     char a = 0;
     bool in = pid > 0 && read(ack[0], &a, 1) == 1 && a == 'k';
     if (!in) {
-        printf("  SKIP real signal: cannot move a process into the child cgroup\n");
+        t_skip_part("real signal", "cannot move a process into the child cgroup");
     } else {
         mz_esize_params p = mz_esize_params_default();
         p.headroom_pct = 0;

@@ -798,7 +798,7 @@ static void test_real_model(void)
 {
     const char *path = t_real_model_path();
     if (!path) {
-        printf("test_gguf: real model absent, its checks skipped\n");
+        t_skip_part("real model", "models/SmolLM2-135M-Instruct.Q4_1.gguf absent (make model)");
         return;
     }
     mz_gguf *g;

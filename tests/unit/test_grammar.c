@@ -125,7 +125,7 @@ static void real_model_tests(void)
 {
     const char *path = t_real_model_path();
     if (!path) {
-        fprintf(stderr, "test_grammar: real model absent; generation part skipped\n");
+        t_skip_part("generation", "models/SmolLM2-135M-Instruct.Q4_1.gguf absent (make model)");
         return;
     }
     mz_model_t *m = NULL;

@@ -22,17 +22,15 @@ free loopback port, the real model, greedy decoding:
 Exit 0 pass, 1 fail, 77 skip (no model or binary). Python 3 standard library
 only. No wall-clock assertion: timeouts only bound waits.
 """
-import http.client
-import json
 import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serveutil  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -52,55 +50,10 @@ def check(cond, what):
     return cond
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(serveutil.Server):
     def __init__(self, binary, swap_dir, log_path, extra):
-        self.port = free_port()
-        self.log_path = log_path
-        self.log = open(log_path, "w")
-        args = [binary, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
-                "--swap-dir", swap_dir, "--no-pressure", "-t", "2", "-c", "2048", "--temp", "0", "-v", *extra]
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
-        self.pid = self.proc.pid
-
-    def wait_ready(self, timeout_s=120):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                st, _ = self.request("GET", "/health", timeout=2)
-                if st == 200:
-                    return True
-            except OSError:
-                pass
-            time.sleep(0.05)
-        return False
-
-    def request(self, method, path, body=None, headers=None, timeout=300):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            h = dict(headers or {})
-            if data:
-                h["Content-Type"] = "application/json"
-            c.request(method, path, body=data, headers=h)
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
-
-    def json(self, method, path, body=None, headers=None):
-        st, raw = self.request(method, path, body, headers)
-        try:
-            return st, json.loads(raw)
-        except ValueError:
-            return st, None
+        super().__init__(binary, log_path, ["--swap-dir", swap_dir, "--no-pressure", "-t", "2", "-c", "2048",
+                                            "--temp", "0", "-v", *extra])
 
     def chat(self, messages, sid):
         st, j = self.json("POST", "/v1/chat/completions",
@@ -114,28 +67,6 @@ class Server:
     def sessions(self):
         st, j = self.json("GET", "/mz/sessions")
         return {o["id"]: o for o in j["data"]} if st == 200 and j else {}
-
-    def kill9(self):
-        os.kill(self.pid, signal.SIGKILL)
-        self.proc.wait()
-        self.log.close()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                rc = self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                rc = self.proc.wait()
-        else:
-            rc = self.proc.returncode
-        self.log.close()
-        return rc
-
-    def log_text(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
 
 
 SYSTEM = ("You are a careful assistant for a small library. " +

@@ -5,7 +5,7 @@
  * decoding and the lossless raw KV codec.
  *
  * Server A (3 sessions, no budget):
- *   - routing by id: X-Session-Id and "user"; the header wins; a follow-up
+ *   - routing by id: X-Session-Id ("user" is an end-user id, no session); a follow-up
  *     reuses the whole first prompt and prefills only the new tokens;
  *   - cached_tokens is exactly the common token prefix (computed here with
  *     the model's own tokenizer) after an edit inside a named session;
@@ -335,20 +335,24 @@ int main(void)
     CHECK(a2.prefilled == a2.prompt - a2.cached);
     CHECK_MSG(a2.prefilled <= a2.prompt - a1.prompt, "computed %.0f, more than the new part", a2.prefilled);
 
-    /* "user" names a session too; the header wins over it */
+    /* "user" is an end-user id, never a session: the header names it */
     conv bob = {0};
     conv_add(&bob, "system", SYS);
     conv_add(&bob, "user", "Say hello.");
-    turn b1 = send_turn(&bob, NULL, "bob@example.com", 8);
+    turn b1 = send_turn(&bob, "bob@example.com", NULL, 8);
     CHECK_EQ_INT(b1.status, 200);
     cJSON *bi = session_info("bob@example.com", NULL);
-    CHECK_MSG(bi != NULL, "no session named by \"user\"");
+    CHECK_MSG(bi != NULL, "no session named by the header");
     double bob_tokens = jnum(bi, "tokens");
     CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bi, "named")));
     cJSON_Delete(bi);
     conv_add(&bob, "user", "Again.");
-    turn b2 = send_turn(&bob, NULL, "bob@example.com", 8);
-    CHECK_MSG(b2.cached >= b1.prompt, "\"user\" follow-up reused %.0f of %.0f", b2.cached, b1.prompt);
+    turn b2 = send_turn(&bob, "bob@example.com", "Bob Smith", 8);
+    CHECK_MSG(b2.cached >= b1.prompt, "header follow-up reused %.0f of %.0f", b2.cached, b1.prompt);
+    CHECK_MSG(session_info("Bob Smith", NULL) == NULL, "\"user\" made a session");
+    bi = session_info("bob@example.com", NULL);
+    bob_tokens = bi ? jnum(bi, "tokens") : 0;
+    cJSON_Delete(bi);
     conv carol = {0};
     conv_add(&carol, "system", SYS);
     conv_add(&carol, "user", "Say hello.");
@@ -358,7 +362,7 @@ int main(void)
     bi = session_info("bob@example.com", NULL);
     cJSON *ci = session_info("carol", NULL);
     CHECK_MSG(ci != NULL, "the X-Session-Id session does not exist");
-    CHECK_MSG(bi && jnum(bi, "tokens") > bob_tokens, "bob's session changed by carol's request");
+    CHECK_MSG(bi && jnum(bi, "tokens") == bob_tokens, "bob's session changed by carol's request");
     cJSON_Delete(bi);
     cJSON_Delete(ci);
 
@@ -377,8 +381,6 @@ int main(void)
             {"X-Session-Id: caf\xc3\xa9\r\n", body},
             {hdr_long, body},
             {NULL, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"user\": 5}"},
-            {NULL, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"user\": \"a\\\"b\"}"},
-            {NULL, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"user\": \"../x\"}"},
         };
         int before = n_sessions();
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

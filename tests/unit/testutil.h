@@ -13,6 +13,7 @@
 
 extern int t_checks;
 extern int t_failures;
+extern int t_parts_skipped;     /* t_skip_part calls */
 
 #define T_EXIT_SKIP 77
 
@@ -39,8 +40,13 @@ extern int t_failures;
 #define CHECK_EQ_INT(a, b) CHECK_MSG((long long)(a) == (long long)(b), "%lld != %lld", \
                                      (long long)(a), (long long)(b))
 
-/* Prints "N passed, N failed" and returns the exit code. */
+/* Prints "N passed, N failed" (and how many parts were skipped) and returns
+ * the exit code: 1 on a failure, else 77 when parts were skipped and no
+ * check ran, else 0. */
 int t_done(const char *name);
+/* A part of a test that cannot run here: "SKIP part PART: WHY" on stdout
+ * (listed by scripts/test-skips.sh after `make test`), counted by t_done. */
+void t_skip_part(const char *part, const char *why);
 /* Prints the reason and returns 77. */
 int t_skip(const char *name, const char *why);
 

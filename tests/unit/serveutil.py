@@ -1,0 +1,135 @@
+"""serveutil.py: what the daemon tests written in Python share (not a test:
+ctest runs only test_*.py). A real `mzcache serve` on a free loopback port,
+raw HTTP through http.client, pass/fail counting, honest skips.
+
+    t = Checks("test_x")        t.check(cond, what), t.skip(why) (exit 77)
+    srv = Server(binary, log_path, serve_args)
+    srv.wait_ready(); srv.request(...); srv.json(...); srv.kill9(); srv.stop()
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+class Checks:
+    def __init__(self, name):
+        self.name = name
+        self.passes = 0
+        self.failures = 0
+
+    def check(self, cond, what):
+        if cond:
+            self.passes += 1
+        else:
+            self.failures += 1
+            print(f"FAIL: {what}", flush=True)
+        return cond
+
+    def skip(self, why):
+        print(f"{self.name}: SKIP: {why}", flush=True)
+        sys.exit(77)
+
+    def finish(self):
+        print(f"{self.name}: {self.passes} passed, {self.failures} failed", flush=True)
+        sys.exit(1 if self.failures else 0)
+
+    def binary_and_model(self):
+        """The mzcache binary and the model, or a skip saying which is absent."""
+        binary = os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache"))
+        if not os.path.exists(MODEL):
+            self.skip(f"model {MODEL} absent (make model)")
+        if not os.access(binary, os.X_OK):
+            self.skip(f"binary {binary} absent")
+        return binary
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`mzcache serve -m MODEL --host 127.0.0.1 --port PORT ARGS...`, its
+    output in log_path."""
+
+    def __init__(self, binary, log_path, args, port=None):
+        self.port = port or free_port()
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        argv = [binary, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", str(self.port), *args]
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.pid = self.proc.pid
+
+    def wait_ready(self, timeout_s=180):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                st, _ = self.request("GET", "/health", timeout=2)
+                if st == 200:
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def raw(self, method, path, data=None, headers=None, timeout=300):
+        """data: bytes sent as they are."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            c.request(method, path, body=data, headers=dict(headers or {}))
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def request(self, method, path, body=None, headers=None, timeout=300):
+        data = json.dumps(body).encode() if body is not None else None
+        h = dict(headers or {})
+        if data:
+            h["Content-Type"] = "application/json"
+        return self.raw(method, path, data, h, timeout)
+
+    def json(self, method, path, body=None, headers=None, timeout=300):
+        st, raw = self.request(method, path, body, headers, timeout)
+        try:
+            return st, json.loads(raw)
+        except ValueError:
+            return st, None
+
+    def log_text(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def kill9(self):
+        """SIGKILL, then reap it as a supervisor would (a zombie still "exists")."""
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+    def stop(self):
+        """SIGTERM and wait; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                rc = self.proc.wait()
+        else:
+            rc = self.proc.returncode
+        self.log.close()
+        return rc
