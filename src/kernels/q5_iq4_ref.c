@@ -334,6 +334,14 @@ float mz_vec_dot_q5_0_q8_0_ref(size_t n, const void *restrict w, const void *res
     return s;
 }
 
+int32_t mz_dot_q5_1_block(const mz_block_q5_1 *a, const int8_t *qx)
+{
+    int q[MZ_QK], sumi = 0;
+    q5_values(a->qh, a->qs, q);
+    for (int j = 0; j < MZ_QK; j++) sumi += q[j] * qx[j];
+    return sumi;
+}
+
 float mz_vec_dot_q5_1_q8_1_ref(size_t n, const void *restrict w, const void *restrict x)
 {
     MZ_ASSERT(n % MZ_QK == 0);
@@ -341,10 +349,7 @@ float mz_vec_dot_q5_1_q8_1_ref(size_t n, const void *restrict w, const void *res
     const mz_block_q8_1 *b = x;
     float s = 0.0f;
     for (size_t i = 0; i < n / MZ_QK; i++) {
-        int q[MZ_QK], sumi = 0;
-        q5_values(a[i].qh, a[i].qs, q);
-        for (int j = 0; j < MZ_QK; j++) sumi += q[j] * b[i].qs[j];
-        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)sumi +
+        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)mz_dot_q5_1_block(&a[i], b[i].qs) +
              mz_f16_to_f32(a[i].m) * mz_f16_to_f32(b[i].s);
     }
     return s;

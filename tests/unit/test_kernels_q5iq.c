@@ -27,7 +27,7 @@
  *              1, 2, 3, 7 blocks (and long rows), register-tile remainders,
  *              thread slices and one token at a time; AVX-512 and AVX2 give
  *              the same bits.
- *   x8 (Q5_0): every ISA's gemm on repacked weights and every x86 plain
+ *   x8 (Q5_0, Q5_1): every ISA's gemm on repacked weights and every x86 plain
  *              gemm equal the x8 reference vec_dot bit for bit (any slicing,
  *              one token at a time); that is within 1e-5 of the plain
  *              reference; unpack(repack(w)) == w.
@@ -372,26 +372,25 @@ static void check_matmul(enum mz_isa isa, int t)
     }
 }
 
-/* ---- Q5_0 in the x8 layout ------------------------------------------------------------ */
+/* ---- Q5_0 and Q5_1 in the x8 layout --------------------------------------------------- */
 
-/* Every ISA's x8 gemm on repacked Q5_0 weights (the scalar one included)
+/* Every ISA's x8 gemm on repacked weights of type t (the scalar one included)
  * and every x86 plain-layout gemm give, bit for bit, the x8 vec_dot of the
  * plain rows, for any slicing and token count; the x8 arithmetic stays
  * within the plain reference's tolerance; repack then unpack gives the
  * original bytes back. */
-static void test_x8_q5_0(void)
+static void check_x8(int t)
 {
     static const size_t shapes[][3] = {/* rows, tokens, cols */
         {8, 1, 32}, {16, 5, 64}, {72, 9, 576}, {8, 3, 4128}, {24, 4, 16384}, {136, 13, 96}, {64, 70, 64}};
-    const int t = MZ_DT_Q5_0;
     const mz_type_kernels *kr = mz_kernels_x8_for_isa(MZ_ISA_SCALAR, t), *kp = mz_kernels_ref(t);
-    CHECK(kr != NULL && kr->row_group == 8 && kr->vec_dot_type == MZ_DT_Q8_0);
+    CHECK(kr != NULL && kr->row_group == 8 && kr->vec_dot_type == kp->vec_dot_type);
     if (!kr) return;
-    CHECK(mz_x8_group_block_bytes(t) == 176 && !mz_x8_shape_ok(t, 12, 64) && mz_x8_shape_ok(t, 1536, 576));
+    CHECK(mz_x8_group_block_bytes(t) == 8 * mz_dtype_block_bytes(t) && !mz_x8_shape_ok(t, 12, 64) && mz_x8_shape_ok(t, 1536, 576));
     int n_checked = 0;
     for (size_t s = 0; s < MZ_ARRAY_LEN(shapes); s++) {
         const size_t n_rows = shapes[s][0], n_tok = shapes[s][1], n_cols = shapes[s][2];
-        const size_t wrb = mz_dtype_row_bytes(t, n_cols), xrb = mz_dtype_row_bytes(MZ_DT_Q8_0, n_cols);
+        const size_t wrb = mz_dtype_row_bytes(t, n_cols), xrb = mz_dtype_row_bytes(kp->vec_dot_type, n_cols);
         const size_t y_stride = n_rows + 1;
         float *wf = malloc(n_rows * n_cols * sizeof *wf), *xf = malloc(n_tok * n_cols * sizeof *xf);
         uint8_t *w = malloc(n_rows * wrb), *wp = malloc(n_rows * wrb), *x = malloc(n_tok * xrb);
@@ -414,7 +413,8 @@ static void test_x8_q5_0(void)
                 for (size_t c = 0; c < n_cols; c++) mag += fabs((double)wf[r * n_cols + c] * xf[i * n_cols + c]);
                 bad_ref += fabs((double)v - (double)vp) > 1e-5 * mag + 1e-6;
             }
-        CHECK_MSG(bad_ref == 0, "x8 ref Q5_0 %zux%zu: %d outputs off the plain reference", n_rows, n_cols, bad_ref);
+        CHECK_MSG(bad_ref == 0, "x8 ref %s %zux%zu: %d outputs off the plain reference", mz_dtype_name(t), n_rows, n_cols,
+                  bad_ref);
         for (int isa = 0; isa < MZ_ISA_COUNT; isa++) {
             for (int plain = 0; plain < 2; plain++) {
                 const mz_type_kernels *k = plain ? mz_kernels_for_isa((enum mz_isa)isa, t) : mz_kernels_x8_for_isa((enum mz_isa)isa, t);
@@ -434,8 +434,8 @@ static void test_x8_q5_0(void)
                         for (size_t r = 0; r < n_rows; r++) bad += memcmp(&y[i * y_stride + r], &yn[i * y_stride + r], 4) != 0;
                         bad += !isnan(y[i * y_stride + n_rows]);
                     }
-                    CHECK_MSG(bad == 0, "%s %s matmul Q5_0 %zux%zu tok %zu nth %d: %d not bit-equal to the x8 reference",
-                              mz_isa_names[isa], plain ? "plain" : "x8", n_rows, n_cols, n_tok, nth, bad);
+                    CHECK_MSG(bad == 0, "%s %s matmul %s %zux%zu tok %zu nth %d: %d not bit-equal to the x8 reference",
+                              mz_isa_names[isa], plain ? "plain" : "x8", mz_dtype_name(t), n_rows, n_cols, n_tok, nth, bad);
                     n_checked++;
                 }
             }
@@ -480,6 +480,7 @@ int main(void)
     test_quantize_roundtrip();
     test_odd_blocks();
     test_isas();
-    test_x8_q5_0();
+    check_x8(MZ_DT_Q5_0);
+    check_x8(MZ_DT_Q5_1);
     return t_done("test_kernels_q5iq");
 }
