@@ -125,15 +125,19 @@ MZ_GEMM_DECL(mz_gemm_iq4_xs_q8_K_ref);
 int32_t mz_dot_q5_0_block(const mz_block_q5_0 *a, const int8_t *qx);
 /* sum q5 * qx over one Q5_1 block: exact. */
 int32_t mz_dot_q5_1_block(const mz_block_q5_1 *a, const int8_t *qx);
-/* Q5_0 and Q5_1 in the x8 layout (repack.c, gemm_x8_x86.h): as Q4_0's and Q4_1's. */
+/* sum grid[nib] * qx over the 32 values of IQ4 nibbles qs[16]: exact. */
+int32_t mz_dot_iq4_block(const uint8_t *qs, const int8_t *qx);
+/* Q5_0, Q5_1 and IQ4_NL in the x8 layout (repack.c, gemm_x8_x86.h): as Q4_0's / Q4_1's. */
+MZ_GEMM_DECL(mz_gemm_x8_iq4_nl_q8_0_ref);
+float mz_vec_dot_x8_iq4_nl_ref(size_t n, const void *restrict w, const void *restrict x);
 MZ_GEMM_DECL(mz_gemm_x8_q5_0_q8_0_ref);
 MZ_GEMM_DECL(mz_gemm_x8_q5_1_q8_1_ref);
 float mz_vec_dot_x8_q5_0_ref(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_x8_q5_1_ref(size_t n, const void *restrict w, const void *restrict x);
 #if MZ_KERNELS_X86
 /* q5_iq4_avx2.c / q5_iq4_avx512.c: tiles of q5_iq4_x86.h (the two ISAs give
- * the same bits); vec_dot is the 1 x 1 tile. Q5_0's and Q5_1's plain gemm
- * and vec_dot are gemm_x8_x86.h's (the x8 order, as Q4_0), in gemm_avx2.c /
+ * the same bits); vec_dot is the 1 x 1 tile. Q5_0's, Q5_1's and IQ4_NL's
+ * plain gemm and vec_dot are gemm_x8_x86.h's (the x8 order, as Q4_0), in gemm_avx2.c /
  * gemm_avx512.c, with the tiles for rows longer than MZ_X8_MAX_BLOCKS. */
 #define MZ_Q5_IQ4_ISA_DECLS(isa)                                                                 \
     MZ_GEMM_DECL(mz_gemm_q5_0_q8_0_tiles_##isa);                                                 \
@@ -142,6 +146,9 @@ float mz_vec_dot_x8_q5_1_ref(size_t n, const void *restrict w, const void *restr
     MZ_GEMM_DECL(mz_gemm_q5_1_q8_1_tiles_##isa);                                                 \
     float mz_vec_dot_q5_1_q8_1_tiles_##isa(size_t n, const void *restrict w, const void *restrict x); \
     MZ_GEMM_DECL(mz_gemm_x8_q5_1_q8_1_##isa);                                                    \
+    MZ_GEMM_DECL(mz_gemm_iq4_nl_q8_0_tiles_##isa);                                               \
+    float mz_vec_dot_iq4_nl_q8_0_tiles_##isa(size_t n, const void *restrict w, const void *restrict x); \
+    MZ_GEMM_DECL(mz_gemm_x8_iq4_nl_q8_0_##isa);                                                  \
     float mz_vec_dot_q5_0_q8_0_##isa(size_t n, const void *restrict w, const void *restrict x);  \
     float mz_vec_dot_q5_1_q8_1_##isa(size_t n, const void *restrict w, const void *restrict x);  \
     float mz_vec_dot_iq4_nl_q8_0_##isa(size_t n, const void *restrict w, const void *restrict x); \

@@ -356,7 +356,7 @@ float mz_vec_dot_q5_1_q8_1_ref(size_t n, const void *restrict w, const void *res
 }
 
 /* sum kv[nib] * qx over one 32-value IQ4 block. */
-static int iq4_block_dot(const uint8_t *qs, const int8_t *qx)
+int32_t mz_dot_iq4_block(const uint8_t *qs, const int8_t *qx)
 {
     int sumi = 0;
     for (int j = 0; j < MZ_QK / 2; j++) {
@@ -373,7 +373,7 @@ float mz_vec_dot_iq4_nl_q8_0_ref(size_t n, const void *restrict w, const void *r
     const mz_block_q8_0 *b = x;
     float s = 0.0f;
     for (size_t i = 0; i < n / MZ_QK; i++)
-        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)iq4_block_dot(a[i].qs, b[i].qs);
+        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)mz_dot_iq4_block(a[i].qs, b[i].qs);
     return s;
 }
 
@@ -387,7 +387,7 @@ float mz_vec_dot_iq4_xs_q8_K_ref(size_t n, const void *restrict w, const void *r
         const float dd = mz_f16_to_f32(a[i].d) * b[i].d;
         for (int j = 0; j < MZ_QK_K / MZ_QK; j++)
             s += (dd * (float)mz_iq4_xs_scale(&a[i], j)) *
-                 (float)iq4_block_dot(a[i].qs + j * MZ_QK / 2, b[i].qs + j * MZ_QK);
+                 (float)mz_dot_iq4_block(a[i].qs + j * MZ_QK / 2, b[i].qs + j * MZ_QK);
     }
     return s;
 }

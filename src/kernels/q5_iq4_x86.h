@@ -247,10 +247,10 @@ QX_INLINE void qx_tile_iq4_xs(size_t nb, const uint8_t *restrict w, size_t wrb, 
         return out;                                                                                     \
     }
 
-/* Q5_0's and Q5_1's public gemm / vec_dot are gemm_x8_x86.h's (the x8
+/* Q5_0's, Q5_1's and IQ4_NL's public gemm / vec_dot are gemm_x8_x86.h's (the x8
  * order, shared with their repacked layout); these tiles serve their rows
  * longer than MZ_X8_MAX_BLOCKS. */
 QX_KERNELS(q5_0_q8_0_tiles, qx_tile_q5_0, MZ_QK)
 QX_KERNELS(q5_1_q8_1_tiles, qx_tile_q5_1, MZ_QK)
-QX_KERNELS(iq4_nl_q8_0, qx_tile_iq4_nl, MZ_QK)
+QX_KERNELS(iq4_nl_q8_0_tiles, qx_tile_iq4_nl, MZ_QK)
 QX_KERNELS(iq4_xs_q8_K, qx_tile_iq4_xs, MZ_QK_K)

@@ -1,6 +1,6 @@
 /*
  * repack.c — the "x8" weight layout (8 rows interleaved per 32-value block)
- * for Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1, its in-place conversion, and the scalar reference
+ * for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 and IQ4_NL, its in-place conversion, and the scalar reference
  * of the kernels that read it.
  *
  * Layout. A tensor of n_rows (a multiple of 8) rows keeps its size: the 8
@@ -11,6 +11,7 @@
  *   Q8_0 (272 B): f16 d[8]; u8 q[256]
  *   Q5_0 (176 B): f16 d[8]; u32 qh[8]; u8 qs[128]   (qh as stored in the row)
  *   Q5_1 (192 B): f16 d[8]; f16 m[8]; u32 qh[8]; u8 qs[128]
+ *   IQ4_NL (144 B): as Q4_0 (its nibbles index the grid)
  * d[r] (and m[r]) belong to row r of the group. The quants are in chunks of
  * 32 bytes, byte 4r + j of a chunk holding row r:
  *   Q4, Q5: chunk c (0..3) = the plain qs[4c .. 4c+3] of row r, i.e. low
@@ -25,7 +26,7 @@
  * Canonical arithmetic of the x8 kernels (every output, whatever its tile):
  *   isum_b = exact integer dot of block b (Q4_0: sum (nib - 8) * x;
  *            Q8_0: sum q * x; Q4_1: sum nib * x; Q5_0: sum (q5 - 16) * x;
- *            Q5_1: sum q5 * x)
+ *            Q5_1: sum q5 * x; IQ4_NL: sum grid[nib] * x)
  *   acc    = fma(f32(dw_b) * f32(dx_b), f32(isum_b), acc)   over b in order
  *   Q4_1, Q5_1: summ = fma(f32(mw_b), f32(sx_b), summ); y = acc + summ
  * isum_b is below 2^24 in magnitude, so f32(isum_b) is exact, and the SIMD
@@ -51,6 +52,7 @@ size_t mz_x8_group_block_bytes(int type)
     case MZ_DT_Q8_0: return 8 * sizeof(mz_block_q8_0);
     case MZ_DT_Q5_0: return 8 * sizeof(mz_block_q5_0);
     case MZ_DT_Q5_1: return 8 * sizeof(mz_block_q5_1);
+    case MZ_DT_IQ4_NL: return 8 * sizeof(mz_block_iq4_nl);
     default: return 0;
     }
 }
@@ -69,7 +71,7 @@ static void pack_group(int type, const uint8_t *src, size_t wrb, uint8_t *dst, s
         uint8_t *g = dst + b * gbb;
         for (int r = 0; r < 8; r++) {
             const uint8_t *row = src + (size_t)r * wrb;
-            if (type == MZ_DT_Q4_0) {
+            if (type == MZ_DT_Q4_0 || type == MZ_DT_IQ4_NL) { /* the same block bytes */
                 const mz_block_q4_0 *blk = (const mz_block_q4_0 *)row + b;
                 memcpy(g + 2 * r, &blk->d, 2);
                 for (int c = 0; c < 4; c++) memcpy(g + 16 + 32 * c + 4 * r, blk->qs + 4 * c, 4);
@@ -106,7 +108,7 @@ static void unpack_group(int type, const uint8_t *src, uint8_t *dst, size_t wrb,
         const uint8_t *g = src + b * gbb;
         for (int r = 0; r < 8; r++) {
             uint8_t *row = dst + (size_t)r * wrb;
-            if (type == MZ_DT_Q4_0) {
+            if (type == MZ_DT_Q4_0 || type == MZ_DT_IQ4_NL) {
                 mz_block_q4_0 *blk = (mz_block_q4_0 *)row + b;
                 memcpy(&blk->d, g + 2 * r, 2);
                 for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 16 + 32 * c + 4 * r, 4);
@@ -303,4 +305,22 @@ float mz_vec_dot_x8_q5_1_ref(size_t n, const void *restrict w, const void *restr
     float acc = 0.0f, summ = 0.0f;
     part_q5_1(n / MZ_QK, w, x, 0, &acc, &summ);
     return acc + summ;
+}
+
+/* IQ4_NL (q5_iq4_ref.c's block dot) */
+static void part_iq4_nl(size_t bn, const mz_block_iq4_nl *a, const void *x, size_t b0, float *acc, float *summ)
+{
+    (void)summ;
+    const mz_block_q8_0 *bx = (const mz_block_q8_0 *)x + b0;
+    for (size_t b = 0; b < bn; b++)
+        *acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)mz_dot_iq4_block(a[b].qs, bx[b].qs),
+                              *acc);
+}
+X8_REF_GEMM(iq4_nl_q8_0, MZ_DT_IQ4_NL, mz_block_iq4_nl, part_iq4_nl)
+
+float mz_vec_dot_x8_iq4_nl_ref(size_t n, const void *restrict w, const void *restrict x)
+{
+    float acc = 0.0f, summ = 0.0f;
+    part_iq4_nl(n / MZ_QK, w, x, 0, &acc, &summ);
+    return acc;
 }

@@ -27,7 +27,7 @@
  *              1, 2, 3, 7 blocks (and long rows), register-tile remainders,
  *              thread slices and one token at a time; AVX-512 and AVX2 give
  *              the same bits.
- *   x8 (Q5_0, Q5_1): every ISA's gemm on repacked weights and every x86 plain
+ *   x8 (Q5_0, Q5_1, IQ4_NL): every ISA's gemm on repacked weights and every x86 plain
  *              gemm equal the x8 reference vec_dot bit for bit (any slicing,
  *              one token at a time); that is within 1e-5 of the plain
  *              reference; unpack(repack(w)) == w.
@@ -372,7 +372,7 @@ static void check_matmul(enum mz_isa isa, int t)
     }
 }
 
-/* ---- Q5_0 and Q5_1 in the x8 layout --------------------------------------------------- */
+/* ---- Q5_0, Q5_1 and IQ4_NL in the x8 layout ------------------------------------------- */
 
 /* Every ISA's x8 gemm on repacked weights of type t (the scalar one included)
  * and every x86 plain-layout gemm give, bit for bit, the x8 vec_dot of the
@@ -482,5 +482,6 @@ int main(void)
     test_isas();
     check_x8(MZ_DT_Q5_0);
     check_x8(MZ_DT_Q5_1);
+    check_x8(MZ_DT_IQ4_NL);
     return t_done("test_kernels_q5iq");
 }
