@@ -96,6 +96,9 @@ const mz_type_kernels *mz_kernels_x8_for_isa(enum mz_isa isa, int type);
 
 /* ---- Q5_0, Q5_1, IQ4_NL, IQ4_XS (q5_iq4_*.c) ------------------------------------ */
 
+/* A vec_dot that is fn(kind, n, w, x) for one constant kind. */
+#define MZ_VEC_DOT_OF_KIND(name, fn, kind) \
+    float name(size_t n, const void *restrict w, const void *restrict x) { return fn(kind, n, w, x); }
 /* The non-linear grid of IQ4_NL and IQ4_XS, ascending. */
 extern const int8_t mz_kvalues_iq4nl[16];
 /* Scale of IQ4_XS sub-block j (0..7) minus 32: -32..31. */
@@ -121,12 +124,12 @@ MZ_GEMM_DECL(mz_gemm_q5_0_q8_0_ref);
 MZ_GEMM_DECL(mz_gemm_q5_1_q8_1_ref);
 MZ_GEMM_DECL(mz_gemm_iq4_nl_q8_0_ref);
 MZ_GEMM_DECL(mz_gemm_iq4_xs_q8_K_ref);
-/* sum (q5 - 16) * qx over one Q5_0 block: exact. */
-int32_t mz_dot_q5_0_block(const mz_block_q5_0 *a, const int8_t *qx);
-/* sum q5 * qx over one Q5_1 block: exact. */
-int32_t mz_dot_q5_1_block(const mz_block_q5_1 *a, const int8_t *qx);
 /* sum grid[nib] * qx over the 32 values of IQ4 nibbles qs[16]: exact. */
 int32_t mz_dot_iq4_block(const uint8_t *qs, const int8_t *qx);
+/* The x8 order (repack.c) over nb blocks of a Q5_0 / Q5_1 / IQ4_NL row:
+ * acc = fma(dw * dx, f32(block integer dot), acc), and for Q5_1
+ * summ = fma(mw, sx, summ). */
+void mz_x8_blocks_q5_iq4_ref(int type, size_t nb, const void *w, const void *x, float *acc, float *summ);
 /* Q5_0, Q5_1 and IQ4_NL in the x8 layout (repack.c, gemm_x8_x86.h): as Q4_0's / Q4_1's. */
 MZ_GEMM_DECL(mz_gemm_x8_iq4_nl_q8_0_ref);
 float mz_vec_dot_x8_iq4_nl_ref(size_t n, const void *restrict w, const void *restrict x);

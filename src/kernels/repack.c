@@ -270,57 +270,26 @@ X8_REF_GEMM(q4_0_q8_0, MZ_DT_Q4_0, mz_block_q4_0, part_q4_0)
 X8_REF_GEMM(q8_0_q8_0, MZ_DT_Q8_0, mz_block_q8_0, part_q8_0)
 X8_REF_GEMM(q4_1_q8_1, MZ_DT_Q4_1, mz_block_q4_1, part_q4_1)
 
-/* Q5_0 (q5_iq4_ref.c's block dot) */
-static void part_q5_0(size_t bn, const mz_block_q5_0 *a, const void *x, size_t b0, float *acc, float *summ)
-{
-    (void)summ;
-    const mz_block_q8_0 *bx = (const mz_block_q8_0 *)x + b0;
-    for (size_t b = 0; b < bn; b++)
-        *acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)mz_dot_q5_0_block(&a[b], bx[b].qs),
-                              *acc);
-}
-X8_REF_GEMM(q5_0_q8_0, MZ_DT_Q5_0, mz_block_q5_0, part_q5_0)
+/* Q5_0, Q5_1, IQ4_NL: the canonical order of q5_iq4_ref.c's blocks. */
+#define X8_Q5_IQ4_REF(tname, TYPE, WBLK)                                                               \
+    static void part_##tname(size_t bn, const WBLK *a, const void *x, size_t b0, float *acc, float *summ) \
+    {                                                                                                 \
+        const size_t xbs = mz_dtype_block_bytes(TYPE == MZ_DT_Q5_1 ? MZ_DT_Q8_1 : MZ_DT_Q8_0);       \
+        mz_x8_blocks_q5_iq4_ref(TYPE, bn, a, (const uint8_t *)x + b0 * xbs, acc, summ);              \
+    }                                                                                                 \
+    X8_REF_GEMM(tname, TYPE, WBLK, part_##tname)
+X8_Q5_IQ4_REF(q5_0_q8_0, MZ_DT_Q5_0, mz_block_q5_0)
+X8_Q5_IQ4_REF(q5_1_q8_1, MZ_DT_Q5_1, mz_block_q5_1)
+X8_Q5_IQ4_REF(iq4_nl_q8_0, MZ_DT_IQ4_NL, mz_block_iq4_nl)
 
-float mz_vec_dot_x8_q5_0_ref(size_t n, const void *restrict w, const void *restrict x)
-{
-    float acc = 0.0f, summ = 0.0f;
-    part_q5_0(n / MZ_QK, w, x, 0, &acc, &summ);
-    return acc;
-}
-
-/* Q5_1 (q5_iq4_ref.c's block dot) */
-static void part_q5_1(size_t bn, const mz_block_q5_1 *a, const void *x, size_t b0, float *acc, float *summ)
-{
-    const mz_block_q8_1 *bx = (const mz_block_q8_1 *)x + b0;
-    for (size_t b = 0; b < bn; b++) {
-        *acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)mz_dot_q5_1_block(&a[b], bx[b].qs),
-                              *acc);
-        *summ = __builtin_fmaf(mz_f16_to_f32(a[b].m), mz_f16_to_f32(bx[b].s), *summ);
+/* The x8 vec_dot of a plain Q5_0 / Q5_1 / IQ4_NL row. */
+#define X8_Q5_IQ4_VEC_DOT(name, TYPE)                                                                   \
+    float mz_vec_dot_x8_##name##_ref(size_t n, const void *restrict w, const void *restrict x)        \
+    {                                                                                                 \
+        float acc = 0.0f, summ = 0.0f;                                                                \
+        mz_x8_blocks_q5_iq4_ref(TYPE, n / MZ_QK, w, x, &acc, &summ);                                  \
+        return TYPE == MZ_DT_Q5_1 ? acc + summ : acc;                                                 \
     }
-}
-X8_REF_GEMM(q5_1_q8_1, MZ_DT_Q5_1, mz_block_q5_1, part_q5_1)
-
-float mz_vec_dot_x8_q5_1_ref(size_t n, const void *restrict w, const void *restrict x)
-{
-    float acc = 0.0f, summ = 0.0f;
-    part_q5_1(n / MZ_QK, w, x, 0, &acc, &summ);
-    return acc + summ;
-}
-
-/* IQ4_NL (q5_iq4_ref.c's block dot) */
-static void part_iq4_nl(size_t bn, const mz_block_iq4_nl *a, const void *x, size_t b0, float *acc, float *summ)
-{
-    (void)summ;
-    const mz_block_q8_0 *bx = (const mz_block_q8_0 *)x + b0;
-    for (size_t b = 0; b < bn; b++)
-        *acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)mz_dot_iq4_block(a[b].qs, bx[b].qs),
-                              *acc);
-}
-X8_REF_GEMM(iq4_nl_q8_0, MZ_DT_IQ4_NL, mz_block_iq4_nl, part_iq4_nl)
-
-float mz_vec_dot_x8_iq4_nl_ref(size_t n, const void *restrict w, const void *restrict x)
-{
-    float acc = 0.0f, summ = 0.0f;
-    part_iq4_nl(n / MZ_QK, w, x, 0, &acc, &summ);
-    return acc;
-}
+X8_Q5_IQ4_VEC_DOT(q5_0, MZ_DT_Q5_0)
+X8_Q5_IQ4_VEC_DOT(q5_1, MZ_DT_Q5_1)
+X8_Q5_IQ4_VEC_DOT(iq4_nl, MZ_DT_IQ4_NL)
