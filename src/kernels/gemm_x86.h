@@ -258,7 +258,7 @@ GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const
                                  size_t ys)                                                             \
     {                                                                                                   \
         const size_t len = len_of_n;                                                                    \
-        size_t blk = GEMM_BLOCK_BYTES / wrb;                                                            \
+        size_t blk = wrb ? GEMM_BLOCK_BYTES / wrb : GEMM_R; /* wrb = 0: one row (x8 vec_dot) */         \
         blk = blk < GEMM_R ? GEMM_R : blk - blk % GEMM_R;                                               \
         for (size_t rb = r0; rb < r1; rb += blk) {                                                      \
             const size_t re = rb + blk < r1 ? rb + blk : r1;                                            \

@@ -27,6 +27,8 @@
  *              1, 2, 3, 7 blocks (and long rows), register-tile remainders,
  *              thread slices and one token at a time; AVX-512 and AVX2 give
  *              the same bits.
+ *   long rows: the x86 plain vec_dot of every x8-ordered type (Q4_0, Q4_1,
+ *              Q8_0 too) on a row past MZ_X8_MAX_BLOCKS, vs the reference.
  *   x8 (Q5_0, Q5_1, IQ4_NL): every ISA's gemm on repacked weights and every x86 plain
  *              gemm equal the x8 reference vec_dot bit for bit (any slicing,
  *              one token at a time); that is within 1e-5 of the plain
@@ -457,6 +459,28 @@ static void check_x8(int t)
     CHECK(n_checked > 0);
 }
 
+/* Rows past MZ_X8_MAX_BLOCKS: the plain vec_dot of every type with an x8
+ * order (Q4_0, Q4_1 and Q8_0 as well) hands them to its tiles, one row at
+ * a time (row stride 0), and must agree with the reference. */
+static void test_long_rows(void)
+{
+    static const int types[] = {MZ_DT_Q4_0, MZ_DT_Q4_1, MZ_DT_Q8_0, MZ_DT_Q5_0, MZ_DT_Q5_1, MZ_DT_IQ4_NL};
+    for (int isa = MZ_ISA_AVX2; isa <= MZ_ISA_AVX512; isa++) {
+        for (size_t ti = 0; ti < MZ_ARRAY_LEN(types); ti++) {
+            const mz_type_kernels *k = mz_kernels_for_isa((enum mz_isa)isa, types[ti]), *r = mz_kernels_ref(types[ti]);
+            if (!k) continue;
+            product p;
+            product_init(&p, r, types[ti], 1, 1, (MZ_X8_MAX_BLOCKS + 3) * MZ_QK);
+            double mag = 0;
+            for (size_t c = 0; c < p.n_cols; c++) mag += fabs((double)p.wf[c] * p.xf[c]);
+            const float vk = product_dot(&p, k->vec_dot, p.w, 0, 0), vr = product_dot(&p, r->vec_dot, p.w, 0, 0);
+            CHECK_MSG(fabs((double)vk - vr) <= 1e-4 * mag, "%s long-row vec_dot %s: %.9g vs ref %.9g", mz_isa_names[isa],
+                      mz_dtype_name(types[ti]), vk, vr);
+            product_free(&p);
+        }
+    }
+}
+
 static void test_isas(void)
 {
     for (int i = 0; i < MZ_ISA_COUNT; i++) {
@@ -486,5 +510,6 @@ int main(void)
     check_x8(MZ_DT_Q5_0);
     check_x8(MZ_DT_Q5_1);
     check_x8(MZ_DT_IQ4_NL);
+    test_long_rows();
     return t_done("test_kernels_q5iq");
 }
