@@ -61,53 +61,43 @@ static inline void qn_iq4(const uint8_t *qs, int8x16_t grid, int8x16_t *lo, int8
     *hi = vqtbl1q_s8(grid, vshrq_n_u8(q, 4));
 }
 
-float mz_vec_dot_q5_0_q8_0_neon(size_t n, const void *restrict w, const void *restrict x)
-{
-    MZ_ASSERT(n % MZ_QK == 0);
-    const mz_block_q5_0 *a = w;
-    const mz_block_q8_0 *b = x;
-    float32x4_t acc = vdupq_n_f32(0.0f);
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int8x16_t lo, hi;
-        qn_q5(a[i].qh, a[i].qs, 16, &lo, &hi);
-        const int32x4_t p = qn_dot32(lo, hi, b[i].qs);
-        acc = vfmaq_f32(acc, vdupq_n_f32(qn_h2f(a[i].d) * qn_h2f(b[i].d)), vcvtq_f32_s32(p));
-    }
-    return vaddvq_f32(acc);
-}
+/* The 32-value types, one kind per caller (constant after inlining). */
+enum { QN_Q5_0, QN_Q5_1, QN_IQ4_NL };
 
-float mz_vec_dot_q5_1_q8_1_neon(size_t n, const void *restrict w, const void *restrict x)
+static inline __attribute__((always_inline)) float qn_vec_dot32(int kind, size_t n, const void *restrict w,
+                                                               const void *restrict x)
 {
     MZ_ASSERT(n % MZ_QK == 0);
-    const mz_block_q5_1 *a = w;
-    const mz_block_q8_1 *b = x;
+    const size_t wbs = kind == QN_Q5_0 ? sizeof(mz_block_q5_0) : kind == QN_Q5_1 ? sizeof(mz_block_q5_1)
+                                                                                 : sizeof(mz_block_iq4_nl);
+    const size_t xbs = kind == QN_Q5_1 ? sizeof(mz_block_q8_1) : sizeof(mz_block_q8_0);
+    const int8x16_t grid = vld1q_s8(mz_kvalues_iq4nl);
     float32x4_t acc = vdupq_n_f32(0.0f);
     float summ = 0.0f;
     for (size_t i = 0; i < n / MZ_QK; i++) {
+        const uint8_t *bw = (const uint8_t *)w + i * wbs, *bx = (const uint8_t *)x + i * xbs;
+        mz_f16 dw, dx;
+        memcpy(&dw, bw, 2);
+        memcpy(&dx, bx, 2);
         int8x16_t lo, hi;
-        qn_q5(a[i].qh, a[i].qs, 0, &lo, &hi);
-        const int32x4_t p = qn_dot32(lo, hi, b[i].qs);
-        acc = vfmaq_f32(acc, vdupq_n_f32(qn_h2f(a[i].d) * qn_h2f(b[i].d)), vcvtq_f32_s32(p));
-        summ = __builtin_fmaf(qn_h2f(a[i].m), qn_h2f(b[i].s), summ);
+        if (kind == QN_Q5_0) qn_q5(bw + 2, bw + 6, 16, &lo, &hi);
+        else if (kind == QN_Q5_1) qn_q5(bw + 4, bw + 8, 0, &lo, &hi);
+        else qn_iq4(bw + 2, grid, &lo, &hi);
+        const int32x4_t p = qn_dot32(lo, hi, (const int8_t *)bx + (kind == QN_Q5_1 ? 4 : 2));
+        acc = vfmaq_f32(acc, vdupq_n_f32(qn_h2f(dw) * qn_h2f(dx)), vcvtq_f32_s32(p));
+        if (kind == QN_Q5_1) {
+            mz_f16 mw, sx;
+            memcpy(&mw, bw + 2, 2);
+            memcpy(&sx, bx + 2, 2);
+            summ = __builtin_fmaf(qn_h2f(mw), qn_h2f(sx), summ);
+        }
     }
-    return vaddvq_f32(acc) + summ;
+    return kind == QN_Q5_1 ? vaddvq_f32(acc) + summ : vaddvq_f32(acc);
 }
 
-float mz_vec_dot_iq4_nl_q8_0_neon(size_t n, const void *restrict w, const void *restrict x)
-{
-    MZ_ASSERT(n % MZ_QK == 0);
-    const mz_block_iq4_nl *a = w;
-    const mz_block_q8_0 *b = x;
-    const int8x16_t grid = vld1q_s8(mz_kvalues_iq4nl);
-    float32x4_t acc = vdupq_n_f32(0.0f);
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int8x16_t lo, hi;
-        qn_iq4(a[i].qs, grid, &lo, &hi);
-        const int32x4_t p = qn_dot32(lo, hi, b[i].qs);
-        acc = vfmaq_f32(acc, vdupq_n_f32(qn_h2f(a[i].d) * qn_h2f(b[i].d)), vcvtq_f32_s32(p));
-    }
-    return vaddvq_f32(acc);
-}
+MZ_VEC_DOT_OF_KIND(mz_vec_dot_q5_0_q8_0_neon, qn_vec_dot32, QN_Q5_0)
+MZ_VEC_DOT_OF_KIND(mz_vec_dot_q5_1_q8_1_neon, qn_vec_dot32, QN_Q5_1)
+MZ_VEC_DOT_OF_KIND(mz_vec_dot_iq4_nl_q8_0_neon, qn_vec_dot32, QN_IQ4_NL)
 
 float mz_vec_dot_iq4_xs_q8_K_neon(size_t n, const void *restrict w, const void *restrict x)
 {
