@@ -106,11 +106,11 @@ static const mz_type_kernels k_avx2[MZ_DT_COUNT] = {
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx2},
     /* ---- K-quants (kquant_avx2.c) ---- */
-    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, avx2, mz_quantize_q8_K_ref),
-    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, avx2, mz_quantize_q8_K_ref),
-    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, avx2, mz_quantize_q8_K_ref),
-    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx2, mz_quantize_q8_K_ref),
-    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, avx2, mz_from_float_q8_K_avx2),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, avx2, mz_from_float_q8_K_avx2),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, avx2, mz_from_float_q8_K_avx2),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx2, mz_from_float_q8_K_avx2),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx2, mz_from_float_q8_K_avx2),
     /* ---- end of K-quants ---- */
 };
 
@@ -140,11 +140,11 @@ static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx512},
     /* ---- K-quants (kquant_avx512.c; Q2_K, Q3_K, Q4_K: kquant_avx2.c) ---- */
-    [MZ_DT_Q2_K] = KQ_ENTRY2(q2_K, avx2, avx512, mz_quantize_q8_K_ref),
-    [MZ_DT_Q3_K] = KQ_ENTRY2(q3_K, avx2, avx512, mz_quantize_q8_K_ref),
-    [MZ_DT_Q4_K] = KQ_ENTRY2(q4_K, avx2, avx512, mz_quantize_q8_K_ref),
-    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx512, mz_quantize_q8_K_ref),
-    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx512, mz_quantize_q8_K_ref),
+    [MZ_DT_Q2_K] = KQ_ENTRY2(q2_K, avx2, avx512, mz_from_float_q8_K_avx2),
+    [MZ_DT_Q3_K] = KQ_ENTRY2(q3_K, avx2, avx512, mz_from_float_q8_K_avx2),
+    [MZ_DT_Q4_K] = KQ_ENTRY2(q4_K, avx2, avx512, mz_from_float_q8_K_avx2),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx512, mz_from_float_q8_K_avx2),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx512, mz_from_float_q8_K_avx2),
     /* ---- end of K-quants ---- */
 };
 #endif

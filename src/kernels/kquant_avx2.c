@@ -51,6 +51,64 @@ KQ_AVX2_TYPE(q4_K, 0, 1)
 KQ_AVX2_TYPE(q5_K, 0, 1)
 KQ_AVX2_TYPE(q6_K, 5, 0)
 
+/*
+ * Q8_K activations (mz_quantize_q8_K_ref's bytes exactly): the first value
+ * of largest magnitude v (NaN ignored, as the reference's strict '>'),
+ * iscale = -127 / v, q = max(-128, min(127, rint(iscale * x))) (vroundps to
+ * nearest even is rintf in the default rounding mode; vminps returns its
+ * second operand, 127, for NaN as fminf(127, NaN) does), d = 1 / iscale,
+ * bsums the sums of each 16 q.
+ */
+void mz_from_float_q8_K_avx2(const float *restrict x, void *restrict y, size_t n)
+{
+    MZ_ASSERT(n % MZ_QK_K == 0);
+    mz_block_q8_K *b = y;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (size_t i = 0; i < n / MZ_QK_K; i++) {
+        const float *v = x + i * MZ_QK_K;
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < MZ_QK_K; j += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + j)), m);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f) {
+            memset(&b[i], 0, sizeof b[i]);
+            continue;
+        }
+        float vmax = 0.0f;
+        for (int j = 0; j < MZ_QK_K; j += 8) {
+            const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(v + j));
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (hit) {
+                vmax = v[j + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / vmax;
+        const __m256 is = _mm256_set1_ps(iscale), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-128.0f);
+        for (int j = 0; j < MZ_QK_K; j += 32) {
+            __m256i q[4];
+            MZ_KQ_UNROLL for (int k = 0; k < 4; k++) {
+                const __m256 t = _mm256_round_ps(_mm256_mul_ps(is, _mm256_loadu_ps(v + j + 8 * k)),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[k] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(t, hi), lo));
+            }
+            /* sums of the two 16-value groups, in lanes 0 and 1 after hsum8 below */
+            const __m256i g[8] = {_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])};
+            const __m256i sums = hsum8_i32(g);
+            const int32_t s0 = _mm256_extract_epi32(sums, 0), s1 = _mm256_extract_epi32(sums, 1);
+            b[i].bsums[j / 16] = (int16_t)s0;
+            b[i].bsums[j / 16 + 1] = (int16_t)s1;
+            /* packs work per 128-bit lane; one permute restores the order */
+            const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(b[i].qs + j),
+                                _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        }
+        b[i].d = 1.0f / iscale;
+    }
+}
+
 #else
 /* Not an x86-64 build with AVX2 flags: nothing to compile here. */
 typedef int mz_kquant_avx2_unused;
