@@ -43,7 +43,7 @@ KQ_INLINE void tile_avx2(const kq_prep *restrict p, const mz_block_q8_K *const *
         return finish(&p, acc, b, off_shift);                                                             \
     }                                                                                                     \
     MZ_KQ_VEC_DOT(mz_vec_dot_##t##_q8_K_avx2, mz_block_##t, block_##t, has_min)                          \
-    KQ_GEMM_TILED(mz_gemm_##t##_q8_K_avx2, t, mz_vec_dot_##t##_q8_K_avx2, tile_avx2, off_shift, has_min)
+    KQ_GEMM_TILED(mz_gemm_##t##_q8_K_avx2, t, mz_vec_dot_##t##_q8_K_avx2, tile_avx2, off_shift, has_min, 0)
 
 KQ_AVX2_TYPE(q2_K, 0, 1)
 KQ_AVX2_TYPE(q3_K, 2, 0)

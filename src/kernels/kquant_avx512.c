@@ -135,16 +135,16 @@ KQ_INLINE void tile_avx512(const kq_prep *restrict p, const mz_block_q8_K *const
     kq_tile_end(p, acc, xs, nt, s, off_shift, has_min);
 }
 
-/* gemm: one token (decode) through the type's vec_dot of this table (the
- * 512-bit ones of Q5_K / Q6_K, AVX2 for the others), several through the
- * tiles above. */
+/* gemm: one token (decode) 8 rows at a time (kquant_x86.h; it measured
+ * faster than the 512-bit vec_dots, which serve the last rows and vec_dot
+ * calls), several tokens through the tiles above. */
 MZ_KQ_VEC_DOT(mz_vec_dot_q5_K_q8_K_avx512, mz_block_q5_K, block_q5_K, 1)
 MZ_KQ_VEC_DOT(mz_vec_dot_q6_K_q8_K_avx512, mz_block_q6_K, block_q6_K, 0)
-KQ_GEMM_TILED(mz_gemm_q2_K_q8_K_avx512, q2_K, mz_vec_dot_q2_K_q8_K_avx2, tile_avx512, 0, 1)
-KQ_GEMM_TILED(mz_gemm_q3_K_q8_K_avx512, q3_K, mz_vec_dot_q3_K_q8_K_avx2, tile_avx512, 2, 0)
-KQ_GEMM_TILED(mz_gemm_q4_K_q8_K_avx512, q4_K, mz_vec_dot_q4_K_q8_K_avx2, tile_avx512, 0, 1)
-KQ_GEMM_TILED(mz_gemm_q5_K_q8_K_avx512, q5_K, mz_vec_dot_q5_K_q8_K_avx512, tile_avx512, 0, 1)
-KQ_GEMM_TILED(mz_gemm_q6_K_q8_K_avx512, q6_K, mz_vec_dot_q6_K_q8_K_avx512, tile_avx512, 5, 0)
+KQ_GEMM_TILED(mz_gemm_q2_K_q8_K_avx512, q2_K, mz_vec_dot_q2_K_q8_K_avx2, tile_avx512, 0, 1, 1)
+KQ_GEMM_TILED(mz_gemm_q3_K_q8_K_avx512, q3_K, mz_vec_dot_q3_K_q8_K_avx2, tile_avx512, 2, 0, 1)
+KQ_GEMM_TILED(mz_gemm_q4_K_q8_K_avx512, q4_K, mz_vec_dot_q4_K_q8_K_avx2, tile_avx512, 0, 1, 1)
+KQ_GEMM_TILED(mz_gemm_q5_K_q8_K_avx512, q5_K, mz_vec_dot_q5_K_q8_K_avx512, tile_avx512, 0, 1, 1)
+KQ_GEMM_TILED(mz_gemm_q6_K_q8_K_avx512, q6_K, mz_vec_dot_q6_K_q8_K_avx512, tile_avx512, 5, 0, 1)
 
 #else
 /* Not an x86-64 build with AVX-512 flags: nothing to compile here. */

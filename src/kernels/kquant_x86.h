@@ -226,13 +226,28 @@ KQ_INLINE void prep_q6_K(const mz_block_q6_K *restrict a, kq_prep *restrict p, c
  * the unpacked values stay in registers).
  */
 #define KQ_TILE_TOKENS 8
-#define KQ_GEMM_TILED(name, t, vec_dot, TILE, off_shift, has_min)                                        \
+#define KQ_GEMM_TILED(name, t, vec_dot, TILE, off_shift, has_min, rows8)                                 \
     MZ_GEMM_DECL(name)                                                                                    \
     {                                                                                                     \
         MZ_ASSERT(n % MZ_QK_K == 0);                                                                      \
         const uint8_t *wb = w, *xb = x;                                                                   \
         if (n_tok == 1) {                                                                                 \
-            for (size_t r = r0; r < r1; r++) y[r] = vec_dot(n, wb + r * w_row_bytes, x);                  \
+            size_t r = r0;                                                                                \
+            for (; (rows8) && r + 8 <= r1; r += 8) {                                                      \
+                float s[8] = {0};                                                                         \
+                for (size_t i = 0; i < n / MZ_QK_K; i++) {                                                \
+                    const mz_block_q8_K *xb1 = (const mz_block_q8_K *)x + i;                              \
+                    kq_prep p[8];                                                                         \
+                    __m256i acc[8];                                                                       \
+                    MZ_KQ_UNROLL for (int k = 0; k < 8; k++) {                                            \
+                        acc[k] = _mm256_setzero_si256();                                                  \
+                        prep_##t((const mz_block_##t *)(wb + (r + (size_t)k) * w_row_bytes) + i, &p[k], xb1, &acc[k]); \
+                    }                                                                                     \
+                    kq_rows_end(p, acc, xb1, s, off_shift, has_min);                                      \
+                }                                                                                         \
+                memcpy(y + r, s, sizeof s);                                                               \
+            }                                                                                             \
+            for (; r < r1; r++) y[r] = vec_dot(n, wb + r * w_row_bytes, x);                               \
             return;                                                                                       \
         }                                                                                                 \
         for (size_t r = r0; r < r1; r++) {                                                                \
@@ -260,6 +275,30 @@ KQ_INLINE __m256i hsum8_i32(const __m256i v[8])
     const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
     const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3); /* low | high lane halves */
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* The end of block b for 8 rows at once (decode), row k in lane k: p[k]
+ * its unpacked block (v16, dw, dmin), acc[k] its chunk products; as
+ * kq_tile_end below, lane by lane the vec_dot's operations. */
+KQ_INLINE void kq_rows_end(const kq_prep *restrict p, const __m256i acc[8], const mz_block_q8_K *restrict b, float *s,
+                           int off_shift, int has_min)
+{
+    const __m256i bs = load_bsums(b);
+    __m256i v[8];
+    float dw[8], dmin[8];
+    for (int k = 0; k < 8; k++) {
+        v[k] = _mm256_madd_epi16(p[k].v16, bs);
+        dw[k] = p[k].dw;
+        dmin[k] = p[k].dmin;
+    }
+    __m256i isum = hsum8_i32(acc);
+    const __m256i vsum = hsum8_i32(v);
+    const __m256 d = _mm256_set1_ps(b->d);
+    __m256 sum = _mm256_loadu_ps(s);
+    if (off_shift) isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(vsum, off_shift));
+    sum = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_loadu_ps(dw)), _mm256_cvtepi32_ps(isum), sum);
+    if (has_min) sum = _mm256_fnmadd_ps(_mm256_mul_ps(d, _mm256_loadu_ps(dmin)), _mm256_cvtepi32_ps(vsum), sum);
+    _mm256_storeu_ps(s, sum);
 }
 
 /*

@@ -289,7 +289,8 @@ static void test_vec_dot(void)
 
 static void test_matmul(void)
 {
-    static const size_t shapes[][3] = {{1, 1, 256}, {5, 3, 768}, {67, 2, 512}, {13, 7, 1536}, {4, 1, 5888}};
+    static const size_t shapes[][3] = {{1, 1, 256},  {5, 3, 768},  {67, 2, 512},  {13, 7, 1536},
+                                       {4, 1, 5888}, {19, 1, 768}, {64, 1, 1536}, {9, 17, 256}};
     for (int isa = 0; isa < MZ_ISA_COUNT; isa++)
         for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
             const int t = k_types[ti];
