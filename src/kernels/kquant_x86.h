@@ -107,14 +107,6 @@ KQ_INLINE mz_kq_sums finish(const kq_prep *restrict p, __m256i acc, const mz_blo
     return r;
 }
 
-/* The sums of a stored block with one Q8_K block. */
-KQ_INLINE mz_kq_sums apply(const kq_prep *restrict p, const mz_block_q8_K *restrict b, int off_shift)
-{
-    __m256i acc = _mm256_setzero_si256();
-    MZ_KQ_UNROLL for (int k = 0; k < 8; k++) acc = _mm256_add_epi32(acc, dot32(p->q[k], b->qs + 32 * k, p->sc[k]));
-    return finish(p, acc, b, off_shift);
-}
-
 KQ_INLINE void prep_q2_K(const mz_block_q2_K *restrict a, kq_prep *restrict p, const mz_block_q8_K *restrict b,
                              __m256i *acc)
 {
