@@ -123,15 +123,18 @@ typedef struct {
     }
 
 /* Defines block_q4_K and block_q5_K (MZ_KQ_VEC_DOT's block functions) from
- * one function for both layouts (blk: the block itself):
+ * one function for both layouts (blk: the block itself; a file may use only
+ * one of the two, hence 'unused'):
  *   mz_kq_sums q45(const void *blk, mz_f16 d, mz_f16 dmin, const uint8_t *scales12,
  *                  const uint8_t *qs, const uint8_t *qh (NULL: Q4_K), const mz_block_q8_K *x) */
 #define MZ_KQ_Q45_BLOCKS(q45)                                                                       \
-    static inline mz_kq_sums block_q4_K(const mz_block_q4_K *restrict a, const mz_block_q8_K *restrict b) \
+    __attribute__((unused)) static inline mz_kq_sums block_q4_K(const mz_block_q4_K *restrict a,     \
+                                                                const mz_block_q8_K *restrict b)     \
     {                                                                                               \
         return q45(a, a->d, a->dmin, a->scales, a->qs, NULL, b);                                       \
     }                                                                                               \
-    static inline mz_kq_sums block_q5_K(const mz_block_q5_K *restrict a, const mz_block_q8_K *restrict b) \
+    __attribute__((unused)) static inline mz_kq_sums block_q5_K(const mz_block_q5_K *restrict a,     \
+                                                                const mz_block_q8_K *restrict b)     \
     {                                                                                               \
         return q45(a, a->d, a->dmin, a->scales, a->qs, a->qh, b);                                      \
     }

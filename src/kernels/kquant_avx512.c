@@ -18,19 +18,12 @@
 #if MZ_KERNELS_X86 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__F16C__)
 
-#include <immintrin.h>
+#include "kquant_x86.h"
 
-static inline float h2f(mz_f16 h) { return _cvtsh_ss(h); }
-
-/* *sa = sum of the s32 lanes of a (512-bit), *sb = sum of those of b (256-bit). */
-static inline void hsum2_i32(__m512i a, __m256i b, int32_t *sa, int32_t *sb)
+/* The 512-bit lanes of a folded onto 256 (the same lane sum). */
+static inline __m256i fold512(__m512i a)
 {
-    const __m256i a8 = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
-    const __m256i p = _mm256_hadd_epi32(a8, b);
-    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-    q = _mm_hadd_epi32(q, q);
-    *sa = _mm_cvtsi128_si32(q);
-    *sb = _mm_extract_epi32(q, 1);
+    return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
 }
 
 /* Shuffle patterns that put s16 word w[L] of a 128-bit lane into all of
@@ -78,7 +71,7 @@ static inline mz_kq_sums block_q45(const void *blk, mz_f16 d, mz_f16 dmin, const
         acc[c & 1] = dot64(acc[c & 1], v, b->qs + 64 * c, _mm512_shuffle_epi8(sc16, lane_words(k_q45_words[c])));
     }
     mz_kq_sums r = {.dw = h2f(d), .dmin = h2f(dmin)};
-    hsum2_i32(_mm512_add_epi32(acc[0], acc[1]), _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)b->bsums)), &r.isum, &r.summs);
+    hsum2_i32(fold512(_mm512_add_epi32(acc[0], acc[1])), _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)b->bsums)), &r.isum, &r.summs);
     return r;
 }
 
@@ -108,14 +101,50 @@ static inline mz_kq_sums block_q6_K(const mz_block_q6_K *restrict a, const mz_bl
     /* codes went in + 32 (0..63): take 32 * sum_g sc[g] * bsums[g] back */
     int32_t off;
     mz_kq_sums r = {.dw = h2f(a->d)};
-    hsum2_i32(_mm512_add_epi32(acc[0], acc[1]), _mm256_madd_epi16(_mm256_cvtepi8_epi16(s8), _mm256_loadu_si256((const __m256i *)b->bsums)), &r.isum,
+    hsum2_i32(fold512(_mm512_add_epi32(acc[0], acc[1])), _mm256_madd_epi16(_mm256_cvtepi8_epi16(s8), _mm256_loadu_si256((const __m256i *)b->bsums)), &r.isum,
               &off);
     r.isum -= 32 * off;
     return r;
 }
 
+/*
+ * gemm tile step: the unpacked block's eight 256-bit chunks joined into
+ * four 512-bit registers, then two tokens at a time (the weights loaded
+ * once for both), vpmaddubsw + vpdpwssd over 64 values per step; the lane
+ * sums equal the AVX2 ones, so the block end (kq_tile_end) is the vec_dot's.
+ */
+KQ_INLINE void tile_avx512(const kq_prep *restrict p, const mz_block_q8_K *const *xs, size_t nt, float *s, int off_shift,
+                           int has_min)
+{
+    __m512i zq[4], zsc[4];
+    MZ_KQ_UNROLL for (int m = 0; m < 4; m++) {
+        zq[m] = _mm512_inserti64x4(_mm512_castsi256_si512(p->q[2 * m]), p->q[2 * m + 1], 1);
+        zsc[m] = _mm512_inserti64x4(_mm512_castsi256_si512(p->sc[2 * m]), p->sc[2 * m + 1], 1);
+    }
+    __m256i acc[KQ_TILE_TOKENS];
+    for (size_t k = 0; k < nt; k += 2) {
+        const mz_block_q8_K *b0 = xs[k], *b1 = xs[k + 1 < nt ? k + 1 : k];
+        __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+        MZ_KQ_UNROLL for (int m = 0; m < 4; m++) {
+            a0 = dot64(a0, zq[m], b0->qs + 64 * m, zsc[m]);
+            a1 = dot64(a1, zq[m], b1->qs + 64 * m, zsc[m]);
+        }
+        acc[k] = fold512(a0);
+        if (k + 1 < nt) acc[k + 1] = fold512(a1);
+    }
+    kq_tile_end(p, acc, xs, nt, s, off_shift, has_min);
+}
+
+/* gemm: one token (decode) 8 rows at a time (kquant_x86.h; it measured
+ * faster than the 512-bit vec_dots, which serve the last rows and vec_dot
+ * calls), several tokens through the tiles above. */
 MZ_KQ_VEC_DOT(mz_vec_dot_q5_K_q8_K_avx512, mz_block_q5_K, block_q5_K, 1)
 MZ_KQ_VEC_DOT(mz_vec_dot_q6_K_q8_K_avx512, mz_block_q6_K, block_q6_K, 0)
+KQ_GEMM_TILED(mz_gemm_q2_K_q8_K_avx512, q2_K, mz_vec_dot_q2_K_q8_K_avx2, tile_avx512, 0, 1, 1)
+KQ_GEMM_TILED(mz_gemm_q3_K_q8_K_avx512, q3_K, mz_vec_dot_q3_K_q8_K_avx2, tile_avx512, 2, 0, 1)
+KQ_GEMM_TILED(mz_gemm_q4_K_q8_K_avx512, q4_K, mz_vec_dot_q4_K_q8_K_avx2, tile_avx512, 0, 1, 1)
+KQ_GEMM_TILED(mz_gemm_q5_K_q8_K_avx512, q5_K, mz_vec_dot_q5_K_q8_K_avx512, tile_avx512, 0, 1, 1)
+KQ_GEMM_TILED(mz_gemm_q6_K_q8_K_avx512, q6_K, mz_vec_dot_q6_K_q8_K_avx512, tile_avx512, 5, 0, 1)
 
 #else
 /* Not an x86-64 build with AVX-512 flags: nothing to compile here. */

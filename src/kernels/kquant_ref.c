@@ -197,11 +197,19 @@ static mz_kq_sums block_sums(int t, const void *restrict row, size_t i, const mz
 
 /* ---- quantizer: sub-block fits ---------------------------------------------------------- */
 
-/* nearest integer to v (ties to even) clamped to [lo, hi]; NaN gives lo, so
- * odd input (inf, NaN) never reaches an undefined conversion. */
+/* The nearest integer to v (ties to even) clamped to [lo, hi] (|lo|, |hi|
+ * < 2^22); NaN gives lo, so odd input (inf, NaN) never reaches an undefined
+ * conversion. Plain comparisons and the 1.5 * 2^23 rounding trick (exact
+ * for |v| < 2^22 in round-to-nearest) instead of fminf / fmaxf / rintf,
+ * which are library calls here: the same answers, several times faster,
+ * and the same on every IEEE target (no contraction or excess precision
+ * under -std=c11 on x86-64 and AArch64). */
 static int nearest_in(float v, int lo, int hi)
 {
-    return (int)rintf(fminf((float)hi, fmaxf((float)lo, v)));
+    if (!(v > (float)lo)) return lo;
+    if (v >= (float)hi) return hi;
+    const float big = 12582912.0f; /* 1.5 * 2^23 */
+    return (int)((v + big) - big);
 }
 
 /* Codes of x[0..n) for x ~ scale*q - min, q in [0, qmax]; returns the
