@@ -365,7 +365,9 @@ static int overlap_parse(const char *s, mz_restore_overlap *o)
 static mz_kvfill *g_fill;
 static char g_fill_model[4096];
 
-static int fill_synthetic(mz_ctx_t *c, size_t N)
+/* mode: c's engine mode; the calibration context has it too (a model loaded
+ * for os-paging takes os-paging contexts only). */
+static int fill_synthetic(mz_ctx_t *c, size_t N, mz_engine_mode mode)
 {
     const char *path = mz_harness_model_path(mz_harness_ctx_model(c));
     if (!g_fill || strcmp(g_fill_model, path) != 0) {
@@ -374,6 +376,7 @@ static int fill_synthetic(mz_ctx_t *c, size_t N)
         mz_ctx_params cp = mz_ctx_params_default();
         cp.n_ctx = BENCH_CALIB_TOKENS;
         cp.n_threads = mz_harness_ctx_n_threads(c);
+        cp.mode = mode;
         mz_ctx_t *cal = NULL;
         double t0 = now_s();
         if (mz_ctx_init(mz_harness_ctx_model(c), &cp, &cal)) return -1;
@@ -729,7 +732,7 @@ static int open_ctx(run_env *e, const point_cfg *pc)
         return -1;
     }
     double t0 = now_s();
-    if (fill_synthetic(e->c, e->N)) {
+    if (fill_synthetic(e->c, e->N, pc->mode)) {
         fprintf(stderr, "mzcache bench: synthetic context of %zu tokens: %s\n", e->N, mz_last_error());
         return -1;
     }

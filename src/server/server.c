@@ -1174,6 +1174,7 @@ mz_server_params mz_server_params_default(void)
     p.restore_ahead = true;
     p.restore_ahead_quiet_ms = 1000;
     p.max_sessions = 4;
+    p.store_limit_bytes = (uint64_t)2 << 30; /* anonymous conversations are stored too */
     p.shutdown_grace_ms = 30000;
     return p;
 }

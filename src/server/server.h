@@ -88,7 +88,8 @@ typedef struct mz_server_params {
     bool store;                 /* keep named sessions in a session store (default false
                                    here; `mzcache serve` turns it on unless --no-store) */
     const char *store_dir;      /* NULL: the store's default directory */
-    uint64_t store_limit_bytes; /* 0: no limit; enforced at start */
+    uint64_t store_limit_bytes; /* 0: no limit; default 2 GiB; enforced at start and whenever a
+                                   new anonymous session is stored */
     mz_fsync_policy store_fsync; /* default MZ_FSYNC_BATCH */
     const char *store_codec;    /* "raw" (NULL: default) or "q8" (mz_store_params.codec) */
     int shutdown_grace_ms;      /* mz_server_stop lets running requests finish this long,

@@ -76,6 +76,15 @@ typedef struct srv_session {
                                     as cached */
 } srv_session;
 
+/* A stored anonymous session not in memory: what prefix routing needs to
+ * find it again (its tokens, read from its manifest once: at start, or
+ * taken from the context when it left memory). */
+typedef struct srv_stored_anon {
+    char id[SRV_SESSION_ID_MAX + 1];
+    mz_token *toks;              /* owned */
+    size_t n;
+} srv_stored_anon;
+
 /* What /mz/status, /mz/sessions and /metrics show of a session (snap_mu). */
 typedef struct srv_session_snap {
     char id[SRV_SESSION_ID_MAX + 1];
@@ -106,6 +115,8 @@ struct mz_server {
     int n_sess;
     uint64_t lru_clock;
     unsigned long next_anon;
+    srv_stored_anon *anon_index; /* [SRV_MAX_STORED]; [0, n_anon_index) (gate) */
+    int n_anon_index;
     int cur;                     /* index of the session in use, -1 none (gate) */
     bool over_budget;            /* the last budget check could not get under it */
     struct MHD_Daemon *mhd;

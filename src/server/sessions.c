@@ -65,6 +65,76 @@ static void lru_order(const mz_server_t *s, int *order)
         }
 }
 
+/* ---- the index of stored anonymous sessions ---------------------------------------------- */
+
+static void anon_index_drop(mz_server_t *s, int i)
+{
+    free(s->anon_index[i].toks);
+    s->anon_index[i] = s->anon_index[--s->n_anon_index];
+}
+
+/* Adds (or replaces) id with a copy of toks[0, n); when full, the entry
+ * with the fewest tokens goes (it saves the least). */
+static void anon_index_put(mz_server_t *s, const char *id, const mz_token *toks, size_t n)
+{
+    if (!s->anon_index || n == 0) return;
+    for (int i = 0; i < s->n_anon_index; i++)
+        if (!strcmp(s->anon_index[i].id, id)) anon_index_drop(s, i--);
+    mz_token *copy = malloc(n * sizeof *copy);
+    if (!copy) return;
+    memcpy(copy, toks, n * sizeof *copy);
+    if (s->n_anon_index == SRV_MAX_STORED) {
+        int small = 0;
+        for (int i = 1; i < s->n_anon_index; i++)
+            if (s->anon_index[i].n < s->anon_index[small].n) small = i;
+        anon_index_drop(s, small);
+    }
+    srv_stored_anon *e = &s->anon_index[s->n_anon_index++];
+    snprintf(e->id, sizeof e->id, "%s", id);
+    e->toks = copy;
+    e->n = n;
+}
+
+static bool is_anon(const char *id) { return !strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1); }
+
+/* At start: every stored anonymous session's tokens, its manifest read once;
+ * new anonymous ids continue after the largest stored one. */
+static void anon_index_build(mz_server_t *s, const mz_stored_session *v, size_t k)
+{
+    for (size_t i = 0; i < k; i++) {
+        if (!is_anon(v[i].id)) continue;
+        char *end = NULL;
+        unsigned long num = strtoul(v[i].id + sizeof MZ_SESSION_ANON_PREFIX - 1, &end, 10);
+        if (end && !*end && num > s->next_anon) s->next_anon = num;
+        if (!v[i].readable || !v[i].same_model) continue;
+        mz_manifest m;
+        if (mz_store_read_manifest(s->store, v[i].id, &m) != MZ_OK) {
+            mz_clear_error();
+            continue;
+        }
+        anon_index_put(s, v[i].id, (const mz_token *)m.tokens, m.n_tokens);
+        mz_manifest_clear(&m);
+    }
+}
+
+/* The store over its limit: the least recently used sessions not in use go
+ * (mz_store_enforce_limit), and the index forgets what went. */
+static void store_limit(mz_server_t *s)
+{
+    size_t n_del = 0;
+    if (!s->p.store_limit_bytes || mz_store_enforce_limit(s->store, &n_del) || !n_del) {
+        mz_clear_error();
+        return;
+    }
+    srv_log(s, "store: over its limit (%.0f MiB): %zu least recently used sessions deleted",
+            (double)s->p.store_limit_bytes / 1048576.0, n_del);
+    for (int i = 0; i < s->n_anon_index; i++) {
+        char path[PATH_MAX];
+        int n = snprintf(path, sizeof path, "%s/%s.mzs", mz_store_dir(s->store), s->anon_index[i].id);
+        if (n > 0 && (size_t)n < sizeof path && access(path, F_OK) != 0) anon_index_drop(s, i--);
+    }
+}
+
 /* ctx: a context made already (a resumed session), or NULL to make one. */
 static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int *idx)
 {
@@ -78,7 +148,8 @@ static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int 
     }
     if (id && *id) {
         snprintf(ss->id, sizeof ss->id, "%s", id);
-        ss->named = true;
+        /* A resumed anonymous session keeps its stored id and stays anonymous. */
+        ss->named = strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1) != 0;
     } else {
         snprintf(ss->id, sizeof ss->id, "anon-%lu", ++s->next_anon);
     }
@@ -95,6 +166,9 @@ static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int 
 /* Frees session i (its swap slots, stack items and KV go at once). */
 static void session_remove(mz_server_t *s, int i)
 {
+    /* A stored anonymous session stays findable by its tokens. */
+    if (s->sess[i].stored && !s->sess[i].named)
+        anon_index_put(s, s->sess[i].id, mz_ctx_tokens(s->sess[i].ctx), mz_ctx_n_tokens(s->sess[i].ctx));
     mz_ctx_free(s->sess[i].ctx);
     memmove(&s->sess[i], &s->sess[i + 1], (size_t)(s->n_sess - i - 1) * sizeof *s->sess);
     s->n_sess--;
@@ -160,9 +234,17 @@ mz_status srv_store_open(mz_server_t *s)
             n_same++;
         }
     }
-    srv_log(s, "store: %s, %zu sessions of this model, %zu refused, fsync %s, codec %s",
-            mz_store_dir(s->store), n_same, n - n_same, mz_fsync_policy_name(s->p.store_fsync),
-            s->p.store_codec ? s->p.store_codec : "raw");
+    s->anon_index = calloc(SRV_MAX_STORED, sizeof *s->anon_index);
+    if (!s->anon_index) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
+    anon_index_build(s, v, k);
+    char limit[48] = "no limit";
+    if (s->p.store_limit_bytes >= 1048576)
+        snprintf(limit, sizeof limit, "limit %.0f MiB", (double)s->p.store_limit_bytes / 1048576.0);
+    else if (s->p.store_limit_bytes)
+        snprintf(limit, sizeof limit, "limit %llu bytes", (unsigned long long)s->p.store_limit_bytes);
+    srv_log(s, "store: %s, %zu sessions of this model (%d anonymous, found again by their tokens), %zu refused, "
+            "%s, fsync %s, codec %s", mz_store_dir(s->store), n_same, s->n_anon_index, n - n_same, limit,
+            mz_fsync_policy_name(s->p.store_fsync), s->p.store_codec ? s->p.store_codec : "raw");
     return MZ_OK;
 }
 
@@ -170,6 +252,9 @@ void srv_store_close(mz_server_t *s)
 {
     mz_store_close(s->store); /* after srv_sessions_free: every stored session is detached */
     s->store = NULL;
+    while (s->anon_index && s->n_anon_index) anon_index_drop(s, 0);
+    free(s->anon_index);
+    s->anon_index = NULL;
     free(s->snap_stored);
     s->snap_stored = NULL;
 }
@@ -278,13 +363,14 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
     mz_ctx_t *resumed = NULL;
     int in_store = 0; /* store_resume's answer for a named session not in memory */
     size_t n_fresh = 0, n_restored = 0;
+    char anon_id[SRV_SESSION_ID_MAX + 1];
     if (id && *id) {
         for (int i = 0; i < s->n_sess && pick < 0; i++)
             if (s->sess[i].named && !strcmp(s->sess[i].id, id)) pick = i;
         if (pick < 0 && s->store) in_store = store_resume(s, id, toks, n, &resumed, &n_fresh, &n_restored);
         /* An unused anonymous session (the one made at start) is taken over. */
         for (int i = 0; i < s->n_sess && pick < 0 && !resumed; i++)
-            if (!s->sess[i].named && mz_ctx_n_tokens(s->sess[i].ctx) == 0) {
+            if (!s->sess[i].named && !s->sess[i].stored && mz_ctx_n_tokens(s->sess[i].ctx) == 0) {
                 pick = i;
                 snprintf(s->sess[i].id, sizeof s->sess[i].id, "%s", id);
                 s->sess[i].named = true;
@@ -309,8 +395,29 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
                 best = common;
             }
         }
+        /* A stored anonymous conversation (one that left memory, or one of
+         * a daemon before a restart) that the request continues further:
+         * its whole history a prefix of the request's tokens. Found through
+         * the index, never by reading manifests per request. */
+        int hit = -1;
+        for (int i = 0; s->store && i < s->n_anon_index; i++) {
+            const srv_stored_anon *e = &s->anon_index[i];
+            if (e->n < n && e->n > best && (hit < 0 || e->n > s->anon_index[hit].n) &&
+                common_prefix(e->toks, e->n, toks, n) == e->n)
+                hit = i;
+        }
+        if (hit >= 0) {
+            snprintf(anon_id, sizeof anon_id, "%s", s->anon_index[hit].id);
+            anon_index_drop(s, hit);
+            if (store_resume(s, anon_id, toks, n, &resumed, &n_fresh, &n_restored) == 1) {
+                pick = -1;
+                in_store = 1;
+                id = anon_id;
+            }
+        }
     }
-    if (pick < 0 && !(id && *id) && s->n_sess >= s->p.max_sessions) {
+    /* Not with a store: each anonymous session is stored under its id. */
+    if (pick < 0 && !(id && *id) && !s->store && s->n_sess >= s->p.max_sessions) {
         /* Full, and the least recently used session is anonymous: it is
          * forgotten, but its context serves the new conversation, which keeps
          * whatever prefix the two share (with --max-sessions 1 this is the
@@ -355,8 +462,12 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
             pthread_mutex_unlock(&s->snap_mu);
         }
     }
-    if (s->store && s->sess[pick].named && !s->sess[pick].stored && in_store == 0 && !resumed)
+    if (s->store && !s->sess[pick].stored && in_store == 0 && !resumed) {
+        /* Anonymous conversations are stored too (within the store's limit),
+         * so an unmodified client finds its conversation after a restart. */
         store_attach(s, &s->sess[pick]);
+        if (!s->sess[pick].named) store_limit(s);
+    }
     s->sess[pick].n_fresh = resumed ? n_fresh : 0;
     s->sess[pick].resumed_now = resumed != NULL;
     s->sess[pick].n_restored = resumed ? n_restored : 0;
@@ -407,6 +518,8 @@ mz_status srv_session_delete(mz_server_t *s, const char *id)
     }
     /* The context goes first: it holds the data file's lock (in use). */
     if (loaded) session_remove(s, i);
+    for (int k = 0; k < s->n_anon_index; k++)
+        if (!strcmp(s->anon_index[k].id, id)) anon_index_drop(s, k--);
     if (files) {
         mz_status st = mz_store_delete(s->store, id);
         if (st && st != MZ_E_INVAL) {

@@ -57,6 +57,22 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_files_settle(path_prefix, quiet_s=1.5, timeout_s=60):
+    """Until a stored session's files (PREFIX.mzs, PREFIX.kv) exist and stop
+    changing for quiet_s: the write-behind has written its chunks."""
+    deadline = time.monotonic() + timeout_s
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = tuple(os.stat(path_prefix + ext).st_size if os.path.exists(path_prefix + ext) else -1
+                    for ext in (".mzs", ".kv"))
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s and -1 not in now:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 class Server:
     """`mzcache serve -m MODEL --host 127.0.0.1 --port PORT ARGS...`, its
     output in log_path."""

@@ -12,6 +12,8 @@ items 11 and 12), the real binary and model, stdin not a terminal.
   notice     the context-full notice starts a line of its own
   sessions   `sessions --delete ID --store DIR` with no daemon deletes a
              `chat --session` conversation (manifest, data file, history)
+  bench      `bench ttft --modes os-paging` alone runs (its calibration
+             context was made in mode mzcache on an os-paging model)
 
 Exit 0 pass, 1 fail, 77 skip (no model or binary). No wall-clock assertion.
 """
@@ -87,6 +89,15 @@ def main():
     T.check(rc == 1 and "no stored session" in err, f"deleting it again: {rc} {err!r}")
     rc, out, err = run(binary, ["sessions", "--delete", "../x"])
     T.check(rc == 2 and "not a session id" in err, f"a bad id: {rc} {err!r}")
+
+    # bench ttft with os-paging alone (its model is file-mapped for os-paging only).
+    bdir = os.path.join(tmp, "bench")
+    rc, out, err = run(binary, ["bench", "ttft", "--models", MODEL, "--ctx", "256", "--levels", "50", "--modes",
+                                "os-paging", "--no-plot", "--no-global-drop", "--no-inmem", "--swap-dir",
+                                os.path.join(tmp, "bswap"), "-o", bdir])
+    csv = open(os.path.join(bdir, "ttft.csv")).read() if os.path.exists(os.path.join(bdir, "ttft.csv")) else ""
+    T.check(rc == 0 and "load the model again" not in err and "os-paging" in csv,
+            f"bench ttft --modes os-paging alone: {rc} {err[-400:]!r}")
 
 
 if __name__ == "__main__":

@@ -61,9 +61,13 @@ def check(cond, what):
 
 
 class Server(serveutil.Server):
+    """--no-store: the swap files under test are the swap directory's (a stored
+    session's data file is its swap file, in the store)."""
+
     def __init__(self, binary, port, swap_dir, log_path, extra=()):
         super().__init__(binary, log_path, ["--swap-dir", swap_dir, "--codec", "raw", "--kv-placement", "storage",
-                                            "--no-pressure", "-t", "2", "-c", "2048", "--temp", "0", "-v", *extra],
+                                            "--no-pressure", "-t", "2", "-c", "2048", "--temp", "0", "-v",
+                                            "--no-store", *extra],
                          port)
 
     def chat(self, messages):
