@@ -40,16 +40,13 @@ except ImportError as e:
     print(f"{NAME}: skip: the gguf package cannot be imported ({e}); scripts/install-deps.sh installs it")
     sys.exit(77)
 
-failures = 0
-passes = 0
+TALLY = {"pass": 0, "fail": 0}
 
 
 def check(cond, what):
-    global failures, passes
-    if cond:
-        passes += 1
-    else:
-        failures += 1
+    """Counts a check; prints what failed."""
+    TALLY["pass" if cond else "fail"] += 1
+    if not cond:
         print(f"FAIL: {what}", flush=True)
     return cond
 
@@ -171,8 +168,8 @@ def main():
     test_blocks()
     test_gemma()
     test_mixes()
-    print(f"{NAME}: {passes} passed, {failures} failed")
-    return 1 if failures else 0
+    print(f"{NAME}: {TALLY['pass']} passed, {TALLY['fail']} failed")
+    return 1 if TALLY["fail"] else 0
 
 
 if __name__ == "__main__":
