@@ -3,14 +3,14 @@
  * shape: prefill-like (many tokens) and decode-like (one token) products,
  * in GOP/s (2 ops per multiply-add) and weight GB/s.
  *
- * usage: bench_kernels [rows cols tokens] [-r reps] [-t TYPE]
+ * usage: bench_kernels [rows cols tokens] [-r reps] [-t TYPE] [-c 1]
  *        bench_kernels attn      (attention per ISA, qwen3-0.6b shape, 1k/8k/32k context)
  * Default: 1536 x 576 (SmolLM2 ffn), tokens 1 and 64. Quantized types run
  * twice: plain layout, then "x8" (weights repacked, repack.c) where the
  * type has it. -t runs one type only (its name as printed: Q4_1, Q4_0,
  * Q8_0, F16, Q4_K, Q6_K, Q5_K, Q3_K, Q2_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS; the
  * K-quants and IQ4_XS need cols % 256 == 0, e.g. 576 1536 1: SmolLM2's
- * ffn_down).
+ * ffn_down). -c 1 times by thread CPU time (see g_cpu_time).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels_impl.h"
@@ -20,10 +20,14 @@
 #include <string.h>
 #include <time.h>
 
+/* -c: time the matrix products by this thread's CPU time instead of the
+ * wall clock (steadier on a loaded, shared machine; single thread only). */
+static bool g_cpu_time;
+
 static double now_s(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(g_cpu_time ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
@@ -180,6 +184,7 @@ int main(int argc, char **argv)
     for (; a + 1 < argc; a += 2)
         if (!strcmp(argv[a], "-r")) reps = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-t")) only_type = argv[a + 1];
+        else if (!strcmp(argv[a], "-c")) g_cpu_time = !strcmp(argv[a + 1], "1");
     static const int types[] = {MZ_DT_Q4_1, MZ_DT_Q4_0, MZ_DT_Q8_0, MZ_DT_F16, MZ_DT_Q4_K,
                                 MZ_DT_Q6_K, MZ_DT_Q5_K, MZ_DT_Q3_K, MZ_DT_Q2_K,
                                 /* q5_iq4_*.c (IQ4_XS needs cols % 256 == 0) */

@@ -119,6 +119,21 @@ MZ_KQUANT_ISA_DECL(q3_K, avx2);
 MZ_KQUANT_ISA_DECL(q4_K, avx2);
 MZ_KQUANT_ISA_DECL(q5_K, avx2);
 MZ_KQUANT_ISA_DECL(q6_K, avx2);
+/* mz_quantize_q8_K_ref's bytes, vectorised (kquant_avx2.c) */
+void mz_from_float_q8_K_avx2(const float *restrict x, void *restrict y, size_t n);
+MZ_KQUANT_ISA_DECL(q5_K, avx512);
+MZ_KQUANT_ISA_DECL(q6_K, avx512);
+/* AVX-512 tiles of the types whose vec_dot stays AVX2 */
+MZ_GEMM_DECL(mz_gemm_q2_K_q8_K_avx512);
+MZ_GEMM_DECL(mz_gemm_q3_K_q8_K_avx512);
+MZ_GEMM_DECL(mz_gemm_q4_K_q8_K_avx512);
+#endif
+#if MZ_KERNELS_NEON
+MZ_KQUANT_ISA_DECL(q2_K, neon);
+MZ_KQUANT_ISA_DECL(q3_K, neon);
+MZ_KQUANT_ISA_DECL(q4_K, neon);
+MZ_KQUANT_ISA_DECL(q5_K, neon);
+MZ_KQUANT_ISA_DECL(q6_K, neon);
 #endif
 
 /* ---- end of K-quants ----------------------------------------------------------------- */

@@ -16,205 +16,97 @@
 
 #if MZ_KERNELS_X86 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
-#include <immintrin.h>
+#include "kquant_x86.h"
 
-static inline int32_t hsum_i32(__m256i v)
+/* AVX2 tile step: the 256-bit dot products token by token, then the block
+ * end of all the tile's tokens at once. */
+KQ_INLINE void tile_avx2(const kq_prep *restrict p, const mz_block_q8_K *const *xs, size_t nt, float *s, int off_shift,
+                         int has_min)
 {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
-static inline float h2f(mz_f16 h) { return _cvtsh_ss(h); }
-
-/* 8 s32 lanes of sum(q[v] * q8[v]) * scale over 32 values: q unsigned bytes,
- * sc16 the scale of each pair's 16-value group in its s16 lane. */
-static inline __m256i dot32(__m256i q, const int8_t *q8, __m256i sc16)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)q8)), sc16);
-}
-
-/* The s16 scale vectors of the eight 32-value chunks from sixteen s16 group
- * scales (lanes 0..7 of chunk k: group 2k, lanes 8..15: group 2k+1). */
-static inline void chunk_scales(__m256i sc16, __m256i out[8])
-{
-    const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
-    const __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
-    for (int k = 0; k < 4; k++) {
-        const char a = (char)(4 * k), b = (char)(4 * k + 1), c = (char)(4 * k + 2), d = (char)(4 * k + 3);
-        const __m256i m = _mm256_setr_epi8(a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b,
-                                           c, d, c, d, c, d, c, d, c, d, c, d, c, d, c, d);
-        out[k] = _mm256_shuffle_epi8(lo, m);
-        out[k + 4] = _mm256_shuffle_epi8(hi, m);
+    __m256i acc[KQ_TILE_TOKENS];
+    for (size_t k = 0; k < nt; k++) {
+        acc[k] = _mm256_setzero_si256();
+        MZ_KQ_UNROLL for (int c = 0; c < 8; c++)
+            acc[k] = _mm256_add_epi32(acc[k], dot32(p->q[c], xs[k]->qs + 32 * c, p->sc[c]));
     }
+    kq_tile_end(p, acc, xs, nt, s, off_shift, has_min);
 }
 
-static inline __m256i load_bsums(const mz_block_q8_K *b)
-{
-    return _mm256_loadu_si256((const __m256i *)b->bsums);
-}
+/* Per type: the block function of MZ_KQ_VEC_DOT (unpacking straight into
+ * the dot products) and the tiled gemm. */
+#define KQ_AVX2_TYPE(t, off_shift, has_min)                                                              \
+    KQ_INLINE mz_kq_sums block_##t(const mz_block_##t *restrict a, const mz_block_q8_K *restrict b)       \
+    {                                                                                                     \
+        kq_prep p;                                                                                        \
+        __m256i acc = _mm256_setzero_si256();                                                             \
+        prep_##t(a, &p, b, &acc);                                                                         \
+        return finish(&p, acc, b, off_shift);                                                             \
+    }                                                                                                     \
+    MZ_KQ_VEC_DOT(mz_vec_dot_##t##_q8_K_avx2, mz_block_##t, block_##t, has_min)                          \
+    KQ_GEMM_TILED(mz_gemm_##t##_q8_K_avx2, t, mz_vec_dot_##t##_q8_K_avx2, tile_avx2, off_shift, has_min, 0)
 
-/* The four 2-bit fields of one 32-byte row, as unsigned bytes 0..3. */
-static inline void split2(__m256i q, __m256i out[4])
-{
-    const __m256i m3 = _mm256_set1_epi8(3);
-    out[0] = _mm256_and_si256(q, m3);
-    out[1] = _mm256_and_si256(_mm256_srli_epi16(q, 2), m3);
-    out[2] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m3);
-    out[3] = _mm256_and_si256(_mm256_srli_epi16(q, 6), m3);
-}
+KQ_AVX2_TYPE(q2_K, 0, 1)
+KQ_AVX2_TYPE(q3_K, 2, 0)
+KQ_AVX2_TYPE(q4_K, 0, 1)
+KQ_AVX2_TYPE(q5_K, 0, 1)
+KQ_AVX2_TYPE(q6_K, 5, 0)
 
-float mz_vec_dot_q2_K_q8_K_avx2(size_t n, const void *restrict w, const void *restrict x)
+/*
+ * Q8_K activations (mz_quantize_q8_K_ref's bytes exactly): the first value
+ * of largest magnitude v (NaN ignored, as the reference's strict '>'),
+ * iscale = -127 / v, q = max(-128, min(127, rint(iscale * x))) (vroundps to
+ * nearest even is rintf in the default rounding mode; vminps returns its
+ * second operand, 127, for NaN as fminf(127, NaN) does), d = 1 / iscale,
+ * bsums the sums of each 16 q.
+ */
+void mz_from_float_q8_K_avx2(const float *restrict x, void *restrict y, size_t n)
 {
     MZ_ASSERT(n % MZ_QK_K == 0);
-    const mz_block_q2_K *a = w;
-    const mz_block_q8_K *b = x;
-    float s = 0.0f;
+    mz_block_q8_K *b = y;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (size_t i = 0; i < n / MZ_QK_K; i++) {
-        const __m128i s8 = _mm_loadu_si128((const __m128i *)a[i].scales);
-        const __m128i m4 = _mm_set1_epi8(0x0f);
-        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s8, m4));
-        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
-        const int32_t summs = hsum_i32(_mm256_madd_epi16(mn16, load_bsums(&b[i])));
-        __m256i sc[8];
-        chunk_scales(sc16, sc);
-        __m256i acc = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            __m256i q[4];
-            split2(_mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * h)), q);
-            for (int j = 0; j < 4; j++)
-                acc = _mm256_add_epi32(acc, dot32(q[j], b[i].qs + 128 * h + 32 * j, sc[4 * h + j]));
+        const float *v = x + i * MZ_QK_K;
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < MZ_QK_K; j += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + j)), m);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f) {
+            memset(&b[i], 0, sizeof b[i]);
+            continue;
         }
-        s = mz_kq_block_end_min(s, b[i].d, h2f(a[i].d), h2f(a[i].dmin), hsum_i32(acc), summs);
-    }
-    return s;
-}
-
-float mz_vec_dot_q3_K_q8_K_avx2(size_t n, const void *restrict w, const void *restrict x)
-{
-    MZ_ASSERT(n % MZ_QK_K == 0);
-    const mz_block_q3_K *a = w;
-    const mz_block_q8_K *b = x;
-    const __m256i four = _mm256_set1_epi8(4);
-    float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK_K; i++) {
-        int8_t scs[16];
-        mz_kq_scales_q3_K(a[i].scales, scs);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scs));
-        /* codes are stored + 4 (0..7): take 4 * sum_g sc[g] * bsums[g] back */
-        const __m256i off = _mm256_madd_epi16(sc16, load_bsums(&b[i]));
-        __m256i sc[8];
-        chunk_scales(sc16, sc);
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)a[i].hmask);
-        __m256i acc = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            __m256i q[4];
-            split2(_mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * h)), q);
-            for (int j = 0; j < 4; j++) {
-                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
-                const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
-                acc = _mm256_add_epi32(acc, dot32(_mm256_or_si256(q[j], high), b[i].qs + 128 * h + 32 * j, sc[4 * h + j]));
+        float vmax = 0.0f;
+        for (int j = 0; j < MZ_QK_K; j += 8) {
+            const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(v + j));
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (hit) {
+                vmax = v[j + __builtin_ctz((unsigned)hit)];
+                break;
             }
         }
-        acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(off, 2));
-        s = mz_kq_block_end(s, b[i].d, h2f(a[i].d), hsum_i32(acc));
-    }
-    return s;
-}
-
-/* The integer sums of one Q4_K / Q5_K block (qh NULL for Q4_K): returns
- * isum, sets *summs. */
-static inline int32_t dot_q45_block(const uint8_t *restrict s12, const uint8_t *restrict qs, const uint8_t *restrict qh,
-                                  const mz_block_q8_K *restrict b, int32_t *summs)
-{
-    uint8_t scs[8], mns[8];
-    mz_kq_scales_k4(s12, scs, mns);
-    /* mins: each covers two 16-value groups of bsums */
-    const __m128i m8 = _mm_loadl_epi64((const __m128i *)mns);
-    const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    *summs = hsum_i32(_mm256_madd_epi16(mn16, load_bsums(b)));
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-    const __m256i sixteen = _mm256_set1_epi8(16);
-    __m256i acc = _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(q, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (qh) {
-            const __m256i bl = _mm256_set1_epi8((char)(1 << (2 * c))), bh = _mm256_set1_epi8((char)(2 << (2 * c)));
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bl), bl), sixteen));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bh), bh), sixteen));
+        const float iscale = -127.0f / vmax;
+        const __m256 is = _mm256_set1_ps(iscale), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-128.0f);
+        for (int j = 0; j < MZ_QK_K; j += 32) {
+            __m256i q[4];
+            MZ_KQ_UNROLL for (int k = 0; k < 4; k++) {
+                const __m256 t = _mm256_round_ps(_mm256_mul_ps(is, _mm256_loadu_ps(v + j + 8 * k)),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[k] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(t, hi), lo));
+            }
+            /* sums of the two 16-value groups, in lanes 0 and 1 after hsum8 below */
+            const __m256i g[8] = {_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])};
+            const __m256i sums = hsum8_i32(g);
+            const int32_t s0 = _mm256_extract_epi32(sums, 0), s1 = _mm256_extract_epi32(sums, 1);
+            b[i].bsums[j / 16] = (int16_t)s0;
+            b[i].bsums[j / 16 + 1] = (int16_t)s1;
+            /* packs work per 128-bit lane; one permute restores the order */
+            const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(b[i].qs + j),
+                                _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
         }
-        acc = _mm256_add_epi32(acc, dot32(lo, b->qs + 64 * c, _mm256_set1_epi16(scs[2 * c])));
-        acc = _mm256_add_epi32(acc, dot32(hi, b->qs + 64 * c + 32, _mm256_set1_epi16(scs[2 * c + 1])));
+        b[i].d = 1.0f / iscale;
     }
-    return hsum_i32(acc);
-}
-
-float mz_vec_dot_q4_K_q8_K_avx2(size_t n, const void *restrict w, const void *restrict x)
-{
-    MZ_ASSERT(n % MZ_QK_K == 0);
-    const mz_block_q4_K *a = w;
-    const mz_block_q8_K *b = x;
-    float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK_K; i++) {
-        int32_t summs;
-        const int32_t isum = dot_q45_block(a[i].scales, a[i].qs, NULL, &b[i], &summs);
-        s = mz_kq_block_end_min(s, b[i].d, h2f(a[i].d), h2f(a[i].dmin), isum, summs);
-    }
-    return s;
-}
-
-float mz_vec_dot_q5_K_q8_K_avx2(size_t n, const void *restrict w, const void *restrict x)
-{
-    MZ_ASSERT(n % MZ_QK_K == 0);
-    const mz_block_q5_K *a = w;
-    const mz_block_q8_K *b = x;
-    float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK_K; i++) {
-        int32_t summs;
-        const int32_t isum = dot_q45_block(a[i].scales, a[i].qs, a[i].qh, &b[i], &summs);
-        s = mz_kq_block_end_min(s, b[i].d, h2f(a[i].d), h2f(a[i].dmin), isum, summs);
-    }
-    return s;
-}
-
-float mz_vec_dot_q6_K_q8_K_avx2(size_t n, const void *restrict w, const void *restrict x)
-{
-    MZ_ASSERT(n % MZ_QK_K == 0);
-    const mz_block_q6_K *a = w;
-    const mz_block_q8_K *b = x;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK_K; i++) {
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
-        /* codes are stored + 32 (0..63): take 32 * sum_g sc[g] * bsums[g] back */
-        const __m256i off = _mm256_madd_epi16(sc16, load_bsums(&b[i]));
-        __m256i sc[8];
-        chunk_scales(sc16, sc);
-        __m256i acc = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
-            /* bits 2k..2k+1 of qh moved to bits 4..5 of each byte */
-            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
-            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-            const int8_t *q8 = b[i].qs + 128 * h;
-            acc = _mm256_add_epi32(acc, dot32(q0, q8, sc[4 * h]));
-            acc = _mm256_add_epi32(acc, dot32(q1, q8 + 32, sc[4 * h + 1]));
-            acc = _mm256_add_epi32(acc, dot32(q2, q8 + 64, sc[4 * h + 2]));
-            acc = _mm256_add_epi32(acc, dot32(q3, q8 + 96, sc[4 * h + 3]));
-        }
-        acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(off, 5));
-        s = mz_kq_block_end(s, b[i].d, h2f(a[i].d), hsum_i32(acc));
-    }
-    return s;
 }
 
 #else

@@ -180,35 +180,36 @@ static void to_float_k(int t, const void *restrict x, float *restrict y, size_t 
 
 /* ---- dot product with Q8_K ------------------------------------------------------------ */
 
-static float vec_dot_k(int t, size_t n, const void *restrict w, const void *restrict x)
+/* The integer sums of super-block i of a row of type t with a Q8_K block. */
+static mz_kq_sums block_sums(int t, const void *restrict row, size_t i, const mz_block_q8_K *restrict b)
 {
-    MZ_ASSERT(n % MZ_QK_K == 0);
-    const mz_block_q8_K *b = x;
     kq_unpacked u;
-    float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK_K; i++) {
-        unpack_block(t, w, i, &u);
-        int32_t isum = 0, summs = 0;
-        for (int g = 0; g < KQ_GROUPS; g++) {
-            int32_t gs = 0;
-            for (int l = 0; l < 16; l++) gs += u.q[16 * g + l] * b[i].qs[16 * g + l];
-            isum += u.sc[g] * gs;
-            summs += u.m[g] * b[i].bsums[g];
-        }
-        s = u.has_min ? mz_kq_block_end_min(s, b[i].d, u.d, u.dmin, isum, summs)
-                      : mz_kq_block_end(s, b[i].d, u.d, isum);
+    unpack_block(t, row, i, &u);
+    mz_kq_sums q = {.dw = u.d, .dmin = u.dmin};
+    for (int g = 0; g < KQ_GROUPS; g++) {
+        int32_t gs = 0;
+        for (int l = 0; l < 16; l++) gs += u.q[16 * g + l] * b->qs[16 * g + l];
+        q.isum += u.sc[g] * gs;
+        q.summs += u.m[g] * b->bsums[g];
     }
-    return s;
+    return q;
 }
-
 
 /* ---- quantizer: sub-block fits ---------------------------------------------------------- */
 
-/* nearest integer to v (ties to even) clamped to [lo, hi]; NaN gives lo, so
- * odd input (inf, NaN) never reaches an undefined conversion. */
+/* The nearest integer to v (ties to even) clamped to [lo, hi] (|lo|, |hi|
+ * < 2^22); NaN gives lo, so odd input (inf, NaN) never reaches an undefined
+ * conversion. Plain comparisons and the 1.5 * 2^23 rounding trick (exact
+ * for |v| < 2^22 in round-to-nearest) instead of fminf / fmaxf / rintf,
+ * which are library calls here: the same answers, several times faster,
+ * and the same on every IEEE target (no contraction or excess precision
+ * under -std=c11 on x86-64 and AArch64). */
 static int nearest_in(float v, int lo, int hi)
 {
-    return (int)rintf(fminf((float)hi, fmaxf((float)lo, v)));
+    if (!(v > (float)lo)) return lo;
+    if (v >= (float)hi) return hi;
+    const float big = 12582912.0f; /* 1.5 * 2^23 */
+    return (int)((v + big) - big);
 }
 
 /* Codes of x[0..n) for x ~ scale*q - min, q in [0, qmax]; returns the
@@ -498,10 +499,12 @@ static void quantize_block_q6_K(const float *restrict x, mz_block_q6_K *restrict
     {                                                                                              \
         to_float_k(T, x, y, n);                                                                    \
     }                                                                                              \
-    float mz_vec_dot_##t##_q8_K_ref(size_t n, const void *restrict w, const void *restrict x)     \
+    static mz_kq_sums block_sums_##t(const mz_block_##t *w, const mz_block_q8_K *x)               \
     {                                                                                              \
-        return vec_dot_k(T, n, w, x);                                                              \
+        return block_sums(T, w, 0, x);                                                             \
     }                                                                                              \
+    MZ_KQ_VEC_DOT(mz_vec_dot_##t##_q8_K_ref, mz_block_##t, block_sums_##t,                         \
+                  T == MZ_DT_Q2_K || T == MZ_DT_Q4_K || T == MZ_DT_Q5_K)                           \
     void mz_quantize_##t##_ref(const float *restrict x, void *restrict y, size_t n)               \
     {                                                                                              \
         MZ_ASSERT(n % MZ_QK_K == 0);                                                               \

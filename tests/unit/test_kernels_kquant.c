@@ -289,7 +289,8 @@ static void test_vec_dot(void)
 
 static void test_matmul(void)
 {
-    static const size_t shapes[][3] = {{1, 1, 256}, {5, 3, 768}, {67, 2, 512}, {13, 7, 1536}, {4, 1, 5888}};
+    static const size_t shapes[][3] = {{1, 1, 256},  {5, 3, 768},  {67, 2, 512},  {13, 7, 1536},
+                                       {4, 1, 5888}, {19, 1, 768}, {64, 1, 1536}, {9, 17, 256}};
     for (int isa = 0; isa < MZ_ISA_COUNT; isa++)
         for (size_t ti = 0; ti < MZ_ARRAY_LEN(k_types); ti++) {
             const int t = k_types[ti];
@@ -449,6 +450,35 @@ static void test_quantize_special(void)
     }
 }
 
+/* Every ISA's Q8_K from_float on odd activations (special weight-like
+ * blocks, exact rounding ties, +-inf and NaN, the extreme value twice with
+ * both signs) gives the reference's bytes. */
+static void test_from_float_special(void)
+{
+    enum { KINDS = 15 };
+    float x[MZ_QK_K];
+    mz_block_q8_K a, r;
+    for (int kind = 0; kind < KINDS; kind++) {
+        if (kind < 11) {
+            special_block(x, kind);
+        } else {
+            for (int i = 0; i < MZ_QK_K; i++) x[i] = (float)(i % 7) - 3.0f; /* amax 3: x * 127/3 */
+            if (kind == 11) for (int i = 0; i < MZ_QK_K; i++) x[i] = (float)(i % 255 - 127) * 0.5f; /* ties */
+            if (kind == 12) x[9] = INFINITY, x[70] = -INFINITY;
+            if (kind == 13) x[3] = NAN, x[200] = NAN;
+            if (kind == 14) x[6] = 3.5f, x[2] = -3.5f; /* the first of the two extremes sets the sign */
+        }
+        mz_quantize_q8_K_ref(x, &r, MZ_QK_K);
+        for (int isa = 0; isa < MZ_ISA_COUNT; isa++) {
+            const mz_type_kernels *k = mz_kernels_for_isa((enum mz_isa)isa, MZ_DT_Q4_K);
+            if (!k) continue;
+            k->from_float(x, &a, MZ_QK_K);
+            CHECK_MSG(memcmp(&a, &r, sizeof a) == 0, "%s Q8_K from_float, input kind %d, differs from the reference",
+                      mz_isa_names[isa], kind);
+        }
+    }
+}
+
 int main(void)
 {
     mz_kernels_init();
@@ -465,5 +495,6 @@ int main(void)
     test_matmul();
     test_quantize_quality();
     test_quantize_special();
+    test_from_float_special();
     return t_done("test_kernels_kquant");
 }
