@@ -64,7 +64,7 @@ static void bench(enum mz_isa isa, const char *isa_name, int type, size_t rows, 
         } while (now_s() - t0 < 0.05);
         best = MZ_MIN(best, (now_s() - t0) / inner);
     }
-    printf("%-7s %-5s%s %5zux%-5zu tok %4zu: %7.2f GOP/s  %6.2f GB/s weights  %8.1f us\n", isa_name,
+    printf("%-7s %-6s%s %5zux%-5zu tok %4zu: %7.2f GOP/s  %6.2f GB/s weights  %8.1f us\n", isa_name,
            mz_dtype_name(type), x8 ? "x8" : "  ", rows, cols, ntok, 2.0 * rows * cols * ntok / best / 1e9,
            (double)rows * wrb / best / 1e9, best * 1e6);
     free(wf);

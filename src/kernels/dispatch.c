@@ -196,7 +196,7 @@ static const mz_type_kernels k_neon[MZ_DT_COUNT] = {
     [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, neon, mz_quantize_q8_K_ref),
     [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, neon, mz_quantize_q8_K_ref),
     /* ---- end of K-quants ---- */
-    Q5_IQ4_ENTRIES(mz_quantize_q8_0_ref, mz_quantize_q8_1_ref, ref),
+    Q5_IQ4_ENTRIES(mz_quantize_q8_0_ref, mz_quantize_q8_1_ref, neon),
 };
 #endif
 
@@ -211,6 +211,13 @@ static const mz_type_kernels k_x8_ref[MZ_DT_COUNT] = {
                             mz_quantize_q4_0_ref, mz_gemm_x8_q4_0_q8_0_ref),
     [MZ_DT_Q4_1] = X8_ENTRY(MZ_DT_Q8_1, mz_quantize_q8_1_ref, mz_vec_dot_x8_q4_1_ref, mz_to_float_q4_1_ref,
                             mz_quantize_q4_1_ref, mz_gemm_x8_q4_1_q8_1_ref),
+    /* q5_iq4_*.c */
+    [MZ_DT_Q5_0] = X8_ENTRY(MZ_DT_Q8_0, mz_quantize_q8_0_ref, mz_vec_dot_x8_q5_0_ref, mz_to_float_q5_0_ref,
+                            mz_quantize_q5_0_ref, mz_gemm_x8_q5_0_q8_0_ref),
+    [MZ_DT_IQ4_NL] = X8_ENTRY(MZ_DT_Q8_0, mz_quantize_q8_0_ref, mz_vec_dot_x8_iq4_nl_ref, mz_to_float_iq4_nl_ref,
+                              mz_quantize_iq4_nl_ref, mz_gemm_x8_iq4_nl_q8_0_ref),
+    [MZ_DT_Q5_1] = X8_ENTRY(MZ_DT_Q8_1, mz_quantize_q8_1_ref, mz_vec_dot_x8_q5_1_ref, mz_to_float_q5_1_ref,
+                            mz_quantize_q5_1_ref, mz_gemm_x8_q5_1_q8_1_ref),
 };
 #if MZ_KERNELS_X86
 static const mz_type_kernels k_x8_avx2[MZ_DT_COUNT] = {
@@ -220,6 +227,13 @@ static const mz_type_kernels k_x8_avx2[MZ_DT_COUNT] = {
                             mz_quantize_q4_0_ref, mz_gemm_x8_q4_0_q8_0_avx2),
     [MZ_DT_Q4_1] = X8_ENTRY(MZ_DT_Q8_1, mz_from_float_q8_1_avx2, mz_vec_dot_x8_q4_1_ref, mz_to_float_q4_1_ref,
                             mz_quantize_q4_1_ref, mz_gemm_x8_q4_1_q8_1_avx2),
+    /* q5_iq4_*.c */
+    [MZ_DT_Q5_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q5_0_ref, mz_to_float_q5_0_ref,
+                            mz_quantize_q5_0_ref, mz_gemm_x8_q5_0_q8_0_avx2),
+    [MZ_DT_IQ4_NL] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_iq4_nl_ref, mz_to_float_iq4_nl_ref,
+                              mz_quantize_iq4_nl_ref, mz_gemm_x8_iq4_nl_q8_0_avx2),
+    [MZ_DT_Q5_1] = X8_ENTRY(MZ_DT_Q8_1, mz_from_float_q8_1_avx2, mz_vec_dot_x8_q5_1_ref, mz_to_float_q5_1_ref,
+                            mz_quantize_q5_1_ref, mz_gemm_x8_q5_1_q8_1_avx2),
 };
 static const mz_type_kernels k_x8_avx512[MZ_DT_COUNT] = {
     [MZ_DT_Q8_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q8_0_ref, mz_to_float_q8_0_ref,
@@ -228,6 +242,13 @@ static const mz_type_kernels k_x8_avx512[MZ_DT_COUNT] = {
                             mz_quantize_q4_0_ref, mz_gemm_x8_q4_0_q8_0_avx512),
     [MZ_DT_Q4_1] = X8_ENTRY(MZ_DT_Q8_1, mz_from_float_q8_1_avx2, mz_vec_dot_x8_q4_1_ref, mz_to_float_q4_1_ref,
                             mz_quantize_q4_1_ref, mz_gemm_x8_q4_1_q8_1_avx512),
+    /* q5_iq4_*.c */
+    [MZ_DT_Q5_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q5_0_ref, mz_to_float_q5_0_ref,
+                            mz_quantize_q5_0_ref, mz_gemm_x8_q5_0_q8_0_avx512),
+    [MZ_DT_IQ4_NL] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_iq4_nl_ref, mz_to_float_iq4_nl_ref,
+                              mz_quantize_iq4_nl_ref, mz_gemm_x8_iq4_nl_q8_0_avx512),
+    [MZ_DT_Q5_1] = X8_ENTRY(MZ_DT_Q8_1, mz_from_float_q8_1_avx2, mz_vec_dot_x8_q5_1_ref, mz_to_float_q5_1_ref,
+                            mz_quantize_q5_1_ref, mz_gemm_x8_q5_1_q8_1_avx512),
 };
 #endif
 

@@ -54,6 +54,12 @@ static inline __m256i x8_dot_q8(__m256i acc, __m256i w, __m256i x)
 {
     return _mm256_add_epi32(acc, gemm_madd1(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))));
 }
+/* Q5_0 fifth bits (q5_iq4_*.c) */
+static inline __m256i x8_fifth(__m256i w, __m256i h, __m256i m)
+{
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(h, m), m);
+    return _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+}
 #include "gemm_x8_x86.h"
 
 #else

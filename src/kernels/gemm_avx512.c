@@ -49,6 +49,11 @@ static inline __m256i gemm_dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd
 static inline __m256i x8_dot(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(acc, w, x); }
 static inline __m256i x8_prep_q8(__m256i v) { return v; }
 static inline __m256i x8_dot_q8(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(acc, w, x); }
+/* Q5_0 fifth bits (q5_iq4_*.c) */
+static inline __m256i x8_fifth(__m256i w, __m256i h, __m256i m)
+{
+    return _mm256_mask_add_epi8(w, _mm256_test_epi8_mask(h, m), w, _mm256_set1_epi8(0x10));
+}
 #include "gemm_x8_x86.h"
 
 #else

@@ -45,27 +45,10 @@
 #define GEMM_INLINE static inline __attribute__((always_inline))
 #define GEMM_BLOCK_BYTES (16 * 1024)
 
-GEMM_INLINE float gemm_hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* 32 nibbles as bytes in value order: low nibbles (values 0..15) in the low
- * lane, high nibbles (16..31) in the high lane. */
-GEMM_INLINE __m256i gemm_nibbles(const uint8_t *qs)
-{
-    __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
-}
-
-GEMM_INLINE __m256 gemm_bcast_f16(const mz_f16 *p)
-{
-    return _mm256_set1_ps(_cvtsh_ss(*p));
-}
+#include "simd_x86.h"
+#define gemm_hsum mz_x86_hsum
+#define gemm_nibbles mz_x86_nibbles
+#define gemm_bcast_f16 mz_x86_bcast_f16
 
 /* [f32(p[0]), f32(p[1]), 0, 0]: the adjacent f16 pair (d, m) or (d, s). */
 GEMM_INLINE __m128 gemm_f16x2(const mz_f16 *p)
@@ -275,7 +258,7 @@ GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const
                                  size_t ys)                                                             \
     {                                                                                                   \
         const size_t len = len_of_n;                                                                    \
-        size_t blk = GEMM_BLOCK_BYTES / wrb;                                                            \
+        size_t blk = wrb ? GEMM_BLOCK_BYTES / wrb : GEMM_R; /* wrb = 0: one row (x8 vec_dot) */         \
         blk = blk < GEMM_R ? GEMM_R : blk - blk % GEMM_R;                                               \
         for (size_t rb = r0; rb < r1; rb += blk) {                                                      \
             const size_t re = rb + blk < r1 ? rb + blk : r1;                                            \

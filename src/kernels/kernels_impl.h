@@ -140,6 +140,9 @@ MZ_KQUANT_ISA_DECL(q6_K, neon);
 
 /* ---- Q5_0, Q5_1, IQ4_NL, IQ4_XS (q5_iq4_*.c) ------------------------------------ */
 
+/* A vec_dot that is fn(kind, n, w, x) for one constant kind. */
+#define MZ_VEC_DOT_OF_KIND(name, fn, kind) \
+    float name(size_t n, const void *restrict w, const void *restrict x) { return fn(kind, n, w, x); }
 /* The non-linear grid of IQ4_NL and IQ4_XS, ascending. */
 extern const int8_t mz_kvalues_iq4nl[16];
 /* Scale of IQ4_XS sub-block j (0..7) minus 32: -32..31. */
@@ -149,47 +152,58 @@ static inline int mz_iq4_xs_scale(const mz_block_iq4_xs *b, int j)
     const int hi = (b->scales_h >> (2 * j)) & 3;
     return (lo | hi << 4) - 32;
 }
-void mz_to_float_q5_0_ref(const void *restrict x, float *restrict y, size_t n);
-void mz_to_float_q5_1_ref(const void *restrict x, float *restrict y, size_t n);
-void mz_to_float_iq4_nl_ref(const void *restrict x, float *restrict y, size_t n);
-void mz_to_float_iq4_xs_ref(const void *restrict x, float *restrict y, size_t n);
-void mz_quantize_q5_0_ref(const float *restrict x, void *restrict y, size_t n);
-void mz_quantize_q5_1_ref(const float *restrict x, void *restrict y, size_t n);
-void mz_quantize_iq4_nl_ref(const float *restrict x, void *restrict y, size_t n);
-void mz_quantize_iq4_xs_ref(const float *restrict x, void *restrict y, size_t n);
-float mz_vec_dot_q5_0_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q5_1_q8_1_ref(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_iq4_nl_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_iq4_xs_q8_K_ref(size_t n, const void *restrict w, const void *restrict x);
-MZ_GEMM_DECL(mz_gemm_q5_0_q8_0_ref);
-MZ_GEMM_DECL(mz_gemm_q5_1_q8_1_ref);
-MZ_GEMM_DECL(mz_gemm_iq4_nl_q8_0_ref);
-MZ_GEMM_DECL(mz_gemm_iq4_xs_q8_K_ref);
+/* mz_to_float_<t>_ref and mz_quantize_<t>_ref of weight type t. */
+#define MZ_CONVERT_REF_DECLS(t)                                                      \
+    void mz_to_float_##t##_ref(const void *restrict x, float *restrict y, size_t n); \
+    void mz_quantize_##t##_ref(const float *restrict x, void *restrict y, size_t n)
+MZ_CONVERT_REF_DECLS(q5_0);
+MZ_CONVERT_REF_DECLS(q5_1);
+MZ_CONVERT_REF_DECLS(iq4_nl);
+MZ_CONVERT_REF_DECLS(iq4_xs);
+/* mz_vec_dot_<name> and mz_gemm_<name> of each (weight, activation) pair. */
+#define MZ_Q5_IQ4_DOT_DECLS(isa)                                                                   \
+    float mz_vec_dot_q5_0_q8_0_##isa(size_t n, const void *restrict w, const void *restrict x);    \
+    float mz_vec_dot_q5_1_q8_1_##isa(size_t n, const void *restrict w, const void *restrict x);    \
+    float mz_vec_dot_iq4_nl_q8_0_##isa(size_t n, const void *restrict w, const void *restrict x);  \
+    float mz_vec_dot_iq4_xs_q8_K_##isa(size_t n, const void *restrict w, const void *restrict x);  \
+    MZ_GEMM_DECL(mz_gemm_q5_0_q8_0_##isa);                                                         \
+    MZ_GEMM_DECL(mz_gemm_q5_1_q8_1_##isa);                                                         \
+    MZ_GEMM_DECL(mz_gemm_iq4_nl_q8_0_##isa);                                                       \
+    MZ_GEMM_DECL(mz_gemm_iq4_xs_q8_K_##isa)
+MZ_Q5_IQ4_DOT_DECLS(ref);
+/* sum grid[nib] * qx over the 32 values of IQ4 nibbles qs[16]: exact. */
+int32_t mz_dot_iq4_block(const uint8_t *qs, const int8_t *qx);
+/* The x8 order (repack.c) over nb blocks of a Q5_0 / Q5_1 / IQ4_NL row:
+ * acc = fma(dw * dx, f32(block integer dot), acc), and for Q5_1
+ * summ = fma(mw, sx, summ). */
+void mz_x8_blocks_q5_iq4_ref(int type, size_t nb, const void *w, const void *x, float *acc, float *summ);
+/* Q5_0, Q5_1 and IQ4_NL in the x8 layout (repack.c, gemm_x8_x86.h): as Q4_0's / Q4_1's. */
+#define MZ_X8_REF_DECLS(pair, t)          \
+    MZ_GEMM_DECL(mz_gemm_x8_##pair##_ref); \
+    float mz_vec_dot_x8_##t##_ref(size_t n, const void *restrict w, const void *restrict x)
+MZ_X8_REF_DECLS(q5_0_q8_0, q5_0);
+MZ_X8_REF_DECLS(q5_1_q8_1, q5_1);
+MZ_X8_REF_DECLS(iq4_nl_q8_0, iq4_nl);
 #if MZ_KERNELS_X86
 /* q5_iq4_avx2.c / q5_iq4_avx512.c: tiles of q5_iq4_x86.h (the two ISAs give
- * the same bits); vec_dot is the 1 x 1 tile. */
-#define MZ_Q5_IQ4_ISA_DECLS(isa)                                                                 \
-    float mz_vec_dot_q5_0_q8_0_##isa(size_t n, const void *restrict w, const void *restrict x);  \
-    float mz_vec_dot_q5_1_q8_1_##isa(size_t n, const void *restrict w, const void *restrict x);  \
-    float mz_vec_dot_iq4_nl_q8_0_##isa(size_t n, const void *restrict w, const void *restrict x); \
-    float mz_vec_dot_iq4_xs_q8_K_##isa(size_t n, const void *restrict w, const void *restrict x); \
-    MZ_GEMM_DECL(mz_gemm_q5_0_q8_0_##isa);                                                       \
-    MZ_GEMM_DECL(mz_gemm_q5_1_q8_1_##isa);                                                       \
-    MZ_GEMM_DECL(mz_gemm_iq4_nl_q8_0_##isa);                                                     \
-    MZ_GEMM_DECL(mz_gemm_iq4_xs_q8_K_##isa)
+ * the same bits); vec_dot is the 1 x 1 tile. Q5_0's, Q5_1's and IQ4_NL's
+ * plain gemm and vec_dot are gemm_x8_x86.h's (the x8 order, as Q4_0), in gemm_avx2.c /
+ * gemm_avx512.c, with the tiles for rows longer than MZ_X8_MAX_BLOCKS. */
+#define MZ_TILES_X8_DECLS(name, isa)                                                                  \
+    MZ_GEMM_DECL(mz_gemm_##name##_tiles_##isa);                                                        \
+    float mz_vec_dot_##name##_tiles_##isa(size_t n, const void *restrict w, const void *restrict x);   \
+    MZ_GEMM_DECL(mz_gemm_x8_##name##_##isa)
+#define MZ_Q5_IQ4_ISA_DECLS(isa)                                                                      \
+    MZ_Q5_IQ4_DOT_DECLS(isa);                                                                         \
+    MZ_TILES_X8_DECLS(q5_0_q8_0, isa);                                                                \
+    MZ_TILES_X8_DECLS(q5_1_q8_1, isa);                                                                \
+    MZ_TILES_X8_DECLS(iq4_nl_q8_0, isa)
 MZ_Q5_IQ4_ISA_DECLS(avx2);
 MZ_Q5_IQ4_ISA_DECLS(avx512);
 #endif
 #if MZ_KERNELS_NEON
 /* q5_iq4_neon.c; the gemm is one vec_dot per (row, token). */
-float mz_vec_dot_q5_0_q8_0_neon(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q5_1_q8_1_neon(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_iq4_nl_q8_0_neon(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_iq4_xs_q8_K_neon(size_t n, const void *restrict w, const void *restrict x);
-MZ_GEMM_DECL(mz_gemm_q5_0_q8_0_neon);
-MZ_GEMM_DECL(mz_gemm_q5_1_q8_1_neon);
-MZ_GEMM_DECL(mz_gemm_iq4_nl_q8_0_neon);
-MZ_GEMM_DECL(mz_gemm_iq4_xs_q8_K_neon);
+MZ_Q5_IQ4_DOT_DECLS(neon);
 #endif
 
 /* ---- AVX2 + FMA + F16C (vecdot_avx2.c, gemm_avx2.c) ------------------------------------------ */

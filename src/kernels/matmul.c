@@ -74,6 +74,12 @@ MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_0_q8_0_ref, mz_vec_dot_q5_0_q8_0_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_1_q8_1_ref, mz_vec_dot_q5_1_q8_1_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_iq4_nl_q8_0_ref, mz_vec_dot_iq4_nl_q8_0_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_iq4_xs_q8_K_ref, mz_vec_dot_iq4_xs_q8_K_ref)
+#if MZ_KERNELS_NEON
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_0_q8_0_neon, mz_vec_dot_q5_0_q8_0_neon)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_1_q8_1_neon, mz_vec_dot_q5_1_q8_1_neon)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_iq4_nl_q8_0_neon, mz_vec_dot_iq4_nl_q8_0_neon)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_iq4_xs_q8_K_neon, mz_vec_dot_iq4_xs_q8_K_neon)
+#endif
 #if MZ_KERNELS_X86
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_f32_avx2, mz_vec_dot_f32_avx2)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_bf16_avx2, mz_vec_dot_bf16_avx2)

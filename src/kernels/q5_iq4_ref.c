@@ -161,17 +161,24 @@ void mz_quantize_q5_0_ref(const float *restrict x, void *restrict y, size_t n)
     }
 }
 
+/* Smallest and largest of n values (NaNs past the first are skipped). */
+static void min_max(const float *v, int n, float *mn, float *mx)
+{
+    *mn = *mx = v[0];
+    for (int j = 1; j < n; j++) {
+        if (v[j] < *mn) *mn = v[j];
+        if (v[j] > *mx) *mx = v[j];
+    }
+}
+
 void mz_quantize_q5_1_ref(const float *restrict x, void *restrict y, size_t n)
 {
     MZ_ASSERT(n % MZ_QK == 0);
     mz_block_q5_1 *b = y;
     for (size_t i = 0; i < n / MZ_QK; i++) {
         const float *v = x + i * MZ_QK;
-        float vmin = v[0], vmax = v[0];
-        for (int j = 1; j < MZ_QK; j++) {
-            vmin = fminf(vmin, v[j]);
-            vmax = fmaxf(vmax, v[j]);
-        }
+        float vmin, vmax;
+        min_max(v, MZ_QK, &vmin, &vmax);
         const float d = (vmax - vmin) / 31.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int q[MZ_QK];
@@ -314,39 +321,8 @@ void mz_quantize_iq4_xs_ref(const float *restrict x, void *restrict y, size_t n)
 
 /* ---- dot products ---------------------------------------------------------------- */
 
-float mz_vec_dot_q5_0_q8_0_ref(size_t n, const void *restrict w, const void *restrict x)
-{
-    MZ_ASSERT(n % MZ_QK == 0);
-    const mz_block_q5_0 *a = w;
-    const mz_block_q8_0 *b = x;
-    float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int q[MZ_QK], sumi = 0;
-        q5_values(a[i].qh, a[i].qs, q);
-        for (int j = 0; j < MZ_QK; j++) sumi += (q[j] - 16) * b[i].qs[j];
-        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)sumi;
-    }
-    return s;
-}
-
-float mz_vec_dot_q5_1_q8_1_ref(size_t n, const void *restrict w, const void *restrict x)
-{
-    MZ_ASSERT(n % MZ_QK == 0);
-    const mz_block_q5_1 *a = w;
-    const mz_block_q8_1 *b = x;
-    float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int q[MZ_QK], sumi = 0;
-        q5_values(a[i].qh, a[i].qs, q);
-        for (int j = 0; j < MZ_QK; j++) sumi += q[j] * b[i].qs[j];
-        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)sumi +
-             mz_f16_to_f32(a[i].m) * mz_f16_to_f32(b[i].s);
-    }
-    return s;
-}
-
 /* sum kv[nib] * qx over one 32-value IQ4 block. */
-static int iq4_block_dot(const uint8_t *qs, const int8_t *qx)
+int32_t mz_dot_iq4_block(const uint8_t *qs, const int8_t *qx)
 {
     int sumi = 0;
     for (int j = 0; j < MZ_QK / 2; j++) {
@@ -356,28 +332,76 @@ static int iq4_block_dot(const uint8_t *qs, const int8_t *qx)
     return sumi;
 }
 
-float mz_vec_dot_iq4_nl_q8_0_ref(size_t n, const void *restrict w, const void *restrict x)
+/* Block b of a 32-value type's row against block b of its activation row:
+ * the exact integer dot, f32(dw) * f32(dx) in *dd, and (Q5_1) the min
+ * term's factors f32(mw), f32(sx) in mw[0], mw[1]. */
+static int32_t block32(int type, const void *w, const void *x, size_t b, float *dd, float mw[2])
+{
+    if (type == MZ_DT_Q5_1) {
+        const mz_block_q5_1 *a = (const mz_block_q5_1 *)w + b;
+        const mz_block_q8_1 *bx = (const mz_block_q8_1 *)x + b;
+        int q[MZ_QK], sumi = 0;
+        q5_values(a->qh, a->qs, q);
+        for (int j = 0; j < MZ_QK; j++) sumi += q[j] * bx->qs[j];
+        *dd = mz_f16_to_f32(a->d) * mz_f16_to_f32(bx->d);
+        mw[0] = mz_f16_to_f32(a->m);
+        mw[1] = mz_f16_to_f32(bx->s);
+        return sumi;
+    }
+    const mz_block_q8_0 *bx = (const mz_block_q8_0 *)x + b;
+    mw[0] = mw[1] = 0.0f;
+    if (type == MZ_DT_Q5_0) {
+        const mz_block_q5_0 *a = (const mz_block_q5_0 *)w + b;
+        int q[MZ_QK], sumi = 0;
+        q5_values(a->qh, a->qs, q);
+        for (int j = 0; j < MZ_QK; j++) sumi += (q[j] - 16) * bx->qs[j];
+        *dd = mz_f16_to_f32(a->d) * mz_f16_to_f32(bx->d);
+        return sumi;
+    }
+    const mz_block_iq4_nl *a = (const mz_block_iq4_nl *)w + b;
+    *dd = mz_f16_to_f32(a->d) * mz_f16_to_f32(bx->d);
+    return mz_dot_iq4_block(a->qs, bx->qs);
+}
+
+/* ggml's scalar order: s += (dw * dx) * sumi (+ mw * sx, Q5_1). */
+static float vec_dot32(int type, size_t n, const void *w, const void *x)
 {
     MZ_ASSERT(n % MZ_QK == 0);
-    const mz_block_iq4_nl *a = w;
-    const mz_block_q8_0 *b = x;
     float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK; i++)
-        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)iq4_block_dot(a[i].qs, b[i].qs);
+    for (size_t b = 0; b < n / MZ_QK; b++) {
+        float dd, mw[2];
+        const int32_t sumi = block32(type, w, x, b, &dd, mw);
+        s += type == MZ_DT_Q5_1 ? dd * (float)sumi + mw[0] * mw[1] : dd * (float)sumi;
+    }
     return s;
 }
 
+MZ_VEC_DOT_OF_KIND(mz_vec_dot_q5_0_q8_0_ref, vec_dot32, MZ_DT_Q5_0)
+MZ_VEC_DOT_OF_KIND(mz_vec_dot_q5_1_q8_1_ref, vec_dot32, MZ_DT_Q5_1)
+MZ_VEC_DOT_OF_KIND(mz_vec_dot_iq4_nl_q8_0_ref, vec_dot32, MZ_DT_IQ4_NL)
+
+void mz_x8_blocks_q5_iq4_ref(int type, size_t nb, const void *w, const void *x, float *acc, float *summ)
+{
+    for (size_t b = 0; b < nb; b++) {
+        float dd, mw[2];
+        const int32_t sumi = block32(type, w, x, b, &dd, mw);
+        *acc = __builtin_fmaf(dd, (float)sumi, *acc);
+        if (type == MZ_DT_Q5_1) *summ = __builtin_fmaf(mw[0], mw[1], *summ);
+    }
+}
+
+/* Sub-blocks in order (8 per super-block): s += (dw * dx * ls_j) * sum. */
 float mz_vec_dot_iq4_xs_q8_K_ref(size_t n, const void *restrict w, const void *restrict x)
 {
     MZ_ASSERT(n % MZ_QK_K == 0);
-    const mz_block_iq4_xs *a = w;
-    const mz_block_q8_K *b = x;
+    enum { NSUB = MZ_QK_K / MZ_QK };
     float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK_K; i++) {
-        const float dd = mz_f16_to_f32(a[i].d) * b[i].d;
-        for (int j = 0; j < MZ_QK_K / MZ_QK; j++)
-            s += (dd * (float)mz_iq4_xs_scale(&a[i], j)) *
-                 (float)iq4_block_dot(a[i].qs + j * MZ_QK / 2, b[i].qs + j * MZ_QK);
+    for (size_t k = 0; k < n / MZ_QK; k++) {
+        const mz_block_iq4_xs *a = (const mz_block_iq4_xs *)w + k / NSUB;
+        const mz_block_q8_K *bx = (const mz_block_q8_K *)x + k / NSUB;
+        const int j = (int)(k % NSUB);
+        const float dd = mz_f16_to_f32(a->d) * bx->d;
+        s += (dd * (float)mz_iq4_xs_scale(a, j)) * (float)mz_dot_iq4_block(a->qs + j * MZ_QK / 2, bx->qs + j * MZ_QK);
     }
     return s;
 }

@@ -44,22 +44,13 @@
 #define QX_INLINE static inline __attribute__((always_inline))
 #define QX_UNROLL _Pragma("GCC unroll 8")
 #define QX_L1_BYTES (16 * 1024)
+/* Zeroes the R x T accumulators of a tile. */
+#define QX_ZERO(acc, R, T) QX_UNROLL for (int r_ = 0; r_ < (R) * (T); r_++) acc[r_ / (T)][r_ % (T)] = _mm256_setzero_ps()
 
-QX_INLINE float qx_hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* The 32 nibbles of qs[16] as bytes in value order (low nibbles, then high). */
-QX_INLINE __m256i qx_nibbles(const uint8_t *qs)
-{
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
-}
+#include "simd_x86.h"
+#define qx_hsum mz_x86_hsum
+#define qx_nibbles mz_x86_nibbles
+#define qx_bcast_f16 mz_x86_bcast_f16
 
 /* Five-bit values of a Q5 block: the nibbles with bit i of qh as bit 4. */
 QX_INLINE __m256i qx_q5(const uint8_t *qh, const uint8_t *qs)
@@ -76,8 +67,6 @@ QX_INLINE __m256i qx_iq4(const uint8_t *qs)
                                       _mm_set1_epi8((char)QX_IQ4_BIAS));
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(grid), qx_nibbles(qs));
 }
-
-QX_INLINE __m256 qx_bcast_f16(const mz_f16 *p) { return _mm256_set1_ps(_cvtsh_ss(*p)); }
 
 /* ---- 32-value blocks: Q5_0 / IQ4_NL x Q8_0, Q5_1 x Q8_1 --------------------------- */
 
@@ -106,11 +95,8 @@ QX_INLINE void qx_tile32(int kind, size_t nb, const uint8_t *restrict w, size_t 
                          size_t xrb, float *restrict y, size_t ys, const int R, const int T)
 {
     __m256 acc[4][4];
-    float summ[4][4];
-    QX_UNROLL for (int r = 0; r < R; r++) QX_UNROLL for (int t = 0; t < T; t++) {
-        acc[r][t] = _mm256_setzero_ps();
-        summ[r][t] = 0.0f;
-    }
+    float summ[4][4] = {{0.0f}};
+    QX_ZERO(acc, R, T);
     for (size_t b = 0; b < nb; b++) {
         __m256i wq[4];
         __m256 dw[4];
@@ -142,7 +128,7 @@ QX_INLINE void qx_tile32(int kind, size_t nb, const uint8_t *restrict w, size_t 
         }
     }
     QX_UNROLL for (int t = 0; t < T; t++) QX_UNROLL for (int r = 0; r < R; r++)
-        y[(size_t)t * ys + (size_t)r] = qx_hsum(acc[r][t]) + (kind == QX_Q5_1 ? summ[r][t] : 0.0f);
+        y[(size_t)t * ys + (size_t)r] = kind == QX_Q5_1 ? qx_hsum(acc[r][t]) + summ[r][t] : qx_hsum(acc[r][t]);
 }
 
 QX_INLINE void qx_tile_q5_0(size_t nb, const uint8_t *restrict w, size_t wrb, const uint8_t *restrict x,
@@ -169,7 +155,7 @@ QX_INLINE void qx_tile_iq4_xs(size_t nb, const uint8_t *restrict w, size_t wrb, 
                               size_t xrb, float *restrict y, size_t ys, const int R, const int T)
 {
     __m256 acc[4][4];
-    QX_UNROLL for (int r = 0; r < R; r++) QX_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    QX_ZERO(acc, R, T);
     for (size_t b = 0; b < nb; b++) {
         float dw[4];
         QX_UNROLL for (int r = 0; r < R; r++) dw[r] = _cvtsh_ss(((const mz_block_iq4_xs *)(w + (size_t)r * wrb) + b)->d);
@@ -223,7 +209,8 @@ QX_INLINE void qx_tile_iq4_xs(size_t nb, const uint8_t *restrict w, size_t wrb, 
     {                                                                                                   \
         MZ_ASSERT(n % (block_len) == 0);                                                                \
         const size_t nb = n / (block_len);                                                              \
-        size_t rows_per_l1 = QX_L1_BYTES / w_row_bytes;                                                 \
+        /* w_row_bytes is 0 for one row (gemm_x8_x86.h's vec_dot) */                                \
+        size_t rows_per_l1 = w_row_bytes ? QX_L1_BYTES / w_row_bytes : QX_R;                            \
         rows_per_l1 = rows_per_l1 < QX_R ? QX_R : rows_per_l1 - rows_per_l1 % QX_R;                     \
         for (size_t rb = r0; rb < r1; rb += rows_per_l1) {                                              \
             const size_t re = r1 - rb < rows_per_l1 ? r1 : rb + rows_per_l1;                            \
@@ -246,7 +233,10 @@ QX_INLINE void qx_tile_iq4_xs(size_t nb, const uint8_t *restrict w, size_t wrb, 
         return out;                                                                                     \
     }
 
-QX_KERNELS(q5_0_q8_0, qx_tile_q5_0, MZ_QK)
-QX_KERNELS(q5_1_q8_1, qx_tile_q5_1, MZ_QK)
-QX_KERNELS(iq4_nl_q8_0, qx_tile_iq4_nl, MZ_QK)
+/* Q5_0's, Q5_1's and IQ4_NL's public gemm / vec_dot are gemm_x8_x86.h's (the x8
+ * order, shared with their repacked layout); these tiles serve their rows
+ * longer than MZ_X8_MAX_BLOCKS. */
+QX_KERNELS(q5_0_q8_0_tiles, qx_tile_q5_0, MZ_QK)
+QX_KERNELS(q5_1_q8_1_tiles, qx_tile_q5_1, MZ_QK)
+QX_KERNELS(iq4_nl_q8_0_tiles, qx_tile_iq4_nl, MZ_QK)
 QX_KERNELS(iq4_xs_q8_K, qx_tile_iq4_xs, MZ_QK_K)

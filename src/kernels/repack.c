@@ -1,6 +1,6 @@
 /*
  * repack.c — the "x8" weight layout (8 rows interleaved per 32-value block)
- * for Q4_0, Q4_1 and Q8_0, its in-place conversion, and the scalar reference
+ * for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 and IQ4_NL, its in-place conversion, and the scalar reference
  * of the kernels that read it.
  *
  * Layout. A tensor of n_rows (a multiple of 8) rows keeps its size: the 8
@@ -9,10 +9,14 @@
  *   Q4_0 (144 B): f16 d[8]; u8 qs[128]
  *   Q4_1 (160 B): f16 d[8]; f16 m[8]; u8 qs[128]
  *   Q8_0 (272 B): f16 d[8]; u8 q[256]
+ *   Q5_0 (176 B): f16 d[8]; u32 qh[8]; u8 qs[128]   (qh as stored in the row)
+ *   Q5_1 (192 B): f16 d[8]; f16 m[8]; u32 qh[8]; u8 qs[128]
+ *   IQ4_NL (144 B): as Q4_0 (its nibbles index the grid)
  * d[r] (and m[r]) belong to row r of the group. The quants are in chunks of
  * 32 bytes, byte 4r + j of a chunk holding row r:
- *   Q4: chunk c (0..3) = the plain qs[4c .. 4c+3] of row r, i.e. low nibble =
- *       value 4c+j, high nibble = value 16+4c+j;
+ *   Q4, Q5: chunk c (0..3) = the plain qs[4c .. 4c+3] of row r, i.e. low
+ *       nibble = value 4c+j, high nibble = value 16+4c+j (Q5_0: the fifth
+ *       bits stay in qh[r], one 32-bit lane per row);
  *   Q8: chunk c (0..7) = value 4c+j of row r, stored as q ^ 0x80 (= q + 128 as u8).
  * So one 32-byte load is 8 lanes of one row each: a u8 x s8 dot instruction
  * (vpdpbusd) against 4 activation bytes broadcast to every lane forms 4
@@ -21,9 +25,10 @@
  *
  * Canonical arithmetic of the x8 kernels (every output, whatever its tile):
  *   isum_b = exact integer dot of block b (Q4_0: sum (nib - 8) * x;
- *            Q8_0: sum q * x; Q4_1: sum nib * x)
+ *            Q8_0: sum q * x; Q4_1: sum nib * x; Q5_0: sum (q5 - 16) * x;
+ *            Q5_1: sum q5 * x; IQ4_NL: sum grid[nib] * x)
  *   acc    = fma(f32(dw_b) * f32(dx_b), f32(isum_b), acc)   over b in order
- *   Q4_1:  summ = fma(f32(mw_b), f32(sx_b), summ); y = acc + summ
+ *   Q4_1, Q5_1: summ = fma(f32(mw_b), f32(sx_b), summ); y = acc + summ
  * isum_b is below 2^24 in magnitude, so f32(isum_b) is exact, and the SIMD
  * versions (gemm_x8_x86.h) give these very bits. It is not the plain
  * kernels' order (8 partial lanes per output, ggml's AVX2 order): logits of
@@ -45,6 +50,9 @@ size_t mz_x8_group_block_bytes(int type)
     case MZ_DT_Q4_0: return 8 * sizeof(mz_block_q4_0);
     case MZ_DT_Q4_1: return 8 * sizeof(mz_block_q4_1);
     case MZ_DT_Q8_0: return 8 * sizeof(mz_block_q8_0);
+    case MZ_DT_Q5_0: return 8 * sizeof(mz_block_q5_0);
+    case MZ_DT_Q5_1: return 8 * sizeof(mz_block_q5_1);
+    case MZ_DT_IQ4_NL: return 8 * sizeof(mz_block_iq4_nl);
     default: return 0;
     }
 }
@@ -63,7 +71,7 @@ static void pack_group(int type, const uint8_t *src, size_t wrb, uint8_t *dst, s
         uint8_t *g = dst + b * gbb;
         for (int r = 0; r < 8; r++) {
             const uint8_t *row = src + (size_t)r * wrb;
-            if (type == MZ_DT_Q4_0) {
+            if (type == MZ_DT_Q4_0 || type == MZ_DT_IQ4_NL) { /* the same block bytes */
                 const mz_block_q4_0 *blk = (const mz_block_q4_0 *)row + b;
                 memcpy(g + 2 * r, &blk->d, 2);
                 for (int c = 0; c < 4; c++) memcpy(g + 16 + 32 * c + 4 * r, blk->qs + 4 * c, 4);
@@ -72,6 +80,17 @@ static void pack_group(int type, const uint8_t *src, size_t wrb, uint8_t *dst, s
                 memcpy(g + 2 * r, &blk->d, 2);
                 memcpy(g + 16 + 2 * r, &blk->m, 2);
                 for (int c = 0; c < 4; c++) memcpy(g + 32 + 32 * c + 4 * r, blk->qs + 4 * c, 4);
+            } else if (type == MZ_DT_Q5_0) {
+                const mz_block_q5_0 *blk = (const mz_block_q5_0 *)row + b;
+                memcpy(g + 2 * r, &blk->d, 2);
+                memcpy(g + 16 + 4 * r, blk->qh, 4);
+                for (int c = 0; c < 4; c++) memcpy(g + 48 + 32 * c + 4 * r, blk->qs + 4 * c, 4);
+            } else if (type == MZ_DT_Q5_1) {
+                const mz_block_q5_1 *blk = (const mz_block_q5_1 *)row + b;
+                memcpy(g + 2 * r, &blk->d, 2);
+                memcpy(g + 16 + 2 * r, &blk->m, 2);
+                memcpy(g + 32 + 4 * r, blk->qh, 4);
+                for (int c = 0; c < 4; c++) memcpy(g + 64 + 32 * c + 4 * r, blk->qs + 4 * c, 4);
             } else {
                 const mz_block_q8_0 *blk = (const mz_block_q8_0 *)row + b;
                 memcpy(g + 2 * r, &blk->d, 2);
@@ -89,7 +108,7 @@ static void unpack_group(int type, const uint8_t *src, uint8_t *dst, size_t wrb,
         const uint8_t *g = src + b * gbb;
         for (int r = 0; r < 8; r++) {
             uint8_t *row = dst + (size_t)r * wrb;
-            if (type == MZ_DT_Q4_0) {
+            if (type == MZ_DT_Q4_0 || type == MZ_DT_IQ4_NL) {
                 mz_block_q4_0 *blk = (mz_block_q4_0 *)row + b;
                 memcpy(&blk->d, g + 2 * r, 2);
                 for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 16 + 32 * c + 4 * r, 4);
@@ -98,6 +117,17 @@ static void unpack_group(int type, const uint8_t *src, uint8_t *dst, size_t wrb,
                 memcpy(&blk->d, g + 2 * r, 2);
                 memcpy(&blk->m, g + 16 + 2 * r, 2);
                 for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 32 + 32 * c + 4 * r, 4);
+            } else if (type == MZ_DT_Q5_0) {
+                mz_block_q5_0 *blk = (mz_block_q5_0 *)row + b;
+                memcpy(&blk->d, g + 2 * r, 2);
+                memcpy(blk->qh, g + 16 + 4 * r, 4);
+                for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 48 + 32 * c + 4 * r, 4);
+            } else if (type == MZ_DT_Q5_1) {
+                mz_block_q5_1 *blk = (mz_block_q5_1 *)row + b;
+                memcpy(&blk->d, g + 2 * r, 2);
+                memcpy(&blk->m, g + 16 + 2 * r, 2);
+                memcpy(blk->qh, g + 32 + 4 * r, 4);
+                for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 64 + 32 * c + 4 * r, 4);
             } else {
                 mz_block_q8_0 *blk = (mz_block_q8_0 *)row + b;
                 memcpy(&blk->d, g + 2 * r, 2);
@@ -197,7 +227,7 @@ float mz_vec_dot_x8_q4_1_ref(size_t n, const void *restrict w, const void *restr
                         dotfn(bn, rows[r], (const uint8_t *)x + t * x_row_bytes, b0, &acc[r], &summ[r]); \
                 }                                                                                     \
                 for (int r = 0; r < 8; r++)                                                           \
-                    y[t * y_stride + g * 8 + r] = TYPE == MZ_DT_Q4_1 ? acc[r] + summ[r] : acc[r];     \
+                    y[t * y_stride + g * 8 + r] = TYPE == MZ_DT_Q4_1 || TYPE == MZ_DT_Q5_1 ? acc[r] + summ[r] : acc[r]; \
             }                                                                                         \
         }                                                                                             \
     }
@@ -239,3 +269,27 @@ static void part_q4_1(size_t bn, const mz_block_q4_1 *a, const void *x, size_t b
 X8_REF_GEMM(q4_0_q8_0, MZ_DT_Q4_0, mz_block_q4_0, part_q4_0)
 X8_REF_GEMM(q8_0_q8_0, MZ_DT_Q8_0, mz_block_q8_0, part_q8_0)
 X8_REF_GEMM(q4_1_q8_1, MZ_DT_Q4_1, mz_block_q4_1, part_q4_1)
+
+/* Q5_0, Q5_1, IQ4_NL: the canonical order of q5_iq4_ref.c's blocks. */
+#define X8_Q5_IQ4_REF(tname, TYPE, WBLK)                                                               \
+    static void part_##tname(size_t bn, const WBLK *a, const void *x, size_t b0, float *acc, float *summ) \
+    {                                                                                                 \
+        const size_t xbs = mz_dtype_block_bytes(TYPE == MZ_DT_Q5_1 ? MZ_DT_Q8_1 : MZ_DT_Q8_0);       \
+        mz_x8_blocks_q5_iq4_ref(TYPE, bn, a, (const uint8_t *)x + b0 * xbs, acc, summ);              \
+    }                                                                                                 \
+    X8_REF_GEMM(tname, TYPE, WBLK, part_##tname)
+X8_Q5_IQ4_REF(q5_0_q8_0, MZ_DT_Q5_0, mz_block_q5_0)
+X8_Q5_IQ4_REF(q5_1_q8_1, MZ_DT_Q5_1, mz_block_q5_1)
+X8_Q5_IQ4_REF(iq4_nl_q8_0, MZ_DT_IQ4_NL, mz_block_iq4_nl)
+
+/* The x8 vec_dot of a plain Q5_0 / Q5_1 / IQ4_NL row. */
+#define X8_Q5_IQ4_VEC_DOT(name, TYPE)                                                                   \
+    float mz_vec_dot_x8_##name##_ref(size_t n, const void *restrict w, const void *restrict x)        \
+    {                                                                                                 \
+        float acc = 0.0f, summ = 0.0f;                                                                \
+        mz_x8_blocks_q5_iq4_ref(TYPE, n / MZ_QK, w, x, &acc, &summ);                                  \
+        return TYPE == MZ_DT_Q5_1 ? acc + summ : acc;                                                 \
+    }
+X8_Q5_IQ4_VEC_DOT(q5_0, MZ_DT_Q5_0)
+X8_Q5_IQ4_VEC_DOT(q5_1, MZ_DT_Q5_1)
+X8_Q5_IQ4_VEC_DOT(iq4_nl, MZ_DT_IQ4_NL)

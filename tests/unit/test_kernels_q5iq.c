@@ -27,6 +27,12 @@
  *              1, 2, 3, 7 blocks (and long rows), register-tile remainders,
  *              thread slices and one token at a time; AVX-512 and AVX2 give
  *              the same bits.
+ *   long rows: the x86 plain vec_dot of every x8-ordered type (Q4_0, Q4_1,
+ *              Q8_0 too) on a row past MZ_X8_MAX_BLOCKS, vs the reference.
+ *   x8 (Q5_0, Q5_1, IQ4_NL): every ISA's gemm on repacked weights and every x86 plain
+ *              gemm equal the x8 reference vec_dot bit for bit (any slicing,
+ *              one token at a time); that is within 1e-5 of the plain
+ *              reference; unpack(repack(w)) == w.
  */
 #include "kernels/kernels_impl.h"
 #include "testutil.h"
@@ -267,104 +273,211 @@ static void act_to_float(int at, const void *x, float *y, size_t n)
     else mz_to_float_q8_K_ref(x, y, n);
 }
 
+/* One product: n_rows weight rows of type t (quantized by kq) and n_tok
+ * activation rows (kq->from_float), outputs y_stride apart with padding. */
+typedef struct {
+    int type;
+    size_t n_rows, n_tok, n_cols, wrb, xrb, y_stride;
+    float *wf, *xf, *y, *expect;
+    uint8_t *w, *x;
+} product;
+
+static void product_init(product *p, const mz_type_kernels *kq, int t, size_t n_rows, size_t n_tok, size_t n_cols);
+static void product_free(product *p);
+
 static void check_vec_dot(enum mz_isa isa, int t)
 {
     const mz_type_kernels *k = mz_kernels_for_isa(isa, t), *r = mz_kernels_ref(t);
     CHECK(k != NULL && k->vec_dot_type == r->vec_dot_type);
     if (!k) return;
-    const int at = r->vec_dot_type;
-    const size_t bl = mz_dtype_block_len(t);
     static const size_t n_blocks[] = {1, 2, 3, 7, 64};
-    for (size_t si = 0; si < MZ_ARRAY_LEN(n_blocks); si++) {
-        const size_t n = n_blocks[si] * bl;
-        float *w = malloc(n * sizeof *w), *x = malloc(n * sizeof *x);
+    for (size_t si = 0; si < MZ_ARRAY_LEN(n_blocks) * 4; si++) {
+        /* one row and one token; activations plain, offset, or large */
+        const int rep = (int)(si % 4);
+        const size_t n = n_blocks[si / 4] * mz_dtype_block_len(t);
+        product p;
+        product_init(&p, r, t, 1, 1, n);
+        for (size_t i = 0; i < n && rep >= 2; i++) p.xf[i] = rep == 2 ? p.xf[i] + 0.5f : p.xf[i] * 100.0f;
+        r->from_float(p.xf, p.x, n);
         float *wd = malloc(n * sizeof *wd), *xd = malloc(n * sizeof *xd);
-        void *wq = malloc(mz_dtype_row_bytes(t, n)), *xq = malloc(mz_dtype_row_bytes(at, n));
-        for (int rep = 0; rep < 4; rep++) {
-            fill_row(w, n);
-            for (size_t i = 0; i < n; i++) x[i] = rnd() * (rep == 3 ? 100.0f : 1.0f) + (rep == 2 ? 0.5f : 0.0f);
-            r->quantize(w, wq, n);
-            r->from_float(x, xq, n);
-            r->to_float(wq, wd, n);
-            act_to_float(at, xq, xd, n);
-            double exact = 0, mag = 0;
-            for (size_t i = 0; i < n; i++) {
-                exact += (double)wd[i] * xd[i];
-                mag += fabs((double)wd[i] * xd[i]);
-            }
-            const float vr = r->vec_dot(n, wq, xq), vk = k->vec_dot(n, wq, xq);
-            CHECK_MSG(fabs((double)vk - vr) <= 1e-4 * mag + 1e-30, "%s vec_dot %s n=%zu: %.9g vs ref %.9g (mag %.3g)",
-                      mz_isa_names[isa], mz_dtype_name(t), n, vk, vr, mag);
-            if (isa == MZ_ISA_SCALAR) {
-                const double tol = (t == MZ_DT_Q5_1 ? 1e-3 : 1e-5) * mag + 1e-30;
-                CHECK_MSG(fabs((double)vr - exact) <= tol, "ref vec_dot %s n=%zu: %.9g vs exact %.9g", mz_dtype_name(t), n,
-                          vr, exact);
-            }
+        r->to_float(p.w, wd, n);
+        act_to_float(r->vec_dot_type, p.x, xd, n);
+        double exact = 0, mag = 0;
+        for (size_t i = 0; i < n; i++) exact += (double)wd[i] * xd[i];
+        for (size_t i = 0; i < n; i++) mag += fabs((double)wd[i] * xd[i]);
+        const float vr = r->vec_dot(n, p.w, p.x), vk = k->vec_dot(n, p.w, p.x);
+        CHECK_MSG(fabs((double)vk - vr) <= 1e-4 * mag + 1e-30, "%s vec_dot %s n=%zu: %.9g vs ref %.9g (mag %.3g)",
+                  mz_isa_names[isa], mz_dtype_name(t), n, vk, vr, mag);
+        if (isa == MZ_ISA_SCALAR) {
+            const double tol = (t == MZ_DT_Q5_1 ? 1e-3 : 1e-5) * mag + 1e-30;
+            CHECK_MSG(fabs((double)vr - exact) <= tol, "ref vec_dot %s n=%zu: %.9g vs exact %.9g", mz_dtype_name(t), n, vr,
+                      exact);
         }
-        free(w);
-        free(x);
         free(wd);
         free(xd);
-        free(wq);
-        free(xq);
+        product_free(&p);
     }
 }
 
 /* ---- matmul ------------------------------------------------------------------------- */
 
+
+static void product_init(product *p, const mz_type_kernels *kq, int t, size_t n_rows, size_t n_tok, size_t n_cols)
+{
+    *p = (product){.type = t, .n_rows = n_rows, .n_tok = n_tok, .n_cols = n_cols, .y_stride = n_rows + 3,
+                   .wrb = mz_dtype_row_bytes(t, n_cols), .xrb = mz_dtype_row_bytes(kq->vec_dot_type, n_cols)};
+    p->wf = malloc(n_rows * n_cols * sizeof *p->wf);
+    p->xf = malloc(n_tok * n_cols * sizeof *p->xf);
+    p->w = malloc(n_rows * p->wrb);
+    p->x = malloc(n_tok * p->xrb);
+    p->y = malloc(n_tok * p->y_stride * sizeof *p->y);
+    p->expect = malloc(n_tok * p->y_stride * sizeof *p->expect);
+    fill_row(p->wf, n_rows * n_cols);
+    for (size_t i = 0; i < n_tok * n_cols; i++) p->xf[i] = rnd() * (i % 3 == 0 ? 10.0f : 1.0f);
+    for (size_t r = 0; r < n_rows; r++) kq->quantize(p->wf + r * n_cols, p->w + r * p->wrb, n_cols);
+    for (size_t i = 0; i < n_tok; i++) kq->from_float(p->xf + i * n_cols, p->x + i * p->xrb, n_cols);
+}
+
+static void product_free(product *p)
+{
+    void *const owned[] = {p->wf, p->xf, p->w, p->x, p->y, p->expect};
+    for (size_t i = 0; i < MZ_ARRAY_LEN(owned); i++) free(owned[i]);
+}
+
+/* Output (t, r) of p through vec_dot vd on weights w. */
+static float product_dot(const product *p, float (*vd)(size_t, const void *restrict, const void *restrict),
+                         const uint8_t *w, size_t t, size_t r)
+{
+    return vd(p->n_cols, w + r * p->wrb, p->x + t * p->xrb);
+}
+
+/* mz_matmul with k on weights w, in 1..3 thread slices and one token per
+ * call: CHECKs every output equals p->expect bit for bit and the padding
+ * stays untouched. */
+static void product_check_slices(product *p, const mz_type_kernels *k, const uint8_t *w, const char *what)
+{
+    const size_t ys = p->y_stride;
+    for (int nth = 1; nth <= 4; nth++) {
+        for (size_t i = 0; i < p->n_tok * ys; i++) p->y[i] = NAN;
+        for (size_t t0 = 0; t0 < p->n_tok; t0 += nth == 4 ? 1 : p->n_tok) {
+            const size_t tn = nth == 4 ? 1 : p->n_tok;
+            for (int ith = 0; ith < (nth == 4 ? 1 : nth); ith++)
+                mz_matmul(k, w, p->wrb, p->n_cols, p->n_rows, p->x + t0 * p->xrb, p->xrb, tn, p->y + t0 * ys, ys, ith,
+                          nth == 4 ? 1 : nth);
+        }
+        int bad = 0;
+        for (size_t i = 0; i < p->n_tok * ys; i++)
+            bad += i % ys < p->n_rows ? memcmp(&p->y[i], &p->expect[i], 4) != 0 : !isnan(p->y[i]);
+        CHECK_MSG(bad == 0, "%s matmul %s %zux%zu tok %zu nth %d: %d not bit-equal", what, mz_dtype_name(p->type),
+                  p->n_rows, p->n_cols, p->n_tok, nth, bad);
+    }
+}
+
 static void check_matmul(enum mz_isa isa, int t)
 {
-    const mz_type_kernels *k = mz_kernels_for_isa(isa, t);
+    const mz_type_kernels *k = mz_kernels_for_isa(isa, t), *k2 = mz_kernels_for_isa(MZ_ISA_AVX2, t);
     if (!k) return;
-    const size_t bl = mz_dtype_block_len(t);
     static const size_t shapes[][3] = {/* rows, tokens, blocks per row */
         {1, 1, 1}, {7, 1, 2}, {5, 7, 3}, {9, 4, 7}, {67, 5, 3}, {3, 9, 1}, {17, 13, 2}, {130, 2, 7},
-        {4, 8, 18}, {2, 6, 129}, {300, 3, 1}, {33, 64, 18}};
+        {4, 8, 18}, {2, 6, 129}, {300, 3, 1}, {33, 64, 18}, {3, 5, 520} /* past MZ_X8_MAX_BLOCKS */};
     for (size_t s = 0; s < MZ_ARRAY_LEN(shapes); s++) {
-        const size_t n_rows = shapes[s][0], n_tok = shapes[s][1], n_cols = shapes[s][2] * bl;
-        const size_t wrb = mz_dtype_row_bytes(t, n_cols), xrb = mz_dtype_row_bytes(k->vec_dot_type, n_cols);
-        const size_t y_stride = n_rows + 3;
-        float *wf = malloc(n_rows * n_cols * sizeof *wf), *xf = malloc(n_tok * n_cols * sizeof *xf);
-        uint8_t *w = malloc(n_rows * wrb), *x = malloc(n_tok * xrb);
-        float *y = malloc(n_tok * y_stride * sizeof *y), *yn = malloc(n_tok * y_stride * sizeof *yn);
-        fill_row(wf, n_rows * n_cols);
-        for (size_t i = 0; i < n_tok * n_cols; i++) xf[i] = rnd() * (i % 3 == 0 ? 10.0f : 1.0f);
-        for (size_t r = 0; r < n_rows; r++) k->quantize(wf + r * n_cols, w + r * wrb, n_cols);
-        for (size_t i = 0; i < n_tok; i++) k->from_float(xf + i * n_cols, x + i * xrb, n_cols);
-        for (size_t i = 0; i < n_tok; i++)
-            for (size_t r = 0; r < n_rows; r++) yn[i * y_stride + r] = k->vec_dot(n_cols, w + r * wrb, x + i * xrb);
-        for (int nth = 1; nth <= 4; nth++) {
-            for (size_t i = 0; i < n_tok * y_stride; i++) y[i] = NAN;
-            if (nth == 4) {
-                for (size_t i = 0; i < n_tok; i++)
-                    mz_matmul(k, w, wrb, n_cols, n_rows, x + i * xrb, xrb, 1, y + i * y_stride, y_stride, 0, 1);
-            } else {
-                for (int ith = 0; ith < nth; ith++) mz_matmul(k, w, wrb, n_cols, n_rows, x, xrb, n_tok, y, y_stride, ith, nth);
-            }
-            int bad = 0;
-            for (size_t i = 0; i < n_tok; i++) {
-                for (size_t r = 0; r < n_rows; r++) bad += memcmp(&y[i * y_stride + r], &yn[i * y_stride + r], 4) != 0;
-                for (size_t r = n_rows; r < y_stride; r++) bad += !isnan(y[i * y_stride + r]);
-            }
-            CHECK_MSG(bad == 0, "%s matmul %s %zux%zu tok %zu nth %d: %d not bit-equal to vec_dot", mz_isa_names[isa],
-                      mz_dtype_name(t), n_rows, n_cols, n_tok, nth, bad);
-        }
-        const mz_type_kernels *k2 = mz_kernels_for_isa(MZ_ISA_AVX2, t);
-        if (isa == MZ_ISA_AVX512 && k2) {
-            int bad = 0;
-            for (size_t i = 0; i < n_tok; i++)
-                for (size_t r = 0; r < n_rows; r++) {
-                    const float v2 = k2->vec_dot(n_cols, w + r * wrb, x + i * xrb);
-                    bad += memcmp(&v2, &yn[i * y_stride + r], 4) != 0;
+        product p;
+        product_init(&p, k, t, shapes[s][0], shapes[s][1], shapes[s][2] * mz_dtype_block_len(t));
+        int bad_isa = 0;
+        for (size_t i = 0; i < p.n_tok; i++)
+            for (size_t r = 0; r < p.n_rows; r++) {
+                const float v = product_dot(&p, k->vec_dot, p.w, i, r);
+                p.expect[i * p.y_stride + r] = v;
+                /* the AVX-512 tiles give the AVX2 bits */
+                if (isa == MZ_ISA_AVX512 && k2) {
+                    const float v2 = product_dot(&p, k2->vec_dot, p.w, i, r);
+                    bad_isa += memcmp(&v, &v2, 4) != 0;
                 }
-            CHECK_MSG(bad == 0, "avx512 vs avx2 %s %zux%zu: %d differ", mz_dtype_name(t), n_rows, n_cols, bad);
+            }
+        CHECK_MSG(bad_isa == 0, "avx512 vs avx2 %s %zux%zu: %d differ", mz_dtype_name(t), p.n_rows, p.n_cols, bad_isa);
+        product_check_slices(&p, k, p.w, mz_isa_names[isa]);
+        product_free(&p);
+    }
+}
+
+/* ---- Q5_0, Q5_1 and IQ4_NL in the x8 layout ------------------------------------------- */
+
+/* Every ISA's x8 gemm on repacked weights of type t (the scalar one included)
+ * and every x86 plain-layout gemm give, bit for bit, the x8 vec_dot of the
+ * plain rows, for any slicing and token count; the x8 arithmetic stays
+ * within the plain reference's tolerance; repack then unpack gives the
+ * original bytes back. */
+static void check_x8(int t)
+{
+    static const size_t shapes[][3] = {/* rows, tokens, cols */
+        {8, 1, 32}, {16, 5, 64}, {72, 9, 576}, {8, 3, 4128}, {24, 4, 16384}, {136, 13, 96}, {64, 70, 64}};
+    const mz_type_kernels *kr = mz_kernels_x8_for_isa(MZ_ISA_SCALAR, t), *kp = mz_kernels_ref(t);
+    CHECK(kr != NULL && kr->row_group == 8 && kr->vec_dot_type == kp->vec_dot_type);
+    if (!kr) return;
+    CHECK(mz_x8_group_block_bytes(t) == 8 * mz_dtype_block_bytes(t) && !mz_x8_shape_ok(t, 12, 64) &&
+          mz_x8_shape_ok(t, 1536, 576));
+    int n_checked = 0;
+    for (size_t s = 0; s < MZ_ARRAY_LEN(shapes); s++) {
+        product p;
+        product_init(&p, kp, t, shapes[s][0], shapes[s][1], shapes[s][2]);
+        uint8_t *wp = malloc(p.n_rows * p.wrb), *scratch = malloc(8 * p.wrb);
+        memcpy(wp, p.w, p.n_rows * p.wrb);
+        mz_repack_x8(t, wp, p.n_rows, p.n_cols, scratch);
+        CHECK(memcmp(wp, p.w, p.n_rows * p.wrb) != 0);
+        int bad_ref = 0;
+        for (size_t i = 0; i < p.n_tok; i++)
+            for (size_t r = 0; r < p.n_rows; r++) {
+                const float v = product_dot(&p, kr->vec_dot, p.w, i, r), vp = product_dot(&p, kp->vec_dot, p.w, i, r);
+                p.expect[i * p.y_stride + r] = v;
+                double mag = 0;
+                for (size_t c = 0; c < p.n_cols; c++) mag += fabs((double)p.wf[r * p.n_cols + c] * p.xf[i * p.n_cols + c]);
+                bad_ref += fabs((double)v - (double)vp) > 1e-5 * mag + 1e-6;
+            }
+        CHECK_MSG(bad_ref == 0, "x8 ref %s %zux%zu: %d outputs off the plain reference", mz_dtype_name(t), p.n_rows,
+                  p.n_cols, bad_ref);
+        for (int isa = 0; isa < MZ_ISA_COUNT; isa++) {
+            const mz_type_kernels *kx = mz_kernels_x8_for_isa((enum mz_isa)isa, t);
+            const mz_type_kernels *kn = mz_kernels_for_isa((enum mz_isa)isa, t);
+            char what[32];
+            if (kx) {
+                snprintf(what, sizeof what, "%s x8", mz_isa_names[isa]);
+                product_check_slices(&p, kx, wp, what);
+                n_checked++;
+            }
+            if (kn && (isa == MZ_ISA_AVX2 || isa == MZ_ISA_AVX512)) {
+                snprintf(what, sizeof what, "%s plain", mz_isa_names[isa]);
+                product_check_slices(&p, kn, p.w, what);
+                n_checked++;
+            }
         }
-        free(wf);
-        free(xf);
-        free(w);
-        free(x);
-        free(y);
-        free(yn);
+        mz_unpack_x8(t, wp, p.n_rows, p.n_cols, scratch);
+        CHECK(memcmp(wp, p.w, p.n_rows * p.wrb) == 0);
+        free(wp);
+        free(scratch);
+        product_free(&p);
+    }
+    CHECK(n_checked > 0);
+}
+
+/* Rows past MZ_X8_MAX_BLOCKS: the plain vec_dot of every type with an x8
+ * order (Q4_0, Q4_1 and Q8_0 as well) hands them to its tiles, one row at
+ * a time (row stride 0), and must agree with the reference. */
+static void test_long_rows(void)
+{
+    static const int types[] = {MZ_DT_Q4_0, MZ_DT_Q4_1, MZ_DT_Q8_0, MZ_DT_Q5_0, MZ_DT_Q5_1, MZ_DT_IQ4_NL};
+    for (int isa = MZ_ISA_AVX2; isa <= MZ_ISA_AVX512; isa++) {
+        for (size_t ti = 0; ti < MZ_ARRAY_LEN(types); ti++) {
+            const mz_type_kernels *k = mz_kernels_for_isa((enum mz_isa)isa, types[ti]), *r = mz_kernels_ref(types[ti]);
+            if (!k) continue;
+            product p;
+            product_init(&p, r, types[ti], 1, 1, (MZ_X8_MAX_BLOCKS + 3) * MZ_QK);
+            double mag = 0;
+            for (size_t c = 0; c < p.n_cols; c++) mag += fabs((double)p.wf[c] * p.xf[c]);
+            const float vk = product_dot(&p, k->vec_dot, p.w, 0, 0), vr = product_dot(&p, r->vec_dot, p.w, 0, 0);
+            CHECK_MSG(fabs((double)vk - vr) <= 1e-4 * mag, "%s long-row vec_dot %s: %.9g vs ref %.9g", mz_isa_names[isa],
+                      mz_dtype_name(types[ti]), vk, vr);
+            product_free(&p);
+        }
     }
 }
 
@@ -394,5 +507,9 @@ int main(void)
     test_quantize_roundtrip();
     test_odd_blocks();
     test_isas();
+    check_x8(MZ_DT_Q5_0);
+    check_x8(MZ_DT_Q5_1);
+    check_x8(MZ_DT_IQ4_NL);
+    test_long_rows();
     return t_done("test_kernels_q5iq");
 }
