@@ -501,8 +501,10 @@ static int cmd_info(int argc, char **argv)
         if (r) continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: mzcache info -m MODEL\n\n"
-                   "Prints the model's metadata, its tensor table and the memory of each unit\n"
-                   "(the pieces mzcache can evict: one per transformer block, one per KV chunk).\n");
+                   "Prints the model's metadata, its tensor table, its quantization mix (\"types:\n"
+                   "Q4_K_M: Q4_K ×…, Q6_K ×…\") and the memory of each unit (the pieces mzcache can\n"
+                   "evict: one per transformer block, one per KV chunk). A file mzcache cannot\n"
+                   "load is still shown, with the reason, and the exit status is 1.\n");
             return 0;
         }
         fprintf(stderr, "mzcache info: unknown option '%s'\n", argv[i]);

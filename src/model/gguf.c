@@ -812,6 +812,21 @@ void mz_gguf_free(mz_gguf *g)
     free(g);
 }
 
+mz_status mz_file_read_at(int fd, void *dst, size_t n, uint64_t off, const char *what)
+{
+    uint8_t *p = dst;
+    while (n) {
+        ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return mz_fail(MZ_E_IO, "reading %s: %s", what, strerror(errno));
+        if (r == 0) return mz_fail(MZ_E_IO, "reading %s: unexpected end of file", what);
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return MZ_OK;
+}
+
 /* Reads [have, want) of the file into buf. */
 static mz_status read_range(int fd, uint8_t *buf, size_t have, size_t want)
 {

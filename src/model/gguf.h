@@ -119,6 +119,10 @@ mz_status mz_gguf_get_arr(const mz_gguf *g, const char *key, mz_gguf_type elem_t
 
 const char *mz_gguf_type_name(mz_gguf_type t);
 
+/* Reads exactly n bytes at off (pread, EINTR and short reads retried);
+ * MZ_E_IO naming `what` on an error or an early end of file. */
+mz_status mz_file_read_at(int fd, void *dst, size_t n, uint64_t off, const char *what);
+
 /* ---- writer (used by gen-model and tests that craft files) ---------------- */
 
 typedef struct mz_gguf_writer mz_gguf_writer;

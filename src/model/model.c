@@ -213,21 +213,6 @@ static void place(mz_tensor *t, size_t *cursor, uint64_t data_offset, const mz_g
     *cursor += t->nbytes;
 }
 
-static mz_status read_exact(int fd, void *dst, size_t n, uint64_t off, const char *what)
-{
-    uint8_t *p = dst;
-    while (n) {
-        ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return mz_fail(MZ_E_IO, "reading %s: %s", what, strerror(errno));
-        if (r == 0) return mz_fail(MZ_E_IO, "reading %s: unexpected end of file", what);
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return MZ_OK;
-}
-
 /* Reads every placed tensor of a unit into buf. */
 static mz_status load_tensors(int fd, uint8_t *buf, mz_tensor *const *ts, const char *const *names,
                               size_t n)
@@ -235,7 +220,7 @@ static mz_status load_tensors(int fd, uint8_t *buf, mz_tensor *const *ts, const 
     for (size_t i = 0; i < n; i++) {
         mz_tensor *t = ts[i];
         if (!t->nbytes) continue;
-        mz_status s = read_exact(fd, buf + t->offset, t->nbytes, t->file_offset, names[i]);
+        mz_status s = mz_file_read_at(fd, buf + t->offset, t->nbytes, t->file_offset, names[i]);
         if (s) return s;
         t->data = buf + t->offset;
     }

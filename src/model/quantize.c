@@ -35,21 +35,6 @@ typedef struct q_tensor {
     int to;                     /* its type in the new file */
 } q_tensor;
 
-static mz_status read_at(int fd, void *dst, size_t n, uint64_t off, const char *name)
-{
-    uint8_t *p = dst;
-    while (n) {
-        ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return mz_fail(MZ_E_IO, "reading tensor %s: %s", name, strerror(errno));
-        if (r == 0) return mz_fail(MZ_E_IO, "reading tensor %s: unexpected end of file", name);
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return MZ_OK;
-}
-
 /* F32 has no quantizer in the kernel table: its "quantization" is a copy. */
 static void store_row(int type, const float *x, void *dst, size_t n)
 {
@@ -92,8 +77,8 @@ static mz_status fill_tensor(void *user, void *dst, size_t nbytes)
     q_job *j = qt->job;
     const char *name = t->name.ptr;
     if (qt->to == t->type)
-        return read_at(j->fd, dst, nbytes, j->g->data_offset + t->offset, name);
-    mz_status s = read_at(j->fd, j->src, (size_t)t->nbytes, j->g->data_offset + t->offset, name);
+        return mz_file_read_at(j->fd, dst, nbytes, j->g->data_offset + t->offset, name);
+    mz_status s = mz_file_read_at(j->fd, j->src, (size_t)t->nbytes, j->g->data_offset + t->offset, name);
     if (s) return s;
     size_t rows = (size_t)(t->n_elements / t->ne[0]);
     MZ_ASSERT(mz_dtype_row_bytes(qt->to, t->ne[0]) * rows == nbytes);
