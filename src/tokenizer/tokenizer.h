@@ -1,7 +1,8 @@
 /*
- * tokenizer.h — byte-level BPE tokenizer built from GGUF metadata
- * (tokenizer.ggml.*), with the pre-tokenizer regexes of llama.cpp's
- * gpt2 / llama3 / smollm / qwen2 pre-tokenizers run through PCRE2, special
+ * tokenizer.h — byte-level BPE and SentencePiece (byte fallback) tokenizers
+ * built from GGUF metadata (tokenizer.ggml.*), with the BPE pre-tokenizer
+ * regexes of llama.cpp's gpt2 / llama3 / smollm / qwen2 pre-tokenizers run
+ * through PCRE2, special
  * tokens, streaming decoding, and chat templates (ChatML, Llama 3).
  */
 #ifndef MZ_TOKENIZER_H

@@ -3,7 +3,8 @@
  *
  *   pretok.c        UTF-8 sanitising, the GPT-2 byte↔unicode map, and the
  *                   pre-tokenizer regex sets (PCRE2) that split text into words
- *   tokenizer.c     vocabulary/merges from GGUF, special-token partition, BPE
+ *   tokenizer.c     vocabulary/merges/scores from GGUF, special-token partition,
+ *                   BPE and SentencePiece merging
  *   chat.c          chat templates (ChatML, Llama 3)
  *   detok.c         streaming UTF-8 assembly (mz_detok_*)
  *   tokenizer_api.c public wrappers over a model's tokenizer
