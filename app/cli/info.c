@@ -69,7 +69,14 @@ int cli_info(cli_opts *o)
     printf("  layers %d | embd %d | heads %d (kv %d) | head dim %d | ff %d | vocab %d | ctx %d\n",
            in.n_layer, in.n_embd, in.n_head, in.n_head_kv, in.head_dim, in.n_ff, in.n_vocab,
            in.n_ctx_train);
-    printf("  output head %s\n\n", in.tied_output ? "tied to token embeddings" : "separate");
+    printf("  output head %s\n", in.tied_output ? "tied to token embeddings" : "separate");
+    bool tmpl_from_file = false;
+    const char *tmpl = mz_model_chat_template(m, &tmpl_from_file);
+    printf("  chat template %s (%s)\n\n", tmpl,
+           o->chat_template           ? "--chat-template"
+           : !strcmp(tmpl, "unknown") ? "the file's template is of no known family: use --chat-template NAME"
+           : tmpl_from_file           ? "recognised in the file's template"
+                                      : "the file has none: its architecture's");
 
     printf("metadata (%" PRIu64 " keys, GGUF v%u):\n", g->n_kv, g->version);
     for (uint64_t i = 0; i < g->n_kv; i++) print_kv(&g->kv[i]);

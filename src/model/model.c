@@ -38,7 +38,7 @@ const mz_tokenizer *mz_model_tokenizer(const mz_model_t *m) { return m->tok; }
 
 mz_model_params mz_model_params_default(void)
 {
-    mz_model_params p = {.n_threads = 0, .verbose = false};
+    mz_model_params p = {.n_threads = 0, .verbose = false, .chat_template = NULL};
     return p;
 }
 
@@ -522,7 +522,8 @@ static mz_status load_tokenizer_and_weights(mz_model_t *m, const mz_gguf *g,
     int n_th = 0, want = load_threads(p, m->cfg.n_layer) - 1;
     while (n_th < want && pthread_create(&th[n_th], NULL, load_thread_main, &j) == 0) n_th++;
 
-    if (!(s = mz_tokenizer_init(g, &m->tok))) {
+    if (!(s = mz_tokenizer_init(g, &m->tok)) &&
+        !(s = p && p->chat_template ? mz_tokenizer_set_chat(m->tok, p->chat_template) : MZ_OK)) {
         m->cfg.n_vocab = mz_tokenizer_n_vocab(m->tok);
         s = load_pinned(m, g, j.fd);
     }

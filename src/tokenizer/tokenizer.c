@@ -642,7 +642,12 @@ mz_status mz_tokenizer_init(const mz_gguf *g, mz_tokenizer **out)
         if (!mz_gguf_find(g, "tokenizer.ggml.add_bos_token") && t->ignore_merges && t->bos >= 0)
             t->add_bos = true;
     }
-    if ((st = mz_chat_tmpl_init(tmpl.ptr, (size_t)tmpl.len, &t->chat)) != MZ_OK) goto out_free;
+    mz_gguf_str arch;
+    char arch_name[32] = "";
+    if ((st = get_opt_str(g, "general.architecture", &arch)) != MZ_OK) goto out_free;
+    if (arch.ptr) snprintf(arch_name, sizeof arch_name, "%.*s", (int)MZ_MIN(arch.len, 31), arch.ptr);
+    if ((st = mz_chat_tmpl_init(tmpl.ptr, (size_t)tmpl.len, arch.ptr ? arch_name : NULL, &t->chat)) != MZ_OK)
+        goto out_free;
 
     if (spm)
         mz_log(MZ_LOG_INFO, "tokenizer: SentencePiece, %d tokens, %zu special, space prefix %s",
@@ -690,6 +695,20 @@ bool mz_tokenizer_is_control(const mz_tokenizer *t, mz_token tok)
 bool mz_tokenizer_is_eog(const mz_tokenizer *t, mz_token tok)
 {
     return tok >= 0 && tok < t->n_vocab && (t->flags[tok] & TOKF_EOG);
+}
+
+mz_status mz_tokenizer_set_chat(mz_tokenizer *t, const char *name)
+{
+    mz_chat_kind k;
+    mz_status st = mz_chat_kind_from_name(name, &k);
+    if (st == MZ_OK) mz_chat_tmpl_set_kind(&t->chat, k);
+    return st;
+}
+
+const char *mz_tokenizer_chat_name(const mz_tokenizer *t, bool *from_file)
+{
+    if (from_file) *from_file = t->chat.from_file;
+    return mz_chat_kind_name(t->chat.kind);
 }
 
 mz_status mz_tokenizer_chat_format(const mz_tokenizer *t, const mz_chat_msg *msgs, size_t n_msgs,

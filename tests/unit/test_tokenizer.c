@@ -172,6 +172,55 @@ static void expect_fail(int variant, mz_status want, const char *needle)
     mz_tokenizer_free(t);
 }
 
+/* Formats msgs with a tokenizer whose file holds template tmpl (NULL: none)
+ * and compares with want (NULL: the format must fail with MZ_E_UNSUPPORTED). */
+static void check_family(const char *tmpl, const char *override, const mz_chat_msg *msgs, size_t n_msgs,
+                         const char *want_name, const char *want)
+{
+    mz_tokenizer *t = NULL;
+    CHECK(syn_tokenizer(SYN_OK, "gpt2", tmpl, &t) == MZ_OK);
+    if (!t) return;
+    if (override) CHECK_MSG(mz_tokenizer_set_chat(t, override) == MZ_OK, "%s", mz_last_error());
+    CHECK_MSG(!strcmp(mz_tokenizer_chat_name(t, NULL), want_name), "family %s, want %s",
+              mz_tokenizer_chat_name(t, NULL), want_name);
+    char buf[512];
+    size_t n = 0;
+    mz_status st = mz_tokenizer_chat_format(t, msgs, n_msgs, true, buf, sizeof buf, &n);
+    if (want) {
+        CHECK_MSG(st == MZ_OK && !strcmp(buf, want), "%s: got\n%s", want_name, st == MZ_OK ? buf : mz_last_error());
+    } else {
+        CHECK(st == MZ_E_UNSUPPORTED);
+        CHECK_MSG(strstr(mz_last_error(), "--chat-template NAME") != NULL, "%s", mz_last_error());
+    }
+    mz_tokenizer_free(t);
+}
+
+static void test_chat_families(void)
+{
+    const mz_chat_msg msgs[4] = {{"system", "Be brief. "}, {"user", " hi\n"}, {"assistant", "yo "}, {"user", "and?"}};
+    static const char gemma_want[] = "<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n"
+                                     "<start_of_turn>model\nyo<end_of_turn>\n"
+                                     "<start_of_turn>user\nand?<end_of_turn>\n<start_of_turn>model\n";
+    /* Gemma 3's own template (abridged): recognised by its turn marker. */
+    check_family("{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + role + '\n' }}", NULL,
+                 msgs, 4, "gemma", gemma_want);
+    check_family("{% for m in messages %}{{ '[INST] ' + m['content'] + '[/INST]' }}{% endfor %}", NULL, msgs, 4,
+                 "mistral", "[INST] Be brief. \n\n hi\n[/INST] yo</s>[INST] and?[/INST]");
+    check_family("{{ '<|im_start|>' + message['role'] }}", NULL, msgs + 1, 1, "chatml",
+                 "<|im_start|>user\n hi\n<|im_end|>\n<|im_start|>assistant\n");
+    /* Of no known family: refused, naming the override; the override works. */
+    check_family("{{ '### User: ' + content }}", NULL, msgs, 4, "unknown", NULL);
+    check_family("{{ '### User: ' + content }}", "gemma", msgs, 4, "gemma", gemma_want);
+    mz_tokenizer *t = NULL;
+    CHECK(syn_tokenizer(SYN_OK, "gpt2", NULL, &t) == MZ_OK);
+    if (t) {
+        CHECK(mz_tokenizer_set_chat(t, "vicuna") == MZ_E_INVAL);
+        CHECK_MSG(strstr(mz_last_error(), "chatml, gemma, llama3, mistral") != NULL, "%s", mz_last_error());
+        CHECK(!strcmp(mz_tokenizer_chat_name(t, NULL), "chatml"));
+        mz_tokenizer_free(t);
+    }
+}
+
 static void test_synthetic(void)
 {
     mz_tokenizer *t = NULL;
@@ -263,6 +312,8 @@ static void test_synthetic(void)
         CHECK_EQ_INT(n, strlen(buf));
         mz_tokenizer_free(t);
     }
+
+    test_chat_families();
 
     /* Malformed metadata. */
     expect_fail(SYN_NO_TOKENS, MZ_E_FORMAT, "tokenizer.ggml.tokens");
@@ -606,9 +657,18 @@ static void test_gemma(const char *path)
     CHECK_EQ_INT(mz_tokenizer_eos(t), 1);
     CHECK_EQ_INT(mz_tokenizer_eot(t), 106); /* <end_of_turn> */
     CHECK(mz_tokenizer_is_eog(t, 106) && mz_tokenizer_is_eog(t, 1));
-    mz_token tk[8];
+    mz_token tk[64];
     CHECK_EQ_INT(encode(t, "Hi", 2, true, false, tk, 8), 2);
     CHECK_EQ_INT(tk[0], 2);
+    /* The file has no template: gemma3's family, and its turn markers are tokens. */
+    bool from_file = true;
+    CHECK(!strcmp(mz_tokenizer_chat_name(t, &from_file), "gemma") && !from_file);
+    mz_chat_msg msg = {"user", "Hi"};
+    char buf[128];
+    size_t n = 0;
+    CHECK(mz_tokenizer_chat_format(t, &msg, 1, true, buf, sizeof buf, &n) == MZ_OK);
+    size_t nt = encode(t, buf, n, true, true, tk, 64);
+    CHECK(nt > 6 && tk[0] == 2 && tk[1] == 105 && tk[nt - 3] == 105); /* <bos> <start_of_turn> */
     mz_tokenizer_free(t);
 }
 
