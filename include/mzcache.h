@@ -91,7 +91,7 @@ MZ_API MZ_NODISCARD mz_status mz_model_load(const char *path, const mz_model_par
 MZ_API void mz_model_free(mz_model_t *m);
 
 typedef struct mz_model_info {
-    char arch[32];             /* "llama" or "qwen3" */
+    char arch[32];             /* "llama", "qwen2", "qwen3" or "gemma3" */
     char name[128];            /* general.name, "" if absent */
     char weight_type[16];      /* dominant weight type, e.g. "Q4_1" */
     int n_layer;

@@ -17,7 +17,9 @@ itself with it off on only a few of them). Each greedy case also stores that
 flash-attention-on continuation, so the test can print llama.cpp's agreement
 with itself next to ours.
 
-Usage: python3 scripts/golden/make_golden.py [--mzcache build/mzcache]
+Usage: python3 scripts/golden/make_golden.py [--mzcache build/mzcache] [--only NAME ...]
+  --only: just the tiny cases whose name starts with one of these (e.g.
+          tiny-qwen2 tiny-gemma3); the SmolLM2 cases are left as they are
 Output: tests/golden/forward/<case>.txt (+ <case>.logits.f32, little-endian),
         tests/golden/greedy/<case>.txt
 """
@@ -76,6 +78,10 @@ TINY = [
     ("tiny-qwen3-f16", "tiny-qwen3", "F16"),
     ("tiny-qwen3-q8_0", "tiny-qwen3", "Q8_0"),
     ("tiny-llama-q4_0", "tiny-llama", "Q4_0"),
+    ("tiny-qwen2-f16", "tiny-qwen2", "F16"),
+    ("tiny-qwen2-q8_0", "tiny-qwen2", "Q8_0"),
+    ("tiny-gemma3-f16", "tiny-gemma3", "F16"),
+    ("tiny-gemma3-q8_0", "tiny-gemma3", "Q8_0"),
 ]
 TINY_PROMPTS = {"a": "Hello world, this is a test of a tiny model.", "b": "1 2 3 4 5 6 7 8 9 10"}
 
@@ -154,8 +160,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mzcache", default=os.path.join(ROOT, "build", "mzcache"))
     ap.add_argument("--tmp", default=os.path.join(ROOT, "build", "golden-models"))
+    ap.add_argument("--only", nargs="+", help="only the tiny cases with these name prefixes")
     args = ap.parse_args()
+    if not args.only:
+        make_smollm2()
+    make_tiny(args)
 
+
+def make_smollm2():
     real_sha = sha256(REAL)
     llm = load(REAL)
     llm_fa = load(REAL, flash_attn=True)
@@ -187,8 +199,12 @@ def main():
           file=sys.stderr)
     del llm, llm_fa
 
+
+def make_tiny(args):
     os.makedirs(args.tmp, exist_ok=True)
     for case, preset, wtype in TINY:
+        if args.only and not any(case.startswith(p) for p in args.only):
+            continue
         path = os.path.join(args.tmp, case + ".gguf")
         subprocess.run([args.mzcache, "gen-model", "--preset", preset, "--type", wtype,
                         "--vocab-from", REAL, "-o", path], check=True)
