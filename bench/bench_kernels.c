@@ -6,8 +6,11 @@
  * usage: bench_kernels [rows cols tokens] [-r reps] [-t TYPE]
  *        bench_kernels attn      (attention per ISA, qwen3-0.6b shape, 1k/8k/32k context)
  * Default: 1536 x 576 (SmolLM2 ffn), tokens 1 and 64. Quantized types run
- * twice: plain layout, then "x8" (weights repacked, repack.c). -t runs one
- * type only (its name as printed: Q4_1, Q4_0, Q8_0, F16).
+ * twice: plain layout, then "x8" (weights repacked, repack.c) where the
+ * type has it. -t runs one type only (its name as printed: Q4_1, Q4_0,
+ * Q8_0, F16, Q4_K, Q6_K, Q5_K, Q3_K, Q2_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS; the
+ * K-quants and IQ4_XS need cols % 256 == 0, e.g. 576 1536 1: SmolLM2's
+ * ffn_down).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels_impl.h"
@@ -28,7 +31,7 @@ static void bench(enum mz_isa isa, const char *isa_name, int type, size_t rows, 
                   bool x8)
 {
     const mz_type_kernels *k = x8 ? mz_kernels_x8_for_isa(isa, type) : mz_kernels_for_isa(isa, type);
-    if (!k || (x8 && !mz_x8_shape_ok(type, rows, cols))) return;
+    if (!k || (x8 && !mz_x8_shape_ok(type, rows, cols)) || cols % mz_dtype_block_len(type)) return;
     const size_t wrb = mz_dtype_row_bytes(type, cols), xrb = mz_dtype_row_bytes(k->vec_dot_type, cols);
     float *wf = malloc(cols * sizeof *wf), *xf = malloc(cols * sizeof *xf);
     uint8_t *w = malloc(rows * wrb), *x = malloc(ntok * xrb);
@@ -177,10 +180,14 @@ int main(int argc, char **argv)
     for (; a + 1 < argc; a += 2)
         if (!strcmp(argv[a], "-r")) reps = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-t")) only_type = argv[a + 1];
-    static const int types[] = {MZ_DT_Q4_1, MZ_DT_Q4_0, MZ_DT_Q8_0, MZ_DT_F16};
+    static const int types[] = {MZ_DT_Q4_1, MZ_DT_Q4_0, MZ_DT_Q8_0, MZ_DT_F16, MZ_DT_Q4_K,
+                                MZ_DT_Q6_K, MZ_DT_Q5_K, MZ_DT_Q3_K, MZ_DT_Q2_K,
+                                /* q5_iq4_*.c (IQ4_XS needs cols % 256 == 0) */
+                                MZ_DT_Q5_0, MZ_DT_Q5_1, MZ_DT_IQ4_NL, MZ_DT_IQ4_XS};
     const char *const *names = mz_isa_names;
-    for (int ti = 0; ti < 4; ti++) {
+    for (size_t ti = 0; ti < MZ_ARRAY_LEN(types); ti++) {
         if (only_type && strcmp(only_type, mz_dtype_name(types[ti]))) continue;
+        if (cols % mz_dtype_block_len(types[ti])) continue; /* K-quants: cols % 256 */
         for (int i = 0; i < n_toks; i++)
             for (int isa = MZ_ISA_AVX2; isa < MZ_ISA_COUNT; isa++)
                 for (int x8 = 0; x8 < 2; x8++)

@@ -93,7 +93,7 @@ MZ_API void mz_model_free(mz_model_t *m);
 typedef struct mz_model_info {
     char arch[32];             /* "llama", "qwen2", "qwen3" or "gemma3" */
     char name[128];            /* general.name, "" if absent */
-    char weight_type[16];      /* dominant weight type, e.g. "Q4_1" */
+    char weight_type[16];      /* the matrices' type ("Q4_1"), or the file's mix ("Q4_K_M") */
     int n_layer;
     int n_embd;
     int n_head;
@@ -652,7 +652,8 @@ typedef struct mz_gen_params {
                                   "tiny-llama", "tiny-qwen3"; NULL: use fields */
     const char *arch;          /* "llama" or "qwen3" (overrides preset when set) */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train; /* 0 = preset's */
-    const char *weight_type;   /* "F16", "Q8_0", "Q4_0", "F32" */
+    const char *weight_type;   /* a type ("F16", "Q8_0", "Q4_K", ...: every matrix that
+                                  type) or a llama.cpp mix ("Q4_K_M", ...: its per-tensor rules) */
     const char *vocab_from;    /* GGUF file whose tokenizer is copied (required) */
     uint64_t seed;
     bool tied_output;          /* default from preset; true ties an untied preset */

@@ -44,6 +44,15 @@ if command -v python3 >/dev/null && ! python3 -c 'import openai' 2>/dev/null; th
         || echo "mzcache: could not install the openai package; test_openai_client will skip" >&2
 fi
 
+# tests/unit/test_dequant_gguf.py compares our dequantizers with the `gguf`
+# package's NumPy ones (an independent implementation; it skips, saying so,
+# where it cannot be imported).
+if command -v python3 >/dev/null && ! python3 -c 'import gguf.quants' 2>/dev/null; then
+    echo "mzcache: installing the gguf Python package (pip)"
+    python3 -m pip install -q gguf 2>/dev/null || python3 -m pip install -q --break-system-packages gguf \
+        || echo "mzcache: could not install the gguf package; test_dequant_gguf will skip" >&2
+fi
+
 [ ${#need[@]} -eq 0 ] && exit 0
 
 echo "mzcache: installing Debian packages: ${need[*]}"

@@ -71,7 +71,7 @@ echo "mzcache: building llama-cpp-python $VERSION from source (several minutes, 
 CMAKE_ARGS="$FLAGS" \
 CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     python3 -m pip install --quiet --force-reinstall --no-cache-dir --no-deps "llama-cpp-python==$VERSION"
-python3 -m pip install --quiet numpy
+python3 -m pip install --quiet numpy diskcache  # llama_cpp imports diskcache (the build above is --no-deps)
 mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/mzcache"
 rm -f "${XDG_CACHE_HOME:-$HOME/.cache}"/mzcache/peer-noamx2-*
 touch "$STAMP"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs the kernel unit tests (test_kernels, test_attn,
+# Builds and runs the kernel unit tests (test_kernels, test_kernels_kquant, test_kernels_q5iq, test_attn,
 # test_threadpool) from src/kernels, src/core and src/sched alone, with any C
 # compiler, optionally under an emulator — the cross-architecture check:
 #
@@ -40,7 +40,7 @@ for src in "$ROOT"/src/kernels/*.c "$ROOT"/src/core/*.c "$ROOT"/src/sched/*.c; d
     objs+=("$o")
 done
 rc=0
-for t in test_kernels test_attn test_threadpool; do
+for t in test_kernels test_kernels_kquant test_kernels_q5iq test_attn test_threadpool; do
     # shellcheck disable=SC2086
     $CC $CFLAGS -o "$OUT/$t" "$ROOT/tests/unit/$t.c" "$ROOT/tests/unit/testutil.c" "${objs[@]}" -lm -lpthread
     echo "kernel-tests: $t ($machine${RUN:+, under $RUN})"

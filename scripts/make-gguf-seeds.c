@@ -206,14 +206,37 @@ int main(void)
                  '3' | ('2' << 8), 2); /* s.uint16 becomes a second s.uint32 */
     save("bad-truncated.gguf", mini, len3 / 2);
 
-    /* Well formed but with a known, unsupported tensor type. */
+    /* Every block type a downloaded file holds (Q4_K_M & co.): one tensor
+     * of each, rows of 1, 2 and 3 blocks, as the last tensor a K-quant so
+     * that cutting the file cuts a super-block. */
+    static const struct { int type; uint64_t ne0, ne1; } kinds[] = {
+        {MZ_DT_Q5_0, 64, 2},  {MZ_DT_Q5_1, 96, 1},  {MZ_DT_IQ4_NL, 32, 3}, {MZ_DT_Q2_K, 256, 2},
+        {MZ_DT_Q3_K, 512, 1}, {MZ_DT_Q4_K, 768, 1}, {MZ_DT_Q5_K, 256, 3},  {MZ_DT_IQ4_XS, 512, 1},
+        {MZ_DT_Q6_K, 256, 2},
+    };
     mz_gguf_writer *w = mz_gguf_writer_init();
     mz_gguf_writer_add_str(w, "general.architecture", "llama");
-    add_tensor_zero(w, "q6", 14, 1, 256, 1);
+    mz_gguf_writer_add_u32(w, "general.file_type", 15);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        add_tensor_zero(w, mz_dtype_name(kinds[i].type), kinds[i].type, 2, kinds[i].ne0, kinds[i].ne1);
     size_t len4;
-    uint8_t *q6 = finish(w, &len4);
-    if (q6) save("bad-q6_k.gguf", q6, len4);
-    free(q6);
+    uint8_t *kq = finish(w, &len4);
+    if (kq) {
+        save("valid-kquants.gguf", kq, len4);
+        size_t q4 = find_bytes(kq, len4, "Q4_K") + 4; /* after the name: n_dims, ne[0] */
+        save_patched("bad-q4_k-row-640.gguf", kq, len4, q4 + 4, 640, 8);
+        save_patched("bad-q5_0-row-48.gguf", kq, len4, find_bytes(kq, len4, "Q5_0") + 8, 48, 8);
+        save("bad-truncated-superblock.gguf", kq, len4 - 100);
+    }
+    free(kq);
+    /* Well formed but with a known type mzcache does not compute with. */
+    w = mz_gguf_writer_init();
+    mz_gguf_writer_add_str(w, "general.architecture", "llama");
+    add_tensor_zero(w, "iq2", 16, 1, 256, 1);
+    size_t len5;
+    uint8_t *iq2 = finish(w, &len5);
+    if (iq2) save("bad-iq2_xxs.gguf", iq2, len5);
+    free(iq2);
     save("bad-truncated-header.gguf", small, 20);
 
     free(small);

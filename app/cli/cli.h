@@ -87,6 +87,7 @@ mz_status cli_format_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t n
 
 int cmd_chat(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_evict(int argc, char **argv);

@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "model/gguf.h"
+#include "model/quant_mix.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -54,45 +55,57 @@ int cli_info(cli_opts *o)
 {
     mz_model_t *m = NULL;
     mz_gguf *g = NULL;
-    if (cli_load(o, &m, NULL)) return 1;
-    if (mz_gguf_open(o->model, &g)) {
+    if (!o->model) return cli_load(o, &m, NULL) ? 1 : 0; /* says how to give one */
+    /* The file is shown even when it does not load (an architecture or a
+     * type mzcache lacks): its tensor table says why. */
+    if (mz_gguf_open_any_type(o->model, &g)) {
         fprintf(stderr, "mzcache: %s\n", mz_last_error());
-        mz_model_free(m);
         return 1;
     }
+    bool loads = cli_load(o, &m, NULL) == MZ_OK;
     mz_model_info in;
-    mz_model_get_info(m, &in);
     char b1[32], b2[32], b3[32];
     printf("model: %s\n", o->model);
-    printf("  name %s | arch %s | weights %s | %.1fM parameters\n", in.name, in.arch,
-           in.weight_type, (double)in.n_params / 1e6);
-    printf("  layers %d | embd %d | heads %d (kv %d) | head dim %d | ff %d | vocab %d | ctx %d\n",
-           in.n_layer, in.n_embd, in.n_head, in.n_head_kv, in.head_dim, in.n_ff, in.n_vocab,
-           in.n_ctx_train);
-    printf("  output head %s\n", in.tied_output ? "tied to token embeddings" : "separate");
-    bool tmpl_from_file = false;
-    const char *tmpl = mz_model_chat_template(m, &tmpl_from_file);
-    printf("  chat template %s (%s)\n\n", tmpl,
-           o->chat_template           ? "--chat-template"
-           : !strcmp(tmpl, "unknown") ? "the file's template is of no known family: use --chat-template NAME"
-           : tmpl_from_file           ? "recognised in the file's template"
-                                      : "the file has none: its architecture's");
+    if (loads) {
+        mz_model_get_info(m, &in);
+        printf("  name %s | arch %s | weights %s | %.1fM parameters\n", in.name, in.arch,
+               in.weight_type, (double)in.n_params / 1e6);
+        printf("  layers %d | embd %d | heads %d (kv %d) | head dim %d | ff %d | vocab %d | ctx %d\n",
+               in.n_layer, in.n_embd, in.n_head, in.n_head_kv, in.head_dim, in.n_ff, in.n_vocab,
+               in.n_ctx_train);
+        printf("  output head %s\n", in.tied_output ? "tied to token embeddings" : "separate");
+        bool tmpl_from_file = false;
+        const char *tmpl = mz_model_chat_template(m, &tmpl_from_file);
+        printf("  chat template %s (%s)\n", tmpl,
+               o->chat_template           ? "--chat-template"
+               : !strcmp(tmpl, "unknown") ? "the file's template is of no known family: use --chat-template NAME"
+               : tmpl_from_file           ? "recognised in the file's template"
+                                          : "the file has none: its architecture's");
+    } else {
+        printf("  does not load in mzcache (see the message above); what the file holds:\n");
+    }
+    char mix[512];
+    printf("  types: %s\n\n", mz_qmix_describe(g, mix, sizeof mix));
 
     printf("metadata (%" PRIu64 " keys, GGUF v%u):\n", g->n_kv, g->version);
     for (uint64_t i = 0; i < g->n_kv; i++) print_kv(&g->kv[i]);
 
     printf("\ntensors (%" PRIu64 "):\n", g->n_tensors);
-    printf("  %-32s %-6s %-22s %12s\n", "name", "type", "shape", "bytes");
+    printf("  %-32s %-7s %-22s %12s\n", "name", "type", "shape", "bytes");
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const mz_gguf_tensor *t = &g->tensors[i];
         char shape[64] = "";
         size_t off = 0;
         for (uint32_t d = 0; d < t->n_dims && off < sizeof shape; d++)
             off += (size_t)snprintf(shape + off, sizeof shape - off, d ? " x %" PRIu64 : "%" PRIu64, t->ne[d]);
-        printf("  %-32.*s %-6s %-22s %12" PRIu64 "\n", (int)t->name.len, t->name.ptr,
+        printf("  %-32.*s %-7s %-22s %12" PRIu64 "\n", (int)t->name.len, t->name.ptr,
                mz_dtype_name(t->type), shape, t->nbytes);
     }
 
+    if (!loads) {
+        mz_gguf_free(g);
+        return 1;
+    }
     size_t chunk_bytes = in.kv_bytes_per_token / (size_t)in.n_layer * MZ_KV_CHUNK_TOKENS;
     printf("\nmemory units (what mzcache can evict and restore):\n");
     printf("  pinned (embeddings, output norm%s)   %s\n", in.tied_output ? "" : ", output head",

@@ -394,8 +394,10 @@ static int cmd_info(int argc, char **argv)
         if (r) continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: mzcache info -m MODEL\n\n"
-                   "Prints the model's metadata, its tensor table and the memory of each unit\n"
-                   "(the pieces mzcache can evict: one per transformer block, one per KV chunk).\n");
+                   "Prints the model's metadata, its tensor table, its quantization mix (\"types:\n"
+                   "Q4_K_M: Q4_K ×…, Q6_K ×…\") and the memory of each unit (the pieces mzcache can\n"
+                   "evict: one per transformer block, one per KV chunk). A file mzcache cannot\n"
+                   "load is still shown, with the reason, and the exit status is 1.\n");
             return 0;
         }
         fprintf(stderr, "mzcache info: unknown option '%s'\n", argv[i]);
@@ -498,6 +500,7 @@ static void usage(FILE *f)
             "  info       show a model's metadata, tensors and memory units\n"
             "  tokenize   print the token ids of a text\n"
             "  gen-model  write a random-weight GGUF model of a given shape\n"
+            "  quantize   rewrite a GGUF model in a quantization mix (Q4_K_M, Q8_0, ...)\n"
             "  profile    measure this machine once for the eviction policy\n"
             "  serve      OpenAI-style HTTP server that gives memory back under pressure\n"
             "  evict      ask a running server to give memory back (512M, 40%%, all)\n"
@@ -530,6 +533,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "evict")) return cmd_evict(argc - 1, argv + 1);

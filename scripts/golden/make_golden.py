@@ -26,6 +26,19 @@ Usage: python3 scripts/golden/make_golden.py [--mzcache build/mzcache] [--only N
           of chat and plain prompts (Gemma's turn format, BOS first)
 Output: tests/golden/forward/<case>.txt (+ <case>.logits.f32, little-endian),
         tests/golden/greedy/<case>.txt
+
+--mixes (issue 28) makes only tests/golden/mixes/smollm2-<MIX>.txt: the real
+SmolLM2 weights written in each quantization mix by OUR quantizer (`mzcache
+quantize`, deterministic, so CI makes the same file without llama.cpp; the
+sha256 of the file is stored), then llama.cpp on that exact file: its top-1
+and top-2 gap at every position of a 64-token prompt, its noise (largest
+logit change when it switches flash attention on), and greedy continuations
+of a few prompts with their gaps. test_forward_mixes compares. It also has
+llama.cpp's own quantizer (llama_model_quantize) write each mix from the F32
+dequantization of the same weights, and writes cases for those files to
+--llamacpp-out (not committed: their files exist only where llama.cpp ran);
+MZ_MIX_GOLDEN_DIR=that folder build/test_forward_mixes gives the figures of
+docs/QUANT.md.
 """
 import argparse
 import hashlib
@@ -136,15 +149,16 @@ def last_logits(llm, tokens):
     return current_logits(llm)
 
 
-def greedy(llm, tokens, n):
+def greedy(llm, tokens, n, read=current_logits):
     """Greedy continuation, with the gap between the best and second-best
     logit at each step: where that gap is within llama.cpp's own numerical
-    noise, a different but equally valid implementation may pick the other."""
+    noise, a different but equally valid implementation may pick the other.
+    read(llm) gives the last position's logits."""
     llm.reset()
     llm.eval(tokens)
     out, margins = [], []
     for _ in range(n):
-        logits = current_logits(llm)
+        logits = read(llm)
         top2 = np.sort(logits)[-2:]
         margins.append(float(top2[1] - top2[0]))
         t = int(np.argmax(logits))
@@ -181,15 +195,112 @@ def write_case(name, model_rel, model_sha, tokens, logits, continuation=None, no
         f.write(struct.pack("<%df" % len(logits), *logits.tolist()))
 
 
+# ---- quantization mixes (--mixes) ---------------------------------------------------
+
+OUT_MIXES = os.path.join(ROOT, "tests", "golden", "mixes")
+MIXES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS"]
+# LLAMA_FTYPE_* of each mix (llama.h), for llama_model_quantize.
+FTYPES = {"Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "Q3_K_M": 12, "Q2_K": 10, "Q5_0": 8, "Q5_1": 9,
+          "IQ4_NL": 25, "IQ4_XS": 30}
+POSITIONS_TEXT = ("Memory on a phone is shared by every app that runs on it. When a large language "
+                  "model answers questions, its weights and its cache of past tokens take most of "
+                  "that memory, and the system may ask for it back at any moment; an engine that "
+                  "gives it back quickly, and restores it just as fast, keeps the conversation going.")
+MIX_GREEDY = {
+    "capital": "The capital of France is",
+    "story": "Once upon a time, in a small village by the sea, there lived",
+    "code": "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "chat": "<|im_start|>user\nWhat is the capital of Japan?<|im_end|>\n<|im_start|>assistant\n",
+    "numbers": "Counting by twos: 2, 4, 6, 8,",
+}
+N_MIX_GREEDY = 24
+
+
+def all_logits(llm, tokens):
+    llm.reset()
+    llm.eval(tokens)
+    return np.array(llm.scores[:len(tokens)], dtype=np.float32)
+
+
+def mix_case(path, model_line, out_dir, name):
+    """llama.cpp on one file: per-position top-1 and gaps, noise, greedy runs."""
+    llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_threads=2, logits_all=True,
+                verbose=False, seed=0)
+    llm_fa = Llama(model_path=path, n_ctx=512, n_batch=512, n_threads=2, logits_all=True,
+                   verbose=False, seed=0, flash_attn=True)
+    pos = llm.tokenize(POSITIONS_TEXT.encode(), add_bos=False, special=True)[:64]
+    assert len(pos) == 64, len(pos)
+    lg = all_logits(llm, pos)
+    lg_fa = all_logits(llm_fa, pos)
+    noise_pos = np.max(np.abs(lg - lg_fa), axis=1)  # per position, over the vocabulary
+    noise = float(np.max(noise_pos))
+    top2 = np.sort(lg, axis=1)[:, -2:]
+    lines = [f"model {model_line}", f"sha256 {sha256(path)}", f"peer_max {noise:.6f}",
+             "positions " + " ".join(map(str, pos)),
+             "top1 " + " ".join(str(int(t)) for t in np.argmax(lg, axis=1)),
+             "gaps " + " ".join(f"{g:.4f}" for g in (top2[:, 1] - top2[:, 0])),
+             "noise " + " ".join(f"{g:.4f}" for g in noise_pos),
+             "top1_fa " + " ".join(str(int(t)) for t in np.argmax(lg_fa, axis=1))]
+    for gname, text in MIX_GREEDY.items():
+        toks = llm.tokenize(text.encode(), add_bos=False, special=True)
+        cont, margins = greedy(llm, toks, N_MIX_GREEDY, read=last_scores)
+        lines.append(f"greedy {gname} | " + " ".join(map(str, toks)) + " | " +
+                     " ".join(map(str, cont)) + " | " + " ".join(f"{m:.4f}" for m in margins))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name + ".txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    del llm, llm_fa
+    return noise
+
+
+def last_scores(llm):
+    """The last position's logits of a model loaded with logits_all."""
+    return np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+
+
+def make_mixes(args):
+    import llama_cpp
+    os.makedirs(args.mix_tmp, exist_ok=True)
+    f32 = os.path.join(args.mix_tmp, "SmolLM2-135M-Instruct.F32.gguf")
+    def quantize(path, mix):  # kept while newer than the mzcache that makes it
+        if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(args.mzcache):
+            subprocess.run([args.mzcache, "quantize", "-m", REAL, "-o", path, "--type", mix], check=True)
+    quantize(f32, "F32")
+    for mix in args.only or MIXES:
+        ours = os.path.join(args.mix_tmp, f"SmolLM2-135M-Instruct.{mix}.gguf")
+        quantize(ours, mix)
+        noise = mix_case(ours, f"mix:{mix}", OUT_MIXES, f"smollm2-{mix}")
+        print(f"mixes: ours {mix}: llama.cpp noise {noise:.4f}", file=sys.stderr)
+        theirs = os.path.join(args.mix_tmp, f"llamacpp-SmolLM2-135M-Instruct.{mix}.gguf")
+        qp = llama_cpp.llama_model_quantize_default_params()
+        qp.ftype = FTYPES[mix]
+        qp.allow_requantize = True
+        qp.nthread = 2
+        rc = llama_cpp.llama_model_quantize(f32.encode(), theirs.encode(), qp)
+        if rc != 0:
+            print(f"mixes: llama_model_quantize {mix} failed ({rc})", file=sys.stderr)
+            continue
+        mix_case(theirs, f"file:{os.path.relpath(theirs, ROOT)}", args.llamacpp_out,
+                 f"llamacpp-smollm2-{mix}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mzcache", default=os.path.join(ROOT, "build", "mzcache"))
     ap.add_argument("--tmp", default=os.path.join(ROOT, "build", "golden-models"))
-    ap.add_argument("--only", nargs="+", help="only the tiny cases with these name prefixes")
     ap.add_argument("--gemma", action="store_true", help="only the real Gemma 3 270M cases")
+    ap.add_argument("--mixes", action="store_true", help="make tests/golden/mixes only")
+    ap.add_argument("--mix-tmp", default=os.path.join(ROOT, "build", "test-tmp", "mixes"),
+                    help="where the mix files go (test_forward_mixes makes the same ones there)")
+    ap.add_argument("--only", nargs="*",
+                    help="with --mixes: these mixes only; else only the tiny cases with these name prefixes")
+    ap.add_argument("--llamacpp-out", default=os.path.join(ROOT, "build", "golden-models", "llamacpp-mixes"))
     args = ap.parse_args()
     if args.gemma:
         make_gemma()
+        return
+    if args.mixes:
+        make_mixes(args)
         return
     if not args.only:
         make_smollm2()

@@ -36,6 +36,28 @@ static bool cpu_has_f16c(void)
 
 /* ---- tables ---------------------------------------------------------------------- */
 
+/* A K-quant entry (kquant_*.c): activations in Q8_K, the reference
+ * dequantizer and quantizer, vec_dot and its gemm of the given ISA. */
+#define KQ_ENTRY(t, isa, ff)                                                                   \
+    {.vec_dot_type = MZ_DT_Q8_K, .from_float = ff, .vec_dot = mz_vec_dot_##t##_q8_K_##isa,   \
+     .to_float = mz_to_float_##t##_ref, .quantize = mz_quantize_##t##_ref,                      \
+     .gemm = mz_gemm_##t##_q8_K_##isa}
+/* Q5_0, Q5_1, IQ4_NL, IQ4_XS (q5_iq4_*.c) in a table of ISA `isa`, given that
+ * ISA's Q8_0 / Q8_1 activation conversions; Q8_K's is the reference. */
+#define Q5_IQ4_ENTRIES(ff_q8_0, ff_q8_1, isa)                                                        \
+    [MZ_DT_Q5_0] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = ff_q8_0,                                \
+                    .vec_dot = mz_vec_dot_q5_0_q8_0_##isa, .to_float = mz_to_float_q5_0_ref,          \
+                    .quantize = mz_quantize_q5_0_ref, .gemm = mz_gemm_q5_0_q8_0_##isa},               \
+    [MZ_DT_Q5_1] = {.vec_dot_type = MZ_DT_Q8_1, .from_float = ff_q8_1,                                \
+                    .vec_dot = mz_vec_dot_q5_1_q8_1_##isa, .to_float = mz_to_float_q5_1_ref,          \
+                    .quantize = mz_quantize_q5_1_ref, .gemm = mz_gemm_q5_1_q8_1_##isa},               \
+    [MZ_DT_IQ4_NL] = {.vec_dot_type = MZ_DT_Q8_0, .from_float = ff_q8_0,                              \
+                      .vec_dot = mz_vec_dot_iq4_nl_q8_0_##isa, .to_float = mz_to_float_iq4_nl_ref,    \
+                      .quantize = mz_quantize_iq4_nl_ref, .gemm = mz_gemm_iq4_nl_q8_0_##isa},         \
+    [MZ_DT_IQ4_XS] = {.vec_dot_type = MZ_DT_Q8_K, .from_float = mz_quantize_q8_K_ref,                 \
+                      .vec_dot = mz_vec_dot_iq4_xs_q8_K_##isa, .to_float = mz_to_float_iq4_xs_ref,    \
+                      .quantize = mz_quantize_iq4_xs_ref, .gemm = mz_gemm_iq4_xs_q8_K_##isa}
+
 static const mz_type_kernels k_ref[MZ_DT_COUNT] = {
     [MZ_DT_F32] = {.vec_dot_type = MZ_DT_F32, .from_float = mz_quantize_f32_ref,
                    .vec_dot = mz_vec_dot_f32_ref, .to_float = mz_to_float_f32_ref,
@@ -61,6 +83,14 @@ static const mz_type_kernels k_ref[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_ref, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_ref},
+    /* ---- K-quants (kquant_ref.c) ---- */
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, ref, mz_quantize_q8_K_ref),
+    /* ---- end of K-quants ---- */
+    Q5_IQ4_ENTRIES(mz_quantize_q8_0_ref, mz_quantize_q8_1_ref, ref),
 };
 
 #if MZ_KERNELS_X86
@@ -89,6 +119,14 @@ static const mz_type_kernels k_avx2[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx2, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx2},
+    /* ---- K-quants (kquant_avx2.c) ---- */
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx2, mz_quantize_q8_K_ref),
+    /* ---- end of K-quants ---- */
+    Q5_IQ4_ENTRIES(mz_from_float_q8_0_avx2, mz_from_float_q8_1_avx2, avx2),
 };
 
 static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
@@ -116,6 +154,14 @@ static const mz_type_kernels k_avx512[MZ_DT_COUNT] = {
                     .vec_dot = mz_vec_dot_q4_1_q8_1_avx512, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref,
                    .gemm = mz_gemm_q4_1_q8_1_avx512},
+    /* ---- K-quants (kquant_avx2.c until kquant_avx512.c) ---- */
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, avx2, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, avx2, mz_quantize_q8_K_ref),
+    /* ---- end of K-quants ---- */
+    Q5_IQ4_ENTRIES(mz_from_float_q8_0_avx2, mz_from_float_q8_1_avx2, avx512),
 };
 #endif
 
@@ -141,6 +187,14 @@ static const mz_type_kernels k_neon[MZ_DT_COUNT] = {
     [MZ_DT_Q4_1] = {.vec_dot_type = MZ_DT_Q8_1, .from_float = mz_quantize_q8_1_ref,
                     .vec_dot = mz_vec_dot_q4_1_q8_1_neon, .to_float = mz_to_float_q4_1_ref,
                     .quantize = mz_quantize_q4_1_ref, .gemm = mz_gemm_q4_1_q8_1_neon},
+    /* ---- K-quants (kquant_ref.c) ---- */
+    [MZ_DT_Q2_K] = KQ_ENTRY(q2_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q3_K] = KQ_ENTRY(q3_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q4_K] = KQ_ENTRY(q4_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q5_K] = KQ_ENTRY(q5_K, ref, mz_quantize_q8_K_ref),
+    [MZ_DT_Q6_K] = KQ_ENTRY(q6_K, ref, mz_quantize_q8_K_ref),
+    /* ---- end of K-quants ---- */
+    Q5_IQ4_ENTRIES(mz_quantize_q8_0_ref, mz_quantize_q8_1_ref, ref),
 };
 #endif
 

@@ -94,6 +94,89 @@ float mz_vec_dot_x8_q8_0_ref(size_t n, const void *restrict w, const void *restr
 /* x8 kernel table of a given ISA (NULL as mz_kernels_for_isa). */
 const mz_type_kernels *mz_kernels_x8_for_isa(enum mz_isa isa, int type);
 
+/* ---- K-quants: Q2_K..Q6_K x Q8_K (kquant_ref.c, kquant_<isa>.c) ------------------------ */
+
+/* Scalar reference of type t (q2_K .. q6_K); every ISA's vec_dot gives
+ * these bits exactly (the same per-block integers and float steps, see
+ * kquant_ref.c). */
+#define MZ_KQUANT_REF_DECL(t)                                                                  \
+    void mz_to_float_##t##_ref(const void *restrict x, float *restrict y, size_t n);          \
+    void mz_quantize_##t##_ref(const float *restrict x, void *restrict y, size_t n);          \
+    float mz_vec_dot_##t##_q8_K_ref(size_t n, const void *restrict w, const void *restrict x); \
+    MZ_GEMM_DECL(mz_gemm_##t##_q8_K_ref)
+MZ_KQUANT_REF_DECL(q2_K);
+MZ_KQUANT_REF_DECL(q3_K);
+MZ_KQUANT_REF_DECL(q4_K);
+MZ_KQUANT_REF_DECL(q5_K);
+MZ_KQUANT_REF_DECL(q6_K);
+/* SIMD vec_dot of type t for an ISA, and its gemm (MZ_GEMM_FROM_VEC_DOT). */
+#define MZ_KQUANT_ISA_DECL(t, isa)                                                             \
+    float mz_vec_dot_##t##_q8_K_##isa(size_t n, const void *restrict w, const void *restrict x); \
+    MZ_GEMM_DECL(mz_gemm_##t##_q8_K_##isa)
+#if MZ_KERNELS_X86
+MZ_KQUANT_ISA_DECL(q2_K, avx2);
+MZ_KQUANT_ISA_DECL(q3_K, avx2);
+MZ_KQUANT_ISA_DECL(q4_K, avx2);
+MZ_KQUANT_ISA_DECL(q5_K, avx2);
+MZ_KQUANT_ISA_DECL(q6_K, avx2);
+#endif
+
+/* ---- end of K-quants ----------------------------------------------------------------- */
+
+/* ---- Q5_0, Q5_1, IQ4_NL, IQ4_XS (q5_iq4_*.c) ------------------------------------ */
+
+/* The non-linear grid of IQ4_NL and IQ4_XS, ascending. */
+extern const int8_t mz_kvalues_iq4nl[16];
+/* Scale of IQ4_XS sub-block j (0..7) minus 32: -32..31. */
+static inline int mz_iq4_xs_scale(const mz_block_iq4_xs *b, int j)
+{
+    const int lo = (b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f;
+    const int hi = (b->scales_h >> (2 * j)) & 3;
+    return (lo | hi << 4) - 32;
+}
+void mz_to_float_q5_0_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_to_float_q5_1_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_to_float_iq4_nl_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_to_float_iq4_xs_ref(const void *restrict x, float *restrict y, size_t n);
+void mz_quantize_q5_0_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_quantize_q5_1_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_quantize_iq4_nl_ref(const float *restrict x, void *restrict y, size_t n);
+void mz_quantize_iq4_xs_ref(const float *restrict x, void *restrict y, size_t n);
+float mz_vec_dot_q5_0_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q5_1_q8_1_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_iq4_nl_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_iq4_xs_q8_K_ref(size_t n, const void *restrict w, const void *restrict x);
+MZ_GEMM_DECL(mz_gemm_q5_0_q8_0_ref);
+MZ_GEMM_DECL(mz_gemm_q5_1_q8_1_ref);
+MZ_GEMM_DECL(mz_gemm_iq4_nl_q8_0_ref);
+MZ_GEMM_DECL(mz_gemm_iq4_xs_q8_K_ref);
+#if MZ_KERNELS_X86
+/* q5_iq4_avx2.c / q5_iq4_avx512.c: tiles of q5_iq4_x86.h (the two ISAs give
+ * the same bits); vec_dot is the 1 x 1 tile. */
+#define MZ_Q5_IQ4_ISA_DECLS(isa)                                                                 \
+    float mz_vec_dot_q5_0_q8_0_##isa(size_t n, const void *restrict w, const void *restrict x);  \
+    float mz_vec_dot_q5_1_q8_1_##isa(size_t n, const void *restrict w, const void *restrict x);  \
+    float mz_vec_dot_iq4_nl_q8_0_##isa(size_t n, const void *restrict w, const void *restrict x); \
+    float mz_vec_dot_iq4_xs_q8_K_##isa(size_t n, const void *restrict w, const void *restrict x); \
+    MZ_GEMM_DECL(mz_gemm_q5_0_q8_0_##isa);                                                       \
+    MZ_GEMM_DECL(mz_gemm_q5_1_q8_1_##isa);                                                       \
+    MZ_GEMM_DECL(mz_gemm_iq4_nl_q8_0_##isa);                                                     \
+    MZ_GEMM_DECL(mz_gemm_iq4_xs_q8_K_##isa)
+MZ_Q5_IQ4_ISA_DECLS(avx2);
+MZ_Q5_IQ4_ISA_DECLS(avx512);
+#endif
+#if MZ_KERNELS_NEON
+/* q5_iq4_neon.c; the gemm is one vec_dot per (row, token). */
+float mz_vec_dot_q5_0_q8_0_neon(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_q5_1_q8_1_neon(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_iq4_nl_q8_0_neon(size_t n, const void *restrict w, const void *restrict x);
+float mz_vec_dot_iq4_xs_q8_K_neon(size_t n, const void *restrict w, const void *restrict x);
+MZ_GEMM_DECL(mz_gemm_q5_0_q8_0_neon);
+MZ_GEMM_DECL(mz_gemm_q5_1_q8_1_neon);
+MZ_GEMM_DECL(mz_gemm_iq4_nl_q8_0_neon);
+MZ_GEMM_DECL(mz_gemm_iq4_xs_q8_K_neon);
+#endif
+
 /* ---- AVX2 + FMA + F16C (vecdot_avx2.c, gemm_avx2.c) ------------------------------------------ */
 
 #if MZ_KERNELS_X86

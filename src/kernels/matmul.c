@@ -54,6 +54,25 @@ MZ_GEMM_FROM_VEC_DOT(mz_gemm_bf16_ref, mz_vec_dot_bf16_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_q8_0_q8_0_ref, mz_vec_dot_q8_0_q8_0_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_q4_0_q8_0_ref, mz_vec_dot_q4_0_q8_0_ref)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_q4_1_q8_1_ref, mz_vec_dot_q4_1_q8_1_ref)
+/* K-quants (kquant_*.c): one vec_dot per (row, token). */
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q2_K_q8_K_ref, mz_vec_dot_q2_K_q8_K_ref)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q3_K_q8_K_ref, mz_vec_dot_q3_K_q8_K_ref)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q4_K_q8_K_ref, mz_vec_dot_q4_K_q8_K_ref)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_K_q8_K_ref, mz_vec_dot_q5_K_q8_K_ref)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q6_K_q8_K_ref, mz_vec_dot_q6_K_q8_K_ref)
+#if MZ_KERNELS_X86
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q2_K_q8_K_avx2, mz_vec_dot_q2_K_q8_K_avx2)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q3_K_q8_K_avx2, mz_vec_dot_q3_K_q8_K_avx2)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q4_K_q8_K_avx2, mz_vec_dot_q4_K_q8_K_avx2)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_K_q8_K_avx2, mz_vec_dot_q5_K_q8_K_avx2)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q6_K_q8_K_avx2, mz_vec_dot_q6_K_q8_K_avx2)
+#endif
+/* end of K-quants */
+/* Q5_0, Q5_1, IQ4_NL, IQ4_XS (q5_iq4_*.c) */
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_0_q8_0_ref, mz_vec_dot_q5_0_q8_0_ref)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_q5_1_q8_1_ref, mz_vec_dot_q5_1_q8_1_ref)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_iq4_nl_q8_0_ref, mz_vec_dot_iq4_nl_q8_0_ref)
+MZ_GEMM_FROM_VEC_DOT(mz_gemm_iq4_xs_q8_K_ref, mz_vec_dot_iq4_xs_q8_K_ref)
 #if MZ_KERNELS_X86
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_f32_avx2, mz_vec_dot_f32_avx2)
 MZ_GEMM_FROM_VEC_DOT(mz_gemm_bf16_avx2, mz_vec_dot_bf16_avx2)

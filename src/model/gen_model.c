@@ -16,6 +16,7 @@
 #include "../core/core.h"
 #include "../kernels/kernels.h"
 #include "gguf.h"
+#include "quant_mix.h"
 
 #include <string.h>
 
@@ -62,15 +63,17 @@ typedef struct gen_cfg {
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train, n_vocab;
     float rope_base, norm_eps;
     bool tied;
-    int wtype;                  /* mz_dtype of the 2-D matrices */
-    const char *wtype_name;
-    uint32_t file_type;         /* llama.cpp's LLAMA_FTYPE for wtype */
+    const mz_qmix *mix;         /* the matrices' types: the mix's rules, or its base when pure */
+    bool pure;
+    mz_qmix_model qm;
+    const char *wtype_name;     /* as asked: a type or a mix name */
+    uint32_t file_type;         /* llama.cpp's LLAMA_FTYPE of the mix */
 } gen_cfg;
 
 /* Shared by every tensor's fill call. */
 typedef struct gen_run {
+    const struct gen_cfg *cfg;
     uint64_t seed;
-    const mz_type_kernels *quant; /* for wtype; NULL when wtype is F32 */
     float *row;                 /* one row of floats */
     size_t done_bytes, total_bytes;
     mz_progress_fn progress;
@@ -157,7 +160,7 @@ static mz_status gen_fill(void *user, void *dst, size_t nbytes)
         if (t->type == MZ_DT_F32)
             memcpy(out, run->row, row_bytes);
         else
-            run->quant->quantize(run->row, out, n0);
+            mz_kernels_ref(t->type)->quantize(run->row, out, n0);
     }
     run->done_bytes += nbytes;
     if (run->progress && !run->progress(run->progress_user, run->done_bytes, run->total_bytes))
@@ -175,6 +178,32 @@ static bool name_eq(const char *a, const char *b)
         if (ca != cb) return false;
     }
     return *a == *b;
+}
+
+/* A tensor type name (Q4_0, Q4_K, ...) makes every matrix that type (as
+ * llama-quantize --pure, rows that do not fit falling back as llama.cpp
+ * does); a mix name that is no type name (Q4_K_M, Q3_K_S, ...) follows
+ * llama.cpp's per-tensor rules (quant_mix.c). */
+static mz_status resolve_type(const char *wt, gen_cfg *c)
+{
+    for (int t = 0; t < MZ_DT_COUNT && !c->mix; t++) {
+        const char *n = mz_dtype_name(t);
+        if (n && name_eq(n, wt) && mz_qmix_for_base(t)) {
+            c->mix = mz_qmix_for_base(t);
+            c->pure = true;
+            c->wtype_name = n;
+        }
+    }
+    if (!c->mix && (c->mix = mz_qmix_find(wt))) c->wtype_name = c->mix->name;
+    if (!c->mix)
+        return mz_fail(MZ_E_INVAL,
+                       "weight type '%s' not available (types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 "
+                       "IQ4_NL IQ4_XS Q2_K Q3_K Q4_K Q5_K Q6_K; mixes: %s)",
+                       wt, mz_qmix_names());
+    c->file_type = c->mix->ftype;
+    c->qm = (mz_qmix_model){.n_layer = c->n_layer, .n_attn_v = c->n_layer,
+                            .n_gqa = c->n_head / c->n_head_kv, .tied = c->tied};
+    return MZ_OK;
 }
 
 static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
@@ -236,31 +265,7 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
         return mz_fail(MZ_E_INVAL, "n_head * head_dim is too large");
 
     const char *wt = p->weight_type ? p->weight_type : "F16";
-    static const struct { const char *name; int type; uint32_t ftype; } types[] = {
-        {"F32", MZ_DT_F32, 0}, {"F16", MZ_DT_F16, 1}, {"Q4_0", MZ_DT_Q4_0, 2}, {"Q4_1", MZ_DT_Q4_1, 3},
-        {"Q8_0", MZ_DT_Q8_0, 7},
-    };
-    c->wtype = -1;
-    for (size_t i = 0; i < MZ_ARRAY_LEN(types); i++) {
-        if (name_eq(types[i].name, wt)) {
-            c->wtype = types[i].type;
-            c->wtype_name = types[i].name;
-            c->file_type = types[i].ftype;
-        }
-    }
-    if (c->wtype < 0)
-        return mz_fail(MZ_E_INVAL, "weight type '%s' not available (choose F16 Q8_0 Q4_0 Q4_1 F32)", wt);
-
-    /* Every matrix row must be whole blocks of the weight type. */
-    size_t blk = mz_dtype_block_len(c->wtype);
-    struct { const char *what; int v; } rows[] = {
-        {"n_embd", c->n_embd}, {"n_head * head_dim", c->n_head * c->head_dim}, {"n_ff", c->n_ff},
-    };
-    for (size_t i = 0; i < MZ_ARRAY_LEN(rows); i++)
-        if ((size_t)rows[i].v % blk)
-            return mz_fail(MZ_E_INVAL, "%s = %d is not a multiple of %zu, the block length of %s",
-                           rows[i].what, rows[i].v, blk, c->wtype_name);
-    return MZ_OK;
+    return resolve_type(wt, c);
 }
 
 /* ---- metadata ------------------------------------------------------------------- */
@@ -320,7 +325,7 @@ static mz_status add_metadata(mz_gguf_writer *w, const gen_cfg *c)
     mz_status s = mz_gguf_writer_add_str(w, "general.architecture", c->arch);
     if (!s) s = mz_gguf_writer_add_str(w, "general.name", name);
     if (!s) s = mz_gguf_writer_add_u32(w, "general.file_type", c->file_type);
-    if (!s && (c->wtype == MZ_DT_Q8_0 || c->wtype == MZ_DT_Q4_0))
+    if (!s && mz_dtype_block_len(c->mix->base) > 1)
         s = mz_gguf_writer_add_u32(w, "general.quantization_version", 2);
     if (!s) s = add_arch_kv(w, c, "context_length", (uint32_t)c->n_ctx_train);
     if (!s) s = add_arch_kv(w, c, "embedding_length", (uint32_t)c->n_embd);
@@ -343,16 +348,19 @@ static mz_status add_metadata(mz_gguf_writer *w, const gen_cfg *c)
 
 /* ---- tensors -------------------------------------------------------------------- */
 
-static void set_tensor(gen_tensor *t, gen_run *run, gen_kind kind, int type, uint64_t ne0,
+/* Matrices take their type from the mix (wt = -1), norms are F32. */
+static void set_tensor(gen_tensor *t, gen_run *run, gen_kind kind, int wt, uint64_t ne0,
                        uint64_t ne1, const char *fmt, int layer)
 {
     snprintf(t->name, sizeof t->name, fmt, layer);
     t->kind = kind;
-    t->type = type;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
     t->n_dims = ne1 > 1 || kind == GEN_MATRIX ? 2 : 1;
     t->run = run;
+    const gen_cfg *c = run->cfg;
+    t->type = wt >= 0 ? wt
+                      : mz_qmix_tensor_type(c->mix, c->pure, &c->qm, t->name, t->n_dims, t->ne, MZ_DT_F32);
 }
 
 /* Fills tab (room for 3 + 16 * n_layer) and returns the count. */
@@ -363,7 +371,7 @@ static size_t plan_tensors(const gen_cfg *c, gen_run *run, gen_tensor *tab)
     uint64_t Q = (uint64_t)c->n_head * (uint64_t)c->head_dim;
     uint64_t K = (uint64_t)c->n_head_kv * (uint64_t)c->head_dim;
     uint64_t D = (uint64_t)c->head_dim;
-    int wt = c->wtype;
+    int wt = -1;
     set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, V, "token_embd.weight", 0);
     set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "output_norm.weight", 0);
     if (!c->tied) set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, V, "output.weight", 0);
@@ -408,11 +416,6 @@ mz_status mz_gen_model(const char *out_path, const mz_gen_params *p)
         return mz_fail(MZ_E_INVAL, "gen-model: vocab_from is required (a GGUF file whose "
                                    "tokenizer is copied)");
     if ((s = resolve_cfg(p, &c)) != MZ_OK) return mz_fail_prefix(s, "gen-model");
-    if (c.wtype != MZ_DT_F32) {
-        run.quant = mz_kernels_ref(c.wtype);
-        if (!run.quant || !run.quant->quantize)
-            return mz_fail(MZ_E_UNSUPPORTED, "gen-model: no quantizer for %s", c.wtype_name);
-    }
 
     if ((s = open_vocab(p->vocab_from, &c, &vocab)) != MZ_OK) goto out_prefix;
     if (!(w = mz_gguf_writer_init())) {
@@ -436,12 +439,18 @@ mz_status mz_gen_model(const char *out_path, const mz_gen_params *p)
         s = MZ_E_NOMEM;
         goto out_free_tab;
     }
+    run.cfg = &c;
     run.seed = p->seed;
     run.progress = p->progress;
     run.progress_user = p->progress_user;
     size_t n = plan_tensors(&c, &run, tab);
     for (size_t i = 0; i < n && s == MZ_OK; i++) {
         gen_tensor *t = &tab[i];
+        if (t->type != MZ_DT_F32 && !(mz_kernels_ref(t->type) && mz_kernels_ref(t->type)->quantize)) {
+            s = mz_fail(MZ_E_UNSUPPORTED, "no quantizer for %s (tensor %s; types mzcache computes with: %s)",
+                        mz_dtype_name(t->type), t->name, mz_dtype_supported_names());
+            break;
+        }
         run.total_bytes += mz_dtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
         s = mz_gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, t->ne, gen_fill, t);
     }

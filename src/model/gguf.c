@@ -677,8 +677,8 @@ static mz_status parse_alignment(mz_gguf *g)
     return MZ_OK;
 }
 
-static mz_status parse_impl(const uint8_t *buf, size_t len, uint64_t file_size, mz_gguf *g,
-                            bool *need_more)
+static mz_status parse_impl(const uint8_t *buf, size_t len, uint64_t file_size, bool any_type,
+                            mz_gguf *g, bool *need_more)
 {
     char na[NAME_SHOW_MAX + 8], nb[NAME_SHOW_MAX + 8];
     cursor c = {.buf = buf, .len = len, .file_size = file_size, .owner = OWNER_HEADER, .elem = -1};
@@ -723,7 +723,8 @@ static mz_status parse_impl(const uint8_t *buf, size_t len, uint64_t file_size, 
         c.owner_idx = i;
         c.owner_name = NULL;
         if ((s = read_tensor_info(&c, a, t)) != MZ_OK) goto out;
-        if (first_unsupported < 0 && !mz_dtype_supported(t->type)) first_unsupported = (int64_t)i;
+        if (first_unsupported < 0 && !any_type && !mz_dtype_supported(t->type))
+            first_unsupported = (int64_t)i;
     }
     if ((s = find_duplicate(g->tensors, sizeof *g->tensors, offsetof(mz_gguf_tensor, name),
                             g->n_tensors, &dup, &da, &db)) != MZ_OK)
@@ -766,7 +767,8 @@ out:
     return s;
 }
 
-mz_status mz_gguf_parse(const uint8_t *buf, size_t len, uint64_t file_size, mz_gguf **out)
+static mz_status parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, bool any_type,
+                           mz_gguf **out)
 {
     mz_status s;
     *out = NULL;
@@ -781,7 +783,7 @@ mz_status mz_gguf_parse(const uint8_t *buf, size_t len, uint64_t file_size, mz_g
         goto out_free_gguf;
     }
     bool need_more;
-    s = parse_impl(buf ? buf : (const uint8_t *)"", len, file_size, g, &need_more);
+    s = parse_impl(buf ? buf : (const uint8_t *)"", len, file_size, any_type, g, &need_more);
     if (s != MZ_OK) goto out_free_gguf;
     *out = g;
     return MZ_OK;
@@ -791,6 +793,16 @@ out_free_gguf:
     return s;
 }
 
+mz_status mz_gguf_parse(const uint8_t *buf, size_t len, uint64_t file_size, mz_gguf **out)
+{
+    return parse_mem(buf, len, file_size, false, out);
+}
+
+mz_status mz_gguf_parse_any_type(const uint8_t *buf, size_t len, uint64_t file_size, mz_gguf **out)
+{
+    return parse_mem(buf, len, file_size, true, out);
+}
+
 void mz_gguf_free(mz_gguf *g)
 {
     if (!g) return;
@@ -798,6 +810,21 @@ void mz_gguf_free(mz_gguf *g)
     free(g->kv);
     free(g->tensors);
     free(g);
+}
+
+mz_status mz_file_read_at(int fd, void *dst, size_t n, uint64_t off, const char *what)
+{
+    uint8_t *p = dst;
+    while (n) {
+        ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return mz_fail(MZ_E_IO, "reading %s: %s", what, strerror(errno));
+        if (r == 0) return mz_fail(MZ_E_IO, "reading %s: unexpected end of file", what);
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return MZ_OK;
 }
 
 /* Reads [have, want) of the file into buf. */
@@ -813,7 +840,7 @@ static mz_status read_range(int fd, uint8_t *buf, size_t have, size_t want)
     return MZ_OK;
 }
 
-mz_status mz_gguf_open(const char *path, mz_gguf **out)
+static mz_status open_file(const char *path, bool any_type, mz_gguf **out)
 {
     mz_status s;
     uint8_t *buf = NULL;
@@ -853,7 +880,7 @@ mz_status mz_gguf_open(const char *path, mz_gguf **out)
         }
         g->arena = mz_calloc(1, sizeof(arena));
         bool need_more = false;
-        s = g->arena ? parse_impl(buf, have, size, g, &need_more) : MZ_E_NOMEM;
+        s = g->arena ? parse_impl(buf, have, size, any_type, g, &need_more) : MZ_E_NOMEM;
         if (s == MZ_OK) {
             *out = g;
             break;
@@ -869,6 +896,13 @@ out_close_fd:
 out_prefix:
     if (s != MZ_OK) mz_fail_prefix(s, "%s", path);
     return s;
+}
+
+mz_status mz_gguf_open(const char *path, mz_gguf **out) { return open_file(path, false, out); }
+
+mz_status mz_gguf_open_any_type(const char *path, mz_gguf **out)
+{
+    return open_file(path, true, out);
 }
 
 /* ---- lookups and getters ------------------------------------------------------ */

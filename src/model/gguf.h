@@ -94,6 +94,12 @@ mz_status mz_gguf_open(const char *path, mz_gguf **out);
  * file_size. Used by mz_gguf_open and by the fuzzer. If the metadata runs past
  * len but not past file_size the result is MZ_E_RANGE (give more bytes). */
 mz_status mz_gguf_parse(const uint8_t *buf, size_t len, uint64_t file_size, mz_gguf **out);
+/* The same, accepting tensors of every known type whether mzcache computes
+ * with it or not (info, quantize and the dequantize tool only read; the
+ * model loader refuses such a type by name). The file is checked as
+ * strictly otherwise: block counts, shapes and data bounds of every type. */
+mz_status mz_gguf_open_any_type(const char *path, mz_gguf **out);
+mz_status mz_gguf_parse_any_type(const uint8_t *buf, size_t len, uint64_t file_size, mz_gguf **out);
 void mz_gguf_free(mz_gguf *g);
 
 /* Lookups: NULL / -1 when absent. */
@@ -112,6 +118,10 @@ mz_status mz_gguf_get_arr(const mz_gguf *g, const char *key, mz_gguf_type elem_t
                           const void **data, uint64_t *n);
 
 const char *mz_gguf_type_name(mz_gguf_type t);
+
+/* Reads exactly n bytes at off (pread, EINTR and short reads retried);
+ * MZ_E_IO naming `what` on an error or an early end of file. */
+mz_status mz_file_read_at(int fd, void *dst, size_t n, uint64_t off, const char *what);
 
 /* ---- writer (used by gen-model and tests that craft files) ---------------- */
 

@@ -16,6 +16,7 @@
 #include "model.h"
 
 #include "../kernels/kernels.h"
+#include "quant_mix.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -260,21 +261,6 @@ static void place(mz_tensor *t, size_t *cursor, uint64_t data_offset, const mz_g
     *cursor += t->nbytes;
 }
 
-static mz_status read_exact(int fd, void *dst, size_t n, uint64_t off, const char *what)
-{
-    uint8_t *p = dst;
-    while (n) {
-        ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return mz_fail(MZ_E_IO, "reading %s: %s", what, strerror(errno));
-        if (r == 0) return mz_fail(MZ_E_IO, "reading %s: unexpected end of file", what);
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return MZ_OK;
-}
-
 /* Reads every placed tensor of a unit into buf. */
 static mz_status load_tensors(int fd, uint8_t *buf, mz_tensor *const *ts, const char *const *names,
                               size_t n)
@@ -282,7 +268,7 @@ static mz_status load_tensors(int fd, uint8_t *buf, mz_tensor *const *ts, const 
     for (size_t i = 0; i < n; i++) {
         mz_tensor *t = ts[i];
         if (!t->nbytes) continue;
-        mz_status s = read_exact(fd, buf + t->offset, t->nbytes, t->file_offset, names[i]);
+        mz_status s = mz_file_read_at(fd, buf + t->offset, t->nbytes, t->file_offset, names[i]);
         if (s) return s;
         t->data = buf + t->offset;
     }
@@ -373,14 +359,28 @@ static mz_status bind_block(const mz_gguf *g, const mz_model_config *c, int l, m
     return MZ_OK;
 }
 
-static const char *dominant_type(const mz_model_t *m)
+/* What info and the server call the weights: the one type of every block
+ * matrix when they share it; else the file's mix when general.file_type
+ * names one (a Q4_K_M file is Q4_K, Q6_K and Q5_0/Q8_0 on rows that do not
+ * fit 256-value blocks); else the type holding the most bytes. */
+static const char *weights_name(const mz_model_t *m, const mz_gguf *g)
 {
     size_t bytes[MZ_DT_COUNT] = {0};
+    int n_types = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const mz_block_weights *b = &m->blocks[l];
         const mz_tensor *ts[] = {&b->wq, &b->wk, &b->wv, &b->wo, &b->w_gate, &b->w_up, &b->w_down};
-        for (size_t i = 0; i < MZ_ARRAY_LEN(ts); i++) bytes[ts[i]->type] += ts[i]->nbytes;
+        for (size_t i = 0; i < MZ_ARRAY_LEN(ts); i++) {
+            n_types += !bytes[ts[i]->type];
+            bytes[ts[i]->type] += ts[i]->nbytes;
+        }
     }
+    uint32_t ft;
+    const mz_qmix *mix;
+    if (n_types > 1 && mz_gguf_get_u32(g, "general.file_type", &ft) == MZ_OK &&
+        (mix = mz_qmix_for_ftype(ft)))
+        return mix->name;
+    mz_clear_error();
     int best = 0;
     for (int t = 0; t < MZ_DT_COUNT; t++)
         if (bytes[t] > bytes[best]) best = t;
@@ -396,7 +396,7 @@ static void fill_info(mz_model_t *m, const mz_gguf *g, const char *arch)
     mz_gguf_str name;
     if (mz_gguf_get_str(g, "general.name", &name) == MZ_OK)
         snprintf(in->name, sizeof in->name, "%.*s", (int)MZ_MIN(name.len, 127), name.ptr);
-    snprintf(in->weight_type, sizeof in->weight_type, "%s", dominant_type(m));
+    snprintf(in->weight_type, sizeof in->weight_type, "%s", weights_name(m, g));
     in->n_layer = c->n_layer;
     in->n_embd = c->n_embd;
     in->n_head = c->n_head;

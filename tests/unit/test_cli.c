@@ -39,7 +39,7 @@ int main(void)
     if (!model) return t_skip("test_cli", "no models/SmolLM2 (run make model)");
 
     /* help: every command explains itself and exits 0 */
-    const char *cmds[] = {"run", "chat", "info", "tokenize", "gen-model"};
+    const char *cmds[] = {"run", "chat", "info", "tokenize", "gen-model", "quantize"};
     CHECK_EQ_INT(sh("%s --help", bin), 0);
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
         CHECK(strstr(g_out, cmds[i]) != NULL);
@@ -68,6 +68,32 @@ int main(void)
     CHECK(strstr(g_out, "layers 30") != NULL);
     CHECK(strstr(g_out, "blk.29.ffn_down.weight") != NULL);
     CHECK(strstr(g_out, "memory units") != NULL);
+    /* ...and the file's mix: llama.cpp's Q4_1 keeps the tied embeddings in Q8_0 */
+    CHECK_MSG(strstr(g_out, "  types: Q4_1: Q4_1 ×210, Q8_0 ×1, F32 ×61\n") != NULL, "%s", g_out);
+    /* A file that does not load (yet) is still shown, with why. */
+    if (access("models/gemma-3-270m-q4_k_m.gguf", R_OK) == 0) {
+        int rc = sh("%s info -m models/gemma-3-270m-q4_k_m.gguf", bin);
+        CHECK_MSG(rc == 0 || (rc == 1 && strstr(g_out, "cannot load model")), "rc %d: %s", rc, g_out);
+        CHECK_MSG(strstr(g_out, "types: Q4_K_M: Q5_0 ×81") && strstr(g_out, "Q4_K ×27") &&
+                      strstr(g_out, "Q8_0 ×10") && strstr(g_out, "Q6_K ×9") && strstr(g_out, "F32 ×109"),
+                  "%s", g_out);
+        CHECK(strstr(g_out, "blk.17.ffn_down.weight") != NULL);
+    }
+
+    /* quantize: a mix of the real weights that still answers */
+    {
+        char q8[1024];
+        snprintf(q8, sizeof q8, "%s", t_tmp_path("cli-q8_0.gguf"));
+        CHECK_EQ_INT(sh("%s quantize -m %s -o %s --type Q8_0", bin, model, q8), 0);
+        CHECK_EQ_INT(sh("%s info -m %s", bin, q8), 0);
+        CHECK_MSG(strstr(g_out, "  types: Q8_0: Q8_0 ×211, F32 ×61\n") != NULL, "%s", g_out);
+        CHECK_EQ_INT(sh("%s run -m %s -p 'The capital of France is' -n 4 --greedy -t 2", bin, q8), 0);
+        CHECK_MSG(strstr(g_out, "The capital of France is Paris") != NULL, "%s", g_out);
+        CHECK_EQ_INT(sh("%s quantize -m %s -o %s --type Q9_K", bin, model, q8), 1);
+        CHECK_MSG(strstr(g_out, "unknown mix 'Q9_K'") && strstr(g_out, "Q4_K_M"), "%s", g_out);
+        CHECK_EQ_INT(sh("%s quantize -m %s --type Q8_0", bin, model), 2);
+        unlink(q8);
+    }
 
     /* run: greedy is deterministic and says how fast it was */
     CHECK_EQ_INT(sh("%s run -m %s -p 'The capital of France is' -n 4 --greedy -t 2", bin, model), 0);
@@ -106,6 +132,13 @@ int main(void)
         snprintf(out, sizeof out, "%s", t_tmp_path("cli-tiny.gguf"));
         CHECK_EQ_INT(sh("%s gen-model --preset tiny-llama --type Q4_0 --vocab-from %s -o %s", bin,
                         model, out), 0);
+        CHECK_EQ_INT(sh("%s run -m %s -p 'Hello' -n 3 -q", bin, out), 0);
+        /* a mix: llama.cpp's rules for 8 blocks of 256-wide rows (untied:
+         * output Q6_K; attn_v and ffn_down Q6_K on layers 0, 3, 6, 7) */
+        CHECK_EQ_INT(sh("%s gen-model --preset tiny-llama --embd 256 --ff 512 --heads 4 --kv-heads 2 "
+                        "--head-dim 64 --layers 8 --type q4_k_m --vocab-from %s -o %s", bin, model, out), 0);
+        CHECK_EQ_INT(sh("%s info -m %s", bin, out), 0);
+        CHECK_MSG(strstr(g_out, "  types: Q4_K_M: Q4_K ×49, Q6_K ×9, F32 ×17\n") != NULL, "%s", g_out);
         CHECK_EQ_INT(sh("%s run -m %s -p 'Hello' -n 3 -q", bin, out), 0);
         CHECK_EQ_INT(sh("%s gen-model --preset no-such-preset --vocab-from %s -o %s", bin, model, out), 1);
         CHECK_MSG(strstr(g_out, "no-such-preset") != NULL, "%s", g_out);

@@ -70,37 +70,11 @@ typedef struct golden_case {
     size_t n_gaps_all;
 } golden_case;
 
-static size_t parse_ids(const char *s, mz_token *out, size_t cap)
-{
-    size_t n = 0;
-    char *end;
-    while (n < cap) {
-        long v = strtol(s, &end, 10);
-        if (end == s) break;
-        out[n++] = (mz_token)v;
-        s = end;
-    }
-    return n;
-}
-
 static void copy_str(char *dst, size_t cap, const char *src)
 {
     size_t n = strnlen(src, cap - 1);
     memcpy(dst, src, n);
     dst[n] = '\0';
-}
-
-static size_t parse_floats(char *p, float *out, size_t cap)
-{
-    size_t n = 0;
-    char *end;
-    while (n < cap) {
-        float v = strtof(p, &end);
-        if (end == p) break;
-        out[n++] = v;
-        p = end;
-    }
-    return n;
 }
 
 static int read_case(const char *path, golden_case *g)
@@ -113,15 +87,15 @@ static int read_case(const char *path, golden_case *g)
         line[strcspn(line, "\n")] = '\0';
         if (!strncmp(line, "model ", 6)) copy_str(g->model, sizeof g->model, line + 6);
         else if (!strncmp(line, "sha256 ", 7)) copy_str(g->sha, sizeof g->sha, line + 7);
-        else if (!strncmp(line, "tokens ", 7)) g->n_tokens = parse_ids(line + 7, g->tokens, MAX_TOK);
-        else if (!strncmp(line, "greedy ", 7)) g->n_greedy = parse_ids(line + 7, g->greedy, 64);
-        else if (!strncmp(line, "greedy_fa ", 10)) g->n_greedy_fa = parse_ids(line + 10, g->greedy_fa, 64);
+        else if (!strncmp(line, "tokens ", 7)) g->n_tokens = t_parse_ids(line + 7, g->tokens, MAX_TOK);
+        else if (!strncmp(line, "greedy ", 7)) g->n_greedy = t_parse_ids(line + 7, g->greedy, 64);
+        else if (!strncmp(line, "greedy_fa ", 10)) g->n_greedy_fa = t_parse_ids(line + 10, g->greedy_fa, 64);
         else if (!strncmp(line, "n_vocab ", 8)) g->n_vocab = atoi(line + 8);
         else if (!strncmp(line, "peer_rms ", 9)) g->peer_rms = atof(line + 9);
         else if (!strncmp(line, "peer_max ", 9)) g->peer_max = atof(line + 9);
-        else if (!strncmp(line, "margins ", 8)) g->n_margins = parse_floats(line + 8, g->margins, 64);
-        else if (!strncmp(line, "top1_all ", 9)) g->n_top1_all = parse_ids(line + 9, g->top1_all, MAX_TOK);
-        else if (!strncmp(line, "gaps_all ", 9)) g->n_gaps_all = parse_floats(line + 9, g->gaps_all, MAX_TOK);
+        else if (!strncmp(line, "margins ", 8)) g->n_margins = t_parse_floats(line + 8, g->margins, 64);
+        else if (!strncmp(line, "top1_all ", 9)) g->n_top1_all = t_parse_ids(line + 9, g->top1_all, MAX_TOK);
+        else if (!strncmp(line, "gaps_all ", 9)) g->n_gaps_all = t_parse_floats(line + 9, g->gaps_all, MAX_TOK);
         else if (!strncmp(line, "top1 ", 5)) g->top1 = atoi(line + 5);
     }
     fclose(f);

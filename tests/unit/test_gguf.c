@@ -366,6 +366,67 @@ static void test_tensor_errors(void)
 #undef WITH_BASE
 }
 
+/* The block types of downloaded files (Q4_K_M & co.): whole blocks parse,
+ * a row that is not whole blocks (an odd width like 640 for a 256-value
+ * super-block) is malformed whatever the type, and a file cut inside a
+ * super-block is truncated. The types mzcache does not compute with are
+ * read by the any-type reader and refused by name by the strict one. */
+static void test_block_types(void)
+{
+    static const struct { int type; uint64_t ok, bad; } kinds[] = {
+        {MZ_DT_Q5_0, 64, 48},   {MZ_DT_Q5_1, 96, 100},  {MZ_DT_IQ4_NL, 288, 16},
+        {MZ_DT_Q2_K, 256, 128}, {MZ_DT_Q3_K, 512, 576}, {MZ_DT_Q4_K, 768, 640},
+        {MZ_DT_Q5_K, 256, 32},  {MZ_DT_Q6_K, 512, 1152}, {MZ_DT_IQ4_XS, 256, 288},
+        {16 /* IQ2_XXS */, 256, 64},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(kinds); i++) {
+        const char *tn = mz_dtype_name(kinds[i].type);
+        size_t len;
+        uint8_t *buf = make_base((base_opts){kinds[i].type, kinds[i].ok}, &len);
+        mz_gguf *g = NULL;
+        CHECK_MSG(mz_gguf_parse_any_type(buf, len, len, &g) == MZ_OK, "%s: %s", tn, mz_last_error());
+        if (g) {
+            const mz_gguf_tensor *t = mz_gguf_find_tensor(g, "t.x");
+            CHECK(t && t->nbytes == kinds[i].ok / mz_dtype_block_len(kinds[i].type) *
+                                      mz_dtype_block_bytes(kinds[i].type));
+            /* Cut one byte into the last super-block of t.x: outside the file. */
+            size_t cut = (size_t)(g->data_offset + t->offset + t->nbytes - 1);
+            mz_gguf *g2 = NULL;
+            mz_status s = mz_gguf_parse_any_type(buf, cut, cut, &g2);
+            CHECK_MSG(s == MZ_E_FORMAT && strstr(mz_last_error(), "tensor 't.x' data") &&
+                          strstr(mz_last_error(), "lies outside the file"),
+                      "%s cut: %s", tn, mz_last_error());
+            mz_gguf_free(s ? NULL : g2);
+            mz_gguf_free(g);
+        }
+        if (mz_dtype_supported(kinds[i].type)) {
+            expect(tn, buf, len, MZ_OK, "");
+        } else {
+            char want[128];
+            snprintf(want, sizeof want, "tensor t.x has type %s which mzcache does not support; supported: %s",
+                     tn, mz_dtype_supported_names());
+            expect(tn, buf, len, MZ_E_UNSUPPORTED, want);
+        }
+        char want[160];
+        snprintf(want, sizeof want, "tensor 't.x': ne[0] = %llu is not a multiple of the block length %zu of type %s",
+                 (unsigned long long)kinds[i].bad, mz_dtype_block_len(kinds[i].type), tn);
+        patch_tensor(buf, len, "t.x", 1, 1, kinds[i].bad);
+        expect(tn, buf, len, MZ_E_FORMAT, want);
+        CHECK(mz_gguf_parse_any_type(buf, len, len, &g) == MZ_E_FORMAT && g == NULL);
+        free(buf);
+    }
+    /* The list of what loads names every supported type and nothing else. */
+    for (int t = 0; t < MZ_DT_COUNT; t++) {
+        const char *n = mz_dtype_name(t);
+        if (!n) continue;
+        char word[24];
+        snprintf(word, sizeof word, " %s ", n);
+        char list[300];
+        snprintf(list, sizeof list, " %s ", mz_dtype_supported_names());
+        CHECK_MSG((strstr(list, word) != NULL) == (mz_dtype_supported(t) != 0), "%s in '%s'", n, list);
+    }
+}
+
 /* Every prefix of a valid file must fail cleanly, and say truncated (or that
  * tensor data lies outside the file). */
 static void test_truncation_sweep(void)
@@ -768,6 +829,7 @@ int main(void)
     test_value_errors();
     test_duplicate_keys();
     test_tensor_errors();
+    test_block_types();
     test_truncation_sweep();
     test_byte_flips();
     test_round_trip();

@@ -430,7 +430,7 @@ static void test_tables(void)
         CHECK(mz_kernels_ref(k_types[ti]) != NULL);
     }
     CHECK(mz_kernels_for(MZ_DT_Q8_1) == NULL); /* activation-only type */
-    CHECK(mz_kernels_for(12) == NULL);         /* Q4_K: unsupported */
+    CHECK(mz_kernels_for(16) == NULL);         /* IQ2_XXS: unsupported */
     CHECK(mz_kernels_for(-1) == NULL && mz_kernels_for(1000) == NULL);
     CHECK(mz_kernels_ref(MZ_DT_Q4_1)->vec_dot_type == MZ_DT_Q8_1);
     CHECK(mz_kernels_ref(MZ_DT_Q4_0)->vec_dot_type == MZ_DT_Q8_0);

@@ -190,3 +190,29 @@ double t_cpu_ms(void)
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+
+size_t t_parse_ids(const char *s, int32_t *out, size_t cap)
+{
+    size_t n = 0;
+    char *end;
+    while (n < cap) {
+        long v = strtol(s, &end, 10);
+        if (end == s) break;
+        out[n++] = (int32_t)v;
+        s = end;
+    }
+    return n;
+}
+
+size_t t_parse_floats(const char *s, float *out, size_t cap)
+{
+    size_t n = 0;
+    char *end;
+    while (n < cap) {
+        float v = strtof(s, &end);
+        if (end == s) break;
+        out[n++] = v;
+        s = end;
+    }
+    return n;
+}

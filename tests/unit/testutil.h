@@ -7,6 +7,7 @@
 #define MZ_TESTUTIL_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,10 @@ double t_cpu_ms(void);
 
 /* Pages of path resident in the page cache, by mincore (-1 if it cannot tell). */
 long t_resident_pages(const char *path);
+
+/* Whitespace-separated integers / floats of s into out[cap]; returns the count. */
+size_t t_parse_ids(const char *s, int32_t *out, size_t cap);
+size_t t_parse_floats(const char *s, float *out, size_t cap);
 
 /* Hex SHA-256 of a file; 0 on success. */
 int t_sha256_file(const char *path, char hex[65]);

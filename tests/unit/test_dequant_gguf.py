@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""test_dequant_gguf.py: our scalar dequantizers (mz_dequant, a test tool
+over mz_kernels_ref(type)->to_float) against an independent implementation,
+the `gguf` PyPI package's NumPy dequantizers (gguf.quants.dequantize).
+Dequantization is exact arithmetic on both sides: every value must be equal.
+
+  blocks   random blocks of every block type (random bytes, f16 scales drawn
+           from a sane range): Q5_0 Q5_1 IQ4_NL IQ4_XS Q2_K Q3_K Q4_K Q5_K
+           Q6_K, and Q8_0 Q4_0 Q4_1
+  gemma    every tensor of the real Gemma 3 270M Q4_K_M file, as llama.cpp
+           wrote it (F32, Q5_0, Q4_K, Q8_0, Q6_K); scripts/fetch-gemma3.sh
+           fetches it (sha256-checked, cached) when it is absent
+  mixes    the real SmolLM2 weights rewritten by `mzcache quantize` in each
+           mix: every tensor of each file (the files are kept in
+           $MZ_TEST_TMP/mixes/ and made again when older than mzcache)
+
+Exit 0 pass, 1 fail, 77 skip (gguf or numpy not importable; the tools not
+built). MZ_DEQUANT_MIXES="Q4_K_M Q6_K" narrows the mixes.
+"""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache"))
+TOOL = os.environ.get("MZ_DEQUANT", os.path.join(ROOT, "build", "mz_dequant"))
+TMP = os.environ.get("MZ_TEST_TMP", os.path.join(ROOT, "build", "test-tmp"))
+SMOL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+GEMMA = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
+NAME = "test_dequant_gguf"
+MIXES = os.environ.get("MZ_DEQUANT_MIXES",
+                       "Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K Q5_0 Q5_1 IQ4_NL IQ4_XS Q4_K_S Q3_K_L").split()
+
+try:
+    import numpy as np
+    from gguf import GGMLQuantizationType as QT
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+except ImportError as e:
+    print(f"{NAME}: skip: the gguf package cannot be imported ({e}); scripts/install-deps.sh installs it")
+    sys.exit(77)
+
+TALLY = {"pass": 0, "fail": 0}
+
+
+def check(cond, what):
+    """Counts a check; prints what failed."""
+    TALLY["pass" if cond else "fail"] += 1
+    if not cond:
+        print(f"FAIL: {what}", flush=True)
+    return cond
+
+
+def compare(what, ours, theirs):
+    """Exact equality of two float32 arrays; says where they first differ."""
+    theirs = np.asarray(theirs, dtype=np.float32).reshape(-1)
+    if ours.shape != theirs.shape:
+        return check(False, f"{what}: {ours.size} values, gguf gives {theirs.size}")
+    bad = np.flatnonzero(~((ours == theirs) | (np.isnan(ours) & np.isnan(theirs))))
+    if bad.size:
+        i = int(bad[0])
+        return check(False, f"{what}: {bad.size} of {ours.size} values differ; first at {i}: "
+                            f"ours {ours[i]!r}, gguf {theirs[i]!r}")
+    return check(True, what)
+
+
+# Block geometry and where each type keeps its f16 scales (byte offsets).
+BLOCKS = {
+    "Q8_0": (QT.Q8_0, 34, [0]), "Q4_0": (QT.Q4_0, 18, [0]), "Q4_1": (QT.Q4_1, 20, [0, 2]),
+    "Q5_0": (QT.Q5_0, 22, [0]), "Q5_1": (QT.Q5_1, 24, [0, 2]), "IQ4_NL": (QT.IQ4_NL, 18, [0]),
+    "IQ4_XS": (QT.IQ4_XS, 136, [0]), "Q2_K": (QT.Q2_K, 84, [80, 82]), "Q3_K": (QT.Q3_K, 110, [108]),
+    "Q4_K": (QT.Q4_K, 144, [0, 2]), "Q5_K": (QT.Q5_K, 176, [0, 2]), "Q6_K": (QT.Q6_K, 210, [208]),
+}
+
+
+def test_blocks():
+    rng = np.random.default_rng(28)
+    for name, (qt, bb, scales) in BLOCKS.items():
+        n = 1024
+        raw = rng.integers(0, 256, size=(n, bb), dtype=np.uint8)
+        for off in scales:
+            mag = rng.uniform(1e-4, 2.0, size=n) * rng.choice([-1.0, 1.0], size=n)
+            raw[:, off:off + 2] = mag.astype(np.float16).view(np.uint8).reshape(n, 2)
+        path = os.path.join(TMP, f"dequant-{name}.bin")
+        raw.tofile(path)
+        p = subprocess.run([TOOL, "blocks", name, path], capture_output=True)
+        if not check(p.returncode == 0, f"mz_dequant blocks {name}: {p.stderr.decode()}"):
+            continue
+        ours = np.frombuffer(p.stdout, dtype="<f4")
+        compare(f"random {name} blocks", ours, dequantize(raw.reshape(-1), qt))
+        os.unlink(path)
+
+
+def compare_file(label, path):
+    """Every tensor of a GGUF file, ours (one stream, tensor-table order) against gguf's."""
+    reader = GGUFReader(path)
+    p = subprocess.Popen([TOOL, "gguf", path], stdout=subprocess.PIPE)
+    types = {}
+    ok = True
+    for t in reader.tensors:
+        n = int(t.n_elements)
+        rows = t.data.reshape(-1, t.data.shape[-1]) if t.data.ndim > 1 else t.data.reshape(1, -1)
+        per_row = n // rows.shape[0]
+        step = max(1, (1 << 22) // per_row)  # compare about 4M values at a time
+        for r0 in range(0, rows.shape[0], step):
+            chunk = rows[r0:r0 + step]
+            want = n_vals = chunk.shape[0] * per_row
+            buf = p.stdout.read(4 * n_vals)
+            if len(buf) != 4 * want:
+                check(False, f"{label} {t.name}: mz_dequant stopped after {len(buf)} bytes")
+                p.kill()
+                p.wait()
+                return
+            ours = np.frombuffer(buf, dtype="<f4")
+            theirs = chunk if t.tensor_type == QT.F32 else dequantize(chunk, t.tensor_type)
+            if not compare(f"{label} {t.name} ({t.tensor_type.name}) rows {r0}..", ours, theirs):
+                ok = False
+                break
+        else:
+            types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+            continue
+        p.kill()
+        break
+    p.wait()
+    if ok:
+        check(p.returncode == 0, f"{label}: mz_dequant exit {p.returncode}")
+        print(f"  {label}: {len(reader.tensors)} tensors equal: "
+              + ", ".join(f"{k} ×{v}" for k, v in sorted(types.items(), key=lambda kv: -kv[1])), flush=True)
+
+
+def test_gemma():
+    if not os.path.exists(GEMMA):
+        subprocess.run([os.path.join(ROOT, "scripts", "fetch-gemma3.sh")], cwd=ROOT)
+    if not os.path.exists(GEMMA):
+        print(f"{NAME}: gemma: skipped, {GEMMA} absent and could not be fetched")
+        return
+    compare_file("gemma", GEMMA)
+
+
+def mix_file(mix):
+    """$MZ_TEST_TMP/mixes/SmolLM2-135M-Instruct.MIX.gguf, made again when older than mzcache."""
+    d = os.path.join(TMP, "mixes")
+    os.makedirs(d, exist_ok=True)
+    out = os.path.join(d, f"SmolLM2-135M-Instruct.{mix}.gguf")
+    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(BIN):
+        return out
+    p = subprocess.run([BIN, "quantize", "-m", SMOL, "-o", out, "--type", mix],
+                       capture_output=True, text=True)
+    return out if check(p.returncode == 0, f"quantize {mix}: {p.stdout}{p.stderr}") else None
+
+
+def test_mixes():
+    if not os.path.exists(SMOL):
+        print(f"{NAME}: mixes: skipped, {SMOL} absent (make model)")
+        return
+    for mix in MIXES:
+        path = mix_file(mix)
+        if path:
+            compare_file(f"SmolLM2 {mix}", path)
+
+
+def main():
+    for tool in (TOOL, BIN):
+        if not os.access(tool, os.X_OK):
+            print(f"{NAME}: skip: {tool} is not built")
+            return 77
+    os.makedirs(TMP, exist_ok=True)
+    test_blocks()
+    test_gemma()
+    test_mixes()
+    print(f"{NAME}: {TALLY['pass']} passed, {TALLY['fail']} failed")
+    return 1 if TALLY["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
