@@ -271,6 +271,8 @@ def make_mixes(args):
         quantize(ours, mix)
         noise = mix_case(ours, f"mix:{mix}", OUT_MIXES, f"smollm2-{mix}")
         print(f"mixes: ours {mix}: llama.cpp noise {noise:.4f}", file=sys.stderr)
+        if args.no_llamacpp_quantize:
+            continue
         theirs = os.path.join(args.mix_tmp, f"llamacpp-SmolLM2-135M-Instruct.{mix}.gguf")
         qp = llama_cpp.llama_model_quantize_default_params()
         qp.ftype = FTYPES[mix]
@@ -294,6 +296,8 @@ def main():
                     help="where the mix files go (test_forward_mixes makes the same ones there)")
     ap.add_argument("--only", nargs="*",
                     help="with --mixes: these mixes only; else only the tiny cases with these name prefixes")
+    ap.add_argument("--no-llamacpp-quantize", action="store_true",
+                    help="with --mixes: skip the files llama.cpp's own quantizer makes")
     ap.add_argument("--llamacpp-out", default=os.path.join(ROOT, "build", "golden-models", "llamacpp-mixes"))
     args = ap.parse_args()
     if args.gemma:
