@@ -78,6 +78,9 @@ typedef struct mz_model_params {
                                   tokenizer is built; 0 = all cores; at most 8 are used.
                                   The result does not depend on it. */
     bool verbose;              /* print loading details to stderr */
+    const char *chat_template; /* NULL: the family recognised in the file's template (or the
+                                  architecture's when it has none); else one of "chatml",
+                                  "gemma", "llama3", "mistral" (others: MZ_E_INVAL) */
 } mz_model_params;
 
 MZ_API mz_model_params mz_model_params_default(void);
@@ -88,7 +91,7 @@ MZ_API MZ_NODISCARD mz_status mz_model_load(const char *path, const mz_model_par
 MZ_API void mz_model_free(mz_model_t *m);
 
 typedef struct mz_model_info {
-    char arch[32];             /* "llama" or "qwen3" */
+    char arch[32];             /* "llama", "qwen2", "qwen3" or "gemma3" */
     char name[128];            /* general.name, "" if absent */
     char weight_type[16];      /* the matrices' type ("Q4_1"), or the file's mix ("Q4_K_M") */
     int n_layer;
@@ -145,12 +148,18 @@ typedef struct mz_chat_msg {
     const char *content;
 } mz_chat_msg;
 
-/* Formats messages with the model's chat template (ChatML or Llama 3, chosen
- * from tokenizer.chat_template). add_assistant: end with the assistant header.
- * Returns the needed length in *n_out (without NUL); MZ_E_RANGE if cap is small. */
+/* Formats messages with the model's chat template family (ChatML, Llama 3,
+ * Gemma or Mistral, recognised in tokenizer.chat_template, or
+ * mz_model_params.chat_template). add_assistant: end with the assistant header.
+ * Returns the needed length in *n_out (without NUL); MZ_E_RANGE if cap is small;
+ * MZ_E_UNSUPPORTED when the file's template is of no known family. */
 MZ_API MZ_NODISCARD mz_status mz_chat_format(const mz_model_t *m, const mz_chat_msg *msgs,
                                              size_t n_msgs, bool add_assistant, char *buf,
                                              size_t cap, size_t *n_out);
+/* The model's chat template family: "chatml", "llama3", "gemma", "mistral" or
+ * "unknown" (mz_chat_format refuses); *from_file (may be NULL) says whether it
+ * was recognised in the file's own template. */
+MZ_API const char *mz_model_chat_template(const mz_model_t *m, bool *from_file);
 
 /* The chat template applied to msgs, tokenized (BOS as mz_tokenize's
  * add_special): control tokens such as <|im_end|> come only from the

@@ -16,6 +16,7 @@
 
 typedef struct cli_opts {
     const char *model;
+    const char *chat_template; /* --chat-template NAME; NULL: the model's own */
     int n_threads;
     int n_ctx;
     bool ctx_given;            /* -c was on the command line */

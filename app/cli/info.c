@@ -74,6 +74,13 @@ int cli_info(cli_opts *o)
                in.n_layer, in.n_embd, in.n_head, in.n_head_kv, in.head_dim, in.n_ff, in.n_vocab,
                in.n_ctx_train);
         printf("  output head %s\n", in.tied_output ? "tied to token embeddings" : "separate");
+        bool tmpl_from_file = false;
+        const char *tmpl = mz_model_chat_template(m, &tmpl_from_file);
+        printf("  chat template %s (%s)\n", tmpl,
+               o->chat_template           ? "--chat-template"
+               : !strcmp(tmpl, "unknown") ? "the file's template is of no known family: use --chat-template NAME"
+               : tmpl_from_file           ? "recognised in the file's template"
+                                          : "the file has none: its architecture's");
     } else {
         printf("  does not load in mzcache (see the message above); what the file holds:\n");
     }

@@ -68,6 +68,7 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i)
         (*i)++;                                                                      \
     } while (0)
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED_VALUE(); o->model = v; return 1; }
+    if (!strcmp(a, "--chat-template")) { NEED_VALUE(); o->chat_template = v; return 1; }
     /* Ranges: what the engine can do (threads and batch are capped there at
      * 256 and 4096), or what the sampler accepts. */
     if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED_VALUE(); return cli_opt_int(a, v, 0, 256, &o->n_threads) ? -1 : 1; }
@@ -105,6 +106,8 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i)
 
 const char *cli_common_help =
     "  -m, --model FILE        GGUF model file (required)\n"
+    "      --chat-template NAME  chatml, gemma, llama3 or mistral instead of the family\n"
+    "                          recognised in the model's own template\n"
     "  -t, --threads N         compute threads, 1..256 (default 0: all cores)\n"
     "  -c, --ctx-size N        context length in tokens (default 8192, or the model's trained\n"
     "                          length if shorter; serve: 4096; 0 = the trained length)\n"
@@ -131,6 +134,7 @@ mz_status cli_load(cli_opts *o, mz_model_t **model, mz_ctx_t **ctx)
     }
     mz_model_params mp = mz_model_params_default();
     mp.n_threads = o->n_threads;
+    mp.chat_template = o->chat_template;
     mz_status s = mz_model_load(o->model, &mp, model);
     if (s) {
         fprintf(stderr, "mzcache: cannot load model: %s\n", mz_last_error());

@@ -310,6 +310,7 @@ int cmd_serve(int argc, char **argv)
         sp.api_key = getenv("MZ_API_KEY");
     }
     sp.model_path = o.model;
+    sp.chat_template = o.chat_template;
     sp.n_ctx = o.n_ctx;
     sp.n_threads = o.n_threads;
     sp.n_batch = o.n_batch;

@@ -17,7 +17,13 @@ itself with it off on only a few of them). Each greedy case also stores that
 flash-attention-on continuation, so the test can print llama.cpp's agreement
 with itself next to ours.
 
-Usage: python3 scripts/golden/make_golden.py [--mzcache build/mzcache]
+Usage: python3 scripts/golden/make_golden.py [--mzcache build/mzcache] [--only NAME ...]
+  --only: just the tiny cases whose name starts with one of these (e.g.
+          tiny-qwen2 tiny-gemma3); the SmolLM2 cases are left as they are
+  --gemma: just the real Gemma 3 270M Q4_K_M file (scripts/fetch-gemma3.sh)
+          into tests/golden/gemma3/: llama.cpp's top-1 (and its top-2 gap)
+          at every position of a 64-token prompt, and greedy continuations
+          of chat and plain prompts (Gemma's turn format, BOS first)
 Output: tests/golden/forward/<case>.txt (+ <case>.logits.f32, little-endian),
         tests/golden/greedy/<case>.txt
 
@@ -48,6 +54,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 REAL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 OUT = os.path.join(ROOT, "tests", "golden", "forward")
 OUT_GREEDY = os.path.join(ROOT, "tests", "golden", "greedy")
+GEMMA = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
+OUT_GEMMA = os.path.join(ROOT, "tests", "golden", "gemma3")
+GEMMA_LONG = ("Memory on a phone is shared by every app, and the operating system takes it back from "
+              "whichever program sits idle: a language model between two questions loses its cache "
+              "first, then its weights, and the next answer waits for both to come back from storage. "
+              "A cache that knows which pieces matter can keep those and let the rest go, so that "
+              "the reply starts at once.")
+GEMMA_CHAT = {
+    "chat-capital": "What is the capital of Japan?",
+    "chat-sky": "Why is the sky blue?",
+    "chat-sleep": "Give me three tips for sleeping well.",
+    "chat-python": "How do I reverse a list in Python?",
+    "chat-math": "What is 15 times 4?",
+    "chat-poem": "Write a short poem about the ocean.",
+}
+GEMMA_PLAIN = {
+    "animals": "The largest animal that has ever lived on Earth is",
+    "recipe": "To make a simple tomato soup, you will need",
+    "python": "import os\n\ndef list_files(path):\n",
+    "numbers": "Counting by twos: 2, 4, 6, 8,",
+}
 
 PROMPTS = {
     "capital": "The capital of France is",
@@ -89,6 +116,10 @@ TINY = [
     ("tiny-qwen3-f16", "tiny-qwen3", "F16"),
     ("tiny-qwen3-q8_0", "tiny-qwen3", "Q8_0"),
     ("tiny-llama-q4_0", "tiny-llama", "Q4_0"),
+    ("tiny-qwen2-f16", "tiny-qwen2", "F16"),
+    ("tiny-qwen2-q8_0", "tiny-qwen2", "Q8_0"),
+    ("tiny-gemma3-f16", "tiny-gemma3", "F16"),
+    ("tiny-gemma3-q8_0", "tiny-gemma3", "Q8_0"),
 ]
 TINY_PROMPTS = {"a": "Hello world, this is a test of a tiny model.", "b": "1 2 3 4 5 6 7 8 9 10"}
 
@@ -259,18 +290,74 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mzcache", default=os.path.join(ROOT, "build", "mzcache"))
     ap.add_argument("--tmp", default=os.path.join(ROOT, "build", "golden-models"))
+    ap.add_argument("--gemma", action="store_true", help="only the real Gemma 3 270M cases")
     ap.add_argument("--mixes", action="store_true", help="make tests/golden/mixes only")
     ap.add_argument("--mix-tmp", default=os.path.join(ROOT, "build", "test-tmp", "mixes"),
                     help="where the mix files go (test_forward_mixes makes the same ones there)")
-    ap.add_argument("--only", nargs="*", help="with --mixes: these mixes only")
+    ap.add_argument("--only", nargs="*",
+                    help="with --mixes: these mixes only; else only the tiny cases with these name prefixes")
     ap.add_argument("--no-llamacpp-quantize", action="store_true",
                     help="with --mixes: skip the files llama.cpp's own quantizer makes")
     ap.add_argument("--llamacpp-out", default=os.path.join(ROOT, "build", "golden-models", "llamacpp-mixes"))
     args = ap.parse_args()
+    if args.gemma:
+        make_gemma()
+        return
     if args.mixes:
         make_mixes(args)
         return
+    if not args.only:
+        make_smollm2()
+    make_tiny(args)
 
+
+def make_gemma():
+    sha = sha256(GEMMA)
+    rel = "models/gemma-3-270m-q4_k_m.gguf"
+    llm = load(GEMMA)
+    llm_fa = load(GEMMA, flash_attn=True)
+    # Every position's logits: a context that keeps them all.
+    llm_all = Llama(model_path=GEMMA, n_ctx=512, n_batch=512, n_threads=2, logits_all=True, verbose=False,
+                    seed=0)
+    toks = llm_all.tokenize(GEMMA_LONG.encode(), add_bos=True, special=False)[:64]
+    assert len(toks) == 64, len(toks)
+    llm_all.reset()
+    llm_all.eval(toks)
+    scores = np.array(llm_all.scores[:64], dtype=np.float32)
+    top1 = [int(np.argmax(r)) for r in scores]
+    gaps = [float(np.diff(np.sort(r)[-2:])[0]) for r in scores]
+    logits = last_logits(llm, toks)
+    other = last_logits(llm_fa, toks)
+    noise = (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
+    os.makedirs(OUT_GEMMA, exist_ok=True)
+    with open(os.path.join(OUT_GEMMA, "gemma3-positions.txt"), "w") as f:
+        f.write(f"model {rel}\nsha256 {sha}\n")
+        f.write("tokens " + " ".join(map(str, toks)) + "\n")
+        f.write(f"peer_rms {noise[0]:.6f}\npeer_max {noise[1]:.6f}\n")
+        f.write("top1_all " + " ".join(map(str, top1)) + "\n")
+        f.write("gaps_all " + " ".join(f"{g:.4f}" for g in gaps) + "\n")
+    print(f"gemma3-positions: 64 tokens, smallest top-2 gap {min(gaps):.4f}, FA noise {noise[1]:.4f}",
+          file=sys.stderr)
+    del llm_all
+    cases = {k: "<start_of_turn>user\n" + v + "<end_of_turn>\n<start_of_turn>model\n"
+             for k, v in GEMMA_CHAT.items()}
+    cases.update(GEMMA_PLAIN)
+    agree = 0
+    for name, text in cases.items():
+        toks = llm.tokenize(text.encode(), add_bos=True, special=True)
+        logits = last_logits(llm, toks)
+        other = last_logits(llm_fa, toks)
+        noise = (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
+        cont = greedy(llm, toks, 32)
+        cont_fa = greedy(llm_fa, toks, 32)
+        agree += cont[0] == cont_fa[0]
+        write_case("gemma3-" + name, rel, sha, toks, logits, cont, noise, out=OUT_GEMMA,
+                   continuation_fa=cont_fa)
+        print(f"gemma3-{name}: {len(toks)} tokens, FA on == off: {cont[0] == cont_fa[0]}", file=sys.stderr)
+    print(f"llama.cpp FA on vs off: {agree} of {len(cases)} Gemma continuations identical", file=sys.stderr)
+
+
+def make_smollm2():
     real_sha = sha256(REAL)
     llm = load(REAL)
     llm_fa = load(REAL, flash_attn=True)
@@ -302,8 +389,12 @@ def main():
           file=sys.stderr)
     del llm, llm_fa
 
+
+def make_tiny(args):
     os.makedirs(args.tmp, exist_ok=True)
     for case, preset, wtype in TINY:
+        if args.only and not any(case.startswith(p) for p in args.only):
+            continue
         path = os.path.join(args.tmp, case + ".gguf")
         subprocess.run([args.mzcache, "gen-model", "--preset", preset, "--type", wtype,
                         "--vocab-from", REAL, "-o", path], check=True)

@@ -7,7 +7,11 @@ Corpus lines: "<parse_special 0|1> <hex of the UTF-8 text>"; lines starting
 with '#' are comments. Golden lines: "<flag> <hex>\t<id id id ...>".
 Tokenized with add_bos=False (SmolLM2 adds none anyway).
 
-usage: make_tokenizer_golden.py [--model PATH] [--corpus PATH] [--out PATH]
+--gemma: the SentencePiece vocabulary of the real Gemma 3 270M file
+(scripts/fetch-gemma3.sh) over both corpora, tokenizer_corpus.txt and
+tokenizer_corpus_spm.txt, into tests/golden/tokenizer_gemma.txt.
+
+usage: make_tokenizer_golden.py [--gemma] [--model PATH] [--corpus PATH ...] [--out PATH]
 """
 import argparse
 import os
@@ -18,10 +22,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--corpus", default=os.path.join(ROOT, "tests/golden/tokenizer_corpus.txt"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests/golden/tokenizer.txt"))
+    ap.add_argument("--gemma", action="store_true", help="Gemma 3's vocabulary, both corpora")
+    ap.add_argument("--model")
+    ap.add_argument("--corpus", action="append")
+    ap.add_argument("--out")
     args = ap.parse_args()
+    golden = os.path.join(ROOT, "tests/golden")
+    if args.gemma:
+        args.model = args.model or os.path.join(ROOT, "models/gemma-3-270m-q4_k_m.gguf")
+        args.corpus = args.corpus or [os.path.join(golden, "tokenizer_corpus.txt"),
+                                      os.path.join(golden, "tokenizer_corpus_spm.txt")]
+        args.out = args.out or os.path.join(golden, "tokenizer_gemma.txt")
+    args.model = args.model or os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    args.corpus = args.corpus or [os.path.join(golden, "tokenizer_corpus.txt")]
+    args.out = args.out or os.path.join(golden, "tokenizer.txt")
 
     try:
         import llama_cpp
@@ -34,18 +48,21 @@ def main():
            "# model: %s" % os.path.basename(args.model),
            "# <parse_special> <hex of UTF-8 text>\\t<token ids>"]
     n = 0
-    with open(args.corpus, encoding="ascii") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line or line.startswith("#"):
-                continue
-            flag, _, hx = line.partition(" ")
-            if flag not in ("0", "1"):
-                sys.exit("bad corpus line: %r" % line)
-            text = bytes.fromhex(hx)
-            ids = llm.tokenize(text, add_bos=False, special=flag == "1") if text else []
-            out.append("%s %s\t%s" % (flag, hx, " ".join(str(i) for i in ids)))
-            n += 1
+    lines = []
+    for path in args.corpus:
+        with open(path, encoding="ascii") as f:
+            lines.extend(f)
+    for line in lines:
+        line = line.rstrip("\n")
+        if not line or line.startswith("#"):
+            continue
+        flag, _, hx = line.partition(" ")
+        if flag not in ("0", "1"):
+            sys.exit("bad corpus line: %r" % line)
+        text = bytes.fromhex(hx)
+        ids = llm.tokenize(text, add_bos=False, special=flag == "1") if text else []
+        out.append("%s %s\t%s" % (flag, hx, " ".join(str(i) for i in ids)))
+        n += 1
     with open(args.out, "w", encoding="ascii") as f:
         f.write("\n".join(out) + "\n")
     print("wrote %d cases to %s" % (n, args.out))

@@ -1,19 +1,28 @@
 /*
- * forward.c — the transformer forward pass (llama and qwen3) over a batch of
- * tokens, reading weights from per-block unit buffers and K/V from the
- * chunked cache.
+ * forward.c — the transformer forward pass (llama, qwen2, qwen3, gemma3)
+ * over a batch of tokens, reading weights from per-block unit buffers and
+ * K/V from the chunked cache.
  *
- * Per layer l, for tokens t at positions p0 + t:
+ * x = embedding rows (gemma3: times sqrt(n_embd)); per layer l, for tokens t
+ * at positions p0 + t:
  *   h = rmsnorm(x) * attn_norm
  *   q, k, v = Wq h, Wk h, Wv h                      (one fused thread-pool job)
- *   qwen3: q, k = per-head rmsnorm(q) * q_norm, rmsnorm(k) * k_norm
- *   q, k = rope(q, p), rope(k, p)                   (llama: adjacent pairs, qwen3: NeoX halves)
+ *   qwen2: q, k, v += bq, bk, bv
+ *   qwen3, gemma3: q, k = per-head rmsnorm(q) * q_norm, rmsnorm(k) * k_norm
+ *   q, k = rope(q, p), rope(k, p)                   (llama: adjacent pairs, others: NeoX halves;
+ *                                                    gemma3's local layers: their own base)
  *   K/V cache[l][p] = f16(k), f16(v)
- *   a = attention(q, cache[l][0 .. p])              (causal, online softmax over chunks)
- *   x += Wo a
+ *   a = attention(q, cache[l][lo .. p])             (causal, online softmax over chunks; lo = 0,
+ *                                                    or p - n_swa + 1 in a sliding-window layer)
+ *   o = Wo a;  gemma3: o = rmsnorm(o) * post_attn_norm
+ *   x += o
  *   h = rmsnorm(x) * ffn_norm
- *   x += Wdown (silu(Wgate h) * Wup h)              (gate and up fused in one job)
- * then logits = Woutput (rmsnorm(x_last) * output_norm).
+ *   f = Wdown (act(Wgate h) * Wup h)                (act: silu, gemma3 gelu-tanh; gate and up
+ *                                                    fused in one job)
+ *   gemma3: f = rmsnorm(f) * post_ffn_norm
+ *   x += f
+ * then logits = Woutput (rmsnorm(x_last) * output_norm), soft-capped when the
+ * model says so.
  */
 #include "engine.h"
 
@@ -278,7 +287,7 @@ static void norm_attn_range(void *arg, size_t t0, size_t t1)
         mz_rmsnorm(s->x + t * lc->E, lc->b->attn_norm.data, s->xn + t * lc->E, lc->E, lc->cfg->norm_eps);
 }
 
-/* qwen3's per-head q/k norms, rope, and the K/V rows into the cache. */
+/* Biases, per-head q/k norms, rope, and the K/V rows into the cache. */
 static void qkv_post_range(void *arg, size_t t0, size_t t1)
 {
     const layer_ctx *lc = arg;
@@ -287,9 +296,15 @@ static void qkv_post_range(void *arg, size_t t0, size_t t1)
     const size_t HD = lc->HD;
     float tmp[1024]; /* head_dim <= 1024 (model.c) */
     MZ_ASSERT(HD <= 1024);
+    const float base = mz_layer_is_local(cfg, lc->layer) ? cfg->rope_base_local : cfg->rope_base;
     for (size_t t = t0; t < t1; t++) {
         float *q = s->q + t * lc->QD, *k = s->k + t * lc->KVD;
-        if (cfg->arch == MZ_ARCH_QWEN3) {
+        if (cfg->qkv_bias) {
+            mz_add_inplace(q, lc->b->bq.data, lc->QD);
+            mz_add_inplace(k, lc->b->bk.data, lc->KVD);
+            mz_add_inplace(s->v + t * lc->KVD, lc->b->bv.data, lc->KVD);
+        }
+        if (cfg->qk_norm) {
             for (int h = 0; h < cfg->n_head; h++) {
                 mz_rmsnorm(q + h * HD, lc->b->q_norm.data, tmp, HD, cfg->norm_eps);
                 memcpy(q + h * HD, tmp, HD * sizeof(float));
@@ -300,10 +315,24 @@ static void qkv_post_range(void *arg, size_t t0, size_t t1)
             }
         }
         int pos = (int)(lc->p0 + t);
-        mz_rope(q, cfg->n_head, cfg->head_dim, cfg->n_rot, pos, cfg->rope_base, cfg->rope_neox);
-        mz_rope(k, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, pos, cfg->rope_base, cfg->rope_neox);
+        mz_rope(q, cfg->n_head, cfg->head_dim, cfg->n_rot, pos, base, cfg->rope_neox);
+        mz_rope(k, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, pos, base, cfg->rope_neox);
         write_kv(lc->c, lc->layer, lc->p0 + t, k, s->v + t * lc->KVD);
     }
+}
+
+/* x += o for tokens [t0, t1), o = tmp or (post_norms) rmsnorm(tmp) * post,
+ * which goes through xn (free at both places this runs). */
+static void add_output(const layer_ctx *lc, const mz_tensor *post, size_t t0, size_t t1)
+{
+    mz_scratch *s = &lc->c->s;
+    const float *o = s->tmp + t0 * lc->E;
+    if (lc->cfg->post_norms) {
+        for (size_t t = t0; t < t1; t++)
+            mz_rmsnorm(s->tmp + t * lc->E, post->data, s->xn + t * lc->E, lc->E, lc->cfg->norm_eps);
+        o = s->xn + t0 * lc->E;
+    }
+    mz_add_inplace(s->x + t0 * lc->E, o, (t1 - t0) * lc->E);
 }
 
 /* x += Wo a, then the ffn norm of x. */
@@ -311,24 +340,25 @@ static void resid_norm_ffn_range(void *arg, size_t t0, size_t t1)
 {
     const layer_ctx *lc = arg;
     mz_scratch *s = &lc->c->s;
-    for (size_t t = t0; t < t1; t++) {
-        mz_add_inplace(s->x + t * lc->E, s->tmp + t * lc->E, lc->E);
+    add_output(lc, &lc->b->post_attn_norm, t0, t1);
+    for (size_t t = t0; t < t1; t++)
         mz_rmsnorm(s->x + t * lc->E, lc->b->ffn_norm.data, s->xn + t * lc->E, lc->E, lc->cfg->norm_eps);
-    }
 }
 
-static void swiglu_range(void *arg, size_t t0, size_t t1)
+static void ffn_act_range(void *arg, size_t t0, size_t t1)
 {
     const layer_ctx *lc = arg;
     mz_scratch *s = &lc->c->s;
-    mz_swiglu(s->gate + t0 * lc->F, s->up + t0 * lc->F, s->hb + t0 * lc->F, (t1 - t0) * lc->F);
+    if (lc->cfg->ffn_gelu)
+        mz_geglu(s->gate + t0 * lc->F, s->up + t0 * lc->F, s->hb + t0 * lc->F, (t1 - t0) * lc->F);
+    else
+        mz_swiglu(s->gate + t0 * lc->F, s->up + t0 * lc->F, s->hb + t0 * lc->F, (t1 - t0) * lc->F);
 }
 
 static void resid_range(void *arg, size_t t0, size_t t1)
 {
     const layer_ctx *lc = arg;
-    mz_scratch *s = &lc->c->s;
-    mz_add_inplace(s->x + t0 * lc->E, s->tmp + t0 * lc->E, (t1 - t0) * lc->E);
+    add_output(lc, &lc->b->post_ffn_norm, t0, t1);
 }
 
 static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits);
@@ -363,9 +393,10 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
                            cfg->n_vocab - 1);
         const uint8_t *row = (const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes;
         ke->to_float(row, s->x + t * E, E);
+        if (cfg->embd_scale != 1.0f)
+            for (size_t i = 0; i < E; i++) s->x[t * E + i] *= cfg->embd_scale;
     }
 
-    const float scale = 1.0f / sqrtf((float)HD);
     const size_t n_chunks = (p0 + n + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
     for (int l = 0; l < cfg->n_layer; l++) {
         /* Never compute on evicted data: this layer's weights and every KV
@@ -392,7 +423,8 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
                            .head_dim = cfg->head_dim,
                            .n_q = n,
                            .pos0 = p0,
-                           .scale = scale};
+                           .scale = cfg->attn_scale,
+                           .window = mz_layer_is_local(cfg, l) ? (size_t)cfg->n_swa : 0};
         {
             /* A short query over a long context spreads its positions over the
              * threads and merges their softmax states afterwards; that needs
@@ -421,7 +453,7 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
             float *ys[2] = {s->gate, s->up};
             if ((st = matmul_fused(c, ws, ys, 2, s->xn, E, n))) return st;
         }
-        par_rows(c, n, 4 * F, swiglu_range, &lc);
+        par_rows(c, n, 4 * F, ffn_act_range, &lc);
         {
             const mz_tensor *ws[1] = {&b->w_down};
             float *ys[1] = {s->tmp};
@@ -435,6 +467,9 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
         const mz_tensor *ws[1] = {&m->output};
         float *ys[1] = {s->logits};
         if ((st = matmul_fused(c, ws, ys, 1, s->xn, E, 1))) return st;
+        if (cfg->logit_softcap > 0.0f)
+            for (int i = 0; i < cfg->n_vocab; i++)
+                s->logits[i] = cfg->logit_softcap * tanhf(s->logits[i] / cfg->logit_softcap);
     }
     return MZ_OK;
 }

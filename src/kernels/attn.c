@@ -24,6 +24,12 @@
  * mz_attn_ref: two passes per (token, head) — max, then sum and weighted V —
  *   all in F32, straight from the definition. The tests' oracle.
  *
+ * Sliding window (a->window > 0): query p sees (p - window, p] only. The
+ *   scalar kernel and the reference start there; the SIMD kernels do not
+ *   know windows, so a call where the window hides any position goes to the
+ *   scalar kernel (a call where it hides none, as every call of a context
+ *   shorter than the window, keeps the SIMD kernels).
+ *
  * No allocation: scratch (acc, scores, a converted row) is on the stack,
  * bounded by MZ_ATTN_MAX_HEAD_DIM and MZ_ATTN_MAX_GROUP.
  */
@@ -44,6 +50,13 @@ void mz_attn_check_args(const mz_attn_args *a)
     MZ_ASSERT(a && a->q && a->out && a->chunks);
     MZ_ASSERT(a->n_head > 0 && a->n_head_kv > 0 && a->n_head % a->n_head_kv == 0);
     MZ_ASSERT(a->head_dim > 0 && a->head_dim <= MZ_ATTN_MAX_HEAD_DIM);
+}
+
+/* First position query token i sees. */
+static inline size_t first_pos(const mz_attn_args *a, size_t i)
+{
+    const size_t n_ctx = a->pos0 + i + 1;
+    return a->window && n_ctx > a->window ? n_ctx - a->window : 0;
 }
 
 static inline const mz_f16 *k_row(const uint8_t *chunk, const mz_attn_args *a, int kvh, size_t row)
@@ -77,10 +90,12 @@ static void attn_group_scalar(const mz_attn_args *a, size_t i, int kvh, int h0, 
         for (int d = 0; d < hd; d++) acc[g][d] = 0.0f;
     }
 
-    for (size_t c = 0; c * MZ_KV_CHUNK_TOKENS < n_ctx; c++) {
+    const size_t lo = first_pos(a, i);
+    for (size_t c = lo / MZ_KV_CHUNK_TOKENS; c * MZ_KV_CHUNK_TOKENS < n_ctx; c++) {
         const uint8_t *chunk = a->chunks[c];
         const size_t rows = MZ_MIN((size_t)MZ_KV_CHUNK_TOKENS, n_ctx - c * MZ_KV_CHUNK_TOKENS);
-        for (size_t t0 = 0; t0 < rows; t0 += ATTN_TILE) {
+        const size_t row0 = c == lo / MZ_KV_CHUNK_TOKENS ? lo % MZ_KV_CHUNK_TOKENS : 0;
+        for (size_t t0 = row0; t0 < rows; t0 += ATTN_TILE) {
             const int nt = (int)MZ_MIN((size_t)ATTN_TILE, rows - t0);
             for (int t = 0; t < nt; t++) {
                 mz_f16_to_f32_row_ref(k_row(chunk, a, kvh, t0 + (size_t)t), row, (size_t)hd);
@@ -119,10 +134,12 @@ static void attn_group_scalar(const mz_attn_args *a, size_t i, int kvh, int h0, 
     }
 }
 
-/* The SIMD kernel takes head_dim % 8 == 0; other shapes use the scalar one. */
+/* The SIMD kernel takes head_dim % 8 == 0 and no window that hides a
+ * position; other calls use the scalar one. */
 static bool use_avx2(const mz_attn_args *a)
 {
-    return MZ_KERNELS_X86 && mz_kernels_active_isa() >= MZ_ISA_AVX2 && a->head_dim % 8 == 0;
+    return MZ_KERNELS_X86 && mz_kernels_active_isa() >= MZ_ISA_AVX2 && a->head_dim % 8 == 0 &&
+           !(a->window && a->pos0 + a->n_q > a->window);
 }
 
 void mz_attn(const mz_attn_args *a, int ith, int nth)
@@ -201,12 +218,13 @@ void mz_attn_ref(const mz_attn_args *a)
             const float *q = a->q + (i * (size_t)a->n_head + (size_t)h) * (size_t)hd;
             float *o = a->out + (i * (size_t)a->n_head + (size_t)h) * (size_t)hd;
 
+            const size_t lo = first_pos(a, i);
             float mx = -INFINITY;
-            for (size_t p = 0; p < n_ctx; p++) mx = fmaxf(mx, ref_score(a, q, kvh, p));
+            for (size_t p = lo; p < n_ctx; p++) mx = fmaxf(mx, ref_score(a, q, kvh, p));
 
             float sum = 0.0f;
             for (int d = 0; d < hd; d++) o[d] = 0.0f;
-            for (size_t p = 0; p < n_ctx; p++) {
+            for (size_t p = lo; p < n_ctx; p++) {
                 const float e = expf(ref_score(a, q, kvh, p) - mx);
                 const mz_f16 *v = v_row(a->chunks[p / MZ_KV_CHUNK_TOKENS], a, kvh, p % MZ_KV_CHUNK_TOKENS);
                 sum += e;

@@ -132,6 +132,10 @@ void mz_rope(float *restrict x, int n_head, int head_dim, int n_rot, int pos, fl
              bool neox);
 /* y[i] = silu(g[i]) * u[i] */
 void mz_swiglu(const float *restrict g, const float *restrict u, float *restrict y, size_t n);
+/* y = gelu(g) * u with GELU's tanh form, as ggml computes it on the CPU: g is
+ * rounded to F16, GELU of that value is rounded to F16 (ggml's table), and
+ * |g| >= 10 takes the limits 0 and g. */
+void mz_geglu(const float *restrict g, const float *restrict u, float *restrict y, size_t n);
 /* y[i] += x[i] */
 void mz_add_inplace(float *restrict y, const float *restrict x, size_t n);
 
@@ -163,6 +167,7 @@ typedef struct mz_attn_args {
     size_t n_q;
     size_t pos0;
     float scale;                  /* usually 1/sqrt(head_dim) */
+    size_t window;                /* > 0: a sliding-window layer, query at p sees (p - window, p] */
     /* Optional scratch that lets a short query over a long context spread its
      * positions over threads (then mz_attn_merge must run after mz_attn):
      * mz_attn_partial_floats() floats, or NULL / too small for no split. */

@@ -62,6 +62,24 @@ void mz_swiglu(const float *restrict g, const float *restrict u, float *restrict
     for (size_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+void mz_geglu(const float *restrict g, const float *restrict u, float *restrict y, size_t n)
+{
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
+    for (size_t i = 0; i < n; i++) {
+        const float x = g[i];
+        float a;
+        if (x <= -10.0f) {
+            a = 0.0f;
+        } else if (x >= 10.0f) {
+            a = x;
+        } else {
+            const float xh = mz_f16_to_f32(mz_f32_to_f16(x));
+            a = mz_f16_to_f32(mz_f32_to_f16(0.5f * xh * (1.0f + tanhf(sqrt_2_over_pi * xh * (1.0f + coef_a * xh * xh)))));
+        }
+        y[i] = a * u[i];
+    }
+}
+
 void mz_add_inplace(float *restrict y, const float *restrict x, size_t n)
 {
     for (size_t i = 0; i < n; i++) y[i] += x[i];

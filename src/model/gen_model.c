@@ -1,6 +1,6 @@
 /*
  * gen_model.c — `gen-model`: writes a GGUF v3 model with deterministic random
- * weights in the shape of a real one (llama or qwen3), with the tokenizer
+ * weights in the shape of a real one (llama, qwen2, qwen3 or gemma3), with the tokenizer
  * copied verbatim from another GGUF file. Paper-sized models for timing and
  * tiny ones for tests, all loadable by mzcache and by llama.cpp.
  *
@@ -26,19 +26,27 @@ typedef struct gen_preset {
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rope_base;
     bool tied;
+    int n_swa;                  /* gemma3: attention.sliding_window */
 } gen_preset;
 
 static const gen_preset k_presets[] = {
-    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 8192, 100000.0f, true},
-    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 40960, 1000000.0f, true},
-    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 131072, 500000.0f, true},
+    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 8192, 100000.0f, true, 0},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 40960, 1000000.0f, true, 0},
+    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 131072, 500000.0f, true, 0},
     /* EXAONE-4.0-1.2B's shape (hidden 2048, 30 layers, 32/8 heads of 64, ffn 4096,
      * rope 1e6, tied) in the qwen3 architecture (QK-norm); the real model puts its
      * RMSNorms after attention/MLP (same cost) and has a 102400-token vocabulary. */
-    {"exaone4-1.2b", "qwen3", 30, 2048, 32, 8, 64, 4096, 65536, 1000000.0f, true},
-    {"tiny-llama", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false},
+    {"exaone4-1.2b", "qwen3", 30, 2048, 32, 8, 64, 4096, 65536, 1000000.0f, true, 0},
+    {"tiny-llama", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false, 0},
     /* head_dim != n_embd / n_head on purpose: catches code that assumes it. */
-    {"tiny-qwen3", "qwen3", 2, 64, 4, 2, 32, 160, 2048, 1000000.0f, true},
+    {"tiny-qwen3", "qwen3", 2, 64, 4, 2, 32, 160, 2048, 1000000.0f, true, 0},
+    /* Qwen 2.5's q/k/v biases. */
+    {"tiny-qwen2", "qwen2", 2, 64, 4, 2, 16, 128, 2048, 1000000.0f, false, 0},
+    /* Gemma 3 270M's shape (the real file's sliding window 512). */
+    {"gemma3-270m", "gemma3", 18, 640, 4, 1, 256, 2048, 32768, 1000000.0f, true, 512},
+    /* 7 layers: local 0-4, global 5, local 6; a window of 8 is shorter than
+     * the test prompts, so the masking is exercised. */
+    {"tiny-gemma3", "gemma3", 7, 64, 4, 1, 32, 128, 2048, 1000000.0f, true, 8},
 };
 
 /* Upper bounds that keep every size computation far from overflow. */
@@ -48,7 +56,10 @@ static const gen_preset k_presets[] = {
 typedef struct gen_cfg {
     const char *preset_name;
     const char *arch;
-    bool qwen3;
+    bool qk_norm;               /* qwen3, gemma3 */
+    bool qkv_bias;              /* qwen2 */
+    bool gemma3;                /* post norms, sliding window */
+    int n_swa;
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train, n_vocab;
     float rope_base, norm_eps;
     bool tied;
@@ -69,7 +80,7 @@ typedef struct gen_run {
     void *progress_user;
 } gen_run;
 
-typedef enum gen_kind { GEN_MATRIX, GEN_NORM } gen_kind;
+typedef enum gen_kind { GEN_MATRIX, GEN_NORM, GEN_BIAS } gen_kind;
 
 typedef struct gen_tensor {
     char name[64];
@@ -127,6 +138,13 @@ static float rand_norm(uint64_t *s)
     return (float)(1.0 + 0.02 * ((double)r / 9007199254740992.0 * 2.0 - 1.0));
 }
 
+/* Uniform in [-0.5, 0.5): biases large enough that dropping one shows. */
+static float rand_bias(uint64_t *s)
+{
+    uint64_t r = splitmix64(s) >> 11;
+    return (float)((double)r / 9007199254740992.0 - 0.5);
+}
+
 static mz_status gen_fill(void *user, void *dst, size_t nbytes)
 {
     gen_tensor *t = user;
@@ -137,7 +155,7 @@ static mz_status gen_fill(void *user, void *dst, size_t nbytes)
     MZ_ASSERT(row_bytes * (size_t)t->ne[1] == nbytes);
     for (uint64_t r = 0; r < t->ne[1]; r++) {
         for (size_t i = 0; i < n0; i++)
-            run->row[i] = t->kind == GEN_NORM ? rand_norm(&s) : rand_weight(&s);
+            run->row[i] = t->kind == GEN_NORM ? rand_norm(&s) : t->kind == GEN_BIAS ? rand_bias(&s) : rand_weight(&s);
         uint8_t *out = (uint8_t *)dst + (size_t)r * row_bytes;
         if (t->type == MZ_DT_F32)
             memcpy(out, run->row, row_bytes);
@@ -198,15 +216,19 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
         if (!pr)
             return mz_fail(MZ_E_INVAL,
                            "unknown preset '%s' (known: smollm2-135m qwen3-0.6b llama3.2-1b exaone4-1.2b "
-                           "tiny-llama tiny-qwen3)",
+                           "gemma3-270m tiny-llama tiny-qwen3 tiny-qwen2 tiny-gemma3)",
                            p->preset);
     }
     c->preset_name = pr ? pr->name : "custom";
     c->arch = p->arch ? p->arch : pr ? pr->arch : NULL;
     if (!c->arch) return mz_fail(MZ_E_INVAL, "no preset and no arch: set one of them");
-    if (strcmp(c->arch, "llama") != 0 && strcmp(c->arch, "qwen3") != 0)
-        return mz_fail(MZ_E_INVAL, "unknown arch '%s' (known: llama qwen3)", c->arch);
-    c->qwen3 = strcmp(c->arch, "qwen3") == 0;
+    if (strcmp(c->arch, "llama") != 0 && strcmp(c->arch, "qwen2") != 0 && strcmp(c->arch, "qwen3") != 0 &&
+        strcmp(c->arch, "gemma3") != 0)
+        return mz_fail(MZ_E_INVAL, "unknown arch '%s' (known: llama qwen2 qwen3 gemma3)", c->arch);
+    c->gemma3 = strcmp(c->arch, "gemma3") == 0;
+    c->qk_norm = c->gemma3 || strcmp(c->arch, "qwen3") == 0;
+    c->qkv_bias = strcmp(c->arch, "qwen2") == 0;
+    c->n_swa = pr && pr->n_swa ? pr->n_swa : 512;
 
 #define PICK(field) c->field = p->field > 0 ? p->field : pr ? pr->field : 0
     PICK(n_layer);
@@ -218,8 +240,9 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
     PICK(n_ctx_train);
 #undef PICK
     if (!c->head_dim && c->n_head > 0) c->head_dim = c->n_embd / c->n_head;
-    c->rope_base = pr ? pr->rope_base : c->qwen3 ? 1000000.0f : 10000.0f;
-    c->norm_eps = c->qwen3 ? 1e-6f : 1e-5f;
+    const bool llama = strcmp(c->arch, "llama") == 0;
+    c->rope_base = pr ? pr->rope_base : llama ? 10000.0f : 1000000.0f;
+    c->norm_eps = llama ? 1e-5f : 1e-6f;
     /* A bool cannot say "unset", so the field can tie an untied preset but
      * not untie a tied one. */
     c->tied = (pr && pr->tied) || p->tied_output;
@@ -315,10 +338,11 @@ static mz_status add_metadata(mz_gguf_writer *w, const gen_cfg *c)
     if (!s) s = add_arch_kv(w, c, "rope.dimension_count", (uint32_t)c->head_dim);
     if (!s) s = add_arch_kv(w, c, "vocab_size", (uint32_t)c->n_vocab);
     /* llama.cpp derives head_dim as n_embd / n_head unless these say otherwise. */
-    if (!s && (c->qwen3 || c->head_dim * c->n_head != c->n_embd)) {
+    if (!s && (c->qk_norm || c->head_dim * c->n_head != c->n_embd)) {
         s = add_arch_kv(w, c, "attention.key_length", (uint32_t)c->head_dim);
         if (!s) s = add_arch_kv(w, c, "attention.value_length", (uint32_t)c->head_dim);
     }
+    if (!s && c->gemma3) s = add_arch_kv(w, c, "attention.sliding_window", (uint32_t)c->n_swa);
     return s;
 }
 
@@ -339,7 +363,7 @@ static void set_tensor(gen_tensor *t, gen_run *run, gen_kind kind, int wt, uint6
                       : mz_qmix_tensor_type(c->mix, c->pure, &c->qm, t->name, t->n_dims, t->ne, MZ_DT_F32);
 }
 
-/* Fills tab (room for 3 + 11 * n_layer) and returns the count. */
+/* Fills tab (room for 3 + 16 * n_layer) and returns the count. */
 static size_t plan_tensors(const gen_cfg *c, gen_run *run, gen_tensor *tab)
 {
     size_t n = 0;
@@ -356,10 +380,19 @@ static size_t plan_tensors(const gen_cfg *c, gen_run *run, gen_tensor *tab)
         set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, Q, "blk.%d.attn_q.weight", l);
         set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, K, "blk.%d.attn_k.weight", l);
         set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, K, "blk.%d.attn_v.weight", l);
+        if (c->qkv_bias) {
+            set_tensor(&tab[n++], run, GEN_BIAS, MZ_DT_F32, Q, 1, "blk.%d.attn_q.bias", l);
+            set_tensor(&tab[n++], run, GEN_BIAS, MZ_DT_F32, K, 1, "blk.%d.attn_k.bias", l);
+            set_tensor(&tab[n++], run, GEN_BIAS, MZ_DT_F32, K, 1, "blk.%d.attn_v.bias", l);
+        }
         set_tensor(&tab[n++], run, GEN_MATRIX, wt, Q, E, "blk.%d.attn_output.weight", l);
-        if (c->qwen3) {
+        if (c->qk_norm) {
             set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, D, 1, "blk.%d.attn_q_norm.weight", l);
             set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, D, 1, "blk.%d.attn_k_norm.weight", l);
+        }
+        if (c->gemma3) {
+            set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "blk.%d.post_attention_norm.weight", l);
+            set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "blk.%d.post_ffw_norm.weight", l);
         }
         set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "blk.%d.ffn_norm.weight", l);
         set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, F, "blk.%d.ffn_gate.weight", l);
@@ -396,7 +429,7 @@ mz_status mz_gen_model(const char *out_path, const mz_gen_params *p)
     mz_gguf_free(vocab);
     vocab = NULL;
 
-    size_t max_tensors = 3 + 11 * (size_t)c.n_layer;
+    size_t max_tensors = 3 + 16 * (size_t)c.n_layer;
     if (!(tab = mz_calloc(max_tensors, sizeof *tab))) {
         s = MZ_E_NOMEM;
         goto out_free_writer;

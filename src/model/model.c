@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,7 +40,7 @@ const mz_tokenizer *mz_model_tokenizer(const mz_model_t *m) { return m->tok; }
 
 mz_model_params mz_model_params_default(void)
 {
-    mz_model_params p = {.n_threads = 0, .verbose = false};
+    mz_model_params p = {.n_threads = 0, .verbose = false, .chat_template = NULL};
     return p;
 }
 
@@ -87,23 +88,64 @@ static mz_status check_range(const char *what, uint32_t v, uint32_t lo, uint32_t
     return MZ_OK;
 }
 
+/* Gemma 3 (llama.cpp's llm_build_gemma3_iswa and its hparams): the
+ * converter stores the norms' weights as 1 + w, so they are plain RMS norm
+ * weights here. The file gives the window but not the layer pattern or the
+ * local layers' rope base: llama.cpp's defaults for the architecture are 5
+ * local : 1 global and 10000. */
+static mz_status read_gemma3(const mz_gguf *g, const char *a, mz_model_config *cfg)
+{
+    uint32_t n_swa;
+    mz_status s = get_u32_required(g, a, "attention.sliding_window", &n_swa);
+    if (s) return s;
+    if ((s = check_range("attention.sliding_window", n_swa, 1, INT32_MAX))) return s;
+    float factor;
+    if ((s = get_f32_optional(g, a, "rope.scaling.factor", &factor, 1.0f))) return s;
+    if (factor != 1.0f)
+        return mz_fail(MZ_E_UNSUPPORTED, "%s.rope.scaling.factor = %g: scaled rope (Gemma 3 4B and larger) "
+                       "is not supported", a, (double)factor);
+    cfg->post_norms = true;
+    cfg->ffn_gelu = true;
+    cfg->embd_scale = sqrtf((float)cfg->n_embd);
+    /* gemma_pytorch's query_pre_attn_scalar: n_embd / n_head for the 27B
+     * (62 layers), the head dimension for every other size. */
+    if (cfg->n_layer == 62) cfg->attn_scale = 1.0f / sqrtf((float)(cfg->n_embd / cfg->n_head));
+    cfg->n_swa = (int)n_swa;
+    cfg->swa_pattern = 6;
+    cfg->rope_base_local = 10000.0f;
+    return MZ_OK;
+}
+
+/* Final logit soft-capping (Gemma 2 has it; Gemma 3 files do not). */
+static mz_status read_softcap(const mz_gguf *g, const char *a, mz_model_config *cfg)
+{
+    mz_status s = get_f32_optional(g, a, "final_logit_softcapping", &cfg->logit_softcap, 0.0f);
+    if (s) return s;
+    if (!(cfg->logit_softcap >= 0.0f && cfg->logit_softcap < 1e6f))
+        return mz_fail(MZ_E_FORMAT, "%s.final_logit_softcapping = %g is not a cap", a,
+                       (double)cfg->logit_softcap);
+    return MZ_OK;
+}
+
 static mz_status read_config(const mz_gguf *g, mz_model_config *cfg, char *arch_name,
                              size_t arch_cap)
 {
+    static const struct { const char *name; mz_arch arch; } k_arches[] = {
+        {"llama", MZ_ARCH_LLAMA}, {"qwen2", MZ_ARCH_QWEN2}, {"qwen3", MZ_ARCH_QWEN3}, {"gemma3", MZ_ARCH_GEMMA3}};
     mz_gguf_str arch;
     mz_status s = mz_gguf_get_str(g, "general.architecture", &arch);
     if (s == MZ_E_INVAL) return mz_fail(MZ_E_FORMAT, "missing required key general.architecture");
     if (s) return s;
-    if (arch.len == 5 && !memcmp(arch.ptr, "llama", 5)) {
-        cfg->arch = MZ_ARCH_LLAMA;
-    } else if (arch.len == 5 && !memcmp(arch.ptr, "qwen3", 5)) {
-        cfg->arch = MZ_ARCH_QWEN3;
-    } else {
+    size_t ai = 0;
+    while (ai < MZ_ARRAY_LEN(k_arches) &&
+           (arch.len != strlen(k_arches[ai].name) || memcmp(arch.ptr, k_arches[ai].name, arch.len)))
+        ai++;
+    if (ai == MZ_ARRAY_LEN(k_arches))
         return mz_fail(MZ_E_UNSUPPORTED,
-                       "architecture '%.*s' is not supported (supported: llama, qwen3)",
+                       "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma3)",
                        (int)MZ_MIN(arch.len, 64), arch.ptr);
-    }
-    snprintf(arch_name, arch_cap, "%s", cfg->arch == MZ_ARCH_LLAMA ? "llama" : "qwen3");
+    cfg->arch = k_arches[ai].arch;
+    snprintf(arch_name, arch_cap, "%s", k_arches[ai].name);
     const char *a = arch_name;
 
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_ctx, n_rot;
@@ -160,9 +202,15 @@ static mz_status read_config(const mz_gguf *g, mz_model_config *cfg, char *arch_
     cfg->norm_eps = eps;
     cfg->rope_base = base;
     /* llama GGUFs have Q/K permuted by the converter for adjacent-pair rope;
-     * qwen3 keeps the NeoX half-split convention. */
-    cfg->rope_neox = cfg->arch == MZ_ARCH_QWEN3;
-    return MZ_OK;
+     * qwen2/3 and gemma3 keep the NeoX half-split convention. */
+    cfg->rope_neox = cfg->arch != MZ_ARCH_LLAMA;
+    cfg->qk_norm = cfg->arch == MZ_ARCH_QWEN3 || cfg->arch == MZ_ARCH_GEMMA3;
+    cfg->qkv_bias = cfg->arch == MZ_ARCH_QWEN2;
+    cfg->embd_scale = 1.0f;
+    cfg->attn_scale = 1.0f / sqrtf((float)head_dim);
+    cfg->rope_base_local = base;
+    if (cfg->arch == MZ_ARCH_GEMMA3 && (s = read_gemma3(g, a, cfg))) return s;
+    return read_softcap(g, a, cfg);
 }
 
 /* Looks up a tensor and checks its type and shape; ne1 == 0 means 1-D. */
@@ -190,7 +238,7 @@ static mz_status bind_tensor(const mz_gguf *g, const char *name, uint64_t ne0, u
                        (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
                        (unsigned long long)ne0, (unsigned long long)want1);
     if (!ne1 && t->type != MZ_DT_F32)
-        return mz_fail(MZ_E_UNSUPPORTED, "norm tensor %s must be F32, found %s", name,
+        return mz_fail(MZ_E_UNSUPPORTED, "1-D tensor %s (a norm or bias) must be F32, found %s", name,
                        mz_dtype_name(t->type));
     out->type = t->type;
     out->ne[0] = t->ne[0];
@@ -227,7 +275,7 @@ static mz_status load_tensors(int fd, uint8_t *buf, mz_tensor *const *ts, const 
     return MZ_OK;
 }
 
-enum { BLOCK_TENSORS = 11 };
+enum { BLOCK_TENSORS = 16 };
 
 /* ---- weight layouts ------------------------------------------------------------------- */
 
@@ -271,18 +319,22 @@ void mz_model_block_set_plain(mz_model_t *m, int layer, bool plain)
                               : mz_kernels_pick_layout(ts[i]->type, (size_t)ts[i]->ne[1], (size_t)ts[i]->ne[0]);
 }
 
+/* A block's tensors in the order the forward pass reads them (the order of
+ * the unit buffer); an arch that lacks one leaves it empty (nbytes 0). */
 static void block_tensor_list(mz_block_weights *b, int layer, mz_tensor *ts[BLOCK_TENSORS],
                               char names[BLOCK_TENSORS][64])
 {
     static const char *suffix[BLOCK_TENSORS] = {
-        "attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm",
-        "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
-    mz_tensor *list[BLOCK_TENSORS] = {&b->attn_norm, &b->wq,     &b->wk,       &b->wv,
-                                      &b->q_norm,    &b->k_norm, &b->wo,       &b->ffn_norm,
-                                      &b->w_gate,    &b->w_up,   &b->w_down};
+        "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_q.bias",
+        "attn_k.bias", "attn_v.bias", "attn_q_norm.weight", "attn_k_norm.weight",
+        "attn_output.weight", "post_attention_norm.weight", "ffn_norm.weight", "ffn_gate.weight",
+        "ffn_up.weight", "ffn_down.weight", "post_ffw_norm.weight"};
+    mz_tensor *list[BLOCK_TENSORS] = {&b->attn_norm, &b->wq, &b->wk, &b->wv, &b->bq, &b->bk, &b->bv,
+                                      &b->q_norm, &b->k_norm, &b->wo, &b->post_attn_norm,
+                                      &b->ffn_norm, &b->w_gate, &b->w_up, &b->w_down, &b->post_ffn_norm};
     for (int i = 0; i < BLOCK_TENSORS; i++) {
         ts[i] = list[i];
-        snprintf(names[i], 64, "blk.%d.%s.weight", layer, suffix[i]);
+        snprintf(names[i], 64, "blk.%d.%s", layer, suffix[i]);
     }
 }
 
@@ -293,14 +345,15 @@ static mz_status bind_block(const mz_gguf *g, const mz_model_config *c, int l, m
     block_tensor_list(b, l, ts, names);
     uint64_t E = (uint64_t)c->n_embd, Q = (uint64_t)c->n_head * (uint64_t)c->head_dim;
     uint64_t KV = (uint64_t)c->n_head_kv * (uint64_t)c->head_dim, F = (uint64_t)c->n_ff;
-    uint64_t shapes[BLOCK_TENSORS][2] = {{E, 0},  {E, Q}, {E, KV}, {E, KV}, {(uint64_t)c->head_dim, 0},
-                                         {(uint64_t)c->head_dim, 0}, {Q, E}, {E, 0}, {E, F},
-                                         {E, F},  {F, E}};
-    bool qwen = c->arch == MZ_ARCH_QWEN3;
+    uint64_t HD = (uint64_t)c->head_dim;
+    const struct { uint64_t ne0, ne1; bool used; } want[BLOCK_TENSORS] = {
+        {E, 0, true},        {E, Q, true},          {E, KV, true},        {E, KV, true},
+        {Q, 0, c->qkv_bias}, {KV, 0, c->qkv_bias},  {KV, 0, c->qkv_bias}, {HD, 0, c->qk_norm},
+        {HD, 0, c->qk_norm}, {Q, E, true},          {E, 0, c->post_norms}, {E, 0, true},
+        {E, F, true},        {E, F, true},          {F, E, true},         {E, 0, c->post_norms}};
     for (int i = 0; i < BLOCK_TENSORS; i++) {
-        bool is_qk_norm = ts[i] == &b->q_norm || ts[i] == &b->k_norm;
-        if (is_qk_norm && !qwen) continue;
-        mz_status s = bind_tensor(g, names[i], shapes[i][0], shapes[i][1], true, ts[i], NULL);
+        if (!want[i].used) continue;
+        mz_status s = bind_tensor(g, names[i], want[i].ne0, want[i].ne1, true, ts[i], NULL);
         if (s) return s;
     }
     return MZ_OK;
@@ -522,7 +575,8 @@ static mz_status load_tokenizer_and_weights(mz_model_t *m, const mz_gguf *g,
     int n_th = 0, want = load_threads(p, m->cfg.n_layer) - 1;
     while (n_th < want && pthread_create(&th[n_th], NULL, load_thread_main, &j) == 0) n_th++;
 
-    if (!(s = mz_tokenizer_init(g, &m->tok))) {
+    if (!(s = mz_tokenizer_init(g, &m->tok)) &&
+        !(s = p && p->chat_template ? mz_tokenizer_set_chat(m->tok, p->chat_template) : MZ_OK)) {
         m->cfg.n_vocab = mz_tokenizer_n_vocab(m->tok);
         s = load_pinned(m, g, j.fd);
     }

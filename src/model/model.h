@@ -14,7 +14,7 @@
 #include "../tokenizer/tokenizer.h"
 #include "gguf.h"
 
-typedef enum mz_arch { MZ_ARCH_LLAMA = 0, MZ_ARCH_QWEN3 = 1 } mz_arch;
+typedef enum mz_arch { MZ_ARCH_LLAMA = 0, MZ_ARCH_QWEN3 = 1, MZ_ARCH_QWEN2 = 2, MZ_ARCH_GEMMA3 = 3 } mz_arch;
 
 typedef struct mz_tensor {
     int type;                  /* mz_dtype */
@@ -29,7 +29,9 @@ typedef struct mz_tensor {
 
 typedef struct mz_block_weights {
     mz_tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-    mz_tensor q_norm, k_norm;  /* qwen3 only (type F32, ne[0] = head_dim) */
+    mz_tensor q_norm, k_norm;  /* qwen3, gemma3 (type F32, ne[0] = head_dim) */
+    mz_tensor bq, bk, bv;      /* qwen2: q/k/v biases (F32) */
+    mz_tensor post_attn_norm, post_ffn_norm; /* gemma3: norms of the attention and FFN outputs */
     uint8_t *buf;              /* the unit's own mapping */
     size_t buf_bytes;
 } mz_block_weights;
@@ -40,7 +42,25 @@ typedef struct mz_model_config {
     float rope_base, norm_eps;
     bool rope_neox;
     bool tied_output;
+    /* What the architectures differ in (read_config sets them per arch). */
+    bool qk_norm;              /* per-head RMS norms of q and k (qwen3, gemma3) */
+    bool qkv_bias;             /* biases on q, k, v (qwen2) */
+    bool post_norms;           /* RMS norms of the attention and FFN outputs (gemma3) */
+    bool ffn_gelu;             /* GELU(tanh)-gated FFN instead of SiLU (gemma3) */
+    float embd_scale;          /* token embeddings times this (gemma3: sqrt(n_embd)), else 1 */
+    float attn_scale;          /* score scale (1/sqrt(head_dim), gemma3 27B: 1/sqrt(n_embd/n_head)) */
+    float logit_softcap;       /* logits = c * tanh(logits / c) when > 0 */
+    /* Sliding-window layers (gemma3): layer l is local when n_swa > 0 and
+     * l % swa_pattern < swa_pattern - 1; a local layer's query at position
+     * p sees positions (p - n_swa, p] and ropes with rope_base_local. */
+    int n_swa, swa_pattern;
+    float rope_base_local;
 } mz_model_config;
+
+static inline bool mz_layer_is_local(const mz_model_config *c, int layer)
+{
+    return c->n_swa > 0 && layer % c->swa_pattern < c->swa_pattern - 1;
+}
 
 struct mz_model {
     char path[4096];

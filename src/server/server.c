@@ -1241,6 +1241,7 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     }
     mz_model_params mp = mz_model_params_default();
     mp.n_threads = s->p.n_threads;
+    mp.chat_template = s->p.chat_template;
     if ((st = mz_model_load(s->p.model_path, &mp, &s->model))) goto out_free;
     mz_model_get_info(s->model, &s->info);
     mz_ctx_params cp = mz_ctx_params_default();

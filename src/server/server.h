@@ -37,6 +37,7 @@ typedef struct mz_server mz_server_t;
 typedef struct mz_server_params {
     const char *model_path;     /* GGUF file (required) */
     const char *model_alias;    /* id in /v1/models; NULL = file name without directory and .gguf */
+    const char *chat_template;  /* NULL: the model's own family; see mz_model_params */
     const char *host;           /* address to bind (default "127.0.0.1": loopback only) */
     int port;                   /* default 8080; 0 = any free port (see mz_server_port) */
     const char *api_key;        /* NULL or "" = no key; else "Authorization: Bearer KEY"

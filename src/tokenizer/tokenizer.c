@@ -1,31 +1,40 @@
 /*
- * tokenizer.c — byte-level BPE (GPT-2 style) built from GGUF metadata.
+ * tokenizer.c — byte-level BPE (GPT-2 style) and SentencePiece, built from
+ * GGUF metadata (tokenizer.ggml.model "gpt2" / "llama").
  *
- * Encoding follows llama.cpp's llama_vocab::tokenize for BPE vocabularies:
+ * Encoding follows llama.cpp's llama_vocab::tokenize:
  *
  *   1. Special-token partition. Tokens of type control, user-defined and
  *      unknown are searched for literally, longest text first: for each such
  *      token in turn, every still-raw fragment is split at each occurrence.
  *      Without parse_special only user-defined tokens take part.
- *   2. Each raw fragment is sanitised to valid UTF-8 and split into words by
- *      the pre-tokenizer (pretok.c).
- *   3. Each word's bytes start as one symbol per byte (the token spelling that
- *      byte in the GPT-2 byte↔unicode map); the adjacent pair with the lowest
- *      merge rank is merged repeatedly (ties: leftmost first), using a binary
- *      heap of candidate pairs, so a word of n bytes costs O(n log n).
- *      Symbols are token ids; the merge table maps (left id, right id) to
- *      (rank, merged id), so no strings are built while encoding.
+ *   2. BPE: each raw fragment is sanitised to valid UTF-8 and split into
+ *      words by the pre-tokenizer (pretok.c); each word's bytes start as one
+ *      symbol per byte (the token spelling that byte in the GPT-2
+ *      byte<->unicode map), and the adjacent pair with the lowest merge rank
+ *      is merged repeatedly (ties: leftmost first). The merge table maps
+ *      (left id, right id) to (rank, merged id), so no strings are built.
+ *   3. SentencePiece (llm_tokenizer_spm): a raw fragment gets a leading space
+ *      when add_space_prefix is set and it starts the text or follows a
+ *      special token, every ' ' becomes U+2581, and the whole fragment is one
+ *      word of one symbol per character (by lead byte, no UTF-8 repair); the
+ *      adjacent pair whose joined text is a token with the highest score is
+ *      merged repeatedly (ties: leftmost first). A final symbol that is no
+ *      token falls back to byte tokens "<0xAB>".
+ *   Both merge with a binary heap of candidate pairs: O(n log n) per word.
  *
  * Tables (all built once at init, read-only afterwards, so a tokenizer may be
  * shared by threads):
  *   text_*    token spellings as stored in the file (byte-level encoded)
  *   piece_*   decoded bytes of each token (what detokenizing produces)
  *   vhash     open-addressing hash: spelling → id
- *   mhash     open-addressing hash: (left id, right id) → (rank, merged id)
+ *   mhash     open-addressing hash: (left id, right id) → (rank, merged id) (BPE)
+ *   scores    SentencePiece merge priorities
  */
 #define _GNU_SOURCE /* memmem */
 #include "tokenizer_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 #define TOKF_EOG 0x01
@@ -58,6 +67,9 @@ struct mz_tokenizer {
     mz_token bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos;
     bool ignore_merges;
+    bool spm;                  /* SentencePiece (model "llama"); else byte-level BPE */
+    bool add_space_prefix;     /* spm: a space before text that follows a special token or starts */
+    float *scores;             /* spm: [n_vocab] merge priority (higher first); NaN read as -inf */
 
     int32_t *specials;         /* control/user-defined/unknown ids, longest first */
     size_t n_specials;
@@ -169,12 +181,13 @@ static bool kv_is_signed(mz_gguf_type ty)
     return ty == MZ_GGUF_INT8 || ty == MZ_GGUF_INT16 || ty == MZ_GGUF_INT32 || ty == MZ_GGUF_INT64;
 }
 
-/* Optional token id: -1 when absent or negative; out of range is an error. */
+/* Optional token id: left as it is when absent, -1 when negative; out of
+ * range is an error. */
 static mz_status get_opt_id(const mz_gguf *g, const char *key, int n_vocab, mz_token *out)
 {
-    *out = -1;
     const mz_gguf_kv *kv = mz_gguf_find(g, key);
     if (!kv) return MZ_OK;
+    *out = -1;
     if (!kv_is_int(kv->type))
         return mz_fail(MZ_E_FORMAT, "%s has type %s, expected an integer", key,
                        mz_gguf_type_name(kv->type));
@@ -260,6 +273,34 @@ static size_t decode_spelling(const char *s, size_t len, char *dst)
             o += l;
         }
         i += l;
+    }
+    return o;
+}
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                          : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Decoded bytes of a SentencePiece token: a byte token "<0xAB>" is that one
+ * byte; otherwise each U+2581 (the escaped space) becomes ' '. A byte token
+ * spelled otherwise keeps its text. dst must hold len bytes. */
+static size_t decode_spelling_spm(const char *s, size_t len, bool is_byte, char *dst)
+{
+    if (is_byte && len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && hex_digit(s[3]) >= 0 &&
+        hex_digit(s[4]) >= 0) {
+        dst[0] = (char)(hex_digit(s[3]) * 16 + hex_digit(s[4]));
+        return 1;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (i + 3 <= len && !memcmp(s + i, "\xe2\x96\x81", 3)) {
+            dst[o++] = ' ';
+            i += 2;
+        } else {
+            dst[o++] = s[i];
+        }
     }
     return o;
 }
@@ -363,7 +404,8 @@ static void build_pieces(mz_tokenizer *t)
             break;
         case MZ_TOK_NORMAL:
         case MZ_TOK_BYTE:
-            o += decode_spelling(s, len, t->piece + o);
+            o += t->spm ? decode_spelling_spm(s, len, t->type[i] == MZ_TOK_BYTE, t->piece + o)
+                        : decode_spelling(s, len, t->piece + o);
             break;
         default: /* unused / undefined: nothing, as llama.cpp */
             break;
@@ -446,6 +488,48 @@ static mz_status build_merges(mz_tokenizer *t, const mz_gguf_str *merges, uint64
     return MZ_OK;
 }
 
+/* Byte-level BPE: byte b is spelled by the token of its code point in the
+ * GPT-2 map. */
+static void build_byte_tokens_bpe(mz_tokenizer *t)
+{
+    for (int b = 0; b < 256; b++) {
+        char buf[4];
+        size_t l = mz_utf8_put(mz_byte_to_cpt((uint8_t)b), buf);
+        t->byte_tok[b] = vocab_find(t, buf, l);
+        if (t->byte_tok[b] < 0)
+            mz_log(MZ_LOG_DEBUG, "tokenizer: no token for byte 0x%02x; it will be dropped", b);
+    }
+}
+
+/* SentencePiece byte fallback (llama.cpp's byte_to_token): the token
+ * "<0xAB>" (upper-case hex), else the one-byte text itself, else the unknown
+ * token (-1 when there is none: the byte is dropped). */
+static void build_byte_tokens_spm(mz_tokenizer *t)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (int b = 0; b < 256; b++) {
+        const char name[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
+        const char one = (char)b;
+        int32_t id = vocab_find(t, name, sizeof name);
+        if (id < 0) id = vocab_find(t, &one, 1);
+        if (id < 0) id = t->unk;
+        t->byte_tok[b] = id;
+    }
+}
+
+/* SentencePiece merge priorities; an absent array scores every token 0 (as
+ * llama.cpp does), a NaN scores -inf so that the heap order stays total. */
+static mz_status build_scores(mz_tokenizer *t, const void *data)
+{
+    t->scores = mz_calloc((size_t)t->n_vocab, sizeof *t->scores);
+    if (!t->scores) return MZ_E_NOMEM;
+    if (!data) return MZ_OK;
+    memcpy(t->scores, data, (size_t)t->n_vocab * sizeof *t->scores); /* packed, maybe unaligned */
+    for (int i = 0; i < t->n_vocab; i++)
+        if (isnan(t->scores[i])) t->scores[i] = -INFINITY;
+    return MZ_OK;
+}
+
 void mz_tokenizer_free(mz_tokenizer *t)
 {
     if (!t) return;
@@ -458,6 +542,7 @@ void mz_tokenizer_free(mz_tokenizer *t)
     free(t->vhash);
     free(t->mhash);
     free(t->specials);
+    free(t->scores);
     mz_pretok_free(t->pre);
     mz_chat_tmpl_free(&t->chat);
     free(t);
@@ -475,33 +560,47 @@ mz_status mz_tokenizer_init(const mz_gguf *g, mz_tokenizer **out)
         st = mz_fail(MZ_E_FORMAT, "missing tokenizer.ggml.model");
         goto out_prefix;
     }
-    if (model.len != 4 || memcmp(model.ptr, "gpt2", 4) != 0) {
+    bool spm = model.len == 5 && memcmp(model.ptr, "llama", 5) == 0;
+    if (!spm && (model.len != 4 || memcmp(model.ptr, "gpt2", 4) != 0)) {
         st = mz_fail(MZ_E_UNSUPPORTED,
-                     "tokenizer.ggml.model '%.*s' is not supported (only 'gpt2' byte-level BPE)",
+                     "tokenizer.ggml.model '%.*s' is not supported (supported: 'gpt2' byte-level "
+                     "BPE, 'llama' SentencePiece)",
                      (int)MZ_MIN(model.len, 64), model.ptr);
         goto out_prefix;
     }
 
-    const void *tok_data, *type_data, *merge_data;
-    uint64_t n_tok, n_type, n_merge;
+    const void *tok_data, *type_data, *merge_data, *score_data;
+    uint64_t n_tok, n_type, n_merge, n_score;
     if ((st = get_array(g, "tokenizer.ggml.tokens", MZ_GGUF_STRING, true, &tok_data, &n_tok)) != MZ_OK ||
         (st = get_array(g, "tokenizer.ggml.token_type", MZ_GGUF_INT32, false, &type_data, &n_type)) != MZ_OK ||
-        (st = get_array(g, "tokenizer.ggml.merges", MZ_GGUF_STRING, true, &merge_data, &n_merge)) != MZ_OK)
+        (st = get_array(g, "tokenizer.ggml.merges", MZ_GGUF_STRING, !spm, &merge_data, &n_merge)) != MZ_OK ||
+        (st = get_array(g, "tokenizer.ggml.scores", MZ_GGUF_FLOAT32, false, &score_data, &n_score)) != MZ_OK)
         goto out_prefix;
     if (n_tok == 0 || n_tok > INT32_MAX / 2) {
         st = mz_fail(MZ_E_FORMAT, "tokenizer.ggml.tokens has %llu entries", (unsigned long long)n_tok);
         goto out_prefix;
     }
-    if (type_data && n_type != n_tok) {
-        st = mz_fail(MZ_E_FORMAT, "tokenizer.ggml.token_type has %llu entries but tokenizer.ggml.tokens has %llu",
-                     (unsigned long long)n_type, (unsigned long long)n_tok);
+    if ((type_data && n_type != n_tok) || (score_data && n_score != n_tok)) {
+        st = mz_fail(MZ_E_FORMAT, "tokenizer.ggml.%s has %llu entries but tokenizer.ggml.tokens has %llu",
+                     type_data && n_type != n_tok ? "token_type" : "scores",
+                     (unsigned long long)(type_data && n_type != n_tok ? n_type : n_score),
+                     (unsigned long long)n_tok);
         goto out_prefix;
     }
 
     mz_tokenizer *t = mz_calloc(1, sizeof *t);
     if (!t) return MZ_E_NOMEM;
     t->n_vocab = (int)n_tok;
+    t->spm = spm;
     t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = -1;
+    if (spm) { /* llama.cpp's defaults for a SentencePiece vocabulary */
+        t->add_bos = t->add_space_prefix = true;
+        if (t->n_vocab > 2) {
+            t->unk = 0;
+            t->bos = 1;
+            t->eos = 2;
+        }
+    }
 
     mz_gguf_str pre, tmpl;
     if ((st = get_opt_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos)) != MZ_OK ||
@@ -512,6 +611,7 @@ mz_status mz_tokenizer_init(const mz_gguf *g, mz_tokenizer **out)
         (st = get_opt_id(g, "tokenizer.ggml.padding_token_id", t->n_vocab, &t->pad)) != MZ_OK ||
         (st = get_opt_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos)) != MZ_OK ||
         (st = get_opt_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos)) != MZ_OK ||
+        (st = get_opt_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix)) != MZ_OK ||
         (st = get_opt_str(g, "tokenizer.ggml.pre", &pre)) != MZ_OK ||
         (st = get_opt_str(g, "tokenizer.chat_template", &tmpl)) != MZ_OK)
         goto out_free;
@@ -528,26 +628,33 @@ mz_status mz_tokenizer_init(const mz_gguf *g, mz_tokenizer **out)
     build_eog(t);
     build_pieces(t);
     if ((st = build_specials(t)) != MZ_OK) goto out_free;
-    if ((st = build_merges(t, merge_data, n_merge)) != MZ_OK) goto out_free;
-    for (int b = 0; b < 256; b++) {
-        char buf[4];
-        size_t l = mz_utf8_put(mz_byte_to_cpt((uint8_t)b), buf);
-        t->byte_tok[b] = vocab_find(t, buf, l);
-        if (t->byte_tok[b] < 0)
-            mz_log(MZ_LOG_DEBUG, "tokenizer: no token for byte 0x%02x; it will be dropped", b);
+    if (spm) {
+        if ((st = build_scores(t, score_data)) != MZ_OK) goto out_free;
+        build_byte_tokens_spm(t);
+    } else {
+        if ((st = build_merges(t, merge_data, n_merge)) != MZ_OK) goto out_free;
+        build_byte_tokens_bpe(t);
+        /* llama.cpp: a llama3 vocabulary adds BOS unless told otherwise. */
+        char pre_name[64] = "";
+        if (pre.ptr) snprintf(pre_name, sizeof pre_name, "%.*s", (int)MZ_MIN(pre.len, 63), pre.ptr);
+        if ((st = mz_pretok_init(pre.ptr ? pre_name : NULL, &t->pre, &t->ignore_merges)) != MZ_OK)
+            goto out_free;
+        if (!mz_gguf_find(g, "tokenizer.ggml.add_bos_token") && t->ignore_merges && t->bos >= 0)
+            t->add_bos = true;
     }
-
-    /* llama.cpp: a llama3 vocabulary adds BOS unless told otherwise. */
-    char pre_name[64] = "";
-    if (pre.ptr) snprintf(pre_name, sizeof pre_name, "%.*s", (int)MZ_MIN(pre.len, 63), pre.ptr);
-    if ((st = mz_pretok_init(pre.ptr ? pre_name : NULL, &t->pre, &t->ignore_merges)) != MZ_OK)
+    mz_gguf_str arch;
+    char arch_name[32] = "";
+    if ((st = get_opt_str(g, "general.architecture", &arch)) != MZ_OK) goto out_free;
+    if (arch.ptr) snprintf(arch_name, sizeof arch_name, "%.*s", (int)MZ_MIN(arch.len, 31), arch.ptr);
+    if ((st = mz_chat_tmpl_init(tmpl.ptr, (size_t)tmpl.len, arch.ptr ? arch_name : NULL, &t->chat)) != MZ_OK)
         goto out_free;
-    if (!mz_gguf_find(g, "tokenizer.ggml.add_bos_token") && t->ignore_merges && t->bos >= 0)
-        t->add_bos = true;
-    if ((st = mz_chat_tmpl_init(tmpl.ptr, (size_t)tmpl.len, &t->chat)) != MZ_OK) goto out_free;
 
-    mz_log(MZ_LOG_INFO, "tokenizer: %d tokens, %zu merges, %zu special, pre-tokenizer %s", t->n_vocab,
-           t->n_merges, t->n_specials, mz_pretok_name(t->pre));
+    if (spm)
+        mz_log(MZ_LOG_INFO, "tokenizer: SentencePiece, %d tokens, %zu special, space prefix %s",
+               t->n_vocab, t->n_specials, t->add_space_prefix ? "on" : "off");
+    else
+        mz_log(MZ_LOG_INFO, "tokenizer: %d tokens, %zu merges, %zu special, pre-tokenizer %s",
+               t->n_vocab, t->n_merges, t->n_specials, mz_pretok_name(t->pre));
     *out = t;
     return MZ_OK;
 
@@ -588,6 +695,20 @@ bool mz_tokenizer_is_control(const mz_tokenizer *t, mz_token tok)
 bool mz_tokenizer_is_eog(const mz_tokenizer *t, mz_token tok)
 {
     return tok >= 0 && tok < t->n_vocab && (t->flags[tok] & TOKF_EOG);
+}
+
+mz_status mz_tokenizer_set_chat(mz_tokenizer *t, const char *name)
+{
+    mz_chat_kind k;
+    mz_status st = mz_chat_kind_from_name(name, &k);
+    if (st == MZ_OK) mz_chat_tmpl_set_kind(&t->chat, k);
+    return st;
+}
+
+const char *mz_tokenizer_chat_name(const mz_tokenizer *t, bool *from_file)
+{
+    if (from_file) *from_file = t->chat.from_file;
+    return mz_chat_kind_name(t->chat.kind);
 }
 
 mz_status mz_tokenizer_chat_format(const mz_tokenizer *t, const mz_chat_msg *msgs, size_t n_msgs,
@@ -708,15 +829,22 @@ out_free:
     return st;
 }
 
-/* Scratch for BPE over one word. */
+/* Scratch for merging one word. A symbol is a run of bytes of the word,
+ * [off, off + len); its id is the token spelling that run, or -1 (BPE: a
+ * byte with no token; SentencePiece: a character that is no token, which
+ * falls back to byte tokens at the end). A symbol's text follows from its
+ * index and id, so (index, id) identifies it for the stale check. */
 typedef struct bpe_sym {
-    int32_t id;                /* current token; -1: a byte with no token */
+    int32_t id;
+    uint32_t off, len;
     int32_t prev, next;        /* neighbours in the live list, -1 at the ends */
     bool dead;                 /* merged into its left neighbour */
 } bpe_sym;
 
+/* A candidate merge; lower prio first (BPE: the merge rank; SentencePiece:
+ * minus the merged token's score), ties leftmost first. */
 typedef struct bpe_pair {
-    int32_t rank;
+    double prio;
     int32_t left, right;       /* symbol indices */
     int32_t lid, rid;          /* their ids when queued (stale check) */
     int32_t result;
@@ -733,7 +861,7 @@ typedef struct bpe_work {
 
 static inline bool pair_less(const bpe_pair *a, const bpe_pair *b)
 {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+    return a->prio < b->prio || (a->prio == b->prio && a->left < b->left);
 }
 
 static void heap_push(bpe_work *w, bpe_pair p)
@@ -766,14 +894,23 @@ static bpe_pair heap_pop(bpe_work *w)
     return top;
 }
 
-static void add_pair(const mz_tokenizer *t, bpe_work *w, int32_t l, int32_t r)
+/* Queues the merge of adjacent symbols l, r of word s if there is one:
+ * BPE asks the merge table for the two ids; SentencePiece (llama.cpp's
+ * llm_tokenizer_spm try_add_bigram) asks whether their joined text is a
+ * token, of whatever type, and ranks by its score. */
+static void add_pair(const mz_tokenizer *t, bpe_work *w, const unsigned char *s, int32_t l, int32_t r)
 {
     if (l < 0 || r < 0) return;
-    int32_t a = w->sym[l].id, b = w->sym[r].id;
-    if (a < 0 || b < 0) return;
-    const merge_ent *e = merge_find(t, a, b);
+    const bpe_sym *L = &w->sym[l], *R = &w->sym[r];
+    if (t->spm) {
+        int32_t id = vocab_find(t, (const char *)s + L->off, L->len + R->len);
+        if (id >= 0) heap_push(w, (bpe_pair){-(double)t->scores[id], l, r, L->id, R->id, id});
+        return;
+    }
+    if (L->id < 0 || R->id < 0) return;
+    const merge_ent *e = merge_find(t, L->id, R->id);
     if (!e) return;
-    heap_push(w, (bpe_pair){e->rank, l, r, a, b, e->result});
+    heap_push(w, (bpe_pair){(double)e->rank, l, r, L->id, R->id, e->result});
 }
 
 static mz_status bpe_reserve(bpe_work *w, size_t n)
@@ -795,10 +932,63 @@ static mz_status bpe_reserve(bpe_work *w, size_t n)
     return MZ_OK;
 }
 
+/* Length of the character at s[0..n) as SentencePiece splits text: by the
+ * lead byte alone (llama.cpp's unicode_len_utf8; a stray continuation byte
+ * is one character), cut at the end of the text. */
+static size_t spm_char_len(const unsigned char *s, size_t n)
+{
+    static const uint8_t by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    size_t l = by_high_nibble[s[0] >> 4];
+    return l < n ? l : n;
+}
+
+/* Merges the symbols of word s[0..n) (BPE: one per byte; SentencePiece: one
+ * per character) until no candidate is left, then emits them. Every merge
+ * queues at most two pairs, so the heap holds at most 3n. */
+static mz_status merge_word(const mz_tokenizer *t, bpe_work *w, const unsigned char *s, size_t n,
+                            tok_vec *out)
+{
+    mz_status st;
+    if ((st = bpe_reserve(w, n)) != MZ_OK) return st;
+    bpe_sym *sym = w->sym;
+    int32_t n_sym = 0;
+    for (size_t off = 0; off < n; n_sym++) {
+        size_t len = t->spm ? spm_char_len(s + off, n - off) : 1;
+        sym[n_sym] = (bpe_sym){.id = t->spm ? vocab_find(t, (const char *)s + off, len) : t->byte_tok[s[off]],
+                               .off = (uint32_t)off, .len = (uint32_t)len, .prev = n_sym - 1,
+                               .next = off + len < n ? n_sym + 1 : -1};
+        off += len;
+    }
+    w->heap_n = 0;
+    for (int32_t i = 1; i < n_sym; i++) add_pair(t, w, s, i - 1, i);
+    while (w->heap_n) {
+        bpe_pair p = heap_pop(w);
+        bpe_sym *L = &sym[p.left], *R = &sym[p.right];
+        if (L->dead || R->dead || L->next != p.right || L->id != p.lid || R->id != p.rid) continue;
+        L->id = p.result;
+        L->len += R->len;
+        R->dead = true;
+        L->next = R->next;
+        if (R->next >= 0) sym[R->next].prev = p.left;
+        add_pair(t, w, s, L->prev, p.left);
+        add_pair(t, w, s, p.left, L->next);
+    }
+    for (int32_t i = n_sym ? 0 : -1; i >= 0; i = sym[i].next) {
+        if (sym[i].id >= 0) {
+            if ((st = tv_push(out, sym[i].id)) != MZ_OK) return st;
+        } else if (t->spm) { /* byte fallback */
+            for (uint32_t k = 0; k < sym[i].len; k++) {
+                int32_t b = t->byte_tok[s[sym[i].off + k]];
+                if (b >= 0 && (st = tv_push(out, b)) != MZ_OK) return st;
+            }
+        }
+    }
+    return MZ_OK;
+}
+
 static mz_status bpe_word(const mz_tokenizer *t, bpe_work *w, const unsigned char *s, size_t n,
                           tok_vec *out)
 {
-    mz_status st;
     if (n == 1) return t->byte_tok[s[0]] >= 0 ? tv_push(out, t->byte_tok[s[0]]) : MZ_OK;
 
     if (t->ignore_merges) { /* llama3: a word that is a token is taken whole */
@@ -813,31 +1003,40 @@ static mz_status bpe_word(const mz_tokenizer *t, bpe_work *w, const unsigned cha
         int32_t id = vocab_find(t, w->enc, el);
         if (id >= 0) return tv_push(out, id);
     }
+    return merge_word(t, w, s, n, out);
+}
 
-    if ((st = bpe_reserve(w, n)) != MZ_OK) return st;
-    bpe_sym *sym = w->sym;
-    for (size_t i = 0; i < n; i++) {
-        sym[i].id = t->byte_tok[s[i]];
-        sym[i].prev = (int32_t)i - 1;
-        sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
-        sym[i].dead = false;
+/* SentencePiece over one raw fragment (llama.cpp's SPM path): no
+ * pre-tokenizer and no UTF-8 repair; a space first when asked, every ' '
+ * written as U+2581, then the whole fragment is one word. */
+static mz_status encode_spm(const mz_tokenizer *t, const char *raw, size_t len, bool space_first,
+                            bpe_work *w, tok_vec *out)
+{
+    size_t n_sp = space_first;
+    for (size_t i = 0; i < len; i++) n_sp += raw[i] == ' ';
+    if (len > SIZE_MAX / 4) return mz_fail(MZ_E_RANGE, "tokenizer: text too long");
+    size_t el = len + 2 * n_sp;
+    if (el > w->enc_cap) {
+        free(w->enc);
+        w->enc = malloc(el);
+        w->enc_cap = w->enc ? el : 0;
+        if (!w->enc) return mz_fail(MZ_E_NOMEM, "tokenizer: out of memory");
     }
-    w->heap_n = 0;
-    for (size_t i = 1; i < n; i++) add_pair(t, w, (int32_t)i - 1, (int32_t)i);
-    while (w->heap_n) {
-        bpe_pair p = heap_pop(w);
-        bpe_sym *L = &sym[p.left], *R = &sym[p.right];
-        if (L->dead || R->dead || L->next != p.right || L->id != p.lid || R->id != p.rid) continue;
-        L->id = p.result;
-        R->dead = true;
-        L->next = R->next;
-        if (R->next >= 0) sym[R->next].prev = p.left;
-        add_pair(t, w, L->prev, p.left);
-        add_pair(t, w, p.left, L->next);
+    char *e = w->enc;
+    size_t o = 0;
+    if (space_first) {
+        memcpy(e, "\xe2\x96\x81", 3);
+        o = 3;
     }
-    for (int32_t i = 0; i >= 0; i = sym[i].next)
-        if (sym[i].id >= 0 && (st = tv_push(out, sym[i].id)) != MZ_OK) return st;
-    return MZ_OK;
+    for (size_t i = 0; i < len; i++) {
+        if (raw[i] == ' ') {
+            memcpy(e + o, "\xe2\x96\x81", 3);
+            o += 3;
+        } else {
+            e[o++] = raw[i];
+        }
+    }
+    return merge_word(t, w, (const unsigned char *)e, o, out);
 }
 
 static mz_status encode_raw(const mz_tokenizer *t, const char *raw, size_t len, bpe_work *w,
@@ -873,12 +1072,17 @@ static mz_status encode(const mz_tokenizer *t, const char *text, size_t len, boo
     if (len) {
         if ((st = partition_specials(t, text, len, parse_special, text_spans, n_text_spans, &fv)) != MZ_OK)
             goto out_free;
+        bool after_special = true; /* SentencePiece's space prefix: at the start or after one */
         for (size_t f = 0; f < fv.n; f++) {
             if (fv.a[f].tok >= 0)
                 st = tv_push(&tv, fv.a[f].tok);
+            else if (t->spm)
+                st = encode_spm(t, text + fv.a[f].start, fv.a[f].len,
+                                t->add_space_prefix && after_special, &w, &tv);
             else
                 st = encode_raw(t, text + fv.a[f].start, fv.a[f].len, &w, &words, &tv);
             if (st != MZ_OK) goto out_free;
+            after_special = fv.a[f].tok >= 0;
         }
     }
     if (add_special && t->add_eos && (st = tv_push(&tv, t->eos)) != MZ_OK) goto out_free;

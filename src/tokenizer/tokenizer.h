@@ -1,8 +1,10 @@
 /*
- * tokenizer.h — byte-level BPE tokenizer built from GGUF metadata
- * (tokenizer.ggml.*), with the pre-tokenizer regexes of llama.cpp's
- * gpt2 / llama3 / smollm / qwen2 pre-tokenizers run through PCRE2, special
- * tokens, streaming decoding, and chat templates (ChatML, Llama 3).
+ * tokenizer.h — byte-level BPE and SentencePiece (byte fallback) tokenizers
+ * built from GGUF metadata (tokenizer.ggml.*), with the BPE pre-tokenizer
+ * regexes of llama.cpp's gpt2 / llama3 / smollm / qwen2 pre-tokenizers run
+ * through PCRE2, special
+ * tokens, streaming decoding, and chat templates (ChatML, Llama 3, Gemma,
+ * Mistral).
  */
 #ifndef MZ_TOKENIZER_H
 #define MZ_TOKENIZER_H
@@ -43,6 +45,13 @@ mz_status mz_tokenizer_encode_chat(const mz_tokenizer *t, const mz_chat_msg *msg
                                    bool add_assistant, bool add_special, mz_token *out, size_t cap,
                                    size_t *n_out);
 
+/* Overrides the chat template family by name (chatml, gemma, llama3,
+ * mistral); MZ_E_INVAL naming them for any other name. Not thread-safe:
+ * before the tokenizer is shared. */
+mz_status mz_tokenizer_set_chat(mz_tokenizer *t, const char *name);
+/* The chat template family's name ("unknown": formatting refuses);
+ * *from_file (may be NULL): recognised in the file's template. */
+const char *mz_tokenizer_chat_name(const mz_tokenizer *t, bool *from_file);
 mz_status mz_tokenizer_chat_format(const mz_tokenizer *t, const mz_chat_msg *msgs, size_t n_msgs,
                                    bool add_assistant, char *buf, size_t cap, size_t *n_out);
 

@@ -74,3 +74,13 @@ mz_status mz_chat_tokenize(const mz_model_t *m, const mz_chat_msg *msgs, size_t 
     }
     return mz_tokenizer_encode_chat(t, msgs, n_msgs, add_assistant, true, out, cap, n_out);
 }
+
+const char *mz_model_chat_template(const mz_model_t *m, bool *from_file)
+{
+    const mz_tokenizer *t = model_tok(m);
+    if (!t) {
+        if (from_file) *from_file = false;
+        return "unknown";
+    }
+    return mz_tokenizer_chat_name(t, from_file);
+}

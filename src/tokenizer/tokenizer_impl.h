@@ -3,7 +3,8 @@
  *
  *   pretok.c        UTF-8 sanitising, the GPT-2 byte↔unicode map, and the
  *                   pre-tokenizer regex sets (PCRE2) that split text into words
- *   tokenizer.c     vocabulary/merges from GGUF, special-token partition, BPE
+ *   tokenizer.c     vocabulary/merges/scores from GGUF, special-token partition,
+ *                   BPE and SentencePiece merging
  *   chat.c          chat templates (ChatML, Llama 3)
  *   detok.c         streaming UTF-8 assembly (mz_detok_*)
  *   tokenizer_api.c public wrappers over a model's tokenizer
@@ -77,15 +78,29 @@ size_t mz_utf8_put(uint32_t cpt, char *out);
 
 /* ---- chat.c ------------------------------------------------------------- */
 
-typedef enum mz_chat_kind { MZ_CHAT_CHATML = 0, MZ_CHAT_LLAMA3 = 1 } mz_chat_kind;
+typedef enum mz_chat_kind {
+    MZ_CHAT_CHATML = 0,
+    MZ_CHAT_LLAMA3 = 1,
+    MZ_CHAT_GEMMA = 2,
+    MZ_CHAT_MISTRAL = 3,
+    MZ_CHAT_UNKNOWN = 4,       /* a template of no known family: formatting refuses */
+    MZ_CHAT_KIND_COUNT
+} mz_chat_kind;
 
 typedef struct mz_chat_tmpl {
     mz_chat_kind kind;
+    bool from_file;            /* recognised in tokenizer.chat_template (else: arch or override) */
     char *default_system;      /* malloc'd; NULL when the template inserts none */
 } mz_chat_tmpl;
 
-/* Detects the template kind from tokenizer.chat_template text (NULL: absent). */
-mz_status mz_chat_tmpl_init(const char *tmpl, size_t len, mz_chat_tmpl *out);
+/* Recognises the family of tokenizer.chat_template text (NULL: absent; then
+ * arch, general.architecture or NULL, picks it). Never fails on odd text. */
+mz_status mz_chat_tmpl_init(const char *tmpl, size_t len, const char *arch, mz_chat_tmpl *out);
+/* Replaces the family (an override). */
+void mz_chat_tmpl_set_kind(mz_chat_tmpl *c, mz_chat_kind k);
+const char *mz_chat_kind_name(mz_chat_kind k);
+/* MZ_E_INVAL naming the known families when name is none of them. */
+mz_status mz_chat_kind_from_name(const char *name, mz_chat_kind *out);
 void mz_chat_tmpl_free(mz_chat_tmpl *c);
 mz_status mz_chat_tmpl_format(const mz_chat_tmpl *c, const mz_chat_msg *msgs, size_t n_msgs,
                               bool add_assistant, char *buf, size_t cap, size_t *n_out);

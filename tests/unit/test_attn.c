@@ -105,20 +105,21 @@ static void naive(const fixture *f, const mz_attn_args *a)
     double *s = malloc(f->n_kv * sizeof *s);
     for (size_t i = 0; i < f->n_q; i++) {
         const size_t n_ctx = f->pos0 + i + 1;
+        const size_t lo = a->window && n_ctx > a->window ? n_ctx - a->window : 0; /* sliding window */
         for (int h = 0; h < f->n_head; h++) {
             const int kvh = h / group;
             const float *q = f->q + (i * (size_t)f->n_head + (size_t)h) * (size_t)hd;
             double mx = -INFINITY, sum = 0;
-            for (size_t p = 0; p < n_ctx; p++) {
+            for (size_t p = lo; p < n_ctx; p++) {
                 const mz_f16 *k = mz_kv_chunk_k(f->chunks[p / 256], f->n_head_kv, hd, kvh, (int)(p % 256));
                 double dot = 0;
                 for (int d = 0; d < hd; d++) dot += (double)q[d] * mz_f16_to_f32(k[d]);
                 s[p] = dot * a->scale;
                 mx = fmax(mx, s[p]);
             }
-            for (size_t p = 0; p < n_ctx; p++) sum += (s[p] = exp(s[p] - mx));
+            for (size_t p = lo; p < n_ctx; p++) sum += (s[p] = exp(s[p] - mx));
             double acc[MZ_ATTN_MAX_HEAD_DIM] = {0};
-            for (size_t p = 0; p < n_ctx; p++) {
+            for (size_t p = lo; p < n_ctx; p++) {
                 const mz_f16 *v = mz_kv_chunk_v(f->chunks[p / 256], f->n_head_kv, hd, kvh, (int)(p % 256));
                 for (int d = 0; d < hd; d++) acc[d] += s[p] * mz_f16_to_f32(v[d]);
             }
@@ -256,6 +257,32 @@ static void run_case(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_
     fixture_free(&f);
 }
 
+/* Sliding windows (gemma3's local layers): query p sees (p - window, p].
+ * Windows that start inside a chunk, at a chunk boundary, hide a whole
+ * chunk, or hide nothing (then the SIMD kernels run), against the double
+ * oracle, for the reference, the scalar kernel and the active path. */
+static void test_window(void)
+{
+    static const size_t windows[] = {1, 100, 256, 300, 600, 5000};
+    for (size_t w = 0; w < MZ_ARRAY_LEN(windows); w++) {
+        fixture f;
+        fixture_init(&f, 4, 1, 64, 700, 8);
+        mz_attn_args a = fixture_args(&f);
+        a.window = windows[w];
+        naive(&f, &a);
+        mz_attn_ref(&a);
+        CHECK_MSG(max_err(&f) <= 5e-6, "ref: window %zu: err %g", windows[w], max_err(&f));
+        run_sliced(mz_attn_scalar, NULL, a, NULL, 0, 2);
+        CHECK_MSG(max_err(&f) <= 5e-6, "scalar: window %zu: err %g", windows[w], max_err(&f));
+        const size_t np = mz_attn_partial_floats(&a);
+        float *partial = np ? malloc(np * sizeof *partial) : NULL;
+        run_sliced(mz_attn, mz_attn_merge, a, partial, np, 3);
+        CHECK_MSG(max_err(&f) <= 5e-6, "active: window %zu: err %g", windows[w], max_err(&f));
+        free(partial);
+        fixture_free(&f);
+    }
+}
+
 int main(void)
 {
     mz_kernels_init();
@@ -283,6 +310,7 @@ int main(void)
     run_case(4, 64, 3000, 1, 4);
     run_case(3, 64, 1030, 8, 5);
     run_case(17, 64, 1500, 3, 6);
+    test_window();
     CHECK_EQ_INT(mz_kv_chunk_bytes(3, 64), 2 * 3 * 256 * 64 * 2);
     printf("test_attn: largest error vs double oracle %.3g (bound 5e-6)\n", g_worst);
     return t_done("test_attn");

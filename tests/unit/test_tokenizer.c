@@ -11,9 +11,14 @@
  *   detok      streaming over characters split across tokens, invalid bytes,
  *              small output buffers
  *   chat       SmolLM2's template (ChatML with its default system message)
+ *   spm        SentencePiece: a tiny scored vocabulary (merge by score, byte
+ *              fallback, space prefix), then Gemma 3's real vocabulary
+ *              against tests/golden/tokenizer_gemma.txt
  *
- * The real-model parts are skipped (exit 77) when the model is missing.
+ * The real-model parts are skipped (exit 77) when the model is missing; the
+ * Gemma part alone is skipped when only the Gemma file is missing.
  */
+#define _GNU_SOURCE /* memmem */
 #include "testutil.h"
 
 #include "model/gguf.h"
@@ -25,6 +30,7 @@
 #include <unistd.h>
 
 #define GOLDEN_PATH "tests/golden/tokenizer.txt"
+#define GOLDEN_GEMMA_PATH "tests/golden/tokenizer_gemma.txt"
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -83,7 +89,7 @@ enum {
     SYN_OK = 0,
     SYN_NO_TOKENS,
     SYN_TYPE_COUNT,
-    SYN_MODEL_LLAMA,
+    SYN_MODEL_UNKNOWN,
     SYN_BOS_RANGE,
     SYN_BAD_MERGE,
     SYN_BAD_TYPE,
@@ -91,6 +97,22 @@ enum {
 };
 
 #define SYN_N 261 /* 256 bytes + ab, abc, Ġab, <s>, <u> */
+
+/* Writes w's metadata to memory, frees w and builds a tokenizer from it. */
+static mz_status syn_finish(mz_gguf_writer *w, mz_tokenizer **out)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    CHECK(mz_gguf_writer_write_mem(w, &buf, &len) == MZ_OK);
+    mz_gguf_writer_free(w);
+    mz_gguf *g = NULL;
+    CHECK_MSG(mz_gguf_parse(buf, len, len, &g) == MZ_OK, "%s", mz_last_error());
+    free(buf);
+    *out = NULL;
+    mz_status st = g ? mz_tokenizer_init(g, out) : MZ_E_FORMAT;
+    mz_gguf_free(g);
+    return st;
+}
 
 static mz_status syn_tokenizer(int variant, const char *pre, const char *tmpl, mz_tokenizer **out)
 {
@@ -115,7 +137,7 @@ static mz_status syn_tokenizer(int variant, const char *pre, const char *tmpl, m
 
     mz_gguf_writer *w = mz_gguf_writer_init();
     mz_status st = MZ_OK;
-    st |= mz_gguf_writer_add_str(w, "tokenizer.ggml.model", variant == SYN_MODEL_LLAMA ? "llama" : "gpt2");
+    st |= mz_gguf_writer_add_str(w, "tokenizer.ggml.model", variant == SYN_MODEL_UNKNOWN ? "bert" : "gpt2");
     if (pre) st |= mz_gguf_writer_add_str(w, "tokenizer.ggml.pre", pre);
     if (variant != SYN_NO_TOKENS) {
         mz_gguf_kv kv = {.key = {"tokenizer.ggml.tokens", 21}, .type = MZ_GGUF_ARRAY,
@@ -136,17 +158,7 @@ static mz_status syn_tokenizer(int variant, const char *pre, const char *tmpl, m
     st |= mz_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
     if (tmpl) st |= mz_gguf_writer_add_str(w, "tokenizer.chat_template", tmpl);
     CHECK(st == MZ_OK);
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    CHECK(mz_gguf_writer_write_mem(w, &buf, &len) == MZ_OK);
-    mz_gguf_writer_free(w);
-    mz_gguf *g = NULL;
-    CHECK_MSG(mz_gguf_parse(buf, len, len, &g) == MZ_OK, "%s", mz_last_error());
-    free(buf);
-    *out = NULL;
-    st = g ? mz_tokenizer_init(g, out) : MZ_E_FORMAT;
-    mz_gguf_free(g);
-    return st;
+    return syn_finish(w, out);
 }
 
 static void expect_fail(int variant, mz_status want, const char *needle)
@@ -158,6 +170,55 @@ static void expect_fail(int variant, mz_status want, const char *needle)
     CHECK_MSG(strstr(mz_last_error(), needle) != NULL, "variant %d: message '%s' lacks '%s'",
               variant, mz_last_error(), needle);
     mz_tokenizer_free(t);
+}
+
+/* Formats msgs with a tokenizer whose file holds template tmpl (NULL: none)
+ * and compares with want (NULL: the format must fail with MZ_E_UNSUPPORTED). */
+static void check_family(const char *tmpl, const char *override, const mz_chat_msg *msgs, size_t n_msgs,
+                         const char *want_name, const char *want)
+{
+    mz_tokenizer *t = NULL;
+    CHECK(syn_tokenizer(SYN_OK, "gpt2", tmpl, &t) == MZ_OK);
+    if (!t) return;
+    if (override) CHECK_MSG(mz_tokenizer_set_chat(t, override) == MZ_OK, "%s", mz_last_error());
+    CHECK_MSG(!strcmp(mz_tokenizer_chat_name(t, NULL), want_name), "family %s, want %s",
+              mz_tokenizer_chat_name(t, NULL), want_name);
+    char buf[512];
+    size_t n = 0;
+    mz_status st = mz_tokenizer_chat_format(t, msgs, n_msgs, true, buf, sizeof buf, &n);
+    if (want) {
+        CHECK_MSG(st == MZ_OK && !strcmp(buf, want), "%s: got\n%s", want_name, st == MZ_OK ? buf : mz_last_error());
+    } else {
+        CHECK(st == MZ_E_UNSUPPORTED);
+        CHECK_MSG(strstr(mz_last_error(), "--chat-template NAME") != NULL, "%s", mz_last_error());
+    }
+    mz_tokenizer_free(t);
+}
+
+static void test_chat_families(void)
+{
+    const mz_chat_msg msgs[4] = {{"system", "Be brief. "}, {"user", " hi\n"}, {"assistant", "yo "}, {"user", "and?"}};
+    static const char gemma_want[] = "<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n"
+                                     "<start_of_turn>model\nyo<end_of_turn>\n"
+                                     "<start_of_turn>user\nand?<end_of_turn>\n<start_of_turn>model\n";
+    /* Gemma 3's own template (abridged): recognised by its turn marker. */
+    check_family("{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + role + '\n' }}", NULL,
+                 msgs, 4, "gemma", gemma_want);
+    check_family("{% for m in messages %}{{ '[INST] ' + m['content'] + '[/INST]' }}{% endfor %}", NULL, msgs, 4,
+                 "mistral", "[INST] Be brief. \n\n hi\n[/INST] yo</s>[INST] and?[/INST]");
+    check_family("{{ '<|im_start|>' + message['role'] }}", NULL, msgs + 1, 1, "chatml",
+                 "<|im_start|>user\n hi\n<|im_end|>\n<|im_start|>assistant\n");
+    /* Of no known family: refused, naming the override; the override works. */
+    check_family("{{ '### User: ' + content }}", NULL, msgs, 4, "unknown", NULL);
+    check_family("{{ '### User: ' + content }}", "gemma", msgs, 4, "gemma", gemma_want);
+    mz_tokenizer *t = NULL;
+    CHECK(syn_tokenizer(SYN_OK, "gpt2", NULL, &t) == MZ_OK);
+    if (t) {
+        CHECK(mz_tokenizer_set_chat(t, "vicuna") == MZ_E_INVAL);
+        CHECK_MSG(strstr(mz_last_error(), "chatml, gemma, llama3, mistral") != NULL, "%s", mz_last_error());
+        CHECK(!strcmp(mz_tokenizer_chat_name(t, NULL), "chatml"));
+        mz_tokenizer_free(t);
+    }
 }
 
 static void test_synthetic(void)
@@ -252,14 +313,108 @@ static void test_synthetic(void)
         mz_tokenizer_free(t);
     }
 
+    test_chat_families();
+
     /* Malformed metadata. */
     expect_fail(SYN_NO_TOKENS, MZ_E_FORMAT, "tokenizer.ggml.tokens");
     expect_fail(SYN_TYPE_COUNT, MZ_E_FORMAT, "token_type has 260 entries");
-    expect_fail(SYN_MODEL_LLAMA, MZ_E_UNSUPPORTED, "'llama'");
+    expect_fail(SYN_MODEL_UNKNOWN, MZ_E_UNSUPPORTED, "'bert'");
     expect_fail(SYN_BOS_RANGE, MZ_E_FORMAT, "bos_token_id = 5000");
     expect_fail(SYN_BAD_MERGE, MZ_E_FORMAT, "merges[1]");
     expect_fail(SYN_BAD_TYPE, MZ_E_FORMAT, "token_type[7]");
     expect_fail(SYN_NO_MERGES, MZ_E_FORMAT, "missing tokenizer.ggml.merges");
+}
+
+/* ---- SentencePiece, synthetic ------------------------------------------------------- */
+
+enum { SPM_BYTE0 = 3, SPM_A = 259, SPM_B, SPM_C, SPM_SPACE, SPM_AB, SPM_BC, SPM_ABC, SPM_SA, SPM_UD, SPM_EACUTE,
+       SPM_N };
+
+/* <unk> <s> </s>, the 256 byte tokens, then a b c ▁ ab bc abc ▁a <u> é:
+ * "bc" outscores "ab", and "abc" exists. No add_bos_token and no
+ * add_space_prefix key: llama.cpp's SentencePiece defaults (both on). */
+static mz_status syn_spm(mz_tokenizer **out)
+{
+    static char bytes[256][7];
+    mz_gguf_str toks[SPM_N];
+    int32_t types[SPM_N];
+    float scores[SPM_N];
+    const char *head[3] = {"<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 3; i++) {
+        toks[i] = (mz_gguf_str){head[i], strlen(head[i])};
+        types[i] = i ? MZ_TOK_CONTROL : MZ_TOK_UNKNOWN;
+    }
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        toks[SPM_BYTE0 + b] = (mz_gguf_str){bytes[b], 6};
+        types[SPM_BYTE0 + b] = MZ_TOK_BYTE;
+    }
+    const char *tail[] = {"a", "b", "c", "\xe2\x96\x81", "ab", "bc", "abc", "\xe2\x96\x81" "a", "<u>", "\xc3\xa9"};
+    const float tail_score[] = {-10, -10, -10, -10, -1.0f, -0.5f, -2, -3, 0, -10};
+    for (int i = 0; i < SPM_N; i++) scores[i] = i < SPM_A ? 0.0f : tail_score[i - SPM_A];
+    for (int i = SPM_A; i < SPM_N; i++) {
+        toks[i] = (mz_gguf_str){tail[i - SPM_A], strlen(tail[i - SPM_A])};
+        types[i] = i == SPM_UD ? MZ_TOK_USER_DEFINED : MZ_TOK_NORMAL;
+    }
+    mz_gguf_writer *w = mz_gguf_writer_init();
+    mz_status st = mz_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+    mz_gguf_kv kv[3] = {
+        {.key = {"tokenizer.ggml.tokens", 21}, .type = MZ_GGUF_ARRAY, .arr_type = MZ_GGUF_STRING,
+         .arr_n = SPM_N, .arr_data = toks},
+        {.key = {"tokenizer.ggml.token_type", 25}, .type = MZ_GGUF_ARRAY, .arr_type = MZ_GGUF_INT32,
+         .arr_n = SPM_N, .arr_data = types},
+        {.key = {"tokenizer.ggml.scores", 21}, .type = MZ_GGUF_ARRAY, .arr_type = MZ_GGUF_FLOAT32,
+         .arr_n = SPM_N, .arr_data = scores}};
+    for (int i = 0; i < 3; i++) st |= mz_gguf_writer_add_kv(w, &kv[i]);
+    CHECK(st == MZ_OK);
+    return syn_finish(w, out);
+}
+
+static void expect_tokens(const mz_tokenizer *t, const char *s, bool add_special, const mz_token *want,
+                          size_t n_want)
+{
+    mz_token got[64];
+    size_t n = encode(t, s, strlen(s), add_special, false, got, 64);
+    bool same = n == n_want && !memcmp(got, want, n * sizeof *got);
+    CHECK_MSG(same, "\"%s\": %zu tokens (first %d), want %zu (first %d)", s, n, n ? got[0] : -1,
+              n_want, want[0]);
+}
+
+static void test_spm_synthetic(void)
+{
+    mz_tokenizer *t = NULL;
+    CHECK_MSG(syn_spm(&t) == MZ_OK, "%s", mz_last_error());
+    if (!t) return;
+    /* "bc" (-0.5) merges before "ab" (-1) and "▁a" (-3); then "a"+"bc"
+     * gives "abc" (the space prefix stays alone: "▁abc" is no token). */
+    expect_tokens(t, "abc", false, (const mz_token[]){SPM_SPACE, SPM_ABC}, 2);
+    /* "ab" (-1) takes the a before "▁a" (-3) can. */
+    expect_tokens(t, "b abab", false, (const mz_token[]){SPM_SPACE, SPM_B, SPM_SPACE, SPM_AB, SPM_AB}, 5);
+    expect_tokens(t, "b a", false, (const mz_token[]){SPM_SPACE, SPM_B, SPM_SA}, 3);
+    /* Byte fallback for a character with no token (x) and a stray byte. */
+    expect_tokens(t, "x\xff", false, (const mz_token[]){SPM_SPACE, SPM_BYTE0 + 'x', SPM_BYTE0 + 0xff}, 3);
+    /* A user-defined token splits the text; the prefix follows it again. */
+    expect_tokens(t, "a<u>a", false, (const mz_token[]){SPM_SA, SPM_UD, SPM_SA}, 3);
+    /* BOS by default; é is a token of its own. */
+    expect_tokens(t, "\xc3\xa9", true, (const mz_token[]){1, SPM_SPACE, SPM_EACUTE}, 3);
+    CHECK_EQ_INT(mz_tokenizer_bos(t), 1);
+    CHECK_EQ_INT(mz_tokenizer_eos(t), 2);
+    CHECK(mz_tokenizer_is_eog(t, 2));
+
+    /* Pieces: ▁ is a space, a byte token is its byte. */
+    size_t pl;
+    const char *p = mz_tokenizer_piece(t, SPM_SA, &pl);
+    CHECK(p && pl == 2 && !memcmp(p, " a", 2));
+    p = mz_tokenizer_piece(t, SPM_BYTE0 + 0xC3, &pl);
+    CHECK(p && pl == 1 && (unsigned char)p[0] == 0xC3);
+    static const char rt[] = "abc x\xc3\xa9\xf0\x9f\x91\x8d b<u>";
+    mz_token tk[64];
+    size_t n = encode(t, rt, sizeof rt - 1, false, false, tk, 64);
+    size_t dl;
+    char *d = detok_all(t, tk, n, false, &dl);
+    CHECK_MSG(dl == sizeof rt && d[0] == ' ' && !memcmp(d + 1, rt, dl - 1), "round trip gave \"%s\"", d);
+    free(d);
+    mz_tokenizer_free(t);
 }
 
 /* ---- real model ------------------------------------------------------------------- */
@@ -280,20 +435,30 @@ static mz_token find_piece(const mz_tokenizer *t, const char *s, size_t n)
     return -1;
 }
 
-static void test_golden(const mz_tokenizer *t)
+/* Every case of the golden file `golden` (a path from the repository root)
+ * must tokenize as llama.cpp did; env names a variable that may point at
+ * another golden file, for experiments. */
+static void test_golden(const mz_tokenizer *t, const char *golden, const char *env)
 {
-    const char *path = getenv("MZ_TOKENIZER_GOLDEN"); /* another golden file, for experiments */
+    const char *path = getenv(env);
     size_t flen = 0;
     char *file = NULL;
     if (path && *path) {
         file = t_read_file(path, &flen);
     } else { /* from the repository root, or a build directory below it */
-        static const char *const tries[] = {GOLDEN_PATH, "../" GOLDEN_PATH, "../../" GOLDEN_PATH};
-        for (size_t i = 0; i < sizeof tries / sizeof tries[0] && !file; i++)
-            file = t_read_file(path = tries[i], &flen);
+        char tries[3][512];
+        snprintf(tries[0], sizeof tries[0], "%s", golden);
+        snprintf(tries[1], sizeof tries[1], "../%s", golden);
+        snprintf(tries[2], sizeof tries[2], "../../%s", golden);
+        for (size_t i = 0; i < 3 && !file; i++) file = t_read_file(path = tries[i], &flen);
     }
     CHECK_MSG(file != NULL, "cannot read %s (run from the repository root)", path);
     if (!file) return;
+    bool byte_piece[256]; /* SmolLM2 has no token for a few bytes, e.g. 0x04 */
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        byte_piece[b] = find_piece(t, &c, 1) >= 0;
+    }
     int n_cases = 0, n_match = 0, n_roundtrip = 0;
     mz_token *got = malloc(65536 * sizeof *got);
     mz_token *want = malloc(65536 * sizeof *want);
@@ -329,9 +494,11 @@ static void test_golden(const mz_tokenizer *t)
             fprintf(stderr, "\n");
         }
         CHECK(same);
-        bool all_bytes = true; /* SmolLM2 has no token for a few bytes, e.g. 0x04 */
-        for (size_t i = 0; i < tl; i++) all_bytes &= find_piece(t, text + i, 1) >= 0;
-        if (!special && all_bytes && mz_utf8_valid(text, tl)) {
+        bool all_bytes = true;
+        for (size_t i = 0; i < tl; i++) all_bytes &= byte_piece[(unsigned char)text[i]];
+        /* SentencePiece decodes U+2581 (its escaped space) as ' ', as llama.cpp does. */
+        bool has_2581 = memmem(text, tl, "\xe2\x96\x81", 3) != NULL;
+        if (!special && all_bytes && !has_2581 && mz_utf8_valid(text, tl)) {
             size_t dl;
             char *d = detok_all(t, got, ng, true, &dl);
             bool ok = dl == tl && !memcmp(d, text, tl);
@@ -340,8 +507,8 @@ static void test_golden(const mz_tokenizer *t)
             free(d);
         }
     }
-    printf("golden: %d/%d cases match llama.cpp, %d round trips exact\n", n_match, n_cases,
-           n_roundtrip);
+    printf("golden %s: %d/%d cases match llama.cpp, %d round trips exact\n", golden, n_match,
+           n_cases, n_roundtrip);
     CHECK(n_cases >= 40);
     free(got);
     free(want);
@@ -516,9 +683,51 @@ static void test_chat_injection(const mz_tokenizer *t)
     CHECK_EQ_INT(need, na);
 }
 
+/* Gemma 3's SentencePiece vocabulary (262144 tokens, byte fallback, no
+ * space prefix, runs of spaces and newlines as user-defined tokens). */
+static void test_gemma(const char *path)
+{
+    mz_gguf *g = NULL;
+    mz_status st = mz_gguf_open(path, &g);
+    if (st == MZ_E_UNSUPPORTED) { /* its weight types are not all loaded yet */
+        printf("test_tokenizer: Gemma part skipped: %s\n", mz_last_error());
+        return;
+    }
+    CHECK_MSG(st == MZ_OK, "%s", mz_last_error());
+    mz_tokenizer *t = NULL;
+    if (g) CHECK_MSG(mz_tokenizer_init(g, &t) == MZ_OK, "%s", mz_last_error());
+    mz_gguf_free(g);
+    if (!t) return;
+    test_golden(t, GOLDEN_GEMMA_PATH, "MZ_TOKENIZER_GOLDEN_GEMMA");
+    CHECK_EQ_INT(mz_tokenizer_n_vocab(t), 262144);
+    CHECK_EQ_INT(mz_tokenizer_bos(t), 2);
+    CHECK_EQ_INT(mz_tokenizer_eos(t), 1);
+    CHECK_EQ_INT(mz_tokenizer_eot(t), 106); /* <end_of_turn> */
+    CHECK(mz_tokenizer_is_eog(t, 106) && mz_tokenizer_is_eog(t, 1));
+    mz_token tk[64];
+    CHECK_EQ_INT(encode(t, "Hi", 2, true, false, tk, 8), 2);
+    CHECK_EQ_INT(tk[0], 2);
+    /* The file has no template: gemma3's family, and its turn markers are tokens. */
+    bool from_file = true;
+    CHECK(!strcmp(mz_tokenizer_chat_name(t, &from_file), "gemma") && !from_file);
+    mz_chat_msg msg = {"user", "Hi"};
+    char buf[128];
+    size_t n = 0;
+    CHECK(mz_tokenizer_chat_format(t, &msg, 1, true, buf, sizeof buf, &n) == MZ_OK);
+    size_t nt = encode(t, buf, n, true, true, tk, 64);
+    CHECK(nt > 6 && tk[0] == 2 && tk[1] == 105 && tk[nt - 3] == 105); /* <bos> <start_of_turn> */
+    mz_tokenizer_free(t);
+}
+
 int main(void)
 {
     test_synthetic();
+    test_spm_synthetic();
+    const char *gemma = t_gemma_model_path();
+    if (gemma)
+        test_gemma(gemma);
+    else
+        printf("test_tokenizer: Gemma part skipped: models/gemma-3-270m-q4_k_m.gguf not found\n");
 
     const char *path = model_path();
     if (!path) {
@@ -531,7 +740,7 @@ int main(void)
     if (g) CHECK_MSG(mz_tokenizer_init(g, &t) == MZ_OK, "%s", mz_last_error());
     mz_gguf_free(g);
     if (t) {
-        test_golden(t);
+        test_golden(t, GOLDEN_PATH, "MZ_TOKENIZER_GOLDEN");
         test_detok(t);
         test_model_misc(t);
         test_chat(t);

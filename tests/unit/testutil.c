@@ -44,6 +44,13 @@ const char *t_real_model_path(void)
     return access(path, R_OK) == 0 ? path : NULL;
 }
 
+const char *t_gemma_model_path(void)
+{
+    const char *path = getenv("MZ_TEST_GEMMA");
+    if (!path || !*path) path = "models/gemma-3-270m-q4_k_m.gguf";
+    return access(path, R_OK) == 0 ? path : NULL;
+}
+
 const char *t_tmp_dir(void)
 {
     static char dir[1024];

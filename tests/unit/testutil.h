@@ -54,6 +54,9 @@ int t_skip(const char *name, const char *why);
 /* Path of the bundled real model (models/SmolLM2-135M-Instruct.Q4_1.gguf), or
  * NULL if absent. */
 const char *t_real_model_path(void);
+/* The real Gemma 3 270M Q4_K_M file (scripts/fetch-gemma3.sh; MZ_TEST_GEMMA
+ * names another), or NULL when it is not there. */
+const char *t_gemma_model_path(void);
 /* A scratch directory for this test run (created on demand). */
 const char *t_tmp_dir(void);
 /* Joins t_tmp_dir() and name into a static buffer. */
