@@ -43,6 +43,12 @@ if command -v python3 >/dev/null && ! python3 -c 'import openai' 2>/dev/null; th
     python3 -m pip install -q openai 2>/dev/null || python3 -m pip install -q --break-system-packages openai \
         || echo "mzcache: could not install the openai package; test_openai_client will skip" >&2
 fi
+# ... and validates every structured answer with jsonschema, an independent validator.
+if command -v python3 >/dev/null && ! python3 -c 'import jsonschema' 2>/dev/null; then
+    echo "mzcache: installing the jsonschema Python package (pip)"
+    python3 -m pip install -q jsonschema 2>/dev/null || python3 -m pip install -q --break-system-packages jsonschema \
+        || echo "mzcache: could not install the jsonschema package; test_openai_client will skip" >&2
+fi
 
 # tests/unit/test_dequant_gguf.py compares our dequantizers with the `gguf`
 # package's NumPy ones (an independent implementation; it skips, saying so,

@@ -65,7 +65,8 @@ int cmd_gen_model(int argc, char **argv)
     }
     mz_status s = mz_gen_model(out, &p);
     if (s) {
-        fprintf(stderr, "mzcache gen-model: %s\n", mz_last_error());
+        /* the library's message already names gen-model */
+        fprintf(stderr, "mzcache: %s\n", mz_last_error());
         return 1;
     }
     fprintf(stderr, "mzcache: wrote %s\n", out);

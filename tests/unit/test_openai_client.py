@@ -16,12 +16,13 @@ free loopback port with the real model (models/SmolLM2-135M-Instruct.Q4_1.gguf):
   - seed: the same seed and parameters give the same sampled answer;
   - structured output: json_object and json_schema (nested objects, arrays,
     enums, integers, booleans, a nullable string) for greedy and sampled
-    settings; every answer that finished ("stop") must json.loads and
-    validate (jsonschema when installed, and always a validator of our own);
+    settings; every answer must finish ("stop"), json.loads and validate
+    (with jsonschema, installed by scripts/install-deps.sh, and with a
+    validator of our own);
   - refused fields: tools, n = 2, echo, an unsupported schema keyword, an
     image part: HTTP 400 naming the field (openai.BadRequestError).
 
-Exit 0 pass, 1 fail, 77 skip (no `openai` package, no model or no binary).
+Exit 0 pass, 1 fail, 77 skip (no `openai` or `jsonschema` package, no model or no binary).
 No wall-clock assertion.
 """
 import json
@@ -149,9 +150,8 @@ def main():
         skip(f"the `openai` package is not installed ({e}); scripts/install-deps.sh installs it")
     try:
         import jsonschema
-    except ImportError:
-        jsonschema = None
-        print(f"{NAME}: jsonschema not installed; only the test's own validator is used")
+    except ImportError as e:
+        skip(f"the `jsonschema` package is not installed ({e}); scripts/install-deps.sh installs it")
     binary = os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache"))
     if not os.path.exists(MODEL):
         skip(f"model {MODEL} absent (make model)")
@@ -269,13 +269,16 @@ def run_tests(openai, client, jsonschema):
     check(r.choices[0].message.content is not None, "penalties and logit_bias accepted")
 
     # ---- structured output ----
+    # Every answer must finish (a grammar-constrained answer cut by max_tokens
+    # is not valid JSON) and validate against its schema with jsonschema, an
+    # independent validator, as well as with the test's own.
     def structured(fmt, schema, prompt, **kw):
         r = client.chat.completions.create(model="default", messages=[{"role": "user", "content": prompt}],
-                                           response_format=fmt, max_tokens=400, **kw)
+                                           response_format=fmt, max_tokens=1500, **kw)
         txt = r.choices[0].message.content
         fin = r.choices[0].finish_reason
         if fin != "stop":
-            print(f"{NAME}: note: finished by {fin} (answer may be incomplete, as documented): {txt[:200]!r}")
+            check(False, f"answer finished by {fin}, not stop ({kw}): {txt[:200]!r}")
             return False
         try:
             doc = json.loads(txt)
@@ -285,29 +288,30 @@ def run_tests(openai, client, jsonschema):
         check(isinstance(doc, dict), f"a JSON object: {txt!r}")
         if schema is not None:
             check(valid(doc, schema), f"validates (own validator): {txt!r}")
-            if jsonschema:
-                try:
-                    jsonschema.validate(doc, schema)
-                    check(True, "")
-                except jsonschema.ValidationError as e:
-                    check(False, f"validates (jsonschema): {e.message}: {txt!r}")
+            try:
+                jsonschema.validate(doc, schema)
+                check(True, "")
+            except jsonschema.ValidationError as e:
+                check(False, f"validates (jsonschema): {e.message}: {txt!r}")
         return True
 
     settings = [dict(temperature=0), dict(temperature=0.9, seed=1), dict(temperature=0.7, top_p=0.9, seed=2),
                 dict(temperature=1.0, seed=3, extra_body={"top_k": 5})]
     done_obj = sum(structured({"type": "json_object"}, None, "Describe a cat as a JSON object.", **kw)
                    for kw in settings)
-    check(done_obj >= 1, f"json_object: at least one answer finished ({done_obj} of {len(settings)})")
+    check(done_obj == len(settings), f"json_object: every answer finished ({done_obj} of {len(settings)})")
     fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
     done_schema = sum(structured(fmt, PERSON, "Invent a person. Answer in JSON.", **kw) for kw in settings)
-    check(done_schema >= 1, f"json_schema: at least one answer finished ({done_schema} of {len(settings)})")
+    check(done_schema == len(settings), f"json_schema: every answer finished ({done_schema} of {len(settings)})")
     streamed = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
         model="default", messages=[{"role": "user", "content": "Invent a person."}], response_format=fmt,
-        max_tokens=400, temperature=0, stream=True) if ch.choices)
+        max_tokens=1500, temperature=0, stream=True) if ch.choices)
     try:
-        check(valid(json.loads(streamed), PERSON), f"streamed json_schema answer validates: {streamed!r}")
-    except ValueError:
-        print(f"{NAME}: note: streamed answer did not finish: {streamed[:200]!r}")
+        doc = json.loads(streamed)
+        check(valid(doc, PERSON), f"streamed json_schema answer validates: {streamed!r}")
+        jsonschema.validate(doc, PERSON)
+    except (ValueError, jsonschema.ValidationError) as e:
+        check(False, f"streamed json_schema answer: {e}: {streamed[:200]!r}")
 
     # ---- refused fields: 400 naming them ----
     def refused(field, call):
