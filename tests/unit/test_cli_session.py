@@ -40,6 +40,16 @@ class Chat:
         self.t = Term([binary, "chat", "-m", MODEL, "-t", "2", "-c", "1024", "-n", "24", "--greedy", "-q",
                        "--no-progress", "--store", store, "--session", session, *extra], env)
         self.ready = self.t.wait_for(PROMPT, 120) is not None
+        # A resumed chat replays its turns ("> question", then the answer)
+        # before its own prompt, so the first "> " may be a replayed one:
+        # ready is a prompt that ends the output once the output is quiet.
+        deadline = time.monotonic() + 120
+        while self.ready and time.monotonic() < deadline:
+            got = self.t.pump(0.5)
+            if got is None:
+                break
+            if got is False and re.search(r"(^|\n)> $", self.t.out):
+                break
         time.sleep(0.4)  # typed only once line editing reads the terminal (see test_cli_chat)
 
     @property
