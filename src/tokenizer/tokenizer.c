@@ -1012,10 +1012,11 @@ static mz_status bpe_word(const mz_tokenizer *t, bpe_work *w, const unsigned cha
 static mz_status encode_spm(const mz_tokenizer *t, const char *raw, size_t len, bool space_first,
                             bpe_work *w, tok_vec *out)
 {
-    size_t n_sp = space_first;
+    size_t n_sp = 0;
     for (size_t i = 0; i < len; i++) n_sp += raw[i] == ' ';
     if (len > SIZE_MAX / 4) return mz_fail(MZ_E_RANGE, "tokenizer: text too long");
-    size_t el = len + 2 * n_sp;
+    /* each ' ' becomes 3 bytes; the prefix adds 3 bytes of its own */
+    size_t el = len + 2 * n_sp + (space_first ? 3 : 0);
     if (el > w->enc_cap) {
         free(w->enc);
         w->enc = malloc(el);
