@@ -17,7 +17,9 @@
 #        NOREPACK ("preset:TYPE@threads ..." also run with MZ_REPACK=0),
 #        SLICES ("preset:TYPE@threads ..." or "preset:TYPE" for every thread count: also
 #        run with MZ_WORK_SPLIT=slices, the 64-row slices the planned split replaced),
-#        BUDGET_S (no new model row starts after this many seconds; 0 = no limit).
+#        BUDGET_S (no new model row starts after this many seconds; 0 = no limit),
+#        FILES ("path.gguf[:t/t/...] ...": existing files, e.g. a downloaded Q4_K_M or
+#        `mzcache quantize` output, measured after the generated MODELS).
 # Tiny local smoke test (seconds): MZ_LOCAL=1 THREADS="1 2" REPS=1 \
 #   MODELS="tiny-llama:F16 tiny-qwen3:Q8_0:2" SLICES="tiny-llama:F16" bash bench/device-scaling.sh
 set -uo pipefail
@@ -134,6 +136,15 @@ for spec in $MODELS; do
                 cell "$preset $type (MZ_WORK_SPLIT=slices)" "$f" "$t" MZ_WORK_SPLIT=slices
             fi
         done
+    done
+done
+for spec in ${FILES:-}; do
+    f=${spec%%:*}; ths=$THREADS
+    case "$spec" in *:*) ths=${spec#*:}; ths=${ths//\// } ;; esac
+    [ -f "$f" ] || { echo "| $f | | missing | | | | | | | | | | |" | tee -a "$OUTD/scaling.md"; continue; }
+    for t in $ths; do
+        [ "$t" -le "$(nproc)" ] || continue
+        cell "$(basename "$f" .gguf)" "$f" "$t"
     done
 done
 echo "total $(( $(date +%s) - T_START )) s" | tee -a "$OUTD/scaling.md"
