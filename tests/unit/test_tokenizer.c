@@ -349,7 +349,7 @@ static mz_status syn_spm(mz_tokenizer **out)
         toks[SPM_BYTE0 + b] = (mz_gguf_str){bytes[b], 6};
         types[SPM_BYTE0 + b] = MZ_TOK_BYTE;
     }
-    const char *tail[] = {"a", "b", "c", "\xe2\x96\x81", "ab", "bc", "abc", "\xe2\x96\x81" "a", "<u>", "\xc3\xa9"};
+    const char *tail[] = {"a", "b", "c", "\xe2\x96\x81", "ab", "bc", "abc", "\342\226\201a" /* U+2581 then 'a' */, "<u>", "\xc3\xa9"};
     const float tail_score[] = {-10, -10, -10, -10, -1.0f, -0.5f, -2, -3, 0, -10};
     for (int i = 0; i < SPM_N; i++) scores[i] = i < SPM_A ? 0.0f : tail_score[i - SPM_A];
     for (int i = SPM_A; i < SPM_N; i++) {
