@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 MODEL      := models/SmolLM2-135M-Instruct.Q4_1.gguf
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all build deps model demo test test-fast test-asan test-tsan test-arm fuzz bench bench-quick clean help
+.PHONY: all build deps model test-models demo test test-fast test-asan test-tsan test-arm fuzz bench bench-quick clean help
 
 all: build
 
@@ -43,6 +43,11 @@ endif
 $(MODEL):
 	@scripts/fetch-model.sh
 
+# The tests also read the real Gemma 3 270M file (tokenizer and forward
+# goldens against llama.cpp, the gguf dequantizer check); fetched once, cached.
+test-models: model
+	@scripts/fetch-gemma3.sh
+
 # One answer, then the whole story (about a minute on 2 cores): a few
 # thousand tokens of conversation answered from scratch, from memory, and
 # after evicting to 50 % and 0 % remaining (app/cli/demo.c).
@@ -51,7 +56,7 @@ demo: build model
 	@echo
 	$(BUILD)/mzcache demo -m $(MODEL)
 
-test: build model
+test: build test-models
 	cd $(BUILD) && { ctest $(CTEST_ARGS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
@@ -59,7 +64,7 @@ test: build model
 	$(MAKE) fuzz FUZZ_SECONDS=10
 	@scripts/test-skips.sh $(BUILD)
 
-test-fast: build model
+test-fast: build test-models
 	cd $(BUILD) && { ctest $(CTEST_ARGS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
 	@scripts/test-skips.sh $(BUILD)
 
