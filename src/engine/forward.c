@@ -392,6 +392,11 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
             return mz_fail(MZ_E_INVAL, "token id %d is outside the vocabulary (0..%d)", tokens[t],
                            cfg->n_vocab - 1);
         const uint8_t *row = (const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes;
+        _Alignas(64) uint8_t plain_row[MZ_X8_MAX_ROW_BYTES];
+        if (m->tok_embd.layout == MZ_LAYOUT_X8) {
+            mz_x8_row_to_plain(m->tok_embd.type, m->tok_embd.data, (size_t)tokens[t], E, plain_row);
+            row = plain_row;
+        }
         ke->to_float(row, s->x + t * E, E);
         if (cfg->embd_scale != 1.0f)
             for (size_t i = 0; i < E; i++) s->x[t * E + i] *= cfg->embd_scale;

@@ -88,6 +88,11 @@ size_t mz_x8_group_block_bytes(int type);
 /* In-place conversion plain -> x8 and back; scratch holds 8 rows. */
 void mz_repack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch);
 void mz_unpack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch);
+/* Row `row` of an x8 tensor (n_cols values per row) in the plain layout, into
+ * out (mz_dtype_row_bytes(type, n_cols) bytes): a tied embedding stays
+ * repacked for the output product and is looked up row by row. */
+void mz_x8_row_to_plain(int type, const void *data, size_t row, size_t n_cols, void *out);
+#define MZ_X8_MAX_ROW_BYTES (MZ_X8_MAX_BLOCKS * 34) /* the largest x8 block: Q8_0's 34 bytes */
 
 /* Selects implementations for this CPU. Safe to call more than once. */
 void mz_kernels_init(void);

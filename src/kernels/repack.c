@@ -101,41 +101,44 @@ static void pack_group(int type, const uint8_t *src, size_t wrb, uint8_t *dst, s
     }
 }
 
-static void unpack_group(int type, const uint8_t *src, uint8_t *dst, size_t wrb, size_t nb)
+/* Row r of one group: x8 layout in src -> plain block bytes in row. */
+static void unpack_row(int type, const uint8_t *src, int r, uint8_t *row, size_t nb)
 {
     const size_t gbb = mz_x8_group_block_bytes(type);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *g = src + b * gbb;
-        for (int r = 0; r < 8; r++) {
-            uint8_t *row = dst + (size_t)r * wrb;
-            if (type == MZ_DT_Q4_0 || type == MZ_DT_IQ4_NL) {
-                mz_block_q4_0 *blk = (mz_block_q4_0 *)row + b;
-                memcpy(&blk->d, g + 2 * r, 2);
-                for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 16 + 32 * c + 4 * r, 4);
-            } else if (type == MZ_DT_Q4_1) {
-                mz_block_q4_1 *blk = (mz_block_q4_1 *)row + b;
-                memcpy(&blk->d, g + 2 * r, 2);
-                memcpy(&blk->m, g + 16 + 2 * r, 2);
-                for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 32 + 32 * c + 4 * r, 4);
-            } else if (type == MZ_DT_Q5_0) {
-                mz_block_q5_0 *blk = (mz_block_q5_0 *)row + b;
-                memcpy(&blk->d, g + 2 * r, 2);
-                memcpy(blk->qh, g + 16 + 4 * r, 4);
-                for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 48 + 32 * c + 4 * r, 4);
-            } else if (type == MZ_DT_Q5_1) {
-                mz_block_q5_1 *blk = (mz_block_q5_1 *)row + b;
-                memcpy(&blk->d, g + 2 * r, 2);
-                memcpy(&blk->m, g + 16 + 2 * r, 2);
-                memcpy(blk->qh, g + 32 + 4 * r, 4);
-                for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 64 + 32 * c + 4 * r, 4);
-            } else {
-                mz_block_q8_0 *blk = (mz_block_q8_0 *)row + b;
-                memcpy(&blk->d, g + 2 * r, 2);
-                for (int c = 0; c < 8; c++)
-                    for (int j = 0; j < 4; j++) blk->qs[4 * c + j] = (int8_t)(g[16 + 32 * c + 4 * r + j] ^ 0x80u);
-            }
+        if (type == MZ_DT_Q4_0 || type == MZ_DT_IQ4_NL) {
+            mz_block_q4_0 *blk = (mz_block_q4_0 *)row + b;
+            memcpy(&blk->d, g + 2 * r, 2);
+            for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 16 + 32 * c + 4 * r, 4);
+        } else if (type == MZ_DT_Q4_1) {
+            mz_block_q4_1 *blk = (mz_block_q4_1 *)row + b;
+            memcpy(&blk->d, g + 2 * r, 2);
+            memcpy(&blk->m, g + 16 + 2 * r, 2);
+            for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 32 + 32 * c + 4 * r, 4);
+        } else if (type == MZ_DT_Q5_0) {
+            mz_block_q5_0 *blk = (mz_block_q5_0 *)row + b;
+            memcpy(&blk->d, g + 2 * r, 2);
+            memcpy(blk->qh, g + 16 + 4 * r, 4);
+            for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 48 + 32 * c + 4 * r, 4);
+        } else if (type == MZ_DT_Q5_1) {
+            mz_block_q5_1 *blk = (mz_block_q5_1 *)row + b;
+            memcpy(&blk->d, g + 2 * r, 2);
+            memcpy(&blk->m, g + 16 + 2 * r, 2);
+            memcpy(blk->qh, g + 32 + 4 * r, 4);
+            for (int c = 0; c < 4; c++) memcpy(blk->qs + 4 * c, g + 64 + 32 * c + 4 * r, 4);
+        } else {
+            mz_block_q8_0 *blk = (mz_block_q8_0 *)row + b;
+            memcpy(&blk->d, g + 2 * r, 2);
+            for (int c = 0; c < 8; c++)
+                for (int j = 0; j < 4; j++) blk->qs[4 * c + j] = (int8_t)(g[16 + 32 * c + 4 * r + j] ^ 0x80u);
         }
     }
+}
+
+static void unpack_group(int type, const uint8_t *src, uint8_t *dst, size_t wrb, size_t nb)
+{
+    for (int r = 0; r < 8; r++) unpack_row(type, src, r, dst + (size_t)r * wrb, nb);
 }
 
 void mz_repack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch)
@@ -158,6 +161,12 @@ void mz_unpack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scra
         memcpy(scratch, p, 8 * wrb);
         unpack_group(type, scratch, p, wrb, nb);
     }
+}
+
+void mz_x8_row_to_plain(int type, const void *data, size_t row, size_t n_cols, void *out)
+{
+    const size_t wrb = mz_dtype_row_bytes(type, n_cols);
+    unpack_row(type, (const uint8_t *)data + row / 8 * 8 * wrb, (int)(row % 8), out, n_cols / MZ_QK);
 }
 
 /* ---- scalar reference ------------------------------------------------------------- */

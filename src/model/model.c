@@ -555,8 +555,12 @@ static mz_status load_pinned(mz_model_t *m, const mz_gguf *g, int fd)
     mz_tensor *ts[] = {&m->tok_embd, &m->output_norm, &m->output};
     const char *names[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
     if ((s = load_tensors(fd, m->pinned_buf, ts, names, MZ_ARRAY_LEN(ts)))) return s;
-    if (!has_output) m->output = m->tok_embd; /* plain: its rows are also looked up */
-    if (has_output && (s = to_layout(&m->output, m->pinned_buf, true))) return s;
+    /* A tied embedding takes the output product's layout too: the lookup
+     * reads one row back out of it (mz_x8_row_to_plain), so the product over
+     * the whole vocabulary, the largest of a decode step, runs repacked. */
+    mz_tensor *product = has_output ? &m->output : &m->tok_embd;
+    if ((s = to_layout(product, m->pinned_buf, true))) return s;
+    if (!has_output) m->output = m->tok_embd;
     return MZ_OK;
 }
 
