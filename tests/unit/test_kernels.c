@@ -797,6 +797,32 @@ static void test_rows(void)
     CHECK(o[1] == 100.0f);
 }
 
+/* GELU as ggml's GELU_FP16 path computes it, element by element: the input
+ * rounded to F16, the tanh formula, the result rounded to F16; exact 0 at or
+ * below -10 and the input itself at or above 10. */
+static float gelu_f16_direct(float x)
+{
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float xh = mz_f16_to_f32(mz_f32_to_f16(x));
+    return mz_f16_to_f32(mz_f32_to_f16(
+        0.5f * xh * (1.0f + tanhf(0.79788456080286535587989211986876f * xh * (1.0f + 0.044715f * xh * xh)))));
+}
+
+static void test_geglu(void)
+{
+    enum { N = 4099 };
+    static float g[N], u[N], y[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = i < 8 ? (float[]){-10.0f, -9.999f, 10.0f, 9.999f, 0.0f, -0.0f, 1e-8f, 250.0f}[i] : 24.0f * rnd();
+        u[i] = i % 7 == 0 ? 1.0f : rnd();
+    }
+    mz_geglu(g, u, y, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += y[i] != gelu_f16_direct(g[i]) * u[i];
+    CHECK_MSG(bad == 0, "geglu: %d of %d outputs differ from the element-wise formula", bad, N);
+}
+
 int main(void)
 {
     mz_kernels_init();
@@ -810,5 +836,6 @@ int main(void)
     test_x8();
     test_rope();
     test_rows();
+    test_geglu();
     return t_done("test_kernels");
 }
