@@ -84,10 +84,15 @@ static void gelu_f16_table_init(void)
 void mz_geglu(const float *restrict g, const float *restrict u, float *restrict y, size_t n)
 {
     pthread_once(&gelu_f16_once, gelu_f16_table_init);
-    for (size_t i = 0; i < n; i++) {
-        const float x = g[i];
-        const float a = x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_f16_table[mz_f32_to_f16(x)];
-        y[i] = a * u[i];
+    mz_f16 gh[256]; /* g rounded to F16 by the row converter (F16C where present) */
+    for (size_t i0 = 0; i0 < n; i0 += 256) {
+        const size_t m = n - i0 < 256 ? n - i0 : 256;
+        mz_f32_to_f16_row(g + i0, gh, m);
+        for (size_t j = 0; j < m; j++) {
+            const float x = g[i0 + j];
+            const float a = x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_f16_table[gh[j]];
+            y[i0 + j] = a * u[i0 + j];
+        }
     }
 }
 
