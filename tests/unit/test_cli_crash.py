@@ -19,6 +19,10 @@ be missing: the kill came before or after its commit), never a turn from
 before a completed /clear, and never start silently empty when completed
 turns exist: a resume either shows them or says what it recomputes or drops.
 
+At the end it prints the actions' counts and what the checked resumes said
+about the stored KV (resumed, no stored KV, dropped or recomputed tokens),
+so a run shows which paths its kills exercised.
+
 Exit 0 pass, 1 fail, 77 skip (no model or binary). No wall-clock assertion:
 the random delays only pick the moment of the kill.
 """
