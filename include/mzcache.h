@@ -848,9 +848,10 @@ MZ_API void mz_store_close(mz_store_t *st);
 MZ_API const char *mz_store_dir(const mz_store_t *st);
 
 /* Makes c (empty, or with tokens; mode mzcache) the stored session `id`,
- * replacing a stored session of that id. From now on its full chunks are
- * written behind and its manifest kept current until mz_ctx_free, which
- * writes the last manifest. */
+ * replacing a stored session of that id (its manifest and data file; a chat
+ * history kept beside them stays: mz_store_delete removes it). From now on
+ * its full chunks are written behind and its manifest kept current until
+ * mz_ctx_free, which writes the last manifest. */
 MZ_API MZ_NODISCARD mz_status mz_session_store(mz_ctx_t *c, mz_store_t *st, const char *id);
 /* Writes every full chunk and the manifest now (on the caller's thread). */
 MZ_API MZ_NODISCARD mz_status mz_session_sync(mz_ctx_t *c);

@@ -472,7 +472,7 @@ static mz_status attach(mz_ctx_t *c, mz_store_t *st, const char *id, bool fresh,
         return mz_fail(MZ_E_INVAL, "session store: the session already has a swap file (store it "
                        "before its first eviction)");
     if (fresh) {
-        s = mz_store_delete(st, id);
+        s = mz_store_delete_kv(st, id);
         if (s == MZ_E_IO) return s; /* in use */
         mz_clear_error();
     }

@@ -425,10 +425,10 @@ size_t mz_store_list(mz_store_t *st, mz_stored_session *out, size_t cap)
     return n;
 }
 
-/* Removes session id's files from dir: manifest, data file, and the chat
- * history `chat --session` keeps beside them (a history left behind would
- * bring the conversation back). */
-static mz_status delete_in_dir(const char *dir, const char *id, bool sync_dir)
+/* Removes session id's files from dir: manifest and data file, and, with
+ * with_history, the chat history `chat --session` keeps beside them (a
+ * history left behind by a delete would bring the conversation back). */
+static mz_status delete_in_dir(const char *dir, const char *id, bool sync_dir, bool with_history)
 {
     if (!mz_session_id_valid(id))
         return mz_fail(MZ_E_INVAL, "bad session id \"%.80s\" (%s)", id ? id : "", mz_session_id_check(id, true));
@@ -445,8 +445,10 @@ static mz_status delete_in_dir(const char *dir, const char *id, bool sync_dir)
         return mz_fail(MZ_E_IO, "session %s is in use", id);
     }
     int gone = 0;
-    for (int i = 0; i < 5; i++)
-        if (unlink(path[i]) == 0 && i < 3) gone++;
+    for (int i = 0; i < 5; i++) {
+        bool history = i == 2 || i == 4;
+        if ((with_history || !history) && unlink(path[i]) == 0 && i < 3) gone++;
+    }
     if (fd >= 0) close(fd);
     if (!gone) return mz_fail(MZ_E_INVAL, "no stored session %s", id);
     if (sync_dir) fsync_dir(dir);
@@ -455,7 +457,12 @@ static mz_status delete_in_dir(const char *dir, const char *id, bool sync_dir)
 
 mz_status mz_store_delete(mz_store_t *st, const char *id)
 {
-    return delete_in_dir(st->dir, id, st->p.fsync != MZ_FSYNC_NONE);
+    return delete_in_dir(st->dir, id, st->p.fsync != MZ_FSYNC_NONE, true);
+}
+
+mz_status mz_store_delete_kv(mz_store_t *st, const char *id)
+{
+    return delete_in_dir(st->dir, id, st->p.fsync != MZ_FSYNC_NONE, false);
 }
 
 mz_status mz_store_delete_id(const mz_store_params *p, const char *id)
@@ -468,7 +475,7 @@ mz_status mz_store_delete_id(const mz_store_params *p, const char *id)
     struct stat ds;
     if (lstat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode) || ds.st_uid != getuid())
         return mz_fail(MZ_E_IO, "no session store at %s", dir);
-    return delete_in_dir(dir, id, p->fsync != MZ_FSYNC_NONE);
+    return delete_in_dir(dir, id, p->fsync != MZ_FSYNC_NONE, true);
 }
 
 mz_status mz_store_enforce_limit(mz_store_t *st, size_t *n_deleted)

@@ -63,6 +63,11 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_store_write_manifest(mz_store_t *st, const
 /* Reads and decodes <id>.mzs (strict). */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_store_read_manifest(mz_store_t *st, const char *id,
                                                           mz_manifest *m);
+/* Removes <id>'s stored KV (manifest, data file) and leaves its chat
+ * history (history.h): a session stored afresh under an id whose KV was
+ * lost replaces that KV, while the history stays the conversation a kill
+ * before the next turn's save must still find. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_store_delete_kv(mz_store_t *st, const char *id);
 /* XXH64-chained hash of a file's bytes (8 MiB blocks); tests use it. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_store_hash_file(const char *path, uint64_t *out);
 MZ_INTERNAL uint64_t mz_store_now_ns(void);

@@ -10,8 +10,9 @@ model, greedy decoding, a private store.
               is back, and its manifest removed (the window the issue saw:
               the history on disk, NAME.mzs not yet): the resume shows the
               earlier turn, says the stored KV is missing and recomputes it,
-              and answers exactly A2. Then the same after kill -9 with the
-              manifest left alone.
+              keeps the history on disk (kill -9 at its prompt, and the next
+              resume shows the turn again), and answers exactly A2. Then
+              the same after kill -9 with the manifest left alone.
   clear       /clear, then Ctrl-D: the next resume shows no earlier turn and
               answers F; /clear then kill -9: the same.
   ids         --session anon-1 (the daemon's prefix) and --session ../evil
@@ -120,6 +121,16 @@ def main():
         if drop_manifest:
             T.check(re.search(r"no stored KV.*recomputed", c.out) is not None,
                     f"{sid}: the resume says the KV is missing and recomputes:\n{c.out[-800:]}")
+            # The session stored afresh replaces the lost KV, not the
+            # history: killed at this prompt, before a new turn is saved,
+            # the next resume must still find the conversation.
+            T.check(os.path.exists(os.path.join(store, sid + ".chat")),
+                    f"{sid}: the history stays on disk while its KV is recomputed: {sorted(os.listdir(store))}")
+            c.kill9()
+            c = Chat(binary, store, sid, env)
+            T.check(re.search(r"no stored KV.*recomputed", c.out) is not None and "> " + Q1 in c.out,
+                    f"{sid}: killed at the prompt of that resume, the next one shows the turn again and "
+                    f"recomputes it:\n{c.out[-800:]}")
         else:  # resumed, or (killed before the write-behind) said and recomputed
             T.check(re.search(rf"session {sid} resumed|no stored KV.*recomputed", c.out) is not None,
                     f"{sid}: resumed or recomputed, and said:\n{c.out[-800:]}")

@@ -30,6 +30,7 @@
 #include "codec/codec.h"
 #include "io/io.h"
 #include "io/swapfile.h"
+#include "store/history.h"
 #include "store/manifest.h"
 #include "store/store.h"
 
@@ -593,6 +594,29 @@ static void test_real(void)
         CHECK(mz_store_list(st, ls, 8) == 0);
         CHECK(mz_store_delete(st, "../etc") == MZ_E_INVAL);
         CHECK(mz_session_resume(st, "no/such", &cp, &r, &ri) == MZ_E_INVAL);
+    }
+    /* A session stored afresh under an id replaces its KV and leaves the
+     * chat history beside it (`chat --session` after a lost manifest: the
+     * history is the conversation until the next turn saves it again); a
+     * delete removes both. */
+    {
+        char pc[1024];
+        char asked[] = "hi", answered[] = "hello";
+        mz_history_msg turn[2] = {{"user", asked}, {"assistant", answered}};
+        CHECK(mz_store_path(st, "hist", ".chat", pc, sizeof pc) == MZ_OK);
+        CHECK(mz_store_history_save(st, "hist", turn, 2) == MZ_OK);
+        mz_ctx_t *a = NULL;
+        CHECK(mz_session_create(e, &cp, &a) == MZ_OK && mz_session_store(a, st, "hist") == MZ_OK);
+        CHECK_MSG(access(pc, F_OK) == 0, "%s after mz_session_store", pc);
+        CHECK(mz_prefill(a, prompt, 300) == MZ_OK && mz_session_sync(a) == MZ_OK);
+        mz_ctx_free(a);
+        mz_history_msg *h = NULL;
+        size_t nh = 0;
+        CHECK(mz_store_history_load(st, "hist", &h, &nh) == MZ_OK);
+        CHECK(nh == 2 && !strcmp(h[1].role, "assistant") && !strcmp(h[1].content, "hello"));
+        mz_history_free(h, nh);
+        CHECK(mz_store_delete(st, "hist") == MZ_OK);
+        CHECK_MSG(access(pc, F_OK) != 0, "%s after mz_store_delete", pc);
     }
 out:
     mz_store_close(st);
