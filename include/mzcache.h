@@ -385,6 +385,10 @@ typedef struct mz_mem_category {
 typedef struct mz_mem_stats {
     mz_mem_category weights;     /* transformer blocks */
     mz_mem_category kv;          /* KV chunks that exist (mapped or evicted) */
+    mz_mem_category kv_out_of_window; /* of them, chunks of sliding-window layers that the
+                                    next token cannot attend to (gemma3): evicted first, raw
+                                    to storage, and read back only when the conversation is
+                                    cut back under them; all zero for other models */
     size_t pinned_bytes;         /* embeddings and output head: never evicted, not counted below */
     double remaining_pct;        /* paper §6.2: (resident + compressed bytes of evictable units)
                                     / their all-resident total, in percent (100 when empty) */
@@ -672,6 +676,7 @@ typedef struct mz_gen_params {
     const char *weight_type;   /* a type ("F16", "Q8_0", "Q4_K", ...: every matrix that
                                   type) or a llama.cpp mix ("Q4_K_M", ...: its per-tensor rules) */
     const char *vocab_from;    /* GGUF file whose tokenizer is copied (required) */
+    int n_swa;                 /* gemma3: sliding window in tokens (0 = preset's, else 512) */
     uint64_t seed;
     bool tied_output;          /* default from preset; true ties an untied preset */
     mz_progress_fn progress;   /* optional: n_done / n_total bytes of tensor data;

@@ -308,6 +308,7 @@ typedef struct bench_opts {
     double tol;
     const char *swap_dir, *profile, *out_dir, *name, *peer_csv, *title;
     bool plot, drop_global, inmem, zram;
+    bool swa_full;             /* sliding-window layers keep their whole history (gemma3) */
 } bench_opts;
 
 static struct {
@@ -723,6 +724,7 @@ static int open_ctx(run_env *e, const point_cfg *pc)
     cp.mode = pc->mode;
     mz_ctx_experimental xp = mz_ctx_experimental_default();
     if (mz_evict_order_parse(pc->order, &xp.evict_order)) return -1;
+    xp.swa_full = o->swa_full;
     cp.experimental = &xp;
     if (mz_ctx_init(e->m, &cp, &e->c)) {
         fprintf(stderr, "mzcache bench: context (%s): %s\n", mz_engine_mode_name(pc->mode),
@@ -738,6 +740,15 @@ static int open_ctx(run_env *e, const point_cfg *pc)
     }
     fprintf(stderr, "  synthetic context: %zu tokens (%.0f MiB of KV) written in %.1f s\n", e->N,
             (double)mz_harness_kv_bytes(e->c) / (1 << 20), now_s() - t0);
+    mz_mem_stats ms;
+    mz_get_mem_stats(e->c, &ms);
+    if (ms.kv_out_of_window.total_bytes || o->swa_full)
+        fprintf(stderr, "  KV held for the next token: %.1f MiB of %.1f MiB (%.1f MiB out of the "
+                "sliding windows%s)\n",
+                (double)(ms.kv.total_bytes - ms.kv_out_of_window.total_bytes) / (1 << 20),
+                (double)ms.kv.total_bytes / (1 << 20),
+                (double)ms.kv_out_of_window.total_bytes / (1 << 20),
+                o->swa_full ? "; --swa-full: every layer's history held" : "");
     return 0;
 }
 
@@ -1183,6 +1194,9 @@ static void help(void)
            "                        zstd where the kernel has it, else lz4); its mm_stat is\n"
            "                        recorded after every os-paging eviction\n"
            "  --no-global-drop      only posix_fadvise the files, never /proc/sys/vm/drop_caches\n"
+           "  --swa-full            sliding-window layers (gemma3) keep their whole history, as\n"
+           "                        llama.cpp --swa-full: the comparison for the default, which\n"
+           "                        evicts the chunks out of the window first and leaves them stored\n"
            "  --peer CSV            join bench/peer_llamacpp.py results into the table\n"
            "  -o, --out DIR         output directory (default bench/results)\n"
            "  --name STEM           output file stem (default ttft): STEM.csv, STEM.md, STEM-*.png\n"
@@ -1249,6 +1263,7 @@ static int bench_ttft(int argc, char **argv)
         else if (!strcmp(a, "--zram")) o.zram = true;
         else if (!strcmp(a, "--no-global-drop")) o.drop_global = false;
         else if (!strcmp(a, "--no-plot")) o.plot = false;
+        else if (!strcmp(a, "--swa-full")) o.swa_full = true;
         else {
             fprintf(stderr, "mzcache bench ttft: unknown or incomplete option '%s' (--help)\n", a);
             return 2;
