@@ -207,10 +207,8 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     MZ_ASSERT(!p->shared || (!mm->swap_dir == !p->shared->swap_dir &&
                              (!mm->swap_dir || strcmp(mm->swap_dir, p->shared->swap_dir) == 0)));
     mm->shared_swap = p->shared && !mm->swap_flags;
-    /* Dead chunks of sliding-window layers (policy.h): only for the
-     * session's own policies; a baseline's (policy_init) keeps its whole
-     * history, as its peer does. */
-    if (p->n_pos && !p->policy_init && m->cfg.n_swa > 0) {
+    /* Dead chunks of sliding-window layers (policy.h). */
+    if (p->n_pos && m->cfg.n_swa > 0) {
         mm->kv_window = mz_calloc((size_t)mm->n_layer, sizeof *mm->kv_window);
         if (!mm->kv_window) goto out_nomem;
         for (int l = 0; l < mm->n_layer; l++)
