@@ -197,12 +197,14 @@ static size_t drop_caches(const char *model, const char *swap_dir, bool global)
 
 /* Short names for the evaluation's models; a generated one is made on first use. */
 static const struct {
-    const char *alias, *path, *preset, *note;
+    const char *alias, *path, *preset, *note, *fetch;
 } k_models[] = {
-    {"smollm2", SMOLLM2_PATH, NULL, "real SmolLM2-135M-Instruct, Q4_1"},
-    {"qwen3-0.6b", "models/qwen3-0.6b-F16.gguf", "qwen3-0.6b", "generated qwen3-0.6b shape, F16"},
+    {"smollm2", SMOLLM2_PATH, NULL, "real SmolLM2-135M-Instruct, Q4_1", "make model"},
+    {"gemma3-270m", "models/gemma-3-270m-q4_k_m.gguf", NULL,
+     "real Gemma 3 270M, Q4_K_M (sliding-window layers)", "make model MODELS=\"smollm2 gemma3\""},
+    {"qwen3-0.6b", "models/qwen3-0.6b-F16.gguf", "qwen3-0.6b", "generated qwen3-0.6b shape, F16", NULL},
     {"exaone-1.2b", "models/exaone4-1.2b-F16.gguf", "exaone4-1.2b",
-     "generated EXAONE-4.0-1.2B shape (qwen3 arch approximation), F16"},
+     "generated EXAONE-4.0-1.2B shape (qwen3 arch approximation), F16", NULL},
 };
 
 static bool file_exists(const char *p)
@@ -229,7 +231,7 @@ static int resolve_model(const char *arg, char *path, size_t cap)
         snprintf(path, cap, "%s", k_models[i].path);
         if (file_exists(path)) return 0;
         if (!k_models[i].preset) {
-            fprintf(stderr, "mzcache bench: %s is missing (make model)\n", path);
+            fprintf(stderr, "mzcache bench: %s is missing (%s)\n", path, k_models[i].fetch);
             return -1;
         }
         fprintf(stderr, "mzcache bench: generating %s (preset %s, F16, vocabulary of %s)\n", path,
@@ -247,7 +249,7 @@ static int resolve_model(const char *arg, char *path, size_t cap)
     }
     snprintf(path, cap, "%s", arg);
     if (!file_exists(path)) {
-        fprintf(stderr, "mzcache bench: no model file '%s' (aliases: smollm2, qwen3-0.6b, exaone-1.2b)\n",
+        fprintf(stderr, "mzcache bench: no model file '%s' (aliases: smollm2, gemma3-270m, qwen3-0.6b, exaone-1.2b)\n",
                 arg);
         return -1;
     }
@@ -1173,7 +1175,8 @@ static void help(void)
            "Contexts are SYNTHETIC: K/V drawn from the model's real per-channel distributions\n"
            "(a 512-token calibration prefill), so zram/q8 compress them as real KV.\n\n"
            "  --models LIST         aliases or GGUF paths (default smollm2,qwen3-0.6b,exaone-1.2b;\n"
-           "                        qwen3-0.6b / exaone-1.2b are generated on first use)\n"
+           "                        qwen3-0.6b / exaone-1.2b are generated on first use;\n"
+           "                        gemma3-270m is the real Gemma 3 file)\n"
            "  --ctx LIST            context lengths in tokens (default 8192,16384,32768)\n"
            "  --levels LIST         remaining memory %% (default 0,25,50,75); 0 (or 'full') is\n"
            "                        each mode's full eviction: everything asked, each mode\n"
