@@ -312,6 +312,10 @@ MZ_API void mz_ctx_reset_timings(mz_ctx_t *c);
  * Units come back on demand: mz_prefill restores each unit (blocking, in
  * forward order) just before the forward pass reads it, and never computes
  * on a unit that is not resident. mz_restore brings everything back at once.
+ * Sliding-window layers (gemma3): a KV chunk the next token cannot attend to
+ * goes first, raw to the swap file, and no restore reads it back until a
+ * truncation (mz_ctx_truncate, mz_ctx_keep_prefix, mz_ctx_sync) makes it
+ * visible again; mz_mem_stats.kv_out_of_window counts such chunks.
  *
  * Which unit goes where (kv_placement auto, the default) is the hybrid swap
  * of paper §4.3: the last layers go first (backward-out, §4.4), and KV
@@ -366,7 +370,8 @@ typedef struct mz_restore_report {
     double time_ms;
 } mz_restore_report;
 
-/* Brings every evicted unit back (blocking), in forward order. On error
+/* Brings every evicted unit back (blocking), in forward order (not the KV
+ * chunks out of a sliding window, above). On error
  * (MZ_E_IO, MZ_E_CORRUPT: a checksum mismatch, MZ_E_NOMEM) the message names
  * the unit; units restored before it stay resident, the failing one and
  * those after it stay evicted with their data intact where it was (a retry
