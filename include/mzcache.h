@@ -312,6 +312,10 @@ MZ_API void mz_ctx_reset_timings(mz_ctx_t *c);
  * Units come back on demand: mz_prefill restores each unit (blocking, in
  * forward order) just before the forward pass reads it, and never computes
  * on a unit that is not resident. mz_restore brings everything back at once.
+ * Sliding-window layers (gemma3): a KV chunk the next token cannot attend to
+ * goes first, raw to the swap file, and no restore reads it back until a
+ * truncation (mz_ctx_truncate, mz_ctx_keep_prefix, mz_ctx_sync) makes it
+ * visible again; mz_mem_stats.kv_out_of_window counts such chunks.
  *
  * Which unit goes where (kv_placement auto, the default) is the hybrid swap
  * of paper §4.3: the last layers go first (backward-out, §4.4), and KV
@@ -366,7 +370,8 @@ typedef struct mz_restore_report {
     double time_ms;
 } mz_restore_report;
 
-/* Brings every evicted unit back (blocking), in forward order. On error
+/* Brings every evicted unit back (blocking), in forward order (not the KV
+ * chunks out of a sliding window, above). On error
  * (MZ_E_IO, MZ_E_CORRUPT: a checksum mismatch, MZ_E_NOMEM) the message names
  * the unit; units restored before it stay resident, the failing one and
  * those after it stay evicted with their data intact where it was (a retry
@@ -385,6 +390,10 @@ typedef struct mz_mem_category {
 typedef struct mz_mem_stats {
     mz_mem_category weights;     /* transformer blocks */
     mz_mem_category kv;          /* KV chunks that exist (mapped or evicted) */
+    mz_mem_category kv_out_of_window; /* of them, chunks of sliding-window layers that the
+                                    next token cannot attend to (gemma3): evicted first, raw
+                                    to storage, and read back only when the conversation is
+                                    cut back under them; all zero for other models */
     size_t pinned_bytes;         /* embeddings and output head: never evicted, not counted below */
     double remaining_pct;        /* paper §6.2: (resident + compressed bytes of evictable units)
                                     / their all-resident total, in percent (100 when empty) */
@@ -672,6 +681,7 @@ typedef struct mz_gen_params {
     const char *weight_type;   /* a type ("F16", "Q8_0", "Q4_K", ...: every matrix that
                                   type) or a llama.cpp mix ("Q4_K_M", ...: its per-tensor rules) */
     const char *vocab_from;    /* GGUF file whose tokenizer is copied (required) */
+    int n_swa;                 /* gemma3: sliding window in tokens (0 = preset's, else 512) */
     uint64_t seed;
     bool tied_output;          /* default from preset; true ties an untied preset */
     mz_progress_fn progress;   /* optional: n_done / n_total bytes of tensor data;

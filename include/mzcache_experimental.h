@@ -38,6 +38,10 @@ typedef enum mz_evict_order {
 typedef struct mz_ctx_experimental {
     mz_evict_order evict_order; /* default MZ_EVICT_BACKWARD */
     uint64_t evict_seed;        /* MZ_EVICT_RANDOM: seed of the permutation (default 0) */
+    bool swa_full;              /* sliding-window layers (gemma3) plan and restore their whole
+                                   history like a global layer's, as llama.cpp --swa-full
+                                   keeps it (default false: chunks the next token cannot
+                                   attend to go first and stay stored; docs/ARCHITECTURE.md) */
 } mz_ctx_experimental;
 
 MZ_API mz_ctx_experimental mz_ctx_experimental_default(void);

@@ -197,12 +197,14 @@ static size_t drop_caches(const char *model, const char *swap_dir, bool global)
 
 /* Short names for the evaluation's models; a generated one is made on first use. */
 static const struct {
-    const char *alias, *path, *preset, *note;
+    const char *alias, *path, *preset, *note, *fetch;
 } k_models[] = {
-    {"smollm2", SMOLLM2_PATH, NULL, "real SmolLM2-135M-Instruct, Q4_1"},
-    {"qwen3-0.6b", "models/qwen3-0.6b-F16.gguf", "qwen3-0.6b", "generated qwen3-0.6b shape, F16"},
+    {"smollm2", SMOLLM2_PATH, NULL, "real SmolLM2-135M-Instruct, Q4_1", "make model"},
+    {"gemma3-270m", "models/gemma-3-270m-q4_k_m.gguf", NULL,
+     "real Gemma 3 270M, Q4_K_M (sliding-window layers)", "make model MODELS=\"smollm2 gemma3\""},
+    {"qwen3-0.6b", "models/qwen3-0.6b-F16.gguf", "qwen3-0.6b", "generated qwen3-0.6b shape, F16", NULL},
     {"exaone-1.2b", "models/exaone4-1.2b-F16.gguf", "exaone4-1.2b",
-     "generated EXAONE-4.0-1.2B shape (qwen3 arch approximation), F16"},
+     "generated EXAONE-4.0-1.2B shape (qwen3 arch approximation), F16", NULL},
 };
 
 static bool file_exists(const char *p)
@@ -229,7 +231,7 @@ static int resolve_model(const char *arg, char *path, size_t cap)
         snprintf(path, cap, "%s", k_models[i].path);
         if (file_exists(path)) return 0;
         if (!k_models[i].preset) {
-            fprintf(stderr, "mzcache bench: %s is missing (make model)\n", path);
+            fprintf(stderr, "mzcache bench: %s is missing (%s)\n", path, k_models[i].fetch);
             return -1;
         }
         fprintf(stderr, "mzcache bench: generating %s (preset %s, F16, vocabulary of %s)\n", path,
@@ -247,7 +249,7 @@ static int resolve_model(const char *arg, char *path, size_t cap)
     }
     snprintf(path, cap, "%s", arg);
     if (!file_exists(path)) {
-        fprintf(stderr, "mzcache bench: no model file '%s' (aliases: smollm2, qwen3-0.6b, exaone-1.2b)\n",
+        fprintf(stderr, "mzcache bench: no model file '%s' (aliases: smollm2, gemma3-270m, qwen3-0.6b, exaone-1.2b)\n",
                 arg);
         return -1;
     }
@@ -308,6 +310,7 @@ typedef struct bench_opts {
     double tol;
     const char *swap_dir, *profile, *out_dir, *name, *peer_csv, *title;
     bool plot, drop_global, inmem, zram;
+    bool swa_full;             /* sliding-window layers keep their whole history (gemma3) */
 } bench_opts;
 
 static struct {
@@ -589,12 +592,17 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         mz_mem_stats ms;
         mz_get_mem_stats(e->c, &ms);
         size_t total = evictable_total(&ms);
-        size_t amount = level <= 0 ? SIZE_MAX
-                                   : (size_t)ceil((double)total * (double)(100 - level) / 100.0);
+        /* From what is held now down to the level: a gemma3 session holds
+         * less than all after its first restore (chunks out of the sliding
+         * windows stay stored), every other one all of it. */
+        size_t held = ms.weights.resident_bytes + ms.weights.compressed_bytes +
+                      ms.kv.resident_bytes + ms.kv.compressed_bytes;
+        size_t keep = (size_t)floor((double)total * (double)level / 100.0);
+        size_t amount = level <= 0 ? SIZE_MAX : held > keep ? held - keep : 0;
         mz_evict_report er;
         memset(&er, 0, sizeof er);
         double t0 = now_s();
-        if (level < 100 && mz_evict(e->c, amount, &er)) goto fail;
+        if (level < 100 && amount && mz_evict(e->c, amount, &er)) goto fail;
         ev[k] = (now_s() - t0) * 1e3;
         mz_get_mem_stats(e->c, &ms);
         rem[k] = ms.remaining_pct;
@@ -723,6 +731,7 @@ static int open_ctx(run_env *e, const point_cfg *pc)
     cp.mode = pc->mode;
     mz_ctx_experimental xp = mz_ctx_experimental_default();
     if (mz_evict_order_parse(pc->order, &xp.evict_order)) return -1;
+    xp.swa_full = o->swa_full;
     cp.experimental = &xp;
     if (mz_ctx_init(e->m, &cp, &e->c)) {
         fprintf(stderr, "mzcache bench: context (%s): %s\n", mz_engine_mode_name(pc->mode),
@@ -738,6 +747,15 @@ static int open_ctx(run_env *e, const point_cfg *pc)
     }
     fprintf(stderr, "  synthetic context: %zu tokens (%.0f MiB of KV) written in %.1f s\n", e->N,
             (double)mz_harness_kv_bytes(e->c) / (1 << 20), now_s() - t0);
+    mz_mem_stats ms;
+    mz_get_mem_stats(e->c, &ms);
+    if (ms.kv_out_of_window.total_bytes || o->swa_full)
+        fprintf(stderr, "  KV held for the next token: %.1f MiB of %.1f MiB (%.1f MiB out of the "
+                "sliding windows%s)\n",
+                (double)(ms.kv.total_bytes - ms.kv_out_of_window.total_bytes) / (1 << 20),
+                (double)ms.kv.total_bytes / (1 << 20),
+                (double)ms.kv_out_of_window.total_bytes / (1 << 20),
+                o->swa_full ? "; --swa-full: every layer's history held" : "");
     return 0;
 }
 
@@ -1157,7 +1175,8 @@ static void help(void)
            "Contexts are SYNTHETIC: K/V drawn from the model's real per-channel distributions\n"
            "(a 512-token calibration prefill), so zram/q8 compress them as real KV.\n\n"
            "  --models LIST         aliases or GGUF paths (default smollm2,qwen3-0.6b,exaone-1.2b;\n"
-           "                        qwen3-0.6b / exaone-1.2b are generated on first use)\n"
+           "                        qwen3-0.6b / exaone-1.2b are generated on first use;\n"
+           "                        gemma3-270m is the real Gemma 3 file)\n"
            "  --ctx LIST            context lengths in tokens (default 8192,16384,32768)\n"
            "  --levels LIST         remaining memory %% (default 0,25,50,75); 0 (or 'full') is\n"
            "                        each mode's full eviction: everything asked, each mode\n"
@@ -1183,6 +1202,9 @@ static void help(void)
            "                        zstd where the kernel has it, else lz4); its mm_stat is\n"
            "                        recorded after every os-paging eviction\n"
            "  --no-global-drop      only posix_fadvise the files, never /proc/sys/vm/drop_caches\n"
+           "  --swa-full            sliding-window layers (gemma3) keep their whole history, as\n"
+           "                        llama.cpp --swa-full: the comparison for the default, which\n"
+           "                        evicts the chunks out of the window first and leaves them stored\n"
            "  --peer CSV            join bench/peer_llamacpp.py results into the table\n"
            "  -o, --out DIR         output directory (default bench/results)\n"
            "  --name STEM           output file stem (default ttft): STEM.csv, STEM.md, STEM-*.png\n"
@@ -1249,6 +1271,7 @@ static int bench_ttft(int argc, char **argv)
         else if (!strcmp(a, "--zram")) o.zram = true;
         else if (!strcmp(a, "--no-global-drop")) o.drop_global = false;
         else if (!strcmp(a, "--no-plot")) o.plot = false;
+        else if (!strcmp(a, "--swa-full")) o.swa_full = true;
         else {
             fprintf(stderr, "mzcache bench ttft: unknown or incomplete option '%s' (--help)\n", a);
             return 2;

@@ -105,6 +105,7 @@ static void print_mem_status(const mz_ctx_t *ctx)
     printf("memory (MiB)  total  resident  compressed    stored   dropped   units resident\n");
     print_mib_row("weights", &st.weights);
     print_mib_row("kv", &st.kv);
+    if (st.kv_out_of_window.n_units) print_mib_row("  window", &st.kv_out_of_window);
     printf("  pinned %10.1f (embeddings, output; never evicted)\n",
            st.pinned_bytes / (1024.0 * 1024.0));
     printf("remaining %.1f%% | codec %s | KV placement %s | stack maps %.1f MiB | swap file "

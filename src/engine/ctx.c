@@ -124,7 +124,12 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
                             .swap_dir = prm.swap_dir,
                             .placement = prm.kv_placement, .profile = prof,
                             .order = xp.evict_order, .seed = xp.evict_seed, .wt = e->wt,
-                            .shared = &e->shared};
+                            .shared = &e->shared,
+                            /* the baselines keep every layer's whole history,
+                             * as their peers do (ARCHITECTURE.md, sliding-window
+                             * layers) */
+                            .n_pos = xp.swa_full || prm.mode != MZ_MODE_MZCACHE ? NULL
+                                                                                : &c->n_tokens};
         c->ops = prm.mode == MZ_MODE_MZCACHE ? &mzcache_ops : mz_baseline_ops();
         mz_baseline_mem_params(prm.mode, &mp);
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;

@@ -409,7 +409,7 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
          * Per unit, in forward order: during mz_prefill_restore this waits
          * for the restore workers (manager.c); otherwise it restores here. */
         mz_mem_pin_weights(c->mem, l); /* before acquire looks at it; mz_forward unpins */
-        if ((st = mz_mem_acquire_layer(c->mem, l, n_chunks))) return st;
+        if ((st = mz_mem_acquire_window(c->mem, l, p0, n_chunks))) return st;
         const mz_block_weights *b = &m->blocks[l];
         layer_ctx lc = {.c = c, .cfg = cfg, .b = b, .layer = l, .p0 = p0, .E = E, .QD = QD, .KVD = KVD,
                         .F = F, .HD = HD};

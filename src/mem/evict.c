@@ -283,7 +283,9 @@ void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
                           .can_store = true,
                           .unit_bytes_kv = mm->kv->chunk_bytes,
                           .enc_bytes_kv_est = mm_enc_expected(mm),
-                          .times = mm->times};
+                          .times = mm->times,
+                          .kv_window = mm->kv_window,
+                          .n_pos = mm->n_pos ? *mm->n_pos : 0};
 }
 
 /* Carries out steps in order until freed reaches goal. Caller holds mm->lock. */

@@ -207,6 +207,14 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     MZ_ASSERT(!p->shared || (!mm->swap_dir == !p->shared->swap_dir &&
                              (!mm->swap_dir || strcmp(mm->swap_dir, p->shared->swap_dir) == 0)));
     mm->shared_swap = p->shared && !mm->swap_flags;
+    /* Dead chunks of sliding-window layers (policy.h). */
+    if (p->n_pos && m->cfg.n_swa > 0) {
+        mm->kv_window = mz_calloc((size_t)mm->n_layer, sizeof *mm->kv_window);
+        if (!mm->kv_window) goto out_nomem;
+        for (int l = 0; l < mm->n_layer; l++)
+            mm->kv_window[l] = mz_layer_is_local(&m->cfg, l) ? (size_t)m->cfg.n_swa : 0;
+        mm->n_pos = p->n_pos;
+    }
     mm_sync_kv(mm);
     *out = mm;
     return MZ_OK;
@@ -344,8 +352,11 @@ void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out)
     for (int l = 0; l < mm->n_layer; l++) count_unit(&out->weights, &mm->wt->units[l]);
     for (int l = 0; l < mm->n_layer; l++)
         for (size_t c = 0; c < mm->max_chunks; c++)
-            if (mz_unit_state_get(kv_unit(mm, l, c)) != MZ_UNIT_ABSENT)
+            if (mz_unit_state_get(kv_unit(mm, l, c)) != MZ_UNIT_ABSENT) {
                 count_unit(&out->kv, kv_unit(mm, l, c));
+                if (mm->n_pos && c < mm_first_live_chunk(mm, l, *mm->n_pos))
+                    count_unit(&out->kv_out_of_window, kv_unit(mm, l, c));
+            }
     mz_compstack_stats cs;
     mz_compstack_get_stats(mm->stack, &cs);
     out->compstack_mapped_bytes = cs.bytes_mapped;
@@ -400,6 +411,7 @@ void mz_mem_free(mz_mem *mm)
         mz_wtable_detach(mm->wt);
     }
     free(mm->wpinned);
+    free(mm->kv_window);
     if (mm->policy) mm->policy->free(mm->policy);
     mz_evict_plan_free(&mm->plan);
     free(mm->kv_seq);

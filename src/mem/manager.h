@@ -66,6 +66,11 @@ typedef struct mz_mem_params {
     mz_policy *(*policy_init)(const mz_policy_params *p);
     struct mz_wtable *wt;      /* required: the engine's weight units (weights.h) */
     mz_mem_shared *shared;     /* the engine's swap file and reader; NULL: the session's own */
+    /* The session's token count (its field, read by the owner thread's calls
+     * and the planners): with it, the chunks of a sliding-window layer that
+     * the next token cannot attend to are evicted first and left stored by
+     * restores (policy.h, "dead"). NULL: every chunk is live. */
+    const size_t *n_pos;
 } mz_mem_params;
 
 /* kv must outlive the manager; the model and the weight table too. */
@@ -80,6 +85,11 @@ MZ_INTERNAL void mz_mem_free(mz_mem *mm);
  * resident (blocking, in that order). The error names the unit; units that
  * could not be restored stay evicted. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks);
+/* The same for a forward step whose first token sits at position pos0: in
+ * a sliding-window layer, chunks below the first one that token attends to
+ * are left where they are (the kernel never reads them). */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_window(mz_mem *mm, int layer, size_t pos0,
+                                                         size_t n_chunks);
 
 /* Evicts with the session's policy; weight blocks only while the session is
  * its engine's one session and none is pinned. */

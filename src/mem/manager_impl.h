@@ -81,6 +81,9 @@ struct mz_mem {
     uint8_t *store_enc;        /* [store] a chunk encoded with store_codec; store_enc_cap bytes */
     size_t store_enc_cap;
     pthread_cond_t store_cv;   /* [store] with lock: a unit's wb_pin was cleared */
+    size_t *kv_window;         /* [n_layer]: sliding window of layer l (0: global); NULL:
+                                  no chunk is ever dead (policy.h, mz_policy_kv_dead) */
+    const size_t *n_pos;       /* the session's token count (its owner's field, read only) */
 };
 
 static inline mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }
@@ -93,6 +96,20 @@ static inline mz_unit *unit_by_tag(mz_mem *mm, uint64_t tag)
     size_t c = (size_t)(uint32_t)tag;
     MZ_ASSERT(l >= 0 && l < mm->n_layer && c < mm->max_chunks);
     return kv_unit(mm, l, c);
+}
+
+/* The first chunk of layer l that the token at position n_pos attends to. */
+static inline size_t mm_first_live_chunk(const mz_mem *mm, int l, size_t n_pos)
+{
+    return mm->kv_window ? mz_swa_first_live_chunk(n_pos, mm->kv_window[l]) : 0;
+}
+
+/* Chunk (l, c) is dead for attention now and sits in storage: a restore
+ * leaves it there (policy.h). Owner thread (reads the token count). */
+static inline bool mm_kv_stored_dead(const mz_mem *mm, int l, size_t c, mz_unit_state s)
+{
+    return (s == MZ_UNIT_STORED_RAW || s == MZ_UNIT_STORED_COMPRESSED) && mm->n_pos &&
+           c < mm_first_live_chunk(mm, l, *mm->n_pos);
 }
 
 /* "KV chunk (layer l, chunk c)" / "weights of layer l". */

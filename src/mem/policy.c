@@ -155,6 +155,28 @@ size_t mz_policy_sim_load(const mz_policy_view *v, mz_evict_plan *p)
     return n_stack;
 }
 
+/* ---- dead chunks of sliding-window layers -------------------------------------------- */
+
+size_t mz_policy_plan_dead(const mz_policy_view *v, size_t nbytes, mz_evict_plan *p)
+{
+    size_t n = 0;
+    if (!v->kv_window || !v->can_store) return 0;
+    for (size_t c = 0; c < v->n_chunks; c++) {
+        for (int l = 0; l < v->n_layer; l++) {
+            if (p->bytes_planned >= 0 && (uint64_t)p->bytes_planned >= nbytes) return n;
+            size_t i = (size_t)l * v->max_chunks + c;
+            if (p->sim_kv[i] != MZ_UNIT_RESIDENT || !mz_policy_kv_dead(v, l, c)) continue;
+            mz_evict_step s = {.kind = MZ_UNIT_KV, .layer = l, .chunk = c,
+                               .dest = MZ_DEST_STORE_RAW, .stage = MZ_EVICT_STAGE_KV_ONLY,
+                               .est_freed = (int64_t)v->unit_bytes_kv};
+            p->sim_kv[i] = MZ_UNIT_STORED_RAW;
+            mz_evict_plan_push(p, &s);
+            n++;
+        }
+    }
+    return n;
+}
+
 /* ---- planned restore times ---------------------------------------------------------- */
 
 void mz_policy_restore_times(const mz_policy_view *v, mz_restore_plan_times *out)
@@ -167,7 +189,9 @@ void mz_policy_restore_times(const mz_policy_view *v, mz_restore_plan_times *out
             out->alloc_ns += t->t_alloc_w_ns;
         }
         for (size_t c = 0; c < v->n_chunks; c++) {
-            switch (mz_unit_state_get(&v->kv[(size_t)l * v->max_chunks + c])) {
+            mz_unit_state s = mz_unit_state_get(&v->kv[(size_t)l * v->max_chunks + c]);
+            if (mz_policy_kv_stored_dead(v, l, c, s)) continue;
+            switch (s) {
             case MZ_UNIT_COMPRESSED: out->mem_ns += t->t_d_ns; break;
             case MZ_UNIT_STORED_RAW: out->storage_ns += t->t_rkv_ns; break;
             case MZ_UNIT_STORED_COMPRESSED: out->storage_ns += t->t_rkvc_ns; break;

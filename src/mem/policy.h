@@ -80,7 +80,46 @@ typedef struct mz_policy_view {
     size_t unit_bytes_kv;       /* resident size of one KV chunk */
     size_t enc_bytes_kv_est;    /* expected encoded size of one chunk (the codec's bound) */
     mz_unit_times times;
+    /* Sliding-window layers (gemma3): kv_window[l] > 0 is layer l's window,
+     * 0 a global layer; NULL: no chunk is ever dead (the baselines, models
+     * without windows). n_pos: positions computed, so the next token sits
+     * at n_pos. mz_policy_kv_dead below is the rule. */
+    const size_t *kv_window;    /* [n_layer] or NULL */
+    size_t n_pos;
 } mz_policy_view;
+
+/* Sliding-window attention as free memory. In a layer of window w the token
+ * at position p attends to (p - w, p] (src/kernels/attn.c), so every chunk
+ * wholly below p + 1 - w is read again only if the conversation is cut back
+ * under it (a truncation: keep_prefix, a sync to a shorter prefix, a
+ * regenerate). Such a chunk is *dead*: the planners evict it before any
+ * other unit, raw to storage (never through a codec: it may never be read,
+ * and when it is, nothing lossy may have touched it), and the restore paths
+ * (acquire, restore_all, the pipelined job) leave it stored. A truncation
+ * lowers n_pos and makes it live again, and the next forward pass reads it
+ * back. The chunk's state stays in the unit table (one owner); deadness is
+ * derived from n_pos and the window, never stored.
+ * First chunk the token at position n_pos attends to in a layer of window
+ * `window` (0: global, chunk 0). */
+static inline size_t mz_swa_first_live_chunk(size_t n_pos, size_t window)
+{
+    if (!window || n_pos + 1 <= window) return 0;
+    return (n_pos + 1 - window) / MZ_KV_CHUNK_TOKENS;
+}
+
+static inline bool mz_policy_kv_dead(const mz_policy_view *v, int l, size_t c)
+{
+    return v->kv_window && c < mz_swa_first_live_chunk(v->n_pos, v->kv_window[l]);
+}
+
+/* A dead chunk in storage: off both restore paths, so it weighs on neither
+ * in the planners' balance nor in the planned restore times. (A dead chunk
+ * in the compressed stack is decoded with the stack, restore_job.c.) */
+static inline bool mz_policy_kv_stored_dead(const mz_policy_view *v, int l, size_t c,
+                                            mz_unit_state s)
+{
+    return (s == MZ_UNIT_STORED_RAW || s == MZ_UNIT_STORED_COMPRESSED) && mz_policy_kv_dead(v, l, c);
+}
 
 /* A plan: ordered steps plus the planners' scratch, sized once for a table
  * of n_layer x max_chunks (no allocation while planning). */
@@ -165,6 +204,15 @@ MZ_INTERNAL void mz_policy_fill_orders(const mz_policy_view *v, mz_evict_order o
 /* Copies the view's states into p->sim_*, and the COMPRESSED chunks into
  * p->stack sorted by push sequence (bottom first); returns their number. */
 MZ_INTERNAL size_t mz_policy_sim_load(const mz_policy_view *v, mz_evict_plan *p);
+
+/* The planners' first steps (after mz_policy_sim_load): every dead chunk
+ * still resident in the simulation, oldest first (a truncation reaches the
+ * newest first), raw to storage, until the planned bytes reach nbytes.
+ * Nothing when the view cannot store (they are then chunks like any other).
+ * Returns the number of chunks planned, which the caller takes out of its
+ * count of resident KV; they do not weigh on the restore paths' balance,
+ * since no restore reads them. */
+MZ_INTERNAL size_t mz_policy_plan_dead(const mz_policy_view *v, size_t nbytes, mz_evict_plan *p);
 
 /* Appends a step; asserts that the capacity holds. */
 MZ_INTERNAL void mz_evict_plan_push(mz_evict_plan *p, const mz_evict_step *s);

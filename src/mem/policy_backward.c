@@ -45,6 +45,7 @@ static void bcount(const mz_policy_view *v, bstate *b)
             b->n_w++;
         for (size_t c = 0; c < v->n_chunks; c++) {
             mz_unit_state s = mz_unit_state_get(&v->kv[(size_t)l * v->max_chunks + c]);
+            if (mz_policy_kv_stored_dead(v, l, c, s)) continue; /* off the restore paths */
             if (s == MZ_UNIT_RESIDENT) b->n_kv++;
             else if (s != MZ_UNIT_ABSENT) b->n_evicted_kv++;
             if (s == MZ_UNIT_COMPRESSED) b->stack_hi++;
@@ -90,6 +91,7 @@ static void backward_plan(const mz_policy *pol, const mz_policy_view *v, size_t 
     p->bytes_planned = 0;
     bcount(v, &b);
     b.stack_hi = mz_policy_sim_load(v, p);
+    b.n_kv -= mz_policy_plan_dead(v, nbytes, p); /* mixed alternates over live chunks only */
     mz_policy_fill_orders(v, bp->prm.order, bp->prm.seed, p);
     size_t n_kv_units = (size_t)v->n_layer * v->n_chunks, ck = 0, cw = 0;
     while (nbytes > 0 && (p->bytes_planned < 0 || (uint64_t)p->bytes_planned < nbytes)) {

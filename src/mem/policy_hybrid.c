@@ -117,7 +117,9 @@ static void hstate_load(const hybrid_policy *hp, const mz_policy_view *v, mz_evi
         if (s == MZ_UNIT_DROPPED) h->a_sto += h->w;
         if (s == MZ_UNIT_RESIDENT && v->weights_evictable) h->n_w++;
         for (size_t c = 0; c < v->n_chunks; c++) {
-            switch ((mz_unit_state)p->sim_kv[(size_t)l * v->max_chunks + c]) {
+            mz_unit_state ks = (mz_unit_state)p->sim_kv[(size_t)l * v->max_chunks + c];
+            if (mz_policy_kv_stored_dead(v, l, c, ks)) continue;
+            switch (ks) {
             case MZ_UNIT_RESIDENT: h->n_kv++; break;
             case MZ_UNIT_COMPRESSED: h->a_mem += t->t_d_ns; break;
             case MZ_UNIT_STORED_RAW: h->a_sto += t->t_rkv_ns; break;
@@ -139,7 +141,9 @@ static mz_evict_stage hybrid_stage(const mz_policy *p, const mz_policy_view *v)
         if (s == MZ_UNIT_DROPPED) h.a_sto += h.w;
         if (s == MZ_UNIT_RESIDENT && v->weights_evictable) h.n_w++;
         for (size_t c = 0; c < v->n_chunks; c++) {
-            switch (mz_unit_state_get(&v->kv[(size_t)l * v->max_chunks + c])) {
+            mz_unit_state ks = mz_unit_state_get(&v->kv[(size_t)l * v->max_chunks + c]);
+            if (mz_policy_kv_stored_dead(v, l, c, ks)) continue;
+            switch (ks) {
             case MZ_UNIT_RESIDENT: h.n_kv++; break;
             case MZ_UNIT_COMPRESSED: h.a_mem += t->t_d_ns; h.stack_hi++; break;
             case MZ_UNIT_STORED_RAW: h.a_sto += t->t_rkv_ns; break;
@@ -169,6 +173,7 @@ static void hybrid_plan(const mz_policy *pol, const mz_policy_view *v, size_t nb
     p->n = 0;
     p->bytes_planned = 0;
     hstate_load(hp, v, p, &h);
+    h.n_kv -= mz_policy_plan_dead(v, nbytes, p);
     mz_policy_fill_orders(v, hp->prm.order, hp->prm.seed, p);
     size_t n_kv_units = (size_t)v->n_layer * v->n_chunks, ck = 0, cw = 0;
     int64_t kv_bytes = (int64_t)v->unit_bytes_kv;

@@ -158,6 +158,11 @@ mz_status mm_restore_unit(mz_mem *mm, mz_unit *u, mz_restore_report *r)
 
 mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks)
 {
+    return mz_mem_acquire_window(mm, layer, 0, n_chunks);
+}
+
+mz_status mz_mem_acquire_window(mz_mem *mm, int layer, size_t pos0, size_t n_chunks)
+{
     MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
     mz_status s;
     struct rjob *j = mm->job;
@@ -165,7 +170,7 @@ mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks)
     if (mz_unit_state_get(w) != MZ_UNIT_RESIDENT &&
         (s = j ? mm_job_wait_unit(mm, j, w) : mm_restore_unit(mm, w, NULL)))
         return s;
-    for (size_t c = 0; c < n_chunks; c++) {
+    for (size_t c = mm_first_live_chunk(mm, layer, pos0); c < n_chunks; c++) {
         mz_unit *u = kv_unit(mm, layer, c);
         mz_unit_state st = mz_unit_state_get(u);
         if (st == MZ_UNIT_RESIDENT) continue;
@@ -194,7 +199,9 @@ mz_status mz_mem_restore_all(mz_mem *mm, mz_restore_report *r)
         if (mz_unit_state_get(w) != MZ_UNIT_RESIDENT) s = mm_restore_unit(mm, w, r);
         for (size_t c = 0; c < mm->kv->n_chunks && !s; c++) {
             mz_unit *u = kv_unit(mm, l, c);
-            if (mz_unit_state_get(u) != MZ_UNIT_RESIDENT) s = mm_restore_unit(mm, u, r);
+            mz_unit_state st = mz_unit_state_get(u);
+            if (st != MZ_UNIT_RESIDENT && !mm_kv_stored_dead(mm, l, c, st))
+                s = mm_restore_unit(mm, u, r);
         }
     }
     r->time_ms = mz_time_ms() - t0;

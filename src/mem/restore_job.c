@@ -620,6 +620,9 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
             st = mz_unit_state_get(u);
             if (st == MZ_UNIT_RESIDENT || st == MZ_UNIT_ABSENT) continue;
             MZ_ASSERT(st != MZ_UNIT_BUSY);
+            /* Dead for attention (policy.h): stays stored, and no step of
+             * this request waits for it (acquire starts at the window). */
+            if (mm_kv_stored_dead(mm, l, c, st)) continue;
             j->kv_idx[(size_t)l * mm->max_chunks + c] = j->n;
             j->units[j->n] = u;
             j->from[j->n++] = st;

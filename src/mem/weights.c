@@ -136,22 +136,12 @@ void mz_wtable_drop_finish(mz_wtable *t, int layer)
     mz_unit_settle(u, MZ_UNIT_DROPPED);
 }
 
-static int block_tensors(const mz_block_weights *b, const mz_tensor *out[11])
-{
-    const mz_tensor *all[11] = {&b->attn_norm, &b->wq,   &b->wk,   &b->wv,     &b->wo,    &b->ffn_norm,
-                                &b->w_gate,    &b->w_up, &b->w_down, &b->q_norm, &b->k_norm};
-    int n = 0;
-    for (int i = 0; i < 11; i++)
-        if (all[i]->nbytes) out[n++] = all[i];
-    return n;
-}
-
 mz_status mz_wtable_read_block(mz_wtable *t, mz_dfile_t *f, int layer)
 {
     mz_unit *u = &t->units[layer];
-    const mz_tensor *ts[11];
-    mz_dread_item items[11];
-    int n = block_tensors(&t->model->blocks[layer], ts);
+    const mz_tensor *ts[MZ_BLOCK_TENSORS_MAX];
+    mz_dread_item items[MZ_BLOCK_TENSORS_MAX];
+    int n = mz_model_block_tensors(&t->model->blocks[layer], ts);
     for (int i = 0; i < n; i++)
         items[i] = (mz_dread_item){.off = ts[i]->file_offset, .len = ts[i]->nbytes,
                                    .dst = u->buf + ts[i]->offset};

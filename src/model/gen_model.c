@@ -228,7 +228,7 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
     c->gemma3 = strcmp(c->arch, "gemma3") == 0;
     c->qk_norm = c->gemma3 || strcmp(c->arch, "qwen3") == 0;
     c->qkv_bias = strcmp(c->arch, "qwen2") == 0;
-    c->n_swa = pr && pr->n_swa ? pr->n_swa : 512;
+    c->n_swa = p->n_swa > 0 ? p->n_swa : pr && pr->n_swa ? pr->n_swa : 512;
 
 #define PICK(field) c->field = p->field > 0 ? p->field : pr ? pr->field : 0
     PICK(n_layer);

@@ -275,7 +275,7 @@ static mz_status load_tensors(int fd, uint8_t *buf, mz_tensor *const *ts, const 
     return MZ_OK;
 }
 
-enum { BLOCK_TENSORS = 16 };
+enum { BLOCK_TENSORS = MZ_BLOCK_TENSORS_MAX };
 
 /* ---- weight layouts ------------------------------------------------------------------- */
 
@@ -336,6 +336,17 @@ static void block_tensor_list(mz_block_weights *b, int layer, mz_tensor *ts[BLOC
         ts[i] = list[i];
         snprintf(names[i], 64, "blk.%d.%s", layer, suffix[i]);
     }
+}
+
+int mz_model_block_tensors(mz_block_weights *b, const mz_tensor *out[MZ_BLOCK_TENSORS_MAX])
+{
+    mz_tensor *ts[BLOCK_TENSORS];
+    char names[BLOCK_TENSORS][64];
+    block_tensor_list(b, 0, ts, names);
+    int n = 0;
+    for (int i = 0; i < BLOCK_TENSORS; i++)
+        if (ts[i]->nbytes) out[n++] = ts[i];
+    return n;
 }
 
 static mz_status bind_block(const mz_gguf *g, const mz_model_config *c, int l, mz_block_weights *b)

@@ -85,6 +85,11 @@ const mz_tokenizer *mz_model_tokenizer(const mz_model_t *m);
  * checking the hash taken at drop time). Thread-safe for different layers;
  * fails only for lack of memory (8 rows of scratch). */
 mz_status mz_model_block_to_layout(const mz_model_t *m, int layer, uint8_t *buf);
+/* The tensors block b has (nbytes > 0: its arch's), in the unit buffer's
+ * order, into out; returns their number. The one list of a block's tensors
+ * (the weight reload of src/mem reads exactly these back). */
+enum { MZ_BLOCK_TENSORS_MAX = 16 };
+int mz_model_block_tensors(mz_block_weights *b, const mz_tensor *out[MZ_BLOCK_TENSORS_MAX]);
 /* Sets every matrix of block `layer` to the file's layout (plain = true:
  * while its tensors point into a mapping of the file) or back to the layout
  * chosen at load (plain = false; the buffer must then be converted with

@@ -16,18 +16,26 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Generates the tiny test model (vocab copied from the real model). */
-static inline int ev_gen_tiny(const char *path, int n_layer)
+/* Generates a Q8_0 model of a preset (vocab copied from the real model;
+ * n_layer, n_swa: 0 = the preset's). */
+static inline int ev_gen(const char *path, const char *preset, int n_layer, int n_swa)
 {
     const char *real = t_real_model_path();
     if (!real) return -1;
     mz_gen_params gp = mz_gen_params_default();
-    gp.preset = "tiny-llama";
+    gp.preset = preset;
     gp.n_layer = n_layer;
+    gp.n_swa = n_swa;
     gp.weight_type = "Q8_0";
     gp.vocab_from = real;
     gp.seed = 7;
     return mz_gen_model(path, &gp) == MZ_OK ? 0 : -1;
+}
+
+/* Generates the tiny test model. */
+static inline int ev_gen_tiny(const char *path, int n_layer)
+{
+    return ev_gen(path, "tiny-llama", n_layer, 0);
 }
 
 static inline mz_model_t *ev_load(const char *path)
@@ -40,6 +48,14 @@ static inline mz_model_t *ev_load(const char *path)
         return NULL;
     }
     return m;
+}
+
+/* Two loads of one file: one to evict, one never evicted (the reference). */
+static inline int ev_load_pair(const char *path, mz_model_t **m, mz_model_t **ref)
+{
+    *m = ev_load(path);
+    *ref = ev_load(path);
+    return *m && *ref ? 0 : -1;
 }
 
 static inline mz_ctx_t *ev_ctx(mz_model_t *m, const char *codec, mz_kv_placement pl, int n_ctx,
@@ -137,6 +153,24 @@ static inline int ev_apply_marks(mz_ctx_t *ref, const mz_codec *codec, const uns
                 ev_roundtrip_chunk(ref, codec, l, k))
                 return -1;
     return 0;
+}
+
+/* Greedy decoding of n tokens from c's logits (each prefilled); returns how
+ * many were produced before an error. */
+static inline size_t ev_greedy(mz_ctx_t *c, size_t n, mz_token *out)
+{
+    size_t k = 0;
+    int nv = mz_model_n_vocab(c->model);
+    for (; k < n; k++) {
+        const float *lg = mz_ctx_logits(c);
+        if (!lg) break;
+        mz_token best = 0;
+        for (int i = 1; i < nv; i++)
+            if (lg[i] > lg[best]) best = i;
+        out[k] = best;
+        if (mz_prefill(c, &best, 1)) break;
+    }
+    return k;
 }
 
 /* Rss of this process in bytes, from /proc/self/smaps_rollup (0 if unreadable). */

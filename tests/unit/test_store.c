@@ -248,22 +248,6 @@ static mz_ctx_params sp_params(void)
     return cp;
 }
 
-static size_t greedy(mz_ctx_t *c, size_t n, mz_token *out)
-{
-    size_t k = 0;
-    int nv = mz_model_n_vocab(c->model);
-    for (; k < n; k++) {
-        const float *lg = mz_ctx_logits(c);
-        if (!lg) break;
-        mz_token best = 0;
-        for (int i = 1; i < nv; i++)
-            if (lg[i] > lg[best]) best = i;
-        out[k] = best;
-        if (mz_prefill(c, &best, 1)) break;
-    }
-    return k;
-}
-
 static long chunk_resident_pages(mz_ctx_t *c, int l, size_t ch)
 {
     size_t len = c->kv.chunk_bytes, pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -346,7 +330,7 @@ static void test_real(void)
     CHECK(mz_session_create(e, &cp, &ref) == MZ_OK);
     CHECK(mz_prefill(ref, prompt, NPROMPT) == MZ_OK);
     mz_token want[2 * NGEN];
-    CHECK(greedy(ref, 2 * NGEN, want) == 2 * NGEN);
+    CHECK(ev_greedy(ref, 2 * NGEN, want) == 2 * NGEN);
     mz_ctx_free(ref);
 
     mz_ctx_t *c = NULL;
@@ -370,7 +354,7 @@ static void test_real(void)
     CHECK_EQ_INT(res, 0);
     CHECK(mz_mem_kv_state(c->mem, 3, 1) == MZ_UNIT_STORED_RAW);
     mz_token got[2 * NGEN];
-    CHECK(greedy(c, NGEN, got) == NGEN);
+    CHECK(ev_greedy(c, NGEN, got) == NGEN);
     CHECK(memcmp(got, want, NGEN * sizeof *got) == 0);
     /* a second eviction of the restored clean chunks writes nothing for them */
     CHECK(mz_session_sync(c) == MZ_OK);
@@ -411,7 +395,7 @@ static void test_real(void)
         CHECK_MSG(ri.timings.n_storage_units >= (size_t)2 * L, "%zu storage units restored",
                   ri.timings.n_storage_units);
         CHECK(memcmp(mz_ctx_tokens(r), prompt, sizeof prompt) == 0);
-        CHECK(greedy(r, NGEN, got + NGEN) == NGEN);
+        CHECK(ev_greedy(r, NGEN, got + NGEN) == NGEN);
         CHECK_MSG(memcmp(got + NGEN, want + NGEN, NGEN * sizeof *got) == 0,
                   "continuation after resume differs");
         mz_ctx_free(r);
@@ -436,7 +420,7 @@ static void test_real(void)
             CHECK_EQ_INT(ri.n_tokens_recomputed, 1);
             CHECK_EQ_INT(mz_ctx_n_tokens(t), NPROMPT);
             mz_token g[NGEN];
-            CHECK(greedy(t, NGEN, g) == NGEN);
+            CHECK(ev_greedy(t, NGEN, g) == NGEN);
             CHECK_MSG(memcmp(g, want, NGEN * sizeof *g) == 0, "continuation after a tail resume differs");
             /* a truncation into the tail cuts it; the next manifest names what is left */
             CHECK(mz_ctx_truncate(t, 600) == MZ_OK && mz_session_sync(t) == MZ_OK);
@@ -485,7 +469,7 @@ static void test_real(void)
             CHECK(mz_prefill(ref2, prompt, NPROMPT - 1) == MZ_OK);
             q8_round_trip(ref2, 2);
             CHECK(mz_prefill(ref2, prompt + NPROMPT - 1, 1) == MZ_OK);
-            CHECK(greedy(ref2, NGEN, wq) == NGEN);
+            CHECK(ev_greedy(ref2, NGEN, wq) == NGEN);
             mz_ctx_free(ref2);
         }
         CHECK(mz_session_resume(sq, "q", &cp, &t, &ri) == MZ_OK);
@@ -493,7 +477,7 @@ static void test_real(void)
             CHECK_EQ_INT(ri.n_chunks_restored, 2);
             CHECK_EQ_INT(ri.n_tokens_recomputed, 1);
             mz_token g[NGEN];
-            CHECK(greedy(t, NGEN, g) == NGEN);
+            CHECK(ev_greedy(t, NGEN, g) == NGEN);
             CHECK_MSG(memcmp(g, wq, NGEN * sizeof *g) == 0, "q8 resume differs from the q8 reference");
             mz_ctx_free(t);
         }
@@ -532,7 +516,7 @@ static void test_real(void)
             CHECK_EQ_INT(ri.n_chunks_restored, 1);
             CHECK_EQ_INT(mz_ctx_n_tokens(r), ntok);
             mz_token g2[NGEN];
-            CHECK(greedy(r, NGEN, g2) == NGEN);
+            CHECK(ev_greedy(r, NGEN, g2) == NGEN);
             CHECK(memcmp(g2, want + 2 * NGEN - NGEN, 0) == 0); /* tokens checked below */
             CHECK(memcmp(mz_ctx_tokens(r) + NPROMPT, want, 2 * NGEN * sizeof *g2) == 0);
             mz_ctx_free(r);
@@ -656,7 +640,7 @@ static void test_faults(void)
         mz_ctx_t *ref = NULL;
         CHECK(mz_session_create(e, &cp, &ref) == MZ_OK);
         CHECK(mz_prefill(ref, prompt, 600) == MZ_OK);
-        CHECK(greedy(ref, 8, want) == 8);
+        CHECK(ev_greedy(ref, 8, want) == 8);
         mz_ctx_free(ref);
     }
     const struct { enum mz_io_fault_kind k; int err; } kinds[] = {
@@ -688,7 +672,7 @@ static void test_faults(void)
             if (rs == MZ_OK) {
                 CHECK_EQ_INT(mz_ctx_n_tokens(r), 600);
                 mz_token g[8];
-                CHECK(greedy(r, 8, g) == 8 && memcmp(g, want, sizeof g) == 0);
+                CHECK(ev_greedy(r, 8, g) == 8 && memcmp(g, want, sizeof g) == 0);
                 n_full += ri.outcome == MZ_RESUME_FULL;
                 n_trunc += ri.outcome == MZ_RESUME_TRUNCATED;
                 mz_ctx_free(r);
@@ -737,7 +721,7 @@ static void test_faults(void)
         if (r) {
             CHECK_EQ_INT(ri.outcome, MZ_RESUME_FULL);
             mz_token g[8];
-            CHECK(greedy(r, 8, g) == 8 && memcmp(g, want, sizeof g) == 0);
+            CHECK(ev_greedy(r, 8, g) == 8 && memcmp(g, want, sizeof g) == 0);
             mz_ctx_free(r);
         }
         CHECK(mz_store_delete(st, "pf") == MZ_OK);
@@ -997,7 +981,7 @@ static void test_wide_resume(void)
     ev_tokens(prompt, N, mz_model_n_vocab(m), 23);
     mz_ctx_t *c = NULL;
     CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_prefill(c, prompt, N) == MZ_OK);
-    CHECK(greedy(c, G, want) == G);
+    CHECK(ev_greedy(c, G, want) == G);
     mz_ctx_free(c);
     c = NULL;
     for (int flip = 0; flip < 2; flip++) {
@@ -1037,7 +1021,7 @@ static void test_wide_resume(void)
             CHECK_MSG(strstr(ri.reason, "wide1") != NULL, "reason: %s", ri.reason);
         }
         CHECK_EQ_INT(mz_ctx_n_tokens(c), N);
-        CHECK(greedy(c, G, got) == G);
+        CHECK(ev_greedy(c, G, got) == G);
         CHECK_MSG(memcmp(got, want, sizeof got) == 0, "flip %d: continuation after the resume differs", flip);
         CHECK(mz_mem_is_valid(c->mem));
         mz_ctx_free(c);
@@ -1091,7 +1075,7 @@ static void test_resume_prefill(void)
     CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_prefill(c, prompt, N) == MZ_OK &&
           mz_prefill(c, q, Q) == MZ_OK);
     if (c && mz_ctx_logits(c)) memcpy(want_lg, mz_ctx_logits(c), (size_t)nv * sizeof *want_lg);
-    CHECK(greedy(c, G, want) == G);
+    CHECK(ev_greedy(c, G, want) == G);
     mz_ctx_free(c);
     c = NULL;
     for (int flip = 0; flip < 2; flip++) {
@@ -1143,7 +1127,7 @@ static void test_resume_prefill(void)
         const float *lg = mz_ctx_logits(c);
         CHECK_MSG(lg && memcmp(lg, want_lg, (size_t)nv * sizeof *lg) == 0,
                   "flip %d: the question's logits differ from the uninterrupted session's", flip);
-        CHECK(greedy(c, G, got) == G);
+        CHECK(ev_greedy(c, G, got) == G);
         CHECK_MSG(memcmp(got, want, sizeof got) == 0, "flip %d: continuation differs", flip);
         CHECK(mz_mem_is_valid(c->mem));
         mz_ctx_free(c);
