@@ -12,7 +12,7 @@
 #include "core/core.h"
 #include "io/swapfile.h"
 #include "mem/profile.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <errno.h>
 #include <pthread.h>
