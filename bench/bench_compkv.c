@@ -18,23 +18,12 @@
 #define _GNU_SOURCE
 #include "harness/harness.h" /* not public: the KV fill and the CompKV step */
 #include "mzcache.h"
+#include "bench_util.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static int parse_int(const char *s, int lo, int hi, int *out)
 {
@@ -57,18 +46,6 @@ static double rss_mib(void)
         if (sscanf(line, "Rss: %zu kB", &kb) == 1) break;
     fclose(f);
     return kb / 1024.0;
-}
-
-static void print_loadavg(const char *when)
-{
-    char buf[128] = "?";
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
-        fclose(f);
-    }
-    buf[strcspn(buf, "\n")] = '\0';
-    printf("load average %s: %s\n", when, buf);
 }
 
 int main(int argc, char **argv)
@@ -113,7 +90,7 @@ int main(int argc, char **argv)
     double *ms[2], payload = 0;
     ms[0] = calloc((size_t)reps, sizeof(double));
     ms[1] = calloc((size_t)reps, sizeof(double));
-    print_loadavg("at start");
+    bench_print_loadavg("at start");
     printf("%d tokens, %d layers of KV chunks of %zu bytes, codec %s, swap dir %s\n", n_tok,
            mz_harness_kv_n_layer(c), mz_harness_kv_chunk_bytes(c), codec, swap);
     for (int r = 0; r < reps; r++)
@@ -127,11 +104,11 @@ int main(int argc, char **argv)
             /* what stays behind a cycle (swap-file buffers the allocator keeps) */
             printf("        RSS after the restore: %.1f MiB\n", rss_mib());
         }
-    print_loadavg("at end");
-    double base = median(ms[0], reps);
+    bench_print_loadavg("at end");
+    double base = bench_median(ms[0], reps);
     printf("\nCompKV of %.1f MiB (%zu items), median of %d:\n", payload / 1048576.0, n_units, reps);
     for (int b = 0; b < 2; b++) {
-        double med = b ? median(ms[1], reps) : base;
+        double med = b ? bench_median(ms[1], reps) : base;
         printf("  batch %2zu: %8.1f ms  %7.1f MB/s  %.2fx batch 1\n", batches[b], med,
                payload / 1e3 / med, base / med);
     }

@@ -24,6 +24,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "core/core.h"
 #include "grammar/grammar.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,18 +40,6 @@ static double cpu_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 typedef struct run_result {
@@ -221,9 +210,9 @@ int main(int argc, char **argv)
         con_ref = b.refusals;
         con_docs = b.docs;
     }
-    double pt = median(plain_tps, reps), ct = median(con_tps, reps);
-    double ps = median(plain_smp, reps), cs = median(con_smp, reps), pm = median(plain_ms, reps);
-    double pc = median(plain_cpu, reps), cc = median(con_cpu, reps);
+    double pt = bench_median(plain_tps, reps), ct = bench_median(con_tps, reps);
+    double ps = bench_median(plain_smp, reps), cs = bench_median(con_smp, reps), pm = bench_median(plain_ms, reps);
+    double pc = bench_median(plain_cpu, reps), cc = bench_median(con_cpu, reps);
     double la[3] = {0};
     FILE *fl = fopen("/proc/loadavg", "r");
     if (fl) {

@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include "core/core.h"
 #include "core/parse.h"
+#include "bench_util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -140,12 +141,6 @@ static int measure(enum mode m, size_t n, int n_threads, double *secs, long *hug
     return *secs < 0 ? -1 : 0;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void read_setting(const char *path, char *buf, size_t cap)
 {
     snprintf(buf, cap, "?");
@@ -201,7 +196,7 @@ int main(int argc, char **argv)
             long huge = -1;
             for (long r = 0; r < reps; r++)
                 if (measure((enum mode)m, size, (int)nt, &s[r], &huge) != 0) return 1;
-            qsort(s, (size_t)reps, sizeof s[0], cmp_d);
+            qsort(s, (size_t)reps, sizeof s[0], bench_cmp_d);
             double per_gib = s[reps / 2] / ((double)size / (double)(1 << 30));
             if (m == MODE_4K) base = per_gib;
             printf("| %ld | %s | %.3f | %.2f | %ld of %zu MiB |\n", nt, mode_name[m], per_gib,

@@ -21,6 +21,9 @@
  *   bench_reserve [-s 4,16,64] [-w WAIT_S] [-r REPEATS] [-f FILE]
  */
 #define _GNU_SOURCE
+#include "harness/harness.h" /* the library's monotonic clock */
+#include "bench_util.h"
+
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,12 +37,7 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return mz_harness_time_ms(); }
 
 static void touch(uint8_t *p, size_t n)
 {
@@ -47,15 +45,9 @@ static void touch(uint8_t *p, size_t n)
     for (size_t off = 0; off < n; off += 4096) v[off] = 1;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_d);
     return v[n / 2];
 }
 
@@ -71,13 +63,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-f")) file = argv[i + 1];
     }
     if (reps < 1 || reps > 32) return 2;
-    char la[128] = "?";
-    FILE *lf = fopen("/proc/loadavg", "r");
-    if (lf) {
-        if (!fgets(la, sizeof la, lf)) la[0] = '\0';
-        fclose(lf);
-    }
-    la[strcspn(la, "\n")] = '\0';
+    char la[128];
+    bench_loadavg(la, sizeof la);
     printf("load average at start: %s; reclaim wait %.1f s; median of %d\n\n", la, wait_s, reps);
     printf("| reserve MiB | cold touch ms | cold populate ms | hot touch ms | remap reserve ms | "
            "O_DIRECT read ms | saving/request ms | cold s/GiB |\n|---|---|---|---|---|---|---|---|\n");

@@ -31,6 +31,7 @@
 #include "mzcache.h"
 #include "mzcache_experimental.h"
 #include "harness/harness.h" /* not public: KV fill and accessors for harnesses */
+#include "bench_util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -39,12 +40,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* User + system time of the whole process (every thread) so far. */
 static double cpu_seconds(void)
 {
@@ -52,18 +47,6 @@ static double cpu_seconds(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-static void print_loadavg(const char *when)
-{
-    char buf[128] = "?";
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
-        fclose(f);
-    }
-    buf[strcspn(buf, "\n")] = '\0';
-    printf("load average %s: %s\n", when, buf);
 }
 
 /* The synthetic context: N positions written by the calibrated fill
@@ -82,12 +65,6 @@ static int fill_synthetic(mz_ctx_t *c, size_t N)
     if (!st) st = mz_kvfill_write(f, c, N, 0x9e3779b97f4a7c15ULL);
     mz_kvfill_free(f);
     return st ? -1 : 0;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int main(int argc, char **argv)
@@ -159,7 +136,7 @@ int main(int argc, char **argv)
     double t0 = 0;
     mz_restore_timings tm;
     const long n_cpus = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
-    print_loadavg("at start");
+    bench_print_loadavg("at start");
     if (synthetic) {
         double a = mz_harness_time_ms();
         if (fill_synthetic(c, (size_t)n_ctx_tok)) {
@@ -187,7 +164,7 @@ int main(int argc, char **argv)
            "codec %s, isa %s, median of %d, %ld CPUs online\n\n", model, n_ctx_tok,
            synthetic ? "SYNTHETIC KV written in" : "prefill", t0, n_q, threads,
            codec ? codec : "q8", mz_harness_isa(), reps, n_cpus);
-    printf("all resident: TTFT %.1f ms\n\n", median(base, reps));
+    printf("all resident: TTFT %.1f ms\n\n", bench_median(base, reps));
     printf("| remaining | restore threads | overlap | TTFT ms | x none | prefill ms | stall ms | "
            "all ready ms | alloc ms | storage ms | memory ms | units (storage/memory) | CPU s | "
            "CPU floor ms |\n");
@@ -250,14 +227,14 @@ int main(int argc, char **argv)
         double none_ttft = 0;
         for (int k = 0; k < 4; k++) {
             if (!strstr(modes_list, keys[k])) continue;
-            double mt = median(ttft[k], reps), mc = median(cpu[k], reps);
+            double mt = bench_median(ttft[k], reps), mc = bench_median(cpu[k], reps);
             if (modes[k] == MZ_OVERLAP_NONE) none_ttft = mt;
             char ratio[16] = "-";
             if (none_ttft > 0) snprintf(ratio, sizeof ratio, "%.2f", mt / none_ttft);
             printf("| %d %% | %d | %s | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
                    "%zu (%zu/%zu) | %.2f | %.0f |\n",
-                   rem, nthr, names[k], mt, ratio, median(pre[k], reps), median(stall[k], reps),
-                   median(ready[k], reps), median(al[k], reps), median(st[k], reps), median(me[k], reps),
+                   rem, nthr, names[k], mt, ratio, bench_median(pre[k], reps), bench_median(stall[k], reps),
+                   bench_median(ready[k], reps), bench_median(al[k], reps), bench_median(st[k], reps), bench_median(me[k], reps),
                    nu, ns, nm, mc, mc * 1e3 / n_cpus);
             fflush(stdout);
         }
@@ -276,7 +253,7 @@ int main(int argc, char **argv)
         }
         }
     }
-    print_loadavg("at end");
+    bench_print_loadavg("at end");
     free(lv);
     free(toks);
     mz_ctx_free(c);

@@ -1,6 +1,7 @@
 # bench/device-lib.sh — the bookkeeping the device benchmarks share, sourced
-# (not run) by bench/device-sessions.sh, device-store.sh and
-# device-peer-state.sh after they set OUTD:
+# (not run) by bench/device-sessions.sh, device-store.sh,
+# device-peer-state.sh, device-restore.sh, device-pressure.sh and
+# device-scaling.sh after they set OUTD:
 #   - where the binaries are: MZ_LOCAL=1 this checkout's build (MZ_BUILD,
 #     default ./build) and the first model in models/ as the vocabulary
 #     (VOCAB), else the bundle (BUNDLE, default .bundle: bin/, lib/,

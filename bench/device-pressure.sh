@@ -54,14 +54,7 @@ HOG_STEP_MIB=${HOG_STEP_MIB:-24}; HOG_STEP_S=${HOG_STEP_S:-0.5}; HOLD_S=${HOLD_S
 HIGH_GAP_MIB=16
 W=${WORK:-/tmp/devpress-work}; mkdir -p "$W"
 OUTD=$W/out-$$; mkdir -p "$OUTD"
-if [ "${MZ_LOCAL:-0}" = 1 ]; then
-    BIN=${MZ_BUILD:-$PWD/build} LIBP=
-    VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
-else
-    BUNDLE=${BUNDLE:-.bundle}
-    BIN=$PWD/$BUNDLE/bin LIBP=$PWD/$BUNDLE/lib
-    VOCAB=$BUNDLE/vocab.gguf
-fi
+. "$(dirname "$0")/device-lib.sh" # BIN, LIBP, VOCAB, BUNDLE; mz
 mzb() { LD_LIBRARY_PATH=$LIBP "$BIN/mzcache" "$@"; }
 say() { echo "device-pressure: $*" >&2; }
 now() { date +%s.%N; }

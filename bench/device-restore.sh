@@ -68,15 +68,7 @@ else
     AVX2_MODELS=${AVX2_MODELS:-"smollm2-135m:Q4_0 smollm2-135m:F16"}
     PROFILE_ARGS=${PROFILE_ARGS:-"--file-mib 256 --mem-mib 256 --wait 1 --no-loaded"}
 fi
-if [ "${MZ_LOCAL:-0}" = 1 ]; then
-    BIN=${MZ_BUILD:-$PWD/build} LIBP=
-    VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
-else
-    BUNDLE=${BUNDLE:-.bundle}
-    BIN=$PWD/$BUNDLE/bin LIBP=$PWD/$BUNDLE/lib
-    VOCAB=$BUNDLE/vocab.gguf
-fi
-mz() { LD_LIBRARY_PATH=$LIBP "$BIN/$1" "${@:2}"; }
+. "$(dirname "$0")/device-lib.sh" # BIN, LIBP, VOCAB, BUNDLE; mz
 elapsed() { echo $(( $(date +%s) - T0 )); }
 want() { # section -> true if asked for and inside the budget
     case " $SECTIONS " in *" $1 "*) ;; *) return 1 ;; esac

@@ -32,15 +32,7 @@ SLICES=${SLICES:-""}
 BUDGET_S=${BUDGET_S:-0}
 T_START=$(date +%s)
 W=${WORK:-/tmp/scaling-models}; mkdir -p "$W"
-if [ "${MZ_LOCAL:-0}" = 1 ]; then
-    BIN=${MZ_BUILD:-$PWD/build} LIBP=
-    VOCAB=${VOCAB:-$(ls models/*.gguf | head -1)}
-else
-    BUNDLE=${BUNDLE:-.bundle}
-    BIN=$PWD/$BUNDLE/bin LIBP=$PWD/$BUNDLE/lib
-    VOCAB=$BUNDLE/vocab.gguf
-fi
-mz() { LD_LIBRARY_PATH=$LIBP "$BIN/$1" "${@:2}"; }
+. "$(dirname "$0")/device-lib.sh" # BIN, LIBP, VOCAB, BUNDLE; mz
 LB=${LLAMA_BENCH:-/tmp/lcb/bin/llama-bench}
 if [ ! -x "$LB" ] && [ -f "${BUNDLE:-.bundle}/llama.cpp.tgz" ]; then
     t0=$(date +%s)

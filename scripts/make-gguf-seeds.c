@@ -5,10 +5,10 @@
  * stays under 64 KiB.
  *
  * Build and run from the repository root:
- *   cc -std=c11 -Isrc -Iinclude src/core/core.c src/core/dtype.c src/model/gguf.c \
- *      src/model/gguf_write.c scripts/make-gguf-seeds.c -o /tmp/make-gguf-seeds && /tmp/make-gguf-seeds
+ *   cc -std=c11 -Isrc -Iinclude src/core/core.c src/core/dtype.c src/gguf/gguf.c \
+ *      src/gguf/gguf_write.c scripts/make-gguf-seeds.c -o /tmp/make-gguf-seeds && /tmp/make-gguf-seeds
  */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -30,20 +30,19 @@ and TAG-summary.json.
 
 Only the standard library; talks HTTP to 127.0.0.1 only.
 """
-import argparse
 import json
 import os
 import re
 import select
-import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
-import urllib.request
 
-MiB = 1024 * 1024
+import scenario_util
+from scenario_util import MiB, join_cgroup, oom_kills, read_int, rss_of
+
 LICENSES = ["GPL-3", "Apache-2.0", "GPL-2", "MPL-2.0", "LGPL-2.1", "GFDL-1.3", "Artistic", "CC0-1.0"]
 QUESTIONS = [
     "Which of these texts grants a patent licence, in one sentence?",
@@ -63,37 +62,6 @@ def log(*a):
     print("multitask:", *a, file=sys.stderr, flush=True)
 
 
-def read_int(path):
-    try:
-        with open(path) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return -1
-
-
-def rss_of(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def oom_kills(cg):
-    try:
-        with open(os.path.join(cg, "memory.oom_control")) as f:
-            for line in f:
-                k, v = line.split()
-                if k == "oom_kill":
-                    return int(v)
-    except (OSError, ValueError):
-        pass
-    return -1
-
-
 def zram_stat(dev):
     """(original MiB, compressed MiB, memory used MiB) of a zram device, or None."""
     if not dev:
@@ -106,16 +74,8 @@ def zram_stat(dev):
         return None
 
 
-class Client:
-    def __init__(self, port):
-        self.base = f"http://127.0.0.1:{port}"
-
-    def call(self, method, path, body=None, timeout=1800):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
+class Client(scenario_util.Client):
+    call_timeout = 1800
 
     def chat(self, messages, max_tokens):
         r = self.call("POST", "/v1/chat/completions",
@@ -125,16 +85,6 @@ class Client:
                        # session's history starts a new one, with the whole conversation prefilled)
                        "user": "multitask"})
         return r["choices"][0]["message"]["content"], r["usage"], r["timings"]
-
-
-def join_cgroup(cg, oom_adj=None):
-    def f():
-        with open(os.path.join(cg, "cgroup.procs"), "w") as fp:
-            fp.write(str(os.getpid()))
-        if oom_adj is not None:
-            with open("/proc/self/oom_score_adj", "w") as fp:
-                fp.write(str(oom_adj))
-    return f
 
 
 # The hog's pages are random bytes (one random MiB repeated: zram compresses
@@ -175,11 +125,7 @@ def passages(words):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--cgroup", required=True)
-    ap.add_argument("--out", required=True)
+    ap = scenario_util.arg_parser()
     ap.add_argument("--tag", required=True)
     ap.add_argument("--mode", default="mzcache", help="serve --mode")
     ap.add_argument("--pressure", action="store_true", help="the daemon's pressure monitor on (mzcache)")
@@ -219,19 +165,11 @@ def main():
 
     env = dict(os.environ)
 
-    def drop_model_cache():
-        try:
-            fd = os.open(a.model, os.O_RDONLY)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.close(fd)
-        except OSError as e:
-            log(f"cannot drop {a.model} from the page cache: {e}")
-
     def start_daemon():
         # A page the page cache kept from an earlier process stays charged to
         # that process's cgroup: drop the model file first, so that the
         # daemon's mapping of it (os-paging) counts here.
-        drop_model_cache()
+        scenario_util.drop_page_cache(a.model, log)
         if os.path.exists(port_file):
             os.unlink(port_file)
         cmd = [a.bin, "serve", "-m", a.model, "--port", "0", "--port-file", port_file, "-t", str(a.threads),
@@ -356,7 +294,7 @@ def main():
     # The model file's unmapped page cache (mzcache copies the weights out of
     # it) is the kernel's to drop: drop it now, so that the usage is the
     # daemon's own footprint.
-    drop_model_cache()
+    scenario_util.drop_page_cache(a.model, log)
     time.sleep(0.5)
     usage_now = read_int(os.path.join(cg, "memory.usage_in_bytes"))
     if os.path.exists(a.plan):
@@ -515,12 +453,7 @@ def main():
     state["stop"] = True
     th.join()
     trace.close()
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    scenario_util.stop_daemon(p)
     big = [e for e in evs if e["need_mib"] >= 2.0]  # needs of at least one weight block
     result = {"tag": a.tag, "mode": a.mode, "codec": a.codec, "context_tokens": u0["prompt_tokens"],
               "kv_mib": kv_total / MiB, "weights_mib": w_total / MiB, "plan": plan,

@@ -22,79 +22,29 @@ cache, swap where there is one) to answer the pressure.
 
 Only the standard library; talks HTTP to 127.0.0.1 only.
 """
-import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
-import urllib.request
 
-MiB = 1024 * 1024
+import scenario_util
+from scenario_util import MiB, join_cgroup, oom_kills, read_int, rss_of
 
 
 def log(*a):
     print("scenario:", *a, file=sys.stderr, flush=True)
 
 
-def read_int(path):
-    try:
-        with open(path) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return -1
-
-
-def rss_of(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def oom_kills(cg):
-    try:
-        with open(os.path.join(cg, "memory.oom_control")) as f:
-            for line in f:
-                k, v = line.split()
-                if k == "oom_kill":
-                    return int(v)
-    except (OSError, ValueError):
-        pass
-    return -1
-
-
-class Client:
-    def __init__(self, port):
-        self.base = f"http://127.0.0.1:{port}"
-
-    def call(self, method, path, body=None, timeout=600):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
-
+class Client(scenario_util.Client):
     def chat(self, messages, max_tokens):
         t0 = time.monotonic()
         r = self.call("POST", "/v1/chat/completions",
                       {"messages": messages, "temperature": 0, "max_tokens": max_tokens})
         wall = (time.monotonic() - t0) * 1000
         return r["choices"][0]["message"]["content"], r["usage"], r["timings"], wall
-
-
-def join_cgroup(cg):
-    def f():
-        with open(os.path.join(cg, "cgroup.procs"), "w") as fp:
-            fp.write(str(os.getpid()))
-    return f
 
 
 HOG = r"""
@@ -126,11 +76,7 @@ def paragraphs(n_words_min):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--cgroup", required=True)
-    ap.add_argument("--out", required=True)
+    ap = scenario_util.arg_parser()
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--words", type=int, default=160, help="words of text per user turn")
     ap.add_argument("--answer-tokens", type=int, default=24)
@@ -161,12 +107,7 @@ def main():
         # Drop the model file from the page cache first: a page cached by an
         # earlier process stays charged to that process's cgroup, and an
         # os-paging daemon mapping it would then not feel its own limit.
-        try:
-            fd = os.open(a.model, os.O_RDONLY)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.close(fd)
-        except OSError as e:
-            log(f"cannot drop {a.model} from the page cache: {e}")
+        scenario_util.drop_page_cache(a.model, log)
         if os.path.exists(port_file):
             os.unlink(port_file)
         cmd = [a.bin, "serve", "-m", a.model, "--port", "0", "--port-file", port_file, "-t", str(a.threads),
@@ -328,12 +269,7 @@ def main():
     state["stop"] = True
     th.join()
     trace.close()
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    scenario_util.stop_daemon(p)
     result["daemon_exit"] = p.returncode
     with open(os.path.join(a.out, f"{a.tag}-summary.json"), "w") as f:
         json.dump(result, f, indent=1)

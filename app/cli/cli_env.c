@@ -12,7 +12,7 @@
 #include "core/core.h"
 #include "io/swapfile.h"
 #include "mem/profile.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -45,23 +45,8 @@ int cli_check_swap_dir(const char *cmd, const char *dir)
     }
     /* mkdir -p, every directory made 0700 whatever the umask (as the swap
      * file code does): the swap file holds the conversation. */
-    memcpy(tmp, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (tmp[i] != '/' && tmp[i] != '\0') continue;
-        char c = tmp[i];
-        tmp[i] = '\0';
-        if (mkdir(tmp, 0700) == 0) {
-            if (chmod(tmp, 0700)) { /* best effort: mkdir already masked the mode down */ }
-        } else if (errno != EEXIST) {
-            fprintf(stderr, "mzcache %s: %s %s is not usable: cannot create %s: %s\n", cmd, what, dir, tmp,
-                    strerror(errno));
-            return -1;
-        }
-        tmp[i] = c;
-    }
-    struct stat st;
-    if (stat(dir, &st) || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "mzcache %s: %s %s is not a directory\n", cmd, what, dir);
+    if (mz_dir_make_private(dir) != MZ_OK) {
+        fprintf(stderr, "mzcache %s: %s %s is not usable: %s\n", cmd, what, dir, mz_last_error());
         return -1;
     }
     /* access() is not enough: root passes it on a read-only file system. */

@@ -3,7 +3,7 @@
  */
 #include "cli.h"
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/quant_mix.h"
 
 #include <inttypes.h>

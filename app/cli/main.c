@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "harness/harness.h" /* not public: the library's one monotonic clock */
 
 volatile sig_atomic_t cli_interrupted;
 
@@ -174,12 +175,7 @@ bool cli_progress(void *user, size_t n_done, size_t n_total)
     return true;
 }
 
-double cli_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+double cli_now_ms(void) { return mz_harness_time_ms(); }
 
 /* Counted here rather than from mz_ctx_get_timings, which files every
  * one-token forward pass under decode (a one-token prompt, the end-of-turn

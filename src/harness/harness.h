@@ -1,6 +1,7 @@
 /*
  * harness.h — NOT PUBLIC. The one internal header that benchmarks and tools
- * in app/ and bench/ may use to reach past include/mzcache.h.
+ * in app/ and bench/ may use to reach past include/mzcache.h (besides
+ * ttft.h, the TTFT evaluation that `mzcache bench ttft` hands its options to).
  *
  * Benchmarks write long synthetic contexts straight into the KV chunks
  * (prefilling 32k tokens on two cores takes hours) and the codec evaluation

@@ -3,8 +3,10 @@
  * manager.h; nothing outside src/mem/manager*.c, evict.c, restore*.c and
  * truncate.c includes this).
  *
- *   manager.c      the tables (struct mz_mem), init/free, storage helpers,
- *                  statistics and test hooks
+ *   manager.c      the tables (struct mz_mem), init/free, statistics and
+ *                  test hooks
+ *   manager_base.c what the moves share: unit names, KV sync, expected
+ *                  encoded size and times, swap file and model reader
  *   evict.c        carrying out eviction plans (the mechanism's half of
  *                  policy.h)
  *   restore.c      blocking restore: per unit, per layer (acquire), all

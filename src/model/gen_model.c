@@ -15,7 +15,7 @@
  */
 #include "../core/core.h"
 #include "../kernels/kernels.h"
-#include "gguf.h"
+#include "../gguf/gguf.h"
 #include "quant_mix.h"
 
 #include <string.h>

@@ -12,7 +12,7 @@
 
 #include "../core/core.h"
 #include "../tokenizer/tokenizer.h"
-#include "gguf.h"
+#include "../gguf/gguf.h"
 
 typedef enum mz_arch { MZ_ARCH_LLAMA = 0, MZ_ARCH_QWEN3 = 1, MZ_ARCH_QWEN2 = 2, MZ_ARCH_GEMMA3 = 3 } mz_arch;
 

@@ -15,7 +15,7 @@
 #ifndef MZ_QUANT_MIX_H
 #define MZ_QUANT_MIX_H
 
-#include "gguf.h"
+#include "../gguf/gguf.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -9,7 +9,7 @@
 #include "quantize.h"
 
 #include "../kernels/kernels.h"
-#include "gguf.h"
+#include "../gguf/gguf.h"
 #include "quant_mix.h"
 
 #include <errno.h>

@@ -10,7 +10,7 @@
 #define MZ_TOKENIZER_H
 
 #include "../core/core.h"
-#include "../model/gguf.h"
+#include "../gguf/gguf.h"
 
 typedef struct mz_tokenizer mz_tokenizer;
 
@@ -54,5 +54,8 @@ mz_status mz_tokenizer_set_chat(mz_tokenizer *t, const char *name);
 const char *mz_tokenizer_chat_name(const mz_tokenizer *t, bool *from_file);
 mz_status mz_tokenizer_chat_format(const mz_tokenizer *t, const mz_chat_msg *msgs, size_t n_msgs,
                                    bool add_assistant, char *buf, size_t cap, size_t *n_out);
+
+/* mz_detok_init on a bare tokenizer (the public one goes through the model). */
+mz_status mz_detok_init_tok(const mz_tokenizer *t, mz_detok_t **out);
 
 #endif /* MZ_TOKENIZER_H */

@@ -7,7 +7,6 @@
  *                   BPE and SentencePiece merging
  *   chat.c          chat templates (ChatML, Llama 3)
  *   detok.c         streaming UTF-8 assembly (mz_detok_*)
- *   tokenizer_api.c public wrappers over a model's tokenizer
  *
  * Nothing outside src/tokenizer/ includes this file; use tokenizer.h.
  */
@@ -114,8 +113,6 @@ mz_status mz_chat_tmpl_format_spans(const mz_chat_tmpl *c, const mz_chat_msg *ms
 
 /* ---- detok.c -------------------------------------------------------------- */
 
-/* mz_detok_init on a bare tokenizer (the public one goes through the model). */
-mz_status mz_detok_init_tok(const mz_tokenizer *t, mz_detok_t **out);
 
 /* ---- tokenizer.c --------------------------------------------------------- */
 

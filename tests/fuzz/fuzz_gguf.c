@@ -7,7 +7,7 @@
  *
  * Seeds: tests/fuzz/corpus/gguf (built by scripts/make-gguf-seeds.c).
  */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <string.h>
 

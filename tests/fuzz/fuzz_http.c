@@ -21,7 +21,7 @@
  *
  * Build: clang -fsanitize=fuzzer,address,undefined (CMake MZ_FUZZ=ON).
  */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "server/request.h"
 #include "tokenizer/tokenizer.h"
 

@@ -16,7 +16,7 @@
  *
  * Build: clang -fsanitize=fuzzer,address,undefined (see CMake MZ_FUZZ).
  */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 

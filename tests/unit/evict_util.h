@@ -100,6 +100,32 @@ static inline void ev_tokens(mz_token *t, size_t n, int n_vocab, unsigned long l
     for (size_t i = 0; i < n; i++) t[i] = (mz_token)(t_rand_u64(&s) % (unsigned long long)n_vocab);
 }
 
+/* The set-up of the tests that compare contexts on an evicting model with
+ * contexts on a reference (separate weights): a generated n_layer model at
+ * tmp/FILE loaded twice into *m and *ref, its vocabulary size in *n_vocab,
+ * n_base base tokens drawn with seed and n_follow follow-up tokens with
+ * seed + 1. Returns -1 when all is ready, else the test's exit status: a
+ * skip without the real model (whose vocabulary the model takes), 1 when
+ * the model cannot be made or loaded. */
+static inline int ev_pair_setup(const char *test, const char *file, int n_layer, mz_model_t **m,
+                                mz_model_t **ref, int *n_vocab, mz_token *base, size_t n_base,
+                                mz_token *follow, size_t n_follow, unsigned long long seed)
+{
+    const char *path = t_tmp_path(file);
+    if (!t_real_model_path()) return t_skip(test, "real model absent (make model)");
+    if (ev_gen_tiny(path, n_layer)) {
+        fprintf(stderr, "gen: %s\n", mz_last_error());
+        return 1;
+    }
+    *m = ev_load(path);
+    *ref = ev_load(path);
+    if (!*m || !*ref) return 1;
+    *n_vocab = mz_model_n_vocab(*m);
+    ev_tokens(base, n_base, *n_vocab, seed);
+    ev_tokens(follow, n_follow, *n_vocab, seed + 1);
+    return -1;
+}
+
 /* Prefills and copies the logits into out (n_vocab floats); status returned. */
 static inline mz_status ev_prefill_logits(mz_ctx_t *c, const mz_token *t, size_t n, float *out,
                                           int n_vocab)

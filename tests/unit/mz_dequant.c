@@ -16,7 +16,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -3,6 +3,7 @@ ctest runs only test_*.py). A real `mzcache serve` on a free loopback port,
 raw HTTP through http.client, pass/fail counting, honest skips.
 
     t = Checks("test_x")        t.check(cond, what), t.skip(why) (exit 77)
+    binary = t.binary_and_model(); tmp = test_tmp("x-")
     srv = Server(binary, log_path, serve_args)
     srv.wait_ready(); srv.request(...); srv.json(...); srv.kill9(); srv.stop()
 """
@@ -13,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -20,14 +22,23 @@ MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 class Checks:
-    def __init__(self, name):
+    """out_label: a failed check(cond, what, out) also prints the last
+    out_tail characters of out (a command's output, a terminal) under it."""
+
+    def __init__(self, name, out_label=None, out_tail=3000):
         self.name = name
         self.passes = 0
         self.failures = 0
+        self.out_label = out_label
+        self.out_tail = out_tail
 
-    def check(self, cond, what):
+    def check(self, cond, what, out=""):
         if cond:
             self.passes += 1
+        elif self.out_label:
+            self.failures += 1
+            tail = out[-self.out_tail:] if isinstance(out, str) else ""
+            print(f"FAIL: {what}\n--- {self.out_label} ---\n{tail}\n---", flush=True)
         else:
             self.failures += 1
             print(f"FAIL: {what}", flush=True)
@@ -49,6 +60,14 @@ class Checks:
         if not os.access(binary, os.X_OK):
             self.skip(f"binary {binary} absent")
         return binary
+
+
+def test_tmp(prefix):
+    """A new directory under $MZ_TEST_TMP (the system's temporary directory
+    when unset)."""
+    base = os.environ.get("MZ_TEST_TMP") or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=base)
 
 
 def free_port():

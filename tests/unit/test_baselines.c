@@ -254,16 +254,8 @@ static void test_zram(setup *su)
                "or no zram)");
         return;
     }
-    FILE *p = popen("sh scripts/zram-swap.sh up 256M", "r");
-    char dev[64] = "";
-    if (!p || !fgets(dev, sizeof dev, p)) {
-        if (p) pclose(p);
-        CHECK_MSG(0, "zram-swap.sh up failed although check passed");
-        return;
-    }
-    int prc = pclose(p);
-    dev[strcspn(dev, "\n")] = 0;
-    CHECK(prc == 0 && strncmp(dev, "/dev/zram", 9) == 0);
+    char dev[64];
+    if (!t_zram_up("256M", dev, sizeof dev)) return;
     printf("  zram swap on %s\n", dev);
 
     mz_model_t *m = ev_load(su->path);

@@ -190,16 +190,8 @@ static void test_zram_partial(const char *model)
         t_skip_part("zram case", "no zram swap possible here (not root or no zram)");
         return;
     }
-    FILE *p = popen("sh scripts/zram-swap.sh up 256M", "r");
-    char dev[64] = "";
-    if (!p || !fgets(dev, sizeof dev, p)) {
-        if (p) pclose(p);
-        CHECK_MSG(0, "zram-swap.sh up failed although check passed");
-        return;
-    }
-    int prc = pclose(p);
-    dev[strcspn(dev, "\n")] = 0;
-    CHECK(prc == 0 && strncmp(dev, "/dev/zram", 9) == 0);
+    char dev[64];
+    if (!t_zram_up("256M", dev, sizeof dev)) return;
     mz_model_t *m = ev_load(model);
     /* 2 chunks a layer: 6 of ~14 MiB are KV, so that 50 % can be reached even
      * if zram cannot compress the random KV at all. */

@@ -33,26 +33,15 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serveutil import MODEL, ROOT, Checks, test_tmp  # noqa: E402
+
 BIN = os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache"))
 NAME = "test_cli_args"
-
-failures = 0
-passes = 0
-
-
-def check(cond, what, out=""):
-    global failures, passes
-    if cond:
-        passes += 1
-    else:
-        failures += 1
-        print(f"FAIL: {what}\n--- output ---\n{out[-3000:]}\n---", flush=True)
-    return cond
+T = Checks(NAME, out_label="output", out_tail=3000)
+check = T.check
 
 
 def run(args, stdin=None, env=None, timeout=300):
@@ -81,15 +70,8 @@ def dead_pid():
 
 
 def main():
-    if not os.access(BIN, os.X_OK):
-        print(f"{NAME}: skipped: no mzcache binary at {BIN}")
-        return 77
-    if not os.path.exists(MODEL):
-        print(f"{NAME}: skipped: no {MODEL} (run make model)")
-        return 77
-    base = os.environ.get("MZ_TEST_TMP") or tempfile.gettempdir()
-    os.makedirs(base, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="cli-args-", dir=base)
+    T.binary_and_model()
+    tmp = test_tmp("cli-args-")
     home = os.path.join(tmp, "home")
     os.makedirs(home)
     # A private HOME: no device profile, caches made here.
@@ -311,8 +293,8 @@ def main():
             srv.wait()
         slog.close()
 
-    print(f"{NAME}: {passes} checks passed, {failures} failed")
-    return 1 if failures else 0
+    print(f"{NAME}: {T.passes} checks passed, {T.failures} failed")
+    return 1 if T.failures else 0
 
 
 if __name__ == "__main__":

@@ -24,42 +24,21 @@ standard library only; timeouts only bound waits.
 import os
 import re
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ptyutil import Term  # noqa: E402
+from serveutil import MODEL, ROOT, Checks, test_tmp  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 BIN = os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache"))
 NAME = "test_cli_chat"
-
-failures = 0
-passes = 0
-
-
-def check(cond, what, out=""):
-    global failures, passes
-    if cond:
-        passes += 1
-    else:
-        failures += 1
-        tail = out[-2500:] if isinstance(out, str) else ""
-        print(f"FAIL: {what}\n--- terminal ---\n{tail}\n---", flush=True)
-    return cond
+T = Checks(NAME, out_label="terminal", out_tail=2500)
+check = T.check
 
 
 def main():
-    if not os.access(BIN, os.X_OK):
-        print(f"{NAME}: skipped: no mzcache binary at {BIN}")
-        return 77
-    if not os.path.exists(MODEL):
-        print(f"{NAME}: skipped: no {MODEL} (run make model)")
-        return 77
-    base = os.environ.get("MZ_TEST_TMP") or tempfile.gettempdir()
-    os.makedirs(base, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="cli-chat-", dir=base)
+    T.binary_and_model()
+    tmp = test_tmp("cli-chat-")
     swap = os.path.join(tmp, "swap")
     env = dict(os.environ, TERM="xterm", HOME=tmp, XDG_CACHE_HOME="", LANG="C.UTF-8", LC_ALL="C.UTF-8")
     args = [BIN, "chat", "-m", MODEL, "-t", "2", "-c", "1024", "-n", "200", "--greedy", "--timings",
@@ -165,8 +144,8 @@ def main():
     rc = t.wait_exit(60)
     check(rc == 0, f"Ctrl-D at the prompt: exit 0 (got {rc})", t.out)
 
-    print(f"{NAME}: {passes} checks passed, {failures} failed")
-    return 1 if failures else 0
+    print(f"{NAME}: {T.passes} checks passed, {T.failures} failed")
+    return 1 if T.failures else 0
 
 
 if __name__ == "__main__":

@@ -37,6 +37,48 @@ static mz_f16 rand_finite_bits(void)
     }
 }
 
+/* lo and hi: x and a random finite f16 value, in order. */
+static void rand_ordered(float x, float *lo, float *hi)
+{
+    float y = fl(rand_finite_bits());
+    *lo = y < x ? y : x; /* x == y (+0 and -0 among them): x first, as given */
+    *hi = y < x ? x : y;
+}
+
+/* Decodes blob with c under every kernel set g_isas can force and compares
+ * with want (n values, groups of G); counts differences in *mism, saying
+ * the first 3 (WHAT, the set). */
+static void decode_each_isa(const mz_codec *c, const uint8_t *blob, size_t len, const mz_f16 *want,
+                            mz_f16 *got, size_t n, const char *what, unsigned G, int *mism)
+{
+    for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
+        if (!mz_q8_force_isa(g_isas[i])) continue;
+        memset(got, 0xee, n * 2);
+        CHECK_EQ_INT(mz_codec_decode(c, blob, len, got, n), MZ_OK);
+        if (memcmp(want, got, n * 2) != 0 && (*mism)++ < 3)
+            fprintf(stderr, "%s %s G=%u n=%zu differs\n", what, g_isas[i], G, n);
+    }
+    mz_q8_force_isa(NULL);
+}
+
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+/* An AVX-512 group decoder on payload pl, both store paths (ordinary,
+ * streamed), into the 64-byte aligned dst and the misaligned odd_dst;
+ * compared with want as decode_each_isa does. */
+static void decode_avx512_variants(size_t (*decode)(const uint8_t *, size_t, unsigned, mz_f16 *, bool),
+                                   const uint8_t *pl, size_t n, unsigned G, mz_f16 *odd_dst,
+                                   mz_f16 *dst, const mz_f16 *want, const char *what, int *mism)
+{
+    for (int v = 0; v < 4; v++) {
+        mz_f16 *d = v & 1 ? odd_dst : dst;
+        memset(d, 0xee, n * 2);
+        CHECK_EQ_INT(decode(pl, n, G, d, v >= 2), (n + G - 1) / G);
+        if (memcmp(want, d, n * 2) != 0 && (*mism)++ < 3)
+            fprintf(stderr, "%s G=%u n=%zu variant %d differs\n", what, G, n, v);
+    }
+}
+#endif
+
 /* ---- f16 helpers ----------------------------------------------------------------- */
 
 static void test_f16_helpers(void)
@@ -731,14 +773,7 @@ static void test_q4_decode_formula(void)
         memset(got, 0xee, n * 2);
         CHECK_EQ_INT(mz_q4_decode_ref(blob, len, got, n), MZ_OK);
         if (memcmp(want, got, n * 2) != 0 && mism++ < 3) fprintf(stderr, "q4 scalar G=%u n=%zu differs\n", G, n);
-        for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
-            if (!mz_q8_force_isa(g_isas[i])) continue;
-            memset(got, 0xee, n * 2);
-            CHECK_EQ_INT(mz_codec_decode(&c, blob, len, got, n), MZ_OK);
-            if (memcmp(want, got, n * 2) != 0 && mism++ < 3)
-                fprintf(stderr, "q4 decode %s G=%u n=%zu differs\n", g_isas[i], G, n);
-        }
-        mz_q8_force_isa(NULL);
+        decode_each_isa(&c, blob, len, want, got, n, "q4 decode", G, &mism);
         size_t n_groups = (n + G - 1) / G;
         const uint8_t *pl = blob + MZ_CODEC_HEADER_BYTES;
         (void)n_groups; /* no SIMD kernel file off x86 */
@@ -752,13 +787,8 @@ static void test_q4_decode_formula(void)
 #endif
 #if defined(MZ_CODEC_HAVE_AVX512_FILE)
         if (mz_codec_cpu_has_avx512()) {
-            for (int v = 0; v < 4; v++) {
-                mz_f16 *d = v & 1 ? al + 1 + (size_t)(t % 31) : al;
-                memset(d, 0xee, n * 2);
-                CHECK_EQ_INT(mz_q4_decode_groups_avx512(pl, n, G, d, v >= 2), n_groups);
-                if (memcmp(want, d, n * 2) != 0 && mism++ < 3)
-                    fprintf(stderr, "q4 avx512 decode G=%u n=%zu variant %d differs\n", G, n, v);
-            }
+            decode_avx512_variants(mz_q4_decode_groups_avx512, pl, n, G, al + 1 + (size_t)(t % 31), al,
+                                   want, "q4 avx512 decode", &mism);
         }
 #endif
         compared += (long long)n;
@@ -767,12 +797,8 @@ static void test_q4_decode_formula(void)
     /* q * step is exact for every 4-bit code too */
     int fused = 0;
     for (int t = 0; t < 20000; t++) {
-        float lo = fl(rand_finite_bits()), hi = fl(rand_finite_bits());
-        if (hi < lo) {
-            float tmp = lo;
-            lo = hi;
-            hi = tmp;
-        }
+        float lo, hi;
+        rand_ordered(fl(rand_finite_bits()), &lo, &hi);
         float step = mz_q4_step(lo, hi);
         fused += step != t_step(lo, hi, 15);
         for (unsigned q = 0; q < 16; q++) {
@@ -847,13 +873,7 @@ static void test_simd_vs_scalar(void)
         mz_status s2 = mz_codec_decode(&c, blob, len, b, n);
         CHECK(s1 == MZ_OK && s2 == MZ_OK);
         if (memcmp(a, b, n * 2) != 0) mism++;
-        for (size_t i = 0; i < MZ_ARRAY_LEN(g_isas); i++) {
-            if (!mz_q8_force_isa(g_isas[i])) continue;
-            memset(b, 0xee, n * 2);
-            CHECK_EQ_INT(mz_codec_decode(&c, blob, len, b, n), MZ_OK);
-            if (memcmp(a, b, n * 2) != 0 && mism++ < 3) fprintf(stderr, "decode %s G=%u n=%zu differs\n", g_isas[i], G, n);
-        }
-        mz_q8_force_isa(NULL);
+        decode_each_isa(&c, blob, len, a, b, n, "decode", G, &mism);
         size_t n_groups = (n + G - 1) / G;
         const uint8_t *pl = blob + MZ_CODEC_HEADER_BYTES;
         (void)n_groups; /* no SIMD kernel file off x86 */
@@ -867,13 +887,8 @@ static void test_simd_vs_scalar(void)
 #if defined(MZ_CODEC_HAVE_AVX512_FILE)
         if (mz_codec_cpu_has_avx512()) {
             /* both store paths, on a 64-byte aligned and on a misaligned dst */
-            for (int v = 0; v < 4; v++) {
-                mz_f16 *d = v & 1 ? al + 1 + (size_t)(t % 31) : al;
-                memset(d, 0xee, n * 2);
-                CHECK_EQ_INT(mz_q8_decode_groups_avx512(pl, n, G, d, v >= 2), n_groups);
-                if (memcmp(a, d, n * 2) != 0 && mism++ < 3)
-                    fprintf(stderr, "avx512 decode G=%u n=%zu variant %d differs\n", G, n, v);
-            }
+            decode_avx512_variants(mz_q8_decode_groups_avx512, pl, n, G, al + 1 + (size_t)(t % 31), al, a,
+                                   "avx512 decode", &mism);
         }
 #endif
         for (size_t i = 0; i < n; i++) mism += (a[i] & 0x7c00u) == 0x7c00u; /* always finite */
@@ -884,12 +899,8 @@ static void test_simd_vs_scalar(void)
      * the same f32 as mul + add */
     int fused = 0;
     for (int t = 0; t < 20000; t++) {
-        float lo = fl(rand_finite_bits()), hi = fl(rand_finite_bits());
-        if (hi < lo) {
-            float tmp = lo;
-            lo = hi;
-            hi = tmp;
-        }
+        float lo, hi;
+        rand_ordered(fl(rand_finite_bits()), &lo, &hi);
         float step = mz_q8_step(lo, hi);
         for (unsigned q = 0; q < 256; q += 1 + (unsigned)(t % 7)) {
             volatile float prod = (float)q * step;
@@ -1061,13 +1072,7 @@ static void fill_diff_group(mz_f16 *x, size_t k, int kind, unsigned top)
         hi = fabsf(t_rand_normal(&g_rng)) * ldexpf(1.0f, (int)(r0 % 12) - 6);
         break;
     default: { /* any two endpoints */
-        lo = fl(a);
-        hi = fl(rand_finite_bits());
-        if (hi < lo) {
-            float tmp = lo;
-            lo = hi;
-            hi = tmp;
-        }
+        rand_ordered(fl(a), &lo, &hi);
         break;
     }
     }

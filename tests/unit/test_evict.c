@@ -278,18 +278,9 @@ out:
 
 int main(void)
 {
-    const char *path = t_tmp_path("evict-tiny.gguf");
-    if (!t_real_model_path()) return t_skip(T, "real model absent (make model)");
-    if (ev_gen_tiny(path, N_LAYER)) {
-        fprintf(stderr, "gen: %s\n", mz_last_error());
-        return 1;
-    }
-    g_m = ev_load(path);
-    g_ref_m = ev_load(path);
-    if (!g_m || !g_ref_m) return 1;
-    g_vocab = mz_model_n_vocab(g_m);
-    ev_tokens(g_base, N_BASE, g_vocab, 42);
-    ev_tokens(g_follow, N_FOLLOW, g_vocab, 43);
+    int setup = ev_pair_setup(T, "evict-tiny.gguf", N_LAYER, &g_m, &g_ref_m, &g_vocab, g_base, N_BASE, g_follow,
+                              N_FOLLOW, 42);
+    if (setup >= 0) return setup;
 
     test_matrix();
     test_partial_and_cycles();

@@ -300,15 +300,9 @@ out:
 
 int main(void)
 {
-    const char *path = t_tmp_path("evict-faults.gguf");
-    if (!t_real_model_path()) return t_skip(T, "real model absent (make model)");
-    if (ev_gen_tiny(path, N_LAYER)) return 1;
-    g_m = ev_load(path);
-    g_ref_m = ev_load(path);
-    if (!g_m || !g_ref_m) return 1;
-    g_vocab = mz_model_n_vocab(g_m);
-    ev_tokens(g_base, N_BASE, g_vocab, 5);
-    ev_tokens(g_follow, N_FOLLOW, g_vocab, 6);
+    int setup = ev_pair_setup(T, "evict-faults.gguf", N_LAYER, &g_m, &g_ref_m, &g_vocab, g_base, N_BASE, g_follow,
+                              N_FOLLOW, 5);
+    if (setup >= 0) return setup;
     g_want = malloc((size_t)g_vocab * sizeof(float));
     mz_ctx_t *ref = ev_ctx(g_ref_m, "raw", MZ_KV_PLACE_AUTO, N_CTX, "swap-faults-ref");
     if (!g_want || !ref || mz_prefill(ref, g_base, N_BASE) ||

@@ -7,7 +7,7 @@
  * vocabulary (skips with 77 without it).
  */
 #include "kernels/kernels.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "testutil.h"
 
 #include <string.h>

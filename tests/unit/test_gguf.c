@@ -4,7 +4,7 @@
  * round trips of every value type, byte-flip and truncation sweeps that must
  * never crash, and the real SmolLM2 file when it is present.
  */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "testutil.h"
 
 #include <stdint.h>

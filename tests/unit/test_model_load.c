@@ -6,7 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "mzcache.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
 #include "testutil.h"
 

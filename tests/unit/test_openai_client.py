@@ -35,27 +35,15 @@ import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serveutil import MODEL, ROOT, Checks  # noqa: E402
+
 NAME = "test_openai_client"
-
-failures = 0
-passes = 0
-
-
-def check(cond, what):
-    global failures, passes
-    if cond:
-        passes += 1
-    else:
-        failures += 1
-        print(f"FAIL: {what}", flush=True)
-    return cond
+T = Checks(NAME)
+check = T.check
 
 
-def skip(why):
-    print(f"{NAME}: SKIP: {why}")
-    sys.exit(77)
+skip = T.skip
 
 
 def free_port():
@@ -152,11 +140,7 @@ def main():
         import jsonschema
     except ImportError as e:
         skip(f"the `jsonschema` package is not installed ({e}); scripts/install-deps.sh installs it")
-    binary = os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache"))
-    if not os.path.exists(MODEL):
-        skip(f"model {MODEL} absent (make model)")
-    if not os.access(binary, os.X_OK):
-        skip(f"binary {binary} absent")
+    binary = T.binary_and_model()
 
     tmp = tempfile.mkdtemp(prefix="mz_openai_", dir=os.environ.get("MZ_TEST_TMP") or None)
     port = free_port()
@@ -190,7 +174,7 @@ def main():
             proc.kill()
             proc.wait()
         log.close()
-        if failures:
+        if T.failures:
             with open(log_path, errors="replace") as f:
                 print("---- serve log (tail) ----\n" + f.read()[-3000:])
 
@@ -339,5 +323,5 @@ def run_tests(openai, client, jsonschema):
 
 if __name__ == "__main__":
     main()
-    print(f"{NAME}: {passes} passed, {failures} failed")
-    sys.exit(1 if failures else 0)
+    print(f"{NAME}: {T.passes} passed, {T.failures} failed")
+    sys.exit(1 if T.failures else 0)

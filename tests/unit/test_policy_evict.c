@@ -226,18 +226,9 @@ static void run_orders(const char *profile)
 
 int main(void)
 {
-    const char *path = t_tmp_path("policy-tiny.gguf");
-    if (!t_real_model_path()) return t_skip(T, "real model absent (make model)");
-    if (ev_gen_tiny(path, N_LAYER)) {
-        fprintf(stderr, "gen: %s\n", mz_last_error());
-        return 1;
-    }
-    g_m = ev_load(path);
-    g_ref_m = ev_load(path);
-    if (!g_m || !g_ref_m) return 1;
-    g_vocab = mz_model_n_vocab(g_m);
-    ev_tokens(g_base, N_BASE, g_vocab, 11);
-    ev_tokens(g_follow, N_FOLLOW, g_vocab, 12);
+    int setup = ev_pair_setup(T, "policy-tiny.gguf", N_LAYER, &g_m, &g_ref_m, &g_vocab, g_base, N_BASE, g_follow,
+                              N_FOLLOW, 11);
+    if (setup >= 0) return setup;
 
     const char *p1 = write_profile("profile-case1.json", 1.0); /* t_rW / t_d = 2 */
     const char *p2 = write_profile("profile-case2.json", 4.0); /* t_rW / t_d = 8 */

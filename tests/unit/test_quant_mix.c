@@ -7,7 +7,7 @@
  * fallbacks, the layers that get more bits, and the naming of a file's mix
  * (from general.file_type, or inferred).
  */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/quant_mix.h"
 #include "testutil.h"
 

@@ -288,18 +288,9 @@ static void test_order(void)
 
 int main(void)
 {
-    const char *path = t_tmp_path("rg-tiny.gguf");
-    if (!t_real_model_path()) return t_skip(T, "real model absent (make model)");
-    if (ev_gen_tiny(path, N_LAYER)) {
-        fprintf(stderr, "gen: %s\n", mz_last_error());
-        return 1;
-    }
-    g_m = ev_load(path);
-    g_ref_m = ev_load(path);
-    if (!g_m || !g_ref_m) return 1;
-    g_vocab = mz_model_n_vocab(g_m);
-    ev_tokens(g_base, N_BASE, g_vocab, 11);
-    ev_tokens(g_follow, N_FOLLOW, g_vocab, 12);
+    int setup = ev_pair_setup(T, "rg-tiny.gguf", N_LAYER, &g_m, &g_ref_m, &g_vocab, g_base, N_BASE, g_follow,
+                              N_FOLLOW, 11);
+    if (setup >= 0) return setup;
 
     const mz_evict_order orders[] = {MZ_EVICT_BACKWARD, MZ_EVICT_FORWARD, MZ_EVICT_RANDOM};
     for (int k = 0; k < 2; k++)

@@ -34,30 +34,16 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serveutil  # noqa: E402
-from serveutil import free_port  # noqa: E402
+from serveutil import MODEL, ROOT, Checks, free_port, test_tmp  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 NAME = "test_serve_kill"
-
-failures = 0
-passes = 0
-
-
-def check(cond, what):
-    global failures, passes
-    if cond:
-        passes += 1
-    else:
-        failures += 1
-        print(f"FAIL: {what}", flush=True)
-    return cond
+T = Checks(NAME)
+check = T.check
 
 
 class Server(serveutil.Server):
@@ -144,16 +130,8 @@ def startup_checks(srv, swap_dir, dead_pid, tag):
 
 
 def main():
-    binary = os.environ.get("MZ_BIN") or os.path.join(ROOT, "build", "mzcache")
-    if not os.path.exists(MODEL):
-        print(f"{NAME}: SKIP: {MODEL} is missing (run make model)")
-        return 77
-    if not os.access(binary, os.X_OK):
-        print(f"{NAME}: SKIP: no mzcache binary at {binary} (set MZ_BIN)")
-        return 77
-    base = os.environ.get("MZ_TEST_TMP") or tempfile.gettempdir()
-    os.makedirs(base, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="serve-kill-", dir=base)
+    binary = T.binary_and_model()
+    tmp = test_tmp("serve-kill-")
     swap_dir = os.path.join(tmp, "swap", "private")  # created by the daemon
     port = free_port()
 
@@ -291,11 +269,11 @@ def main():
                 s.proc.wait()
             if not s.log.closed:
                 s.log.close()
-    if failures:
-        print(f"{NAME}: {passes} passed, {failures} failed; logs in {tmp}")
+    if T.failures:
+        print(f"{NAME}: {T.passes} passed, {T.failures} failed; logs in {tmp}")
         return 1
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{NAME}: {passes} passed, 0 failed")
+    print(f"{NAME}: {T.passes} passed, 0 failed")
     return 0
 
 

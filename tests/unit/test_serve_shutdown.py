@@ -25,29 +25,17 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serveutil import MODEL, ROOT, Checks, test_tmp  # noqa: E402
+
 NAME = "test_serve_shutdown"
-
-failures = 0
-passes = 0
-
-
-def check(cond, what):
-    global failures, passes
-    if cond:
-        passes += 1
-    else:
-        failures += 1
-        print(f"FAIL: {what}", flush=True)
-    return cond
+T = Checks(NAME)
+check = T.check
 
 
 class Server:
@@ -180,16 +168,8 @@ def after_exit(srv, rc, tag):
 
 
 def main():
-    binary = os.environ.get("MZ_BIN") or os.path.join(ROOT, "build", "mzcache")
-    if not os.path.exists(MODEL):
-        print(f"{NAME}: SKIP: {MODEL} is missing (run make model)")
-        return 77
-    if not os.access(binary, os.X_OK):
-        print(f"{NAME}: SKIP: no mzcache binary at {binary} (set MZ_BIN)")
-        return 77
-    base = os.environ.get("MZ_TEST_TMP") or tempfile.gettempdir()
-    os.makedirs(base, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="serve-shutdown-", dir=base)
+    binary = T.binary_and_model()
+    tmp = test_tmp("serve-shutdown-")
 
     # ---- T1: SIGTERM with a non-streamed request in flight ----------------------------
     # a grace long enough for sanitizer builds too (the default, 30 s, is in --help)
@@ -284,8 +264,8 @@ def main():
     after_exit(s, rc, "T3")
     check("grace period over" in s.log_text() or out.get("finish") == "stop", "T3: the log says the grace ran out")
 
-    print(f"{NAME}: {passes} passed, {failures} failed", flush=True)
-    return 1 if failures else 0
+    print(f"{NAME}: {T.passes} passed, {T.failures} failed", flush=True)
+    return 1 if T.failures else 0
 
 
 if __name__ == "__main__":

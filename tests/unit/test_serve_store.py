@@ -26,28 +26,15 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serveutil  # noqa: E402
+from serveutil import Checks, test_tmp  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 NAME = "test_serve_store"
-
-failures = 0
-passes = 0
-
-
-def check(cond, what):
-    global failures, passes
-    if cond:
-        passes += 1
-    else:
-        failures += 1
-        print(f"FAIL: {what}", flush=True)
-    return cond
+T = Checks(NAME)
+check = T.check
 
 
 class Server(serveutil.Server):
@@ -90,16 +77,8 @@ def conversation(srv, sid, answers_so_far, upto):
 
 
 def main():
-    binary = os.environ.get("MZ_BIN") or os.path.join(ROOT, "build", "mzcache")
-    if not os.path.exists(MODEL):
-        print(f"{NAME}: SKIP: no model at {MODEL}")
-        return 77
-    if not os.access(binary, os.X_OK):
-        print(f"{NAME}: SKIP: no mzcache binary at {binary} (set MZ_BIN)")
-        return 77
-    base = os.environ.get("MZ_TEST_TMP") or tempfile.gettempdir()
-    os.makedirs(base, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="serve-store-", dir=base)
+    binary = T.binary_and_model()
+    tmp = test_tmp("serve-store-")
     swap = os.path.join(tmp, "swap")
     store = os.path.join(tmp, "store")
     store0 = os.path.join(tmp, "store0")
@@ -196,14 +175,14 @@ def main():
             check(not [n for n in os.listdir(store) if n.startswith("conv2.")], "--store-limit removed conv2")
         check(c.stop() == 0, "daemon C exits 0")
     finally:
-        if failures:
+        if T.failures:
             for n in ("r.log", "a.log", "b.log", "c.log"):
                 p = os.path.join(tmp, n)
                 if os.path.exists(p):
                     print(f"---- {n}\n" + open(p, errors="replace").read()[-3000:])
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{NAME}: {passes} passed, {failures} failed")
-    return 1 if failures else 0
+    print(f"{NAME}: {T.passes} passed, {T.failures} failed")
+    return 1 if T.failures else 0
 
 
 if __name__ == "__main__":

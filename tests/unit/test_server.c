@@ -8,6 +8,7 @@
  * (skips when models/SmolLM2 is absent).
  */
 #define _GNU_SOURCE
+#include "core/core.h"
 #include "server/server.h"
 
 #include "testutil.h"
@@ -26,12 +27,6 @@
 #define KEY "test-key-0123456789"
 static int g_port;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static int req(const char *method, const char *path, const char *key, const char *body, mz_http_response *r)
 {
@@ -184,8 +179,8 @@ static void *par_main(void *arg)
 
 static bool wait_status(const char *field, double want, double timeout_ms)
 {
-    double t0 = now_ms();
-    while (now_ms() - t0 < timeout_ms) {
+    double t0 = mz_time_ms();
+    while (mz_time_ms() - t0 < timeout_ms) {
         cJSON *j = NULL;
         if (call("GET", "/mz/status", NULL, &j) == 200) {
             const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, field);
@@ -216,9 +211,9 @@ static int raw_connect(void)
 static long raw_read_all(int fd, char *buf, size_t cap, int timeout_ms)
 {
     size_t len = 0;
-    double t0 = now_ms();
+    double t0 = mz_time_ms();
     for (;;) {
-        int left = timeout_ms - (int)(now_ms() - t0);
+        int left = timeout_ms - (int)(mz_time_ms() - t0);
         if (left <= 0) return -1;
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         if (poll(&pf, 1, left) != 1) return -1;
@@ -479,9 +474,9 @@ int main(void)
         CHECK(r.body && strstr(r.body, "\"error\""));
         mz_http_response_free(&r);
         /* status answers at once while busy */
-        double t0 = now_ms();
+        double t0 = mz_time_ms();
         CHECK_EQ_INT(call("GET", "/mz/status", NULL, NULL), 200);
-        CHECK_MSG(now_ms() - t0 < 2000, "status took %.0f ms while busy", now_ms() - t0);
+        CHECK_MSG(mz_time_ms() - t0 < 2000, "status took %.0f ms while busy", mz_time_ms() - t0);
         pthread_join(ta, NULL);
         pthread_join(tb, NULL);
         CHECK_EQ_INT(pa.status, 200);
@@ -606,10 +601,10 @@ int main(void)
         int fd = raw_connect();
         const char *part = "GET /health HTTP/1.1\r\nHost: x\r\n";
         CHECK(fd >= 0 && send(fd, part, strlen(part), MSG_NOSIGNAL) > 0);
-        double t0 = now_ms();
+        double t0 = mz_time_ms();
         char buf[256];
         long n = raw_read_all(fd, buf, sizeof buf, 10000);
-        double dt = now_ms() - t0;
+        double dt = mz_time_ms() - t0;
         CHECK_MSG(n >= 0 && dt < 8000, "idle connection not closed (%.0f ms, n=%ld)", dt, n);
         close(fd);
         /* the server still serves */

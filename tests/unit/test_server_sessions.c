@@ -26,6 +26,7 @@
  * session and reads status (label concurrency, run under TSan).
  */
 #define _GNU_SOURCE
+#include "core/core.h"
 #include "server/server.h"
 
 #include "testutil.h"
@@ -40,12 +41,6 @@
 
 static int g_port;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* Status of a request with optional extra headers; the body parsed into *json. */
 static int call_h(const char *method, const char *path, const char *headers, const char *body, cJSON **json)
@@ -274,8 +269,8 @@ static void *bg_main(void *arg)
 /* Waits until GET /mz/sessions shows session id with a request running on it. */
 static bool wait_active(const char *id, double timeout_ms)
 {
-    double t0 = now_ms();
-    while (now_ms() - t0 < timeout_ms) {
+    double t0 = mz_time_ms();
+    while (mz_time_ms() - t0 < timeout_ms) {
         cJSON *e = session_info(id, NULL);
         bool active = e && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "active"));
         cJSON_Delete(e);

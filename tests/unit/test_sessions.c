@@ -331,6 +331,18 @@ out_models:
 static mz_model_t *g_tiny, *g_tiny_ref;
 static int g_nv;
 
+/* An engine on the tiny model, 2 threads, its swap file in swap_dir (a
+ * failed create is a failed check; NULL then). */
+static mz_engine_t *tiny_engine(const char *swap_dir)
+{
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = 2;
+    ep.swap_dir = swap_dir;
+    mz_engine_t *e = NULL;
+    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    return e;
+}
+
 static mz_status prefill_logits_eq(mz_ctx_t *a, mz_ctx_t *b, bool *eq)
 {
     const float *la = mz_ctx_logits(a), *lb = mz_ctx_logits(b);
@@ -340,11 +352,7 @@ static mz_status prefill_logits_eq(mz_ctx_t *a, mz_ctx_t *b, bool *eq)
 
 static void test_faults(void)
 {
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
-    mz_engine_t *e = NULL;
-    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    mz_engine_t *e = tiny_engine(t_tmp_path("sess-engine")); /* the sessions' (swap_dir NULL) */
     if (!e) return;
     mz_ctx_params cp = sess_params("sess-faults");
     cp.swap_dir = NULL;
@@ -607,11 +615,7 @@ static mz_gen_action pressure_cb(void *user, mz_token t, const float *logits, in
 
 static void test_pressure(void)
 {
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = t_tmp_path("sess-engine"); /* the sessions' (swap_dir NULL) */
-    mz_engine_t *e = NULL;
-    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    mz_engine_t *e = tiny_engine(t_tmp_path("sess-engine")); /* the sessions' (swap_dir NULL) */
     if (!e) return;
     mz_ctx_params cp = sess_params("sess-pressure");
     cp.swap_dir = NULL;
@@ -659,11 +663,7 @@ out:
  * through its own mode, after the planned sessions; both answer right. */
 static void test_mixed_modes(void)
 {
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = t_tmp_path("sess-mixed");
-    mz_engine_t *e = NULL;
-    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    mz_engine_t *e = tiny_engine(t_tmp_path("sess-mixed"));
     if (!e) return;
     mz_ctx_params cp = sess_params("sess-mixed");
     cp.swap_dir = NULL;
@@ -703,11 +703,7 @@ out:
  * says; mz_engine_evict offers no block while any is pinned. */
 static void test_pins(void)
 {
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = t_tmp_path("sess-pins");
-    mz_engine_t *e = NULL;
-    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    mz_engine_t *e = tiny_engine(t_tmp_path("sess-pins"));
     if (!e) return;
     mz_ctx_params cp = sess_params("sess-pins");
     cp.swap_dir = NULL;
@@ -751,11 +747,7 @@ static void test_one_swap_file(void)
     char own[512], other[512];
     snprintf(own, sizeof own, "%s", t_tmp_path("sess-one-swap"));
     snprintf(other, sizeof other, "%s", t_tmp_path("sess-one-swap-other"));
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = own;
-    mz_engine_t *e = NULL;
-    CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
+    mz_engine_t *e = tiny_engine(own);
     if (!e) return;
     mz_ctx_params cp = sess_params("sess-one-swap");
     cp.kv_placement = MZ_KV_PLACE_STORAGE;

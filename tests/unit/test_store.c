@@ -608,30 +608,60 @@ out:
     mz_model_free(m);
 }
 
+/* ---- the tiny-model cases' set-up ----------------------------------------------------------- */
+
+/* A generated 2-layer model at tmp/FILE, an engine on it (n_threads, the
+ * test's swap directory) and a store in tmp/store-TAG opened with *stp (its
+ * dir set to it, so the case can use *stp afterwards; NULL: the defaults). False when a piece is missing (a model that cannot be
+ * made is said, naming WHAT is skipped; a failed create or open is a
+ * failed check); tiny_rig_close then releases what was made. */
+typedef struct tiny_rig {
+    mz_model_t *m;
+    mz_engine_t *e;
+    mz_store_t *st;
+    char sdir[512];
+} tiny_rig;
+
+static bool tiny_rig_open(tiny_rig *r, const char *file, const char *what, const char *tag, int n_threads,
+                          mz_store_params *stp)
+{
+    memset(r, 0, sizeof *r);
+    const char *tiny = t_tmp_path(file);
+    if (ev_gen_tiny(tiny, 2) != 0) {
+        printf("%s: cannot make the tiny model, %s skipped\n", T, what);
+        return false;
+    }
+    if (!(r->m = ev_load(tiny))) return false;
+    mz_engine_params ep = mz_engine_params_default();
+    ep.n_threads = n_threads;
+    ep.swap_dir = swap_dir();
+    CHECK(mz_engine_create(r->m, &ep, &r->e) == MZ_OK);
+    snprintf(r->sdir, sizeof r->sdir, "%s/store-%s", t_tmp_dir(), tag);
+    mz_store_params defaults = mz_store_params_default();
+    if (!stp) stp = &defaults;
+    stp->dir = r->sdir;
+    CHECK(mz_store_open(r->e, stp, &r->st) == MZ_OK);
+    return r->st != NULL;
+}
+
+static void tiny_rig_close(tiny_rig *r)
+{
+    mz_store_close(r->st);
+    mz_engine_free(r->e);
+    mz_model_free(r->m);
+}
+
 /* ---- faults at every write of a sync (tiny model) ------------------------------------------- */
 
 static void test_faults(void)
 {
-    const char *tiny = t_tmp_path("tiny.gguf");
-    if (ev_gen_tiny(tiny, 2) != 0) {
-        printf("%s: cannot make the tiny model, faults skipped\n", T);
-        return;
-    }
-    mz_model_t *m = ev_load(tiny);
-    if (!m) return;
-    mz_engine_t *e = NULL;
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = swap_dir();
-    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
     mz_store_params stp = mz_store_params_default();
-    char sdir[512];
-    snprintf(sdir, sizeof sdir, "%s/store-faults", t_tmp_dir());
-    stp.dir = sdir;
     stp.manifest_interval_ms = 1000000; /* manifests only from the syncs */
-    mz_store_t *st = NULL;
-    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
-    if (!st) goto out;
+    tiny_rig rig;
+    if (!tiny_rig_open(&rig, "tiny.gguf", "faults", "faults", 2, &stp)) goto out;
+    mz_model_t *m = rig.m;
+    mz_engine_t *e = rig.e;
+    mz_store_t *st = rig.st;
     mz_ctx_params cp = sp_params();
     mz_token prompt[600];
     ev_tokens(prompt, 600, mz_model_n_vocab(m), 9);
@@ -711,7 +741,7 @@ static void test_faults(void)
         CHECK(unlink(fifo) == 0 && unlink(man) == 0);
         mz_store_params other = stp;
         char odir[600];
-        snprintf(odir, sizeof odir, "%s/no-store-here", sdir);
+        snprintf(odir, sizeof odir, "%s/no-store-here", rig.sdir);
         other.dir = odir;
         CHECK(mz_store_prefetch(&other, "pf") == MZ_E_IO);
         CHECK(mz_store_prefetch(&stp, "pf") == MZ_OK);
@@ -727,9 +757,7 @@ static void test_faults(void)
         CHECK(mz_store_delete(st, "pf") == MZ_OK);
     }
 out:
-    mz_store_close(st);
-    mz_engine_free(e);
-    mz_model_free(m);
+    tiny_rig_close(&rig);
 }
 
 /* ---- the write-behind waits for a quiet engine (tiny model) -------------------------------- */
@@ -741,25 +769,11 @@ out:
  * 30 s for the worker (no clock is asserted). */
 static void test_quiet(void)
 {
-    const char *tiny = t_tmp_path("tiny-quiet.gguf");
-    if (ev_gen_tiny(tiny, 2) != 0) {
-        printf("%s: cannot make the tiny model, quiet case skipped\n", T);
-        return;
-    }
-    mz_model_t *m = ev_load(tiny);
-    if (!m) return;
-    mz_engine_t *e = NULL;
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = swap_dir();
-    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
-    mz_store_params stp = mz_store_params_default();
-    char sdir[512];
-    snprintf(sdir, sizeof sdir, "%s/store-quiet", t_tmp_dir());
-    stp.dir = sdir;
-    mz_store_t *st = NULL;
-    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
-    if (!st) goto out;
+    tiny_rig rig;
+    if (!tiny_rig_open(&rig, "tiny-quiet.gguf", "quiet case", "quiet", 2, NULL)) goto out;
+    mz_model_t *m = rig.m;
+    mz_engine_t *e = rig.e;
+    mz_store_t *st = rig.st;
     mz_ctx_params cp = sp_params();
     mz_token prompt[600];
     ev_tokens(prompt, 600, mz_model_n_vocab(m), 11);
@@ -785,10 +799,8 @@ static void test_quiet(void)
               2 * m->cfg.n_layer);
     mz_ctx_free(c); /* joins the worker */
     mz_io_fault_set(NULL);
-    mz_store_close(st);
 out:
-    mz_engine_free(e);
-    mz_model_free(m);
+    tiny_rig_close(&rig);
 }
 
 /* ---- the write-behind does not wait for a quiet engine forever (tiny model) ---------------- */
@@ -800,25 +812,11 @@ out:
  * writes on a quiet engine; waits up to 30 s for it (no clock asserted). */
 static void test_overdue(void)
 {
-    const char *tiny = t_tmp_path("tiny-overdue.gguf");
-    if (ev_gen_tiny(tiny, 2) != 0) {
-        printf("%s: cannot make the tiny model, overdue case skipped\n", T);
-        return;
-    }
-    mz_model_t *m = ev_load(tiny);
-    if (!m) return;
-    mz_engine_t *e = NULL;
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = swap_dir();
-    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
-    mz_store_params stp = mz_store_params_default();
-    char sdir[512];
-    snprintf(sdir, sizeof sdir, "%s/store-overdue", t_tmp_dir());
-    stp.dir = sdir;
-    mz_store_t *st = NULL;
-    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
-    if (!st) goto out;
+    tiny_rig rig;
+    if (!tiny_rig_open(&rig, "tiny-overdue.gguf", "overdue case", "overdue", 2, NULL)) goto out;
+    mz_model_t *m = rig.m;
+    mz_engine_t *e = rig.e;
+    mz_store_t *st = rig.st;
     mz_ctx_params cp = sp_params();
     mz_token prompt[600];
     ev_tokens(prompt, 600, mz_model_n_vocab(m), 17);
@@ -842,10 +840,8 @@ static void test_overdue(void)
     mz_ctx_free(c); /* joins the worker */
     mz_io_fault_set(NULL);
     mz_sstore_test_max_defer_ms(10000);
-    mz_store_close(st);
 out:
-    mz_engine_free(e);
-    mz_model_free(m);
+    tiny_rig_close(&rig);
 }
 
 /* ---- serve's request-side checkpoint writes no full chunk (tiny model) --------------------- */
@@ -878,26 +874,12 @@ static size_t manifest_chunks(mz_store_t *st, const char *id, size_t *n_tokens, 
 static void test_checkpoint(void)
 {
     enum { N = 1100 }; /* 4 full chunks and a tail of 75 positions (the 76th token recomputed) */
-    const char *tiny = t_tmp_path("tiny-checkpoint.gguf");
-    if (ev_gen_tiny(tiny, 2) != 0) {
-        printf("%s: cannot make the tiny model, checkpoint case skipped\n", T);
-        return;
-    }
-    mz_model_t *m = ev_load(tiny);
-    if (!m) return;
+    tiny_rig rig;
+    if (!tiny_rig_open(&rig, "tiny-checkpoint.gguf", "checkpoint case", "checkpoint", 2, NULL)) goto out;
+    mz_model_t *m = rig.m;
+    mz_engine_t *e = rig.e;
+    mz_store_t *st = rig.st;
     const unsigned L = (unsigned)m->cfg.n_layer;
-    mz_engine_t *e = NULL;
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = swap_dir();
-    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
-    mz_store_params stp = mz_store_params_default();
-    char sdir[512];
-    snprintf(sdir, sizeof sdir, "%s/store-checkpoint", t_tmp_dir());
-    stp.dir = sdir;
-    mz_store_t *st = NULL;
-    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
-    if (!st) goto out;
     mz_ctx_params cp = sp_params();
     mz_token prompt[N];
     ev_tokens(prompt, N, mz_model_n_vocab(m), 13);
@@ -943,10 +925,8 @@ static void test_checkpoint(void)
                   info.n_tokens, info.n_chunks_stored, info.n_tokens_recomputed, want_k, want_rc);
         mz_ctx_free(r);
     }
-    mz_store_close(st);
 out:
-    mz_engine_free(e);
-    mz_model_free(m);
+    tiny_rig_close(&rig);
 }
 
 /* A resume that recomputes one token restores on as many threads as the
@@ -955,25 +935,11 @@ out:
  * caught by name and the session truncated before it. */
 static void test_wide_resume(void)
 {
-    const char *tiny = t_tmp_path("tiny-wide.gguf");
-    if (ev_gen_tiny(tiny, 2) != 0) {
-        printf("%s: cannot make the tiny model, wide-resume case skipped\n", T);
-        return;
-    }
-    mz_model_t *m = ev_load(tiny);
-    if (!m) return;
-    mz_engine_t *e = NULL;
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 6;
-    ep.swap_dir = swap_dir();
-    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
-    mz_store_params stp = mz_store_params_default();
-    char sdir[512];
-    snprintf(sdir, sizeof sdir, "%s/store-wide", t_tmp_dir());
-    stp.dir = sdir;
-    mz_store_t *st = NULL;
-    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
-    if (!st) goto out;
+    tiny_rig rig;
+    if (!tiny_rig_open(&rig, "tiny-wide.gguf", "wide-resume case", "wide", 6, NULL)) goto out;
+    mz_model_t *m = rig.m;
+    mz_engine_t *e = rig.e;
+    mz_store_t *st = rig.st;
     mz_ctx_params cp = sp_params();
     cp.n_threads = 0;
     enum { N = 1100, G = 8 };
@@ -997,7 +963,7 @@ static void test_wide_resume(void)
         CHECK_EQ_INT(mf.n_chunks, 4);
         if (flip) { /* one byte of chunk 2, layer 1: the resume keeps chunks 0-1 */
             char kv[700];
-            snprintf(kv, sizeof kv, "%s/%s.kv", sdir, id);
+            snprintf(kv, sizeof kv, "%s/%s.kv", rig.sdir, id);
             int fd = open(kv, O_RDWR);
             unsigned char b = 0;
             const mz_swap_slot_info *ri2 = &mf.recs[2 * (size_t)m->cfg.n_layer + 1];
@@ -1028,10 +994,8 @@ static void test_wide_resume(void)
         c = NULL;
         CHECK(mz_store_delete(st, id) == MZ_OK);
     }
-    mz_store_close(st);
 out:
-    mz_engine_free(e);
-    mz_model_free(m);
+    tiny_rig_close(&rig);
 }
 
 /* mz_session_resume_prefill: the stored session and a question in one
@@ -1042,26 +1006,12 @@ out:
  * resumes. */
 static void test_resume_prefill(void)
 {
-    const char *tiny = t_tmp_path("tiny-rp.gguf");
-    if (ev_gen_tiny(tiny, 2) != 0) {
-        printf("%s: cannot make the tiny model, resume-prefill case skipped\n", T);
-        return;
-    }
-    mz_model_t *m = ev_load(tiny);
-    if (!m) return;
+    tiny_rig rig;
     float *want_lg = NULL;
-    mz_engine_t *e = NULL;
-    mz_engine_params ep = mz_engine_params_default();
-    ep.n_threads = 2;
-    ep.swap_dir = swap_dir();
-    CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
-    mz_store_params stp = mz_store_params_default();
-    char sdir[512];
-    snprintf(sdir, sizeof sdir, "%s/store-rp", t_tmp_dir());
-    stp.dir = sdir;
-    mz_store_t *st = NULL;
-    CHECK(mz_store_open(e, &stp, &st) == MZ_OK);
-    if (!st) goto out;
+    if (!tiny_rig_open(&rig, "tiny-rp.gguf", "resume-prefill case", "rp", 2, NULL)) goto out;
+    mz_model_t *m = rig.m;
+    mz_engine_t *e = rig.e;
+    mz_store_t *st = rig.st;
     mz_ctx_params cp = sp_params();
     const int nv = mz_model_n_vocab(m);
     enum { N = 1100, Q = 8, G = 6 };
@@ -1091,7 +1041,7 @@ static void test_resume_prefill(void)
             mz_manifest mf;
             CHECK(mz_store_read_manifest(st, id, &mf) == MZ_OK);
             char kv[700];
-            snprintf(kv, sizeof kv, "%s/%s.kv", sdir, id);
+            snprintf(kv, sizeof kv, "%s/%s.kv", rig.sdir, id);
             int fd = open(kv, O_RDWR);
             unsigned char b = 0;
             const mz_swap_slot_info *r1 = &mf.recs[1 * (size_t)m->cfg.n_layer];
@@ -1134,11 +1084,9 @@ static void test_resume_prefill(void)
         c = NULL;
         CHECK(mz_store_delete(st, id) == MZ_OK);
     }
-    mz_store_close(st);
 out:
     free(want_lg);
-    mz_engine_free(e);
-    mz_model_free(m);
+    tiny_rig_close(&rig);
 }
 
 int main(void)

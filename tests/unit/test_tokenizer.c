@@ -21,7 +21,7 @@
 #define _GNU_SOURCE /* memmem */
 #include "testutil.h"
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 

@@ -231,3 +231,20 @@ size_t t_parse_floats(const char *s, float *out, size_t cap)
     }
     return n;
 }
+
+bool t_zram_up(const char *size, char *dev, size_t cap)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "sh scripts/zram-swap.sh up %s", size);
+    FILE *p = popen(cmd, "r");
+    dev[0] = '\0';
+    if (!p || !fgets(dev, (int)cap, p)) {
+        if (p) pclose(p);
+        CHECK_MSG(0, "zram-swap.sh up failed although check passed");
+        return false;
+    }
+    int prc = pclose(p);
+    dev[strcspn(dev, "\n")] = '\0';
+    CHECK(prc == 0 && strncmp(dev, "/dev/zram", 9) == 0);
+    return true;
+}

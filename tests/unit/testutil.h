@@ -7,6 +7,7 @@
 #define MZ_TESTUTIL_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,12 @@ int t_done(const char *name);
 void t_skip_part(const char *part, const char *why);
 /* Prints the reason and returns 77. */
 int t_skip(const char *name, const char *why);
+
+/* scripts/zram-swap.sh up SIZE ("256M"), run from the repository root
+ * once its check passed: the device's path in dev ("/dev/zram0"). False,
+ * with a failed check, when the script gave no device; a device it gave
+ * with a failed exit is a failed check too. */
+bool t_zram_up(const char *size, char *dev, size_t cap);
 
 /* Path of the bundled real model (models/SmolLM2-135M-Instruct.Q4_1.gguf), or
  * NULL if absent. */

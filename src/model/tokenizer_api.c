@@ -1,9 +1,10 @@
 /*
  * tokenizer_api.c — the public tokenizer, detokenizer and chat functions of
- * mzcache.h, as thin wrappers over the model's tokenizer.
+ * mzcache.h, as thin wrappers over the model's tokenizer (the model owns it,
+ * so these live with the model, above src/tokenizer).
  */
-#include "tokenizer_impl.h"
-#include "../model/model.h"
+#include "model.h"
+#include "../tokenizer/tokenizer.h"
 
 static const mz_tokenizer *model_tok(const mz_model_t *m)
 {
