@@ -72,18 +72,7 @@ static mz_status build_tokens(mz_server_t *s, const srv_comp_req *r, bool chat, 
 
 static bool text_append(gen_state *g, const char *p, size_t n)
 {
-    if (g->len + n + 1 > g->cap) {
-        size_t cap = g->cap ? g->cap : 256;
-        while (cap < g->len + n + 1) cap *= 2;
-        char *b = realloc(g->text, cap);
-        if (!b) return false;
-        g->text = b;
-        g->cap = cap;
-    }
-    memcpy(g->text + g->len, p, n);
-    g->len += n;
-    g->text[g->len] = '\0';
-    return true;
+    return srv_bytes_append(&g->text, &g->len, &g->cap, 256, p, n);
 }
 
 /* Cuts the text at the first stop string that appears; true if one did. */
@@ -295,17 +284,7 @@ static cJSON *response_head(const gen_state *g, const char *object)
 
 static bool out_append(gen_state *g, const char *p, size_t n)
 {
-    if (g->out_len + n > g->out_cap) {
-        size_t cap = g->out_cap ? g->out_cap : 1024;
-        while (cap < g->out_len + n) cap *= 2;
-        char *b = realloc(g->out, cap);
-        if (!b) return false;
-        g->out = b;
-        g->out_cap = cap;
-    }
-    memcpy(g->out + g->out_len, p, n);
-    g->out_len += n;
-    return true;
+    return srv_bytes_append(&g->out, &g->out_len, &g->out_cap, 1024, p, n);
 }
 
 /* "data: {json}\n\n"; frees obj. */

@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -51,6 +52,22 @@ void srv_log(mz_server_t *s, const char *fmt, ...)
     FILE *f = s->p.log ? s->p.log : stderr;
     fprintf(f, "%s\n", line);
     fflush(f);
+}
+
+bool srv_bytes_append(char **buf, size_t *len, size_t *cap, size_t first_cap, const void *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : first_cap;
+        while (c < *len + n + 1) c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b) return false;
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return true;
 }
 
 void srv_count_response(mz_server_t *s, int status)

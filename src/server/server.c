@@ -137,18 +137,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             rq->len = rq->cap = 0;
             return MHD_YES;
         }
-        if (rq->len + n + 1 > rq->cap) {
-            size_t cap = rq->cap ? rq->cap : 4096;
-            while (cap < rq->len + n + 1) cap *= 2;
-            char *b = realloc(rq->body, cap);
-            if (!b) return MHD_NO;
-            rq->body = b;
-            rq->cap = cap;
-        }
-        memcpy(rq->body + rq->len, upload_data, n);
-        rq->len += n;
-        rq->body[rq->len] = '\0';
-        return MHD_YES;
+        return srv_bytes_append(&rq->body, &rq->len, &rq->cap, 4096, upload_data, n) ? MHD_YES : MHD_NO;
     }
     if (rq->answered) return MHD_YES;
     rq->answered = true;

@@ -218,6 +218,10 @@ enum MHD_Result srv_respond_json(mz_server_t *s, struct MHD_Connection *c, int s
 enum MHD_Result srv_error(mz_server_t *s, struct MHD_Connection *c, int status, const char *type,
                           const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void srv_count_response(mz_server_t *s, int status);
+/* Appends p[0, n) to the growing buffer *buf (length *len, capacity *cap;
+ * first_cap when it is first made), kept NUL-terminated after its bytes;
+ * false when out of memory (the buffer as it was). */
+bool srv_bytes_append(char **buf, size_t *len, size_t *cap, size_t first_cap, const void *p, size_t n);
 
 /* ---- relief.c ---- */
 
