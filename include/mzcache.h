@@ -480,6 +480,11 @@ MZ_API MZ_NODISCARD mz_status mz_session_create(mz_engine_t *e, const mz_ctx_par
 MZ_API mz_engine_t *mz_ctx_engine(const mz_ctx_t *c);
 /* Unique within the process, never reused (1, 2, ...). */
 MZ_API uint64_t mz_ctx_id(const mz_ctx_t *c);
+/* The engine's last-use clock of a session (mz_session_info.last_use_ns:
+ * CLOCK_MONOTONIC at the end of its last compute or restore call, its
+ * creation before any): the order mz_engine_evict and mz_engine_restore
+ * follow. 0 for NULL. */
+MZ_API uint64_t mz_ctx_last_use_ns(const mz_ctx_t *c);
 
 /* Evicts at least nbytes over all sessions and the shared weights, one plan
  * for all (src/mem/policy_engine.c): idle sessions' KV first, least recently

@@ -226,6 +226,7 @@ mz_model_t *mz_engine_model(const mz_engine_t *e) { return e->model; }
 void mz_engine_compute_lock(mz_engine_t *e) { pthread_mutex_lock(&e->compute_lock); }
 void mz_engine_compute_unlock(mz_engine_t *e) { pthread_mutex_unlock(&e->compute_lock); }
 uint64_t mz_ctx_id(const mz_ctx_t *c) { return c ? c->id : 0; }
+uint64_t mz_ctx_last_use_ns(const mz_ctx_t *c) { return c ? atomic_load(&c->last_use_ns) : 0; }
 
 void mz_session_touch(mz_ctx_t *c) { atomic_store(&c->last_use_ns, mz_time_ns()); }
 

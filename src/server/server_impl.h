@@ -63,7 +63,6 @@ typedef struct srv_session {
     bool named;                  /* the id came from the client (X-Session-Id or "user") */
     bool stored;                 /* attached to s->store (write-behind, manifest) */
     mz_ctx_t *ctx;
-    uint64_t last_seq;           /* LRU clock at the last use: larger = more recent */
     double created_unix, last_use_unix;
     size_t n_prompt_last;        /* prompt tokens of its last request (prefix routing) */
     double last_ttft_ms;         /* < 0: no request finished yet */
@@ -118,7 +117,6 @@ struct mz_server {
     mz_store_t *store;           /* NULL: --no-store (nothing outlives the process) */
     srv_session *sess;           /* [p.max_sessions]; [0, n_sess) live (gate) */
     int n_sess;
-    uint64_t lru_clock;
     unsigned long next_anon;
     srv_stored_anon *anon_index; /* [SRV_MAX_STORED]; [0, n_anon_index) (gate) */
     int n_anon_index;

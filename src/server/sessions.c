@@ -38,19 +38,20 @@
 
 bool srv_cut_short(mz_server_t *s) { return atomic_load(&s->cut); }
 
+/* The engine's last-use clock of a session (one LRU: the engine's). */
+static uint64_t last_use(const srv_session *ss) { return mz_ctx_last_use_ns(ss->ctx); }
+
 static int most_recent(const mz_server_t *s)
 {
     int best = -1;
     for (int i = 0; i < s->n_sess; i++)
-        if (best < 0 || s->sess[i].last_seq > s->sess[best].last_seq) best = i;
+        if (best < 0 || last_use(&s->sess[i]) > last_use(&s->sess[best])) best = i;
     return best;
 }
 
-static void touch(mz_server_t *s, srv_session *ss)
-{
-    ss->last_seq = ++s->lru_clock;
-    ss->last_use_unix = srv_unix_now();
-}
+/* The daemon's wall-clock last use, for /mz/sessions; which session is
+ * least recently used is the engine's clock (last_use). */
+static void touch(srv_session *ss) { ss->last_use_unix = srv_unix_now(); }
 
 /* ---- the index of stored anonymous sessions ---------------------------------------------- */
 
@@ -142,7 +143,7 @@ static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int 
     }
     ss->created_unix = srv_unix_now();
     ss->last_ttft_ms = -1;
-    touch(s, ss);
+    touch(ss);
     *idx = s->n_sess++;
     pthread_mutex_lock(&s->snap_mu);
     s->n_sessions_created++;
@@ -367,7 +368,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
             size_t common = mz_ctx_common_prefix(ss->ctx, toks, n);
             bool continues = common == nh || (ss->n_prompt_last > 0 && common >= ss->n_prompt_last);
             if (!continues) continue;
-            if (pick < 0 || common > best || (common == best && ss->last_seq > s->sess[pick].last_seq)) {
+            if (pick < 0 || common > best || (common == best && last_use(ss) > last_use(&s->sess[pick]))) {
                 pick = i;
                 best = common;
             }
@@ -403,7 +404,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
          * another's conversation. */
         int lru = 0;
         for (int i = 1; i < s->n_sess; i++)
-            if (s->sess[i].last_seq < s->sess[lru].last_seq) lru = i;
+            if (last_use(&s->sess[i]) < last_use(&s->sess[lru])) lru = i;
         if (!s->sess[lru].named) {
             srv_session *ss = &s->sess[lru];
             char old[sizeof ss->id];
@@ -429,7 +430,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
         if (s->n_sess > s->p.max_sessions) {
             int lru = -1;
             for (int i = 0; i < s->n_sess; i++)
-                if (i != pick && (lru < 0 || s->sess[i].last_seq < s->sess[lru].last_seq)) lru = i;
+                if (i != pick && (lru < 0 || last_use(&s->sess[i]) < last_use(&s->sess[lru]))) lru = i;
             srv_log(s, "session %s forgotten (least recently used; %d sessions at most) for %s", s->sess[lru].id,
                     s->p.max_sessions, s->sess[pick].id);
             session_remove(s, lru);
@@ -448,7 +449,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
     s->sess[pick].n_fresh = resumed ? n_fresh : 0;
     s->sess[pick].resumed_now = resumed != NULL;
     s->sess[pick].n_restored = resumed ? n_restored : 0;
-    touch(s, &s->sess[pick]);
+    touch(&s->sess[pick]);
     s->cur = pick;
     s->ctx = s->sess[pick].ctx;
     pthread_mutex_lock(&s->snap_mu);
@@ -464,7 +465,7 @@ void srv_session_done(mz_server_t *s, const srv_timings *tm)
     ss->n_prompt_last = tm->n_prompt;
     if (tm->ttft_ms > 0) ss->last_ttft_ms = tm->ttft_ms;
     ss->n_requests++;
-    touch(s, ss);
+    touch(ss);
     /* A stored session's manifest (every token) and tail (the partly filled
      * chunk) now, under the gate (no request computes on it); its full
      * chunks are the write-behind's, written while the engine is quiet, so
