@@ -282,6 +282,9 @@ MZ_API const mz_token *mz_ctx_tokens(const mz_ctx_t *c);
 MZ_API MZ_NODISCARD mz_status mz_ctx_truncate(mz_ctx_t *c, size_t n_keep);
 /* Length of the longest common prefix of c's tokens and tokens[0, n). */
 MZ_API size_t mz_ctx_common_prefix(const mz_ctx_t *c, const mz_token *tokens, size_t n);
+/* The same for two token arrays a[0, na) and b[0, nb) (a stored history, a
+ * request): the one definition of "common prefix" mz_ctx_common_prefix uses. */
+MZ_API size_t mz_tokens_common_prefix(const mz_token *a, size_t na, const mz_token *b, size_t nb);
 /* The first half of a prefix sync (mz_ctx_sync): truncates c to the longest
  * common prefix of its tokens and tokens[0, n), at most n - 1 of them, so
  * that the caller's prefill of tokens[*n_kept, n) runs the last token again
@@ -466,6 +469,8 @@ typedef struct mz_engine_params {
                                   session stores into (a session naming another directory
                                   is MZ_E_INVAL); NULL = the default; copied */
     const char *profile_path;  /* device profile, read once (see mz_ctx_params) */
+    size_t mem_budget_bytes;   /* what mz_engine_keep_budget keeps mz_engine_footprint
+                                  under; 0 = no budget */
 } mz_engine_params;
 
 MZ_API mz_engine_params mz_engine_params_default(void);
@@ -484,6 +489,11 @@ MZ_API MZ_NODISCARD mz_status mz_session_create(mz_engine_t *e, const mz_ctx_par
 MZ_API mz_engine_t *mz_ctx_engine(const mz_ctx_t *c);
 /* Unique within the process, never reused (1, 2, ...). */
 MZ_API uint64_t mz_ctx_id(const mz_ctx_t *c);
+/* The engine's last-use clock of a session (mz_session_info.last_use_ns:
+ * CLOCK_MONOTONIC at the end of its last compute or restore call, its
+ * creation before any): the order mz_engine_evict and mz_engine_restore
+ * follow. 0 for NULL. */
+MZ_API uint64_t mz_ctx_last_use_ns(const mz_ctx_t *c);
 
 /* Evicts at least nbytes over all sessions and the shared weights, one plan
  * for all (src/mem/policy_engine.c): idle sessions' KV first, least recently
@@ -494,6 +504,46 @@ MZ_API uint64_t mz_ctx_id(const mz_ctx_t *c);
  * (MZ_OK when nothing is left; report may be NULL). */
 MZ_API MZ_NODISCARD mz_status mz_engine_evict(mz_engine_t *e, size_t nbytes,
                                               mz_evict_report *report);
+/* The way back of mz_engine_evict: every session's evicted units (and the
+ * weight blocks they need) come back, least recently used session first.
+ * pipelined: each session through the pipelined restore (mz_prefill_restore
+ * of no tokens: storage, memory and allocation paths in parallel workers);
+ * report->bytes_restored is then the resident bytes gained and units counts
+ * the units by path. A session that fails stays usable with its evicted
+ * units intact (contract of mz_restore); the others are still restored, and
+ * the status is the last failure's, the message naming the first failed
+ * session (mz_ctx_id). The caller frees no session of e meanwhile; a
+ * session another thread computes on is restored after its call returns.
+ * report and units may be NULL. */
+typedef struct mz_engine_restore_params {
+    bool pipelined;
+} mz_engine_restore_params;
+typedef struct mz_engine_restore_units {
+    size_t n_storage, n_memory; /* pipelined: units read from storage, from memory */
+    size_t n_failed;            /* sessions whose restore failed */
+} mz_engine_restore_units;
+MZ_API MZ_NODISCARD mz_status mz_engine_restore(mz_engine_t *e, const mz_engine_restore_params *p,
+                                                mz_restore_report *report,
+                                                mz_engine_restore_units *units);
+/* What a memory budget limits: the pinned bytes, the weights (resident and
+ * compressed) once, and every session's KV (resident plus compressed, or its
+ * compressed stack's mapped bytes where larger). Waits for a session another
+ * thread computes on; the caller frees no session of e meanwhile. */
+MZ_API size_t mz_engine_footprint(mz_engine_t *e);
+typedef struct mz_budget_report {
+    size_t budget_bytes;       /* mz_engine_params.mem_budget_bytes (0: none, nothing done) */
+    size_t before_bytes, after_bytes; /* mz_engine_footprint before and after */
+    size_t freed_bytes;        /* what the evictions reported freed */
+    bool evicted;              /* it was over the budget: evictions ran */
+    bool over;                 /* still over after evicting all it could */
+    double time_ms;
+} mz_budget_report;
+/* Evicts (mz_engine_evict, a few rounds: units are whole and a compressed
+ * stack may keep a segment mapped) until mz_engine_footprint is within the
+ * engine's budget or nothing more moves. A failed eviction ends the rounds
+ * with its status; report (may be NULL) says where it got to either way.
+ * The caller frees no session of e meanwhile. */
+MZ_API MZ_NODISCARD mz_status mz_engine_keep_budget(mz_engine_t *e, mz_budget_report *report);
 /* The engine's memory: weights counted once, KV summed over the sessions
  * (policy fields: those of the session used last). */
 MZ_API void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out);

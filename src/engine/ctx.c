@@ -404,11 +404,16 @@ static mz_status truncate_locked(mz_ctx_t *c, size_t n_keep)
     return MZ_OK;
 }
 
-size_t mz_ctx_common_prefix(const mz_ctx_t *c, const mz_token *tokens, size_t n)
+size_t mz_tokens_common_prefix(const mz_token *a, size_t na, const mz_token *b, size_t nb)
 {
     size_t k = 0;
-    while (k < c->n_tokens && k < n && c->tokens[k] == tokens[k]) k++;
+    while (k < na && k < nb && a[k] == b[k]) k++;
     return k;
+}
+
+size_t mz_ctx_common_prefix(const mz_ctx_t *c, const mz_token *tokens, size_t n)
+{
+    return mz_tokens_common_prefix(c->tokens, c->n_tokens, tokens, n);
 }
 
 mz_status mz_ctx_keep_prefix(mz_ctx_t *c, const mz_token *tokens, size_t n, size_t *n_kept)

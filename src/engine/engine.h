@@ -140,6 +140,7 @@ struct mz_engine {
     char *swap_dir;            /* default for sessions (NULL: swapfile's default) */
     char *profile_path;
     struct mz_device_profile *prof; /* read once at create */
+    size_t mem_budget;         /* mz_engine_params.mem_budget_bytes (0: none) */
     bool implicit;             /* made by mz_ctx_init: freed with its last session */
     mz_mem_shared shared;      /* the swap file and model-file reader of its sessions */
     struct mz_ospage_model *modes; /* which modes its sessions run (src/baseline) */

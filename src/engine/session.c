@@ -23,7 +23,7 @@ static _Atomic uint64_t g_next_id = 1;
 
 mz_engine_params mz_engine_params_default(void)
 {
-    return (mz_engine_params){.n_threads = 0, .swap_dir = NULL, .profile_path = NULL};
+    return (mz_engine_params){.n_threads = 0, .swap_dir = NULL, .profile_path = NULL, .mem_budget_bytes = 0};
 }
 
 static char *dup_or_null(const char *s, bool *oom)
@@ -70,6 +70,7 @@ static mz_status engine_new(mz_model_t *m, const mz_engine_params *p, bool impli
     bool oom = false;
     e->swap_dir = dup_or_null(prm.swap_dir, &oom);
     e->profile_path = dup_or_null(prm.profile_path, &oom);
+    e->mem_budget = prm.mem_budget_bytes;
     mz_status s = MZ_OK;
     if (oom) {
         s = mz_fail(MZ_E_NOMEM, "out of memory creating the engine");
@@ -225,6 +226,7 @@ mz_model_t *mz_engine_model(const mz_engine_t *e) { return e->model; }
 void mz_engine_compute_lock(mz_engine_t *e) { pthread_mutex_lock(&e->compute_lock); }
 void mz_engine_compute_unlock(mz_engine_t *e) { pthread_mutex_unlock(&e->compute_lock); }
 uint64_t mz_ctx_id(const mz_ctx_t *c) { return c ? c->id : 0; }
+uint64_t mz_ctx_last_use_ns(const mz_ctx_t *c) { return c ? atomic_load(&c->last_use_ns) : 0; }
 
 void mz_session_touch(mz_ctx_t *c) { atomic_store(&c->last_use_ns, mz_time_ns()); }
 

@@ -28,6 +28,7 @@
  * away (the response's free callback).
  */
 #include "server/server_impl.h"
+#include "server/completion.h"
 #include "server/request.h"
 
 #include "core/core.h"
@@ -36,55 +37,6 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
-
-
-typedef struct gen_state {
-    mz_server_t *srv;
-    struct MHD_Connection *conn;
-    bool chat, stream;
-    char id[48];
-    long created;
-    mz_sampler_t *smp;
-    mz_generator_t *gen;           /* the library's generation loop, one step per gen_step */
-    mz_detok_t *dt;
-    int n_vocab;
-    int max_tokens;
-    char *stops[SRV_MAX_STOPS];
-    int n_stops;
-    size_t max_stop;
-    /* generated text; [0, emitted) already sent */
-    char *text;
-    size_t len, cap, emitted;
-    bool done, failed;
-    bool client_gone;              /* the generation stopped: its client closed the connection */
-    const char *finish;
-    /* SSE output waiting to be copied into MHD's buffer */
-    char *out;
-    size_t out_len, out_off, out_cap;
-    bool role_sent, final_sent, done_sent;
-    bool holds_gate;
-    srv_timings tm;
-    double t0, t_gen0;
-    /* OpenAI extras (set up by gen_setup_openai) */
-    bool want_lp;                  /* logprobs of each token added to the text */
-    int n_top;                     /* alternatives per token */
-    struct lp_entry *lp;           /* [0, lp_sent) already sent */
-    size_t n_lp, cap_lp, lp_sent;
-    bool include_usage;            /* a usage-only chunk before [DONE] */
-    mz_jschema *schema;            /* structured output: grammar over the vocabulary */
-    mz_jvocab *vocab;
-    mz_jfilter jf;
-} gen_state;
-
-/* One generated token's log-probabilities (the model's log-softmax of the raw
- * logits: before penalties, bias, temperature and the grammar). */
-struct lp_entry {
-    mz_token t;
-    float lp;
-    size_t offset;                 /* where its text starts in gen_state.text */
-    int n_top;
-    mz_token_logprob top[SRV_MAX_TOP_LOGPROBS];
-};
 
 /* ---- prompt → tokens ------------------------------------------------------------------- */
 
@@ -120,18 +72,7 @@ static mz_status build_tokens(mz_server_t *s, const srv_comp_req *r, bool chat, 
 
 static bool text_append(gen_state *g, const char *p, size_t n)
 {
-    if (g->len + n + 1 > g->cap) {
-        size_t cap = g->cap ? g->cap : 256;
-        while (cap < g->len + n + 1) cap *= 2;
-        char *b = realloc(g->text, cap);
-        if (!b) return false;
-        g->text = b;
-        g->cap = cap;
-    }
-    memcpy(g->text + g->len, p, n);
-    g->len += n;
-    g->text[g->len] = '\0';
-    return true;
+    return srv_bytes_append(&g->text, &g->len, &g->cap, 256, p, n);
 }
 
 /* Cuts the text at the first stop string that appears; true if one did. */
@@ -169,25 +110,6 @@ static size_t emittable_end(const gen_state *g)
     return end > g->emitted ? end : g->emitted;
 }
 
-/* Logprobs of token t (just sampled from logits), its text starting at offset. */
-static bool lp_record(gen_state *g, const float *logits, mz_token t, size_t offset)
-{
-    if (g->n_lp == g->cap_lp) {
-        size_t cap = g->cap_lp ? g->cap_lp * 2 : 64;
-        struct lp_entry *b = realloc(g->lp, cap * sizeof *b);
-        if (!b) return false;
-        g->lp = b;
-        g->cap_lp = cap;
-    }
-    struct lp_entry *e = &g->lp[g->n_lp];
-    e->t = t;
-    e->offset = offset;
-    e->n_top = g->n_top;
-    if (mz_logprobs(logits, g->n_vocab, t, &e->lp, e->top, g->n_top)) return false;
-    g->n_lp++;
-    return true;
-}
-
 static void gen_finish_text(gen_state *g)
 {
     char buf[16];
@@ -220,7 +142,7 @@ static mz_gen_action gen_on_token(void *user, mz_token t, const float *logits, i
     char buf[256];
     size_t nb = mz_detok_push(g->dt, t, false, buf, sizeof buf);
     size_t before = g->len;
-    if (!text_append(g, buf, nb) || (g->want_lp && !lp_record(g, logits, t, before))) {
+    if (!text_append(g, buf, nb) || (g->want_lp && !srv_lp_record(g, logits, t, before))) {
         mz_fail(MZ_E_NOMEM, "out of memory recording the answer");
         return MZ_GEN_FAIL;
     }
@@ -350,107 +272,6 @@ static void add_usage(cJSON *o, const gen_state *g)
     cJSON_AddNumberToObject(t, "evicted_bytes_before", (double)g->tm.evicted_bytes_before);
 }
 
-/* ---- logprobs in responses --------------------------------------------------------------- */
-
-/* The token's bytes as valid UTF-8 (ill-formed bytes become U+FFFD; the
- * exact bytes go in "bytes"). */
-static char *utf8_lossy(const char *p, size_t n)
-{
-    char *o = malloc(3 * n + 1), *w = o;
-    if (!o) return NULL;
-    const unsigned char *u = (const unsigned char *)p;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = u[i];
-        size_t need = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-        bool ok = need > 0 && i + need <= n;
-        for (size_t k = 1; ok && k < need; k++) {
-            unsigned lo = 0x80, hi = 0xBF;
-            if (k == 1 && c == 0xE0) lo = 0xA0;
-            if (k == 1 && c == 0xED) hi = 0x9F;
-            if (k == 1 && c == 0xF0) lo = 0x90;
-            if (k == 1 && c == 0xF4) hi = 0x8F;
-            ok = u[i + k] >= lo && u[i + k] <= hi;
-        }
-        if (ok && c != 0) {
-            memcpy(w, u + i, need);
-            w += need;
-            i += need;
-        } else {
-            memcpy(w, "\xEF\xBF\xBD", 3);
-            w += 3;
-            i++;
-        }
-    }
-    *w = '\0';
-    return o;
-}
-
-static double lp_value(float lp) { return isfinite(lp) ? (double)lp : -9999.0; }
-
-/* {"token", "logprob", "bytes"} of token t (chat format). */
-static cJSON *lp_token_json(const gen_state *g, mz_token t, float lp)
-{
-    size_t n = 0;
-    const char *piece = mz_token_piece(g->srv->model, t, &n);
-    if (!piece) n = 0;
-    cJSON *o = cJSON_CreateObject();
-    char *txt = utf8_lossy(piece ? piece : "", n);
-    cJSON_AddStringToObject(o, "token", txt ? txt : "");
-    free(txt);
-    cJSON_AddNumberToObject(o, "logprob", lp_value(lp));
-    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)piece[i]));
-    return o;
-}
-
-/* Adds "logprobs" to a choice: the entries not sent yet whose text starts
- * before limit (tokens after a stop string are left out), or null when the
- * request did not ask. Chat: {"content": [...]}; completions: OpenAI's legacy
- * {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. */
-static void add_logprobs(cJSON *choice, gen_state *g, size_t limit)
-{
-    if (!g->want_lp) {
-        cJSON_AddNullToObject(choice, "logprobs");
-        return;
-    }
-    cJSON *o = cJSON_AddObjectToObject(choice, "logprobs");
-    cJSON *content = NULL, *tokens = NULL, *lps = NULL, *tops = NULL, *offs = NULL;
-    if (g->chat) {
-        content = cJSON_AddArrayToObject(o, "content");
-        cJSON_AddNullToObject(o, "refusal");
-    } else {
-        tokens = cJSON_AddArrayToObject(o, "tokens");
-        lps = cJSON_AddArrayToObject(o, "token_logprobs");
-        tops = cJSON_AddArrayToObject(o, "top_logprobs");
-        offs = cJSON_AddArrayToObject(o, "text_offset");
-    }
-    for (; g->lp_sent < g->n_lp && g->lp[g->lp_sent].offset < limit; g->lp_sent++) {
-        const struct lp_entry *e = &g->lp[g->lp_sent];
-        if (g->chat) {
-            cJSON *item = lp_token_json(g, e->t, e->lp);
-            cJSON *alts = cJSON_AddArrayToObject(item, "top_logprobs");
-            for (int k = 0; k < e->n_top; k++)
-                if (e->top[k].token >= 0) cJSON_AddItemToArray(alts, lp_token_json(g, e->top[k].token, e->top[k].logprob));
-            cJSON_AddItemToArray(content, item);
-            continue;
-        }
-        cJSON *tj = lp_token_json(g, e->t, e->lp);
-        cJSON_AddItemToArray(tokens, cJSON_CreateString(cJSON_GetObjectItem(tj, "token")->valuestring));
-        cJSON_Delete(tj);
-        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp_value(e->lp)));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)e->offset));
-        cJSON *alts = cJSON_CreateObject();
-        for (int k = 0; k < e->n_top; k++) {
-            if (e->top[k].token < 0) continue;
-            cJSON *aj = lp_token_json(g, e->top[k].token, e->top[k].logprob);
-            const char *key = cJSON_GetObjectItem(aj, "token")->valuestring;
-            if (!cJSON_GetObjectItemCaseSensitive(alts, key)) cJSON_AddNumberToObject(alts, key, lp_value(e->top[k].logprob));
-            cJSON_Delete(aj);
-        }
-        cJSON_AddItemToArray(tops, alts);
-    }
-}
-
 static cJSON *response_head(const gen_state *g, const char *object)
 {
     cJSON *o = cJSON_CreateObject();
@@ -463,17 +284,7 @@ static cJSON *response_head(const gen_state *g, const char *object)
 
 static bool out_append(gen_state *g, const char *p, size_t n)
 {
-    if (g->out_len + n > g->out_cap) {
-        size_t cap = g->out_cap ? g->out_cap : 1024;
-        while (cap < g->out_len + n) cap *= 2;
-        char *b = realloc(g->out, cap);
-        if (!b) return false;
-        g->out = b;
-        g->out_cap = cap;
-    }
-    memcpy(g->out + g->out_len, p, n);
-    g->out_len += n;
-    return true;
+    return srv_bytes_append(&g->out, &g->out_len, &g->out_cap, 1024, p, n);
 }
 
 /* "data: {json}\n\n"; frees obj. */
@@ -510,7 +321,7 @@ static bool sse_chunk(gen_state *g, const char *text, size_t n, bool role, const
         cJSON_AddStringToObject(c, "text", copy);
     }
     free(copy);
-    if (g->want_lp && !role) add_logprobs(c, g, text ? (size_t)(text - g->text) + n : g->len);
+    if (g->want_lp && !role) srv_add_logprobs(c, g, text ? (size_t)(text - g->text) + n : g->len);
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     cJSON_AddItemToArray(choices, c);
@@ -711,7 +522,7 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         goto out_gen;
     }
     g->tm.n_prompt = n;
-    size_t n_ctx = mz_ctx_n_ctx(s->ctx);
+    size_t n_ctx = s->n_ctx; /* every session's, fixed at start */
     if (n == 0) {
         ret = srv_error(s, c, 400, "invalid_request_error", "the prompt has no tokens");
         goto out_gen;
@@ -815,10 +626,10 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
             cJSON_AddStringToObject(m, "content", g->text ? g->text : "");
-            add_logprobs(ch, g, g->len);
+            srv_add_logprobs(ch, g, g->len);
         } else {
             cJSON_AddStringToObject(ch, "text", g->text ? g->text : "");
-            add_logprobs(ch, g, g->len);
+            srv_add_logprobs(ch, g, g->len);
         }
         cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g));
         cJSON_AddItemToArray(choices, ch);

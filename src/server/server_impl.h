@@ -1,8 +1,10 @@
 /*
- * server_impl.h — internals shared by the server's files (server.c: daemon,
- * routing, control endpoints, pressure; sessions.c: the conversations, their
- * routing and the memory budget; completion.c: the completion endpoints and
- * generation). Not for use outside src/server/.
+ * server_impl.h — internals shared by the server's files (server.c: start,
+ * stop, the access handler and dispatch; respond.c: clocks, log, responses;
+ * gate.c: the engine gate and its queue; control.c: the control endpoints;
+ * relief.c: pressure → eviction and relief; sessions.c: the conversations,
+ * their routing and the memory budget; completion.c: the completion
+ * endpoints and generation). Not for use outside src/server/.
  *
  * Lock order (outer first):
  *   gate (mu/cv: who owns the engine; never held while computing)
@@ -61,7 +63,6 @@ typedef struct srv_session {
     bool named;                  /* the id came from the client (X-Session-Id or "user") */
     bool stored;                 /* attached to s->store (write-behind, manifest) */
     mz_ctx_t *ctx;
-    uint64_t last_seq;           /* LRU clock at the last use: larger = more recent */
     double created_unix, last_use_unix;
     size_t n_prompt_last;        /* prompt tokens of its last request (prefix routing) */
     double last_ttft_ms;         /* < 0: no request finished yet */
@@ -103,6 +104,9 @@ struct mz_server {
     char *api_key;
     size_t api_key_len;
     mz_model_t *model;
+    /* The model's engine (mz_engine_create at start): the weights, the device
+     * profile, the swap file and every session; it outlives the sessions. */
+    mz_engine_t *engine;
     /* The context of the session in use: set by srv_session_route (or by an
      * eviction walking the sessions) while the gate is held; between gate
      * holders it is the most recently used session's, never a freed one. */
@@ -113,7 +117,6 @@ struct mz_server {
     mz_store_t *store;           /* NULL: --no-store (nothing outlives the process) */
     srv_session *sess;           /* [p.max_sessions]; [0, n_sess) live (gate) */
     int n_sess;
-    uint64_t lru_clock;
     unsigned long next_anon;
     srv_stored_anon *anon_index; /* [SRV_MAX_STORED]; [0, n_anon_index) (gate) */
     int n_anon_index;
@@ -200,6 +203,9 @@ bool srv_client_gone(struct MHD_Connection *c);
 /* Refreshes the snapshot from the context (the caller still owns it), then
  * releases the engine. */
 void srv_gate_leave(mz_server_t *s);
+/* The gate if nobody holds it or waits for it: 0, else 1 (the monitor
+ * thread must not queue behind requests: signals would wait with it). */
+int srv_gate_try_enter(mz_server_t *s);
 
 /* Responses. All return what MHD_queue_response returned. */
 enum MHD_Result srv_respond(mz_server_t *s, struct MHD_Connection *c, int status, const char *ctype,
@@ -210,6 +216,33 @@ enum MHD_Result srv_respond_json(mz_server_t *s, struct MHD_Connection *c, int s
 enum MHD_Result srv_error(mz_server_t *s, struct MHD_Connection *c, int status, const char *type,
                           const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void srv_count_response(mz_server_t *s, int status);
+/* Appends p[0, n) to the growing buffer *buf (length *len, capacity *cap;
+ * first_cap when it is first made), kept NUL-terminated after its bytes;
+ * false when out of memory (the buffer as it was). */
+bool srv_bytes_append(char **buf, size_t *len, size_t *cap, size_t first_cap, const void *p, size_t n);
+
+/* ---- relief.c ---- */
+
+/* Appends to the event ring /mz/status shows (takes snap_mu). */
+void srv_record_event(mz_server_t *s, const srv_event *ev);
+/* Weights and KV, all of it: what a percentage of an eviction is of. */
+size_t srv_evictable_total(const mz_mem_stats *st);
+/* Caller owns the engine. Evicts nbytes (SIZE_MAX: all) over the sessions,
+ * least recently used first, gives freed heap pages back; fills ev
+ * (requested, freed, remaining, ms) and rep. */
+mz_status srv_evict_event(mz_server_t *s, size_t nbytes, srv_event *ev, mz_evict_report *rep);
+/* The pressure monitor's callback (mz_pressure_cb): sizes and runs an
+ * eviction, or with pe->relief a restore ahead. */
+void srv_on_pressure(void *user, const mz_pressure_event *pe);
+
+/* ---- control.c: the control endpoints ---- */
+enum MHD_Result srv_handle_models(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq);
+enum MHD_Result srv_handle_evict(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq);
+enum MHD_Result srv_handle_restore(mz_server_t *s, struct MHD_Connection *c);
+enum MHD_Result srv_handle_status(mz_server_t *s, struct MHD_Connection *c);
+enum MHD_Result srv_handle_metrics(mz_server_t *s, struct MHD_Connection *c);
+enum MHD_Result srv_handle_sessions(mz_server_t *s, struct MHD_Connection *c);
+enum MHD_Result srv_handle_session_delete(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq);
 
 /* completion.c */
 enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, srv_request *rq,
@@ -222,7 +255,8 @@ void srv_iso8601(double t_unix, char *out, size_t cap);
 
 /* ---- sessions.c (every function: the caller owns the engine, unless noted) ---- */
 
-/* Creates the first (empty, anonymous) session. Called once by start. */
+/* Creates the first (empty, anonymous) session of s->engine. Called once by
+ * start. */
 mz_status srv_sessions_init(mz_server_t *s);
 /* Opens the session store (p.store), enforces its limit, logs what it holds. */
 mz_status srv_store_open(mz_server_t *s);
@@ -242,13 +276,13 @@ void srv_session_done(mz_server_t *s, const srv_timings *tm);
 mz_status srv_session_delete(mz_server_t *s, const char *id);
 /* Memory over every session, shared weights counted once. */
 void srv_mem_stats(mz_server_t *s, mz_mem_stats *out);
-/* What --mem-budget limits: pinned + weights (resident + compressed) + every
- * session's KV (resident + compressed, or its stack's mapped bytes if more). */
+/* What --mem-budget limits: mz_engine_footprint (pinned + weights once +
+ * every session's KV and compressed stack). */
 size_t srv_footprint(mz_server_t *s);
-/* Evicts nbytes (SIZE_MAX: all) over the sessions, least recently used
- * first, the most recent last. rep sums the sessions' reports. */
+/* Evicts nbytes (SIZE_MAX: all) over the sessions and the weights: the
+ * engine's one plan (mz_engine_evict; least recently used first). */
 mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep);
-/* Restores every session (least recent first). */
+/* Restores every session (mz_engine_restore: least recent first). */
 mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep);
 /* The same with the pipelined restore of a request (mz_prefill_restore of no
  * tokens: storage, memory and allocation paths in parallel workers), for
@@ -256,7 +290,8 @@ mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep);
  * units: storage-path and memory-path units. */
 mz_status srv_restore_sessions_pipelined(mz_server_t *s, mz_restore_report *rep, size_t *n_storage,
                                          size_t *n_memory);
-/* Evicts until srv_footprint <= the budget (no-op without one). */
+/* The engine keeps the budget (mz_engine_keep_budget); this counts, logs
+ * and records what it did (no-op without one). */
 void srv_enforce_budget(mz_server_t *s);
 /* Copies the sessions' state into the snapshot; takes snap_mu itself. */
 void srv_sessions_snapshot(mz_server_t *s);

@@ -7,17 +7,16 @@
  * Invariants (all under the engine gate):
  *   - sess[0, n_sess) are live; n_sess <= max_sessions between gate holders
  *     (a new session is created before the one it replaces is freed, so the
- *     array has room for one more). At least one session always exists: the
- *     model's weight blocks belong to its contexts' shared table, and freeing
- *     the last context would reload every dropped block.
+ *     array has room for one more). The table may be empty: the weights are
+ *     the engine's (s->engine), which outlives every session.
  *   - s->ctx is the current session's context while the gate is held by a
  *     completion, and the most recently used session's otherwise.
  *   - A session's token history is its context's (mz_ctx_tokens); routing
  *     reads it, never a copy, so cached_tokens is always the prefix actually
  *     kept.
  *
- * The sessions are contexts of the model's engine (mz_ctx_init makes them
- * sessions of its implicit engine): eviction for the pressure monitor, the
+ * The sessions are sessions of the daemon's engine (mz_session_create on
+ * s->engine, made at start): eviction for the pressure monitor, the
  * API and the budget is one mz_engine_evict plan over every session's KV and
  * the shared weights (least recently used sessions first, the one just used
  * last, weights where dropping them is cheaper than the KV that would go).
@@ -39,31 +38,20 @@
 
 bool srv_cut_short(mz_server_t *s) { return atomic_load(&s->cut); }
 
+/* The engine's last-use clock of a session (one LRU: the engine's). */
+static uint64_t last_use(const srv_session *ss) { return mz_ctx_last_use_ns(ss->ctx); }
+
 static int most_recent(const mz_server_t *s)
 {
     int best = -1;
     for (int i = 0; i < s->n_sess; i++)
-        if (best < 0 || s->sess[i].last_seq > s->sess[best].last_seq) best = i;
+        if (best < 0 || last_use(&s->sess[i]) > last_use(&s->sess[best])) best = i;
     return best;
 }
 
-static void touch(mz_server_t *s, srv_session *ss)
-{
-    ss->last_seq = ++s->lru_clock;
-    ss->last_use_unix = srv_unix_now();
-}
-
-/* Session indices, least recently used first. order has n_sess entries. */
-static void lru_order(const mz_server_t *s, int *order)
-{
-    for (int i = 0; i < s->n_sess; i++) order[i] = i;
-    for (int i = 1; i < s->n_sess; i++) /* insertion sort: a handful of sessions */
-        for (int j = i; j > 0 && s->sess[order[j - 1]].last_seq > s->sess[order[j]].last_seq; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-}
+/* The daemon's wall-clock last use, for /mz/sessions; which session is
+ * least recently used is the engine's clock (last_use). */
+static void touch(srv_session *ss) { ss->last_use_unix = srv_unix_now(); }
 
 /* ---- the index of stored anonymous sessions ---------------------------------------------- */
 
@@ -141,7 +129,7 @@ static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int 
     srv_session *ss = &s->sess[s->n_sess];
     memset(ss, 0, sizeof *ss);
     ss->ctx = ctx;
-    mz_status st = ctx ? MZ_OK : mz_ctx_init(s->model, &s->ctx_params, &ss->ctx);
+    mz_status st = ctx ? MZ_OK : mz_session_create(s->engine, &s->ctx_params, &ss->ctx);
     if (st) {
         srv_log(s, "cannot create a session: %s", mz_last_error());
         return st;
@@ -155,7 +143,7 @@ static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int 
     }
     ss->created_unix = srv_unix_now();
     ss->last_ttft_ms = -1;
-    touch(s, ss);
+    touch(ss);
     *idx = s->n_sess++;
     pthread_mutex_lock(&s->snap_mu);
     s->n_sessions_created++;
@@ -195,7 +183,6 @@ mz_status srv_sessions_init(mz_server_t *s)
 
 void srv_sessions_free(mz_server_t *s)
 {
-    /* Last to first: the first context keeps the weight table until the end. */
     for (int i = s->n_sess - 1; i >= 0; i--) mz_ctx_free(s->sess[i].ctx);
     s->n_sess = 0;
     s->ctx = NULL;
@@ -204,8 +191,6 @@ void srv_sessions_free(mz_server_t *s)
     s->sess = NULL;
     s->snap_sess = NULL;
 }
-
-static mz_engine_t *engine_of(const mz_server_t *s);
 
 /* ---- the session store ------------------------------------------------------------------ */
 
@@ -218,7 +203,7 @@ mz_status srv_store_open(mz_server_t *s)
     sp.limit_bytes = s->p.store_limit_bytes;
     s->snap_stored = calloc(SRV_MAX_STORED, sizeof *s->snap_stored);
     if (!s->snap_stored) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
-    mz_status st = mz_store_open(engine_of(s), &sp, &s->store);
+    mz_status st = mz_store_open(s->engine, &sp, &s->store);
     if (st) return st;
     size_t n_del = 0;
     if (mz_store_enforce_limit(s->store, &n_del)) srv_log(s, "store: --store-limit: %s", mz_last_error());
@@ -268,13 +253,6 @@ static int stored_exists(const mz_server_t *s, const char *id)
     return access(path, F_OK) == 0;
 }
 
-static size_t common_prefix(const mz_token *a, size_t na, const mz_token *b, size_t nb)
-{
-    size_t n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i]) i++;
-    return i;
-}
-
 /* The request's tokens past the stored ones, when the stored tokens are a
  * prefix of the request's toks[0, n) (NULL otherwise): they go into the
  * resume's pipelined pass, so a restart's first request computes while the
@@ -289,7 +267,7 @@ static const mz_token *request_past_stored(mz_server_t *s, const char *id, const
         return NULL;
     }
     size_t k = m.n_tokens;
-    bool prefix = k < n && common_prefix(m.tokens, k, toks, n) == k;
+    bool prefix = k < n && mz_tokens_common_prefix((const mz_token *)m.tokens, k, toks, n) == k;
     mz_manifest_clear(&m);
     if (!prefix) return NULL;
     *n_past = n - k;
@@ -387,10 +365,10 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
             srv_session *ss = &s->sess[i];
             if (ss->named) continue;
             size_t nh = mz_ctx_n_tokens(ss->ctx);
-            size_t common = common_prefix(mz_ctx_tokens(ss->ctx), nh, toks, n);
+            size_t common = mz_ctx_common_prefix(ss->ctx, toks, n);
             bool continues = common == nh || (ss->n_prompt_last > 0 && common >= ss->n_prompt_last);
             if (!continues) continue;
-            if (pick < 0 || common > best || (common == best && ss->last_seq > s->sess[pick].last_seq)) {
+            if (pick < 0 || common > best || (common == best && last_use(ss) > last_use(&s->sess[pick]))) {
                 pick = i;
                 best = common;
             }
@@ -403,7 +381,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
         for (int i = 0; s->store && i < s->n_anon_index; i++) {
             const srv_stored_anon *e = &s->anon_index[i];
             if (e->n < n && e->n > best && (hit < 0 || e->n > s->anon_index[hit].n) &&
-                common_prefix(e->toks, e->n, toks, n) == e->n)
+                mz_tokens_common_prefix(e->toks, e->n, toks, n) == e->n)
                 hit = i;
         }
         if (hit >= 0) {
@@ -426,7 +404,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
          * another's conversation. */
         int lru = 0;
         for (int i = 1; i < s->n_sess; i++)
-            if (s->sess[i].last_seq < s->sess[lru].last_seq) lru = i;
+            if (last_use(&s->sess[i]) < last_use(&s->sess[lru])) lru = i;
         if (!s->sess[lru].named) {
             srv_session *ss = &s->sess[lru];
             char old[sizeof ss->id];
@@ -452,7 +430,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
         if (s->n_sess > s->p.max_sessions) {
             int lru = -1;
             for (int i = 0; i < s->n_sess; i++)
-                if (i != pick && (lru < 0 || s->sess[i].last_seq < s->sess[lru].last_seq)) lru = i;
+                if (i != pick && (lru < 0 || last_use(&s->sess[i]) < last_use(&s->sess[lru]))) lru = i;
             srv_log(s, "session %s forgotten (least recently used; %d sessions at most) for %s", s->sess[lru].id,
                     s->p.max_sessions, s->sess[pick].id);
             session_remove(s, lru);
@@ -471,7 +449,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
     s->sess[pick].n_fresh = resumed ? n_fresh : 0;
     s->sess[pick].resumed_now = resumed != NULL;
     s->sess[pick].n_restored = resumed ? n_restored : 0;
-    touch(s, &s->sess[pick]);
+    touch(&s->sess[pick]);
     s->cur = pick;
     s->ctx = s->sess[pick].ctx;
     pthread_mutex_lock(&s->snap_mu);
@@ -487,7 +465,7 @@ void srv_session_done(mz_server_t *s, const srv_timings *tm)
     ss->n_prompt_last = tm->n_prompt;
     if (tm->ttft_ms > 0) ss->last_ttft_ms = tm->ttft_ms;
     ss->n_requests++;
-    touch(s, ss);
+    touch(ss);
     /* A stored session's manifest (every token) and tail (the partly filled
      * chunk) now, under the gate (no request computes on it); its full
      * chunks are the write-behind's, written while the engine is quiet, so
@@ -509,13 +487,6 @@ mz_status srv_session_delete(mz_server_t *s, const char *id)
     bool loaded = i < s->n_sess;
     bool files = s->store && mz_session_id_valid(id) && stored_exists(s, id);
     if (!loaded && !files) return MZ_E_INVAL;
-    if (loaded && s->n_sess == 1) {
-        /* Keep one context: a fresh, empty one replaces it first. */
-        int idx;
-        mz_status st = session_new(s, NULL, NULL, &idx);
-        if (st) return st;
-        s->sess[idx].last_seq = 0; /* nothing happened in it yet */
-    }
     /* The context goes first: it holds the data file's lock (in use). */
     if (loaded) session_remove(s, i);
     for (int k = 0; k < s->n_anon_index; k++)
@@ -535,233 +506,69 @@ mz_status srv_session_delete(mz_server_t *s, const char *id)
 
 /* ---- memory ----------------------------------------------------------------------------- */
 
-static void add_category(mz_mem_category *a, const mz_mem_category *b)
-{
-    a->total_bytes += b->total_bytes;
-    a->resident_bytes += b->resident_bytes;
-    a->compressed_bytes += b->compressed_bytes;
-    a->stored_bytes += b->stored_bytes;
-    a->dropped_bytes += b->dropped_bytes;
-    a->n_units += b->n_units;
-    a->n_resident += b->n_resident;
-}
-
-static mz_engine_t *engine_of(const mz_server_t *s)
-{
-    return s->n_sess ? mz_ctx_engine(s->sess[0].ctx) : NULL;
-}
-
 void srv_mem_stats(mz_server_t *s, mz_mem_stats *out)
 {
-    memset(out, 0, sizeof *out);
-    int m = s->cur >= 0 ? s->cur : most_recent(s);
-    if (m < 0) return;
-    mz_engine_t *e = engine_of(s);
-    if (e) {
-        mz_engine_get_mem_stats(e, out); /* weights once, KV and swap files summed */
-        return;
-    }
-    /* Weights, pinned bytes and the policy's view: the shared table, as any
-     * session reports it (the most recent one's stage). */
-    mz_get_mem_stats(s->sess[m].ctx, out);
-    memset(&out->kv, 0, sizeof out->kv);
-    out->compstack_mapped_bytes = 0;
-    out->swap_file_bytes = 0;
-    for (int i = 0; i < s->n_sess; i++) {
-        mz_mem_stats st;
-        mz_get_mem_stats(s->sess[i].ctx, &st);
-        add_category(&out->kv, &st.kv);
-        out->compstack_mapped_bytes += st.compstack_mapped_bytes;
-        out->swap_file_bytes += st.swap_file_bytes;
-    }
-    size_t total = out->weights.total_bytes + out->kv.total_bytes;
-    size_t kept = out->weights.resident_bytes + out->weights.compressed_bytes + out->kv.resident_bytes +
-                  out->kv.compressed_bytes;
-    out->remaining_pct = total ? 100.0 * (double)kept / (double)total : 100.0;
+    mz_engine_get_mem_stats(s->engine, out); /* weights once, KV and swap files summed */
 }
 
-static size_t session_kv_footprint(const mz_mem_stats *st)
-{
-    size_t comp = st->kv.compressed_bytes > st->compstack_mapped_bytes ? st->kv.compressed_bytes
-                                                                       : st->compstack_mapped_bytes;
-    return st->kv.resident_bytes + comp;
-}
-
-size_t srv_footprint(mz_server_t *s)
-{
-    size_t fp = 0;
-    for (int i = 0; i < s->n_sess; i++) {
-        mz_mem_stats st;
-        mz_get_mem_stats(s->sess[i].ctx, &st);
-        if (i == 0) fp += st.pinned_bytes + st.weights.resident_bytes + st.weights.compressed_bytes;
-        fp += session_kv_footprint(&st);
-    }
-    return fp;
-}
-
-static void add_report(mz_evict_report *a, const mz_evict_report *b)
-{
-    a->bytes_freed += b->bytes_freed;
-    a->n_kv_compressed += b->n_kv_compressed;
-    a->n_kv_stored_raw += b->n_kv_stored_raw;
-    a->n_kv_stored_compressed += b->n_kv_stored_compressed;
-    a->n_kv_compkv += b->n_kv_compkv;
-    a->n_kv_raw_fallback += b->n_kv_raw_fallback;
-    a->n_weights_dropped += b->n_weights_dropped;
-    a->time_ms += b->time_ms;
-    if (b->stage != MZ_EVICT_STAGE_NONE) a->stage = b->stage;
-}
+size_t srv_footprint(mz_server_t *s) { return mz_engine_footprint(s->engine); }
 
 mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep)
 {
     memset(rep, 0, sizeof *rep);
     rep->bytes_requested = nbytes;
-    mz_engine_t *e = engine_of(s);
-    if (e) {
-        mz_status st = mz_engine_evict(e, nbytes, rep);
-        if (st) srv_log(s, "eviction failed: %s", mz_last_error());
-        return st;
-    }
-    int order[SRV_MAX_SESSIONS + 1];
-    lru_order(s, order);
-    mz_status rc = MZ_OK;
-    for (int k = 0; k < s->n_sess && rep->bytes_freed < nbytes; k++) {
-        srv_session *ss = &s->sess[order[k]];
-        size_t want = nbytes == SIZE_MAX ? SIZE_MAX : nbytes - rep->bytes_freed;
-        mz_evict_report r = {0};
-        mz_status st = mz_evict(ss->ctx, want, &r);
-        add_report(rep, &r);
-        if (st) {
-            srv_log(s, "eviction of session %s failed: %s", ss->id, mz_ctx_errmsg(ss->ctx));
-            rc = st;
-        }
-    }
-    rep->complete = rep->bytes_freed >= nbytes;
-    return rc;
+    mz_status st = mz_engine_evict(s->engine, nbytes, rep);
+    if (st) srv_log(s, "eviction failed: %s", mz_last_error());
+    return st;
 }
 
 mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep)
 {
-    memset(rep, 0, sizeof *rep);
-    int order[SRV_MAX_SESSIONS + 1];
-    lru_order(s, order);
-    mz_status rc = MZ_OK;
-    for (int k = 0; k < s->n_sess; k++) {
-        srv_session *ss = &s->sess[order[k]];
-        mz_restore_report r = {0};
-        mz_status st = mz_restore(ss->ctx, &r);
-        rep->bytes_restored += r.bytes_restored;
-        rep->n_kv_decoded += r.n_kv_decoded;
-        rep->n_kv_read_raw += r.n_kv_read_raw;
-        rep->n_kv_read_compressed += r.n_kv_read_compressed;
-        rep->n_weights_loaded += r.n_weights_loaded;
-        rep->time_ms += r.time_ms;
-        if (st) {
-            srv_log(s, "restore of session %s failed: %s", ss->id, mz_ctx_errmsg(ss->ctx));
-            rc = st;
-        }
-    }
-    return rc;
+    mz_status st = mz_engine_restore(s->engine, NULL, rep, NULL);
+    if (st) srv_log(s, "restore failed: %s", mz_last_error());
+    return st;
 }
 
 mz_status srv_restore_sessions_pipelined(mz_server_t *s, mz_restore_report *rep, size_t *n_storage,
                                          size_t *n_memory)
 {
-    memset(rep, 0, sizeof *rep);
-    *n_storage = *n_memory = 0;
-    mz_mem_stats before, after;
-    srv_mem_stats(s, &before);
-    double t0 = srv_now_ms();
-    int order[SRV_MAX_SESSIONS + 1];
-    lru_order(s, order);
-    mz_status rc = MZ_OK;
-    for (int k = 0; k < s->n_sess; k++) {
-        srv_session *ss = &s->sess[order[k]];
-        mz_restore_timings tm = {0};
-        mz_status st = mz_prefill_restore(ss->ctx, NULL, 0, NULL, &tm);
-        *n_storage += tm.n_storage_units;
-        *n_memory += tm.n_mem_units;
-        if (st) {
-            srv_log(s, "restore of session %s failed: %s", ss->id, mz_ctx_errmsg(ss->ctx));
-            rc = st;
-        }
-    }
-    srv_mem_stats(s, &after);
-    size_t res0 = before.weights.resident_bytes + before.kv.resident_bytes;
-    size_t res1 = after.weights.resident_bytes + after.kv.resident_bytes;
-    rep->bytes_restored = res1 > res0 ? res1 - res0 : 0;
-    rep->time_ms = srv_now_ms() - t0;
-    return rc;
+    mz_engine_restore_params rp = {.pipelined = true};
+    mz_engine_restore_units u;
+    mz_status st = mz_engine_restore(s->engine, &rp, rep, &u);
+    if (st) srv_log(s, "restore failed: %s", mz_last_error());
+    *n_storage = u.n_storage;
+    *n_memory = u.n_memory;
+    return st;
 }
 
 void srv_enforce_budget(mz_server_t *s)
 {
-    size_t budget = s->p.mem_budget_bytes;
-    if (!budget || !s->n_sess) return;
-    size_t fp = srv_footprint(s);
-    if (fp <= budget) {
+    mz_budget_report br;
+    if (mz_engine_keep_budget(s->engine, &br)) srv_log(s, "budget: eviction failed: %s", mz_last_error());
+    if (!br.evicted) {
         s->over_budget = false;
         return;
     }
-    double t0 = srv_now_ms();
-    size_t before = fp, freed = 0;
-    int order[SRV_MAX_SESSIONS + 1];
-    lru_order(s, order); /* the active (most recent) session comes last */
-    mz_engine_t *e = engine_of(s);
-    /* One plan over every session and the weights; a few rounds, as units
-     * are whole and a compressed stack may keep a segment mapped. */
-    for (int round = 0; e && round < 16 && fp > budget; round++) {
-        mz_evict_report r = {0};
-        mz_status st = mz_engine_evict(e, fp - budget, &r);
-        if (st) {
-            srv_log(s, "budget: eviction failed: %s", mz_last_error());
-            break;
-        }
-        freed += r.bytes_freed;
-        size_t fp2 = srv_footprint(s);
-        bool progress = r.bytes_freed > 0 || fp2 < fp;
-        fp = fp2;
-        if (!progress) break;
-    }
-    for (int k = 0; e == NULL && k < s->n_sess && fp > budget; k++) {
-        srv_session *ss = &s->sess[order[k]];
-        /* Whole units, and a compressed stack that may keep a segment mapped:
-         * a few rounds per session, until it has nothing more to give. */
-        for (int round = 0; round < 8 && fp > budget; round++) {
-            mz_evict_report r = {0};
-            mz_status st = mz_evict(ss->ctx, fp - budget, &r);
-            if (st) {
-                srv_log(s, "budget: eviction of session %s failed: %s", ss->id, mz_ctx_errmsg(ss->ctx));
-                break;
-            }
-            freed += r.bytes_freed;
-            size_t fp2 = srv_footprint(s);
-            bool progress = r.bytes_freed > 0 || fp2 < fp;
-            fp = fp2;
-            if (!progress) break;
-        }
-    }
-    bool over = fp > budget;
-    if (over && !s->over_budget)
-        srv_log(s, "budget %.1f MiB not reachable: %.1f MiB after evicting all it could", budget / 1048576.0,
-                fp / 1048576.0);
-    s->over_budget = over;
-    double ms = srv_now_ms() - t0;
-    srv_event ev = {.t_unix = srv_unix_now(), .requested = before - budget, .freed = before > fp ? before - fp : 0, .ms = ms};
+    const double mib = 1048576.0, budget = (double)br.budget_bytes, fp = (double)br.after_bytes;
+    if (br.over && !s->over_budget)
+        srv_log(s, "budget %.1f MiB not reachable: %.1f MiB after evicting all it could", budget / mib, fp / mib);
+    s->over_budget = br.over;
+    srv_event ev = {.t_unix = srv_unix_now(), .requested = br.before_bytes - br.budget_bytes,
+                    .freed = br.before_bytes > br.after_bytes ? br.before_bytes - br.after_bytes : 0,
+                    .ms = br.time_ms};
     snprintf(ev.trigger, sizeof ev.trigger, "budget");
-    snprintf(ev.what, sizeof ev.what, "%.1f of %.1f MiB", fp / 1048576.0, budget / 1048576.0);
+    snprintf(ev.what, sizeof ev.what, "%.1f of %.1f MiB", fp / mib, budget / mib);
     mz_mem_stats st;
     srv_mem_stats(s, &st);
     ev.remaining_pct = st.remaining_pct;
     pthread_mutex_lock(&s->snap_mu);
     s->n_budget_evictions++;
-    s->budget_evicted_bytes += freed;
-    s->events[s->n_events % SRV_N_EVENTS] = ev;
-    s->n_events++;
+    s->budget_evicted_bytes += br.freed_bytes;
     pthread_mutex_unlock(&s->snap_mu);
+    srv_record_event(s, &ev);
     if (s->p.verbose)
-        srv_log(s, "budget: footprint %.1f -> %.1f MiB (budget %.1f MiB) in %.1f ms", before / 1048576.0,
-                fp / 1048576.0, budget / 1048576.0, ms);
+        srv_log(s, "budget: footprint %.1f -> %.1f MiB (budget %.1f MiB) in %.1f ms", (double)br.before_bytes / mib,
+                fp / mib, budget / mib, br.time_ms);
 }
 
 void srv_sessions_snapshot(mz_server_t *s)

@@ -331,17 +331,20 @@ out_models:
 static mz_model_t *g_tiny, *g_tiny_ref;
 static int g_nv;
 
-/* An engine on the tiny model, 2 threads, its swap file in swap_dir (a
- * failed create is a failed check; NULL then). */
-static mz_engine_t *tiny_engine(const char *swap_dir)
+/* An engine on the tiny model, 2 threads, its swap file in swap_dir, its
+ * memory budget (0: none) (a failed create is a failed check; NULL then). */
+static mz_engine_t *tiny_engine_budget(const char *swap_dir, size_t budget)
 {
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
     ep.swap_dir = swap_dir;
+    ep.mem_budget_bytes = budget;
     mz_engine_t *e = NULL;
     CHECK(mz_engine_create(g_tiny, &ep, &e) == MZ_OK);
     return e;
 }
+
+static mz_engine_t *tiny_engine(const char *swap_dir) { return tiny_engine_budget(swap_dir, 0); }
 
 static mz_status prefill_logits_eq(mz_ctx_t *a, mz_ctx_t *b, bool *eq)
 {
@@ -350,24 +353,56 @@ static mz_status prefill_logits_eq(mz_ctx_t *a, mz_ctx_t *b, bool *eq)
     return MZ_OK;
 }
 
-static void test_faults(void)
+/* Two sessions a and b of an engine over the tiny model (its swap file in
+ * tmp/dir; their KV placed on storage; its memory budget), prefilled with n tokens each (seeds
+ * seed and seed + 1), and the same two conversations (ra, rb) on the
+ * reference model: what an answer after eviction and restore must match.
+ * False when a part could not be made (a CHECK said which). */
+typedef struct sess_pair {
+    mz_engine_t *e;
+    mz_ctx_t *a, *b, *ra, *rb;
+} sess_pair;
+
+static bool sess_pair_open(sess_pair *p, const char *dir, size_t n, unsigned long long seed, size_t budget)
 {
-    mz_engine_t *e = tiny_engine(t_tmp_path("sess-engine")); /* the sessions' (swap_dir NULL) */
-    if (!e) return;
-    mz_ctx_params cp = sess_params("sess-faults");
+    memset(p, 0, sizeof *p);
+    p->e = tiny_engine_budget(t_tmp_path(dir), budget); /* the sessions' (swap_dir NULL) */
+    if (!p->e) return false;
+    mz_ctx_params cp = sess_params(dir);
     cp.swap_dir = NULL;
     cp.kv_placement = MZ_KV_PLACE_STORAGE;
-    mz_ctx_params rp = sess_params("sess-faults-ref");
-    mz_ctx_t *a = NULL, *b = NULL, *ra = NULL, *rb = NULL;
-    CHECK(mz_session_create(e, &cp, &a) == MZ_OK && mz_session_create(e, &cp, &b) == MZ_OK);
-    CHECK(mz_ctx_init(g_tiny_ref, &rp, &ra) == MZ_OK && mz_ctx_init(g_tiny_ref, &rp, &rb) == MZ_OK);
-    if (!a || !b || !ra || !rb) goto out;
-    mz_token ta[300], tb[300], f[4];
-    ev_tokens(ta, 300, g_nv, 5);
-    ev_tokens(tb, 300, g_nv, 6);
+    mz_ctx_params rp = sess_params("sess-ref");
+    CHECK(mz_session_create(p->e, &cp, &p->a) == MZ_OK && mz_session_create(p->e, &cp, &p->b) == MZ_OK);
+    CHECK(mz_ctx_init(g_tiny_ref, &rp, &p->ra) == MZ_OK && mz_ctx_init(g_tiny_ref, &rp, &p->rb) == MZ_OK);
+    mz_token *tok = malloc(n * sizeof *tok);
+    if (!p->a || !p->b || !p->ra || !p->rb || !tok) {
+        free(tok);
+        return false;
+    }
+    ev_tokens(tok, n, g_nv, seed);
+    CHECK(mz_prefill(p->a, tok, n) == MZ_OK && mz_prefill(p->ra, tok, n) == MZ_OK);
+    ev_tokens(tok, n, g_nv, seed + 1);
+    CHECK(mz_prefill(p->b, tok, n) == MZ_OK && mz_prefill(p->rb, tok, n) == MZ_OK);
+    free(tok);
+    return true;
+}
+
+static void sess_pair_close(sess_pair *p)
+{
+    mz_ctx_free(p->ra);
+    mz_ctx_free(p->rb);
+    mz_engine_free(p->e); /* frees a and b */
+}
+
+static void test_faults(void)
+{
+    sess_pair sp;
+    bool ok = sess_pair_open(&sp, "sess-faults", 300, 5, 0);
+    mz_engine_t *e = sp.e;
+    mz_ctx_t *a = sp.a, *b = sp.b, *ra = sp.ra, *rb = sp.rb;
+    if (!ok) goto out;
+    mz_token f[4];
     ev_tokens(f, 4, g_nv, 7);
-    CHECK(mz_prefill(a, ta, 300) == MZ_OK && mz_prefill(ra, ta, 300) == MZ_OK);
-    CHECK(mz_prefill(b, tb, 300) == MZ_OK && mz_prefill(rb, tb, 300) == MZ_OK);
     CHECK(mz_prefill(ra, f, 4) == MZ_OK && mz_prefill(rb, f, 4) == MZ_OK);
     const struct { enum mz_io_fault_kind kind; int err; mz_status want; } cases[] = {
         {MZ_IO_FAULT_ERRNO, EIO, MZ_E_IO},
@@ -411,9 +446,7 @@ static void test_faults(void)
         CHECK(mz_ctx_truncate(a, 300) == MZ_OK && mz_ctx_truncate(b, 300) == MZ_OK);
     }
 out:
-    mz_ctx_free(ra);
-    mz_ctx_free(rb);
-    mz_engine_free(e);
+    sess_pair_close(&sp);
 }
 
 #define RS 4
@@ -699,6 +732,131 @@ out:
     mz_engine_free(e);
 }
 
+/* The way back of mz_engine_evict: mz_engine_restore brings every session's
+ * KV and the weights back (plain and pipelined), least recently used session
+ * first, and the sessions compute on as if nothing had been evicted. */
+static void test_engine_restore(void)
+{
+    CHECK(mz_engine_restore(NULL, NULL, NULL, NULL) == MZ_E_INVAL);
+    mz_restore_report r;
+    mz_engine_restore_units u;
+    {
+        mz_engine_params ep = mz_engine_params_default();
+        mz_engine_t *e0 = NULL;
+        CHECK(mz_engine_create(g_tiny, &ep, &e0) == MZ_OK);
+        CHECK(mz_engine_restore(e0, NULL, &r, &u) == MZ_OK); /* no session: nothing to do */
+        CHECK(r.bytes_restored == 0 && u.n_failed == 0);
+        mz_engine_free(e0);
+    }
+    mz_token f[3]; /* the question after the restores */
+    ev_tokens(f, 3, g_nv, 33);
+    sess_pair sp;
+    if (!sess_pair_open(&sp, "sess-restore", 200, 31, 0)) goto out;
+    mz_engine_t *e = sp.e;
+    mz_ctx_t *a = sp.a, *b = sp.b, *ra = sp.ra, *rb = sp.rb;
+    for (int pipelined = 0; pipelined < 2; pipelined++) {
+        mz_evict_report er;
+        CHECK(mz_engine_evict(e, SIZE_MAX, &er) == MZ_OK);
+        mz_mem_stats st;
+        mz_engine_get_mem_stats(e, &st);
+        CHECK(st.kv.resident_bytes == 0 && st.weights.n_resident == 0);
+        uint64_t last_a = 0, last_b = 0;
+        mz_session_info info[2];
+        CHECK_EQ_INT(mz_engine_sessions(e, info, 2), 2);
+        mz_engine_restore_params prm = {.pipelined = pipelined != 0};
+        CHECK(mz_engine_restore(e, &prm, &r, &u) == MZ_OK);
+        CHECK_EQ_INT(u.n_failed, 0);
+        CHECK_MSG(r.bytes_restored >= st.kv.total_bytes, "pipelined %d: %zu bytes restored, KV alone is %zu",
+                  pipelined, r.bytes_restored, st.kv.total_bytes);
+        if (pipelined) CHECK(u.n_storage + u.n_memory > 0);
+        else CHECK(r.n_kv_read_raw + r.n_kv_read_compressed + r.n_kv_decoded > 0);
+        mz_engine_get_mem_stats(e, &st);
+        CHECK_EQ_INT(st.kv.resident_bytes, st.kv.total_bytes);
+        CHECK_EQ_INT(st.weights.n_resident, st.weights.n_units);
+        /* Least recently used first: the order of their last use is kept. */
+        CHECK_EQ_INT(mz_engine_sessions(e, info, 2), 2);
+        last_a = info[0].ctx == a ? info[0].last_use_ns : info[1].last_use_ns;
+        last_b = info[0].ctx == b ? info[0].last_use_ns : info[1].last_use_ns;
+        CHECK_MSG(last_b >= last_a, "pipelined %d: b (used last) was restored before a", pipelined);
+    }
+    {
+        bool eq = false;
+        CHECK(mz_prefill(a, f, 3) == MZ_OK && mz_prefill(ra, f, 3) == MZ_OK);
+        CHECK(mz_prefill(b, f, 3) == MZ_OK && mz_prefill(rb, f, 3) == MZ_OK);
+        CHECK(prefill_logits_eq(a, ra, &eq) == MZ_OK && eq);
+        CHECK(prefill_logits_eq(b, rb, &eq) == MZ_OK && eq);
+    }
+out:
+    sess_pair_close(&sp);
+}
+
+/* What a memory budget limits, computed here from each session's own
+ * statistics: pinned + weights (resident, compressed) once + each session's
+ * KV resident plus compressed, or its stack's mapped bytes where larger. */
+static size_t budget_footprint(mz_engine_t *e, mz_ctx_t *const *cs, int n)
+{
+    mz_mem_stats st;
+    mz_engine_get_mem_stats(e, &st);
+    size_t fp = st.pinned_bytes + st.weights.resident_bytes + st.weights.compressed_bytes;
+    for (int i = 0; i < n; i++) {
+        mz_get_mem_stats(cs[i], &st);
+        fp += st.kv.resident_bytes + MZ_MAX(st.kv.compressed_bytes, st.compstack_mapped_bytes);
+    }
+    return fp;
+}
+
+/* The engine keeps its memory budget: mz_engine_keep_budget evicts until
+ * mz_engine_footprint is within it, says so when it cannot get there, and
+ * does nothing without a budget or under it. */
+static void test_engine_budget(void)
+{
+    CHECK(mz_engine_keep_budget(NULL, NULL) == MZ_E_INVAL);
+    CHECK_EQ_INT(mz_engine_footprint(NULL), 0);
+    sess_pair sp;
+    mz_budget_report br;
+    mz_mem_stats st;
+    memset(&st, 0, sizeof st);
+    if (sess_pair_open(&sp, "sess-budget", 200, 41, 0)) {
+        /* No budget: nothing done. */
+        mz_ctx_t *cs[2] = {sp.a, sp.b};
+        size_t fp = mz_engine_footprint(sp.e);
+        CHECK_EQ_INT(fp, budget_footprint(sp.e, cs, 2));
+        CHECK(mz_engine_keep_budget(sp.e, &br) == MZ_OK);
+        CHECK(br.budget_bytes == 0 && !br.evicted && mz_engine_footprint(sp.e) == fp);
+        mz_engine_get_mem_stats(sp.e, &st);
+    }
+    sess_pair_close(&sp);
+    if (!st.kv.total_bytes) return;
+    /* Weights, pinned bytes and half of one session's KV. */
+    const size_t budget = st.pinned_bytes + st.weights.total_bytes + st.kv.total_bytes / 4;
+    if (sess_pair_open(&sp, "sess-budget", 200, 41, budget)) {
+        mz_ctx_t *cs[2] = {sp.a, sp.b};
+        mz_token q[3];
+        ev_tokens(q, 3, g_nv, 43);
+        for (int round = 0; round < 2; round++) {
+            size_t fp = mz_engine_footprint(sp.e);
+            CHECK(fp > budget);
+            CHECK(mz_engine_keep_budget(sp.e, &br) == MZ_OK);
+            CHECK(br.evicted && !br.over && br.budget_bytes == budget);
+            CHECK_EQ_INT(br.before_bytes, fp);
+            CHECK_EQ_INT(br.after_bytes, mz_engine_footprint(sp.e));
+            CHECK_EQ_INT(br.after_bytes, budget_footprint(sp.e, cs, 2));
+            CHECK_MSG(br.after_bytes <= budget && br.freed_bytes > 0, "round %d: %zu of %zu after freeing %zu",
+                      round, br.after_bytes, budget, br.freed_bytes);
+            CHECK(mz_prefill(cs[round], q, 3) == MZ_OK); /* its KV back, over again */
+        }
+    }
+    sess_pair_close(&sp);
+    /* Below the pinned bytes: unreachable, said so, all the KV evicted. */
+    if (sess_pair_open(&sp, "sess-budget", 200, 41, 1)) {
+        CHECK(mz_engine_keep_budget(sp.e, &br) == MZ_OK);
+        CHECK(br.evicted && br.over && br.after_bytes > 1);
+        mz_engine_get_mem_stats(sp.e, &st);
+        CHECK_EQ_INT(st.kv.resident_bytes, 0);
+    }
+    sess_pair_close(&sp);
+}
+
 /* Pins: a block a forward pass holds is never dropped, whatever the plan
  * says; mz_engine_evict offers no block while any is pinned. */
 static void test_pins(void)
@@ -808,6 +966,8 @@ int main(void)
     test_faults();
     test_mixed_modes();
     test_pins();
+    test_engine_restore();
+    test_engine_budget();
     test_one_swap_file();
     test_random(1, tsan ? 40 : small ? 60 : 200);
     if (!small) test_random(2, 200);
