@@ -204,6 +204,15 @@ static const mz_type_kernels k_neon[MZ_DT_COUNT] = {
  * table, the x8 gemm, and as vec_dot the x8 arithmetic on a plain row. */
 #define X8_ENTRY(vdt, ff, vd, tf, q, g) \
     {.vec_dot_type = vdt, .from_float = ff, .vec_dot = vd, .to_float = tf, .quantize = q, .gemm = g, .row_group = 8}
+/* Q4_K, Q5_K, Q6_K (kquant_x8_x86.h): the plain vec_dot of the table (the
+ * same arithmetic); vd4: the ISA of Q4_K's vec_dot, vd56: Q5_K's and Q6_K's. */
+#define KQ_X8_ENTRY(t, vd_isa, isa, ff)                                                                    \
+    X8_ENTRY(MZ_DT_Q8_K, ff, mz_vec_dot_##t##_q8_K_##vd_isa, mz_to_float_##t##_ref, mz_quantize_##t##_ref, \
+             mz_gemm_x8_##t##_q8_K_##isa)
+#define KQ_X8_ENTRIES(vd4, vd56, isa, ff)                   \
+    [MZ_DT_Q4_K] = KQ_X8_ENTRY(q4_K, vd4, isa, ff),         \
+    [MZ_DT_Q5_K] = KQ_X8_ENTRY(q5_K, vd56, isa, ff),        \
+    [MZ_DT_Q6_K] = KQ_X8_ENTRY(q6_K, vd56, isa, ff)
 static const mz_type_kernels k_x8_ref[MZ_DT_COUNT] = {
     [MZ_DT_Q8_0] = X8_ENTRY(MZ_DT_Q8_0, mz_quantize_q8_0_ref, mz_vec_dot_x8_q8_0_ref, mz_to_float_q8_0_ref,
                             mz_quantize_q8_0_ref, mz_gemm_x8_q8_0_q8_0_ref),
@@ -218,6 +227,7 @@ static const mz_type_kernels k_x8_ref[MZ_DT_COUNT] = {
                               mz_quantize_iq4_nl_ref, mz_gemm_x8_iq4_nl_q8_0_ref),
     [MZ_DT_Q5_1] = X8_ENTRY(MZ_DT_Q8_1, mz_quantize_q8_1_ref, mz_vec_dot_x8_q5_1_ref, mz_to_float_q5_1_ref,
                             mz_quantize_q5_1_ref, mz_gemm_x8_q5_1_q8_1_ref),
+    KQ_X8_ENTRIES(ref, ref, ref, mz_quantize_q8_K_ref),
 };
 #if MZ_KERNELS_X86
 static const mz_type_kernels k_x8_avx2[MZ_DT_COUNT] = {
@@ -234,6 +244,7 @@ static const mz_type_kernels k_x8_avx2[MZ_DT_COUNT] = {
                               mz_quantize_iq4_nl_ref, mz_gemm_x8_iq4_nl_q8_0_avx2),
     [MZ_DT_Q5_1] = X8_ENTRY(MZ_DT_Q8_1, mz_from_float_q8_1_avx2, mz_vec_dot_x8_q5_1_ref, mz_to_float_q5_1_ref,
                             mz_quantize_q5_1_ref, mz_gemm_x8_q5_1_q8_1_avx2),
+    KQ_X8_ENTRIES(avx2, avx2, avx2, mz_from_float_q8_K_avx2),
 };
 static const mz_type_kernels k_x8_avx512[MZ_DT_COUNT] = {
     [MZ_DT_Q8_0] = X8_ENTRY(MZ_DT_Q8_0, mz_from_float_q8_0_avx2, mz_vec_dot_x8_q8_0_ref, mz_to_float_q8_0_ref,
@@ -249,6 +260,7 @@ static const mz_type_kernels k_x8_avx512[MZ_DT_COUNT] = {
                               mz_quantize_iq4_nl_ref, mz_gemm_x8_iq4_nl_q8_0_avx512),
     [MZ_DT_Q5_1] = X8_ENTRY(MZ_DT_Q8_1, mz_from_float_q8_1_avx2, mz_vec_dot_x8_q5_1_ref, mz_to_float_q5_1_ref,
                             mz_quantize_q5_1_ref, mz_gemm_x8_q5_1_q8_1_avx512),
+    KQ_X8_ENTRIES(avx2, avx512, avx512, mz_from_float_q8_K_avx2),
 };
 #endif
 

@@ -71,9 +71,9 @@ typedef struct mz_type_kernels {
 
 /* ---- weight layouts ---------------------------------------------------------- */
 
-/* MZ_LAYOUT_X8: 8 rows interleaved per 32-value block (repack.c), for Q4_0,
- * Q4_1 and Q8_0 where the active ISA has x8 kernels; tensors keep their
- * size and offsets. */
+/* MZ_LAYOUT_X8: 8 rows interleaved per block (repack.c), for Q4_0, Q4_1,
+ * Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and Q6_K where the active ISA has x8
+ * kernels; tensors keep their size and offsets. */
 enum { MZ_LAYOUT_PLAIN = 0, MZ_LAYOUT_X8 = 1 };
 #define MZ_X8_MAX_BLOCKS 512 /* row length limit of the x8 layout: 16384 values */
 

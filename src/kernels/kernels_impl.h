@@ -136,6 +136,17 @@ MZ_KQUANT_ISA_DECL(q5_K, neon);
 MZ_KQUANT_ISA_DECL(q6_K, neon);
 #endif
 
+/* x8 layout of Q4_K, Q5_K, Q6_K (repack.c; kquant_x8_x86.h): the plain arithmetic */
+#define MZ_KQUANT_X8_DECLS(isa)              \
+    MZ_GEMM_DECL(mz_gemm_x8_q4_K_q8_K_##isa); \
+    MZ_GEMM_DECL(mz_gemm_x8_q5_K_q8_K_##isa); \
+    MZ_GEMM_DECL(mz_gemm_x8_q6_K_q8_K_##isa)
+MZ_KQUANT_X8_DECLS(ref);
+#if MZ_KERNELS_X86
+MZ_KQUANT_X8_DECLS(avx2);
+MZ_KQUANT_X8_DECLS(avx512);
+#endif
+
 /* ---- end of K-quants ----------------------------------------------------------------- */
 
 /* ---- Q5_0, Q5_1, IQ4_NL, IQ4_XS (q5_iq4_*.c) ------------------------------------ */

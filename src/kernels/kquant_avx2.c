@@ -51,6 +51,20 @@ KQ_AVX2_TYPE(q4_K, 0, 1)
 KQ_AVX2_TYPE(q5_K, 0, 1)
 KQ_AVX2_TYPE(q6_K, 5, 0)
 
+/* x8 layout (kquant_x8_x86.h): vpmaddubsw pairs (at most 2 * 63 * 128, no
+ * saturation) times each row's scale in both s16 halves of its lane
+ * (vpmaddwd), added straight into the super-block sum. */
+#define KQ8_SUFFIX avx2
+#define KQ8_T 8
+#define KQ8_DIRECT 1
+static inline __m256i kq8_scale(__m256i v) { return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16)); }
+static inline void kq8_dot(__m256i *acc, __m256i w, __m256i x, __m256i sc)
+{
+    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), sc));
+}
+static inline __m256i kq8_apply(__m256i sum, __m256i part, __m256i sc) { return _mm256_add_epi32(sum, _mm256_mullo_epi32(part, sc)); }
+#include "kquant_x8_x86.h"
+
 /*
  * Q8_K activations (mz_quantize_q8_K_ref's bytes exactly): the first value
  * of largest magnitude v (NaN ignored, as the reference's strict '>'),

@@ -146,6 +146,21 @@ KQ_GEMM_TILED(mz_gemm_q4_K_q8_K_avx512, q4_K, mz_vec_dot_q4_K_q8_K_avx2, tile_av
 KQ_GEMM_TILED(mz_gemm_q5_K_q8_K_avx512, q5_K, mz_vec_dot_q5_K_q8_K_avx512, tile_avx512, 0, 1, 1)
 KQ_GEMM_TILED(mz_gemm_q6_K_q8_K_avx512, q6_K, mz_vec_dot_q6_K_q8_K_avx512, tile_avx512, 5, 0, 1)
 
+/* x8 layout (kquant_x8_x86.h): vpdpbusd sums a scale group's products
+ * exactly (at most 63 * 128 * 32 in a lane), one vpmulld by the rows'
+ * scales per group. */
+#define KQ8_SUFFIX avx512
+#define KQ8_T 8
+#define KQ8_DIRECT 0
+static inline __m256i kq8_scale(__m256i v) { return v; }
+static inline void kq8_dot(__m256i *acc, __m256i w, __m256i x, __m256i sc)
+{
+    (void)sc;
+    *acc = _mm256_dpbusd_epi32(*acc, w, x);
+}
+static inline __m256i kq8_apply(__m256i sum, __m256i part, __m256i sc) { return _mm256_add_epi32(sum, _mm256_mullo_epi32(part, sc)); }
+#include "kquant_x8_x86.h"
+
 #else
 /* Not an x86-64 build with AVX-512 flags: nothing to compile here. */
 typedef int mz_kquant_avx512_unused;

@@ -1,6 +1,7 @@
 /*
  * repack.c — the "x8" weight layout (8 rows interleaved per 32-value block)
- * for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 and IQ4_NL, its in-place conversion, and the scalar reference
+ * for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 and IQ4_NL (and per 256-value super-block
+ * for Q4_K, Q5_K and Q6_K), its in-place conversion, and the scalar reference
  * of the kernels that read it.
  *
  * Layout. A tensor of n_rows (a multiple of 8) rows keeps its size: the 8
@@ -36,6 +37,17 @@
  * (test_forward_golden's tolerance covers it; llama.cpp's own repacked
  * Q4_0 path on x86 sums whole blocks the same way).
  *
+ * K-quants (Q4_K, Q5_K, Q6_K): a group block is the 8 rows' super-blocks
+ * word-interleaved: 4-byte word k of row r's block at byte 32k + 4r, and a
+ * block's last bytes past its whole words (Q6_K's f16 d) at the end, row
+ * after row. Every field of these blocks starts on a word, so one 32-byte
+ * load is one word of a field for all 8 rows, one row per 32-bit lane:
+ * d | dmin, the scale words, qh, and 4 quant bytes each (Q4_K qs word k:
+ * low nibbles values 64(k/8) + 4(k%8) + 0..3, high nibbles 32 further on).
+ * The x8 kernels (kquant_x8_x86.h) compute the plain K-quant arithmetic
+ * (kquant.h: exact integer sums per super-block, then its float steps), so a
+ * K-quant tensor gives the same bits repacked or not, on every ISA.
+ *
  * The conversion is a byte permutation (plus the Q8 sign flip) within each
  * group of 8 rows: reversible, no size change, so the tensor offsets and the
  * memory units are the same as the file's.
@@ -53,20 +65,47 @@ size_t mz_x8_group_block_bytes(int type)
     case MZ_DT_Q5_0: return 8 * sizeof(mz_block_q5_0);
     case MZ_DT_Q5_1: return 8 * sizeof(mz_block_q5_1);
     case MZ_DT_IQ4_NL: return 8 * sizeof(mz_block_iq4_nl);
+    case MZ_DT_Q4_K: return 8 * sizeof(mz_block_q4_K);
+    case MZ_DT_Q5_K: return 8 * sizeof(mz_block_q5_K);
+    case MZ_DT_Q6_K: return 8 * sizeof(mz_block_q6_K);
     default: return 0;
     }
 }
 
 bool mz_x8_shape_ok(int type, size_t n_rows, size_t n_cols)
 {
-    return mz_x8_group_block_bytes(type) && n_rows > 0 && n_rows % 8 == 0 && n_cols % MZ_QK == 0 &&
-           n_cols / MZ_QK >= 1 && n_cols / MZ_QK <= MZ_X8_MAX_BLOCKS;
+    return mz_x8_group_block_bytes(type) && n_rows > 0 && n_rows % 8 == 0 && n_cols > 0 &&
+           n_cols % mz_dtype_block_len(type) == 0 && n_cols <= (size_t)MZ_QK * MZ_X8_MAX_BLOCKS;
 }
 
 /* One group: plain rows in src (8 rows of wrb bytes) -> x8 layout in dst. */
+/* The K-quants' x8 layout: words interleaved (see the header). */
+static bool is_kquant_x8(int type) { return type == MZ_DT_Q4_K || type == MZ_DT_Q5_K || type == MZ_DT_Q6_K; }
+
+/* Row r's K-quant block (bs bytes) to or from its group block (to_group:
+ * src a plain block, dst the group block; else the reverse): word k at
+ * group byte 32k + 4r, the last bs % 4 bytes at 32 (bs / 4) + (bs % 4) r. */
+static void kquant_row_block(size_t bs, const uint8_t *src, uint8_t *dst, int r, bool to_group)
+{
+    const size_t nw = bs / 4, tail = bs % 4;
+    for (size_t k = 0; k < nw; k++) {
+        const size_t go = 32 * k + 4 * (size_t)r;
+        memcpy(dst + (to_group ? go : 4 * k), src + (to_group ? 4 * k : go), 4);
+    }
+    if (tail) {
+        const size_t go = 32 * nw + tail * (size_t)r;
+        memcpy(dst + (to_group ? go : 4 * nw), src + (to_group ? 4 * nw : go), tail);
+    }
+}
+
 static void pack_group(int type, const uint8_t *src, size_t wrb, uint8_t *dst, size_t nb)
 {
     const size_t gbb = mz_x8_group_block_bytes(type);
+    if (is_kquant_x8(type)) {
+        for (size_t b = 0; b < nb; b++)
+            for (int r = 0; r < 8; r++) kquant_row_block(gbb / 8, src + r * wrb + b * (gbb / 8), dst + b * gbb, r, true);
+        return;
+    }
     for (size_t b = 0; b < nb; b++) {
         uint8_t *g = dst + b * gbb;
         for (int r = 0; r < 8; r++) {
@@ -105,6 +144,11 @@ static void pack_group(int type, const uint8_t *src, size_t wrb, uint8_t *dst, s
 static void unpack_row(int type, const uint8_t *src, int r, uint8_t *row, size_t nb)
 {
     const size_t gbb = mz_x8_group_block_bytes(type);
+    if (is_kquant_x8(type)) {
+        for (size_t b = 0; b < nb; b++)
+            for (int r = 0; r < 8; r++) kquant_row_block(gbb / 8, src + b * gbb, dst + r * wrb + b * (gbb / 8), r, false);
+        return;
+    }
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *g = src + b * gbb;
         if (type == MZ_DT_Q4_0 || type == MZ_DT_IQ4_NL) {
@@ -144,7 +188,7 @@ static void unpack_group(int type, const uint8_t *src, uint8_t *dst, size_t wrb,
 void mz_repack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch)
 {
     MZ_ASSERT(mz_x8_shape_ok(type, n_rows, n_cols));
-    const size_t wrb = mz_dtype_row_bytes(type, n_cols), nb = n_cols / MZ_QK;
+    const size_t wrb = mz_dtype_row_bytes(type, n_cols), nb = n_cols / mz_dtype_block_len(type);
     for (size_t g = 0; g < n_rows / 8; g++) {
         uint8_t *p = (uint8_t *)data + g * 8 * wrb;
         memcpy(scratch, p, 8 * wrb);
@@ -155,7 +199,7 @@ void mz_repack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scra
 void mz_unpack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch)
 {
     MZ_ASSERT(mz_x8_shape_ok(type, n_rows, n_cols));
-    const size_t wrb = mz_dtype_row_bytes(type, n_cols), nb = n_cols / MZ_QK;
+    const size_t wrb = mz_dtype_row_bytes(type, n_cols), nb = n_cols / mz_dtype_block_len(type);
     for (size_t g = 0; g < n_rows / 8; g++) {
         uint8_t *p = (uint8_t *)data + g * 8 * wrb;
         memcpy(scratch, p, 8 * wrb);
@@ -302,3 +346,26 @@ X8_Q5_IQ4_REF(iq4_nl_q8_0, MZ_DT_IQ4_NL, mz_block_iq4_nl)
 X8_Q5_IQ4_VEC_DOT(q5_0, MZ_DT_Q5_0)
 X8_Q5_IQ4_VEC_DOT(q5_1, MZ_DT_Q5_1)
 X8_Q5_IQ4_VEC_DOT(iq4_nl, MZ_DT_IQ4_NL)
+
+/* K-quants on the x8 layout: the plain arithmetic (kquant_ref.c), so the
+ * reference gemm unpacks one row of a group at a time and runs the plain
+ * reference vec_dot on it. */
+#define X8_KQUANT_REF(tq)                                                                             \
+    MZ_GEMM_DECL(mz_gemm_x8_##tq##_q8_K_ref)                                                          \
+    {                                                                                                 \
+        MZ_ASSERT(r0 % 8 == 0 && r1 % 8 == 0 && n % MZ_QK_K == 0 && n <= (size_t)MZ_QK * MZ_X8_MAX_BLOCKS); \
+        const size_t nb = n / MZ_QK_K, bs = sizeof(mz_block_##tq);                                    \
+        mz_block_##tq row[MZ_QK * MZ_X8_MAX_BLOCKS / MZ_QK_K];                                        \
+        for (size_t g = r0 / 8; g < r1 / 8; g++) {                                                    \
+            const uint8_t *gp = (const uint8_t *)w + g * 8 * w_row_bytes;                             \
+            for (int r = 0; r < 8; r++) {                                                             \
+                for (size_t b = 0; b < nb; b++) kquant_row_block(bs, gp + b * 8 * bs, (uint8_t *)&row[b], r, false); \
+                for (size_t t = 0; t < n_tok; t++)                                                    \
+                    y[t * y_stride + g * 8 + (size_t)r] =                                              \
+                        mz_vec_dot_##tq##_q8_K_ref(n, row, (const uint8_t *)x + t * x_row_bytes);      \
+            }                                                                                         \
+        }                                                                                             \
+    }
+X8_KQUANT_REF(q4_K)
+X8_KQUANT_REF(q5_K)
+X8_KQUANT_REF(q6_K)

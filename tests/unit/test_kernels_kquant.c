@@ -11,6 +11,12 @@
  *             float steps) on 1, 2, 3, 7, 16 and 23 blocks, random and
  *             extreme blocks and activations; every ISA's from_float gives
  *             the reference's Q8_K bytes; mz_matmul equals vec_dot.
+ *   x8:       Q4_K, Q5_K, Q6_K repacked (repack.c): every ISA's x8 gemm
+ *             (the scalar x8 reference included) equals the plain reference
+ *             vec_dot bit for bit on odd shapes (8..136 rows, 1..19 tokens, 1
+ *             to 64 super-blocks, random bytes and our quantizer's blocks),
+ *             split over 1..3 threads and token by token; unpack(repack)
+ *             gives the bytes back; shapes off the layout are refused.
  *   quantize: RMSE / RMS of to_float(quantize(x)) on Gaussian rows with
  *             varying local scale under a bound per type, strictly ordered
  *             Q6_K < Q5_K < Q4_K < Q3_K < Q2_K; all-zero blocks decode to 0;
@@ -333,6 +339,81 @@ static void test_matmul(void)
         }
 }
 
+/* ---- x8 layout ------------------------------------------------------------------------------ */
+
+/* Runs the x8 product split over nth threads' shares (nth 4: one token at
+ * a time) into y (rows ys apart, one spare column that must stay NaN);
+ * returns how many outputs differ from want, bit for bit. */
+static int x8_mismatches(const mz_type_kernels *k, const uint8_t *wp, size_t wrb, size_t n_cols, size_t n_rows,
+                         const uint8_t *x, size_t xrb, size_t n_tok, float *y, const float *want, size_t ys, int nth)
+{
+    for (size_t i = 0; i < n_tok * ys; i++) y[i] = NAN;
+    for (int ith = 0; ith < (nth == 4 ? (int)n_tok : nth); ith++) {
+        if (nth == 4) mz_matmul(k, wp, wrb, n_cols, n_rows, x + ith * xrb, xrb, 1, y + ith * ys, ys, 0, 1);
+        else mz_matmul(k, wp, wrb, n_cols, n_rows, x, xrb, n_tok, y, ys, ith, nth);
+    }
+    int bad = 0;
+    for (size_t i = 0; i < n_tok * ys; i++) bad += i % ys == n_rows ? !isnan(y[i]) : memcmp(&y[i], &want[i], 4) != 0;
+    return bad;
+}
+
+static void test_x8(void)
+{
+    static const int types[] = {MZ_DT_Q4_K, MZ_DT_Q5_K, MZ_DT_Q6_K};
+    static const size_t shapes[][3] = {/* rows, tokens, super-blocks */
+                                       {8, 1, 1}, {16, 3, 2}, {24, 9, 3}, {8, 19, 7}, {136, 5, 11}, {40, 8, 64}, {72, 17, 4}};
+    int n_checked = 0;
+    for (size_t ti = 0; ti < MZ_ARRAY_LEN(types); ti++) {
+        const int t = types[ti];
+        const mz_type_kernels *kp = mz_kernels_ref(t);
+        CHECK(mz_x8_group_block_bytes(t) == 8 * mz_dtype_block_bytes(t));
+        CHECK(!mz_x8_shape_ok(t, 12, 256) && !mz_x8_shape_ok(t, 8, 288) && !mz_x8_shape_ok(t, 8, 256 * 65) &&
+              mz_x8_shape_ok(t, 8, 256 * 64));
+        for (size_t s = 0; s < MZ_ARRAY_LEN(shapes); s++) {
+            const size_t n_rows = shapes[s][0], n_tok = shapes[s][1], n_cols = shapes[s][2] * MZ_QK_K;
+            const size_t wrb = mz_dtype_row_bytes(t, n_cols), xrb = mz_dtype_row_bytes(MZ_DT_Q8_K, n_cols);
+            const size_t ys = n_rows + 1;
+            float *f = malloc(n_cols * sizeof *f), *y = malloc(n_tok * ys * sizeof *y), *yr = malloc(n_tok * ys * sizeof *yr);
+            uint8_t *w = malloc(n_rows * wrb), *wp = malloc(n_rows * wrb), *x = malloc(n_tok * xrb), *scratch = malloc(8 * wrb);
+            for (size_t r = 0; r < n_rows; r++) {
+                if (r % 3 == 2) {
+                    random_blocks(t, w + r * wrb, n_cols / MZ_QK_K);
+                } else {
+                    gaussian_row(f, n_cols);
+                    kp->quantize(f, w + r * wrb, n_cols);
+                }
+            }
+            for (size_t i = 0; i < n_tok; i++) {
+                activations(f, n_cols, (int)(i % 4));
+                kp->from_float(f, x + i * xrb, n_cols);
+            }
+            for (size_t i = 0; i < n_tok; i++)
+                for (size_t r = 0; r < n_rows; r++) yr[i * ys + r] = kp->vec_dot(n_cols, w + r * wrb, x + i * xrb);
+            CHECK(mz_x8_shape_ok(t, n_rows, n_cols));
+            memcpy(wp, w, n_rows * wrb);
+            mz_repack_x8(t, wp, n_rows, n_cols, scratch);
+            CHECK_MSG(memcmp(wp, w, n_rows * wrb) != 0, "repack %s changed nothing",
+                      mz_dtype_name(t));
+            for (int isa = 0; isa < MZ_ISA_COUNT; isa++) {
+                const mz_type_kernels *k = mz_kernels_x8_for_isa((enum mz_isa)isa, t);
+                if (!k) continue;
+                CHECK(k->row_group == 8 && k->vec_dot_type == MZ_DT_Q8_K);
+                for (int nth = 1; nth <= 4; nth++) {
+                    const int bad = x8_mismatches(k, wp, wrb, n_cols, n_rows, x, xrb, n_tok, y, yr, ys, nth);
+                    CHECK_MSG(bad == 0, "%s x8 matmul %s %zux%zu tok %zu nth %d: %d not bit-equal to the plain reference",
+                              mz_isa_names[isa], mz_dtype_name(t), n_rows, n_cols, n_tok, nth, bad);
+                    n_checked++;
+                }
+            }
+            mz_unpack_x8(t, wp, n_rows, n_cols, scratch);
+            CHECK_MSG(memcmp(wp, w, n_rows * wrb) == 0, "unpack(repack(%s)) differs", mz_dtype_name(t));
+            void *bufs[] = {f, y, yr, w, wp, x, scratch};
+            for (size_t i = 0; i < MZ_ARRAY_LEN(bufs); i++) free(bufs[i]);
+        }
+    }
+    CHECK(n_checked > 0);
+}
+
 /* ---- quantize ----------------------------------------------------------------------------- */
 
 /* RMSE / RMS bounds on gaussian_row data, measured (x86-64) 0.0169 Q6_K,
@@ -493,6 +574,7 @@ int main(void)
     test_layouts();
     test_vec_dot();
     test_matmul();
+    test_x8();
     test_quantize_quality();
     test_quantize_special();
     test_from_float_special();
