@@ -78,7 +78,6 @@ bool mz_x8_shape_ok(int type, size_t n_rows, size_t n_cols)
            n_cols % mz_dtype_block_len(type) == 0 && n_cols <= (size_t)MZ_QK * MZ_X8_MAX_BLOCKS;
 }
 
-/* One group: plain rows in src (8 rows of wrb bytes) -> x8 layout in dst. */
 /* The K-quants' x8 layout: words interleaved (see the header). */
 static bool is_kquant_x8(int type) { return type == MZ_DT_Q4_K || type == MZ_DT_Q5_K || type == MZ_DT_Q6_K; }
 
@@ -98,6 +97,7 @@ static void kquant_row_block(size_t bs, const uint8_t *src, uint8_t *dst, int r,
     }
 }
 
+/* One group: plain rows in src (8 rows of wrb bytes) -> x8 layout in dst. */
 static void pack_group(int type, const uint8_t *src, size_t wrb, uint8_t *dst, size_t nb)
 {
     const size_t gbb = mz_x8_group_block_bytes(type);
@@ -145,8 +145,7 @@ static void unpack_row(int type, const uint8_t *src, int r, uint8_t *row, size_t
 {
     const size_t gbb = mz_x8_group_block_bytes(type);
     if (is_kquant_x8(type)) {
-        for (size_t b = 0; b < nb; b++)
-            for (int r = 0; r < 8; r++) kquant_row_block(gbb / 8, src + b * gbb, dst + r * wrb + b * (gbb / 8), r, false);
+        for (size_t b = 0; b < nb; b++) kquant_row_block(gbb / 8, src + b * gbb, row + b * (gbb / 8), r, false);
         return;
     }
     for (size_t b = 0; b < nb; b++) {
@@ -210,7 +209,7 @@ void mz_unpack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scra
 void mz_x8_row_to_plain(int type, const void *data, size_t row, size_t n_cols, void *out)
 {
     const size_t wrb = mz_dtype_row_bytes(type, n_cols);
-    unpack_row(type, (const uint8_t *)data + row / 8 * 8 * wrb, (int)(row % 8), out, n_cols / MZ_QK);
+    unpack_row(type, (const uint8_t *)data + row / 8 * 8 * wrb, (int)(row % 8), out, n_cols / mz_dtype_block_len(type));
 }
 
 /* ---- scalar reference ------------------------------------------------------------- */
