@@ -48,7 +48,9 @@
  * Codec names: any of mz_codec_find's (each built per layer with
  * mz_codec_for_layer, as the memory manager does: "cachegen-layer" is the
  * CacheGen layer schedule, Q = 15 in the first third of the layers, 7 after),
- * plus "cg-kA-vB" (cachegen with Q = A for K and B for V in every layer).
+ * plus "cg-kA-vB" (cachegen with Q = A for K and B for V in every layer) and
+ * "K/V" (e.g. "q8/q4r": the K values through codec K, the V values through
+ * codec V; no size row).
  * Output: "key=value" lines (grep-able) and a Markdown table.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -130,7 +132,8 @@ typedef struct codec_eval {
     char name[32];
     bool per_layer;        /* cachegen-layer: one codec per layer */
     mz_codec one;          /* otherwise */
-    mz_codec *layer;       /* [n_layer] when per_layer */
+    mz_codec *layer;       /* [n_layer] when per_layer (with layer_v: the K codec) */
+    mz_codec *layer_v;     /* "K/V" specs: [n_layer] V codec, K codec in layer; else NULL */
     /* quality, summed over cut points */
     double nll;            /* sum of -log p(true token) */
     double kl;             /* sum of KL(base || codec) */
@@ -144,21 +147,42 @@ static const mz_codec *codec_for(const codec_eval *e, int layer)
     return e->per_layer ? &e->layer[layer] : &e->one;
 }
 
+/* A scratch size that holds the blob of n values (K half, V half) of layer l. */
+static size_t blob_cap_for(const codec_eval *e, int l, size_t n)
+{
+    size_t cap = mz_codec_bound(codec_for(e, l), n);
+    return e->layer_v ? MZ_MAX(cap, mz_codec_bound(&e->layer_v[l], n)) : cap;
+}
+
+static void roundtrip_one(const mz_codec *cd, mz_f16 *buf, size_t n, uint8_t *blob, size_t cap)
+{
+    size_t len;
+    if (mz_codec_encode(cd, buf, n, blob, cap, &len) != MZ_OK) die("encode", mz_last_error());
+    if (mz_codec_decode(cd, blob, len, buf, n) != MZ_OK) die("decode", mz_last_error());
+}
+
+/* buf[0..n) (K values, then as many V values) replaced by decode(encode(.))
+ * with layer l's codec, or its K and V codecs. */
+static void roundtrip_values(const codec_eval *e, int l, mz_f16 *buf, size_t n, uint8_t *blob,
+                             size_t cap)
+{
+    if (!e->layer_v) {
+        roundtrip_one(codec_for(e, l), buf, n, blob, cap);
+        return;
+    }
+    roundtrip_one(&e->layer[l], buf, n / 2, blob, cap);
+    roundtrip_one(&e->layer_v[l], buf + n / 2, n - n / 2, blob, cap);
+}
+
 /* Replaces the first n_chunks chunks of every layer by decode(encode(.)). */
 static void roundtrip_kv(mz_ctx_t *c, const codec_eval *e, size_t n_chunks, uint8_t *scratch,
                          size_t scratch_cap)
 {
     size_t n = mz_harness_kv_chunk_bytes(c) / 2;
-    for (int l = 0; l < mz_harness_kv_n_layer(c); l++) {
-        const mz_codec *cd = codec_for(e, l);
-        for (size_t ci = 0; ci < n_chunks; ci++) {
-            mz_f16 *buf = (mz_f16 *)(void *)mz_harness_kv_chunk(c, l, ci);
-            size_t len;
-            if (mz_codec_encode(cd, buf, n, scratch, scratch_cap, &len) != MZ_OK)
-                die("encode", mz_last_error());
-            if (mz_codec_decode(cd, scratch, len, buf, n) != MZ_OK) die("decode", mz_last_error());
-        }
-    }
+    for (int l = 0; l < mz_harness_kv_n_layer(c); l++)
+        for (size_t ci = 0; ci < n_chunks; ci++)
+            roundtrip_values(e, l, (mz_f16 *)(void *)mz_harness_kv_chunk(c, l, ci), n, scratch,
+                             scratch_cap);
 }
 
 static void save_kv(mz_ctx_t *c, size_t n_chunks, uint8_t *copy)
@@ -212,10 +236,7 @@ static void roundtrip_position(mz_ctx_t *c, const mz_model_info *mi, const codec
         if (!ch) die("roundtrip", "KV chunk not resident");
         for (size_t r = 0; r < 2 * nkv; r++) /* r < nkv: K of head r; else V of head r - nkv */
             memcpy(rows + r * hd, ch + (r * TOK + p % TOK) * hd, hd * sizeof *rows);
-        const mz_codec *cd = codec_for(e, l);
-        size_t len;
-        if (mz_codec_encode(cd, rows, n, blob, blob_cap, &len) != MZ_OK) die("encode", mz_last_error());
-        if (mz_codec_decode(cd, blob, len, rows, n) != MZ_OK) die("decode", mz_last_error());
+        roundtrip_values(e, l, rows, n, blob, blob_cap);
         for (size_t r = 0; r < 2 * nkv; r++)
             memcpy(ch + (r * TOK + p % TOK) * hd, rows + r * hd, hd * sizeof *rows);
     }
@@ -241,7 +262,7 @@ static void eval_full(mz_model_t *m, const mz_model_info *mi, int threads, const
     size_t blob_cap = 0;
     for (int k = 1; k <= n_codecs; k++)
         for (int l = 0; l < mi->n_layer; l++)
-            blob_cap = MZ_MAX(blob_cap, mz_codec_bound(codec_for(&codecs[k], l), n_row));
+            blob_cap = MZ_MAX(blob_cap, blob_cap_for(&codecs[k], l, n_row));
     mz_f16 *rows = malloc(n_row * sizeof *rows);
     uint8_t *blob = malloc(blob_cap);
     float *lp = malloc((size_t)n_vocab * sizeof *lp);
@@ -339,6 +360,10 @@ static void size_table(mz_ctx_t *c, codec_eval *codecs, int n_codecs, size_t n_f
     mz_f16 *out = malloc(cb);
     for (int k = 0; k < n_codecs; k++) {
         codec_eval *e = &codecs[k];
+        if (e->layer_v) {
+            printf("| %s | (K/V split: the sum of its codecs' sizes; not measured here) |\n", e->name);
+            continue;
+        }
         size_t cap = 0;
         for (int l = 0; l < mz_harness_kv_n_layer(c); l++) cap = MZ_MAX(cap, mz_codec_bound(codec_for(e, l), n));
         uint8_t *blob = malloc(cap * n_ch);
@@ -492,8 +517,25 @@ int main(int argc, char **argv)
     for (char *tok = strtok(list, ","); tok && n_codecs < MAX_CODECS; tok = strtok(NULL, ",")) {
         codec_eval *e = &codecs[1 + n_codecs];
         snprintf(e->name, sizeof e->name, "%s", tok);
-        const mz_codec *reg = strncmp(tok, "cg-k", 4) ? mz_codec_find(tok) : NULL;
-        if (reg) {
+        char *slash = strchr(tok, '/');
+        const mz_codec *reg = strncmp(tok, "cg-k", 4) && !slash ? mz_codec_find(tok) : NULL;
+        if (slash) {
+            /* "K/V": K values through codec K, V values through codec V,
+             * each built per layer as below */
+            *slash = 0;
+            const mz_codec *ck = mz_codec_find(tok), *cv = mz_codec_find(slash + 1);
+            if (!ck || !cv) die(e->name, mz_last_error());
+            e->per_layer = true;
+            e->layer = calloc((size_t)mi.n_layer, sizeof *e->layer);
+            e->layer_v = calloc((size_t)mi.n_layer, sizeof *e->layer_v);
+            if (!e->layer || !e->layer_v) die("calloc", "");
+            for (int l = 0; l < mi.n_layer; l++) {
+                e->layer[l] = mz_codec_for_layer(ck, (unsigned)mi.head_dim, (unsigned)l,
+                                                 (unsigned)mi.n_layer);
+                e->layer_v[l] = mz_codec_for_layer(cv, (unsigned)mi.head_dim, (unsigned)l,
+                                                   (unsigned)mi.n_layer);
+            }
+        } else if (reg) {
             /* every registry codec as the memory manager uses it: one instance
              * per layer (cachegen: rows = this model's head_dim; cachegen-layer:
              * the CacheGen layer schedule) */
@@ -568,8 +610,8 @@ int main(int argc, char **argv)
         size_t scratch_cap = 0;
         for (int k = 1; k <= n_codecs; k++)
             for (int l = 0; l < mi.n_layer; l++)
-                scratch_cap = MZ_MAX(scratch_cap, mz_codec_bound(codec_for(&codecs[k], l),
-                                                                 mz_harness_kv_chunk_bytes(c) / 2));
+                scratch_cap = MZ_MAX(scratch_cap, blob_cap_for(&codecs[k], l,
+                                                               mz_harness_kv_chunk_bytes(c) / 2));
         uint8_t *scratch = malloc(scratch_cap);
         size_t max_chunks = (size_t)(cuts[n_cuts - 1] + TOK - 1) / TOK;
         uint8_t *pristine = malloc(max_chunks * (size_t)mi.n_layer * mz_harness_kv_chunk_bytes(c));
