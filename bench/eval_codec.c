@@ -5,7 +5,8 @@
  * usage: eval_codec -m MODEL -f TEXT [-f TEXT ...] [-t 2] [--first-cut 4096]
  *                   [--stride 512] [--max-cuts 4] [--score 256] [--gen 64]
  *                   [--codecs raw,q8,cachegen,cachegen-layer,cachegen-q7]
- *                   [--dump-kv FILE]
+ *                   [--dump-kv FILE] [--method cut|full|both] [--ctx 512,2048]
+ *                   [--max-windows N]
  *
  * For every text: tokenize it; for cut points c = first-cut, +stride, ...
  * (while c + score fits in the text, at most max-cuts of them), prefill the
@@ -27,10 +28,29 @@
  * zRAM granularity), and single-thread encode/decode throughput (thread CPU
  * time, MB of F16 per second; median of 3 passes).
  *
+ * --method full (or both): llama.cpp's method (llama-perplexity
+ * --kl-divergence with a quantized KV cache), which keeps every KV entry
+ * encoded from the start. For each window size W of --ctx: the text's
+ * tokens in consecutive windows of W (window i = tokens iW .. iW + W - 1,
+ * its first token replaced by BOS, as llama-perplexity does; at most
+ * --max-windows of them, 0 = all), each from an empty context, one token at
+ * a time; after each token its K and V rows in every layer (one row per KV
+ * head) go through decode(encode(.)) in place, so every later token attends
+ * over decoded values at every earlier position. Scored, as llama-perplexity
+ * does: the predictions of tokens W/2 + 1 .. W - 1 of each window (the
+ * second half), against the same steps with no codec: mean KL(base ||
+ * codec), top-1 agreement, perplexity ratio. One difference remains:
+ * llama.cpp writes a token's entry to the quantized cache before the
+ * token's own attention reads it, so a token also sees its own entry
+ * decoded; here a token's own entry is still F16 when it attends to itself
+ * (1 of p + 1 entries), and is encoded right after.
+ *
  * Codec names: any of mz_codec_find's (each built per layer with
  * mz_codec_for_layer, as the memory manager does: "cachegen-layer" is the
  * CacheGen layer schedule, Q = 15 in the first third of the layers, 7 after),
- * plus "cg-kA-vB" (cachegen with Q = A for K and B for V in every layer).
+ * plus "cg-kA-vB" (cachegen with Q = A for K and B for V in every layer) and
+ * "K/V" (e.g. "q8/q4r": the K values through codec K, the V values through
+ * codec V; no size row).
  * Output: "key=value" lines (grep-able) and a Markdown table.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -40,6 +60,7 @@
 #include "codec/codec_cachegen.h"
 #include "harness/harness.h" /* not public: the KV chunks of a context */
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +77,7 @@
 #define MAX_FILES 8
 #define MAX_CODECS 12
 #define TOK 256 /* positions per KV chunk */
+#define MAX_WINDOW_SIZES 4
 
 static double cpu_s(void)
 {
@@ -70,6 +92,19 @@ static void die(const char *what, const char *msg)
 {
     fprintf(stderr, "eval_codec: %s: %s\n", what, msg ? msg : "");
     exit(1);
+}
+
+/* A decimal int in [lo, hi], or exit with a message naming the option. */
+static int parse_int(const char *opt, const char *v, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "eval_codec: %s: '%s' is not an integer in [%ld, %ld]\n", opt, v, lo, hi);
+        exit(1);
+    }
+    return (int)x;
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -97,7 +132,8 @@ typedef struct codec_eval {
     char name[32];
     bool per_layer;        /* cachegen-layer: one codec per layer */
     mz_codec one;          /* otherwise */
-    mz_codec *layer;       /* [n_layer] when per_layer */
+    mz_codec *layer;       /* [n_layer] when per_layer (with layer_v: the K codec) */
+    mz_codec *layer_v;     /* "K/V" specs: [n_layer] V codec, K codec in layer; else NULL */
     /* quality, summed over cut points */
     double nll;            /* sum of -log p(true token) */
     double kl;             /* sum of KL(base || codec) */
@@ -111,21 +147,42 @@ static const mz_codec *codec_for(const codec_eval *e, int layer)
     return e->per_layer ? &e->layer[layer] : &e->one;
 }
 
+/* A scratch size that holds the blob of n values (K half, V half) of layer l. */
+static size_t blob_cap_for(const codec_eval *e, int l, size_t n)
+{
+    size_t cap = mz_codec_bound(codec_for(e, l), n);
+    return e->layer_v ? MZ_MAX(cap, mz_codec_bound(&e->layer_v[l], n)) : cap;
+}
+
+static void roundtrip_one(const mz_codec *cd, mz_f16 *buf, size_t n, uint8_t *blob, size_t cap)
+{
+    size_t len;
+    if (mz_codec_encode(cd, buf, n, blob, cap, &len) != MZ_OK) die("encode", mz_last_error());
+    if (mz_codec_decode(cd, blob, len, buf, n) != MZ_OK) die("decode", mz_last_error());
+}
+
+/* buf[0..n) (K values, then as many V values) replaced by decode(encode(.))
+ * with layer l's codec, or its K and V codecs. */
+static void roundtrip_values(const codec_eval *e, int l, mz_f16 *buf, size_t n, uint8_t *blob,
+                             size_t cap)
+{
+    if (!e->layer_v) {
+        roundtrip_one(codec_for(e, l), buf, n, blob, cap);
+        return;
+    }
+    roundtrip_one(&e->layer[l], buf, n / 2, blob, cap);
+    roundtrip_one(&e->layer_v[l], buf + n / 2, n - n / 2, blob, cap);
+}
+
 /* Replaces the first n_chunks chunks of every layer by decode(encode(.)). */
 static void roundtrip_kv(mz_ctx_t *c, const codec_eval *e, size_t n_chunks, uint8_t *scratch,
                          size_t scratch_cap)
 {
     size_t n = mz_harness_kv_chunk_bytes(c) / 2;
-    for (int l = 0; l < mz_harness_kv_n_layer(c); l++) {
-        const mz_codec *cd = codec_for(e, l);
-        for (size_t ci = 0; ci < n_chunks; ci++) {
-            mz_f16 *buf = (mz_f16 *)(void *)mz_harness_kv_chunk(c, l, ci);
-            size_t len;
-            if (mz_codec_encode(cd, buf, n, scratch, scratch_cap, &len) != MZ_OK)
-                die("encode", mz_last_error());
-            if (mz_codec_decode(cd, scratch, len, buf, n) != MZ_OK) die("decode", mz_last_error());
-        }
-    }
+    for (int l = 0; l < mz_harness_kv_n_layer(c); l++)
+        for (size_t ci = 0; ci < n_chunks; ci++)
+            roundtrip_values(e, l, (mz_f16 *)(void *)mz_harness_kv_chunk(c, l, ci), n, scratch,
+                             scratch_cap);
 }
 
 static void save_kv(mz_ctx_t *c, size_t n_chunks, uint8_t *copy)
@@ -162,6 +219,128 @@ static void step(mz_ctx_t *c, mz_token t)
     if (mz_prefill(c, &t, 1) != MZ_OK) die("prefill", mz_ctx_errmsg(c));
 }
 
+/* ---- llama.cpp's method: every KV entry through the codec from the start ------------- */
+
+/* Position p's K and V rows of every layer through decode(encode(.)) in
+ * place: the 2 · n_head_kv rows of head_dim values (K rows, then V rows)
+ * gathered into one buffer and coded as one blob. For the group-wise codecs
+ * a group of 64 values is one row when head_dim is a multiple of 64, as
+ * in a chunk; with narrower heads a group spans the heads of one token
+ * here, the tokens of one head in a chunk. */
+static void roundtrip_position(mz_ctx_t *c, const mz_model_info *mi, const codec_eval *e,
+                               size_t p, mz_f16 *rows, uint8_t *blob, size_t blob_cap)
+{
+    const size_t hd = (size_t)mi->head_dim, nkv = (size_t)mi->n_head_kv, n = 2 * nkv * hd;
+    for (int l = 0; l < mz_harness_kv_n_layer(c); l++) {
+        mz_f16 *ch = (mz_f16 *)(void *)mz_harness_kv_chunk(c, l, p / TOK);
+        if (!ch) die("roundtrip", "KV chunk not resident");
+        for (size_t r = 0; r < 2 * nkv; r++) /* r < nkv: K of head r; else V of head r - nkv */
+            memcpy(rows + r * hd, ch + (r * TOK + p % TOK) * hd, hd * sizeof *rows);
+        roundtrip_values(e, l, rows, n, blob, blob_cap);
+        for (size_t r = 0; r < 2 * nkv; r++)
+            memcpy(ch + (r * TOK + p % TOK) * hd, rows + r * hd, hd * sizeof *rows);
+    }
+}
+
+/* llama.cpp's method over windows of W tokens (header of this file). */
+static void eval_full(mz_model_t *m, const mz_model_info *mi, int threads, const char *file,
+                      const mz_token *toks, size_t n_tok, int W, int max_windows,
+                      codec_eval *codecs, int n_codecs)
+{
+    size_t n_win = n_tok / (size_t)W;
+    if (max_windows > 0 && n_win > (size_t)max_windows) n_win = (size_t)max_windows;
+    const int n_vocab = mz_model_n_vocab(m), first = W / 2;
+    printf("\n## %s: llama.cpp's method, every KV entry through the codec, %zu windows of %d "
+           "tokens, %zu scored\n\n", file, n_win, W, n_win * (size_t)(W - 1 - first));
+    if (!n_win) return;
+    mz_ctx_params cp = mz_ctx_params_default();
+    cp.n_threads = threads;
+    cp.n_ctx = W + 16;
+    mz_ctx_t *c = NULL;
+    if (mz_ctx_init(m, &cp, &c) != MZ_OK) die("ctx", mz_last_error());
+    const size_t n_row = 2 * (size_t)mi->n_head_kv * (size_t)mi->head_dim;
+    size_t blob_cap = 0;
+    for (int k = 1; k <= n_codecs; k++)
+        for (int l = 0; l < mi->n_layer; l++)
+            blob_cap = MZ_MAX(blob_cap, blob_cap_for(&codecs[k], l, n_row));
+    mz_f16 *rows = malloc(n_row * sizeof *rows);
+    uint8_t *blob = malloc(blob_cap);
+    float *lp = malloc((size_t)n_vocab * sizeof *lp);
+    float *lp_base = malloc((size_t)(W - first) * (size_t)n_vocab * sizeof *lp_base);
+    mz_token *win = malloc((size_t)W * sizeof *win);
+    /* per codec: sum of -log p, sum of KL, agreements, scored positions, seconds */
+    double *nll = calloc((size_t)n_codecs + 1, sizeof *nll), *kl = calloc((size_t)n_codecs + 1, sizeof *kl);
+    double *secs = calloc((size_t)n_codecs + 1, sizeof *secs);
+    long *agree = calloc((size_t)n_codecs + 1, sizeof *agree), n_scored = 0;
+    int *base_top = malloc((size_t)(W - first) * sizeof *base_top);
+    if (!rows || !blob || !lp || !lp_base || !win || !nll || !kl || !secs || !agree || !base_top)
+        die("malloc", "out of memory");
+    /* llama-perplexity puts BOS first in every window when the tokenizer adds one */
+    const bool add_bos = n_tok > 0 && mi->bos >= 0 && toks[0] == mi->bos;
+    for (size_t wi = 0; wi < n_win; wi++) {
+        memcpy(win, toks + wi * (size_t)W, (size_t)W * sizeof *win);
+        if (add_bos) win[0] = mi->bos;
+        for (int k = 0; k <= n_codecs; k++) {
+            double t0 = wall_s(), wnll = 0, wkl = 0;
+            long wagree = 0;
+            if (mz_ctx_truncate(c, 0) != MZ_OK) die("truncate", mz_ctx_errmsg(c));
+            for (int p = 0; p < W - 1; p++) {
+                step(c, win[p]);
+                if (k > 0) roundtrip_position(c, mi, &codecs[k], (size_t)p, rows, blob, blob_cap);
+                if (p < first) continue;
+                /* the logits at p predict token p + 1 */
+                const int s = p - first;
+                float *dst = k == 0 ? lp_base + (size_t)s * n_vocab : lp;
+                int am = log_softmax(mz_ctx_logits(c), n_vocab, dst);
+                wnll -= dst[win[p + 1]];
+                if (k == 0) {
+                    base_top[s] = am;
+                    continue;
+                }
+                const float *b = lp_base + (size_t)s * n_vocab;
+                double d = 0;
+                for (int v = 0; v < n_vocab; v++) d += exp((double)b[v]) * ((double)b[v] - (double)lp[v]);
+                wkl += d;
+                wagree += am == base_top[s];
+            }
+            nll[k] += wnll;
+            kl[k] += wkl;
+            agree[k] += wagree;
+            secs[k] += wall_s() - t0;
+            printf("full file=%s ctx=%d window=%zu codec=%s ppl=%.4f kld=%.6f top1_agree=%.4f "
+                   "secs=%.1f\n", file, W, wi, codecs[k].name, exp(wnll / (W - 1 - first)),
+                   wkl / (W - 1 - first), k ? (double)wagree / (W - 1 - first) : 1.0,
+                   wall_s() - t0);
+            fflush(stdout);
+        }
+        n_scored += W - 1 - first;
+    }
+    double ppl0 = exp(nll[0] / (double)n_scored);
+    printf("\n| codec | perplexity | ratio to F16 | mean KLD (nats) | top-1 agreement | "
+           "s per window |\n|---|---:|---:|---:|---:|---:|\n");
+    for (int k = 0; k <= n_codecs; k++) {
+        double ppl = exp(nll[k] / (double)n_scored);
+        printf("| %s | %.4f | %.4f (%+.2f %%) | %.5f | %.2f %% | %.1f |\n", codecs[k].name, ppl,
+               ppl / ppl0, 100.0 * (ppl / ppl0 - 1.0), kl[k] / (double)n_scored,
+               k ? 100.0 * (double)agree[k] / (double)n_scored : 100.0, secs[k] / (double)n_win);
+        printf("fullsum file=%s ctx=%d windows=%zu scored=%ld codec=%s ppl=%.5f ppl_ratio=%.5f "
+               "kld=%.6f top1_agree=%.5f\n", file, W, n_win, n_scored, codecs[k].name, ppl,
+               ppl / ppl0, kl[k] / (double)n_scored, k ? (double)agree[k] / (double)n_scored : 1.0);
+    }
+    fflush(stdout);
+    mz_ctx_free(c);
+    free(rows);
+    free(blob);
+    free(lp);
+    free(lp_base);
+    free(win);
+    free(nll);
+    free(kl);
+    free(secs);
+    free(agree);
+    free(base_top);
+}
+
 /* ---- KV size and speed table --------------------------------------------------------- */
 
 static int cmp_double(const void *a, const void *b)
@@ -181,6 +360,10 @@ static void size_table(mz_ctx_t *c, codec_eval *codecs, int n_codecs, size_t n_f
     mz_f16 *out = malloc(cb);
     for (int k = 0; k < n_codecs; k++) {
         codec_eval *e = &codecs[k];
+        if (e->layer_v) {
+            printf("| %s | (K/V split: the sum of its codecs' sizes; not measured here) |\n", e->name);
+            continue;
+        }
         size_t cap = 0;
         for (int l = 0; l < mz_harness_kv_n_layer(c); l++) cap = MZ_MAX(cap, mz_codec_bound(codec_for(e, l), n));
         uint8_t *blob = malloc(cap * n_ch);
@@ -277,6 +460,8 @@ int main(int argc, char **argv)
 {
     const char *model = NULL, *files[MAX_FILES], *codec_list = "raw,q8,cachegen,cachegen-layer,cachegen-q7";
     const char *dump = NULL;
+    bool method_cut = true, method_full = false;
+    int window_sizes[MAX_WINDOW_SIZES] = {512}, n_windows_sizes = 1, max_windows = 0;
     int n_files = 0, threads = 2, first_cut = 4096, stride = 512, max_cuts = 4, n_score = 256,
         n_gen = 64;
     for (int i = 1; i < argc; i += 2) {
@@ -284,19 +469,37 @@ int main(int argc, char **argv)
         if (!v) die("missing value for", a);
         if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "-f") && n_files < MAX_FILES) files[n_files++] = v;
-        else if (!strcmp(a, "-t")) threads = atoi(v);
-        else if (!strcmp(a, "--first-cut")) first_cut = atoi(v);
-        else if (!strcmp(a, "--stride")) stride = atoi(v);
-        else if (!strcmp(a, "--max-cuts")) max_cuts = atoi(v);
-        else if (!strcmp(a, "--score")) n_score = atoi(v);
-        else if (!strcmp(a, "--gen")) n_gen = atoi(v);
+        else if (!strcmp(a, "-t")) threads = parse_int(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--first-cut")) first_cut = parse_int(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--stride")) stride = parse_int(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--max-cuts")) max_cuts = parse_int(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--score")) n_score = parse_int(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--gen")) n_gen = parse_int(a, v, 0, 1 << 24);
         else if (!strcmp(a, "--codecs")) codec_list = v;
         else if (!strcmp(a, "--dump-kv")) dump = v;
+        else if (!strcmp(a, "--method")) {
+            if (strcmp(v, "cut") && strcmp(v, "full") && strcmp(v, "both"))
+                die("--method (want cut, full or both)", v);
+            method_cut = strcmp(v, "full") != 0;
+            method_full = strcmp(v, "cut") != 0;
+        } else if (!strcmp(a, "--ctx")) {
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", v);
+            n_windows_sizes = 0;
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                if (n_windows_sizes == MAX_WINDOW_SIZES) die("--ctx: too many sizes", v);
+                /* even, so the scored half is W / 2 positions */
+                int w = parse_int("--ctx", t, 4, 1 << 20);
+                if (w % 2) die("--ctx: window sizes must be even", t);
+                window_sizes[n_windows_sizes++] = w;
+            }
+        } else if (!strcmp(a, "--max-windows")) max_windows = parse_int(a, v, 0, 1 << 20);
         else die("unknown option", a);
     }
-    if (!model || !n_files || first_cut < 2 || stride < 1 || n_score < 1 || n_gen < 0)
+    if (!model || !n_files || first_cut < 2 || stride < 1 || n_score < 1 || threads < 1)
         die("usage", "eval_codec -m MODEL -f TEXT [-f TEXT..] [-t N] [--first-cut N] [--stride N] "
-                     "[--max-cuts N] [--score N] [--gen N] [--codecs a,b,..] [--dump-kv FILE]");
+                     "[--max-cuts N] [--score N] [--gen N] [--codecs a,b,..] [--dump-kv FILE] "
+                     "[--method cut|full|both] [--ctx W[,W..]] [--max-windows N]");
 
     mz_model_t *m = NULL;
     if (mz_model_load(model, NULL, &m) != MZ_OK) die(model, mz_last_error());
@@ -314,8 +517,25 @@ int main(int argc, char **argv)
     for (char *tok = strtok(list, ","); tok && n_codecs < MAX_CODECS; tok = strtok(NULL, ",")) {
         codec_eval *e = &codecs[1 + n_codecs];
         snprintf(e->name, sizeof e->name, "%s", tok);
-        const mz_codec *reg = strncmp(tok, "cg-k", 4) ? mz_codec_find(tok) : NULL;
-        if (reg) {
+        char *slash = strchr(tok, '/');
+        const mz_codec *reg = strncmp(tok, "cg-k", 4) && !slash ? mz_codec_find(tok) : NULL;
+        if (slash) {
+            /* "K/V": K values through codec K, V values through codec V,
+             * each built per layer as below */
+            *slash = 0;
+            const mz_codec *ck = mz_codec_find(tok), *cv = mz_codec_find(slash + 1);
+            if (!ck || !cv) die(e->name, mz_last_error());
+            e->per_layer = true;
+            e->layer = calloc((size_t)mi.n_layer, sizeof *e->layer);
+            e->layer_v = calloc((size_t)mi.n_layer, sizeof *e->layer_v);
+            if (!e->layer || !e->layer_v) die("calloc", "");
+            for (int l = 0; l < mi.n_layer; l++) {
+                e->layer[l] = mz_codec_for_layer(ck, (unsigned)mi.head_dim, (unsigned)l,
+                                                 (unsigned)mi.n_layer);
+                e->layer_v[l] = mz_codec_for_layer(cv, (unsigned)mi.head_dim, (unsigned)l,
+                                                   (unsigned)mi.n_layer);
+            }
+        } else if (reg) {
             /* every registry codec as the memory manager uses it: one instance
              * per layer (cachegen: rows = this model's head_dim; cachegen-layer:
              * the CacheGen layer schedule) */
@@ -370,9 +590,17 @@ int main(int argc, char **argv)
         for (long cpos = first_cut; cpos + n_score <= (long)n_tok && n_cuts < max_cuts && n_cuts < 64;
              cpos += stride)
             cuts[n_cuts++] = (int)cpos;
-        printf("text file=%s bytes=%zu tokens=%zu cuts=%d\n", files[fi], tlen, n_tok, n_cuts);
+        printf("text file=%s bytes=%zu tokens=%zu cuts=%d\n", files[fi], tlen, n_tok,
+               method_cut ? n_cuts : 0);
         fflush(stdout);
-        if (!n_cuts) continue;
+        for (int wi = 0; method_full && wi < n_windows_sizes; wi++)
+            eval_full(m, &mi, threads, files[fi], toks, n_tok, window_sizes[wi], max_windows,
+                      codecs, n_codecs);
+        if (!n_cuts || !method_cut) {
+            free(toks);
+            free(text);
+            continue;
+        }
 
         mz_ctx_params cp = mz_ctx_params_default();
         cp.n_threads = threads;
@@ -382,8 +610,8 @@ int main(int argc, char **argv)
         size_t scratch_cap = 0;
         for (int k = 1; k <= n_codecs; k++)
             for (int l = 0; l < mi.n_layer; l++)
-                scratch_cap = MZ_MAX(scratch_cap, mz_codec_bound(codec_for(&codecs[k], l),
-                                                                 mz_harness_kv_chunk_bytes(c) / 2));
+                scratch_cap = MZ_MAX(scratch_cap, blob_cap_for(&codecs[k], l,
+                                                               mz_harness_kv_chunk_bytes(c) / 2));
         uint8_t *scratch = malloc(scratch_cap);
         size_t max_chunks = (size_t)(cuts[n_cuts - 1] + TOK - 1) / TOK;
         uint8_t *pristine = malloc(max_chunks * (size_t)mi.n_layer * mz_harness_kv_chunk_bytes(c));
@@ -496,6 +724,7 @@ int main(int argc, char **argv)
         free(text);
     }
 
+    if (method_cut) {
     printf("\n## Quality against the uncompressed KV (%d scored tokens and one %d-token greedy "
            "continuation per cut point)\n\n", codecs[0].n_cuts ? (int)(codecs[0].n_scored / codecs[0].n_cuts) : 0, n_gen);
     printf("| codec | perplexity | change | top-1 agreement | top-1 accuracy | mean KL (nats) | "
@@ -509,6 +738,7 @@ int main(int argc, char **argv)
                100.0 * (ppl / ppl0 - 1.0), 100.0 * (double)e->n_agree / (double)e->n_scored,
                100.0 * (double)e->n_correct / (double)e->n_scored, e->kl / (double)e->n_scored,
                e->n_gen_exact, e->n_cuts, (double)e->gen_prefix / e->n_cuts);
+    }
     }
     printf("\ntotal_wall_s=%.0f\n", wall_s() - t_start);
     free(lp);

@@ -236,7 +236,8 @@ typedef struct mz_ctx_params {
     /* Elastic memory (mz_evict / mz_restore). */
     const char *kv_codec;      /* codec of compressed KV chunks: "q8" (default; group-wise
                                   8-bit, 64 values a group), "q8-g32", "q8-g128", "q4"
-                                  (the same at 4 bits), "q4-g32", "q4-g128", "raw" or a
+                                  (the same at 4 bits), "q4-g32", "q4-g128", "q4r" (q4 of
+                                  Hadamard-rotated head vectors), "raw" or a
                                   cachegen variant (docs/CODECS.md); NULL = "q8". Copied
                                   at init. */
     const char *swap_dir;      /* directory of the engine's swap file (created 0700, the

@@ -340,7 +340,7 @@ int cmd_chat(int argc, char **argv)
                    "                          profile's split for the compute threads)\n"
                    "      --codec NAME        KV codec for compressed chunks: q8 (default), q8-g32,\n"
                    "                          q8-g128, q4 (4-bit groups, 3.6x smaller than F16),\n"
-                   "                          q4-g32, q4-g128, raw, cachegen (about 4x smaller,\n"
+                   "                          q4-g32, q4-g128, q4r, raw, cachegen (about 4x smaller,\n"
                    "                          slower to decode), cachegen-layer (CacheGen's layer\n"
                    "                          schedule: fewer bits after the first third of the\n"
                    "                          layers)\n"

@@ -120,7 +120,7 @@ static const char serve_mem_help[] =
     "                          $MZCACHE_PRESSURE_HEADROOM); size it to what the other processes can\n"
     "                          grab while one eviction runs\n"
     "      --codec NAME        KV codec: q8 (default), q8-g32, q8-g128, q4, q4-g32,\n"
-    "                          q4-g128, raw, cachegen, cachegen-layer (docs/CODECS.md)\n"
+    "                          q4-g128, q4r, raw, cachegen, cachegen-layer (docs/CODECS.md)\n"
     "      --swap-dir DIR      where the swap file goes\n"
     "      --kv-placement P    auto (default), compressed, storage, storage-compressed, mixed\n"
     "      --mode M            mzcache (default), or a baseline to compare with: os-paging\n"

@@ -5,10 +5,11 @@
  * self-describing blob and back. Every blob starts with a 16-byte header,
  * little-endian:
  *
- *     u32 magic      per codec ("MZRW" raw, "MZQ8" q8, "MZQ4" q4)
+ *     u32 magic      per codec ("MZRW" raw, "MZQ8" q8, "MZQ4" q4, "MZQR" q4r)
  *     u16 version    1
  *     u16 param      codec parameter (q8: group size G >= 1; q4: even G >= 2;
- *                    raw: 0)
+ *                    q4r: rotation length = group size, a power of two
+ *                    2 .. MZ_ROT_DIM_MAX; raw: 0)
  *     u64 n_values   number of F16 values encoded
  *
  * followed by the codec's payload, whose length is a pure function of
@@ -29,7 +30,10 @@
  *
  * Lossy codecs are idempotent: encode(decode(encode(x))) == encode(x) byte
  * for byte, so chunks can cycle through the compressed stack any number of
- * times without drifting (paper §6.5).
+ * times without drifting (paper §6.5) — all but q4r, whose rotation back to
+ * f16 moves each value by up to half an f16 ulp; re-encoding such a row
+ * gives the same codes in practice but min/max may move by an f16 ulp
+ * (docs/CODECS.md has the measured drift over cycles).
  */
 #ifndef MZ_CODEC_H
 #define MZ_CODEC_H
@@ -46,6 +50,7 @@
 #define MZ_Q8_GROUP_DEFAULT 64
 #define MZ_Q8_GROUP_MAX 65535
 #define MZ_Q4_GROUP_MAX 65534 /* q4 groups are even: each starts on a byte */
+#define MZ_ROT_DIM_MAX 1024   /* q4r: the longest rotated row (a stack buffer) */
 
 typedef struct mz_codec mz_codec;
 
@@ -61,7 +66,8 @@ struct mz_codec {
 };
 
 /* Built-in codecs by name: "raw", "q8" (G = 64), "q8-g32", "q8-g128", "q4"
- * (G = 64), "q4-g32", "q4-g128", the cachegen family (codec_cachegen.h).
+ * (G = 64), "q4-g32", "q4-g128", "q4r" (rows of 64 rotated, then q4 with
+ * G = 64), the cachegen family (codec_cachegen.h).
  * NULL (with a message) for an unknown name. The result is static. */
 MZ_INTERNAL const mz_codec *mz_codec_find(const char *name);
 /* A q8 codec with any group size in [1, MZ_Q8_GROUP_MAX] (returned by value,
@@ -71,9 +77,15 @@ MZ_INTERNAL mz_codec mz_codec_q8(unsigned group);
  * mz_codec_q8; .name is "q4". */
 MZ_INTERNAL mz_codec mz_codec_q4(unsigned group);
 
+/* A q4r codec rotating rows of d values (a power of two in
+ * [2, MZ_ROT_DIM_MAX]), one q4 group per rotated row; .name is "q4r". */
+MZ_INTERNAL mz_codec mz_codec_q4r(unsigned d);
+
 /* The instance that encodes KV chunks of layer `layer` (of n_layer) for a
  * model whose KV heads are head_dim values wide (by value, nothing
- * allocated). q8 and raw: *c itself. cachegen: c's parameters with the row
+ * allocated). q8, q4 and raw: *c itself. q4r: rows of the largest power of
+ * two dividing head_dim (at most MZ_ROT_DIM_MAX), so each rotation stays
+ * inside one head vector. cachegen: c's parameters with the row
  * length set to head_dim (when 1..MZ_CG_ROW_MAX) and, for "cachegen-layer",
  * the CacheGen layer schedule: c's levels in the first third of the layers,
  * at most Q = 7 after. The name stays c's. Any instance of a codec decodes
@@ -107,6 +119,7 @@ MZ_INTERNAL extern const mz_codec mz_codec_q8_g128_vt; /* "q8-g128" */
 MZ_INTERNAL extern const mz_codec mz_codec_q4_g64_vt;  /* "q4" */
 MZ_INTERNAL extern const mz_codec mz_codec_q4_g32_vt;  /* "q4-g32" */
 MZ_INTERNAL extern const mz_codec mz_codec_q4_g128_vt; /* "q4-g128" */
+MZ_INTERNAL extern const mz_codec mz_codec_q4r_vt;      /* "q4r" */
 
 /* Header helpers (codec.c). parse checks magic, version and that len equals
  * MZ_CODEC_HEADER_BYTES + payload_bytes(param, n) exactly; payload_bytes
@@ -160,6 +173,26 @@ MZ_INTERNAL bool mz_q8_force_isa(const char *isa);
 /* mz_q8_force_isa(on ? "scalar" : NULL). */
 MZ_INTERNAL void mz_q8_force_scalar(bool on);
 
+/* q4r's rotation (codec_rot.c; definition there). signs: d sign masks
+ * (0 or 0x80000000) from mz_rot_signs. rows: rows of d values, src == dst
+ * allowed. Forward: f16 row -> rotated f16 row; inverse: back. Every kernel
+ * gives the bits of the _ref one. */
+MZ_INTERNAL void mz_rot_signs(unsigned d, uint32_t *signs);
+MZ_INTERNAL float mz_rot_scale(unsigned d); /* f32(1 / sqrt(d)) */
+MZ_INTERNAL void mz_rot_fwht_ref(float *v, unsigned d, unsigned from);
+MZ_INTERNAL void mz_rot_rows_ref(const mz_f16 *src, mz_f16 *dst, size_t rows, unsigned d,
+                                 const uint32_t *signs, bool inverse);
+/* q4r payload: the q4 payload of the rotated rows (the last n mod d values
+ * unrotated), scalar only: the reference the q4r SIMD paths are tested
+ * against. */
+MZ_INTERNAL mz_status mz_q4r_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n);
+MZ_INTERNAL mz_status mz_q4r_encode_ref(unsigned d, const mz_f16 *src, size_t n, uint8_t *dst,
+                                        size_t dst_cap, size_t *n_written);
+#if defined(__ARM_NEON) && defined(__aarch64__)
+MZ_INTERNAL void mz_rot_rows_neon(const mz_f16 *src, mz_f16 *dst, size_t rows, unsigned d,
+                                  const uint32_t *signs, bool inverse);
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #define MZ_CODEC_HAVE_AVX2_FILE 1
 #define MZ_CODEC_HAVE_AVX512_FILE 1
@@ -178,6 +211,9 @@ MZ_INTERNAL void mz_q8_minmax_avx2(const mz_f16 *x, size_t k, float *mn, float *
 /* q4: decode_groups as mz_q4_decode_groups_ref. */
 MZ_INTERNAL size_t mz_q4_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group,
                                             mz_f16 *dst);
+/* q4r rotation, as mz_rot_rows_ref (d < 8: the scalar kernel). */
+MZ_INTERNAL void mz_rot_rows_avx2(const mz_f16 *src, mz_f16 *dst, size_t rows, unsigned d,
+                                  const uint32_t *signs, bool inverse);
 /* F16C conversion of n floats (RNE); test hook for the scalar helper. */
 MZ_INTERNAL void mz_codec_f32_to_f16_avx2(const float *src, mz_f16 *dst, size_t n);
 MZ_INTERNAL bool mz_codec_cpu_has_avx2(void);
@@ -199,6 +235,9 @@ MZ_INTERNAL size_t mz_q4_encode_groups_avx512(const mz_f16 *src, size_t n, unsig
 MZ_INTERNAL size_t mz_q4_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned group,
                                               mz_f16 *dst, bool stream);
 MZ_INTERNAL bool mz_codec_cpu_has_avx512(void);
+/* q4r rotation, as mz_rot_rows_ref (d < 16: the AVX2 kernel). */
+MZ_INTERNAL void mz_rot_rows_avx512(const mz_f16 *src, mz_f16 *dst, size_t rows, unsigned d,
+                                    const uint32_t *signs, bool inverse);
 #endif
 
 #endif /* MZ_CODEC_H */

@@ -776,3 +776,159 @@ mz_codec mz_codec_q4(unsigned group)
     mz_codec c = Q4_VT("q4", group);
     return c;
 }
+
+/* ---- q4r: q4 of rotated rows -------------------------------------------------- */
+
+/* q4r blob: header magic "MZQR", param = d (a power of two, 2 ..
+ * MZ_ROT_DIM_MAX), then exactly q4's payload with G = d: group r holds row
+ * r of the input, values r·d .. r·d + d − 1, rotated (codec_rot.c: sign
+ * flip, normalized Walsh–Hadamard, RNE to f16) before q4 quantizes it; a
+ * last group of n mod d values, if any, holds them unrotated. Decode is q4's
+ * decode followed by the inverse rotation of every full row.
+ *
+ * Why: q4 spends its 15 steps on a group's range, and one outlier channel
+ * of a K head (a few channels of K are 10–50× the others) stretches that
+ * range for the whole row; the rotation spreads it over the row, so the
+ * rotated values are close to Gaussian and the range shrinks relative to
+ * the typical value. In the KV chunk layout a row of head_dim values is one
+ * head of one token, so the rotation never mixes tokens or heads.
+ *
+ * Costs and limits: rotated values can reach sqrt(d)·max|x|, so a row whose
+ * rotation leaves the f16 range is refused (MZ_E_FORMAT, as inf/NaN input:
+ * the caller keeps the raw chunk). decode(encode(x)) is the same bits from
+ * every kernel set, but the codec is not idempotent bit for bit as q8 and q4
+ * are: the inverse rotation rounds to f16 again, so re-encoding a decoded
+ * row can move a group's min/max (and rarely a code) by an f16 ulp. */
+
+#define Q4R_MAGIC 0x52515a4du /* "MZQR" */
+#define ROT_BATCH 4096u        /* values rotated per step: 8 KiB of stack, L1-resident */
+
+static bool q4r_payload(unsigned d, uint64_t n, size_t *payload)
+{
+    if (d < 2 || d > MZ_ROT_DIM_MAX || (d & (d - 1))) return false;
+    return q4_payload(d, n, payload);
+}
+
+static const quant_fmt Q4R_FMT = {"q4r", Q4R_MAGIC, 15, q4r_payload};
+
+static size_t q4r_bound(const mz_codec *c, size_t n) { return fmt_bound(&Q4R_FMT, c->param, n); }
+
+/* rows rows of d values rotated (or back) by the kernels of isa. */
+static void rot_rows(enum q8_isa isa, const mz_f16 *src, mz_f16 *dst, size_t rows, unsigned d,
+                     const uint32_t *signs, bool inverse)
+{
+    switch (isa) {
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+    case Q8_AVX512: mz_rot_rows_avx512(src, dst, rows, d, signs, inverse); return;
+#endif
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    case Q8_AVX2: mz_rot_rows_avx2(src, dst, rows, d, signs, inverse); return;
+#endif
+#if defined(__ARM_NEON) && defined(__aarch64__)
+    case Q8_NEON: mz_rot_rows_neon(src, dst, rows, d, signs, inverse); return;
+#endif
+    default: mz_rot_rows_ref(src, dst, rows, d, signs, inverse); return;
+    }
+}
+
+static mz_status q4r_encode_isa(unsigned d, enum q8_isa isa, const mz_f16 *src, size_t n,
+                                uint8_t *dst, size_t dst_cap, size_t *n_written)
+{
+    size_t need = fmt_bound(&Q4R_FMT, d, n), d_ok;
+    *n_written = 0;
+    MZ_ASSERT(q4r_payload(d, 0, &d_ok)); /* the vtable's or the constructor's d */
+    if (need == 0) return mz_fail(MZ_E_RANGE, "q4r encode: %zu values is too many", n);
+    if (dst_cap < need)
+        return mz_fail(MZ_E_RANGE, "q4r encode: need %zu bytes, have %zu", need, dst_cap);
+    size_t bad = first_nonfinite(src, n);
+    if (bad < n)
+        return mz_fail(MZ_E_FORMAT, "q4r encode: value %zu is %s (0x%04x); use the raw codec",
+                       bad, (src[bad] & 0x3ffu) ? "NaN" : "infinite", src[bad]);
+    mz_codec_header_write(dst, Q4R_MAGIC, d, n);
+    uint32_t signs[MZ_ROT_DIM_MAX];
+    mz_f16 rot[ROT_BATCH];
+    mz_rot_signs(d, signs);
+    const size_t per = ROT_BATCH / d, rows = n / d, gb = group_bytes(&Q4R_FMT, d);
+    uint8_t *payload = dst + MZ_CODEC_HEADER_BYTES;
+    for (size_t r0 = 0; r0 < rows; r0 += per) {
+        size_t k = MZ_MIN(per, rows - r0);
+        rot_rows(isa, src + r0 * d, rot, k, d, signs, false);
+        size_t done = encode_groups(15, isa, rot, k * d, d, payload + r0 * gb);
+        if (done < k * d)
+            return mz_fail(MZ_E_FORMAT, "q4r encode: row %zu leaves the f16 range when rotated; "
+                           "use the raw codec", r0 + done / d);
+    }
+    if (n % d) (void)encode_groups(15, isa, src + rows * d, n % d, d, payload + rows * gb);
+    *n_written = need;
+    return MZ_OK;
+}
+
+static mz_status q4r_decode_isa(enum q8_isa isa, const uint8_t *src, size_t len, mz_f16 *dst,
+                                size_t n_want)
+{
+    unsigned d;
+    uint64_t n;
+    mz_status st = fmt_parse(&Q4R_FMT, src, len, &d, &n);
+    if (st != MZ_OK) return st;
+    if (n != n_want)
+        return mz_fail(MZ_E_FORMAT, "q4r blob: holds %llu values, caller expects %zu",
+                       (unsigned long long)n, n_want);
+    uint32_t signs[MZ_ROT_DIM_MAX];
+    mz_rot_signs(d, signs);
+    const size_t per = ROT_BATCH / d, rows = (size_t)n / d, gb = group_bytes(&Q4R_FMT, d);
+    const uint8_t *payload = src + MZ_CODEC_HEADER_BYTES;
+    /* a batch at a time, so the rotation finds the decoded rows in L1 */
+    for (size_t r0 = 0; r0 < rows; r0 += per) {
+        size_t k = MZ_MIN(per, rows - r0);
+        size_t done = decode_groups(15, isa, payload + r0 * gb, k * d, d, dst + r0 * d);
+        if (done < k) return group_fail(&Q4R_FMT, payload + (r0 + done) * gb, r0 + done);
+        rot_rows(isa, dst + r0 * d, dst + r0 * d, k, d, signs, true);
+    }
+    if (n % d && decode_groups(15, isa, payload + rows * gb, (size_t)n % d, d, dst + rows * d) == 0)
+        return group_fail(&Q4R_FMT, payload + rows * gb, rows);
+    return MZ_OK;
+}
+
+mz_status mz_q4r_encode_ref(unsigned d, const mz_f16 *src, size_t n, uint8_t *dst, size_t dst_cap,
+                            size_t *n_written)
+{
+    return q4r_encode_isa(d, Q8_SCALAR, src, n, dst, dst_cap, n_written);
+}
+
+mz_status mz_q4r_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n)
+{
+    return q4r_decode_isa(Q8_SCALAR, src, len, dst, n);
+}
+
+static mz_status q4r_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,
+                            size_t dst_cap, size_t *n_written)
+{
+    return q4r_encode_isa(c->param, q8_isa_now(), src, n, dst, dst_cap, n_written);
+}
+
+static mz_status q4r_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
+                            size_t n)
+{
+    return q4r_decode_isa(q8_isa_now(), src, len, dst, n);
+}
+
+static mz_status q4r_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)
+{
+    return fmt_peek(&Q4R_FMT, src, len, n_values);
+}
+
+#define Q4R_VT(nm, d)                                                                  \
+    {                                                                                  \
+        .name = nm, .param = d, .bound = q4r_bound, .encode = q4r_encode,              \
+        .decode = q4r_decode, .peek = q4r_peek                                         \
+    }
+
+const mz_codec mz_codec_q4r_vt = Q4R_VT("q4r", 64);
+
+mz_codec mz_codec_q4r(unsigned d)
+{
+    size_t unused;
+    MZ_ASSERT(q4r_payload(d, 0, &unused));
+    mz_codec c = Q4R_VT("q4r", d);
+    return c;
+}
