@@ -28,6 +28,7 @@
  */
 #include "kernels/kernels_impl.h"
 #include "testutil.h"
+#include "x8_util.h"
 
 #include <float.h>
 #include <stdint.h>
@@ -670,17 +671,9 @@ static void test_x8(void)
                           mz_isa_names[isa], mz_dtype_name(t), n_rows, n_cols, n_tok, bad);
                 n_checked++;
             }
-            { /* the lookup of a tied embedding reads single rows back out */
-            uint8_t *row = malloc(wrb);
-            int bad_rows = 0;
-            for (size_t r = 0; r < n_rows; r++) {
-                mz_x8_row_to_plain(t, wp, r, n_cols, row);
-                bad_rows += memcmp(row, w + r * wrb, wrb) != 0;
-            }
-            CHECK_MSG(bad_rows == 0, "x8 row lookup %s: %d rows differ from the plain rows", mz_dtype_name(t), bad_rows);
-            free(row);
-        }
-        mz_unpack_x8(t, wp, n_rows, n_cols, scratch);
+            CHECK_MSG(x8_row_lookup_mismatches(t, wp, w, n_rows, n_cols) == 0, /* a tied embedding's lookup */
+                      "x8 row lookup %s: rows differ from the plain rows", mz_dtype_name(t));
+            mz_unpack_x8(t, wp, n_rows, n_cols, scratch);
             CHECK_MSG(memcmp(wp, w, n_rows * wrb) == 0, "unpack(repack(%s)) differs", mz_dtype_name(t));
             free(wf);
             free(xf);

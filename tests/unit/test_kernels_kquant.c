@@ -26,6 +26,7 @@
  */
 #include "kernels/kernels_impl.h"
 #include "testutil.h"
+#include "x8_util.h"
 
 #include <stdint.h>
 
@@ -405,6 +406,8 @@ static void test_x8(void)
                     n_checked++;
                 }
             }
+            CHECK_MSG(x8_row_lookup_mismatches(t, wp, w, n_rows, n_cols) == 0, /* a tied embedding's lookup */
+                      "x8 row lookup %s: rows differ from the plain rows", mz_dtype_name(t));
             mz_unpack_x8(t, wp, n_rows, n_cols, scratch);
             CHECK_MSG(memcmp(wp, w, n_rows * wrb) == 0, "unpack(repack(%s)) differs", mz_dtype_name(t));
             void *bufs[] = {f, y, yr, w, wp, x, scratch};

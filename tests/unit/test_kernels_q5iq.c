@@ -36,6 +36,7 @@
  */
 #include "kernels/kernels_impl.h"
 #include "testutil.h"
+#include "x8_util.h"
 
 #include <float.h>
 #include <stdint.h>
@@ -450,16 +451,8 @@ static void check_x8(int t)
                 n_checked++;
             }
         }
-        { /* the lookup of a tied embedding reads single rows back out */
-            uint8_t *row = malloc(p.wrb);
-            int bad_rows = 0;
-            for (size_t r = 0; r < p.n_rows; r++) {
-                mz_x8_row_to_plain(t, wp, r, p.n_cols, row);
-                bad_rows += memcmp(row, p.w + r * p.wrb, p.wrb) != 0;
-            }
-            CHECK_MSG(bad_rows == 0, "x8 row lookup %s: %d rows differ from the plain rows", mz_dtype_name(t), bad_rows);
-            free(row);
-        }
+        CHECK_MSG(x8_row_lookup_mismatches(t, wp, p.w, p.n_rows, p.n_cols) == 0, /* a tied embedding's lookup */
+                  "x8 row lookup %s: rows differ from the plain rows", mz_dtype_name(t));
         mz_unpack_x8(t, wp, p.n_rows, p.n_cols, scratch);
         CHECK(memcmp(wp, p.w, p.n_rows * p.wrb) == 0);
         free(wp);
