@@ -36,6 +36,24 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Times n jobs into lat[], each after a pause of gap_ns (0: none). */
+static void time_jobs(mz_threadpool *tp, double *lat, int n, long gap_ns)
+{
+    for (int i = 0; i < n; i++) {
+        if (gap_ns > 0) nanosleep(&(struct timespec){0, gap_ns}, NULL);
+        double t0 = now_us();
+        mz_threadpool_run(tp, task, NULL);
+        lat[i] = now_us() - t0;
+    }
+}
+
+static void print_latency(int threads, const char *what, double *lat, int n)
+{
+    qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+    printf("threads=%d %s: median %.2f us  p90 %.2f us  p99 %.2f us\n", threads, what, lat[n / 2],
+           lat[n * 9 / 10], lat[n * 99 / 100]);
+}
+
 int main(int argc, char **argv)
 {
     int threads = 2, n = 20000;
@@ -47,25 +65,11 @@ int main(int argc, char **argv)
     if (!tp || n < 10) return 1;
     double *lat = malloc((size_t)n * sizeof *lat);
     for (int i = 0; i < 1000; i++) mz_threadpool_run(tp, task, NULL); /* warm-up */
-    for (int i = 0; i < n; i++) {
-        double t0 = now_us();
-        mz_threadpool_run(tp, task, NULL);
-        lat[i] = now_us() - t0;
-    }
-    qsort(lat, (size_t)n, sizeof *lat, cmp_double);
-    printf("threads=%d back-to-back: median %.2f us  p90 %.2f us  p99 %.2f us\n", threads, lat[n / 2],
-           lat[n * 9 / 10], lat[n * 99 / 100]);
+    time_jobs(tp, lat, n, 0);
+    print_latency(threads, "back-to-back", lat, n);
     const int m = n / 20;
-    for (int i = 0; i < m; i++) {
-        struct timespec gap = {0, 1000000};
-        nanosleep(&gap, NULL);
-        double t0 = now_us();
-        mz_threadpool_run(tp, task, NULL);
-        lat[i] = now_us() - t0;
-    }
-    qsort(lat, (size_t)m, sizeof *lat, cmp_double);
-    printf("threads=%d after a 1 ms gap: median %.2f us  p90 %.2f us  p99 %.2f us\n", threads, lat[m / 2],
-           lat[m * 9 / 10], lat[m * 99 / 100]);
+    time_jobs(tp, lat, m, 1000000L);
+    print_latency(threads, "after a 1 ms gap", lat, m);
     free(lat);
     mz_threadpool_free(tp);
     return 0;

@@ -22,6 +22,17 @@ static int draw_counts(mz_sampler_params p, const float *logits, int n_draws, in
     return 0;
 }
 
+/* Default parameters with only top-k truncating, at temperature 1. */
+static mz_sampler_params plain_params(int top_k)
+{
+    mz_sampler_params p = mz_sampler_params_default();
+    p.top_k = top_k;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.temperature = 1.0f;
+    return p;
+}
+
 static bool even_only(void *u, mz_token t)
 {
     (void)u;
@@ -52,21 +63,13 @@ int main(void)
     }
 
     /* top-k 2 only ever yields the two best */
-    p = mz_sampler_params_default();
-    p.top_k = 2;
-    p.top_p = 1.0f;
-    p.min_p = 0.0f;
-    p.temperature = 1.0f;
+    p = plain_params(2);
     CHECK(draw_counts(p, logits, 2000, counts) == 0);
     CHECK_EQ_INT(counts[1] + counts[5], 2000);
     CHECK(counts[1] > counts[5]); /* e^3 vs e^2.9: 52.5% vs 47.5% */
 
     /* temperature 1, no truncation: frequencies follow softmax */
-    p = mz_sampler_params_default();
-    p.top_k = 0;
-    p.top_p = 1.0f;
-    p.min_p = 0.0f;
-    p.temperature = 1.0f;
+    p = plain_params(0);
     CHECK(draw_counts(p, logits, 20000, counts) == 0);
     {
         double z = 0;
