@@ -92,6 +92,18 @@ def wait_files_settle(path_prefix, quiet_s=1.5, timeout_s=60):
     return False
 
 
+def stop_process(proc, sig=signal.SIGTERM, timeout_s=60):
+    """Send sig, wait up to timeout_s, then SIGKILL; the exit status."""
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
 class Server:
     """`mzcache serve -m MODEL --host 127.0.0.1 --port PORT ARGS...`, its
     output in log_path."""
@@ -157,14 +169,6 @@ class Server:
 
     def stop(self):
         """SIGTERM and wait; the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                rc = self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                rc = self.proc.wait()
-        else:
-            rc = self.proc.returncode
+        rc = stop_process(self.proc)
         self.log.close()
         return rc

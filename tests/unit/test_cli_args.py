@@ -28,7 +28,6 @@ assertions (timeouts only bound waits).
 import os
 import re
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -36,7 +35,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serveutil import MODEL, ROOT, Checks, test_tmp  # noqa: E402
+from serveutil import MODEL, ROOT, Checks, stop_process, test_tmp  # noqa: E402
 
 BIN = os.environ.get("MZ_BIN", os.path.join(ROOT, "build", "mzcache"))
 NAME = "test_cli_args"
@@ -227,12 +226,7 @@ def main():
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and p.poll() is None and not os.path.exists(pf):
                 time.sleep(0.05)
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            stop_process(p)
         log = open(lp).read()
         m = re.search(r"eviction target: (.*)", log)
         return m.group(1) if m else log
@@ -285,12 +279,7 @@ def main():
             check("8448" in log and "trained" in log, "serve -c 8448 warns about the trained context (8192)", log)
             check("no device profile" in log, "serve (which evicts) says there is no device profile", log)
     finally:
-        srv.send_signal(signal.SIGTERM)
-        try:
-            srv.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
+        stop_process(srv)
         slog.close()
 
     print(f"{NAME}: {T.passes} checks passed, {T.failures} failed")

@@ -36,7 +36,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serveutil import MODEL, ROOT, Checks  # noqa: E402
+from serveutil import MODEL, ROOT, Checks, stop_process  # noqa: E402
 
 NAME = "test_openai_client"
 T = Checks(NAME)
@@ -167,12 +167,7 @@ def main():
                                timeout=600)
         run_tests(openai, client, jsonschema)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
         if T.failures:
             with open(log_path, errors="replace") as f:

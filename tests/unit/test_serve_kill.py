@@ -140,6 +140,20 @@ def main():
           "Summarize the notes in one sentence.")
     m1 = [{"role": "system", "content": "You are a concise assistant."}, {"role": "user", "content": u1}]
     servers = []
+
+    def restart(tag, after, dead_pid):
+        """A new server on the same port after a kill: its start-up checks and
+        the reference answers; None when it does not start."""
+        srv = Server(binary, port, swap_dir, os.path.join(tmp, f"{tag.lower()}.log"))
+        servers.append(srv)
+        if not check(srv.wait_ready(), f"{tag} starts on the same port after {after}"):
+            print(srv.log_text())
+            return None
+        startup_checks(srv, swap_dir, dead_pid, tag)
+        check(srv.chat(m1) == a1, f"{tag}: M1 answer equals the unpressured one")
+        check(srv.chat(m2) == a2, f"{tag}: M2 answer equals the unpressured one")
+        return srv
+
     try:
         # ---- S1: reference answers, then kill -9 during an eviction ----------------------
         s1 = Server(binary, port, swap_dir, os.path.join(tmp, "s1.log"))
@@ -180,14 +194,9 @@ def main():
         del io0, io1
 
         # ---- S2: restart, correct answers, restore works; kill -9 during a restore ----------
-        s2 = Server(binary, port, swap_dir, os.path.join(tmp, "s2.log"))
-        servers.append(s2)
-        if not check(s2.wait_ready(), "S2 starts on the same port after kill 1"):
-            print(s2.log_text())
+        s2 = restart("S2", "kill 1", s1.pid)
+        if not s2:
             return 1
-        startup_checks(s2, swap_dir, s1.pid, "S2")
-        check(s2.chat(m1) == a1, "S2: M1 answer equals the unpressured one")
-        check(s2.chat(m2) == a2, "S2: M2 answer equals the unpressured one")
         st, j = s2.json("POST", "/mz/evict", {"all": True})
         check(st == 200 and j and j["memory"]["remaining_pct"] == 0.0, f"S2: evict all ({st})")
         fs = files_of(swap_dir, s2.pid)
@@ -219,14 +228,9 @@ def main():
         print(f"kill 2: {grew} bytes read from disk at the kill; left behind: {stale}", flush=True)
 
         # ---- S3: restart again; correct answers; clean exit removes the swap file --------------
-        s3 = Server(binary, port, swap_dir, os.path.join(tmp, "s3.log"))
-        servers.append(s3)
-        if not check(s3.wait_ready(), "S3 starts on the same port after kill 2"):
-            print(s3.log_text())
+        s3 = restart("S3", "kill 2", s2.pid)
+        if not s3:
             return 1
-        startup_checks(s3, swap_dir, s2.pid, "S3")
-        check(s3.chat(m1) == a1, "S3: M1 answer equals the unpressured one")
-        check(s3.chat(m2) == a2, "S3: M2 answer equals the unpressured one")
         st, _ = s3.json("POST", "/mz/evict", {"all": True})
         check(st == 200, f"S3: evict all ({st})")
         check(s3.chat(m2) == a2b, "S3: M2 after evict all equals the unpressured one")

@@ -160,6 +160,19 @@ def new_request_refused(srv):
         return True, repr(e)
 
 
+def drain_in_flight(srv, send, body, out, sig, tag, what):
+    """send(srv, body, "inflight", out) on a thread; sig while it runs; a new
+    request during the drain must be refused; then wait for the thread."""
+    th = threading.Thread(target=send, args=(srv, body, "inflight", out), daemon=True)
+    th.start()
+    check(wait_busy(srv, th), f"{tag}: {what} is running")
+    srv.proc.send_signal(sig)
+    time.sleep(0.2)
+    refused, how = new_request_refused(srv)
+    check(refused, f"{tag}: a new request during the drain is refused ({how})")
+    th.join(180)
+
+
 def after_exit(srv, rc, tag):
     check(rc == 0, f"{tag}: exit status 0 (got {rc})")
     check(not os.path.exists(srv.port_file), f"{tag}: port file removed at exit")
@@ -196,14 +209,7 @@ def main():
     r = subprocess.run(cli + ["--delete", "a/../b"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2, f"T1: a malformed id is refused ({r.returncode})")
     out = {}
-    th = threading.Thread(target=plain, args=(s, chat_body(48), "inflight", out), daemon=True)
-    th.start()
-    check(wait_busy(s, th), "T1: the request is running")
-    s.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    refused, how = new_request_refused(s)
-    check(refused, f"T1: a new request during the drain is refused ({how})")
-    th.join(180)
+    drain_in_flight(s, plain, chat_body(48), out, signal.SIGTERM, "T1", "the request")
     j = out.get("json") or {}
     ch = (j.get("choices") or [{}])[0]
     check(out.get("status") == 200, f"T1: in-flight request answered 200 ({out.get('status')}, {out.get('error')})")
@@ -227,14 +233,7 @@ def main():
     read_stream(s, chat_body(48, True), "ref", ref)
     check(ref.get("done") and ref.get("text"), f"T2: reference stream ({ref})")
     out = {}
-    th = threading.Thread(target=read_stream, args=(s, chat_body(48, True), "inflight", out), daemon=True)
-    th.start()
-    check(wait_busy(s, th), "T2: the stream is running")
-    s.proc.send_signal(signal.SIGINT)
-    time.sleep(0.2)
-    refused, how = new_request_refused(s)
-    check(refused, f"T2: a new request during the drain is refused ({how})")
-    th.join(180)
+    drain_in_flight(s, read_stream, chat_body(48, True), out, signal.SIGINT, "T2", "the stream")
     check(out.get("error") is None, f"T2: stream read without error ({out.get('error')})")
     check(out.get("text") == ref.get("text"), f"T2: whole stream: {out.get('text')!r} vs {ref.get('text')!r}")
     check(out.get("finish") in ("stop", "length"), f"T2: finish_reason {out.get('finish')!r}")
