@@ -72,25 +72,24 @@ for shape in $SHAPES; do
             "$(dl_ratio "$rc" "$tail")" "$(dl_ratio "$rc" "$full")" "${nopf:--}" | tee -a "$OUTD/store.md"
     done
 done
+# one line per generated shape: "- PRESET TYPE: " and the last line of `bench_store MODE MODEL N`
+per_shape() {
+    for shape in $SHAPES; do
+        preset=${shape%%:*} type=${shape#*:}
+        M="$W/$preset-$type.gguf"
+        [ -f "$M" ] || continue
+        echo "- $preset $type: $(mz bench_store "$1" "$M" "$2" "$ST" 2>>"$DL_ERRORS" | tail -1)"
+    done
+}
 {
 echo
 echo "Evicting all clean KV of a $EVICT_N-token session (ms per GiB freed, medians of 5):"
 echo
-for shape in $SHAPES; do
-    preset=${shape%%:*} type=${shape#*:}
-    M="$W/$preset-$type.gguf"
-    [ -f "$M" ] || continue
-    echo "- $preset $type: $(mz bench_store evict-clean "$M" "$EVICT_N" "$ST" 2>>"$DL_ERRORS" | tail -1)"
-done
+per_shape evict-clean "$EVICT_N"
 echo
 echo "Write-behind cost to decode speed ($WB_N-position session):"
 echo
-for shape in $SHAPES; do
-    preset=${shape%%:*} type=${shape#*:}
-    M="$W/$preset-$type.gguf"
-    [ -f "$M" ] || continue
-    echo "- $preset $type: $(mz bench_store writebehind "$M" "$WB_N" "$ST" 2>>"$DL_ERRORS" | tail -1)"
-done
+per_shape writebehind "$WB_N"
 echo
 dl_load end
 } | tee -a "$OUTD/store.md"

@@ -98,6 +98,17 @@ make_cg() {
     CGS+=("$CG")
 }
 
+# plot SCRIPT.gp EXTRA: the figure $PNG from the results in $OUT, where gnuplot exists
+plot() {
+    if ! command -v gnuplot >/dev/null; then
+        echo "pressure-scenario: no gnuplot (apt-get install gnuplot-nox, or MZ_WITH_PLOT=1 scripts/install-deps.sh): no plot" >&2
+        return 0
+    fi
+    gnuplot -e "dir='$OUT'; out='$PNG'; $2" "$1" 2>"$OUT/gnuplot.log" \
+        && echo "pressure-scenario: plot in $PNG" >&2 \
+        || echo "pressure-scenario: plotting failed (see $OUT/gnuplot.log)" >&2
+}
+
 if [ "$MULTI" -eq 1 ]; then
     OUT="${USER_OUT:-build/multitask}"
     PNG="${USER_PNG:-$OUT/multitask.png}"
@@ -152,13 +163,7 @@ for t in tags:
     print("| %s | %d/%d | %.0f | %s | %d | %s |" % (t, r["survived"], r["rounds"], r["ttft_in_memory_ms"], marks,
           r["evictions"], "%.2f" % rm if rm is not None else "-"))
 EOF2
-    if command -v gnuplot >/dev/null; then
-        gnuplot -e "dir='$OUT'; out='$PNG'; tags='$TAGS'" scripts/multitask-plot.gp 2>"$OUT/gnuplot.log" \
-            && echo "pressure-scenario: plot in $PNG" >&2 \
-            || echo "pressure-scenario: plotting failed (see $OUT/gnuplot.log)" >&2
-    else
-        echo "pressure-scenario: no gnuplot (apt-get install gnuplot-nox): no plot" >&2
-    fi
+    plot scripts/multitask-plot.gp "tags='$TAGS'"
     exit 0
 fi
 
@@ -229,11 +234,5 @@ elif sys.argv[3] == "1":
     print("os-paging: no summary (the run failed before the end; see its daemon log)")
 sys.exit(0 if ok else 1)
 EOF
-if command -v gnuplot >/dev/null; then
-    gnuplot -e "dir='$OUT'; out='$PNG'; control=$CONTROL" scripts/pressure-plot.gp 2>"$OUT/gnuplot.log" \
-        && echo "pressure-scenario: plot in $PNG" >&2 \
-        || echo "pressure-scenario: plotting failed (see $OUT/gnuplot.log)" >&2
-else
-    echo "pressure-scenario: no gnuplot (apt-get install gnuplot-nox, or MZ_WITH_PLOT=1 scripts/install-deps.sh): no plot" >&2
-fi
+plot scripts/pressure-plot.gp "control=$CONTROL"
 exit $rc
