@@ -127,6 +127,19 @@ static void print_place(const char *what, const mz_harness_placement *p)
            p->n_kv_stored_raw, p->n_kv_stored_compressed, p->n_kv_compressed, p->n_weights_dropped);
 }
 
+/* One line of a single-session reference run (WHAT: single or same). */
+static void print_reference_row(const char *what, const char *budget, long rep, const mz_restore_timings *tm,
+                                size_t evicted, const mz_harness_placement *pl)
+{
+    printf("%s %s %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu (storage %zu, memory %zu) evicted_kv=%.1f MB",
+           what, budget, rep, tm->ttft_ms, tm->restore_ms, tm->n_units, tm->n_storage_units, tm->n_mem_units,
+           evicted / 1e6);
+    print_place("placement", pl);
+    print_split(tm);
+    printf("\n");
+    fflush(stdout);
+}
+
 static size_t median_size(size_t *v, size_t n)
 {
     double *d = malloc(n * sizeof *d);
@@ -281,14 +294,7 @@ static int run_single(bench *b, mz_ctx_t *c, int bi, size_t target)
         if (ask(b, c, 9000 + (unsigned long long)(bi * 100 + r), &tm)) return 1;
         t[r] = tm.ttft_ms;
         ev_sum += (double)ev;
-        printf("single %s %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu (storage %zu, memory %zu) "
-               "evicted_kv=%.1f MB",
-               b->budget_names[bi], r, tm.ttft_ms, tm.restore_ms, tm.n_units, tm.n_storage_units,
-               tm.n_mem_units, ev / 1e6);
-        print_place("placement", &pl);
-        print_split(&tm);
-        printf("\n");
-        fflush(stdout);
+        print_reference_row("single", b->budget_names[bi], r, &tm, ev, &pl);
     }
     b->single_med[bi] = median(t, (size_t)b->reps);
     b->single_evicted_mb[bi] = ev_sum / (double)b->reps / 1e6;
@@ -320,14 +326,7 @@ static int run_same(bench *b, mz_ctx_t *c, int bi)
         mz_restore_timings tm;
         if (ask(b, c, 9500 + (unsigned long long)(bi * 100 + r), &tm)) return 1;
         t[r] = tm.ttft_ms;
-        printf("same %s %ld: ttft_ms=%.1f restore_ms=%.1f units=%zu (storage %zu, memory %zu) "
-               "evicted_kv=%.1f MB",
-               b->budget_names[bi], r, tm.ttft_ms, tm.restore_ms, tm.n_units, tm.n_storage_units,
-               tm.n_mem_units, ev / 1e6);
-        print_place("placement", &pl);
-        print_split(&tm);
-        printf("\n");
-        fflush(stdout);
+        print_reference_row("same", b->budget_names[bi], r, &tm, ev, &pl);
     }
     b->same_med[bi] = median(t, (size_t)b->reps);
     free(t);
