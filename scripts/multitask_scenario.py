@@ -41,7 +41,7 @@ import time
 import urllib.error
 
 import scenario_util
-from scenario_util import MiB, join_cgroup, oom_kills, read_int, rss_of
+from scenario_util import MiB, hog_answered, hog_ask, join_cgroup, oom_kills, read_int, release_hog, rss_of, start_hog
 
 LICENSES = ["GPL-3", "Apache-2.0", "GPL-2", "MPL-2.0", "LGPL-2.1", "GFDL-1.3", "Artistic", "CC0-1.0"]
 QUESTIONS = [
@@ -185,19 +185,7 @@ def main():
         t0 = time.monotonic()
         p = subprocess.Popen(cmd, stdout=daemon_log, stderr=subprocess.STDOUT, env=env,
                              preexec_fn=join_cgroup(cg, 1000))
-        for _ in range(6000):
-            if os.path.exists(port_file) and open(port_file).read().strip():
-                break
-            if p.poll() is not None:
-                raise SystemExit(f"daemon exited early ({p.returncode}); see {daemon_log_path}")
-            time.sleep(0.02)
-        c = Client(int(open(port_file).read()))
-        for _ in range(500):
-            try:
-                c.call("GET", "/health")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.02)
+        c = scenario_util.await_daemon(p, port_file, daemon_log_path, Client, 0.02, 6000, 500)
         return p, c, (time.monotonic() - t0) * 1000
 
     p, c, start_ms = start_daemon()
@@ -322,30 +310,26 @@ def main():
     state["t0"] = time.time()
     for r in range(1, a.rounds + 1):
         state["round"], state["phase"] = r, "hog"
-        hog = subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               text=True, preexec_fn=join_cgroup(cg))
+        hog = start_hog(HOG, cg)
         state["hog"] = hog
         grown, hog_failed, lmk = 0, False, False
         while grown < plan["hog_max_mib"]:
             step = min(a.hog_step_mib, plan["hog_max_mib"] - grown)
-            try:
-                hog.stdin.write(f"grow {step}\n")
-                hog.stdin.flush()
-                # A step takes ~0.1 s. When the cgroup thrashes (every page
-                # wants to go to a zram pool that is full: the kernel keeps
-                # reclaiming a little and never declares OOM), Android's lmkd
-                # would act on the memory stall: after --stall-s the daemon
-                # (the background process) is killed as lmkd would.
-                ready, _, _ = select.select([hog.stdout], [], [], a.stall_s)
-                if not ready and p.poll() is None:
-                    log(f"round {r}: the hog stalled {a.stall_s:.0f} s (thrashing): killing the daemon, as lmkd would")
-                    p.kill()
-                    p.wait()
-                    lmk = True
-                if hog.stdout.readline().strip() != "ok":
-                    hog_failed = True
-                    break
-            except (BrokenPipeError, OSError):
+            if not hog_ask(hog, f"grow {step}"):
+                hog_failed = True
+                break
+            # A step takes ~0.1 s. When the cgroup thrashes (every page
+            # wants to go to a zram pool that is full: the kernel keeps
+            # reclaiming a little and never declares OOM), Android's lmkd
+            # would act on the memory stall: after --stall-s the daemon
+            # (the background process) is killed as lmkd would.
+            ready, _, _ = select.select([hog.stdout], [], [], a.stall_s)
+            if not ready and p.poll() is None:
+                log(f"round {r}: the hog stalled {a.stall_s:.0f} s (thrashing): killing the daemon, as lmkd would")
+                p.kill()
+                p.wait()
+                lmk = True
+            if not hog_answered(hog):
                 hog_failed = True
                 break
             grown += step
@@ -355,14 +339,7 @@ def main():
         zs = zram_stat(a.zram)
         alive = p.poll() is None
         state["phase"] = "release"
-        try:
-            hog.stdin.write("free\n")
-            hog.stdin.flush()
-            hog.stdout.readline()
-        except (BrokenPipeError, OSError):
-            pass
-        hog.kill()
-        hog.wait()
+        release_hog(hog)
         state["hog"] = None
         time.sleep(1.0)
         state["phase"] = "question"

@@ -31,7 +31,7 @@ import time
 import urllib.error
 
 import scenario_util
-from scenario_util import MiB, join_cgroup, oom_kills, read_int, rss_of
+from scenario_util import MiB, hog_answered, hog_ask, join_cgroup, oom_kills, read_int, release_hog, rss_of, start_hog
 
 
 def log(*a):
@@ -113,20 +113,7 @@ def main():
         cmd = [a.bin, "serve", "-m", a.model, "--port", "0", "--port-file", port_file, "-t", str(a.threads),
                "-c", "4096", "--codec", a.codec, "--swap-dir", os.path.join(a.out, "swap-" + a.tag), "--mode", a.mode] + extra
         p = subprocess.Popen(cmd, stdout=daemon_log, stderr=subprocess.STDOUT, preexec_fn=join_cgroup(cg))
-        for _ in range(1200):
-            if os.path.exists(port_file) and open(port_file).read().strip():
-                break
-            if p.poll() is not None:
-                raise SystemExit(f"daemon exited early ({p.returncode}); see {daemon_log.name}")
-            time.sleep(0.05)
-        port = int(open(port_file).read())
-        c = Client(port)
-        for _ in range(100):
-            try:
-                c.call("GET", "/health")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.05)
+        c = scenario_util.await_daemon(p, port_file, daemon_log.name, Client, 0.05, 1200, 100)
         return p, c
 
     if a.no_pressure:
@@ -202,20 +189,13 @@ def main():
     # Pressure.
     state["phase"] = "pressure"
     oom_before = oom_kills(cg)
-    hog = subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True, preexec_fn=join_cgroup(cg))
+    hog = start_hog(HOG, cg)
     state["hog"] = hog
     grown = 0
     hog_killed = False
     while grown < hog_max and p.poll() is None:
         step = min(a.hog_step_mib, hog_max - grown)
-        try:
-            hog.stdin.write(f"grow {step}\n")
-            hog.stdin.flush()
-            if hog.stdout.readline().strip() != "ok":
-                hog_killed = True
-                break
-        except (BrokenPipeError, OSError):
+        if not (hog_ask(hog, f"grow {step}") and hog_answered(hog)):
             hog_killed = True
             break
         grown += step
@@ -225,14 +205,7 @@ def main():
     oom_after = oom_kills(cg)
     log(f"hog reached {grown} MiB; daemon alive: {daemon_alive}; OOM kills in the cgroup: "
         f"{oom_after - oom_before if oom_before >= 0 else 'unknown'}")
-    try:
-        hog.stdin.write("free\n")
-        hog.stdin.flush()
-        hog.stdout.readline()
-    except (BrokenPipeError, OSError):
-        pass
-    hog.kill()
-    hog.wait()
+    release_hog(hog)
     state["phase"] = "after"
     time.sleep(1.0)
 

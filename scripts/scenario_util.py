@@ -1,14 +1,19 @@
 """scenario_util.py — what the scenario drivers share (pressure_scenario.py,
 multitask_scenario.py; run by scripts/pressure-scenario.sh): reads of
 /proc and cgroup-v1 files that tolerate a process or file gone, an HTTP
-client for the daemon on 127.0.0.1, the pre-exec step that puts a child
-into a cgroup, the common options, a page-cache drop and the daemon's stop. Only the standard library.
+client for the daemon on 127.0.0.1 and the wait for its start, the
+pre-exec step that puts a child into a cgroup, the memory hog's line
+protocol, the common options, a page-cache drop and the daemon's stop.
+Only the standard library.
 """
 import argparse
 import json
 import os
 import signal
 import subprocess
+import sys
+import time
+import urllib.error
 import urllib.request
 
 MiB = 1024 * 1024
@@ -63,6 +68,26 @@ class Client:
             return json.loads(r.read())
 
 
+def await_daemon(p, port_file, log_name, client_class, poll_s, port_polls, health_polls):
+    """A client_class client of daemon p once it has written its port to
+    port_file (up to port_polls polls poll_s apart) and answers /health (up to
+    health_polls more); SystemExit, naming log_name, when p exits first."""
+    for _ in range(port_polls):
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            break
+        if p.poll() is not None:
+            raise SystemExit(f"daemon exited early ({p.returncode}); see {log_name}")
+        time.sleep(poll_s)
+    c = client_class(int(open(port_file).read()))
+    for _ in range(health_polls):
+        try:
+            c.call("GET", "/health")
+            break
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(poll_s)
+    return c
+
+
 def join_cgroup(cg, oom_adj=None):
     """A preexec_fn: the child joins cgroup cg (and takes oom_score_adj oom_adj)."""
     def f():
@@ -72,6 +97,39 @@ def join_cgroup(cg, oom_adj=None):
             with open("/proc/self/oom_score_adj", "w") as fp:
                 fp.write(str(oom_adj))
     return f
+
+
+def start_hog(program, cg):
+    """The memory hog (a Python program reading "grow MIB" and "free" lines,
+    answering "ok" to each) started in cgroup cg."""
+    return subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, preexec_fn=join_cgroup(cg))
+
+
+def hog_ask(hog, command):
+    """Sends one command line; False when the hog is gone."""
+    try:
+        hog.stdin.write(command + "\n")
+        hog.stdin.flush()
+        return True
+    except (BrokenPipeError, OSError):
+        return False
+
+
+def hog_answered(hog):
+    """Waits for the answer to the last command; False unless it is "ok"."""
+    try:
+        return hog.stdout.readline().strip() == "ok"
+    except OSError:
+        return False
+
+
+def release_hog(hog):
+    """Frees the hog's memory, then ends it."""
+    if hog_ask(hog, "free"):
+        hog_answered(hog)
+    hog.kill()
+    hog.wait()
 
 
 def arg_parser():
