@@ -20,6 +20,7 @@
 #include "pressure/pressure.h"
 #include "server/server.h"
 
+#include "server_util.h"
 #include "testutil.h"
 
 #include <cjson/cJSON.h>
@@ -329,22 +330,11 @@ static void part_cgroup_v1(bool server_only)
         t_skip_part("server", "no models/SmolLM2 (its tokenizer is needed)");
     } else {
         const char *model = t_tmp_path("pressure-tiny.gguf");
-        mz_gen_params gp = mz_gen_params_default();
-        gp.preset = "tiny-llama";
-        gp.n_layer = 4;
-        gp.weight_type = "Q8_0";
-        gp.vocab_from = real;
-        CHECK_MSG(mz_gen_model(model, &gp) == MZ_OK, "gen-model: %s", mz_last_error());
+        CHECK_MSG(srv_gen_tiny(model, real) == MZ_OK, "gen-model: %s", mz_last_error());
         char model_path[512], swap_dir[512];
         snprintf(model_path, sizeof model_path, "%s", model);
         snprintf(swap_dir, sizeof swap_dir, "%s", t_tmp_path("pressure-swap"));
-        mz_server_params sp = mz_server_params_default();
-        sp.model_path = model_path;
-        sp.port = 0;
-        sp.n_ctx = 1024;
-        sp.n_threads = 2;
-        sp.swap_dir = swap_dir;
-        sp.kv_codec = "raw"; /* lossless: the answer after eviction must match bit for bit */
+        mz_server_params sp = srv_params(model_path, swap_dir);
         sp.pressure_params.enable[MZ_PRESSURE_PSI] = false;
         sp.pressure_params.enable[MZ_PRESSURE_CG2_EVENTS] = false;
         sp.pressure_params.cg1_dir = cg;

@@ -11,6 +11,7 @@
 #include "core/core.h"
 #include "server/server.h"
 
+#include "server_util.h"
 #include "testutil.h"
 
 #include <cjson/cJSON.h>
@@ -44,27 +45,6 @@ static int call(const char *method, const char *path, const char *body, cJSON **
     int st = r.status;
     mz_http_response_free(&r);
     return st;
-}
-
-static double jnum(const cJSON *o, const char *path)
-{
-    /* "a.b.c" */
-    char tmp[128];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    const cJSON *cur = o;
-    for (char *save = NULL, *k = strtok_r(tmp, ".", &save); k && cur; k = strtok_r(NULL, ".", &save))
-        cur = cJSON_GetObjectItemCaseSensitive(cur, k);
-    return cJSON_IsNumber(cur) ? cur->valuedouble : -1e300;
-}
-
-static const char *jstr(const cJSON *o, const char *path)
-{
-    char tmp[128];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    const cJSON *cur = o;
-    for (char *save = NULL, *k = strtok_r(tmp, ".", &save); k && cur; k = strtok_r(NULL, ".", &save))
-        cur = cJSON_GetObjectItemCaseSensitive(cur, k);
-    return cJSON_IsString(cur) ? cur->valuestring : NULL;
 }
 
 /* A chat body: pairs of (role, content), then NULL. */
@@ -233,12 +213,7 @@ int main(void)
     const char *real = t_real_model_path();
     if (!real) return t_skip("test_server", "no models/SmolLM2 (run make model); its tokenizer is needed");
     const char *model = t_tmp_path("server-tiny.gguf");
-    mz_gen_params gp = mz_gen_params_default();
-    gp.preset = "tiny-llama";
-    gp.n_layer = 4;
-    gp.weight_type = "Q8_0";
-    gp.vocab_from = real;
-    if (mz_gen_model(model, &gp)) {
+    if (srv_gen_tiny(model, real)) {
         fprintf(stderr, "gen-model: %s\n", mz_last_error());
         return 1;
     }
@@ -246,14 +221,8 @@ int main(void)
     snprintf(model_path, sizeof model_path, "%s", model);
     snprintf(swap_dir, sizeof swap_dir, "%s", t_tmp_path("server-swap"));
 
-    mz_server_params sp = mz_server_params_default();
-    sp.model_path = model_path;
-    sp.port = 0;
+    mz_server_params sp = srv_params(model_path, swap_dir);
     sp.api_key = KEY;
-    sp.n_ctx = 1024;
-    sp.n_threads = 2;
-    sp.swap_dir = swap_dir;
-    sp.kv_codec = "raw"; /* lossless: answers after eviction must match bit for bit */
     sp.pressure = false;
     sp.default_max_tokens = 16;
     sp.max_tokens_limit = 512;

@@ -51,17 +51,7 @@ static const gen_case g_cases[] = {
 
 /* Under ThreadSanitizer the real model computes ~15x slower: the first case
  * (the server's generation threads beside the others) is enough there. */
-#if defined(__SANITIZE_THREAD__)
-static const bool g_tsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-static const bool g_tsan = true;
-#else
-static const bool g_tsan = false;
-#endif
-#else
-static const bool g_tsan = false;
-#endif
+static const bool g_tsan = T_UNDER_TSAN;
 
 static void answer_set(answer *a, const char *text, long n, const char *finish)
 {

@@ -29,6 +29,7 @@
 #include "core/core.h"
 #include "server/server.h"
 
+#include "server_util.h"
 #include "testutil.h"
 
 #include <cjson/cJSON.h>
@@ -57,28 +58,6 @@ static int call_h(const char *method, const char *path, const char *headers, con
     int st = r.status;
     mz_http_response_free(&r);
     return st;
-}
-
-static const cJSON *jget(const cJSON *o, const char *path)
-{
-    char tmp[128];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    const cJSON *cur = o;
-    for (char *save = NULL, *k = strtok_r(tmp, ".", &save); k && cur; k = strtok_r(NULL, ".", &save))
-        cur = cJSON_GetObjectItemCaseSensitive(cur, k);
-    return cur;
-}
-
-static double jnum(const cJSON *o, const char *path)
-{
-    const cJSON *j = jget(o, path);
-    return cJSON_IsNumber(j) ? j->valuedouble : -1e300;
-}
-
-static const char *jstr(const cJSON *o, const char *path)
-{
-    const cJSON *j = jget(o, path);
-    return cJSON_IsString(j) ? j->valuestring : NULL;
 }
 
 /* A conversation: system + alternating user/assistant messages. */
@@ -220,13 +199,7 @@ static double footprint_from_status(double *reported)
 
 static mz_server_t *start(const char *model, const char *swap, int max_sessions, size_t budget, int delay_ms)
 {
-    mz_server_params sp = mz_server_params_default();
-    sp.model_path = model;
-    sp.port = 0;
-    sp.n_ctx = 1024;
-    sp.n_threads = 2;
-    sp.swap_dir = swap;
-    sp.kv_codec = "raw"; /* lossless: answers after eviction must match bit for bit */
+    mz_server_params sp = srv_params(model, swap);
     sp.pressure = false;
     sp.max_queue = 4;
     sp.max_sessions = max_sessions;
@@ -285,17 +258,7 @@ static const char *SYS = "You are a terse assistant.";
 /* Under ThreadSanitizer the real model computes ~15x slower: the phases that
  * add no thread interplay (alternation, the budget server) run in the plain
  * and ASan builds only. */
-#if defined(__SANITIZE_THREAD__)
-static const bool g_tsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-static const bool g_tsan = true;
-#else
-static const bool g_tsan = false;
-#endif
-#else
-static const bool g_tsan = false;
-#endif
+static const bool g_tsan = T_UNDER_TSAN;
 
 int main(void)
 {

@@ -1102,17 +1102,7 @@ int main(void)
     /* The SmolLM2 cases take over 25 minutes under TSan; the write-behind
      * worker's races are covered by the cases above (they start it too).
      * MZ_STORE_NO_REAL=1 skips them in any build. */
-#if defined(__SANITIZE_THREAD__)
-    const bool tsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    const bool tsan = true;
-#else
-    const bool tsan = false;
-#endif
-#else
-    const bool tsan = false;
-#endif
+    const bool tsan = T_UNDER_TSAN;
     if (!getenv("MZ_STORE_NO_REAL") && !tsan) test_real();
     else printf("%s: %s, clean/resume cases on SmolLM2 skipped\n", T,
                 tsan ? "ThreadSanitizer build" : "MZ_STORE_NO_REAL set");

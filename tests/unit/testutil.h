@@ -39,6 +39,19 @@ extern int t_parts_skipped;     /* t_skip_part calls */
         }                                                                             \
     } while (0)
 
+/* T_UNDER_TSAN: 1 in a ThreadSanitizer build (GCC's macro or Clang's
+ * feature test), else 0; the slowest cases run shorter there. */
+#if defined(__SANITIZE_THREAD__)
+#define T_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define T_UNDER_TSAN 1
+#endif
+#endif
+#ifndef T_UNDER_TSAN
+#define T_UNDER_TSAN 0
+#endif
+
 #define CHECK_EQ_INT(a, b) CHECK_MSG((long long)(a) == (long long)(b), "%lld != %lld", \
                                      (long long)(a), (long long)(b))
 
