@@ -38,14 +38,8 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 /* Rss of this process in MiB, from /proc/self/smaps_rollup (0 if unreadable). */
 static double rss_mib(void)
 {
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "Rss: %zu kB", &kb) == 1) break;
-    fclose(f);
-    return kb / 1024.0;
+    long long kib = bench_smaps_kib("Rss");
+    return kib < 0 ? 0 : kib / 1024.0;
 }
 
 int main(int argc, char **argv)

@@ -94,19 +94,8 @@ static double populate(uint8_t *base, size_t n, int n_threads)
 /* AnonHugePages of this process, in MiB; -1 if unreadable. */
 static long anon_huge_mib(void)
 {
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f) return -1;
-    char line[256];
-    long mib = -1;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "AnonHugePages:", 14)) continue;
-        char *end;
-        errno = 0;
-        unsigned long long kb = strtoull(line + 14, &end, 10);
-        if (!errno && end != line + 14) mib = (long)(kb >> 10);
-    }
-    fclose(f);
-    return mib;
+    long long kib = bench_smaps_kib("AnonHugePages");
+    return kib < 0 ? -1 : (long)(kib >> 10);
 }
 
 /* A 2 MiB-aligned anonymous range of n bytes (n a multiple of PIECE). */

@@ -56,6 +56,7 @@
 #include "kernels/kernels.h"
 #include "store/manifest.h"
 #include "store/store.h"
+#include "bench_util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -127,6 +128,35 @@ static void prefetch(const char *dir, const char *id)
     sp.dir = dir;
     if (!getenv("MZ_NO_PREFETCH") && mz_store_prefetch(&sp, id))
         fprintf(stderr, "prefetch: %s\n", mz_last_error());
+}
+
+/* A cold restart: the model and stored session id's two files leave the page cache. */
+static void drop_caches(const char *model, const char *dir, const char *id)
+{
+    char kv[4200], man[4200];
+    snprintf(kv, sizeof kv, "%s/%s.kv", dir, id);
+    snprintf(man, sizeof man, "%s/%s.mzs", dir, id);
+    drop_cache(model);
+    drop_cache(kv);
+    drop_cache(man);
+}
+
+/* An engine on m and the store at dir on it (codec: NULL = the store's default). */
+static int open_store(mz_model_t *m, const char *dir, const char *codec, mz_engine_t **e, mz_store_t **st)
+{
+    mz_store_params sp = mz_store_params_default();
+    sp.dir = dir;
+    sp.codec = codec;
+    return mz_engine_create(m, NULL, e) || mz_store_open(*e, &sp, st) ? -1 : 0;
+}
+
+/* Deletes session id from the store, then closes the store, the engine and the model. */
+static void close_store(mz_store_t *st, const char *id, mz_engine_t *e, mz_model_t *m)
+{
+    if (id && mz_store_delete(st, id)) fprintf(stderr, "delete: %s\n", mz_last_error());
+    mz_store_close(st);
+    mz_engine_free(e);
+    mz_model_free(m);
 }
 
 static mz_ctx_params cparams(size_t n)
@@ -268,12 +298,9 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
         mz_engine_t *e = NULL;
         mz_store_t *st = NULL;
         mz_ctx_t *c = NULL;
-        mz_store_params sp = mz_store_params_default();
-        sp.dir = dir;
-        sp.codec = getenv("MZ_STORE_CODEC");
         mz_ctx_params cp = cparams(n);
-        if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st) ||
-            mz_session_create(e, &cp, &c) || mz_session_store(c, st, "bench"))
+        if (open_store(m, dir, getenv("MZ_STORE_CODEC"), &e, &st) || mz_session_create(e, &cp, &c) ||
+            mz_session_store(c, st, "bench"))
             _exit(2);
         double t0 = now_ms();
         if (mz_prefill(c, t, n) || mz_session_sync(c)) _exit(3);
@@ -288,12 +315,7 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
         fprintf(stderr, "child did not die by SIGKILL (status %d)\n", status);
         return 1;
     }
-    char kv[4200], man[4200];
-    snprintf(kv, sizeof kv, "%s/bench.kv", dir);
-    snprintf(man, sizeof man, "%s/bench.mzs", dir);
-    drop_cache(model);
-    drop_cache(kv);
-    drop_cache(man);
+    drop_caches(model, dir, "bench");
     /* restart: resume */
     double t0 = now_ms();
     prefetch(dir, "bench");
@@ -301,10 +323,7 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
     tokens(t, n + 8, mz_model_n_vocab(m));
     mz_engine_t *e = NULL;
     mz_store_t *st = NULL;
-    mz_store_params sp = mz_store_params_default();
-    sp.dir = dir;
-    sp.codec = getenv("MZ_STORE_CODEC");
-    if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st)) return 1;
+    if (open_store(m, dir, getenv("MZ_STORE_CODEC"), &e, &st)) return 1;
     double t_load = now_ms() - t0;
     mz_ctx_params cp = cparams(n);
     mz_ctx_t *c = NULL;
@@ -317,10 +336,7 @@ static int cmd_ttft(const char *model, size_t n, const char *dir)
            t_resume, question_after() ? ", then the question" : " with the question in its pass",
            ri.n_chunks_restored, ri.n_tokens_recomputed, ri.timings.ttft_ms);
     mz_ctx_free(c);
-    if (mz_store_delete(st, "bench")) fprintf(stderr, "delete: %s\n", mz_last_error());
-    mz_store_close(st);
-    mz_engine_free(e);
-    mz_model_free(m);
+    close_store(st, "bench", e, m);
     /* restart: recompute */
     drop_cache(model);
     t0 = now_ms();
@@ -391,12 +407,6 @@ static int synth_session(mz_store_t *st, mz_ctx_t *probe, size_t n)
     return 0;
 }
 
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* CPU time of this process (all its threads), ms. */
 static double proc_cpu_ms(void)
 {
@@ -406,22 +416,10 @@ static double proc_cpu_ms(void)
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 }
 
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* AnonHugePages of this process, KiB (/proc/self/smaps_rollup). */
 static long anon_huge_kib(void)
 {
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    char line[256];
-    long v = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "AnonHugePages: %ld kB", &v) == 1) break;
-    if (f) fclose(f);
-    return v;
+    return (long)bench_smaps_kib("AnonHugePages");
 }
 
 #define EVICT_REPS 5
@@ -470,8 +468,8 @@ static int evict_series(mz_store_t *st, const mz_ctx_params *cp, size_t n, const
          * request would bring it back */
         if (mz_prefill_restore(c, &q, 1, NULL, NULL)) return 1;
     }
-    *ms_gib = median(wall, EVICT_REPS);
-    *cpu_gib = median(cpu, EVICT_REPS);
+    *ms_gib = bench_median(wall, EVICT_REPS);
+    *cpu_gib = bench_median(cpu, EVICT_REPS);
     printf("MZCACHE_KV_THP=%s: resume %.0f ms (%zu chunks restored, %zu tokens recomputed); "
            "evict all clean KV (%.3f GiB, %zu units released, %zu written, AnonHugePages before "
            "%ld KiB): median of %d %.1f ms/GiB wall, %.1f ms/GiB CPU\n", thp, t_resume,
@@ -487,12 +485,9 @@ static int cmd_evict_clean(const char *model, size_t n, const char *dir)
     mz_model_t *m = load(model);
     mz_engine_t *e = NULL;
     mz_store_t *st = NULL;
-    mz_store_params sp = mz_store_params_default();
-    sp.dir = dir;
     mz_ctx_params cp = cparams(n);
     mz_ctx_t *probe = NULL;
-    if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st) ||
-        mz_session_create(e, &cp, &probe)) {
+    if (open_store(m, dir, NULL, &e, &st) || mz_session_create(e, &cp, &probe)) {
         fprintf(stderr, "%s\n", mz_last_error());
         return 1;
     }
@@ -509,10 +504,7 @@ static int cmd_evict_clean(const char *model, size_t n, const char *dir)
            "/ %.1f CPU; huge-page slabs %.1f wall / %.1f CPU; ratio slabs/4K %.3f wall, %.3f CPU\n",
            n, EVICT_REPS, ms4k, cpu4k, msthp, cputhp, msthp / ms4k, cputhp / cpu4k);
     mz_ctx_free(probe);
-    if (mz_store_delete(st, "synth")) fprintf(stderr, "delete: %s\n", mz_last_error());
-    mz_store_close(st);
-    mz_engine_free(e);
-    mz_model_free(m);
+    close_store(st, "synth", e, m);
     return 0;
 }
 
@@ -529,23 +521,16 @@ static int resume_once(const char *model, size_t n, const char *dir)
         mz_engine_t *e = NULL;
         mz_store_t *st = NULL;
         mz_ctx_t *probe = NULL;
-        mz_store_params sp = mz_store_params_default();
-        sp.dir = dir;
         mz_ctx_params cp = cparams(n);
-        if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st) ||
-            mz_session_create(e, &cp, &probe) || synth_session(st, probe, n))
+        if (open_store(m, dir, NULL, &e, &st) || mz_session_create(e, &cp, &probe) ||
+            synth_session(st, probe, n))
             _exit(2);
         _exit(0);
     }
     int status;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status)) return 1;
-    char kv[4200], man[4200];
-    snprintf(kv, sizeof kv, "%s/synth.kv", dir);
-    snprintf(man, sizeof man, "%s/synth.mzs", dir);
-    drop_cache(model);
-    drop_cache(kv);
-    drop_cache(man);
+    drop_caches(model, dir, "synth");
     double cpu0 = proc_cpu_ms();
     double t0 = now_ms();
     prefetch(dir, "synth");
@@ -553,9 +538,7 @@ static int resume_once(const char *model, size_t n, const char *dir)
     double t_model = now_ms() - t0;
     mz_engine_t *e = NULL;
     mz_store_t *st = NULL;
-    mz_store_params sp = mz_store_params_default();
-    sp.dir = dir;
-    if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st)) return 1;
+    if (open_store(m, dir, NULL, &e, &st)) return 1;
     double t_open = now_ms() - t0 - t_model;
     mz_ctx_params cp = cparams(n);
     mz_ctx_t *c = NULL;
@@ -576,10 +559,7 @@ static int resume_once(const char *model, size_t n, const char *dir)
     printf("tokens %zu: process CPU time over the TTFT %.0f ms (%.2f CPUs busy on average)\n", n,
            cpu, cpu / ttft);
     mz_ctx_free(c);
-    if (mz_store_delete(st, "synth")) fprintf(stderr, "delete: %s\n", mz_last_error());
-    mz_store_close(st);
-    mz_engine_free(e);
-    mz_model_free(m);
+    close_store(st, "synth", e, m);
     return 0;
 }
 
@@ -600,9 +580,7 @@ static int cmd_writebehind(const char *model, size_t n, const char *dir)
     mz_model_t *m = load(model);
     mz_engine_t *e = NULL;
     mz_store_t *st = NULL;
-    mz_store_params sp = mz_store_params_default();
-    sp.dir = dir;
-    if (mz_engine_create(m, NULL, &e) || mz_store_open(e, &sp, &st)) {
+    if (open_store(m, dir, NULL, &e, &st)) {
         fprintf(stderr, "%s\n", mz_last_error());
         return 1;
     }
@@ -642,7 +620,7 @@ static int cmd_writebehind(const char *model, size_t n, const char *dir)
             if (on && mz_store_delete(st, "wb")) fprintf(stderr, "delete: %s\n", mz_last_error());
         }
     mz_kvfill_free(f);
-    double off = median(tps[0], R), on = median(tps[1], R), l = median(left, R);
+    double off = bench_median(tps[0], R), on = bench_median(tps[1], R), l = bench_median(left, R);
     mz_model_info mi;
     mz_model_get_info(m, &mi);
     printf("tokens %zu, decode of %d tokens: write-behind off %.2f tok/s, on %.2f tok/s (median of "
@@ -650,9 +628,7 @@ static int cmd_writebehind(const char *model, size_t n, const char *dir)
            "MiB); the sync after the decode took %.0f ms (median)\n", n, T, off, on, R, on / off,
            100.0 * (1.0 - on / off), n / 256, mi.n_layer,
            (double)(n / 256 * 256) * (double)mi.kv_bytes_per_token / 1048576.0, l);
-    mz_store_close(st);
-    mz_engine_free(e);
-    mz_model_free(m);
+    close_store(st, NULL, e, m);
     return 0;
 }
 
@@ -695,7 +671,7 @@ static int cmd_load(const char *model)
             (k ? all : one)[r] = now_ms() - t0;
             mz_model_free(m);
         }
-    double a = median(one, LOAD_REPS), b = median(all, LOAD_REPS);
+    double a = bench_median(one, LOAD_REPS), b = bench_median(all, LOAD_REPS);
     printf("model load, cold page cache, median of %d alternating: 1 thread %.1f ms, n_threads %s "
            "(%d CPUs) %.1f ms, ratio %.2f\n", LOAD_REPS, a, lt ? lt : "0, all CPUs",
            (int)sysconf(_SC_NPROCESSORS_ONLN), b, b / a);

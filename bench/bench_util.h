@@ -1,6 +1,7 @@
 /*
  * bench_util.h — small helpers the benchmark programs share: ordering and
- * the median of timings, and the load average printed beside a result.
+ * the median of timings, the load average printed beside a result, and a
+ * field of this process's memory summary.
  * Header only (each program in bench/ is built on its own).
  */
 #ifndef MZ_BENCH_UTIL_H
@@ -23,6 +24,25 @@ static inline double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* A "NAME:   N kB" field of /proc/self/smaps_rollup (Rss, AnonHugePages),
+ * in KiB; -1 where the file or the field cannot be read. */
+static inline long long bench_smaps_kib(const char *name)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return -1;
+    const size_t name_len = strlen(name);
+    char line[256];
+    long long kib = -1;
+    while (kib < 0 && fgets(line, sizeof line, f)) {
+        if (strncmp(line, name, name_len) || line[name_len] != ':') continue;
+        char *end;
+        long long v = strtoll(line + name_len + 1, &end, 10);
+        if (end != line + name_len + 1 && v >= 0) kib = v;
+    }
+    fclose(f);
+    return kib;
 }
 
 /* /proc/loadavg's line without its newline ("?" where it cannot be opened). */
