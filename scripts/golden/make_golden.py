@@ -216,6 +216,29 @@ MIX_GREEDY = {
 N_MIX_GREEDY = 24
 
 
+def logits_and_fa_noise(llm, llm_fa, toks):
+    """The last position's logits (flash attention off) and the (rms, max)
+    difference flash attention on makes to them: llama.cpp's own noise."""
+    logits = last_logits(llm, toks)
+    other = last_logits(llm_fa, toks)
+    return logits, (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
+
+
+def greedy_fa_cases(llm, llm_fa, cases, add_bos, prefix, model_rel, model_sha, out, log_tag, noun):
+    """A greedy case per prompt of cases (name -> text), with the 32-token
+    continuation under flash attention on and off; says how many agree."""
+    agree = 0
+    for name, text in cases.items():
+        toks = llm.tokenize(text.encode(), add_bos=add_bos, special=True)
+        logits, noise = logits_and_fa_noise(llm, llm_fa, toks)
+        cont = greedy(llm, toks, 32)
+        cont_fa = greedy(llm_fa, toks, 32)
+        agree += cont[0] == cont_fa[0]
+        write_case(prefix + name, model_rel, model_sha, toks, logits, cont, noise, out=out, continuation_fa=cont_fa)
+        print(f"{log_tag}{prefix}{name}: {len(toks)} tokens, FA on == off: {cont[0] == cont_fa[0]}", file=sys.stderr)
+    print(f"llama.cpp FA on vs off: {agree} of {len(cases)} {noun} continuations identical", file=sys.stderr)
+
+
 def all_logits(llm, tokens):
     llm.reset()
     llm.eval(tokens)
@@ -326,9 +349,7 @@ def make_gemma():
     scores = np.array(llm_all.scores[:64], dtype=np.float32)
     top1 = [int(np.argmax(r)) for r in scores]
     gaps = [float(np.diff(np.sort(r)[-2:])[0]) for r in scores]
-    logits = last_logits(llm, toks)
-    other = last_logits(llm_fa, toks)
-    noise = (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
+    logits, noise = logits_and_fa_noise(llm, llm_fa, toks)
     os.makedirs(OUT_GEMMA, exist_ok=True)
     with open(os.path.join(OUT_GEMMA, "gemma3-positions.txt"), "w") as f:
         f.write(f"model {rel}\nsha256 {sha}\n")
@@ -342,19 +363,7 @@ def make_gemma():
     cases = {k: "<start_of_turn>user\n" + v + "<end_of_turn>\n<start_of_turn>model\n"
              for k, v in GEMMA_CHAT.items()}
     cases.update(GEMMA_PLAIN)
-    agree = 0
-    for name, text in cases.items():
-        toks = llm.tokenize(text.encode(), add_bos=True, special=True)
-        logits = last_logits(llm, toks)
-        other = last_logits(llm_fa, toks)
-        noise = (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
-        cont = greedy(llm, toks, 32)
-        cont_fa = greedy(llm_fa, toks, 32)
-        agree += cont[0] == cont_fa[0]
-        write_case("gemma3-" + name, rel, sha, toks, logits, cont, noise, out=OUT_GEMMA,
-                   continuation_fa=cont_fa)
-        print(f"gemma3-{name}: {len(toks)} tokens, FA on == off: {cont[0] == cont_fa[0]}", file=sys.stderr)
-    print(f"llama.cpp FA on vs off: {agree} of {len(cases)} Gemma continuations identical", file=sys.stderr)
+    greedy_fa_cases(llm, llm_fa, cases, True, "gemma3-", rel, sha, OUT_GEMMA, "", "Gemma")
 
 
 def make_smollm2():
@@ -364,29 +373,14 @@ def make_smollm2():
     prompts = dict(PROMPTS, long=LONG)
     for name, text in prompts.items():
         toks = llm.tokenize(text.encode(), add_bos=False, special=True)
-        logits = last_logits(llm, toks)
-        other = last_logits(llm_fa, toks)
-        noise = (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
+        logits, noise = logits_and_fa_noise(llm, llm_fa, toks)
         cont = greedy(llm, toks, 32) if name != "long" else None
         write_case("smollm2-" + name, "models/SmolLM2-135M-Instruct.Q4_1.gguf", real_sha, toks,
                    logits, cont, noise)
         print(f"smollm2-{name}: {len(toks)} tokens, top1 {int(np.argmax(logits))}, "
               f"llama.cpp FA on/off rms {noise[0]:.4f}", file=sys.stderr)
-    agree = 0
-    for name, text in GREEDY_PROMPTS.items():
-        toks = llm.tokenize(text.encode(), add_bos=False, special=True)
-        logits = last_logits(llm, toks)
-        other = last_logits(llm_fa, toks)
-        noise = (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
-        cont = greedy(llm, toks, 32)
-        cont_fa = greedy(llm_fa, toks, 32)
-        agree += cont[0] == cont_fa[0]
-        write_case("smollm2-" + name, "models/SmolLM2-135M-Instruct.Q4_1.gguf", real_sha, toks,
-                   logits, cont, noise, out=OUT_GREEDY, continuation_fa=cont_fa)
-        print(f"greedy smollm2-{name}: {len(toks)} tokens, FA on == off: {cont[0] == cont_fa[0]}",
-              file=sys.stderr)
-    print(f"llama.cpp FA on vs off: {agree} of {len(GREEDY_PROMPTS)} greedy continuations identical",
-          file=sys.stderr)
+    greedy_fa_cases(llm, llm_fa, GREEDY_PROMPTS, False, "smollm2-", "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                    real_sha, OUT_GREEDY, "greedy ", "greedy")
     del llm, llm_fa
 
 
@@ -402,9 +396,7 @@ def make_tiny(args):
         llm_fa = load(path, flash_attn=True)
         for pname, text in TINY_PROMPTS.items():
             toks = llm.tokenize(text.encode(), add_bos=False, special=True)
-            logits = last_logits(llm, toks)
-            other = last_logits(llm_fa, toks)
-            noise = (float(np.sqrt(np.mean((logits - other) ** 2))), float(np.max(np.abs(logits - other))))
+            logits, noise = logits_and_fa_noise(llm, llm_fa, toks)
             write_case(f"{case}-{pname}", f"gen:{preset}:{wtype}", sha256(path), toks, logits,
                        None, noise)
             print(f"{case}-{pname}: {len(toks)} tokens, top1 {int(np.argmax(logits))}",

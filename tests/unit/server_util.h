@@ -1,14 +1,19 @@
 /*
  * server_util.h — what the tests of the daemon share (test_server.c,
  * test_server_sessions.c, test_pressure.c): the tiny model they serve, the
- * common server parameters, and reading a parsed JSON answer by a dotted
- * path ("a.b.c"). Header-only (static inline functions).
+ * common server parameters, reading a parsed JSON answer by a dotted path
+ * ("a.b.c"), and the check of a /metrics body. Header-only (static inline
+ * functions).
  */
 #ifndef MZ_TEST_SERVER_UTIL_H
 #define MZ_TEST_SERVER_UTIL_H
 
 #include "mzcache.h"
 #include "server/server.h"
+#include "testutil.h"
+
+#include <regex.h>
+#include <stdbool.h>
 
 /* strtok_r is POSIX: the includer defines _GNU_SOURCE or _POSIX_C_SOURCE first. */
 #include <cjson/cJSON.h>
@@ -66,6 +71,29 @@ static inline mz_server_params srv_params(const char *model, const char *swap_di
     sp.swap_dir = swap_dir;
     sp.kv_codec = "raw";
     return sp;
+}
+
+/* Checks every sample line of a /metrics body against the Prometheus text
+ * format (a check each) and, with check_comments, that every '#' line is
+ * HELP or TYPE (a check each); the number of sample lines. Splits body into
+ * lines in place. */
+static inline int srv_check_metrics(char *body, bool check_comments)
+{
+    regex_t re;
+    regcomp(&re, "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{[a-z_]+=\"[^\"]*\"(,[a-z_]+=\"[^\"]*\")*\\})? -?[0-9.e+-]+$",
+            REG_EXTENDED | REG_NOSUB);
+    int n_samples = 0;
+    for (char *save = NULL, *line = strtok_r(body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#') {
+            if (check_comments)
+                CHECK_MSG(!strncmp(line, "# HELP ", 7) || !strncmp(line, "# TYPE ", 7), "comment '%s'", line);
+            continue;
+        }
+        n_samples++;
+        CHECK_MSG(regexec(&re, line, 0, NULL, 0) == 0, "metrics line '%s'", line);
+    }
+    regfree(&re);
+    return n_samples;
 }
 
 #endif
