@@ -39,6 +39,24 @@ static void bb_header(bb *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv
     bb_u64(b, n_kv);
 }
 
+/* A version-3 file of one metadata entry, up to its value: the key, then
+ * the value type. */
+static void bb_entry_file(bb *b, const char *key, uint32_t type)
+{
+    bb_header(b, 3, 0, 1);
+    bb_str(b, key);
+    bb_u32(b, type);
+}
+
+/* The same for an array value, up to its elements: the element type, then
+ * the element count. */
+static void bb_array_file(bb *b, const char *key, uint32_t elem_type, uint64_t n)
+{
+    bb_entry_file(b, key, MZ_GGUF_ARRAY);
+    bb_u32(b, elem_type);
+    bb_u64(b, n);
+}
+
 /* ---- helpers ------------------------------------------------------------------- */
 
 static size_t find_bytes(const uint8_t *buf, size_t len, const char *s)
@@ -153,63 +171,39 @@ static void test_value_errors(void)
 {
     bb b;
     /* nested array */
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "nest");
-    bb_u32(&b, MZ_GGUF_ARRAY);
-    bb_u32(&b, MZ_GGUF_ARRAY);
-    bb_u64(&b, 1);
+    bb_array_file(&b, "nest", MZ_GGUF_ARRAY, 1);
     bb_u32(&b, MZ_GGUF_UINT8);
     bb_u64(&b, 0);
     expect("nested array", b.p, b.n, MZ_E_UNSUPPORTED, "nested arrays are not supported");
     CHECK(strstr(mz_last_error(), "metadata entry 0 'nest'") != NULL);
 
     /* unknown value type */
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "k");
-    bb_u32(&b, 13);
+    bb_entry_file(&b, "k", 13);
     bb_u32(&b, 0);
     expect("unknown value type", b.p, b.n, MZ_E_FORMAT, "unknown value type 13");
 
     /* unknown array element type */
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "k");
-    bb_u32(&b, MZ_GGUF_ARRAY);
-    bb_u32(&b, 99);
-    bb_u64(&b, 0);
+    bb_array_file(&b, "k", 99, 0);
     expect("unknown array type", b.p, b.n, MZ_E_FORMAT, "unknown value type 99 for array elements");
 
     /* absurd array length */
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "arr");
-    bb_u32(&b, MZ_GGUF_ARRAY);
-    bb_u32(&b, MZ_GGUF_UINT32);
-    bb_u64(&b, (uint64_t)1 << 40);
+    bb_array_file(&b, "arr", MZ_GGUF_UINT32, (uint64_t)1 << 40);
     bb_u32(&b, 0);
     expect("huge array", b.p, b.n, MZ_E_FORMAT, "array length 1099511627776");
     CHECK(strstr(mz_last_error(), "impossible") != NULL);
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "arr");
-    bb_u32(&b, MZ_GGUF_ARRAY);
-    bb_u32(&b, MZ_GGUF_STRING);
-    bb_u64(&b, 3);
+    bb_array_file(&b, "arr", MZ_GGUF_STRING, 3);
     bb_u64(&b, 0);
     bb_u64(&b, 0);
     expect("string array short", b.p, b.n, MZ_E_FORMAT, "impossible");
     /* the length fits the bytes left, but the strings do not */
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "arr");
-    bb_u32(&b, MZ_GGUF_ARRAY);
-    bb_u32(&b, MZ_GGUF_STRING);
-    bb_u64(&b, 2);
+    bb_array_file(&b, "arr", MZ_GGUF_STRING, 2);
     bb_str(&b, "ok");
     bb_u64(&b, 100);
     bb_u64(&b, 0);
     expect("string array element", b.p, b.n, MZ_E_FORMAT, "array element 1 of metadata entry 0 'arr'");
 
     /* absurd string length */
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "s");
-    bb_u32(&b, MZ_GGUF_STRING);
+    bb_entry_file(&b, "s", MZ_GGUF_STRING);
     bb_u64(&b, UINT64_MAX);
     expect("huge string", b.p, b.n, MZ_E_FORMAT, "reading string value of metadata entry 0 's'");
     bb_header(&b, 3, 0, 1);
@@ -226,51 +220,35 @@ static void test_value_errors(void)
     expect("NUL in key", b.p, b.n, MZ_E_FORMAT, "key contains a NUL byte");
 
     /* empty key */
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "");
-    bb_u32(&b, MZ_GGUF_UINT8);
+    bb_entry_file(&b, "", MZ_GGUF_UINT8);
     b.p[b.n++] = 1;
     expect("empty key", b.p, b.n, MZ_E_FORMAT, "empty key");
 
     /* bool out of range, scalar and array */
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "b");
-    bb_u32(&b, MZ_GGUF_BOOL);
+    bb_entry_file(&b, "b", MZ_GGUF_BOOL);
     b.p[b.n++] = 2;
     expect("bool 2", b.p, b.n, MZ_E_FORMAT, "bad bool value 2");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "b");
-    bb_u32(&b, MZ_GGUF_ARRAY);
-    bb_u32(&b, MZ_GGUF_BOOL);
-    bb_u64(&b, 3);
+    bb_array_file(&b, "b", MZ_GGUF_BOOL, 3);
     b.p[b.n++] = 1;
     b.p[b.n++] = 0;
     b.p[b.n++] = 9;
     expect("bool array", b.p, b.n, MZ_E_FORMAT, "bad bool value 9 in array element 2");
 
     /* general.alignment */
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "general.alignment");
-    bb_u32(&b, MZ_GGUF_UINT32);
+    bb_entry_file(&b, "general.alignment", MZ_GGUF_UINT32);
     bb_u32(&b, 48);
     expect("alignment 48", b.p, b.n, MZ_E_FORMAT, "general.alignment 48 is not a nonzero power of two");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "general.alignment");
-    bb_u32(&b, MZ_GGUF_UINT32);
+    bb_entry_file(&b, "general.alignment", MZ_GGUF_UINT32);
     bb_u32(&b, 0);
     expect("alignment 0", b.p, b.n, MZ_E_FORMAT, "general.alignment 0 is not a nonzero power of two");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "general.alignment");
-    bb_u32(&b, MZ_GGUF_UINT64);
+    bb_entry_file(&b, "general.alignment", MZ_GGUF_UINT64);
     bb_u64(&b, 64);
     expect("alignment u64", b.p, b.n, MZ_E_FORMAT, "general.alignment has type uint64, must be uint32");
 
     /* truncated inside a value of each scalar width */
     static const mz_gguf_type scalars[] = {MZ_GGUF_UINT16, MZ_GGUF_INT32, MZ_GGUF_FLOAT64};
     for (size_t i = 0; i < MZ_ARRAY_LEN(scalars); i++) {
-        bb_header(&b, 3, 0, 1);
-        bb_str(&b, "v");
-        bb_u32(&b, scalars[i]);
+        bb_entry_file(&b, "v", scalars[i]);
         b.p[b.n++] = 1;
         expect("short scalar", b.p, b.n, MZ_E_FORMAT, "reading value of metadata entry 0 'v' at byte offset 37");
     }
@@ -319,31 +297,33 @@ static void test_tensor_errors(void)
     } while (0)
     base_opts none = {-1, 0};
 
-    WITH_BASE(none, (patch_tensor(buf, len, "t.a", 2, 0, 0),
-                     expect("n_dims 0", buf, len, MZ_E_FORMAT, "tensor 't.a' has n_dims 0")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.a", 2, 0, 5),
-                     expect("n_dims 5", buf, len, MZ_E_FORMAT, "tensor 't.a' has n_dims 5")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.a", 2, 2, 0),
-                     expect("zero dim", buf, len, MZ_E_FORMAT, "tensor 't.a' has a zero dimension ne[1]")));
+    /* one field patched: the error names it */
+    static const struct {
+        const char *tensor;
+        uint32_t nd;
+        int which;
+        uint64_t v;
+        const char *what, *msg;
+    } one_patch[] = {
+        {"t.a", 2, 0, 0, "n_dims 0", "tensor 't.a' has n_dims 0"},
+        {"t.a", 2, 0, 5, "n_dims 5", "tensor 't.a' has n_dims 5"},
+        {"t.a", 2, 2, 0, "zero dim", "tensor 't.a' has a zero dimension ne[1]"},
+        {"t.a", 2, 1, UINT64_MAX, "dim > 2^63", "dimensions overflow"},
+        {"t.a", 2, 5, 4, "type 4", "tensor 't.a' has unknown tensor type 4"},
+        {"t.a", 2, 5, 1000, "type 1000", "unknown tensor type 1000"},
+        {"t.b", 1, 6, 4, "unaligned", "tensor 't.b' data offset 4 is not aligned to 32"},
+        {"t.b", 1, 6, (uint64_t)1 << 30, "outside", "tensor 't.b' data (128 bytes at offset 1073741824"},
+        {"t.b", 1, 6, UINT64_MAX & ~(uint64_t)31, "outside max", "lies outside the file"},
+        {"t.b", 1, 6, 0, "overlap", "tensor data overlap: 't.b' [0, 128) and 't.a' [0, 256)"},
+        {"t.b", 1, 6, 224, "overlap tail", "overlap"},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(one_patch); i++)
+        WITH_BASE(none, (patch_tensor(buf, len, one_patch[i].tensor, one_patch[i].nd, one_patch[i].which,
+                                      one_patch[i].v),
+                         expect(one_patch[i].what, buf, len, MZ_E_FORMAT, one_patch[i].msg)));
     WITH_BASE(none, (patch_tensor(buf, len, "t.a", 2, 1, (uint64_t)1 << 40),
                      patch_tensor(buf, len, "t.a", 2, 2, (uint64_t)1 << 40),
                      expect("dims overflow", buf, len, MZ_E_FORMAT, "tensor 't.a' dimensions overflow")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.a", 2, 1, UINT64_MAX),
-                     expect("dim > 2^63", buf, len, MZ_E_FORMAT, "dimensions overflow")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.a", 2, 5, 4),
-                     expect("type 4", buf, len, MZ_E_FORMAT, "tensor 't.a' has unknown tensor type 4")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.a", 2, 5, 1000),
-                     expect("type 1000", buf, len, MZ_E_FORMAT, "unknown tensor type 1000")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.b", 1, 6, 4),
-                     expect("unaligned", buf, len, MZ_E_FORMAT, "tensor 't.b' data offset 4 is not aligned to 32")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.b", 1, 6, (uint64_t)1 << 30),
-                     expect("outside", buf, len, MZ_E_FORMAT, "tensor 't.b' data (128 bytes at offset 1073741824")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.b", 1, 6, UINT64_MAX & ~(uint64_t)31),
-                     expect("outside max", buf, len, MZ_E_FORMAT, "lies outside the file")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.b", 1, 6, 0),
-                     expect("overlap", buf, len, MZ_E_FORMAT, "tensor data overlap: 't.b' [0, 128) and 't.a' [0, 256)")));
-    WITH_BASE(none, (patch_tensor(buf, len, "t.b", 1, 6, 224),
-                     expect("overlap tail", buf, len, MZ_E_FORMAT, "overlap")));
     /* Type Q8_0 with a row that is not whole blocks. */
     WITH_BASE(((base_opts){MZ_DT_Q8_0, 64}),
               (expect("q8 base", buf, len, MZ_OK, ""),
