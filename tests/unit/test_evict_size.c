@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "pressure/evict_size.h"
 
+#include "cgroup_util.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -238,33 +239,16 @@ static void part_random(void)
 
 /* ---- 5. the real signal (cgroup v1) ---------------------------------------------------------- */
 
-static int write_str(const char *path, const char *s)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    ssize_t n = write(fd, s, strlen(s));
-    int e = n < 0 ? -errno : 0;
-    close(fd);
-    return e;
-}
-
 static void part_real_v1(void)
 {
-    char own[512], cg[600], path[700];
-    if (mz_cgroup_v1_memory_dir(own, sizeof own)) {
-        t_skip_part("real signal", "no cgroup-v1 memory controller for this process (v2 machines: the v2 "
-               "figures are read the same way, by mz_psig_read_dirs)");
+    char cg[600], path[700];
+    if (!cg_make_child_v1("real signal", "esize",
+                          "no cgroup-v1 memory controller for this process (v2 machines: the v2 figures are "
+                          "read the same way, by mz_psig_read_dirs)",
+                          cg, sizeof cg))
         return;
-    }
-    snprintf(cg, sizeof cg, "%.500s/mzcache-esize-%d", own, getpid());
-    if (mkdir(cg, 0755)) {
-        char why[400];
-        snprintf(why, sizeof why, "cannot create a child memory cgroup (%s)", strerror(errno));
-        t_skip_part("real signal", why);
-        return;
-    }
     snprintf(path, sizeof path, "%.600s/memory.limit_in_bytes", cg);
-    CHECK(write_str(path, "268435456") == 0); /* 256 MiB */
+    CHECK(cg_write_str(path, "268435456") == 0); /* 256 MiB */
     int cmd[2], ack[2];
     CHECK(pipe(cmd) == 0 && pipe(ack) == 0);
     pid_t pid = fork();
@@ -272,7 +256,7 @@ static void part_real_v1(void)
         char p2[700], me[32];
         snprintf(p2, sizeof p2, "%.600s/cgroup.procs", cg);
         snprintf(me, sizeof me, "%d", getpid());
-        char ok = write_str(p2, me) ? 'E' : 'k';
+        char ok = cg_write_str(p2, me) ? 'E' : 'k';
         if (write(ack[1], &ok, 1) != 1) _exit(1);
         char c;
         void *mem = NULL;

@@ -20,6 +20,7 @@
 #include "pressure/pressure.h"
 #include "server/server.h"
 
+#include "cgroup_util.h"
 #include "server_util.h"
 #include "testutil.h"
 
@@ -73,15 +74,6 @@ static const char *state_of(const mz_pressure_monitor_t *m, mz_pressure_source s
     return buf;
 }
 
-static int write_str(const char *path, const char *v)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    int rc = write(fd, v, strlen(v)) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 /* ---- a child process in the test cgroup, allocating on command ----------------------- */
 
 typedef struct hog {
@@ -94,7 +86,7 @@ static void hog_main(const char *cg, int cmd, int ack)
     char path[700], pid[32];
     snprintf(path, sizeof path, "%.600s/cgroup.procs", cg);
     snprintf(pid, sizeof pid, "%d", getpid());
-    char ok = write_str(path, pid) ? 'E' : 'k';
+    char ok = cg_write_str(path, pid) ? 'E' : 'k';
     if (write(ack, &ok, 1) != 1) _exit(1);
     void *mem = NULL;
     size_t n = 0;
@@ -234,22 +226,15 @@ static void part_psi(void)
 static void part_cgroup_v1(bool server_only)
 {
     const char *part = server_only ? "server (cgroup-v1)" : "cgroup-v1";
-    char own[512], cg[600];
-    if (mz_cgroup_v1_memory_dir(own, sizeof own)) {
-        t_skip_part(part, "no cgroup-v1 memory controller for this process (the in-server pressure test "
-                          "watches a child v1 memory cgroup)");
+    char cg[600];
+    if (!cg_make_child_v1(part, "test",
+                          "no cgroup-v1 memory controller for this process (the in-server pressure test "
+                          "watches a child v1 memory cgroup)",
+                          cg, sizeof cg))
         return;
-    }
-    snprintf(cg, sizeof cg, "%.500s/mzcache-test-%d", own, getpid());
-    if (mkdir(cg, 0755)) {
-        char why[300];
-        snprintf(why, sizeof why, "cannot create a child memory cgroup here (%s)", strerror(errno));
-        t_skip_part(part, why);
-        return;
-    }
     char path[700];
     snprintf(path, sizeof path, "%.600s/memory.limit_in_bytes", cg);
-    int rc = write_str(path, "268435456");
+    int rc = cg_write_str(path, "268435456");
     CHECK_MSG(rc == 0, "set limit: %s", strerror(-rc));
     hog h = {0};
     if (hog_start(&h, cg)) {
@@ -308,7 +293,7 @@ static void part_cgroup_v1(bool server_only)
         CHECK(mz_pressure_start(&p, on_event, &s, &m) == MZ_OK);
         CHECK_MSG(strstr(state_of(m, MZ_PRESSURE_CG1_USAGE), "128.0 MiB") != NULL, "%s",
                   state_of(m, MZ_PRESSURE_CG1_USAGE));
-        CHECK(write_str(path, "134217728") == 0); /* 128 MiB: threshold 64 MiB */
+        CHECK(cg_write_str(path, "134217728") == 0); /* 128 MiB: threshold 64 MiB */
         bool moved = false;
         for (int i = 0; i < 40 && !moved; i++) {
             usleep(100 * 1000);
@@ -319,7 +304,7 @@ static void part_cgroup_v1(bool server_only)
         CHECK_MSG(wait_for(&s, MZ_PRESSURE_CG1_USAGE, 1, 10000), "no event at the re-armed threshold");
         CHECK_EQ_INT(hog_cmd(&h, 'f'), 0);
         mz_pressure_stop(m);
-        CHECK(write_str(path, "268435456") == 0);
+        CHECK(cg_write_str(path, "268435456") == 0);
     }
 
     /* 4. a server watching the cgroup evicts when the child allocates */
