@@ -37,6 +37,30 @@ static mz_f16 rand_finite_bits(void)
     }
 }
 
+/* A group's random range min <= max (f16 little-endian, min first) at p:
+ * any finite pair, or one less than `narrow` steps wide, a subnormal min,
+ * a ±0 end, and with extremes ±65504. */
+static void put_rand_range(uint8_t *p, unsigned narrow, bool extremes)
+{
+    uint64_t r = t_rand_u64(&g_rng);
+    mz_f16 a = rand_finite_bits(), z = rand_finite_bits();
+    if (r % 4 == 0) z = (mz_f16)(a + (r >> 8) % narrow);            /* narrow ranges */
+    if (r % 8 == 1) a = (mz_f16)(a & 0x83ffu);                      /* subnormals */
+    if (r % 16 == 2) a = (mz_f16)(((r >> 20) & 1) << 15);           /* ±0 */
+    if (r % 16 == 3) z = (mz_f16)(((r >> 21) & 1) << 15);
+    if (extremes && r % 32 == 4) a = 0xfbffu, z = 0x7bffu;          /* ±65504 */
+    if ((z & 0x7c00u) == 0x7c00u) z = a;
+    if (fl(z) < fl(a)) {
+        mz_f16 t = a;
+        a = z;
+        z = t;
+    }
+    p[0] = (uint8_t)a;
+    p[1] = (uint8_t)(a >> 8);
+    p[2] = (uint8_t)z;
+    p[3] = (uint8_t)(z >> 8);
+}
+
 /* lo and hi: x and a random finite f16 value, in order. */
 static void rand_ordered(float x, float *lo, float *hi)
 {
@@ -496,6 +520,42 @@ static void test_random_bulk(const char *name)
 
 /* ---- q8 format details and malformed blobs ----------------------------------------------- */
 
+/* A constant group decodes to +0 everywhere (-0 becomes +0). */
+static void check_constant_group(const mz_codec *c)
+{
+    mz_f16 z[3] = {0x8000u, 0x8000u, 0x0000u}, y[3];
+    uint8_t blob[64];
+    size_t len;
+    CHECK_EQ_INT(mz_codec_encode(c, z, 3, blob, sizeof blob, &len), MZ_OK);
+    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 3), MZ_OK);
+    CHECK(y[0] == 0 && y[1] == 0 && y[2] == 0);
+}
+
+/* Encodes 100 normal values v into good (256 bytes) and checks its length
+ * is want_len; then every truncation and extension of it, and a wrong
+ * value count, fail to decode (and to peek, with peek). The length. */
+static size_t check_prefixes(const mz_codec *c, mz_f16 v[100], uint8_t good[256], size_t want_len, bool peek)
+{
+    for (int i = 0; i < 100; i++) v[i] = h(t_rand_normal(&g_rng));
+    uint8_t tmp[300];
+    size_t glen, pn;
+    mz_f16 out[101];
+    CHECK_EQ_INT(mz_codec_encode(c, v, 100, good, 256, &glen), MZ_OK);
+    CHECK_EQ_INT(glen, want_len);
+    int wrong = 0;
+    for (size_t l = 0; l < glen + 8; l++) {
+        memset(tmp, 0, sizeof tmp);
+        memcpy(tmp, good, MZ_MIN(l, glen));
+        if (l == glen) continue;
+        wrong += mz_codec_decode(c, tmp, l, out, 100) != MZ_E_FORMAT;
+        if (peek) wrong += c->peek(c, tmp, l, &pn) != MZ_E_FORMAT;
+    }
+    CHECK_EQ_INT(wrong, 0);
+    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 101), MZ_E_FORMAT);
+    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 99), MZ_E_FORMAT);
+    return glen;
+}
+
 static void test_q8_format(void)
 {
     const mz_codec *c = mz_codec_find("q8");
@@ -519,11 +579,7 @@ static void test_q8_format(void)
     CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 4), MZ_OK);
     CHECK(memcmp(x, y, sizeof x) == 0);
 
-    /* constant group: scale 0; -0 becomes +0 */
-    mz_f16 z[3] = {0x8000u, 0x8000u, 0x0000u};
-    CHECK_EQ_INT(mz_codec_encode(c, z, 3, blob, sizeof blob, &len), MZ_OK);
-    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 3), MZ_OK);
-    CHECK(y[0] == 0 && y[1] == 0 && y[2] == 0);
+    check_constant_group(c); /* scale 0 */
 
     /* inf / NaN are refused */
     mz_f16 bad[3] = {h(1), 0x7c00u, h(2)};
@@ -536,22 +592,9 @@ static void test_q8_format(void)
 
     /* malformed: every truncation / extension of a valid 2-group blob fails */
     mz_f16 v[100];
-    for (int i = 0; i < 100; i++) v[i] = h(t_rand_normal(&g_rng));
     uint8_t good[256], tmp[300];
-    size_t glen;
     mz_f16 out[101];
-    CHECK_EQ_INT(mz_codec_encode(c, v, 100, good, sizeof good, &glen), MZ_OK);
-    CHECK_EQ_INT(glen, 16 + 68 + 40);
-    int wrong = 0;
-    for (size_t l = 0; l < glen + 8; l++) {
-        memset(tmp, 0, sizeof tmp);
-        memcpy(tmp, good, MZ_MIN(l, glen));
-        if (l == glen) continue;
-        wrong += mz_codec_decode(c, tmp, l, out, 100) != MZ_E_FORMAT;
-    }
-    CHECK_EQ_INT(wrong, 0);
-    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 101), MZ_E_FORMAT);
-    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 99), MZ_E_FORMAT);
+    size_t glen = check_prefixes(c, v, good, 16 + 68 + 40, false);
     struct { size_t off; uint8_t val; const char *what; } muts[] = {
         {0, 'X', "magic"}, {4, 2, "version"}, {6, 0, "parameter"}, {7, 0x01, "length"},
         {15, 0x80, "parameter"}, {17, 0x7c, "min/max"}, {19, 0x7e, "min/max"},
@@ -624,11 +667,7 @@ static void test_q4_format(void)
     size_t pn;
     CHECK_EQ_INT(c->peek(c, blob, len, &pn), MZ_E_FORMAT);
 
-    /* constant group: step 0; -0 becomes +0 */
-    mz_f16 z[3] = {0x8000u, 0x8000u, 0x0000u};
-    CHECK_EQ_INT(mz_codec_encode(c, z, 3, blob, sizeof blob, &len), MZ_OK);
-    CHECK_EQ_INT(mz_codec_decode(c, blob, len, y, 3), MZ_OK);
-    CHECK(y[0] == 0 && y[1] == 0 && y[2] == 0);
+    check_constant_group(c); /* step 0 */
 
     /* inf / NaN are refused by every kernel set */
     mz_f16 bad[3] = {h(1), 0x7c00u, h(2)};
@@ -646,23 +685,9 @@ static void test_q4_format(void)
 
     /* malformed: every truncation / extension of a valid 2-group blob fails */
     mz_f16 v[100];
-    for (int i = 0; i < 100; i++) v[i] = h(t_rand_normal(&g_rng));
     uint8_t good[256], tmp[300];
-    size_t glen;
     mz_f16 out[101];
-    CHECK_EQ_INT(mz_codec_encode(c, v, 100, good, sizeof good, &glen), MZ_OK);
-    CHECK_EQ_INT(glen, 16 + 36 + 4 + 18);
-    int wrong = 0;
-    for (size_t l = 0; l < glen + 8; l++) {
-        memset(tmp, 0, sizeof tmp);
-        memcpy(tmp, good, MZ_MIN(l, glen));
-        if (l == glen) continue;
-        wrong += mz_codec_decode(c, tmp, l, out, 100) != MZ_E_FORMAT;
-        wrong += c->peek(c, tmp, l, &pn) != MZ_E_FORMAT;
-    }
-    CHECK_EQ_INT(wrong, 0);
-    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 101), MZ_E_FORMAT);
-    CHECK_EQ_INT(mz_codec_decode(c, good, glen, out, 99), MZ_E_FORMAT);
+    size_t glen = check_prefixes(c, v, good, 16 + 36 + 4 + 18, true);
     struct { size_t off; uint8_t val; const char *what; } muts[] = {
         {3, '8', "magic"}, {4, 2, "version"}, {6, 0, "parameter"}, {6, 63, "parameter"},
         {6, 1, "parameter"}, {7, 0x01, "length"}, {8, 101, "length"}, {15, 0x80, "parameter"},
@@ -685,6 +710,7 @@ static void test_q4_format(void)
     }
     CHECK(c->peek(c, good, glen, &pn) == MZ_OK && pn == 100);
     /* random byte pokes anywhere: an error or a finite decode, never a crash */
+    int wrong = 0;
     for (int t = 0; t < 2000; t++) {
         memcpy(tmp, good, glen);
         for (int k = 0; k < 1 + t % 3; k++) tmp[t_rand_u64(&g_rng) % glen] = (uint8_t)t_rand_u64(&g_rng);
@@ -720,23 +746,7 @@ static size_t make_random_q4_blob(uint8_t *blob, size_t n, unsigned G)
     uint8_t *p = blob + 16;
     for (size_t i0 = 0; i0 < n; i0 += G) {
         size_t k = MZ_MIN((size_t)G, n - i0);
-        uint64_t r = t_rand_u64(&g_rng);
-        mz_f16 a = rand_finite_bits(), z = rand_finite_bits();
-        if (r % 4 == 0) z = (mz_f16)(a + (r >> 8) % 40);      /* narrow ranges: plateaus */
-        if (r % 8 == 1) a = (mz_f16)(a & 0x83ffu);            /* subnormals */
-        if (r % 16 == 2) a = (mz_f16)(((r >> 20) & 1) << 15); /* ±0 */
-        if (r % 16 == 3) z = (mz_f16)(((r >> 21) & 1) << 15);
-        if (r % 32 == 4) a = 0xfbffu, z = 0x7bffu;            /* ±65504 */
-        if ((z & 0x7c00u) == 0x7c00u) z = a;
-        if (fl(z) < fl(a)) {
-            mz_f16 t = a;
-            a = z;
-            z = t;
-        }
-        p[0] = (uint8_t)a;
-        p[1] = (uint8_t)(a >> 8);
-        p[2] = (uint8_t)z;
-        p[3] = (uint8_t)(z >> 8);
+        put_rand_range(p, 40, true); /* narrow ranges: plateaus */
         for (size_t j = 0; j < (k + 1) / 2; j++) p[4 + j] = (uint8_t)t_rand_u64(&g_rng);
         if (k % 2) p[4 + k / 2] &= 0x0f;
         p += 4 + (k + 1) / 2;
@@ -828,22 +838,7 @@ static size_t make_random_blob(uint8_t *blob, size_t cap, size_t n, unsigned G)
     uint8_t *p = blob + MZ_CODEC_HEADER_BYTES;
     for (size_t i0 = 0; i0 < n; i0 += G) {
         size_t k = MZ_MIN((size_t)G, n - i0);
-        uint64_t r = t_rand_u64(&g_rng);
-        mz_f16 a = rand_finite_bits(), z = rand_finite_bits();
-        if (r % 4 == 0) z = (mz_f16)(a + (r >> 8) % 300);       /* narrow ranges */
-        if (r % 8 == 1) a = (mz_f16)(a & 0x83ffu);              /* subnormals */
-        if (r % 16 == 2) a = (mz_f16)(((r >> 20) & 1) << 15);   /* ±0 */
-        if (r % 16 == 3) z = (mz_f16)(((r >> 21) & 1) << 15);
-        if ((z & 0x7c00u) == 0x7c00u) z = a;
-        if (fl(z) < fl(a)) {
-            mz_f16 tmp = a;
-            a = z;
-            z = tmp;
-        }
-        p[0] = (uint8_t)a;
-        p[1] = (uint8_t)(a >> 8);
-        p[2] = (uint8_t)z;
-        p[3] = (uint8_t)(z >> 8);
+        put_rand_range(p, 300, false);
         for (size_t j = 0; j < k; j++) p[4 + j] = (uint8_t)t_rand_u64(&g_rng);
         p += 4 + k;
     }
