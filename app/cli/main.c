@@ -621,19 +621,18 @@ int main(int argc, char **argv)
         printf("mzcache %s\n", MZ_VERSION_STRING);
         return 0;
     }
-    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
-    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
-    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
-    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
-    if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
-    if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
-    if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
-    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
-    if (!strcmp(cmd, "evict")) return cmd_evict(argc - 1, argv + 1);
-    if (!strcmp(cmd, "status")) return cmd_status(argc - 1, argv + 1);
-    if (!strcmp(cmd, "sessions")) return cmd_sessions(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char **argv);
+    } commands[] = {
+        {"run", cmd_run},           {"chat", cmd_chat},         {"info", cmd_info},
+        {"tokenize", cmd_tokenize}, {"gen-model", cmd_gen_model}, {"quantize", cmd_quantize},
+        {"profile", cmd_profile},   {"serve", cmd_serve},       {"evict", cmd_evict},
+        {"status", cmd_status},     {"sessions", cmd_sessions}, {"bench", cmd_bench},
+        {"demo", cmd_demo},
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "mzcache: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;
