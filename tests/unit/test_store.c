@@ -259,13 +259,30 @@ static long chunk_resident_pages(mz_ctx_t *c, int l, size_t ch)
     return r;
 }
 
+/* Starts counting I/O writes (a fault table that never fires): set before
+ * the write-behind worker starts, cleared (mz_io_fault_set(NULL)) after it
+ * is joined, since the table changes only while no thread does I/O. */
+static void count_writes_begin(void)
+{
+    static const mz_io_fault never = {.op = MZ_IO_WRITE, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
+                                      .nth = UINT32_MAX, .count = 1};
+    mz_io_fault_set(&never);
+}
+
+/* The writes since w0, once they reach want or 30 s have passed (no clock is asserted). */
+static unsigned wait_writes(unsigned w0, unsigned want)
+{
+    unsigned w = 0;
+    for (int i = 0; i < 3000 && (w = mz_io_fault_calls(MZ_IO_WRITE) - w0) < want; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 10000000L}, NULL);
+    return w;
+}
+
 /* Counts the writes of f. The session's write-behind worker must be idle
  * (synced, nothing new): the table changes only while no thread does I/O. */
 static unsigned count_writes_during(mz_status (*f)(void *), void *arg, mz_status *s)
 {
-    mz_io_fault never = {.op = MZ_IO_WRITE, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
-                         .nth = UINT32_MAX, .count = 1};
-    mz_io_fault_set(&never);
+    count_writes_begin();
     *s = f(arg);
     unsigned w = mz_io_fault_calls(MZ_IO_WRITE);
     mz_io_fault_set(NULL);
@@ -760,86 +777,83 @@ out:
     tiny_rig_close(&rig);
 }
 
-/* ---- the write-behind waits for a quiet engine (tiny model) -------------------------------- */
-
-/* While a compute section is open on the engine (another session's request,
- * stood in for by mz_engine_compute_open), the worker writes no chunk; once
- * it closes, the full chunks are written without a sync. The first half can
- * only fail if the worker writes during the window; the second waits up to
- * 30 s for the worker (no clock is asserted). */
-static void test_quiet(void)
+/* Stores session id of the n tokens of prompt, synced, then leaves the
+ * store as a kill -9 would (no last manifest). */
+static void store_as_killed(mz_engine_t *e, const mz_ctx_params *cp, mz_store_t *st, const char *id,
+                            const mz_token *prompt, size_t n)
 {
-    tiny_rig rig;
-    if (!tiny_rig_open(&rig, "tiny-quiet.gguf", "quiet case", "quiet", 2, NULL)) goto out;
-    mz_model_t *m = rig.m;
-    mz_engine_t *e = rig.e;
-    mz_store_t *st = rig.st;
-    mz_ctx_params cp = sp_params();
-    mz_token prompt[600];
-    ev_tokens(prompt, 600, mz_model_n_vocab(m), 11);
     mz_ctx_t *c = NULL;
-    CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
-    /* The fault table (here: counting only) is set before the worker starts
-     * and cleared after it is joined: it is not for threads doing I/O. */
-    mz_io_fault never = {.op = MZ_IO_WRITE, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
-                         .nth = UINT32_MAX, .count = 1};
-    mz_io_fault_set(&never);
-    mz_engine_compute_open(e);
-    CHECK(mz_session_store(c, st, "quiet") == MZ_OK);
-    unsigned w0 = mz_io_fault_calls(MZ_IO_WRITE); /* the attach's own files */
-    CHECK(mz_prefill(c, prompt, 600) == MZ_OK); /* 2 full chunks: the worker is kicked */
-    for (int i = 0; i < 20; i++) nanosleep(&(struct timespec){.tv_nsec = 10000000L}, NULL);
-    unsigned busy_writes = mz_io_fault_calls(MZ_IO_WRITE) - w0;
-    CHECK_MSG(busy_writes == 0, "%u writes while the engine computed", busy_writes);
-    mz_engine_compute_close(e);
-    unsigned w = 0;
-    for (int i = 0; i < 3000 && (w = mz_io_fault_calls(MZ_IO_WRITE) - w0) < 2 * (unsigned)m->cfg.n_layer; i++)
-        nanosleep(&(struct timespec){.tv_nsec = 10000000L}, NULL);
-    CHECK_MSG(w >= 2 * (unsigned)m->cfg.n_layer, "%u writes once the engine was quiet (want %d)", w,
-              2 * m->cfg.n_layer);
-    mz_ctx_free(c); /* joins the worker */
-    mz_io_fault_set(NULL);
-out:
-    tiny_rig_close(&rig);
+    CHECK(mz_session_create(e, cp, &c) == MZ_OK && mz_session_store(c, st, id) == MZ_OK);
+    CHECK(mz_prefill(c, prompt, n) == MZ_OK && mz_session_sync(c) == MZ_OK);
+    mz_sstore_test_abandon(c);
+    mz_ctx_free(c);
 }
 
-/* ---- the write-behind does not wait for a quiet engine forever (tiny model) ---------------- */
+/* Flips bit `mask` of payload byte `at` of record r in session id's data
+ * file under dir (two checks: the byte is read, then written). */
+static void flip_payload_bit(const char *dir, const char *id, const mz_swap_slot_info *r, size_t at,
+                             unsigned char mask)
+{
+    char kv[700];
+    snprintf(kv, sizeof kv, "%s/%s.kv", dir, id);
+    int fd = open(kv, O_RDWR);
+    unsigned char b = 0;
+    const off_t pos = (off_t)(r->off + (r->split ? 4096 : 64) + at);
+    CHECK(fd >= 0 && pread(fd, &b, 1, pos) == 1);
+    b ^= mask;
+    CHECK(pwrite(fd, &b, 1, pos) == 1);
+    if (fd >= 0) close(fd);
+}
 
-/* A compute that never pauses (stood in for by a compute section held open
- * throughout) must not keep full chunks off the store indefinitely: once
- * they have waited the maximum deferral (shortened to 100 ms here), the
- * worker writes them beside the compute. Fails if the worker only ever
- * writes on a quiet engine; waits up to 30 s for it (no clock asserted). */
-static void test_overdue(void)
+/* ---- the write-behind and a busy engine (tiny model) --------------------------------------- */
+
+/* quiet: while a compute section is open on the engine (another session's
+ * request, stood in for by mz_engine_compute_open), the worker writes no
+ * chunk; once it closes, the full chunks are written without a sync. The
+ * first half can only fail if the worker writes during the window.
+ * overdue (never_pauses): a compute that never pauses (a compute section
+ * held open throughout) must not keep full chunks off the store
+ * indefinitely: once they have waited the maximum deferral (shortened to
+ * 100 ms here), the worker writes them beside the compute. Fails if the
+ * worker only ever writes on a quiet engine.
+ * Both wait up to 30 s for the worker (no clock is asserted). */
+typedef struct busy_case {
+    const char *model_file, *label, *id;
+    unsigned long long seed;
+    bool never_pauses;
+} busy_case;
+
+static void test_busy_engine(const busy_case *k)
 {
     tiny_rig rig;
-    if (!tiny_rig_open(&rig, "tiny-overdue.gguf", "overdue case", "overdue", 2, NULL)) goto out;
+    if (!tiny_rig_open(&rig, k->model_file, k->label, k->id, 2, NULL)) goto out;
     mz_model_t *m = rig.m;
     mz_engine_t *e = rig.e;
-    mz_store_t *st = rig.st;
     mz_ctx_params cp = sp_params();
     mz_token prompt[600];
-    ev_tokens(prompt, 600, mz_model_n_vocab(m), 17);
+    ev_tokens(prompt, 600, mz_model_n_vocab(m), k->seed);
     mz_ctx_t *c = NULL;
     CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
-    mz_sstore_test_max_defer_ms(100);
-    /* counting only; set before the worker starts, cleared after it is joined */
-    mz_io_fault never = {.op = MZ_IO_WRITE, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
-                         .nth = UINT32_MAX, .count = 1};
-    mz_io_fault_set(&never);
+    if (k->never_pauses) mz_sstore_test_max_defer_ms(100);
+    count_writes_begin();
     mz_engine_compute_open(e);
-    CHECK(mz_session_store(c, st, "overdue") == MZ_OK);
-    unsigned w0 = mz_io_fault_calls(MZ_IO_WRITE);
+    CHECK(mz_session_store(c, rig.st, k->id) == MZ_OK);
+    unsigned w0 = mz_io_fault_calls(MZ_IO_WRITE); /* the attach's own files */
     CHECK(mz_prefill(c, prompt, 600) == MZ_OK); /* 2 full chunks: the worker is kicked */
     const unsigned want = 2 * (unsigned)m->cfg.n_layer;
-    unsigned w = 0;
-    for (int i = 0; i < 3000 && (w = mz_io_fault_calls(MZ_IO_WRITE) - w0) < want; i++)
-        nanosleep(&(struct timespec){.tv_nsec = 10000000L}, NULL);
-    CHECK_MSG(w >= want, "%u writes while the engine never paused (want %u)", w, want);
-    mz_engine_compute_close(e);
+    if (!k->never_pauses) {
+        for (int i = 0; i < 20; i++) nanosleep(&(struct timespec){.tv_nsec = 10000000L}, NULL);
+        unsigned busy_writes = mz_io_fault_calls(MZ_IO_WRITE) - w0;
+        CHECK_MSG(busy_writes == 0, "%u writes while the engine computed", busy_writes);
+        mz_engine_compute_close(e);
+    }
+    unsigned w = wait_writes(w0, want);
+    CHECK_MSG(w >= want, "%u writes %s (want %u)", w,
+              k->never_pauses ? "while the engine never paused" : "once the engine was quiet", want);
+    if (k->never_pauses) mz_engine_compute_close(e);
     mz_ctx_free(c); /* joins the worker */
     mz_io_fault_set(NULL);
-    mz_sstore_test_max_defer_ms(10000);
+    if (k->never_pauses) mz_sstore_test_max_defer_ms(10000);
 out:
     tiny_rig_close(&rig);
 }
@@ -888,10 +902,7 @@ static void test_checkpoint(void)
         mz_ctx_t *c = NULL;
         CHECK(mz_session_create(e, &cp, &c) == MZ_OK);
         if (!c) break;
-        /* counting only; set before the worker starts, cleared after it is joined */
-        mz_io_fault never = {.op = MZ_IO_WRITE, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
-                             .nth = UINT32_MAX, .count = 1};
-        mz_io_fault_set(&never);
+        count_writes_begin();
         mz_engine_compute_open(e);
         CHECK(mz_session_store(c, st, ids[run]) == MZ_OK);
         CHECK(mz_prefill(c, prompt, N) == MZ_OK);
@@ -953,25 +964,12 @@ static void test_wide_resume(void)
     for (int flip = 0; flip < 2; flip++) {
         char id[16];
         snprintf(id, sizeof id, "wide%d", flip);
-        CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_session_store(c, st, id) == MZ_OK);
-        CHECK(mz_prefill(c, prompt, N) == MZ_OK && mz_session_sync(c) == MZ_OK);
-        mz_sstore_test_abandon(c); /* the store as a kill leaves it */
-        mz_ctx_free(c);
-        c = NULL;
+        store_as_killed(e, &cp, st, id, prompt, N);
         mz_manifest mf;
         CHECK(mz_store_read_manifest(st, id, &mf) == MZ_OK);
         CHECK_EQ_INT(mf.n_chunks, 4);
         if (flip) { /* one byte of chunk 2, layer 1: the resume keeps chunks 0-1 */
-            char kv[700];
-            snprintf(kv, sizeof kv, "%s/%s.kv", rig.sdir, id);
-            int fd = open(kv, O_RDWR);
-            unsigned char b = 0;
-            const mz_swap_slot_info *ri2 = &mf.recs[2 * (size_t)m->cfg.n_layer + 1];
-            off_t at = (off_t)(ri2->off + (ri2->split ? 4096 : 64) + 77);
-            CHECK(fd >= 0 && pread(fd, &b, 1, at) == 1);
-            b ^= 0x10;
-            CHECK(pwrite(fd, &b, 1, at) == 1);
-            if (fd >= 0) close(fd);
+            flip_payload_bit(rig.sdir, id, &mf.recs[2 * (size_t)m->cfg.n_layer + 1], 77, 0x10);
         }
         mz_manifest_clear(&mf);
         mz_resume_info ri;
@@ -1031,25 +1029,12 @@ static void test_resume_prefill(void)
     for (int flip = 0; flip < 2; flip++) {
         char id[16];
         snprintf(id, sizeof id, "rp%d", flip);
-        CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_session_store(c, st, id) == MZ_OK);
-        CHECK(mz_prefill(c, prompt, N) == MZ_OK && mz_session_sync(c) == MZ_OK);
-        mz_sstore_test_abandon(c); /* the store as a kill leaves it */
-        mz_ctx_free(c);
-        c = NULL;
+        store_as_killed(e, &cp, st, id, prompt, N);
         mz_resume_info ri;
         if (flip) { /* one byte of chunk 1, layer 0: the resume keeps chunk 0 */
             mz_manifest mf;
             CHECK(mz_store_read_manifest(st, id, &mf) == MZ_OK);
-            char kv[700];
-            snprintf(kv, sizeof kv, "%s/%s.kv", rig.sdir, id);
-            int fd = open(kv, O_RDWR);
-            unsigned char b = 0;
-            const mz_swap_slot_info *r1 = &mf.recs[1 * (size_t)m->cfg.n_layer];
-            off_t at = (off_t)(r1->off + (r1->split ? 4096 : 64) + 301);
-            CHECK(fd >= 0 && pread(fd, &b, 1, at) == 1);
-            b ^= 0x04;
-            CHECK(pwrite(fd, &b, 1, at) == 1);
-            if (fd >= 0) close(fd);
+            flip_payload_bit(rig.sdir, id, &mf.recs[1 * (size_t)m->cfg.n_layer], 301, 0x04);
             mz_manifest_clear(&mf);
         } else {
             /* refused before anything is read: the session stays stored */
@@ -1092,8 +1077,8 @@ out:
 int main(void)
 {
     test_manifest();
-    test_quiet();
-    test_overdue();
+    test_busy_engine(&(busy_case){"tiny-quiet.gguf", "quiet case", "quiet", 11, false});
+    test_busy_engine(&(busy_case){"tiny-overdue.gguf", "overdue case", "overdue", 17, true});
     test_checkpoint();
     test_wide_resume();
     test_resume_prefill();
