@@ -456,6 +456,37 @@ static void test_tables(void)
 
 /* ---- matmul ------------------------------------------------------------------------- */
 
+/* The sizes of one mz_matmul check: weight rows of wrb bytes (n_cols
+ * values, n_rows of them), activation rows of xrb bytes (n_tok of them),
+ * output rows y_stride floats apart. */
+typedef struct matmul_shape {
+    size_t wrb, n_cols, n_rows, xrb, n_tok, y_stride;
+} matmul_shape;
+
+/* y = W x through mz_matmul in nth slices (nth 1..3), or one call per token
+ * (nth 4), into y first set to NaN; the outputs not bit-equal to want, plus
+ * the entries past the rows up to pad_end in each output row left not NaN. */
+static int matmul_mismatches(const mz_type_kernels *k, const void *w, const uint8_t *x, const matmul_shape *s,
+                             int nth, float *y, const float *want, size_t pad_end)
+{
+    for (size_t i = 0; i < s->n_tok * s->y_stride; i++) y[i] = NAN;
+    if (nth == 4) {
+        for (size_t i = 0; i < s->n_tok; i++)
+            mz_matmul(k, w, s->wrb, s->n_cols, s->n_rows, x + i * s->xrb, s->xrb, 1, y + i * s->y_stride,
+                      s->y_stride, 0, 1);
+    } else {
+        for (int ith = 0; ith < nth; ith++)
+            mz_matmul(k, w, s->wrb, s->n_cols, s->n_rows, x, s->xrb, s->n_tok, y, s->y_stride, ith, nth);
+    }
+    int bad = 0;
+    for (size_t i = 0; i < s->n_tok; i++) {
+        for (size_t r = 0; r < s->n_rows; r++)
+            bad += memcmp(&y[i * s->y_stride + r], &want[i * s->y_stride + r], 4) != 0;
+        for (size_t r = s->n_rows; r < pad_end; r++) bad += !isnan(y[i * s->y_stride + r]);
+    }
+    return bad;
+}
+
 static void test_matmul_isa(enum mz_isa isa, const char *isa_name)
 {
     /* Edge shapes around the register tiles (up to 4 rows x 6 tokens): one
@@ -496,19 +527,8 @@ static void test_matmul_isa(enum mz_isa isa, const char *isa_name)
                 for (size_t r = 0; r < n_rows; r++) yn[i * y_stride + r] = k->vec_dot(n_cols, w + r * wrb, x + i * xrb);
             /* 1..3 thread slices, and the tokens one call at a time (decode). */
             for (int nth = 1; nth <= 4; nth++) {
-                for (size_t i = 0; i < n_tok * y_stride; i++) y[i] = NAN;
-                if (nth == 4) {
-                    for (size_t i = 0; i < n_tok; i++)
-                        mz_matmul(k, w, wrb, n_cols, n_rows, x + i * xrb, xrb, 1, y + i * y_stride, y_stride, 0, 1);
-                } else {
-                    for (int ith = 0; ith < nth; ith++)
-                        mz_matmul(k, w, wrb, n_cols, n_rows, x, xrb, n_tok, y, y_stride, ith, nth);
-                }
-                int bad = 0;
-                for (size_t i = 0; i < n_tok; i++) {
-                    for (size_t r = 0; r < n_rows; r++) bad += memcmp(&y[i * y_stride + r], &yn[i * y_stride + r], 4) != 0;
-                    for (size_t r = n_rows; r < y_stride; r++) bad += !isnan(y[i * y_stride + r]);
-                }
+                const matmul_shape sh = {wrb, n_cols, n_rows, xrb, n_tok, y_stride};
+                int bad = matmul_mismatches(k, w, x, &sh, nth, y, yn, y_stride);
                 CHECK_MSG(bad == 0, "%s matmul %s %zux%zu tok %zu nth %d: %d not bit-equal to vec_dot", isa_name,
                           mz_dtype_name(t), n_rows, n_cols, n_tok, nth, bad);
             }
@@ -639,19 +659,8 @@ static void test_x8(void)
                 const mz_type_kernels *k = mz_kernels_x8_for_isa((enum mz_isa)isa, t);
                 if (!k) continue;
                 for (int nth = 1; nth <= 4; nth++) {
-                    for (size_t i = 0; i < n_tok * y_stride; i++) y[i] = NAN;
-                    if (nth == 4) {
-                        for (size_t i = 0; i < n_tok; i++)
-                            mz_matmul(k, wp, wrb, n_cols, n_rows, x + i * xrb, xrb, 1, y + i * y_stride, y_stride, 0, 1);
-                    } else {
-                        for (int ith = 0; ith < nth; ith++)
-                            mz_matmul(k, wp, wrb, n_cols, n_rows, x, xrb, n_tok, y, y_stride, ith, nth);
-                    }
-                    int bad = 0;
-                    for (size_t i = 0; i < n_tok; i++) {
-                        for (size_t r = 0; r < n_rows; r++) bad += memcmp(&y[i * y_stride + r], &yn[i * y_stride + r], 4) != 0;
-                        bad += !isnan(y[i * y_stride + n_rows]);
-                    }
+                    const matmul_shape sh = {wrb, n_cols, n_rows, xrb, n_tok, y_stride};
+                    int bad = matmul_mismatches(k, wp, x, &sh, nth, y, yn, n_rows + 1);
                     CHECK_MSG(bad == 0, "%s x8 matmul %s %zux%zu tok %zu nth %d: %d not bit-equal to the x8 reference",
                               mz_isa_names[isa], mz_dtype_name(t), n_rows, n_cols, n_tok, nth, bad);
                     n_checked++;
