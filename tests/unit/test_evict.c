@@ -20,6 +20,16 @@ static mz_model_t *g_m, *g_ref_m; /* evicting contexts / references (separate we
 static int g_vocab;
 static mz_token g_base[N_BASE], g_follow[N_FOLLOW];
 
+/* Prefills the n tokens toks into c and into ref (a, b: g_vocab floats
+ * each) and checks both succeed and the logits are bit-equal: three checks. */
+static void check_same_logits(mz_ctx_t *c, mz_ctx_t *ref, const mz_token *toks, size_t n, float *a, float *b,
+                              const char *what)
+{
+    CHECK(ev_prefill_logits(c, toks, n, a, g_vocab) == MZ_OK);
+    CHECK(ev_prefill_logits(ref, toks, n, b, g_vocab) == MZ_OK);
+    CHECK_MSG(memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0, "%s: logits differ", what);
+}
+
 static const mz_kv_placement placements[] = {MZ_KV_PLACE_AUTO, MZ_KV_PLACE_COMPRESSED,
                                              MZ_KV_PLACE_STORAGE, MZ_KV_PLACE_STORAGE_COMPRESSED,
                                              MZ_KV_PLACE_MIXED};
@@ -86,9 +96,7 @@ static void run_case(mz_ctx_t *c, mz_ctx_t *ref, bool lossy, size_t amount, bool
         CHECK_MSG(mz_restore(c, &rr) == MZ_OK, "%s: %s", label, mz_ctx_errmsg(c));
         CHECK(ev_all_resident(c));
     }
-    CHECK(ev_prefill_logits(c, g_follow, N_FOLLOW, a, g_vocab) == MZ_OK);
-    CHECK(ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
-    CHECK_MSG(memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0, "%s: logits differ", label);
+    check_same_logits(c, ref, g_follow, N_FOLLOW, a, b, label);
     CHECK(ev_all_resident(c));
     CHECK(mz_mem_is_valid(c->mem));
 out:
@@ -164,9 +172,9 @@ static void test_partial_and_cycles(void)
             if (cycle == 3) CHECK(mz_restore(c, NULL) == MZ_OK);
         }
         CHECK(ev_apply_marks(ref, mz_mem_codec(c->mem), went) == 0);
-        CHECK(ev_prefill_logits(c, g_follow, N_FOLLOW, a, g_vocab) == MZ_OK);
-        CHECK(ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
-        CHECK_MSG(memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0, "cycle %d", cycle);
+        char what[16];
+        snprintf(what, sizeof what, "cycle %d", cycle);
+        check_same_logits(c, ref, g_follow, N_FOLLOW, a, b, what);
         if (cycle == 0) memcpy(first, a, (size_t)g_vocab * sizeof(float));
         CHECK(mz_mem_is_valid(c->mem));
     }
@@ -200,17 +208,13 @@ static void test_truncate_evicted(void)
     CHECK(mz_mem_kv_state(c->mem, 0, 2) == MZ_UNIT_ABSENT);
     mz_get_mem_stats(c, &st);
     CHECK(st.kv.n_units == N_LAYER * 2);
-    CHECK(ev_prefill_logits(c, g_follow, N_FOLLOW, a, g_vocab) == MZ_OK);
-    CHECK(ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
-    CHECK(memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0);
+    check_same_logits(c, ref, g_follow, N_FOLLOW, a, b, "truncated to 300");
     /* Truncate to zero with chunks evicted everywhere. */
     CHECK(mz_evict(c, SIZE_MAX, NULL) == MZ_OK);
     CHECK(mz_ctx_truncate(c, 0) == MZ_OK);
     CHECK(mz_mem_is_valid(c->mem));
     CHECK(mz_ctx_truncate(ref, 0) == MZ_OK);
-    CHECK(ev_prefill_logits(c, g_base, 300, a, g_vocab) == MZ_OK);
-    CHECK(ev_prefill_logits(ref, g_base, 300, b, g_vocab) == MZ_OK);
-    CHECK(memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0);
+    check_same_logits(c, ref, g_base, 300, a, b, "truncated to 0");
 out:
     mz_ctx_free(c);
     mz_ctx_free(ref);
