@@ -62,6 +62,24 @@ void mz_quantize_q4_1_ref(const float *restrict x, void *restrict y, size_t n);
 void mz_quantize_q8_K_ref(const float *restrict x, void *restrict y, size_t n);
 void mz_to_float_q8_K_ref(const void *restrict x, float *restrict y, size_t n);
 
+/* The integer dot of one weight block's codes with a Q8 activation block's
+ * (exact, so any order gives the same value): Q8_0 codes, or 4-bit codes
+ * minus off (Q4_0: 8, Q4_1: 0; value j in the low nibble of byte j, value
+ * j + 16 in its high nibble). */
+static inline int32_t mz_block_dot_q8(const int8_t *w, const int8_t *x)
+{
+    int32_t s = 0;
+    for (int j = 0; j < MZ_QK; j++) s += w[j] * x[j];
+    return s;
+}
+
+static inline int32_t mz_block_dot_q4(const uint8_t *qs, int off, const int8_t *x)
+{
+    int32_t s = 0;
+    for (int j = 0; j < MZ_QK / 2; j++) s += ((qs[j] & 0x0f) - off) * x[j] + ((qs[j] >> 4) - off) * x[j + MZ_QK / 2];
+    return s;
+}
+
 #define MZ_VEC_DOT_DECL(name) float name(size_t n, const void *restrict w, const void *restrict x)
 MZ_VEC_DOT_DECL(mz_vec_dot_f32_ref);
 MZ_VEC_DOT_DECL(mz_vec_dot_bf16_ref);
