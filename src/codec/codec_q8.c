@@ -123,7 +123,6 @@ static size_t fmt_bound(const quant_fmt *f, unsigned group, size_t n)
     return MZ_CODEC_HEADER_BYTES + p;
 }
 
-static size_t q8_bound(const mz_codec *c, size_t n) { return fmt_bound(&Q8_FMT, c->param, n); }
 
 /* Bytes of one group of k values (k <= G): min, max, the codes. */
 static inline size_t group_bytes(const quant_fmt *f, size_t k)
@@ -168,18 +167,35 @@ static inline bool q8_header_bad(unsigned bmn, unsigned bmx, float mn, float mx)
     return (bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || mx < mn;
 }
 
-size_t mz_q8_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+/* The min and max of the group header at p; false for a header every
+ * kernel refuses (q8_header_bad). */
+static inline bool group_header(const uint8_t *p, float *mn, float *mx)
+{
+    unsigned bmn = rd16(p), bmx = rd16(p + 2);
+    *mn = mz_cdc_f16_to_f32((uint16_t)bmn);
+    *mx = mz_cdc_f16_to_f32((uint16_t)bmx);
+    return !q8_header_bad(bmn, bmx, *mn, *mx);
+}
+
+/* The scalar decode of q8 (top 255) or q4 (top 15) groups; returns the
+ * number of groups decoded before the first bad header. Inlined into each
+ * wrapper with top constant. */
+static inline size_t decode_groups_ref(unsigned top, const uint8_t *payload, size_t n, unsigned group,
+                                       mz_f16 *dst)
 {
     size_t g = 0;
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = MZ_MIN((size_t)group, n - i0);
-        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
-        float mn = mz_cdc_f16_to_f32((uint16_t)bmn), mx = mz_cdc_f16_to_f32((uint16_t)bmx);
-        if (q8_header_bad(bmn, bmx, mn, mx)) break;
-        float step = mz_q8_step(mn, mx);
+        float mn, mx;
+        if (!group_header(payload, &mn, &mx)) break;
+        float step = mz_quant_step(mn, mx, top);
         const uint8_t *q = payload + 4;
-        for (size_t j = 0; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 255, q[j]);
-        payload += 4 + k;
+        if (top == 15)
+            for (size_t j = 0; j < k; j++)
+                dst[i0 + j] = dec_bits(mn, mx, step, 15, (q[j / 2] >> (4 * (j & 1))) & 15u);
+        else
+            for (size_t j = 0; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 255, q[j]);
+        payload += 4 + (top == 15 ? (k + 1) / 2 : k);
     }
     return g;
 }
@@ -199,9 +215,8 @@ static size_t decode_groups_neon(const uint8_t *payload, size_t n, unsigned grou
     size_t g = 0;
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = MZ_MIN((size_t)group, n - i0);
-        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
-        float mn = mz_cdc_f16_to_f32((uint16_t)bmn), mx = mz_cdc_f16_to_f32((uint16_t)bmx);
-        if (q8_header_bad(bmn, bmx, mn, mx)) break;
+        float mn, mx;
+        if (!group_header(payload, &mn, &mx)) break;
         float step = mz_q8_step(mn, mx);
         const uint8_t *q = payload + 4;
         float32x4_t vmn = vdupq_n_f32(mn), vmx = vdupq_n_f32(mx), vstep = vdupq_n_f32(step);
@@ -258,26 +273,27 @@ static bool detect_avx512(void)
     return (b & need) == need;
 }
 
-bool mz_codec_cpu_has_avx2(void)
+/* detect() run once and its answer kept in *cached (0 unknown, 1 no, 2 yes). */
+static bool cpu_has_cached(_Atomic int *cached, bool (*detect)(void))
 {
-    static _Atomic int cached; /* 0 unknown, 1 no, 2 yes */
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    int v = atomic_load_explicit(cached, memory_order_relaxed);
     if (!v) {
-        v = detect_avx2() ? 2 : 1;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
+        v = detect() ? 2 : 1;
+        atomic_store_explicit(cached, v, memory_order_relaxed);
     }
     return v == 2;
 }
 
+bool mz_codec_cpu_has_avx2(void)
+{
+    static _Atomic int cached;
+    return cpu_has_cached(&cached, detect_avx2);
+}
+
 bool mz_codec_cpu_has_avx512(void)
 {
-    static _Atomic int cached; /* 0 unknown, 1 no, 2 yes */
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (!v) {
-        v = detect_avx512() ? 2 : 1;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v == 2;
+    static _Atomic int cached;
+    return cpu_has_cached(&cached, detect_avx512);
 }
 #endif
 
@@ -379,18 +395,12 @@ static mz_status fmt_peek(const quant_fmt *f, const uint8_t *src, size_t len, si
     if (st != MZ_OK) return st;
     const uint8_t *p = src + MZ_CODEC_HEADER_BYTES;
     for (uint64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
-        unsigned bmn = rd16(p), bmx = rd16(p + 2);
-        if (q8_header_bad(bmn, bmx, mz_cdc_f16_to_f32((uint16_t)bmn), mz_cdc_f16_to_f32((uint16_t)bmx)))
-            return group_fail(f, p, g);
+        float mn, mx;
+        if (!group_header(p, &mn, &mx)) return group_fail(f, p, g);
         p += group_bytes(f, (size_t)MZ_MIN((uint64_t)group, n - i0));
     }
     *n_values = (size_t)n;
     return MZ_OK;
-}
-
-static mz_status q8_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)
-{
-    return fmt_peek(&Q8_FMT, src, len, n_values);
 }
 
 /* Destinations at least this large are written with streaming stores by the
@@ -444,17 +454,6 @@ static mz_status fmt_decode(const quant_fmt *f, const uint8_t *src, size_t len, 
     size_t done = decode_groups(f->top, isa, payload, (size_t)n, group, dst);
     if (done < n_groups) return group_fail(f, payload + done * group_bytes(f, group), done);
     return MZ_OK;
-}
-
-mz_status mz_q8_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n)
-{
-    return fmt_decode(&Q8_FMT, src, len, dst, n, Q8_SCALAR);
-}
-
-static mz_status q8_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
-                           size_t n)
-{
-    return fmt_decode(&Q8_FMT, src, len, dst, n, q8_isa_now());
 }
 
 /* ---- encode ---------------------------------------------------------------- */
@@ -530,18 +529,6 @@ unsigned mz_quant_code_ref(const mz_quant_grid *g, float x)
     return first_ge(g, vlo, hi - 1);
 }
 
-/* Header of a group with the given min and max (any zero sign) and top code;
- * fills g. */
-static void group_start(float mn, float mx, unsigned top, uint8_t *out, mz_quant_grid *g)
-{
-    if (mn == 0.0f) mn = 0.0f; /* canonical +0 */
-    if (mx == 0.0f) mx = 0.0f;
-    *g = (mz_quant_grid){.mn = mn, .mx = mx, .step = mz_quant_step(mn, mx, top), .top = top};
-    g->inv_step = g->step > 0.0f ? 1.0f / g->step : 0.0f;
-    wr16(out, mz_cdc_f32_to_f16(mn));
-    wr16(out + 2, mz_cdc_f32_to_f16(mx));
-}
-
 /* Min and max of the k >= 1 values x (the scalar encoders' group header). */
 static void minmax_ref(const mz_f16 *x, size_t k, float *mn_out, float *mx_out)
 {
@@ -555,6 +542,26 @@ static void minmax_ref(const mz_f16 *x, size_t k, float *mn_out, float *mx_out)
     *mx_out = mx;
 }
 
+typedef void minmax_fn(const mz_f16 *x, size_t k, float *mn, float *mx);
+
+/* Opens the group of the k values x: their min and max (by minmax; any zero
+ * sign), written as the header at out, and the grid of the top code in g.
+ * Returns where the group's codes go. */
+static inline __attribute__((always_inline)) uint8_t *group_start(const mz_f16 *x, size_t k, unsigned top,
+                                                                  minmax_fn *minmax, uint8_t *out,
+                                                                  mz_quant_grid *g)
+{
+    float mn, mx;
+    minmax(x, k, &mn, &mx);
+    if (mn == 0.0f) mn = 0.0f; /* canonical +0 */
+    if (mx == 0.0f) mx = 0.0f;
+    *g = (mz_quant_grid){.mn = mn, .mx = mx, .step = mz_quant_step(mn, mx, top), .top = top};
+    g->inv_step = g->step > 0.0f ? 1.0f / g->step : 0.0f;
+    wr16(out, mz_cdc_f32_to_f16(mn));
+    wr16(out + 2, mz_cdc_f32_to_f16(mx));
+    return out + 4;
+}
+
 /* Index of the first inf or NaN in src[0..n), or n. */
 static size_t first_nonfinite(const mz_f16 *src, size_t n)
 {
@@ -564,20 +571,28 @@ static size_t first_nonfinite(const mz_f16 *src, size_t n)
     return i;
 }
 
-size_t mz_q8_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload)
+/* The scalar encode of q8 (top 255) or q4 (top 15) groups; returns n, or
+ * the index of the first inf or NaN (nothing written then). Inlined into each
+ * wrapper with top constant. */
+static inline size_t encode_groups_ref(unsigned top, const mz_f16 *src, size_t n, unsigned group,
+                                       uint8_t *payload)
 {
     size_t bad = first_nonfinite(src, n);
     if (bad < n) return bad;
     for (size_t i0 = 0; i0 < n; i0 += group) {
         size_t k = MZ_MIN((size_t)group, n - i0);
         const mz_f16 *x = src + i0;
-        float mn, mx;
-        minmax_ref(x, k, &mn, &mx);
         mz_quant_grid g;
-        group_start(mn, mx, 255, payload, &g);
-        uint8_t *q = payload + 4;
-        for (size_t j = 0; j < k; j++) q[j] = (uint8_t)mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
-        payload += 4 + k;
+        uint8_t *q = group_start(x, k, top, minmax_ref, payload, &g);
+        if (top == 15)
+            for (size_t j = 0; j < k; j += 2) {
+                unsigned lo = mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
+                unsigned hi = j + 1 < k ? mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j + 1])) : 0;
+                q[j / 2] = (uint8_t)(lo | hi << 4);
+            }
+        else
+            for (size_t j = 0; j < k; j++) q[j] = (uint8_t)mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
+        payload += 4 + (top == 15 ? (k + 1) / 2 : k);
     }
     return n;
 }
@@ -594,11 +609,8 @@ static size_t encode_groups_avx2(const mz_f16 *src, size_t n, unsigned group, un
     for (size_t i0 = 0; i0 < n; i0 += group) {
         size_t k = MZ_MIN((size_t)group, n - i0);
         const mz_f16 *x = src + i0;
-        float mn, mx;
-        mz_q8_minmax_avx2(x, k, &mn, &mx);
         mz_quant_grid g;
-        group_start(mn, mx, top, payload, &g);
-        uint8_t *q = payload + 4;
+        uint8_t *q = group_start(x, k, top, mz_q8_minmax_avx2, payload, &g);
         uint8_t unres[256], c4[256];
         for (size_t j0 = 0; j0 < k; j0 += sizeof unres) { /* j0 even: a byte boundary for q4 */
             size_t kk = MZ_MIN(sizeof unres, k - j0);
@@ -655,30 +667,63 @@ static mz_status fmt_encode(const quant_fmt *f, unsigned group, const mz_f16 *sr
     return MZ_OK;
 }
 
-static mz_status q8_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,
-                           size_t dst_cap, size_t *n_written)
-{
-    return fmt_encode(&Q8_FMT, c->param, src, n, dst, dst_cap, n_written);
-}
-
 /* ---- vtables ------------------------------------------------------------------ */
 
-#define Q8_VT(nm, g)                                                                   \
+/* A codec's vtable initializer from its functions p_bound, p_encode, p_decode
+ * and p_peek. */
+#define FMT_VT(p, nm, g)                                                               \
     {                                                                                  \
-        .name = nm, .param = g, .bound = q8_bound, .encode = q8_encode,                \
-        .decode = q8_decode, .peek = q8_peek                                           \
+        .name = nm, .param = g, .bound = p##_bound, .encode = p##_encode,              \
+        .decode = p##_decode, .peek = p##_peek                                         \
     }
 
-const mz_codec mz_codec_q8_g64_vt = Q8_VT("q8", 64);
-const mz_codec mz_codec_q8_g32_vt = Q8_VT("q8-g32", 32);
-const mz_codec mz_codec_q8_g128_vt = Q8_VT("q8-g128", 128);
+/* The entry points of the group codec on quant_fmt FMT: p_bound, p_peek,
+ * p_decode and p_encode (kernels of the ISA now allowed) for its vtable, and
+ * the scalar references of codec.h: mz_<p>_decode_ref,
+ * mz_<p>_decode_groups_ref and mz_<p>_encode_groups_ref (FMT.top is a
+ * constant there, so each gets its own copy of the group loops). */
+#define FMT_CODEC(p, FMT)                                                                          \
+    size_t mz_##p##_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst) \
+    {                                                                                              \
+        return decode_groups_ref(FMT.top, payload, n, group, dst);                                 \
+    }                                                                                              \
+    size_t mz_##p##_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload) \
+    {                                                                                              \
+        return encode_groups_ref(FMT.top, src, n, group, payload);                                 \
+    }                                                                                              \
+    static size_t p##_bound(const mz_codec *c, size_t n) { return fmt_bound(&FMT, c->param, n); } \
+    static mz_status p##_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values) \
+    {                                                                                              \
+        (void)c;                                                                                   \
+        return fmt_peek(&FMT, src, len, n_values);                                                 \
+    }                                                                                              \
+    mz_status mz_##p##_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n)           \
+    {                                                                                              \
+        return fmt_decode(&FMT, src, len, dst, n, Q8_SCALAR);                                      \
+    }                                                                                              \
+    static mz_status p##_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,    \
+                                size_t n)                                                          \
+    {                                                                                              \
+        (void)c;                                                                                   \
+        return fmt_decode(&FMT, src, len, dst, n, q8_isa_now());                                   \
+    }                                                                                              \
+    static mz_status p##_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,      \
+                                size_t dst_cap, size_t *n_written)                                 \
+    {                                                                                              \
+        return fmt_encode(&FMT, c->param, src, n, dst, dst_cap, n_written);                        \
+    }                                                                                              \
+    const mz_codec mz_codec_##p##_g64_vt = FMT_VT(p, #p, 64);                                      \
+    const mz_codec mz_codec_##p##_g32_vt = FMT_VT(p, #p "-g32", 32);                               \
+    const mz_codec mz_codec_##p##_g128_vt = FMT_VT(p, #p "-g128", 128);                            \
+    mz_codec mz_codec_##p(unsigned group)                                                          \
+    {                                                                                              \
+        size_t unused;                                                                             \
+        MZ_ASSERT(FMT.payload(group, 0, &unused));                                                 \
+        return (mz_codec)FMT_VT(p, #p, group);                                                     \
+    }
 
-mz_codec mz_codec_q8(unsigned group)
-{
-    MZ_ASSERT(group >= 1 && group <= MZ_Q8_GROUP_MAX);
-    mz_codec c = Q8_VT("q8", group);
-    return c;
-}
+/* q8: mz_codec_q8_g64_vt, _g32_vt, _g128_vt and mz_codec_q8(group). */
+FMT_CODEC(q8, Q8_FMT)
 
 /* ---- q4 ----------------------------------------------------------------------- */
 
@@ -697,85 +742,8 @@ static bool q4_payload(unsigned group, uint64_t n, size_t *payload)
 
 static const quant_fmt Q4_FMT = {"q4", Q4_MAGIC, 15, q4_payload};
 
-static size_t q4_bound(const mz_codec *c, size_t n) { return fmt_bound(&Q4_FMT, c->param, n); }
-
-size_t mz_q4_decode_groups_ref(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
-{
-    size_t g = 0;
-    for (size_t i0 = 0; i0 < n; i0 += group, g++) {
-        size_t k = MZ_MIN((size_t)group, n - i0);
-        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
-        float mn = mz_cdc_f16_to_f32((uint16_t)bmn), mx = mz_cdc_f16_to_f32((uint16_t)bmx);
-        if (q8_header_bad(bmn, bmx, mn, mx)) break;
-        float step = mz_q4_step(mn, mx);
-        const uint8_t *q = payload + 4;
-        for (size_t j = 0; j < k; j++)
-            dst[i0 + j] = dec_bits(mn, mx, step, 15, (q[j / 2] >> (4 * (j & 1))) & 15u);
-        payload += group_bytes(&Q4_FMT, k);
-    }
-    return g;
-}
-
-static mz_status q4_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)
-{
-    return fmt_peek(&Q4_FMT, src, len, n_values);
-}
-
-mz_status mz_q4_decode_ref(const uint8_t *src, size_t len, mz_f16 *dst, size_t n)
-{
-    return fmt_decode(&Q4_FMT, src, len, dst, n, Q8_SCALAR);
-}
-
-static mz_status q4_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
-                           size_t n)
-{
-    return fmt_decode(&Q4_FMT, src, len, dst, n, q8_isa_now());
-}
-
-size_t mz_q4_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload)
-{
-    size_t bad = first_nonfinite(src, n);
-    if (bad < n) return bad;
-    for (size_t i0 = 0; i0 < n; i0 += group) {
-        size_t k = MZ_MIN((size_t)group, n - i0);
-        const mz_f16 *x = src + i0;
-        float mn, mx;
-        minmax_ref(x, k, &mn, &mx);
-        mz_quant_grid g;
-        group_start(mn, mx, 15, payload, &g);
-        uint8_t *q = payload + 4;
-        for (size_t j = 0; j < k; j += 2) {
-            unsigned lo = mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
-            unsigned hi = j + 1 < k ? mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j + 1])) : 0;
-            q[j / 2] = (uint8_t)(lo | hi << 4);
-        }
-        payload += group_bytes(&Q4_FMT, k);
-    }
-    return n;
-}
-
-static mz_status q4_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,
-                           size_t dst_cap, size_t *n_written)
-{
-    return fmt_encode(&Q4_FMT, c->param, src, n, dst, dst_cap, n_written);
-}
-
-#define Q4_VT(nm, g)                                                                   \
-    {                                                                                  \
-        .name = nm, .param = g, .bound = q4_bound, .encode = q4_encode,                \
-        .decode = q4_decode, .peek = q4_peek                                           \
-    }
-
-const mz_codec mz_codec_q4_g64_vt = Q4_VT("q4", 64);
-const mz_codec mz_codec_q4_g32_vt = Q4_VT("q4-g32", 32);
-const mz_codec mz_codec_q4_g128_vt = Q4_VT("q4-g128", 128);
-
-mz_codec mz_codec_q4(unsigned group)
-{
-    MZ_ASSERT(group >= 2 && group <= MZ_Q4_GROUP_MAX && group % 2 == 0);
-    mz_codec c = Q4_VT("q4", group);
-    return c;
-}
+/* q4: mz_codec_q4_g64_vt, _g32_vt, _g128_vt and mz_codec_q4(group). */
+FMT_CODEC(q4, Q4_FMT)
 
 /* ---- q4r: q4 of rotated rows -------------------------------------------------- */
 
@@ -917,11 +885,7 @@ static mz_status q4r_peek(const mz_codec *c, const uint8_t *src, size_t len, siz
     return fmt_peek(&Q4R_FMT, src, len, n_values);
 }
 
-#define Q4R_VT(nm, d)                                                                  \
-    {                                                                                  \
-        .name = nm, .param = d, .bound = q4r_bound, .encode = q4r_encode,              \
-        .decode = q4r_decode, .peek = q4r_peek                                         \
-    }
+#define Q4R_VT(nm, d) FMT_VT(q4r, nm, d)
 
 const mz_codec mz_codec_q4r_vt = Q4R_VT("q4r", 64);
 

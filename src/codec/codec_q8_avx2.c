@@ -15,9 +15,7 @@
 #include "codec_f16.h"
 
 #if defined(__AVX2__) && defined(__F16C__)
-#include <immintrin.h>
-
-static inline unsigned rd16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
+#include "codec_q8_x86.h"
 
 /* dec() of the 8 codes in the low 8 bytes of q (one per byte) as f16 bits,
  * top code `top` (255: q8, 15: q4). */
@@ -41,10 +39,8 @@ size_t mz_q8_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group
     size_t g = 0;
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = n - i0 < group ? n - i0 : group;
-        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
-        float mn = _cvtsh_ss((unsigned short)bmn), mx = _cvtsh_ss((unsigned short)bmx);
-        if ((bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || mx < mn) break; /* invalid */
-        float step = mz_q8_step(mn, mx);
+        float mn, mx, step;
+        if (!group_header(payload, 255, &mn, &mx, &step)) break;
         const uint8_t *q = payload + 4;
         mz_f16 *out = dst + i0;
         __m256 vmn = _mm256_set1_ps(mn), vmx = _mm256_set1_ps(mx), vstep = _mm256_set1_ps(step);
@@ -80,10 +76,8 @@ size_t mz_q4_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group
     size_t g = 0;
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = n - i0 < group ? n - i0 : group;
-        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
-        float mn = _cvtsh_ss((unsigned short)bmn), mx = _cvtsh_ss((unsigned short)bmx);
-        if ((bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || mx < mn) break; /* invalid */
-        float step = mz_q4_step(mn, mx);
+        float mn, mx, step;
+        if (!group_header(payload, 15, &mn, &mx, &step)) break;
         __m256 vmn = _mm256_set1_ps(mn), vmx = _mm256_set1_ps(mx), vstep = _mm256_set1_ps(step);
         /* t0, t1: entries 0..7, 8..15, each as 8 low bytes then 8 high bytes */
         __m128i t0 = _mm_shuffle_epi8(dec8_codes(codes, vmn, vmx, vstep, 15), split);

@@ -40,11 +40,10 @@
 #include <string.h>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__)
-#include <immintrin.h>
+#include "codec_q8_x86.h"
 
 #define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
-static inline unsigned rd16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
 
 static inline __mmask16 tail_mask(size_t k) { return (__mmask16)((1u << k) - 1u); } /* k < 16 */
 
@@ -63,18 +62,23 @@ static inline __m256i dec16(__m128i q, __m512 vmn, __m512 vmx, __m512 vstep, int
 
 static inline __m128i load16(const uint8_t *q) { return _mm_loadu_si128((const __m128i *)(const void *)q); }
 
+/* Whether a decode asked to stream may: only when every group starts a
+ * 64-byte line (groups of a multiple of 32 values, dst 64-byte aligned). */
+static inline bool stream_ok(bool stream, unsigned group, const mz_f16 *dst)
+{
+    return stream && group % 32 == 0 && ((uintptr_t)(const void *)dst & 63) == 0;
+}
+
 size_t mz_q8_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst,
                                   bool stream)
 {
     size_t g = 0;
-    stream = stream && group % 32 == 0 && ((uintptr_t)(void *)dst & 63) == 0;
+    stream = stream_ok(stream, group, dst);
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = n - i0 < group ? n - i0 : group;
-        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
-        float mn = _cvtsh_ss((unsigned short)bmn), mx = _cvtsh_ss((unsigned short)bmx);
-        if ((bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || mx < mn) break;
-        const __m512 vmn = _mm512_set1_ps(mn), vmx = _mm512_set1_ps(mx);
-        const __m512 vstep = _mm512_set1_ps(mz_q8_step(mn, mx));
+        float mn, mx, step;
+        if (!group_header(payload, 255, &mn, &mx, &step)) break;
+        const __m512 vmn = _mm512_set1_ps(mn), vmx = _mm512_set1_ps(mx), vstep = _mm512_set1_ps(step);
         const uint8_t *q = payload + 4;
         mz_f16 *out = dst + i0;
         size_t j = 0;
@@ -115,16 +119,14 @@ static inline void unpack_nibbles(__m128i b, __m128i *lo, __m128i *hi)
 size_t mz_q4_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst,
                                   bool stream)
 {
-    const __m128i codes = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     size_t g = 0;
-    stream = stream && group % 32 == 0 && ((uintptr_t)(void *)dst & 63) == 0;
+    stream = stream_ok(stream, group, dst);
+    const __m128i codes = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = n - i0 < group ? n - i0 : group;
-        unsigned bmn = rd16(payload), bmx = rd16(payload + 2);
-        float mn = _cvtsh_ss((unsigned short)bmn), mx = _cvtsh_ss((unsigned short)bmx);
-        if ((bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || mx < mn) break;
-        __m256i dec = dec16(codes, _mm512_set1_ps(mn), _mm512_set1_ps(mx),
-                            _mm512_set1_ps(mz_q4_step(mn, mx)), 15);
+        float mn, mx, step;
+        if (!group_header(payload, 15, &mn, &mx, &step)) break;
+        __m256i dec = dec16(codes, _mm512_set1_ps(mn), _mm512_set1_ps(mx), _mm512_set1_ps(step), 15);
         const __m512i table = _mm512_inserti64x4(_mm512_setzero_si512(), dec, 0); /* lanes 0..15 */
         const uint8_t *q = payload + 4;
         mz_f16 *out = dst + i0;
@@ -384,29 +386,19 @@ size_t mz_q4_encode_groups_avx512(const mz_f16 *src, size_t n, unsigned group, u
 #elif defined(MZ_CODEC_HAVE_AVX512_FILE)
 /* Built without the AVX-512 flags (not through CMake): the scalar kernels
  * stand in so the program still links. */
-size_t mz_q8_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst,
-                                  bool stream)
-{
-    (void)stream;
-    return mz_q8_decode_groups_ref(payload, n, group, dst);
-}
-
-size_t mz_q8_encode_groups_avx512(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload)
-{
-    return mz_q8_encode_groups_ref(src, n, group, payload);
-}
-
-size_t mz_q4_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst,
-                                  bool stream)
-{
-    (void)stream;
-    return mz_q4_decode_groups_ref(payload, n, group, dst);
-}
-
-size_t mz_q4_encode_groups_avx512(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload)
-{
-    return mz_q4_encode_groups_ref(src, n, group, payload);
-}
+#define REF_STAND_INS(p)                                                                        \
+    size_t mz_##p##_decode_groups_avx512(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst, \
+                                         bool stream)                                               \
+    {                                                                                               \
+        (void)stream;                                                                               \
+        return mz_##p##_decode_groups_ref(payload, n, group, dst);                                  \
+    }                                                                                               \
+    size_t mz_##p##_encode_groups_avx512(const mz_f16 *src, size_t n, unsigned group, uint8_t *payload) \
+    {                                                                                               \
+        return mz_##p##_encode_groups_ref(src, n, group, payload);                                  \
+    }
+REF_STAND_INS(q8)
+REF_STAND_INS(q4)
 #else
 typedef int mz_codec_q8_avx512_empty; /* not x86: nothing here (ISO C wants a declaration) */
 #endif

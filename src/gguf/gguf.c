@@ -151,38 +151,6 @@ static const char *show_str(const mz_gguf_str *s, char *out, size_t cap)
     return show(s->ptr, s->len, out, cap);
 }
 
-/* "the value type of metadata entry 3 'general.name'" and the like. */
-static const char *describe(const cursor *c, char *out, size_t cap)
-{
-    char name[NAME_SHOW_MAX + 8] = "";
-    if (c->owner_name) show_str(c->owner_name, name, sizeof name);
-    switch (c->owner) {
-    case OWNER_HEADER:
-        snprintf(out, cap, "the %s", c->field);
-        break;
-    case OWNER_KV:
-        if (c->elem >= 0)
-            snprintf(out, cap, "%s of array element %lld of metadata entry %llu '%s'", c->field,
-                     (long long)c->elem, (unsigned long long)c->owner_idx, name);
-        else if (c->owner_name)
-            snprintf(out, cap, "%s of metadata entry %llu '%s'", c->field,
-                     (unsigned long long)c->owner_idx, name);
-        else
-            snprintf(out, cap, "%s of metadata entry %llu", c->field,
-                     (unsigned long long)c->owner_idx);
-        break;
-    case OWNER_TENSOR:
-        if (c->owner_name)
-            snprintf(out, cap, "%s of tensor info %llu '%s'", c->field,
-                     (unsigned long long)c->owner_idx, name);
-        else
-            snprintf(out, cap, "%s of tensor info %llu", c->field,
-                     (unsigned long long)c->owner_idx);
-        break;
-    }
-    return out;
-}
-
 /* "metadata entry 3 'general.name'": the entry being read, for messages
  * about its content rather than about a read. */
 static const char *describe_owner(const cursor *c, char *out, size_t cap)
@@ -192,6 +160,22 @@ static const char *describe_owner(const cursor *c, char *out, size_t cap)
     snprintf(out, cap, "%s %llu%s%s%s", c->owner == OWNER_TENSOR ? "tensor info" : "metadata entry",
              (unsigned long long)c->owner_idx, c->owner_name ? " '" : "", name,
              c->owner_name ? "'" : "");
+    return out;
+}
+
+/* "the value type of metadata entry 3 'general.name'" and the like. */
+static const char *describe(const cursor *c, char *out, size_t cap)
+{
+    if (c->owner == OWNER_HEADER) {
+        snprintf(out, cap, "the %s", c->field);
+        return out;
+    }
+    char owner[NAME_SHOW_MAX + 64];
+    describe_owner(c, owner, sizeof owner);
+    if (c->owner == OWNER_KV && c->elem >= 0)
+        snprintf(out, cap, "%s of array element %lld of %s", c->field, (long long)c->elem, owner);
+    else
+        snprintf(out, cap, "%s of %s", c->field, owner);
     return out;
 }
 
@@ -421,19 +405,32 @@ out_free_tab:
     return s;
 }
 
+/* Reads the key of a metadata entry or the name of a tensor info (field
+ * "key" or "name", its length field len_field) into *out and makes it the
+ * cursor's owner name. It must not be empty, and must hold no NUL: lookups
+ * take C strings, and such a name could never be found. */
+static mz_status read_owner_name(cursor *c, arena *a, const char *len_field, const char *field,
+                                 mz_gguf_str *out)
+{
+    char what[256];
+    mz_status s = read_str(c, a, len_field, field, out);
+    if (s != MZ_OK) return s;
+    if (out->len == 0)
+        return mz_fail(MZ_E_FORMAT, "%s %llu has an empty %s (at byte offset %llu)",
+                       c->owner == OWNER_TENSOR ? "tensor info" : "metadata entry",
+                       (unsigned long long)c->owner_idx, field, (unsigned long long)(c->pos - 8));
+    c->owner_name = out;
+    if (memchr(out->ptr, '\0', (size_t)out->len))
+        return mz_fail(MZ_E_FORMAT, "%s: %s contains a NUL byte",
+                       describe_owner(c, what, sizeof what), field);
+    return MZ_OK;
+}
+
 static mz_status read_kv(cursor *c, arena *a, mz_gguf_kv *kv)
 {
     char what[256];
-    mz_status s = read_str(c, a, "key length", "key", &kv->key);
+    mz_status s = read_owner_name(c, a, "key length", "key", &kv->key);
     if (s != MZ_OK) return s;
-    if (kv->key.len == 0)
-        return mz_fail(MZ_E_FORMAT, "metadata entry %llu has an empty key (at byte offset %llu)",
-                       (unsigned long long)c->owner_idx, (unsigned long long)(c->pos - 8));
-    c->owner_name = &kv->key;
-    /* Lookups take C strings; a key with a NUL could never be found. */
-    if (memchr(kv->key.ptr, '\0', (size_t)kv->key.len))
-        return mz_fail(MZ_E_FORMAT, "%s: key contains a NUL byte",
-                       describe_owner(c, what, sizeof what));
     uint32_t t;
     if ((s = read_u32(c, "value type", &t)) != MZ_OK) return s;
     if (t >= MZ_GGUF_TYPE_COUNT)
@@ -489,21 +486,30 @@ static mz_status find_duplicate(const void *base, size_t stride, size_t name_off
     return MZ_OK;
 }
 
+/* Fails naming the two entries when two of the n names (see find_duplicate)
+ * are equal: "duplicate <what> 'x' (<owners> 1 and 4)". */
+static mz_status check_unique(const void *base, size_t stride, size_t name_off, uint64_t n,
+                              const char *what, const char *owners)
+{
+    bool dup;
+    uint64_t da, db;
+    mz_status s = find_duplicate(base, stride, name_off, n, &dup, &da, &db);
+    if (s != MZ_OK || !dup) return s;
+    char na[NAME_SHOW_MAX + 8];
+    const mz_gguf_str *name = (const mz_gguf_str *)((const uint8_t *)base + db * stride + name_off);
+    return mz_fail(MZ_E_FORMAT, "duplicate %s '%s' (%s %llu and %llu)", what,
+                   show_str(name, na, sizeof na), owners, (unsigned long long)da,
+                   (unsigned long long)db);
+}
+
 /* ---- tensors ------------------------------------------------------------------ */
 
 static mz_status read_tensor_info(cursor *c, arena *a, mz_gguf_tensor *t)
 {
     char name[NAME_SHOW_MAX + 8];
-    mz_status s = read_str(c, a, "name length", "name", &t->name);
+    mz_status s = read_owner_name(c, a, "name length", "name", &t->name);
     if (s != MZ_OK) return s;
-    if (t->name.len == 0)
-        return mz_fail(MZ_E_FORMAT, "tensor info %llu has an empty name (at byte offset %llu)",
-                       (unsigned long long)c->owner_idx, (unsigned long long)(c->pos - 8));
-    c->owner_name = &t->name;
     show_str(&t->name, name, sizeof name);
-    if (memchr(t->name.ptr, '\0', (size_t)t->name.len))
-        return mz_fail(MZ_E_FORMAT, "tensor info %llu '%s': name contains a NUL byte",
-                       (unsigned long long)c->owner_idx, name);
 
     if ((s = read_u32(c, "n_dims", &t->n_dims)) != MZ_OK) return s;
     if (t->n_dims == 0 || t->n_dims > MZ_GGUF_MAX_DIMS)
@@ -680,7 +686,7 @@ static mz_status parse_alignment(mz_gguf *g)
 static mz_status parse_impl(const uint8_t *buf, size_t len, uint64_t file_size, bool any_type,
                             mz_gguf *g, bool *need_more)
 {
-    char na[NAME_SHOW_MAX + 8], nb[NAME_SHOW_MAX + 8];
+    char nb[NAME_SHOW_MAX + 8];
     cursor c = {.buf = buf, .len = len, .file_size = file_size, .owner = OWNER_HEADER, .elem = -1};
     mz_status s = parse_header(&c, g);
     if (s != MZ_OK) goto out;
@@ -699,17 +705,9 @@ static mz_status parse_impl(const uint8_t *buf, size_t len, uint64_t file_size, 
         if ((s = read_kv(&c, a, kv)) != MZ_OK) goto out;
     }
     c.owner_name = NULL;
-    bool dup;
-    uint64_t da, db;
-    if ((s = find_duplicate(g->kv, sizeof *g->kv, offsetof(mz_gguf_kv, key), g->n_kv, &dup, &da,
-                            &db)) != MZ_OK)
+    if ((s = check_unique(g->kv, sizeof *g->kv, offsetof(mz_gguf_kv, key), g->n_kv, "key",
+                          "metadata entries")) != MZ_OK)
         goto out;
-    if (dup) {
-        s = mz_fail(MZ_E_FORMAT, "duplicate key '%s' (metadata entries %llu and %llu)",
-                    show_str(&g->kv[db].key, na, sizeof na), (unsigned long long)da,
-                    (unsigned long long)db);
-        goto out;
-    }
     if ((s = parse_alignment(g)) != MZ_OK) goto out;
 
     c.owner = OWNER_TENSOR;
@@ -726,15 +724,9 @@ static mz_status parse_impl(const uint8_t *buf, size_t len, uint64_t file_size, 
         if (first_unsupported < 0 && !any_type && !mz_dtype_supported(t->type))
             first_unsupported = (int64_t)i;
     }
-    if ((s = find_duplicate(g->tensors, sizeof *g->tensors, offsetof(mz_gguf_tensor, name),
-                            g->n_tensors, &dup, &da, &db)) != MZ_OK)
+    if ((s = check_unique(g->tensors, sizeof *g->tensors, offsetof(mz_gguf_tensor, name),
+                          g->n_tensors, "tensor name", "tensor infos")) != MZ_OK)
         goto out;
-    if (dup) {
-        s = mz_fail(MZ_E_FORMAT, "duplicate tensor name '%s' (tensor infos %llu and %llu)",
-                    show_str(&g->tensors[db].name, na, sizeof na), (unsigned long long)da,
-                    (unsigned long long)db);
-        goto out;
-    }
 
     /* The data section starts at the next multiple of the alignment. */
     uint64_t pad = (g->alignment - c.pos % g->alignment) % g->alignment;
@@ -959,36 +951,24 @@ mz_status mz_gguf_get_u32(const mz_gguf *g, const char *key, uint32_t *out)
     return wrong_type(kv, key, "an integer");
 }
 
-mz_status mz_gguf_get_f32(const mz_gguf *g, const char *key, float *out)
-{
-    const mz_gguf_kv *kv;
-    mz_status s = find_typed(g, key, &kv);
-    if (s != MZ_OK) return s;
-    if (kv->type != MZ_GGUF_FLOAT32 && kv->type != MZ_GGUF_FLOAT64)
-        return wrong_type(kv, key, "float32");
-    *out = (float)kv->v.f64;
-    return MZ_OK;
-}
+/* Getters of one scalar kind: the entry must have type t1 or t2 (named
+ * `expected` in the error); `value` reads it from kv. */
+#define GGUF_SCALAR_GETTER(name, T, t1, t2, expected, value)                       \
+    mz_status name(const mz_gguf *g, const char *key, T *out)                      \
+    {                                                                              \
+        const mz_gguf_kv *kv;                                                      \
+        mz_status s = find_typed(g, key, &kv);                                     \
+        if (s != MZ_OK) return s;                                                  \
+        if (kv->type != (t1) && kv->type != (t2)) return wrong_type(kv, key, expected); \
+        *out = (value);                                                            \
+        return MZ_OK;                                                              \
+    }
 
-mz_status mz_gguf_get_bool(const mz_gguf *g, const char *key, bool *out)
-{
-    const mz_gguf_kv *kv;
-    mz_status s = find_typed(g, key, &kv);
-    if (s != MZ_OK) return s;
-    if (kv->type != MZ_GGUF_BOOL) return wrong_type(kv, key, "bool");
-    *out = kv->v.u64 != 0;
-    return MZ_OK;
-}
-
-mz_status mz_gguf_get_str(const mz_gguf *g, const char *key, mz_gguf_str *out)
-{
-    const mz_gguf_kv *kv;
-    mz_status s = find_typed(g, key, &kv);
-    if (s != MZ_OK) return s;
-    if (kv->type != MZ_GGUF_STRING) return wrong_type(kv, key, "string");
-    *out = kv->v.str;
-    return MZ_OK;
-}
+GGUF_SCALAR_GETTER(mz_gguf_get_f32, float, MZ_GGUF_FLOAT32, MZ_GGUF_FLOAT64, "float32",
+                   (float)kv->v.f64)
+GGUF_SCALAR_GETTER(mz_gguf_get_bool, bool, MZ_GGUF_BOOL, MZ_GGUF_BOOL, "bool", kv->v.u64 != 0)
+GGUF_SCALAR_GETTER(mz_gguf_get_str, mz_gguf_str, MZ_GGUF_STRING, MZ_GGUF_STRING, "string",
+                   kv->v.str)
 
 mz_status mz_gguf_get_arr(const mz_gguf *g, const char *key, mz_gguf_type elem_type,
                           const void **data, uint64_t *n)

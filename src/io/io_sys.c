@@ -40,31 +40,19 @@ static int sys_uring_done(int fd, bool is_write, const struct iovec *iov, int ni
     return res;
 }
 
-static const mz_io_ops g_default_ops = {
-    .open = sys_open,
-    .close = sys_close,
-    .pread = sys_pread,
-    .pwrite = sys_pwrite,
-    .fsync = sys_fsync,
-    .ftruncate = sys_ftruncate,
-    .fallocate = sys_fallocate,
-    .unlink = sys_unlink,
-    .uring_done = sys_uring_done,
-    .use_uring = true,
-};
+/* The system operations, written once for the default table and for the
+ * live table that tests may swap entries of (mz_io_reset restores it). */
+#define SYS_IO_OPS                                                          \
+    {                                                                       \
+        .open = sys_open, .close = sys_close, .pread = sys_pread,           \
+        .pwrite = sys_pwrite, .fsync = sys_fsync,                           \
+        .ftruncate = sys_ftruncate, .fallocate = sys_fallocate,             \
+        .unlink = sys_unlink, .uring_done = sys_uring_done,                 \
+        .use_uring = true,                                                  \
+    }
 
-mz_io_ops mz_io = {
-    .open = sys_open,
-    .close = sys_close,
-    .pread = sys_pread,
-    .pwrite = sys_pwrite,
-    .fsync = sys_fsync,
-    .ftruncate = sys_ftruncate,
-    .fallocate = sys_fallocate,
-    .unlink = sys_unlink,
-    .uring_done = sys_uring_done,
-    .use_uring = true,
-};
+static const mz_io_ops g_default_ops = SYS_IO_OPS;
+mz_io_ops mz_io = SYS_IO_OPS;
 
 void mz_io_reset(void) { mz_io = g_default_ops; }
 const mz_io_ops *mz_io_default(void) { return &g_default_ops; }
@@ -407,6 +395,26 @@ bool mz_ioq_uses_uring(const mz_ioq *q) { return q->uring; }
 int mz_ioq_depth(const mz_ioq *q) { return q->depth; }
 size_t mz_ioq_pending(const mz_ioq *q) { return q->n_pending; }
 
+/* The queue's two singly linked lists (queued, done): head and tail. */
+static void list_push_back(mz_io_piece **head, mz_io_piece **tail, mz_io_piece *p)
+{
+    p->next = NULL;
+    if (*tail) (*tail)->next = p;
+    else *head = p;
+    *tail = p;
+}
+
+static mz_io_piece *list_pop_front(mz_io_piece **head, mz_io_piece **tail)
+{
+    mz_io_piece *p = *head;
+    if (p) {
+        *head = p->next;
+        if (!*head) *tail = NULL;
+        p->next = NULL;
+    }
+    return p;
+}
+
 void mz_ioq_push(mz_ioq *q, mz_io_piece *p)
 {
     MZ_ASSERT(p->niov > 0 && p->niov <= MZ_IO_MAX_IOV);
@@ -414,10 +422,7 @@ void mz_ioq_push(mz_ioq *q, mz_io_piece *p)
     p->done = 0;
     p->err = 0;
     p->stalls = 0;
-    p->next = NULL;
-    if (q->q_tail) q->q_tail->next = p;
-    else q->q_head = p;
-    q->q_tail = p;
+    list_push_back(&q->q_head, &q->q_tail, p);
     q->n_pending++;
 }
 
@@ -428,34 +433,14 @@ static void push_front(mz_ioq *q, mz_io_piece *p)
     if (!q->q_tail) q->q_tail = p;
 }
 
-static mz_io_piece *pop_queued(mz_ioq *q)
-{
-    mz_io_piece *p = q->q_head;
-    if (p) {
-        q->q_head = p->next;
-        if (!q->q_head) q->q_tail = NULL;
-        p->next = NULL;
-    }
-    return p;
-}
+static mz_io_piece *pop_queued(mz_ioq *q) { return list_pop_front(&q->q_head, &q->q_tail); }
 
-static void push_done(mz_ioq *q, mz_io_piece *p)
-{
-    p->next = NULL;
-    if (q->d_tail) q->d_tail->next = p;
-    else q->d_head = p;
-    q->d_tail = p;
-}
+static void push_done(mz_ioq *q, mz_io_piece *p) { list_push_back(&q->d_head, &q->d_tail, p); }
 
 static mz_io_piece *pop_done(mz_ioq *q)
 {
-    mz_io_piece *p = q->d_head;
-    if (p) {
-        q->d_head = p->next;
-        if (!q->d_head) q->d_tail = NULL;
-        p->next = NULL;
-        q->n_pending--;
-    }
+    mz_io_piece *p = list_pop_front(&q->d_head, &q->d_tail);
+    if (p) q->n_pending--;
     return p;
 }
 

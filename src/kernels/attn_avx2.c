@@ -45,6 +45,25 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#define AV __m256
+#define AV_W 8
+#define AV_INT __m256i
+#define AV_LOAD _mm256_loadu_ps
+#define AV_STORE _mm256_storeu_ps
+#define AV_SET1 _mm256_set1_ps
+#define AV_BCAST _mm256_broadcast_ss
+#define AV_MUL _mm256_mul_ps
+#define AV_ADD _mm256_add_ps
+#define AV_FMA _mm256_fmadd_ps
+#define AV_FNMA _mm256_fnmadd_ps
+#define AV_ROUND(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define AV_CVT_I _mm256_cvtps_epi32
+#define AV_ADD_I _mm256_add_epi32
+#define AV_SET1_I _mm256_set1_epi32
+#define AV_SLLI_I _mm256_slli_epi32
+#define AV_CAST_I2F _mm256_castsi256_ps
+#include "attn_simd.h"
+
 _Static_assert(ATTN_SEG_POS % MZ_KV_CHUNK_TOKENS == 0, "segments are whole chunks");
 _Static_assert(MZ_KV_CHUNK_TOKENS % ATTN_TILE == 0, "tiles do not straddle chunks");
 
@@ -84,27 +103,12 @@ static size_t plan_partial_floats(const mz_attn_args *a, const attn_plan *p)
 
 /* ---- small vector helpers ----------------------------------------------------------- */
 
-/* e^x for x <= 0 (and -inf -> 0): Cody-Waite reduction by ln 2, degree-6
- * polynomial, relative error ~2 ulp. */
+/* e^x for x <= 0 (and -inf -> 0), see exp_poly. */
 static inline __m256 exp_ps(__m256 x)
 {
     const __m256 lo = _mm256_set1_ps(-87.0f);
     const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-    return _mm256_andnot_ps(under, y);
+    return _mm256_andnot_ps(under, exp_poly(_mm256_max_ps(x, lo)));
 }
 
 /* Lane i of the result = sum of the 8 lanes of a[i], each summed as
@@ -167,74 +171,6 @@ static void scores(const float *restrict qs, const mz_f16 *restrict kb, float *r
     }
 }
 
-/* acc[r] += sum_{t < n} P[r][t] * Vf[t] for t ascending, one or two rows at
- * a time (each row's own sequence of FMAs is the same either way). */
-static inline void accumulate_rows(float *restrict a0, float *restrict a1, const float *restrict vf, int hd,
-                                   const float *restrict p0, const float *restrict p1, int n0, int n1)
-{
-    const int nboth = a1 ? MZ_MIN(n0, n1) : 0;
-    int d = 0;
-    for (; d + 32 <= hd; d += 32) {
-        __m256 c0 = _mm256_loadu_ps(a0 + d), c1 = _mm256_loadu_ps(a0 + d + 8);
-        __m256 c2 = _mm256_loadu_ps(a0 + d + 16), c3 = _mm256_loadu_ps(a0 + d + 24);
-        int t = 0;
-        if (a1) {
-            __m256 e0 = _mm256_loadu_ps(a1 + d), e1 = _mm256_loadu_ps(a1 + d + 8);
-            __m256 e2 = _mm256_loadu_ps(a1 + d + 16), e3 = _mm256_loadu_ps(a1 + d + 24);
-            for (; t < nboth; t++) {
-                const float *v = vf + (size_t)t * (size_t)hd + d;
-                const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
-                const __m256 v2 = _mm256_loadu_ps(v + 16), v3 = _mm256_loadu_ps(v + 24);
-                const __m256 pa = _mm256_broadcast_ss(p0 + t), pb = _mm256_broadcast_ss(p1 + t);
-                c0 = _mm256_fmadd_ps(pa, v0, c0);
-                c1 = _mm256_fmadd_ps(pa, v1, c1);
-                c2 = _mm256_fmadd_ps(pa, v2, c2);
-                c3 = _mm256_fmadd_ps(pa, v3, c3);
-                e0 = _mm256_fmadd_ps(pb, v0, e0);
-                e1 = _mm256_fmadd_ps(pb, v1, e1);
-                e2 = _mm256_fmadd_ps(pb, v2, e2);
-                e3 = _mm256_fmadd_ps(pb, v3, e3);
-            }
-            for (int u = t; u < n1; u++) {
-                const float *v = vf + (size_t)u * (size_t)hd + d;
-                const __m256 pb = _mm256_broadcast_ss(p1 + u);
-                e0 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v), e0);
-                e1 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + 8), e1);
-                e2 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + 16), e2);
-                e3 = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + 24), e3);
-            }
-            _mm256_storeu_ps(a1 + d, e0);
-            _mm256_storeu_ps(a1 + d + 8, e1);
-            _mm256_storeu_ps(a1 + d + 16, e2);
-            _mm256_storeu_ps(a1 + d + 24, e3);
-        }
-        for (; t < n0; t++) {
-            const float *v = vf + (size_t)t * (size_t)hd + d;
-            const __m256 pa = _mm256_broadcast_ss(p0 + t);
-            c0 = _mm256_fmadd_ps(pa, _mm256_loadu_ps(v), c0);
-            c1 = _mm256_fmadd_ps(pa, _mm256_loadu_ps(v + 8), c1);
-            c2 = _mm256_fmadd_ps(pa, _mm256_loadu_ps(v + 16), c2);
-            c3 = _mm256_fmadd_ps(pa, _mm256_loadu_ps(v + 24), c3);
-        }
-        _mm256_storeu_ps(a0 + d, c0);
-        _mm256_storeu_ps(a0 + d + 8, c1);
-        _mm256_storeu_ps(a0 + d + 16, c2);
-        _mm256_storeu_ps(a0 + d + 24, c3);
-    }
-    for (; d < hd; d += 8) {
-        __m256 c0 = _mm256_loadu_ps(a0 + d);
-        for (int t = 0; t < n0; t++)
-            c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + t), _mm256_loadu_ps(vf + (size_t)t * (size_t)hd + d), c0);
-        _mm256_storeu_ps(a0 + d, c0);
-        if (a1) {
-            __m256 e0 = _mm256_loadu_ps(a1 + d);
-            for (int t = 0; t < n1; t++)
-                e0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + t), _mm256_loadu_ps(vf + (size_t)t * (size_t)hd + d), e0);
-            _mm256_storeu_ps(a1 + d, e0);
-        }
-    }
-}
-
 /* acc[r] += sum_{t < nv[r]} P[r][t] * Vf[t], t ascending, for rows [0, nr),
  * with Vf = f32(vb) for the nt positions converted into vf first. */
 static void accumulate(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int nr,
@@ -243,16 +179,7 @@ static void accumulate(float *restrict acc, const mz_f16 *restrict vb, float *re
     f16_rows(vb, vf, (size_t)nt * (size_t)hd);
     int r = 0;
     while (r < nr && nv[r] <= 0) r++;
-    for (; r + 1 < nr; r += 2)
-        accumulate_rows(acc + (size_t)r * (size_t)hd, acc + (size_t)(r + 1) * (size_t)hd, vf, hd, p[r], p[r + 1],
-                        nv[r], nv[r + 1]);
-    if (r < nr) accumulate_rows(acc + (size_t)r * (size_t)hd, NULL, vf, hd, p[r], NULL, nv[r], 0);
-}
-
-static inline void scale_row(float *restrict y, float c, int n)
-{
-    const __m256 vc = _mm256_set1_ps(c);
-    for (int d = 0; d < n; d += 8) _mm256_storeu_ps(y + d, _mm256_mul_ps(vc, _mm256_loadu_ps(y + d)));
+    accumulate_pairs(acc, vf, hd, r, nr, nv, p);
 }
 
 /* ACC = ACC * a1 + acc * a2 (the segment merge). */
@@ -288,16 +215,7 @@ static void softmax_rows(float s[][ATTN_TILE], const int *nv, int r0, int nr, ro
                 _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
             mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(&s[r][t]), keep));
         }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float mt = _mm_cvtss_f32(m4);
-        if (mt > st[r].m) {
-            const float corr = expf(st[r].m - mt); /* 0 on the first tile */
-            st[r].l *= corr;
-            scale_row(acc + (size_t)r * (size_t)hd, corr, hd);
-            st[r].m = mt;
-        }
+        raise_max(&st[r], acc + (size_t)r * (size_t)hd, hmax8(mx), hd);
         const __m256 mv = _mm256_set1_ps(st[r].m);
         __m256 ps[ATTN_TILE / 8];
         for (int t = 0; t < ATTN_TILE; t += 8) {
@@ -307,10 +225,7 @@ static void softmax_rows(float s[][ATTN_TILE], const int *nv, int r0, int nr, ro
             _mm256_storeu_ps(&s[r][t], ps[t / 8]);
         }
         const __m256 sum = _mm256_add_ps(_mm256_add_ps(ps[0], ps[1]), _mm256_add_ps(ps[2], ps[3]));
-        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-        s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-        st[r].l += _mm_cvtss_f32(s4);
+        st[r].l += hsum8(sum);
     }
 }
 

@@ -31,6 +31,25 @@
 #include <immintrin.h>
 #include <math.h>
 
+#define AV __m512
+#define AV_W 16
+#define AV_INT __m512i
+#define AV_LOAD _mm512_loadu_ps
+#define AV_STORE _mm512_storeu_ps
+#define AV_SET1 _mm512_set1_ps
+#define AV_BCAST(p) _mm512_set1_ps(*(p))
+#define AV_MUL _mm512_mul_ps
+#define AV_ADD _mm512_add_ps
+#define AV_FMA _mm512_fmadd_ps
+#define AV_FNMA _mm512_fnmadd_ps
+#define AV_ROUND(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define AV_CVT_I _mm512_cvtps_epi32
+#define AV_ADD_I _mm512_add_epi32
+#define AV_SET1_I _mm512_set1_epi32
+#define AV_SLLI_I _mm512_slli_epi32
+#define AV_CAST_I2F _mm512_castsi512_ps
+#include "attn_simd.h"
+
 /* Per 128-bit block: [a0+a1, a2+a3, b0+b1, b2+b3], as _mm256_hadd_ps. */
 static inline __m512 hadd512(__m512 a, __m512 b)
 {
@@ -122,73 +141,6 @@ static void scores_avx512(const float *restrict qs, const mz_f16 *restrict kb, f
     }
 }
 
-/* acc rows a0 (n0 positions) and a1 (n1, may be NULL) += P . Vf. */
-static inline void accumulate_rows(float *restrict a0, float *restrict a1, const float *restrict vf, int hd,
-                                   const float *restrict p0, const float *restrict p1, int n0, int n1)
-{
-    const int nboth = a1 ? MZ_MIN(n0, n1) : 0;
-    int d = 0;
-    for (; d + 64 <= hd; d += 64) {
-        __m512 c0 = _mm512_loadu_ps(a0 + d), c1 = _mm512_loadu_ps(a0 + d + 16);
-        __m512 c2 = _mm512_loadu_ps(a0 + d + 32), c3 = _mm512_loadu_ps(a0 + d + 48);
-        int t = 0;
-        if (a1) {
-            __m512 e0 = _mm512_loadu_ps(a1 + d), e1 = _mm512_loadu_ps(a1 + d + 16);
-            __m512 e2 = _mm512_loadu_ps(a1 + d + 32), e3 = _mm512_loadu_ps(a1 + d + 48);
-            for (; t < nboth; t++) {
-                const float *v = vf + (size_t)t * (size_t)hd + d;
-                const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
-                const __m512 v2 = _mm512_loadu_ps(v + 32), v3 = _mm512_loadu_ps(v + 48);
-                const __m512 pa = _mm512_set1_ps(p0[t]), pb = _mm512_set1_ps(p1[t]);
-                c0 = _mm512_fmadd_ps(pa, v0, c0);
-                c1 = _mm512_fmadd_ps(pa, v1, c1);
-                c2 = _mm512_fmadd_ps(pa, v2, c2);
-                c3 = _mm512_fmadd_ps(pa, v3, c3);
-                e0 = _mm512_fmadd_ps(pb, v0, e0);
-                e1 = _mm512_fmadd_ps(pb, v1, e1);
-                e2 = _mm512_fmadd_ps(pb, v2, e2);
-                e3 = _mm512_fmadd_ps(pb, v3, e3);
-            }
-            for (int u = t; u < n1; u++) {
-                const float *v = vf + (size_t)u * (size_t)hd + d;
-                const __m512 pb = _mm512_set1_ps(p1[u]);
-                e0 = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v), e0);
-                e1 = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v + 16), e1);
-                e2 = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v + 32), e2);
-                e3 = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v + 48), e3);
-            }
-            _mm512_storeu_ps(a1 + d, e0);
-            _mm512_storeu_ps(a1 + d + 16, e1);
-            _mm512_storeu_ps(a1 + d + 32, e2);
-            _mm512_storeu_ps(a1 + d + 48, e3);
-        }
-        for (; t < n0; t++) {
-            const float *v = vf + (size_t)t * (size_t)hd + d;
-            const __m512 pa = _mm512_set1_ps(p0[t]);
-            c0 = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v), c0);
-            c1 = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v + 16), c1);
-            c2 = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v + 32), c2);
-            c3 = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v + 48), c3);
-        }
-        _mm512_storeu_ps(a0 + d, c0);
-        _mm512_storeu_ps(a0 + d + 16, c1);
-        _mm512_storeu_ps(a0 + d + 32, c2);
-        _mm512_storeu_ps(a0 + d + 48, c3);
-    }
-    for (; d < hd; d += 16) {
-        __m512 c0 = _mm512_loadu_ps(a0 + d);
-        for (int t = 0; t < n0; t++)
-            c0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[t]), _mm512_loadu_ps(vf + (size_t)t * (size_t)hd + d), c0);
-        _mm512_storeu_ps(a0 + d, c0);
-        if (a1) {
-            __m512 e0 = _mm512_loadu_ps(a1 + d);
-            for (int t = 0; t < n1; t++)
-                e0 = _mm512_fmadd_ps(_mm512_set1_ps(p1[t]), _mm512_loadu_ps(vf + (size_t)t * (size_t)hd + d), e0);
-            _mm512_storeu_ps(a1 + d, e0);
-        }
-    }
-}
-
 /* Four rows that all take the same n positions, 64 dims at a time (each V
  * load serves four rows); hd % 64 == 0. */
 static inline void accumulate_4rows(float *restrict acc, const float *restrict vf, int hd, float p[][ATTN_TILE],
@@ -243,32 +195,15 @@ static void accumulate_avx512(float *restrict acc, const mz_f16 *restrict vb, fl
     if (hd % 64 == 0)
         for (; r + 3 < nr && nv[r] == nv[r + 3]; r += 4) /* nv is non-decreasing: all four equal */
             accumulate_4rows(acc, vf, hd, p, r, nv[r]);
-    for (; r + 1 < nr; r += 2)
-        accumulate_rows(acc + (size_t)r * (size_t)hd, acc + (size_t)(r + 1) * (size_t)hd, vf, hd, p[r], p[r + 1],
-                        nv[r], nv[r + 1]);
-    if (r < nr) accumulate_rows(acc + (size_t)r * (size_t)hd, NULL, vf, hd, p[r], NULL, nv[r], 0);
+    accumulate_pairs(acc, vf, hd, r, nr, nv, p);
 }
 
-/* attn_avx2.c's exp_ps, lane for lane (same operations, same constants). */
+/* attn_avx2.c's exp_ps, lane for lane (exp_poly on 16 lanes). */
 static inline __m512 exp512(__m512 x)
 {
     const __m512 lo = _mm512_set1_ps(-87.0f);
     const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(x, lo);
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-    return _mm512_maskz_mov_ps((__mmask16)~under, y);
+    return _mm512_maskz_mov_ps((__mmask16)~under, exp_poly(_mm512_max_ps(x, lo)));
 }
 
 static inline __m256 lo256(__m512 v) { return _mm512_castps512_ps256(v); }
@@ -296,28 +231,14 @@ static void softmax_avx512(float s[][ATTN_TILE], const int *nv, int r0, int nr, 
         mx = _mm256_max_ps(mx, hi256(b0));
         mx = _mm256_max_ps(mx, lo256(b1));
         mx = _mm256_max_ps(mx, hi256(b1));
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float mt = _mm_cvtss_f32(m4);
-        if (mt > st[r].m) {
-            const float corr = expf(st[r].m - mt); /* 0 on the first tile */
-            st[r].l *= corr;
-            float *a = acc + (size_t)r * (size_t)hd;
-            const __m512 vc = _mm512_set1_ps(corr);
-            for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(a + d, _mm512_mul_ps(vc, _mm512_loadu_ps(a + d)));
-            st[r].m = mt;
-        }
+        raise_max(&st[r], acc + (size_t)r * (size_t)hd, hmax8(mx), hd);
         const __m512 mv = _mm512_set1_ps(st[r].m);
         const __m512 p0 = _mm512_maskz_mov_ps(k0, exp512(_mm512_sub_ps(s0, mv)));
         const __m512 p1 = _mm512_maskz_mov_ps(k1, exp512(_mm512_sub_ps(s1, mv)));
         _mm512_storeu_ps(&s[r][0], p0);
         _mm512_storeu_ps(&s[r][16], p1);
         const __m256 sum = _mm256_add_ps(_mm256_add_ps(lo256(p0), hi256(p0)), _mm256_add_ps(lo256(p1), hi256(p1)));
-        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-        s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-        st[r].l += _mm_cvtss_f32(s4);
+        st[r].l += hsum8(sum);
     }
 }
 

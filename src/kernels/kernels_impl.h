@@ -62,12 +62,27 @@ void mz_quantize_q4_1_ref(const float *restrict x, void *restrict y, size_t n);
 void mz_quantize_q8_K_ref(const float *restrict x, void *restrict y, size_t n);
 void mz_to_float_q8_K_ref(const void *restrict x, float *restrict y, size_t n);
 
-float mz_vec_dot_f32_ref(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_f16_ref(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_bf16_ref(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q8_0_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q4_0_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q4_1_q8_1_ref(size_t n, const void *restrict w, const void *restrict x);
+/* The integer dot of one weight block's codes with a Q8 activation block's
+ * (exact, so any order gives the same value): Q8_0 codes, or 4-bit codes
+ * minus off (Q4_0: 8, Q4_1: 0; value j in the low nibble of byte j, value
+ * j + 16 in its high nibble). */
+static inline int32_t mz_block_dot_q8(const int8_t *w, const int8_t *x)
+{
+    int32_t s = 0;
+    for (int j = 0; j < MZ_QK; j++) s += w[j] * x[j];
+    return s;
+}
+
+static inline int32_t mz_block_dot_q4(const uint8_t *qs, int off, const int8_t *x)
+{
+    int32_t s = 0;
+    for (int j = 0; j < MZ_QK / 2; j++) s += ((qs[j] & 0x0f) - off) * x[j] + ((qs[j] >> 4) - off) * x[j + MZ_QK / 2];
+    return s;
+}
+
+#define MZ_VEC_DOT_DECL(name) float name(size_t n, const void *restrict w, const void *restrict x)
+MZ_VEC_DOT_DECL(mz_vec_dot_f32_ref);
+MZ_VEC_DOT_DECL(mz_vec_dot_bf16_ref);
 
 /* A gemm made of one vec_dot per (row, token), for the types without tiles
  * (and the reference table): defined per vec_dot by MZ_GEMM_FROM_VEC_DOT. */
@@ -75,19 +90,30 @@ float mz_vec_dot_q4_1_q8_1_ref(size_t n, const void *restrict w, const void *res
     void name(size_t n, const void *restrict w, size_t w_row_bytes, size_t r0, size_t r1,       \
               const void *restrict x, size_t x_row_bytes, size_t n_tok, float *restrict y,      \
               size_t y_stride)
+/* The vec_dot and gemm every ISA has: F16 and the legacy types against
+ * their activation type. */
+#define MZ_LEGACY_DECLS(isa)                     \
+    MZ_VEC_DOT_DECL(mz_vec_dot_f16_##isa);       \
+    MZ_VEC_DOT_DECL(mz_vec_dot_q8_0_q8_0_##isa); \
+    MZ_VEC_DOT_DECL(mz_vec_dot_q4_0_q8_0_##isa); \
+    MZ_VEC_DOT_DECL(mz_vec_dot_q4_1_q8_1_##isa); \
+    MZ_GEMM_DECL(mz_gemm_f16_##isa);             \
+    MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_##isa);       \
+    MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_##isa);       \
+    MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_##isa)
+MZ_LEGACY_DECLS(ref);
 MZ_GEMM_DECL(mz_gemm_f32_ref);
-MZ_GEMM_DECL(mz_gemm_f16_ref);
 MZ_GEMM_DECL(mz_gemm_f16_xf_ref);
 MZ_GEMM_DECL(mz_gemm_bf16_ref);
-MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_ref);
-MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_ref);
-MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_ref);
+/* The x8 layout's gemm (gemm_x8_x86.h). */
+#define MZ_X8_GEMM_DECLS(isa)                     \
+    MZ_GEMM_DECL(mz_gemm_x8_q4_0_q8_0_##isa);     \
+    MZ_GEMM_DECL(mz_gemm_x8_q4_1_q8_1_##isa);     \
+    MZ_GEMM_DECL(mz_gemm_x8_q8_0_q8_0_##isa)
 
 /* x8 layout (repack.c): reference gemm and the canonical x8 arithmetic of
  * one output on a plain row. */
-MZ_GEMM_DECL(mz_gemm_x8_q4_0_q8_0_ref);
-MZ_GEMM_DECL(mz_gemm_x8_q4_1_q8_1_ref);
-MZ_GEMM_DECL(mz_gemm_x8_q8_0_q8_0_ref);
+MZ_X8_GEMM_DECLS(ref);
 float mz_vec_dot_x8_q4_0_ref(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_x8_q4_1_ref(size_t n, const void *restrict w, const void *restrict x);
 float mz_vec_dot_x8_q8_0_ref(size_t n, const void *restrict w, const void *restrict x);
@@ -227,24 +253,15 @@ void mz_from_float_q8_0_avx2(const float *restrict x, void *restrict y, size_t n
 void mz_from_float_q8_1_avx2(const float *restrict x, void *restrict y, size_t n);
 void mz_from_float_f16_avx2(const float *restrict x, void *restrict y, size_t n);
 
-float mz_vec_dot_f32_avx2(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_f16_avx2(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_bf16_avx2(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q8_0_q8_0_avx2(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q4_0_q8_0_avx2(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q4_1_q8_1_avx2(size_t n, const void *restrict w, const void *restrict x);
+MZ_VEC_DOT_DECL(mz_vec_dot_f32_avx2);
+MZ_VEC_DOT_DECL(mz_vec_dot_bf16_avx2);
+MZ_LEGACY_DECLS(avx2);
 /* gemm_avx2.c: tiled kernels (canonical arithmetic in gemm_x86.h); the vec_dot
  * of F16/Q8_0/Q4_0/Q4_1 above are their 1 x 1 tiles. */
-MZ_GEMM_DECL(mz_gemm_f16_avx2);
 MZ_GEMM_DECL(mz_gemm_f16_xf_avx2);
-MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_avx2);
-MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_avx2);
-MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_avx2);
 MZ_GEMM_DECL(mz_gemm_f32_avx2);
 MZ_GEMM_DECL(mz_gemm_bf16_avx2);
-MZ_GEMM_DECL(mz_gemm_x8_q4_0_q8_0_avx2); /* gemm_x8_x86.h */
-MZ_GEMM_DECL(mz_gemm_x8_q4_1_q8_1_avx2);
-MZ_GEMM_DECL(mz_gemm_x8_q8_0_q8_0_avx2);
+MZ_X8_GEMM_DECLS(avx2);
 
 /* attn_avx2.c: same contract as mz_attn / mz_attn_merge (head_dim % 8 == 0). */
 void mz_attn_avx2(const mz_attn_args *a, int ith, int nth);
@@ -253,21 +270,12 @@ size_t mz_attn_partial_floats_avx2(const mz_attn_args *a);
 
 /* ---- AVX-512 F/BW/VL/VNNI (vecdot_avx512.c, gemm_avx512.c) ------------------------------------- */
 
-float mz_vec_dot_f32_avx512(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_f16_avx512(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q8_0_q8_0_avx512(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q4_0_q8_0_avx512(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q4_1_q8_1_avx512(size_t n, const void *restrict w, const void *restrict x);
+MZ_VEC_DOT_DECL(mz_vec_dot_f32_avx512);
+MZ_LEGACY_DECLS(avx512);
 /* gemm_avx512.c: the same tiles with VNNI and 32 registers (bit-identical to AVX2). */
-MZ_GEMM_DECL(mz_gemm_f16_avx512);
 MZ_GEMM_DECL(mz_gemm_f16_xf_avx512);
-MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_avx512);
-MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_avx512);
-MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_avx512);
 MZ_GEMM_DECL(mz_gemm_f32_avx512);
-MZ_GEMM_DECL(mz_gemm_x8_q4_0_q8_0_avx512); /* gemm_x8_x86.h */
-MZ_GEMM_DECL(mz_gemm_x8_q4_1_q8_1_avx512);
-MZ_GEMM_DECL(mz_gemm_x8_q8_0_q8_0_avx512);
+MZ_X8_GEMM_DECLS(avx512);
 /* attn_avx512.c: mz_attn_avx2 with 16-lane tile steps, bit-identical to it
  * (head_dim % 16 == 0; merge and scratch size are mz_attn_avx2's). */
 void mz_attn_avx512(const mz_attn_args *a, int ith, int nth);
@@ -276,15 +284,8 @@ void mz_attn_avx512(const mz_attn_args *a, int ith, int nth);
 /* ---- AArch64 NEON (vecdot_neon.c) ------------------------------------------------ */
 
 #if MZ_KERNELS_NEON
-float mz_vec_dot_f16_neon(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q8_0_q8_0_neon(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q4_0_q8_0_neon(size_t n, const void *restrict w, const void *restrict x);
-float mz_vec_dot_q4_1_q8_1_neon(size_t n, const void *restrict w, const void *restrict x);
+MZ_LEGACY_DECLS(neon);
 void mz_f16_to_f32_row_neon(const mz_f16 *restrict x, float *restrict y, size_t n);
-MZ_GEMM_DECL(mz_gemm_f16_neon);
-MZ_GEMM_DECL(mz_gemm_q8_0_q8_0_neon);
-MZ_GEMM_DECL(mz_gemm_q4_0_q8_0_neon);
-MZ_GEMM_DECL(mz_gemm_q4_1_q8_1_neon);
 #endif
 
 /* ---- attention (attn.c) ---------------------------------------------------------- */

@@ -184,26 +184,28 @@ static void unpack_group(int type, const uint8_t *src, uint8_t *dst, size_t wrb,
     for (int r = 0; r < 8; r++) unpack_row(type, src, r, dst + (size_t)r * wrb, nb);
 }
 
-void mz_repack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch)
+/* Repacks (pack) or unpacks the tensor in place, one group of 8 rows at a
+ * time through scratch (8 rows' bytes). */
+static void convert_groups(int type, void *data, size_t n_rows, size_t n_cols, void *scratch, bool pack)
 {
     MZ_ASSERT(mz_x8_shape_ok(type, n_rows, n_cols));
     const size_t wrb = mz_dtype_row_bytes(type, n_cols), nb = n_cols / mz_dtype_block_len(type);
     for (size_t g = 0; g < n_rows / 8; g++) {
         uint8_t *p = (uint8_t *)data + g * 8 * wrb;
         memcpy(scratch, p, 8 * wrb);
-        pack_group(type, scratch, wrb, p, nb);
+        if (pack) pack_group(type, scratch, wrb, p, nb);
+        else unpack_group(type, scratch, p, wrb, nb);
     }
+}
+
+void mz_repack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch)
+{
+    convert_groups(type, data, n_rows, n_cols, scratch, true);
 }
 
 void mz_unpack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scratch)
 {
-    MZ_ASSERT(mz_x8_shape_ok(type, n_rows, n_cols));
-    const size_t wrb = mz_dtype_row_bytes(type, n_cols), nb = n_cols / mz_dtype_block_len(type);
-    for (size_t g = 0; g < n_rows / 8; g++) {
-        uint8_t *p = (uint8_t *)data + g * 8 * wrb;
-        memcpy(scratch, p, 8 * wrb);
-        unpack_group(type, scratch, p, wrb, nb);
-    }
+    convert_groups(type, data, n_rows, n_cols, scratch, false);
 }
 
 void mz_x8_row_to_plain(int type, const void *data, size_t row, size_t n_cols, void *out)
@@ -222,9 +224,7 @@ float mz_vec_dot_x8_q4_0_ref(size_t n, const void *restrict w, const void *restr
     const mz_block_q8_0 *bx = x;
     float acc = 0.0f;
     for (size_t b = 0; b < n / MZ_QK; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < MZ_QK / 2; j++)
-            s += ((a[b].qs[j] & 0x0f) - 8) * bx[b].qs[j] + ((a[b].qs[j] >> 4) - 8) * bx[b].qs[j + MZ_QK / 2];
+        const int32_t s = mz_block_dot_q4(a[b].qs, 8, bx[b].qs);
         acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)s, acc);
     }
     return acc;
@@ -236,8 +236,7 @@ float mz_vec_dot_x8_q8_0_ref(size_t n, const void *restrict w, const void *restr
     const mz_block_q8_0 *bx = x;
     float acc = 0.0f;
     for (size_t b = 0; b < n / MZ_QK; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < MZ_QK; j++) s += a[b].qs[j] * bx[b].qs[j];
+        const int32_t s = mz_block_dot_q8(a[b].qs, bx[b].qs);
         acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)s, acc);
     }
     return acc;
@@ -249,9 +248,7 @@ float mz_vec_dot_x8_q4_1_ref(size_t n, const void *restrict w, const void *restr
     const mz_block_q8_1 *bx = x;
     float acc = 0.0f, summ = 0.0f;
     for (size_t b = 0; b < n / MZ_QK; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < MZ_QK / 2; j++)
-            s += (a[b].qs[j] & 0x0f) * bx[b].qs[j] + (a[b].qs[j] >> 4) * bx[b].qs[j + MZ_QK / 2];
+        const int32_t s = mz_block_dot_q4(a[b].qs, 0, bx[b].qs);
         acc = __builtin_fmaf(mz_f16_to_f32(a[b].d) * mz_f16_to_f32(bx[b].d), (float)s, acc);
         summ = __builtin_fmaf(mz_f16_to_f32(a[b].m), mz_f16_to_f32(bx[b].s), summ);
     }

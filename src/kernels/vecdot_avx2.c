@@ -121,47 +121,50 @@ static inline float quantize_block_q8(const float *restrict x, int8_t *restrict 
     return d;
 }
 
-void mz_from_float_q8_0_avx2(const float *restrict x, void *restrict y, size_t n)
-{
-    MZ_ASSERT(n % MZ_QK == 0);
-    mz_block_q8_0 *b = y;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int sum;
-        float d = quantize_block_q8(x + i * MZ_QK, b[i].qs, &sum);
-        b[i].d = (mz_f16)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+/* The activation quantizers: per block of 32 the scale d (f16) and, for
+ * Q8_1 (`set_s`), s = d * sum of the codes. */
+#define FROM_FLOAT_Q8_AVX2(name, block_t, set_s)                                    \
+    void name(const float *restrict x, void *restrict y, size_t n)                  \
+    {                                                                               \
+        MZ_ASSERT(n % MZ_QK == 0);                                                  \
+        block_t *b = y;                                                             \
+        for (size_t i = 0; i < n / MZ_QK; i++) {                                    \
+            int sum;                                                                \
+            float d = quantize_block_q8(x + i * MZ_QK, b[i].qs, &sum);              \
+            b[i].d = (mz_f16)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);               \
+            set_s;                                                                  \
+        }                                                                           \
     }
-}
 
-void mz_from_float_q8_1_avx2(const float *restrict x, void *restrict y, size_t n)
-{
-    MZ_ASSERT(n % MZ_QK == 0);
-    mz_block_q8_1 *b = y;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int sum;
-        float d = quantize_block_q8(x + i * MZ_QK, b[i].qs, &sum);
-        b[i].d = (mz_f16)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-        b[i].s = (mz_f16)_cvtss_sh(d * (float)sum, _MM_FROUND_TO_NEAREST_INT);
-    }
-}
+FROM_FLOAT_Q8_AVX2(mz_from_float_q8_0_avx2, mz_block_q8_0, (void)sum)
+FROM_FLOAT_Q8_AVX2(mz_from_float_q8_1_avx2, mz_block_q8_1,
+                   b[i].s = (mz_f16)_cvtss_sh(d * (float)sum, _MM_FROUND_TO_NEAREST_INT))
 
 /* ---- float dot products ---------------------------------------------------------- */
 
-float mz_vec_dot_f32_avx2(size_t n, const void *restrict w, const void *restrict x)
-{
-    const float *a = w, *b = x;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+/* The dot product of n values of type T (load8: 8 of them as f32 lanes,
+ * to_f32: one): four accumulators over 32 values, then 8, then the scalar
+ * tail. */
+#define FLOAT_DOT_AVX2(name, T, load8, to_f32)                                                  \
+    float name(size_t n, const void *restrict w, const void *restrict x)                        \
+    {                                                                                           \
+        const T *a = w, *b = x;                                                                 \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                             \
+        size_t i = 0;                                                                           \
+        for (; i + 32 <= n; i += 32) {                                                          \
+            s0 = _mm256_fmadd_ps(load8(a + i), load8(b + i), s0);                               \
+            s1 = _mm256_fmadd_ps(load8(a + i + 8), load8(b + i + 8), s1);                       \
+            s2 = _mm256_fmadd_ps(load8(a + i + 16), load8(b + i + 16), s2);                     \
+            s3 = _mm256_fmadd_ps(load8(a + i + 24), load8(b + i + 24), s3);                     \
+        }                                                                                       \
+        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load8(a + i), load8(b + i), s0);        \
+        float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));        \
+        for (; i < n; i++) s += to_f32(a[i]) * to_f32(b[i]);                                    \
+        return s;                                                                               \
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+
+#define F32_AS_IS(v) (v)
+FLOAT_DOT_AVX2(mz_vec_dot_f32_avx2, float, _mm256_loadu_ps, F32_AS_IS)
 
 /* BF16 -> F32 is a 16-bit left shift of the bits. */
 static inline __m256 load_bf16x8(const mz_bf16 *p)
@@ -170,22 +173,7 @@ static inline __m256 load_bf16x8(const mz_bf16 *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
-float mz_vec_dot_bf16_avx2(size_t n, const void *restrict w, const void *restrict x)
-{
-    const mz_bf16 *a = w, *b = x;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(load_bf16x8(a + i), load_bf16x8(b + i), s0);
-        s1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), load_bf16x8(b + i + 8), s1);
-        s2 = _mm256_fmadd_ps(load_bf16x8(a + i + 16), load_bf16x8(b + i + 16), s2);
-        s3 = _mm256_fmadd_ps(load_bf16x8(a + i + 24), load_bf16x8(b + i + 24), s3);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load_bf16x8(a + i), load_bf16x8(b + i), s0);
-    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) s += mz_bf16_to_f32(a[i]) * mz_bf16_to_f32(b[i]);
-    return s;
-}
+FLOAT_DOT_AVX2(mz_vec_dot_bf16_avx2, mz_bf16, load_bf16x8, mz_bf16_to_f32)
 
 #else
 /* Not an x86-64 build with AVX2 flags: nothing to compile here (ISO C wants

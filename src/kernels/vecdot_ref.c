@@ -42,11 +42,8 @@ float mz_vec_dot_q8_0_q8_0_ref(size_t n, const void *restrict w, const void *res
     const mz_block_q8_0 *a = w;
     const mz_block_q8_0 *b = x;
     float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int sumi = 0;
-        for (int j = 0; j < MZ_QK; j++) sumi += a[i].qs[j] * b[i].qs[j];
-        s += (float)sumi * (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d));
-    }
+    for (size_t i = 0; i < n / MZ_QK; i++)
+        s += (float)mz_block_dot_q8(a[i].qs, b[i].qs) * (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d));
     return s;
 }
 
@@ -56,14 +53,8 @@ float mz_vec_dot_q4_0_q8_0_ref(size_t n, const void *restrict w, const void *res
     const mz_block_q4_0 *a = w;
     const mz_block_q8_0 *b = x;
     float s = 0.0f;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int sumi = 0;
-        for (int j = 0; j < MZ_QK / 2; j++) {
-            sumi += ((a[i].qs[j] & 0x0f) - 8) * b[i].qs[j];
-            sumi += ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + MZ_QK / 2];
-        }
-        s += (float)sumi * (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d));
-    }
+    for (size_t i = 0; i < n / MZ_QK; i++)
+        s += (float)mz_block_dot_q4(a[i].qs, 8, b[i].qs) * (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d));
     return s;
 }
 
@@ -74,12 +65,7 @@ float mz_vec_dot_q4_1_q8_1_ref(size_t n, const void *restrict w, const void *res
     const mz_block_q8_1 *b = x;
     float s = 0.0f;
     for (size_t i = 0; i < n / MZ_QK; i++) {
-        int sumi = 0;
-        for (int j = 0; j < MZ_QK / 2; j++) {
-            sumi += (a[i].qs[j] & 0x0f) * b[i].qs[j];
-            sumi += (a[i].qs[j] >> 4) * b[i].qs[j + MZ_QK / 2];
-        }
-        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)sumi +
+        s += (mz_f16_to_f32(a[i].d) * mz_f16_to_f32(b[i].d)) * (float)mz_block_dot_q4(a[i].qs, 0, b[i].qs) +
              mz_f16_to_f32(a[i].m) * mz_f16_to_f32(b[i].s);
     }
     return s;

@@ -227,20 +227,31 @@ size_t mz_compstack_peek_bottom_n(const mz_compstack_t *s, size_t n, const uint8
     return k;
 }
 
-mz_status mz_compstack_drop_top(mz_compstack_t *s)
+/* Forget the item at offset off of segment g in the counts; releases g and
+ * returns NULL when it was g's last item, else returns the item's header so
+ * the caller can move g's top or bottom past it. */
+static const item_hdr *drop_item(mz_compstack_t *s, seg *g, size_t off)
 {
-    seg *g = s->topseg;
-    if (!g) return MZ_AGAIN;
-    item_hdr *h = item_at(g, g->last);
+    const item_hdr *h = item_at(g, off);
     MZ_ASSERT(h->magic == ITEM_MAGIC);
     s->st.n_items--;
     s->st.bytes_items -= (size_t)h->len;
     if (--g->n_items == 0) {
         seg_release(s, g);
-        return MZ_OK;
+        return NULL;
     }
-    g->top = g->last;
-    g->last = (size_t)h->prev;
+    return h;
+}
+
+mz_status mz_compstack_drop_top(mz_compstack_t *s)
+{
+    seg *g = s->topseg;
+    if (!g) return MZ_AGAIN;
+    const item_hdr *h = drop_item(s, g, g->last);
+    if (h) {
+        g->top = g->last;
+        g->last = (size_t)h->prev;
+    }
     return MZ_OK;
 }
 
@@ -248,15 +259,8 @@ mz_status mz_compstack_drop_bottom(mz_compstack_t *s)
 {
     seg *g = s->bottom;
     if (!g) return MZ_AGAIN;
-    item_hdr *h = item_at(g, g->bot);
-    MZ_ASSERT(h->magic == ITEM_MAGIC);
-    s->st.n_items--;
-    s->st.bytes_items -= (size_t)h->len;
-    if (--g->n_items == 0) {
-        seg_release(s, g);
-        return MZ_OK;
-    }
-    g->bot += footprint((size_t)h->len);
+    const item_hdr *h = drop_item(s, g, g->bot);
+    if (h) g->bot += footprint((size_t)h->len);
     return MZ_OK;
 }
 
@@ -271,29 +275,30 @@ static mz_status copy_out(const uint8_t *p, size_t n, uint64_t t, void *dst, siz
     return MZ_OK;
 }
 
-mz_status mz_compstack_pop(mz_compstack_t *s, void *dst, size_t cap, size_t *len, uint64_t *tag)
+/* Copy out and drop the top item (from_top) or the bottom one. */
+static mz_status take_item(mz_compstack_t *s, bool from_top, void *dst, size_t cap,
+                           size_t *len, uint64_t *tag)
 {
     const uint8_t *p;
     size_t n;
     uint64_t t;
-    mz_status st = mz_compstack_peek_top(s, &p, &n, &t);
+    mz_status st = from_top ? mz_compstack_peek_top(s, &p, &n, &t)
+                            : mz_compstack_peek_bottom(s, &p, &n, &t);
     if (st != MZ_OK) return st;
     st = copy_out(p, n, t, dst, cap, len, tag);
     if (st != MZ_OK) return st;
-    return mz_compstack_drop_top(s);
+    return from_top ? mz_compstack_drop_top(s) : mz_compstack_drop_bottom(s);
+}
+
+mz_status mz_compstack_pop(mz_compstack_t *s, void *dst, size_t cap, size_t *len, uint64_t *tag)
+{
+    return take_item(s, true, dst, cap, len, tag);
 }
 
 mz_status mz_compstack_take_bottom(mz_compstack_t *s, void *dst, size_t cap, size_t *len,
                                    uint64_t *tag)
 {
-    const uint8_t *p;
-    size_t n;
-    uint64_t t;
-    mz_status st = mz_compstack_peek_bottom(s, &p, &n, &t);
-    if (st != MZ_OK) return st;
-    st = copy_out(p, n, t, dst, cap, len, tag);
-    if (st != MZ_OK) return st;
-    return mz_compstack_drop_bottom(s);
+    return take_item(s, false, dst, cap, len, tag);
 }
 
 size_t mz_compstack_count(const mz_compstack_t *s) { return s->st.n_items; }

@@ -100,6 +100,18 @@ static inline mz_unit *unit_by_tag(mz_mem *mm, uint64_t tag)
     return kv_unit(mm, l, c);
 }
 
+/* The unit whose item is on top of the compressed stack, which must not be
+ * empty. Caller holds mm->lock. */
+static inline mz_unit *mm_stack_top_unit(mz_mem *mm)
+{
+    const uint8_t *data;
+    size_t len;
+    uint64_t tag;
+    mz_status s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
+    MZ_ASSERT(s == MZ_OK);
+    return unit_by_tag(mm, tag);
+}
+
 /* The first chunk of layer l that the token at position n_pos attends to. */
 static inline size_t mm_first_live_chunk(const mz_mem *mm, int l, size_t n_pos)
 {

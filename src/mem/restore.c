@@ -90,12 +90,7 @@ static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_
     case MZ_UNIT_COMPRESSED:
         /* Pop-through: decode the items above u back into their own chunks. */
         for (;;) {
-            const uint8_t *data;
-            size_t len;
-            uint64_t tag;
-            s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
-            MZ_ASSERT(s == MZ_OK);
-            mz_unit *t = unit_by_tag(mm, tag);
+            mz_unit *t = mm_stack_top_unit(mm);
             if (t == u) break;
             MZ_ASSERT(mz_unit_claim(t, MZ_UNIT_COMPRESSED));
             if ((s = mz_unit_map_pages(t)) || (s = mm_decode_top_into(mm, t))) {

@@ -55,12 +55,7 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
     /* Remove the truncated chunks' stack items; items above them that are
      * kept are decoded back into their chunks (the stack is LIFO). */
     while (n_drop_stack) {
-        const uint8_t *data;
-        size_t len;
-        uint64_t tag;
-        s = mz_compstack_peek_top(mm->stack, &data, &len, &tag);
-        MZ_ASSERT(s == MZ_OK);
-        mz_unit *t = unit_by_tag(mm, tag);
+        mz_unit *t = mm_stack_top_unit(mm);
         MZ_ASSERT(mz_unit_claim(t, MZ_UNIT_COMPRESSED));
         if ((s = mz_unit_map_pages(t))) {
             mz_unit_settle(t, MZ_UNIT_COMPRESSED);

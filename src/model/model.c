@@ -44,40 +44,38 @@ mz_model_params mz_model_params_default(void)
     return p;
 }
 
-static mz_status get_u32_required(const mz_gguf *g, const char *arch, const char *suffix,
-                                  uint32_t *out)
+/* Reads key "<arch>.<suffix>" into *u32 when u32 is given, else into *f32;
+ * MZ_E_INVAL when the key is absent and not required. */
+static mz_status get_arch_key(const mz_gguf *g, const char *arch, const char *suffix,
+                              uint32_t *u32, float *f32, bool required)
 {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    mz_status s = mz_gguf_get_u32(g, key, out);
-    if (s == MZ_E_INVAL) return mz_fail(MZ_E_FORMAT, "missing required key %s", key);
+    mz_status s = u32 ? mz_gguf_get_u32(g, key, u32) : mz_gguf_get_f32(g, key, f32);
+    if (s == MZ_E_INVAL && required) return mz_fail(MZ_E_FORMAT, "missing required key %s", key);
     return s;
+}
+
+static mz_status get_u32_required(const mz_gguf *g, const char *arch, const char *suffix,
+                                  uint32_t *out)
+{
+    return get_arch_key(g, arch, suffix, out, NULL, true);
 }
 
 static mz_status get_u32_optional(const mz_gguf *g, const char *arch, const char *suffix,
                                   uint32_t *out, uint32_t dflt)
 {
-    char key[160];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    mz_status s = mz_gguf_get_u32(g, key, out);
-    if (s == MZ_E_INVAL) {
-        *out = dflt;
-        return MZ_OK;
-    }
-    return s;
+    mz_status s = get_arch_key(g, arch, suffix, out, NULL, false);
+    if (s == MZ_E_INVAL) *out = dflt;
+    return s == MZ_E_INVAL ? MZ_OK : s;
 }
 
 static mz_status get_f32_optional(const mz_gguf *g, const char *arch, const char *suffix,
                                   float *out, float dflt)
 {
-    char key[160];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    mz_status s = mz_gguf_get_f32(g, key, out);
-    if (s == MZ_E_INVAL) {
-        *out = dflt;
-        return MZ_OK;
-    }
-    return s;
+    mz_status s = get_arch_key(g, arch, suffix, NULL, out, false);
+    if (s == MZ_E_INVAL) *out = dflt;
+    return s == MZ_E_INVAL ? MZ_OK : s;
 }
 
 static mz_status check_range(const char *what, uint32_t v, uint32_t lo, uint32_t hi)
