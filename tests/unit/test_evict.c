@@ -172,7 +172,7 @@ static void test_partial_and_cycles(void)
             if (cycle == 3) CHECK(mz_restore(c, NULL) == MZ_OK);
         }
         CHECK(ev_apply_marks(ref, mz_mem_codec(c->mem), went) == 0);
-        char what[16];
+        char what[24];
         snprintf(what, sizeof what, "cycle %d", cycle);
         check_same_logits(c, ref, g_follow, N_FOLLOW, a, b, what);
         if (cycle == 0) memcpy(first, a, (size_t)g_vocab * sizeof(float));
