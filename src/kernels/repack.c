@@ -344,24 +344,24 @@ X8_Q5_IQ4_VEC_DOT(q5_1, MZ_DT_Q5_1)
 X8_Q5_IQ4_VEC_DOT(iq4_nl, MZ_DT_IQ4_NL)
 
 /* K-quants on the x8 layout: the plain arithmetic (kquant_ref.c), so the
- * reference gemm unpacks one row of a group at a time and runs the plain
- * reference vec_dot on it. */
-#define X8_KQUANT_REF(tq)                                                                             \
+ * reference gemm unpacks one row of a group at a time (unpack_row, as the
+ * single-row lookup does) and runs the plain reference vec_dot on it. */
+#define X8_KQUANT_REF(tq, TYPE)                                                                       \
     MZ_GEMM_DECL(mz_gemm_x8_##tq##_q8_K_ref)                                                          \
     {                                                                                                 \
         MZ_ASSERT(r0 % 8 == 0 && r1 % 8 == 0 && n % MZ_QK_K == 0 && n <= (size_t)MZ_QK * MZ_X8_MAX_BLOCKS); \
-        const size_t nb = n / MZ_QK_K, bs = sizeof(mz_block_##tq);                                    \
+        const size_t nb = n / MZ_QK_K;                                                                \
         mz_block_##tq row[MZ_QK * MZ_X8_MAX_BLOCKS / MZ_QK_K];                                        \
         for (size_t g = r0 / 8; g < r1 / 8; g++) {                                                    \
             const uint8_t *gp = (const uint8_t *)w + g * 8 * w_row_bytes;                             \
             for (int r = 0; r < 8; r++) {                                                             \
-                for (size_t b = 0; b < nb; b++) kquant_row_block(bs, gp + b * 8 * bs, (uint8_t *)&row[b], r, false); \
+                unpack_row(TYPE, gp, r, (uint8_t *)row, nb);                                          \
                 for (size_t t = 0; t < n_tok; t++)                                                    \
                     y[t * y_stride + g * 8 + (size_t)r] =                                              \
                         mz_vec_dot_##tq##_q8_K_ref(n, row, (const uint8_t *)x + t * x_row_bytes);      \
             }                                                                                         \
         }                                                                                             \
     }
-X8_KQUANT_REF(q4_K)
-X8_KQUANT_REF(q5_K)
-X8_KQUANT_REF(q6_K)
+X8_KQUANT_REF(q4_K, MZ_DT_Q4_K)
+X8_KQUANT_REF(q5_K, MZ_DT_Q5_K)
+X8_KQUANT_REF(q6_K, MZ_DT_Q6_K)
