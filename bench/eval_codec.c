@@ -214,6 +214,14 @@ static int log_softmax(const float *logits, int n, float *lp)
     return best;
 }
 
+/* KL(base || q) in nats, of two log-softmax outputs over n tokens. */
+static double kl_nats(const float *base, const float *q, int n)
+{
+    double d = 0;
+    for (int v = 0; v < n; v++) d += exp((double)base[v]) * ((double)base[v] - (double)q[v]);
+    return d;
+}
+
 static void step(mz_ctx_t *c, mz_token t)
 {
     if (mz_prefill(c, &t, 1) != MZ_OK) die("prefill", mz_ctx_errmsg(c));
@@ -297,10 +305,7 @@ static void eval_full(mz_model_t *m, const mz_model_info *mi, int threads, const
                     base_top[s] = am;
                     continue;
                 }
-                const float *b = lp_base + (size_t)s * n_vocab;
-                double d = 0;
-                for (int v = 0; v < n_vocab; v++) d += exp((double)b[v]) * ((double)b[v] - (double)lp[v]);
-                wkl += d;
+                wkl += kl_nats(lp_base + (size_t)s * n_vocab, lp, n_vocab);
                 wagree += am == base_top[s];
             }
             nll[k] += wnll;
@@ -673,12 +678,9 @@ int main(int argc, char **argv)
                     if (k > 0) {
                         const float *b = lp_base + (size_t)s * n_vocab;
                         int bm = 0;
-                        double d = 0;
-                        for (int v = 0; v < n_vocab; v++) {
+                        for (int v = 1; v < n_vocab; v++)
                             if (b[v] > b[bm]) bm = v;
-                            d += exp((double)b[v]) * ((double)b[v] - (double)lp[v]);
-                        }
-                        kl += d;
+                        kl += kl_nats(b, lp, n_vocab);
                         agree += am == bm;
                     } else {
                         agree++;
