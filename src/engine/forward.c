@@ -386,18 +386,12 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
 
     if ((st = mz_kv_cache_reserve(&c->kv, p0 + n))) return st;
 
-    const mz_type_kernels *ke = mz_kernels_for(m->tok_embd.type);
     for (size_t t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= cfg->n_vocab)
             return mz_fail(MZ_E_INVAL, "token id %d is outside the vocabulary (0..%d)", tokens[t],
                            cfg->n_vocab - 1);
-        const uint8_t *row = (const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes;
-        _Alignas(64) uint8_t plain_row[MZ_X8_MAX_ROW_BYTES];
-        if (m->tok_embd.layout == MZ_LAYOUT_X8) {
-            mz_x8_row_to_plain(m->tok_embd.type, m->tok_embd.data, (size_t)tokens[t], E, plain_row);
-            row = plain_row;
-        }
-        ke->to_float(row, s->x + t * E, E);
+        mz_weight_row_to_float(m->tok_embd.type, m->tok_embd.layout, m->tok_embd.data, (size_t)tokens[t], E,
+                               s->x + t * E);
         if (cfg->embd_scale != 1.0f)
             for (size_t i = 0; i < E; i++) s->x[t * E + i] *= cfg->embd_scale;
     }

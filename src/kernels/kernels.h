@@ -92,7 +92,10 @@ void mz_unpack_x8(int type, void *data, size_t n_rows, size_t n_cols, void *scra
  * out (mz_dtype_row_bytes(type, n_cols) bytes): a tied embedding stays
  * repacked for the output product and is looked up row by row. */
 void mz_x8_row_to_plain(int type, const void *data, size_t row, size_t n_cols, void *out);
-#define MZ_X8_MAX_ROW_BYTES (MZ_X8_MAX_BLOCKS * 34) /* the largest x8 block: Q8_0's 34 bytes */
+/* Row `row` of a weight matrix of n_cols values per row, kept in `layout`
+ * (MZ_LAYOUT_*), as n_cols floats into y: the embedding lookup, whichever
+ * layout the embedding takes. */
+void mz_weight_row_to_float(int type, int layout, const void *data, size_t row, size_t n_cols, float *y);
 
 /* Selects implementations for this CPU. Safe to call more than once. */
 void mz_kernels_init(void);

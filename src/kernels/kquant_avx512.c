@@ -158,7 +158,6 @@ static inline void kq8_dot(__m256i *acc, __m256i w, __m256i x, __m256i sc)
     (void)sc;
     *acc = _mm256_dpbusd_epi32(*acc, w, x);
 }
-static inline __m256i kq8_apply(__m256i sum, __m256i part, __m256i sc) { return _mm256_add_epi32(sum, _mm256_mullo_epi32(part, sc)); }
 #include "kquant_x8_x86.h"
 
 #else

@@ -6,9 +6,8 @@
  *   kq8_scale(v):          the s32 lanes of a group's scale (one per row) in
  *                          the form kq8_dot / kq8_apply take;
  *   kq8_dot(acc, w, x, sc): 4 products u8 w x s8 x per lane added to *acc
- *                          (KQ8_DIRECT: times sc, into the super-block sum);
- *   kq8_apply(sum, part, sc): sum + part * sc (the group's products part,
- *                          unscaled; used only without KQ8_DIRECT).
+ *                          (KQ8_DIRECT: times sc, into the super-block sum;
+ *                          else unscaled, the group's part for kq8_apply).
  *
  * Arithmetic: per (row, token, super-block) the exact integers of the plain
  * kernels (isum = sum over scale groups of scale * sum code * x, Q6_K's
@@ -23,7 +22,7 @@
  * activation bytes broadcast to every lane.
  */
 #ifndef KQ8_SUFFIX
-#error "define KQ8_SUFFIX, KQ8_T, KQ8_DIRECT, kq8_scale, kq8_dot and kq8_apply first"
+#error "define KQ8_SUFFIX, KQ8_T, KQ8_DIRECT, kq8_scale and kq8_dot first"
 #endif
 
 #define KQ8_CAT2(a, b) a##_##b
@@ -66,6 +65,13 @@ static inline void KQ8_FN(kq8_prep_act)(KQ8_FN(kq8_act) *a, int kind, size_t nb,
                 pw[3] = kq8_pair(s[5], s[7]);
             }
         }
+}
+
+/* sum + part * sc: a scale group's unscaled products part (without
+ * KQ8_DIRECT) times its rows' scales. */
+static inline __m256i kq8_apply(__m256i sum, __m256i part, __m256i sc)
+{
+    return _mm256_add_epi32(sum, _mm256_mullo_epi32(part, sc));
 }
 
 static inline __m256i kq8_load(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }

@@ -214,6 +214,19 @@ void mz_x8_row_to_plain(int type, const void *data, size_t row, size_t n_cols, v
     unpack_row(type, (const uint8_t *)data + row / 8 * 8 * wrb, (int)(row % 8), out, n_cols / mz_dtype_block_len(type));
 }
 
+#define X8_MAX_ROW_BYTES (MZ_X8_MAX_BLOCKS * 34) /* the largest x8 block per 32 values: Q8_0's 34 bytes */
+
+void mz_weight_row_to_float(int type, int layout, const void *data, size_t row, size_t n_cols, float *y)
+{
+    const uint8_t *p = (const uint8_t *)data + row * mz_dtype_row_bytes(type, n_cols);
+    _Alignas(64) uint8_t plain[X8_MAX_ROW_BYTES];
+    if (layout == MZ_LAYOUT_X8) {
+        mz_x8_row_to_plain(type, data, row, n_cols, plain);
+        p = plain;
+    }
+    mz_kernels_for(type)->to_float(p, y, n_cols);
+}
+
 /* ---- scalar reference ------------------------------------------------------------- */
 
 /* The canonical x8 arithmetic for one output, on a PLAIN weight row: the
