@@ -8,6 +8,8 @@
  */
 #include "server/server_impl.h"
 
+#include "core/core.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -32,7 +34,7 @@ int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
 
 int srv_gate_enter_for(mz_server_t *s, bool priority, struct MHD_Connection *client, double *wait_ms)
 {
-    double t0 = srv_now_ms();
+    double t0 = mz_time_ms();
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     if (priority) {
@@ -73,7 +75,7 @@ int srv_gate_enter_for(mz_server_t *s, bool priority, struct MHD_Connection *cli
     }
     if (!rc) s->busy = true;
     pthread_mutex_unlock(&s->mu);
-    if (wait_ms) *wait_ms = srv_now_ms() - t0;
+    if (wait_ms) *wait_ms = mz_time_ms() - t0;
     return rc;
 }
 

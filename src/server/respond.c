@@ -1,5 +1,5 @@
 /*
- * respond.c — what every part of the daemon writes with: the clocks, the log
+ * respond.c — what every part of the daemon writes with: the wall clock, the log
  * line, and the HTTP responses (JSON bodies, OpenAI-shaped errors, counted by
  * status class). Error messages never carry paths or secrets: engine messages,
  * which may name the swap file, go to the log only.
@@ -11,13 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-double srv_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 double srv_unix_now(void)
 {

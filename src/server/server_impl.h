@@ -1,6 +1,6 @@
 /*
  * server_impl.h — internals shared by the server's files (server.c: start,
- * stop, the access handler and dispatch; respond.c: clocks, log, responses;
+ * stop, the access handler and dispatch; respond.c: the wall clock, log, responses;
  * gate.c: the engine gate and its queue; control.c: the control endpoints;
  * relief.c: pressure → eviction and relief; sessions.c: the conversations,
  * their routing and the memory budget; completion.c: the completion
@@ -248,7 +248,6 @@ enum MHD_Result srv_handle_session_delete(mz_server_t *s, struct MHD_Connection 
 enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, srv_request *rq,
                                       bool chat);
 
-double srv_now_ms(void);
 double srv_unix_now(void);
 /* "2026-12-01T23:10:45.123Z" */
 void srv_iso8601(double t_unix, char *out, size_t cap);
