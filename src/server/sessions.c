@@ -49,6 +49,15 @@ static int most_recent(const mz_server_t *s)
     return best;
 }
 
+/* The least recently used session other than sess[except] (-1: none). */
+static int least_recent(const mz_server_t *s, int except)
+{
+    int lru = -1;
+    for (int i = 0; i < s->n_sess; i++)
+        if (i != except && (lru < 0 || last_use(&s->sess[i]) < last_use(&s->sess[lru]))) lru = i;
+    return lru;
+}
+
 /* The daemon's wall-clock last use, for /mz/sessions; which session is
  * least recently used is the engine's clock (last_use). */
 static void touch(srv_session *ss) { ss->last_use_unix = srv_unix_now(); }
@@ -105,6 +114,15 @@ static void anon_index_build(mz_server_t *s, const mz_stored_session *v, size_t 
     }
 }
 
+/* Whether the store has files for id: 0 none, 1 yes. */
+static int stored_exists(const mz_server_t *s, const char *id)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/%s.mzs", mz_store_dir(s->store), id);
+    if (n < 0 || (size_t)n >= sizeof path) return 0;
+    return access(path, F_OK) == 0;
+}
+
 /* The store over its limit: the least recently used sessions not in use go
  * (mz_store_enforce_limit), and the index forgets what went. */
 static void store_limit(mz_server_t *s)
@@ -116,11 +134,8 @@ static void store_limit(mz_server_t *s)
     }
     srv_log(s, "store: over its limit (%.0f MiB): %zu least recently used sessions deleted",
             (double)s->p.store_limit_bytes / 1048576.0, n_del);
-    for (int i = 0; i < s->n_anon_index; i++) {
-        char path[PATH_MAX];
-        int n = snprintf(path, sizeof path, "%s/%s.mzs", mz_store_dir(s->store), s->anon_index[i].id);
-        if (n > 0 && (size_t)n < sizeof path && access(path, F_OK) != 0) anon_index_drop(s, i--);
-    }
+    for (int i = 0; i < s->n_anon_index; i++)
+        if (!stored_exists(s, s->anon_index[i].id)) anon_index_drop(s, i--);
 }
 
 /* ctx: a context made already (a resumed session), or NULL to make one. */
@@ -137,7 +152,7 @@ static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int 
     if (id && *id) {
         snprintf(ss->id, sizeof ss->id, "%s", id);
         /* A resumed anonymous session keeps its stored id and stays anonymous. */
-        ss->named = strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1) != 0;
+        ss->named = !is_anon(id);
     } else {
         snprintf(ss->id, sizeof ss->id, "anon-%lu", ++s->next_anon);
     }
@@ -242,15 +257,6 @@ void srv_store_close(mz_server_t *s)
     s->anon_index = NULL;
     free(s->snap_stored);
     s->snap_stored = NULL;
-}
-
-/* Whether the store has files for id: 0 none, 1 yes. */
-static int stored_exists(const mz_server_t *s, const char *id)
-{
-    char path[PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/%s.mzs", mz_store_dir(s->store), id);
-    if (n < 0 || (size_t)n >= sizeof path) return 0;
-    return access(path, F_OK) == 0;
 }
 
 /* The request's tokens past the stored ones, when the stored tokens are a
@@ -402,9 +408,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
          * single conversation of earlier versions). Named sessions are never
          * reused this way: cached_tokens would tell one client about
          * another's conversation. */
-        int lru = 0;
-        for (int i = 1; i < s->n_sess; i++)
-            if (last_use(&s->sess[i]) < last_use(&s->sess[lru])) lru = i;
+        int lru = least_recent(s, -1);
         if (!s->sess[lru].named) {
             srv_session *ss = &s->sess[lru];
             char old[sizeof ss->id];
@@ -428,9 +432,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
         if (st) return st;
         if (resumed) s->sess[pick].stored = true; /* mz_session_resume stores it again */
         if (s->n_sess > s->p.max_sessions) {
-            int lru = -1;
-            for (int i = 0; i < s->n_sess; i++)
-                if (i != pick && (lru < 0 || last_use(&s->sess[i]) < last_use(&s->sess[lru]))) lru = i;
+            int lru = least_recent(s, pick);
             srv_log(s, "session %s forgotten (least recently used; %d sessions at most) for %s", s->sess[lru].id,
                     s->p.max_sessions, s->sess[pick].id);
             session_remove(s, lru);
