@@ -104,8 +104,8 @@ static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
         return;
     }
     mz_restore_report rep = {0};
-    size_t n_sto = 0, n_mem = 0;
-    mz_status rc = srv_restore_sessions_pipelined(s, &rep, &n_sto, &n_mem);
+    mz_engine_restore_units units = {0};
+    mz_status rc = srv_restore_sessions(s, true, &rep, &units);
     mz_mem_stats after;
     srv_mem_stats(s, &after);
     pthread_mutex_lock(&s->snap_mu);
@@ -116,7 +116,7 @@ static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
     if (!rc && after.remaining_pct >= 100.0) mz_pressure_want_relief(pe->monitor, false);
     srv_log(s, "relief: %s -> restored %.1f MiB ahead in %.1f ms (%zu units from storage, %zu from memory); "
                "remaining %.1f%%%s",
-            o.why, (double)rep.bytes_restored / 1048576.0, rep.time_ms, n_sto, n_mem, after.remaining_pct,
+            o.why, (double)rep.bytes_restored / 1048576.0, rep.time_ms, units.n_storage, units.n_memory, after.remaining_pct,
             rc ? " (failed part way; see above)" : "");
 }
 

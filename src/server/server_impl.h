@@ -281,14 +281,13 @@ size_t srv_footprint(mz_server_t *s);
 /* Evicts nbytes (SIZE_MAX: all) over the sessions and the weights: the
  * engine's one plan (mz_engine_evict; least recently used first). */
 mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep);
-/* Restores every session (mz_engine_restore: least recent first). */
-mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep);
-/* The same with the pipelined restore of a request (mz_prefill_restore of no
- * tokens: storage, memory and allocation paths in parallel workers), for
- * restores ahead. rep: bytes_restored (resident bytes gained), time_ms;
- * units: storage-path and memory-path units. */
-mz_status srv_restore_sessions_pipelined(mz_server_t *s, mz_restore_report *rep, size_t *n_storage,
-                                         size_t *n_memory);
+/* Restores every session (mz_engine_restore: least recent first), logging
+ * a failure. pipelined: the pipelined restore of a request (mz_prefill_restore
+ * of no tokens: storage, memory and allocation paths in parallel workers),
+ * for restores ahead; rep->bytes_restored is then the resident bytes gained
+ * and units (may be NULL) counts the units by path. */
+mz_status srv_restore_sessions(mz_server_t *s, bool pipelined, mz_restore_report *rep,
+                               mz_engine_restore_units *units);
 /* The engine keeps the budget (mz_engine_keep_budget); this counts, logs
  * and records what it did (no-op without one). */
 void srv_enforce_budget(mz_server_t *s);

@@ -524,22 +524,12 @@ mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep
     return st;
 }
 
-mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep)
+mz_status srv_restore_sessions(mz_server_t *s, bool pipelined, mz_restore_report *rep,
+                               mz_engine_restore_units *units)
 {
-    mz_status st = mz_engine_restore(s->engine, NULL, rep, NULL);
+    mz_engine_restore_params rp = {.pipelined = pipelined};
+    mz_status st = mz_engine_restore(s->engine, &rp, rep, units);
     if (st) srv_log(s, "restore failed: %s", mz_last_error());
-    return st;
-}
-
-mz_status srv_restore_sessions_pipelined(mz_server_t *s, mz_restore_report *rep, size_t *n_storage,
-                                         size_t *n_memory)
-{
-    mz_engine_restore_params rp = {.pipelined = true};
-    mz_engine_restore_units u;
-    mz_status st = mz_engine_restore(s->engine, &rp, rep, &u);
-    if (st) srv_log(s, "restore failed: %s", mz_last_error());
-    *n_storage = u.n_storage;
-    *n_memory = u.n_memory;
     return st;
 }
 
