@@ -86,14 +86,21 @@ enum MHD_Result srv_respond(mz_server_t *s, struct MHD_Connection *c, int status
     return ret;
 }
 
-enum MHD_Result srv_respond_json(mz_server_t *s, struct MHD_Connection *c, int status, cJSON *obj)
+/* Serializes and frees obj; with a header hname: hval (NULL: none). */
+static enum MHD_Result respond_json_with(mz_server_t *s, struct MHD_Connection *c, int status, cJSON *obj,
+                                         const char *hname, const char *hval)
 {
     char *txt = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
     if (!txt) return srv_respond(s, c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}", 37, NULL, NULL);
-    enum MHD_Result r = srv_respond(s, c, status, "application/json", txt, strlen(txt), NULL, NULL);
+    enum MHD_Result r = srv_respond(s, c, status, "application/json", txt, strlen(txt), hname, hval);
     cJSON_free(txt);
     return r;
+}
+
+enum MHD_Result srv_respond_json(mz_server_t *s, struct MHD_Connection *c, int status, cJSON *obj)
+{
+    return respond_json_with(s, c, status, obj, NULL, NULL);
 }
 
 enum MHD_Result srv_error(mz_server_t *s, struct MHD_Connection *c, int status, const char *type,
@@ -113,13 +120,5 @@ enum MHD_Result srv_error(mz_server_t *s, struct MHD_Connection *c, int status, 
     const char *hname = NULL, *hval = NULL;
     if (status == 409 || status == 429 || status == 503) hname = "Retry-After", hval = "1";
     else if (status == 401) hname = "WWW-Authenticate", hval = "Bearer";
-    if (hname) {
-        char *txt = cJSON_PrintUnformatted(root);
-        cJSON_Delete(root);
-        enum MHD_Result r = srv_respond(s, c, status, "application/json", txt ? txt : "{}",
-                                        txt ? strlen(txt) : 2, hname, hval);
-        cJSON_free(txt);
-        return r;
-    }
-    return srv_respond_json(s, c, status, root);
+    return respond_json_with(s, c, status, root, hname, hval);
 }
