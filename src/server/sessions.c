@@ -94,6 +94,13 @@ static void anon_index_put(mz_server_t *s, const char *id, const mz_token *toks,
 
 static bool is_anon(const char *id) { return !strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1); }
 
+/* The next anonymous id (MZ_SESSION_ANON_PREFIX and a number past every one
+ * given or stored: anon_index_build reads the stored ones). */
+static void anon_id_next(mz_server_t *s, char *id, size_t cap)
+{
+    snprintf(id, cap, MZ_SESSION_ANON_PREFIX "%lu", ++s->next_anon);
+}
+
 /* At start: every stored anonymous session's tokens, its manifest read once;
  * new anonymous ids continue after the largest stored one. */
 static void anon_index_build(mz_server_t *s, const mz_stored_session *v, size_t k)
@@ -154,7 +161,7 @@ static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int 
         /* A resumed anonymous session keeps its stored id and stays anonymous. */
         ss->named = !is_anon(id);
     } else {
-        snprintf(ss->id, sizeof ss->id, "anon-%lu", ++s->next_anon);
+        anon_id_next(s, ss->id, sizeof ss->id);
     }
     ss->created_unix = srv_unix_now();
     ss->last_ttft_ms = -1;
@@ -413,7 +420,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
             srv_session *ss = &s->sess[lru];
             char old[sizeof ss->id];
             memcpy(old, ss->id, sizeof old);
-            snprintf(ss->id, sizeof ss->id, "anon-%lu", ++s->next_anon);
+            anon_id_next(s, ss->id, sizeof ss->id);
             ss->created_unix = srv_unix_now();
             ss->n_prompt_last = 0;
             ss->last_ttft_ms = -1;
