@@ -19,6 +19,16 @@ double srv_unix_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+struct timespec srv_deadline_in(int ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    long long ns = dl.tv_nsec + (long long)ms * 1000000LL;
+    dl.tv_sec += (time_t)(ns / 1000000000LL);
+    dl.tv_nsec = (long)(ns % 1000000000LL);
+    return dl;
+}
+
 void srv_iso8601(double t_unix, char *out, size_t cap)
 {
     time_t sec = (time_t)t_unix;

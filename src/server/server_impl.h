@@ -24,6 +24,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #define SRV_N_EVENTS 64
 #define SRV_SESSION_ID_MAX MZ_SESSION_ID_MAX
@@ -206,6 +207,9 @@ void srv_gate_leave(mz_server_t *s);
 /* The gate if nobody holds it or waits for it: 0, else 1 (the monitor
  * thread must not queue behind requests: signals would wait with it). */
 int srv_gate_try_enter(mz_server_t *s);
+/* server.c: the grace period ran out: generation stops at the next token
+ * (any thread). */
+bool srv_cut_short(mz_server_t *s);
 
 /* Responses. All return what MHD_queue_response returned. */
 enum MHD_Result srv_respond(mz_server_t *s, struct MHD_Connection *c, int status, const char *ctype,
@@ -249,6 +253,8 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
                                       bool chat);
 
 double srv_unix_now(void);
+/* CLOCK_REALTIME ms from now: a pthread_cond_timedwait deadline. */
+struct timespec srv_deadline_in(int ms);
 /* "2026-12-01T23:10:45.123Z" */
 void srv_iso8601(double t_unix, char *out, size_t cap);
 
@@ -293,7 +299,5 @@ mz_status srv_restore_sessions(mz_server_t *s, bool pipelined, mz_restore_report
 void srv_enforce_budget(mz_server_t *s);
 /* Copies the sessions' state into the snapshot; takes snap_mu itself. */
 void srv_sessions_snapshot(mz_server_t *s);
-/* The grace period ran out: generation stops at the next token (any thread). */
-bool srv_cut_short(mz_server_t *s);
 
 #endif /* MZ_SERVER_IMPL_H */

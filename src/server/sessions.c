@@ -36,8 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool srv_cut_short(mz_server_t *s) { return atomic_load(&s->cut); }
-
 /* The engine's last-use clock of a session (one LRU: the engine's). */
 static uint64_t last_use(const srv_session *ss) { return mz_ctx_last_use_ns(ss->ctx); }
 
