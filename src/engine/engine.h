@@ -196,6 +196,8 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_ctx_prefill_internal(mz_ctx_t *c, const mz
 
 /* session.c: the engine side of a session. */
 MZ_INTERNAL void mz_session_touch(mz_ctx_t *c); /* last use = now */
+/* The shared weight blocks' memory (mz_mem_stats.weights of the engine). */
+MZ_INTERNAL void mz_engine_weights_stats(const mz_engine_t *e, mz_mem_category *w);
 /* Compute sections of the engine: open/close around every forward pass or
  * restore (under compute_lock). mz_engine_quiet: none open now, and none
  * closed within the last quiet_ns — between the tokens of a decode loop the

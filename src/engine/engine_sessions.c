@@ -118,9 +118,12 @@ static size_t session_kv_footprint(const mz_mem_stats *st)
 size_t mz_engine_footprint(mz_engine_t *e)
 {
     if (!e) return 0;
+    /* The weights from the engine's own table: mz_engine_get_mem_stats would
+     * also read every session's stats, which the loop below reads anyway. */
+    mz_mem_category w;
+    mz_engine_weights_stats(e, &w);
+    size_t fp = e->model->pinned_bytes + w.resident_bytes + w.compressed_bytes;
     mz_mem_stats st;
-    mz_engine_get_mem_stats(e, &st);
-    size_t fp = st.pinned_bytes + st.weights.resident_bytes + st.weights.compressed_bytes;
     size_t n = 0;
     lru_entry *v = sessions_lru(e, &n);
     for (size_t i = 0; v && i < n; i++) {

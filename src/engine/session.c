@@ -402,7 +402,7 @@ static void add_cat(mz_mem_category *to, const mz_mem_category *from)
     to->n_resident += from->n_resident;
 }
 
-static void weights_cat(const mz_engine_t *e, mz_mem_category *w)
+void mz_engine_weights_stats(const mz_engine_t *e, mz_mem_category *w)
 {
     memset(w, 0, sizeof *w);
     for (int l = 0; l < e->wt->n_layer; l++) {
@@ -458,7 +458,7 @@ void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out)
     out->kv = kv;
     out->compstack_mapped_bytes = stack;
     out->swap_file_bytes = swap;
-    weights_cat(e, &out->weights);
+    mz_engine_weights_stats(e, &out->weights);
     out->pinned_bytes = e->model->pinned_bytes;
     size_t total = out->weights.total_bytes + out->kv.total_bytes;
     size_t kept = out->weights.resident_bytes + out->kv.resident_bytes + out->kv.compressed_bytes;

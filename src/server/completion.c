@@ -123,7 +123,7 @@ static bool gen_on_sample(void *user, mz_token t)
 {
     gen_state *g = user;
     if (g->tm.n_generated == 0 && g->tm.ttft_ms == 0) {
-        double now = srv_now_ms();
+        double now = mz_time_ms();
         g->tm.sample_ms = now - g->t_gen0;
         g->tm.ttft_ms = now - g->t0;
     }
@@ -209,7 +209,7 @@ static void gen_release(gen_state *g)
 {
     if (!g->holds_gate) return;
     mz_server_t *s = g->srv;
-    double now = srv_now_ms();
+    double now = mz_time_ms();
     g->tm.gen_ms = now - g->t_gen0;
     g->tm.total_ms = now - g->t0;
     snprintf(g->tm.finish_reason, sizeof g->tm.finish_reason, "%s",
@@ -264,7 +264,7 @@ static void add_usage(cJSON *o, const gen_state *g)
     cJSON_AddNumberToObject(t, "prompt_n", (double)g->tm.n_prefilled);
     cJSON_AddNumberToObject(t, "prompt_ms", g->tm.prefill_ms);
     cJSON_AddNumberToObject(t, "predicted_n", (double)g->tm.n_generated);
-    cJSON_AddNumberToObject(t, "predicted_ms", srv_now_ms() - g->t_gen0);
+    cJSON_AddNumberToObject(t, "predicted_ms", mz_time_ms() - g->t_gen0);
     cJSON_AddNumberToObject(t, "queue_ms", g->tm.queue_ms);
     cJSON_AddNumberToObject(t, "tokenize_ms", g->tm.tokenize_ms);
     cJSON_AddNumberToObject(t, "ttft_ms", g->tm.ttft_ms);
@@ -452,7 +452,7 @@ static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, si
 
 enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, srv_request *rq, bool chat)
 {
-    double t0 = srv_now_ms();
+    double t0 = mz_time_ms();
     const char *bad_json;
     cJSON *root = srv_parse_json(rq->body, rq->len, &bad_json);
     if (!root) return srv_error(s, c, 400, "invalid_request_error", "%s", bad_json);
@@ -515,7 +515,7 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         goto out_gen;
     }
     mz_status st = build_tokens(s, r, chat, &toks, &n);
-    g->tm.tokenize_ms = srv_now_ms() - t0;
+    g->tm.tokenize_ms = mz_time_ms() - t0;
     if (st) {
         ret = st == MZ_E_NOMEM ? srv_error(s, c, 500, "server_error", "out of memory")
                                : srv_error(s, c, 400, "invalid_request_error", "cannot tokenize the prompt (%s)", mz_status_str(st));
@@ -552,7 +552,7 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         goto out_gen;
     }
     g->holds_gate = true;
-    double t_route = srv_now_ms();
+    double t_route = mz_time_ms();
     if ((st = srv_session_route(s, sid, toks, n))) {
         ret = srv_error(s, c, 503, "unavailable", "cannot open a session (%s)", mz_status_str(st));
         goto out_gen;
@@ -565,10 +565,10 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         g->tm.remaining_pct_before = before.remaining_pct;
         g->tm.evicted_bytes_before = total > held ? total - held : 0;
     }
-    double tp = srv_now_ms();
+    double tp = mz_time_ms();
     bool in_resume = false;
     st = sync_context(s, toks, n, &g->tm.n_cached, &in_resume);
-    g->t_gen0 = srv_now_ms();
+    g->t_gen0 = mz_time_ms();
     /* A resume that computed the new tokens in its pass did the prefill. */
     g->tm.prefill_ms = g->t_gen0 - (in_resume ? t_route : tp);
     g->tm.n_prefilled = n - g->tm.n_cached;

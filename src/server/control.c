@@ -513,7 +513,7 @@ enum MHD_Result srv_handle_restore(mz_server_t *s, struct MHD_Connection *c)
 {
     if (srv_gate_enter(s, true, NULL)) return srv_error(s, c, 503, "unavailable", "server is shutting down");
     mz_restore_report rep = {0};
-    mz_status rc = srv_restore_sessions(s, &rep);
+    mz_status rc = srv_restore_sessions(s, false, &rep, NULL);
     mz_mem_stats after;
     srv_mem_stats(s, &after);
     size_t ctx_tokens = s->ctx ? mz_ctx_n_tokens(s->ctx) : 0;

@@ -8,6 +8,8 @@
  */
 #include "server/server_impl.h"
 
+#include "core/core.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -32,7 +34,7 @@ int srv_gate_enter(mz_server_t *s, bool priority, double *wait_ms)
 
 int srv_gate_enter_for(mz_server_t *s, bool priority, struct MHD_Connection *client, double *wait_ms)
 {
-    double t0 = srv_now_ms();
+    double t0 = mz_time_ms();
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     if (priority) {
@@ -44,20 +46,13 @@ int srv_gate_enter_for(mz_server_t *s, bool priority, struct MHD_Connection *cli
         if ((s->busy || s->n_priority_waiting) && s->n_waiting >= s->p.max_queue) {
             rc = 429;
         } else {
-            struct timespec dl;
-            clock_gettime(CLOCK_REALTIME, &dl);
-            long long ns = dl.tv_nsec + (long long)s->p.queue_timeout_ms * 1000000LL;
-            dl.tv_sec += (time_t)(ns / 1000000000LL);
-            dl.tv_nsec = (long)(ns % 1000000000LL);
+            struct timespec dl = srv_deadline_in(s->p.queue_timeout_ms);
             s->n_waiting++;
             while ((s->busy || s->n_priority_waiting) && !s->stopping && !rc && !srv_cut_short(s)) {
                 /* With a client: wake every 200 ms to see whether it left. */
                 struct timespec wake = dl;
                 if (client) {
-                    clock_gettime(CLOCK_REALTIME, &wake);
-                    long long wn = wake.tv_nsec + 200000000LL;
-                    wake.tv_sec += (time_t)(wn / 1000000000LL);
-                    wake.tv_nsec = (long)(wn % 1000000000LL);
+                    wake = srv_deadline_in(200);
                     if (wake.tv_sec > dl.tv_sec || (wake.tv_sec == dl.tv_sec && wake.tv_nsec > dl.tv_nsec)) wake = dl;
                 }
                 if (pthread_cond_timedwait(&s->cv, &s->mu, &wake) == ETIMEDOUT) {
@@ -73,7 +68,7 @@ int srv_gate_enter_for(mz_server_t *s, bool priority, struct MHD_Connection *cli
     }
     if (!rc) s->busy = true;
     pthread_mutex_unlock(&s->mu);
-    if (wait_ms) *wait_ms = srv_now_ms() - t0;
+    if (wait_ms) *wait_ms = mz_time_ms() - t0;
     return rc;
 }
 

@@ -7,6 +7,8 @@
  */
 #include "server/server_impl.h"
 
+#include "core/core.h"
+
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -68,7 +70,7 @@ mz_status srv_evict_event(mz_server_t *s, size_t nbytes, srv_event *ev, mz_evict
  * runs, signals wait on this thread (the kernel coalesces them). */
 static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
 {
-    double now = srv_now_ms();
+    double now = mz_time_ms();
     pthread_mutex_lock(&s->snap_mu);
     bool quiet = now - s->last_squeeze_ms >= (double)s->p.restore_ahead_quiet_ms;
     pthread_mutex_unlock(&s->snap_mu);
@@ -102,8 +104,8 @@ static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
         return;
     }
     mz_restore_report rep = {0};
-    size_t n_sto = 0, n_mem = 0;
-    mz_status rc = srv_restore_sessions_pipelined(s, &rep, &n_sto, &n_mem);
+    mz_engine_restore_units units = {0};
+    mz_status rc = srv_restore_sessions(s, true, &rep, &units);
     mz_mem_stats after;
     srv_mem_stats(s, &after);
     pthread_mutex_lock(&s->snap_mu);
@@ -114,7 +116,7 @@ static void on_relief(mz_server_t *s, const mz_pressure_event *pe)
     if (!rc && after.remaining_pct >= 100.0) mz_pressure_want_relief(pe->monitor, false);
     srv_log(s, "relief: %s -> restored %.1f MiB ahead in %.1f ms (%zu units from storage, %zu from memory); "
                "remaining %.1f%%%s",
-            o.why, (double)rep.bytes_restored / 1048576.0, rep.time_ms, n_sto, n_mem, after.remaining_pct,
+            o.why, (double)rep.bytes_restored / 1048576.0, rep.time_ms, units.n_storage, units.n_memory, after.remaining_pct,
             rc ? " (failed part way; see above)" : "");
 }
 
@@ -129,7 +131,7 @@ void srv_on_pressure(void *user, const mz_pressure_event *pe)
         return;
     }
     const char *src = mz_pressure_source_name(pe->source);
-    double now = srv_now_ms();
+    double now = mz_time_ms();
     pthread_mutex_lock(&s->snap_mu);
     s->n_signals[pe->source]++;
     bool ignore_level = pe->level < s->p.pressure_min_level;
@@ -168,7 +170,7 @@ void srv_on_pressure(void *user, const mz_pressure_event *pe)
     mz_esize(&prm, mz_pressure_esize_state(pe->monitor), &sig, &h, &o);
     if (o.need > 0 && o.basis != MZ_ESIZE_CLEAR && o.basis != MZ_ESIZE_BACKOFF) {
         pthread_mutex_lock(&s->snap_mu);
-        s->last_squeeze_ms = srv_now_ms();
+        s->last_squeeze_ms = mz_time_ms();
         pthread_mutex_unlock(&s->snap_mu);
     }
     srv_event ev = {.t_unix = srv_unix_now()};
@@ -201,7 +203,7 @@ void srv_on_pressure(void *user, const mz_pressure_event *pe)
     pthread_mutex_lock(&s->snap_mu);
     s->n_evictions[0]++;
     s->evicted_bytes[0] += rep.bytes_freed;
-    s->last_pressure_evict_ms = srv_now_ms();
+    s->last_pressure_evict_ms = mz_time_ms();
     pthread_mutex_unlock(&s->snap_mu);
     srv_gate_leave(s);
     srv_record_event(s, &ev);

@@ -1,5 +1,5 @@
 /*
- * respond.c — what every part of the daemon writes with: the clocks, the log
+ * respond.c — what every part of the daemon writes with: the wall clock, the log
  * line, and the HTTP responses (JSON bodies, OpenAI-shaped errors, counted by
  * status class). Error messages never carry paths or secrets: engine messages,
  * which may name the swap file, go to the log only.
@@ -12,18 +12,21 @@
 #include <string.h>
 #include <time.h>
 
-double srv_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 double srv_unix_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct timespec srv_deadline_in(int ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    long long ns = dl.tv_nsec + (long long)ms * 1000000LL;
+    dl.tv_sec += (time_t)(ns / 1000000000LL);
+    dl.tv_nsec = (long)(ns % 1000000000LL);
+    return dl;
 }
 
 void srv_iso8601(double t_unix, char *out, size_t cap)
@@ -93,14 +96,21 @@ enum MHD_Result srv_respond(mz_server_t *s, struct MHD_Connection *c, int status
     return ret;
 }
 
-enum MHD_Result srv_respond_json(mz_server_t *s, struct MHD_Connection *c, int status, cJSON *obj)
+/* Serializes and frees obj; with a header hname: hval (NULL: none). */
+static enum MHD_Result respond_json_with(mz_server_t *s, struct MHD_Connection *c, int status, cJSON *obj,
+                                         const char *hname, const char *hval)
 {
     char *txt = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
     if (!txt) return srv_respond(s, c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}", 37, NULL, NULL);
-    enum MHD_Result r = srv_respond(s, c, status, "application/json", txt, strlen(txt), NULL, NULL);
+    enum MHD_Result r = srv_respond(s, c, status, "application/json", txt, strlen(txt), hname, hval);
     cJSON_free(txt);
     return r;
+}
+
+enum MHD_Result srv_respond_json(mz_server_t *s, struct MHD_Connection *c, int status, cJSON *obj)
+{
+    return respond_json_with(s, c, status, obj, NULL, NULL);
 }
 
 enum MHD_Result srv_error(mz_server_t *s, struct MHD_Connection *c, int status, const char *type,
@@ -120,13 +130,5 @@ enum MHD_Result srv_error(mz_server_t *s, struct MHD_Connection *c, int status, 
     const char *hname = NULL, *hval = NULL;
     if (status == 409 || status == 429 || status == 503) hname = "Retry-After", hval = "1";
     else if (status == 401) hname = "WWW-Authenticate", hval = "Bearer";
-    if (hname) {
-        char *txt = cJSON_PrintUnformatted(root);
-        cJSON_Delete(root);
-        enum MHD_Result r = srv_respond(s, c, status, "application/json", txt ? txt : "{}",
-                                        txt ? strlen(txt) : 2, hname, hval);
-        cJSON_free(txt);
-        return r;
-    }
-    return srv_respond_json(s, c, status, root);
+    return respond_json_with(s, c, status, root, hname, hval);
 }

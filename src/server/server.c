@@ -392,15 +392,7 @@ static bool wait_drained(mz_server_t *s, const struct timespec *dl)
     return s->n_inflight == 0;
 }
 
-static struct timespec deadline_in(int ms)
-{
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    long long ns = dl.tv_nsec + (long long)ms * 1000000LL;
-    dl.tv_sec += (time_t)(ns / 1000000000LL);
-    dl.tv_nsec = (long)(ns % 1000000000LL);
-    return dl;
-}
+bool srv_cut_short(mz_server_t *s) { return atomic_load(&s->cut); }
 
 /* Lets admitted requests finish (new ones get 503 from on_request). */
 static void drain(mz_server_t *s)
@@ -412,7 +404,7 @@ static void drain(mz_server_t *s)
     if (n == 0) return;
     srv_log(s, "shutdown: waiting up to %.1f s for %d running request%s; new ones get 503",
             s->p.shutdown_grace_ms / 1e3, n, n > 1 ? "s" : "");
-    struct timespec dl = deadline_in(s->p.shutdown_grace_ms);
+    struct timespec dl = srv_deadline_in(s->p.shutdown_grace_ms);
     pthread_mutex_lock(&s->mu);
     bool done = wait_drained(s, &dl);
     pthread_mutex_unlock(&s->mu);
@@ -431,7 +423,7 @@ static void drain(mz_server_t *s)
     pthread_mutex_lock(&s->mu);
     while (s->n_handling > 0) pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
-    dl = deadline_in(5000);
+    dl = srv_deadline_in(5000);
     pthread_mutex_lock(&s->mu);
     done = wait_drained(s, &dl);
     n = s->n_inflight;

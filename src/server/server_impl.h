@@ -1,6 +1,6 @@
 /*
  * server_impl.h — internals shared by the server's files (server.c: start,
- * stop, the access handler and dispatch; respond.c: clocks, log, responses;
+ * stop, the access handler and dispatch; respond.c: the wall clock, log, responses;
  * gate.c: the engine gate and its queue; control.c: the control endpoints;
  * relief.c: pressure → eviction and relief; sessions.c: the conversations,
  * their routing and the memory budget; completion.c: the completion
@@ -24,6 +24,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #define SRV_N_EVENTS 64
 #define SRV_SESSION_ID_MAX MZ_SESSION_ID_MAX
@@ -206,6 +207,9 @@ void srv_gate_leave(mz_server_t *s);
 /* The gate if nobody holds it or waits for it: 0, else 1 (the monitor
  * thread must not queue behind requests: signals would wait with it). */
 int srv_gate_try_enter(mz_server_t *s);
+/* server.c: the grace period ran out: generation stops at the next token
+ * (any thread). */
+bool srv_cut_short(mz_server_t *s);
 
 /* Responses. All return what MHD_queue_response returned. */
 enum MHD_Result srv_respond(mz_server_t *s, struct MHD_Connection *c, int status, const char *ctype,
@@ -248,8 +252,9 @@ enum MHD_Result srv_handle_session_delete(mz_server_t *s, struct MHD_Connection 
 enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, srv_request *rq,
                                       bool chat);
 
-double srv_now_ms(void);
 double srv_unix_now(void);
+/* CLOCK_REALTIME ms from now: a pthread_cond_timedwait deadline. */
+struct timespec srv_deadline_in(int ms);
 /* "2026-12-01T23:10:45.123Z" */
 void srv_iso8601(double t_unix, char *out, size_t cap);
 
@@ -282,20 +287,17 @@ size_t srv_footprint(mz_server_t *s);
 /* Evicts nbytes (SIZE_MAX: all) over the sessions and the weights: the
  * engine's one plan (mz_engine_evict; least recently used first). */
 mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep);
-/* Restores every session (mz_engine_restore: least recent first). */
-mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep);
-/* The same with the pipelined restore of a request (mz_prefill_restore of no
- * tokens: storage, memory and allocation paths in parallel workers), for
- * restores ahead. rep: bytes_restored (resident bytes gained), time_ms;
- * units: storage-path and memory-path units. */
-mz_status srv_restore_sessions_pipelined(mz_server_t *s, mz_restore_report *rep, size_t *n_storage,
-                                         size_t *n_memory);
+/* Restores every session (mz_engine_restore: least recent first), logging
+ * a failure. pipelined: the pipelined restore of a request (mz_prefill_restore
+ * of no tokens: storage, memory and allocation paths in parallel workers),
+ * for restores ahead; rep->bytes_restored is then the resident bytes gained
+ * and units (may be NULL) counts the units by path. */
+mz_status srv_restore_sessions(mz_server_t *s, bool pipelined, mz_restore_report *rep,
+                               mz_engine_restore_units *units);
 /* The engine keeps the budget (mz_engine_keep_budget); this counts, logs
  * and records what it did (no-op without one). */
 void srv_enforce_budget(mz_server_t *s);
 /* Copies the sessions' state into the snapshot; takes snap_mu itself. */
 void srv_sessions_snapshot(mz_server_t *s);
-/* The grace period ran out: generation stops at the next token (any thread). */
-bool srv_cut_short(mz_server_t *s);
 
 #endif /* MZ_SERVER_IMPL_H */

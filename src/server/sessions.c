@@ -36,8 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool srv_cut_short(mz_server_t *s) { return atomic_load(&s->cut); }
-
 /* The engine's last-use clock of a session (one LRU: the engine's). */
 static uint64_t last_use(const srv_session *ss) { return mz_ctx_last_use_ns(ss->ctx); }
 
@@ -47,6 +45,15 @@ static int most_recent(const mz_server_t *s)
     for (int i = 0; i < s->n_sess; i++)
         if (best < 0 || last_use(&s->sess[i]) > last_use(&s->sess[best])) best = i;
     return best;
+}
+
+/* The least recently used session other than sess[except] (-1: none). */
+static int least_recent(const mz_server_t *s, int except)
+{
+    int lru = -1;
+    for (int i = 0; i < s->n_sess; i++)
+        if (i != except && (lru < 0 || last_use(&s->sess[i]) < last_use(&s->sess[lru]))) lru = i;
+    return lru;
 }
 
 /* The daemon's wall-clock last use, for /mz/sessions; which session is
@@ -85,6 +92,13 @@ static void anon_index_put(mz_server_t *s, const char *id, const mz_token *toks,
 
 static bool is_anon(const char *id) { return !strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1); }
 
+/* The next anonymous id (MZ_SESSION_ANON_PREFIX and a number past every one
+ * given or stored: anon_index_build reads the stored ones). */
+static void anon_id_next(mz_server_t *s, char *id, size_t cap)
+{
+    snprintf(id, cap, MZ_SESSION_ANON_PREFIX "%lu", ++s->next_anon);
+}
+
 /* At start: every stored anonymous session's tokens, its manifest read once;
  * new anonymous ids continue after the largest stored one. */
 static void anon_index_build(mz_server_t *s, const mz_stored_session *v, size_t k)
@@ -105,6 +119,15 @@ static void anon_index_build(mz_server_t *s, const mz_stored_session *v, size_t 
     }
 }
 
+/* Whether the store has files for id: 0 none, 1 yes. */
+static int stored_exists(const mz_server_t *s, const char *id)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/%s.mzs", mz_store_dir(s->store), id);
+    if (n < 0 || (size_t)n >= sizeof path) return 0;
+    return access(path, F_OK) == 0;
+}
+
 /* The store over its limit: the least recently used sessions not in use go
  * (mz_store_enforce_limit), and the index forgets what went. */
 static void store_limit(mz_server_t *s)
@@ -116,11 +139,8 @@ static void store_limit(mz_server_t *s)
     }
     srv_log(s, "store: over its limit (%.0f MiB): %zu least recently used sessions deleted",
             (double)s->p.store_limit_bytes / 1048576.0, n_del);
-    for (int i = 0; i < s->n_anon_index; i++) {
-        char path[PATH_MAX];
-        int n = snprintf(path, sizeof path, "%s/%s.mzs", mz_store_dir(s->store), s->anon_index[i].id);
-        if (n > 0 && (size_t)n < sizeof path && access(path, F_OK) != 0) anon_index_drop(s, i--);
-    }
+    for (int i = 0; i < s->n_anon_index; i++)
+        if (!stored_exists(s, s->anon_index[i].id)) anon_index_drop(s, i--);
 }
 
 /* ctx: a context made already (a resumed session), or NULL to make one. */
@@ -137,9 +157,9 @@ static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int 
     if (id && *id) {
         snprintf(ss->id, sizeof ss->id, "%s", id);
         /* A resumed anonymous session keeps its stored id and stays anonymous. */
-        ss->named = strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1) != 0;
+        ss->named = !is_anon(id);
     } else {
-        snprintf(ss->id, sizeof ss->id, "anon-%lu", ++s->next_anon);
+        anon_id_next(s, ss->id, sizeof ss->id);
     }
     ss->created_unix = srv_unix_now();
     ss->last_ttft_ms = -1;
@@ -242,15 +262,6 @@ void srv_store_close(mz_server_t *s)
     s->anon_index = NULL;
     free(s->snap_stored);
     s->snap_stored = NULL;
-}
-
-/* Whether the store has files for id: 0 none, 1 yes. */
-static int stored_exists(const mz_server_t *s, const char *id)
-{
-    char path[PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/%s.mzs", mz_store_dir(s->store), id);
-    if (n < 0 || (size_t)n >= sizeof path) return 0;
-    return access(path, F_OK) == 0;
 }
 
 /* The request's tokens past the stored ones, when the stored tokens are a
@@ -402,14 +413,12 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
          * single conversation of earlier versions). Named sessions are never
          * reused this way: cached_tokens would tell one client about
          * another's conversation. */
-        int lru = 0;
-        for (int i = 1; i < s->n_sess; i++)
-            if (last_use(&s->sess[i]) < last_use(&s->sess[lru])) lru = i;
+        int lru = least_recent(s, -1);
         if (!s->sess[lru].named) {
             srv_session *ss = &s->sess[lru];
             char old[sizeof ss->id];
             memcpy(old, ss->id, sizeof old);
-            snprintf(ss->id, sizeof ss->id, "anon-%lu", ++s->next_anon);
+            anon_id_next(s, ss->id, sizeof ss->id);
             ss->created_unix = srv_unix_now();
             ss->n_prompt_last = 0;
             ss->last_ttft_ms = -1;
@@ -428,9 +437,7 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
         if (st) return st;
         if (resumed) s->sess[pick].stored = true; /* mz_session_resume stores it again */
         if (s->n_sess > s->p.max_sessions) {
-            int lru = -1;
-            for (int i = 0; i < s->n_sess; i++)
-                if (i != pick && (lru < 0 || last_use(&s->sess[i]) < last_use(&s->sess[lru]))) lru = i;
+            int lru = least_recent(s, pick);
             srv_log(s, "session %s forgotten (least recently used; %d sessions at most) for %s", s->sess[lru].id,
                     s->p.max_sessions, s->sess[pick].id);
             session_remove(s, lru);
@@ -522,22 +529,12 @@ mz_status srv_evict_sessions(mz_server_t *s, size_t nbytes, mz_evict_report *rep
     return st;
 }
 
-mz_status srv_restore_sessions(mz_server_t *s, mz_restore_report *rep)
+mz_status srv_restore_sessions(mz_server_t *s, bool pipelined, mz_restore_report *rep,
+                               mz_engine_restore_units *units)
 {
-    mz_status st = mz_engine_restore(s->engine, NULL, rep, NULL);
+    mz_engine_restore_params rp = {.pipelined = pipelined};
+    mz_status st = mz_engine_restore(s->engine, &rp, rep, units);
     if (st) srv_log(s, "restore failed: %s", mz_last_error());
-    return st;
-}
-
-mz_status srv_restore_sessions_pipelined(mz_server_t *s, mz_restore_report *rep, size_t *n_storage,
-                                         size_t *n_memory)
-{
-    mz_engine_restore_params rp = {.pipelined = true};
-    mz_engine_restore_units u;
-    mz_status st = mz_engine_restore(s->engine, &rp, rep, &u);
-    if (st) srv_log(s, "restore failed: %s", mz_last_error());
-    *n_storage = u.n_storage;
-    *n_memory = u.n_memory;
     return st;
 }
 

@@ -432,10 +432,17 @@ static mz_status delete_in_dir(const char *dir, const char *id, bool sync_dir, b
 {
     if (!mz_session_id_valid(id))
         return mz_fail(MZ_E_INVAL, "bad session id \"%.80s\" (%s)", id ? id : "", mz_session_id_check(id, true));
-    static const char *const suffix[] = {".mzs", ".kv", ".chat", ".mzs.tmp", ".chat.tmp"};
-    char path[5][PATH_MAX];
-    for (int i = 0; i < 5; i++) {
-        int n = snprintf(path[i], sizeof path[i], "%s/%s%s", dir, id, suffix[i]);
+    /* A session exists while one of its files that count does (not a
+     * temporary one). path[1] is the data file. */
+    static const struct {
+        const char *suffix;
+        bool history, counts;
+    } file[] = {{".mzs", false, true}, {".kv", false, true}, {".chat", true, true},
+                {".mzs.tmp", false, false}, {".chat.tmp", true, false}};
+    enum { N_FILES = sizeof file / sizeof file[0] };
+    char path[N_FILES][PATH_MAX];
+    for (int i = 0; i < N_FILES; i++) {
+        int n = snprintf(path[i], sizeof path[i], "%s/%s%s", dir, id, file[i].suffix);
         if (n < 0 || (size_t)n >= sizeof path[i]) return mz_fail(MZ_E_RANGE, "store path too long");
     }
     /* The data file's lock says whether a session (any process) has it open. */
@@ -445,10 +452,8 @@ static mz_status delete_in_dir(const char *dir, const char *id, bool sync_dir, b
         return mz_fail(MZ_E_IO, "session %s is in use", id);
     }
     int gone = 0;
-    for (int i = 0; i < 5; i++) {
-        bool history = i == 2 || i == 4;
-        if ((with_history || !history) && unlink(path[i]) == 0 && i < 3) gone++;
-    }
+    for (int i = 0; i < N_FILES; i++)
+        if ((with_history || !file[i].history) && unlink(path[i]) == 0 && file[i].counts) gone++;
     if (fd >= 0) close(fd);
     if (!gone) return mz_fail(MZ_E_INVAL, "no stored session %s", id);
     if (sync_dir) fsync_dir(dir);
