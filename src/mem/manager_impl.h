@@ -6,7 +6,8 @@
  *   manager.c      the tables (struct mz_mem), init/free, statistics and
  *                  test hooks
  *   manager_base.c what the moves share: unit names, KV sync, expected
- *                  encoded size and times, swap file and model reader
+ *                  encoded size and times, swap file and model reader,
+ *                  reading a stored unit
  *   evict.c        carrying out eviction plans (the mechanism's half of
  *                  policy.h)
  *   restore.c      blocking restore: per unit, per layer (acquire), all
@@ -144,19 +145,20 @@ MZ_INTERNAL void mm_swap_slot_free(mz_mem *mm, mz_swap_slot slot);
 MZ_INTERNAL MZ_NODISCARD mz_status mm_ensure_dfile(mz_mem *mm);
 /* A model-file reader of its own (a restore lane's), requests shaped by the profile. */
 MZ_INTERNAL MZ_NODISCARD mz_status mm_open_dfile(mz_mem *mm, mz_dfile_t **out);
+/* Fills u (BUSY, mapped) from the swap file or the model file. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from,
+                                                  uint8_t *scratch, size_t scratch_cap);
 /* The policy's view of the tables. Caller holds mm->lock. */
 MZ_INTERNAL void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v);
 /* Decodes the stack's top item into u (BUSY, mapped) and pops it. Caller
  * holds mm->lock. */
 MZ_INTERNAL MZ_NODISCARD mz_status mm_decode_top_into(mz_mem *mm, mz_unit *u);
-/* Fills u (BUSY, mapped) from the swap file or the model file. */
-MZ_INTERNAL MZ_NODISCARD mz_status mm_read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from,
-                                                  uint8_t *scratch, size_t scratch_cap);
 /* Makes u resident, waiting for another mover if there is one. */
 MZ_INTERNAL MZ_NODISCARD mz_status mm_restore_unit(mz_mem *mm, mz_unit *u, mz_restore_report *r);
-/* restore_job.c, for acquire_layer: wait for u in the running job; note
- * when compute got past layer 0. */
-MZ_INTERNAL MZ_NODISCARD mz_status mm_job_wait_unit(mz_mem *mm, struct rjob *j, mz_unit *u);
+/* restore_job.c, for acquire: wait until u is resident or the job failed
+ * (its error) or ended (MZ_OK; u may still be evicted, the caller restores
+ * it); note when compute got past layer 0. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_job_wait_unit(struct rjob *j, mz_unit *u);
 MZ_INTERNAL void mm_job_note_compute(struct rjob *j);
 
 #endif /* MZ_MANAGER_IMPL_H */
