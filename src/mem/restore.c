@@ -72,7 +72,7 @@ static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_
         MZ_ASSERT(!"restore from a settled, evicted state");
     }
     if (s) goto out_fail;
-    if (from == MZ_UNIT_STORED_RAW || from == MZ_UNIT_STORED_COMPRESSED) {
+    if (mz_unit_in_storage(from)) {
         if (u->slot != u->clean) mm_swap_slot_free(mm, u->slot); /* [store] a clean copy stays */
         u->slot = 0;
     }
