@@ -158,7 +158,7 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
         mm->kv_window = mz_calloc((size_t)mm->n_layer, sizeof *mm->kv_window);
         if (!mm->kv_window) goto out_nomem;
         for (int l = 0; l < mm->n_layer; l++)
-            mm->kv_window[l] = mz_layer_is_local(&m->cfg, l) ? (size_t)m->cfg.n_swa : 0;
+            mm->kv_window[l] = mz_layer_window(&m->cfg, l);
         mm->n_pos = p->n_pos;
     }
     mm_sync_kv(mm);
