@@ -423,7 +423,7 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
                            .n_q = n,
                            .pos0 = p0,
                            .scale = cfg->attn_scale,
-                           .window = mz_layer_is_local(cfg, l) ? (size_t)cfg->n_swa : 0};
+                           .window = mz_layer_window(cfg, l)};
         {
             /* A short query over a long context spreads its positions over the
              * threads and merges their softmax states afterwards; that needs

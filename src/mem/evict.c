@@ -100,8 +100,7 @@ static mz_status evict_step(mz_mem *mm, const mz_evict_step *st, int64_t *delta,
          * compress went to storage instead (it cost no write): a later
          * step that moves it from memory to storage has nothing to do. */
         mz_unit_state cur = mz_unit_state_get(u);
-        if ((cur == MZ_UNIT_STORED_RAW || cur == MZ_UNIT_STORED_COMPRESSED) && u->clean &&
-            u->slot == u->clean)
+        if (mz_unit_in_storage(cur) && u->clean && u->slot == u->clean)
             return MZ_OK;
     }
     if (u->wb_pin) return MZ_OK; /* [store] being written behind: it stays this time */
@@ -285,7 +284,7 @@ void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
                           .enc_bytes_kv_est = mm_enc_expected(mm),
                           .times = mm->times,
                           .kv_window = mm->kv_window,
-                          .n_pos = mm->n_pos ? *mm->n_pos : 0};
+                          .n_pos = mm_n_pos(mm)};
 }
 
 /* Carries out steps in order until freed reaches goal. Caller holds mm->lock. */

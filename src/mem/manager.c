@@ -158,7 +158,7 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
         mm->kv_window = mz_calloc((size_t)mm->n_layer, sizeof *mm->kv_window);
         if (!mm->kv_window) goto out_nomem;
         for (int l = 0; l < mm->n_layer; l++)
-            mm->kv_window[l] = mz_layer_is_local(&m->cfg, l) ? (size_t)m->cfg.n_swa : 0;
+            mm->kv_window[l] = mz_layer_window(&m->cfg, l);
         mm->n_pos = p->n_pos;
     }
     mm_sync_kv(mm);
@@ -232,8 +232,7 @@ void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out)
         for (size_t c = 0; c < mm->max_chunks; c++)
             if (mz_unit_state_get(kv_unit(mm, l, c)) != MZ_UNIT_ABSENT) {
                 count_unit(&out->kv, kv_unit(mm, l, c));
-                if (mm->n_pos && c < mm_first_live_chunk(mm, l, *mm->n_pos))
-                    count_unit(&out->kv_out_of_window, kv_unit(mm, l, c));
+                if (mm_kv_dead(mm, l, c)) count_unit(&out->kv_out_of_window, kv_unit(mm, l, c));
             }
     mz_compstack_stats cs;
     mz_compstack_get_stats(mm->stack, &cs);
@@ -297,8 +296,7 @@ void mz_mem_free(mz_mem *mm)
         /* The engine's file: give this session's slots back at once. */
         for (size_t i = 0; i < (size_t)mm->n_layer * mm->max_chunks; i++) {
             mz_unit_state st = mz_unit_state_get(&mm->kvu[i]);
-            if (st == MZ_UNIT_STORED_RAW || st == MZ_UNIT_STORED_COMPRESSED)
-                mm_swap_slot_free(mm, mm->kvu[i].slot);
+            if (mz_unit_in_storage(st)) mm_swap_slot_free(mm, mm->kvu[i].slot);
         }
     } else {
         mz_swapfile_close(mm->swap);
@@ -350,7 +348,7 @@ bool mz_mem_is_valid(mz_mem *mm)
             const mz_unit *u = kv_unit(mm, l, c);
             mz_unit_state s = mz_unit_state_get(u);
             if (s == MZ_UNIT_COMPRESSED) n_comp++;
-            if (s == MZ_UNIT_STORED_RAW || s == MZ_UNIT_STORED_COMPRESSED) {
+            if (mz_unit_in_storage(s)) {
                 n_stored++;
                 ok = ok && mm->swap && mz_swapfile_slot_len(mm->swap, u->slot) ==
                                            (s == MZ_UNIT_STORED_RAW ? u->bytes : u->enc_bytes);

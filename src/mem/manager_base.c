@@ -3,9 +3,12 @@
  * restore.c, restore_job.c, truncate.c, store_hooks.c and manager.c):
  * unit names for messages, the KV units brought in line with the cache's
  * mappings, the expected encoded chunk size and the per-unit times that
- * follow it, and the swap file and model-file reader opened on first use.
- * Below the moves (it calls none of them), so the manager's files form no
- * circle. Lock order and the moves: manager.c's top comment.
+ * follow it, the swap file and model-file reader opened on first use, and
+ * reading a stored unit back (both restore paths: restore.c's blocking one
+ * and restore_job.c's lanes). Below the moves (it calls none of them), so
+ * the manager's files form no circle: restore.c waits on restore_job.c's
+ * job, and restore_job.c calls nothing of restore.c. Lock order and the
+ * moves: manager.c's top comment.
  */
 #define _GNU_SOURCE
 #include "manager_impl.h"
@@ -131,4 +134,45 @@ mz_status mm_ensure_dfile(mz_mem *mm)
     if (sh) pthread_mutex_unlock(&sh->lock);
     if (s) return mz_fail_prefix(s, "cannot open the model file %s", mm->model->path);
     return MZ_OK;
+}
+
+/* Fills u (BUSY, pages mapped) from the swap file or the model file, using
+ * scratch for encoded records. Needs no manager lock: the swap file has its
+ * own, mm->dfile is opened before any concurrent use, and only u's mover
+ * writes u->buf. Error message set (without the unit's name). */
+mz_status mm_read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from, uint8_t *scratch,
+                             size_t scratch_cap)
+{
+    mz_status s = MZ_OK;
+    switch (from) {
+    case MZ_UNIT_STORED_RAW: {
+        size_t len = 0;
+        s = mz_swapfile_read(mm->swap, u->slot, u->buf, u->bytes, &len);
+        if (s) {
+            mz_fail_prefix(s, "reading it from the swap file failed");
+        } else if (len != u->bytes) {
+            s = mz_fail(MZ_E_CORRUPT, "the swap file holds %zu bytes for it, expected %zu", len,
+                        u->bytes);
+        }
+        break;
+    }
+    case MZ_UNIT_STORED_COMPRESSED: {
+        size_t len = 0;
+        s = mz_swapfile_read(mm->swap, u->slot, scratch, scratch_cap, &len);
+        if (s) {
+            mz_fail_prefix(s, "reading it from the swap file failed");
+            break;
+        }
+        s = mz_codec_decode(u->enc, scratch, len, (mz_f16 *)u->buf, mm->n_values);
+        if (s) mz_fail_prefix(s, "decoding it after reading it from the swap file failed");
+        break;
+    }
+    case MZ_UNIT_DROPPED:
+        if ((s = mm_ensure_dfile(mm))) break;
+        s = mz_wtable_read_block(mm->wt, mm->dfile, u->layer);
+        break;
+    default:
+        MZ_ASSERT(!"mm_read_stored from a state that is not stored");
+    }
+    return s;
 }

@@ -6,7 +6,8 @@
  *   manager.c      the tables (struct mz_mem), init/free, statistics and
  *                  test hooks
  *   manager_base.c what the moves share: unit names, KV sync, expected
- *                  encoded size and times, swap file and model reader
+ *                  encoded size and times, swap file and model reader,
+ *                  reading a stored unit
  *   evict.c        carrying out eviction plans (the mechanism's half of
  *                  policy.h)
  *   restore.c      blocking restore: per unit, per layer (acquire), all
@@ -84,8 +85,9 @@ struct mz_mem {
     size_t store_enc_cap;
     pthread_cond_t store_cv;   /* [store] with lock: a unit's wb_pin was cleared */
     size_t *kv_window;         /* [n_layer]: sliding window of layer l (0: global); NULL:
-                                  no chunk is ever dead (policy.h, mz_policy_kv_dead) */
-    const size_t *n_pos;       /* the session's token count (its owner's field, read only) */
+                                  no chunk is ever dead (policy.h, mz_swa_chunk_dead) */
+    const size_t *n_pos;       /* the session's token count (its owner's field, read only);
+                                  NULL exactly when kv_window is */
 };
 
 static inline mz_unit *kv_unit(mz_mem *mm, int l, size_t c) { return &mm->kvu[(size_t)l * mm->max_chunks + c]; }
@@ -112,18 +114,27 @@ static inline mz_unit *mm_stack_top_unit(mz_mem *mm)
     return unit_by_tag(mm, tag);
 }
 
+/* The session's token count; 0 without the sliding-window rule. Read by
+ * the thread using the session (the engine's cross-session eviction and
+ * statistics hold its use lock), never while it computes. */
+static inline size_t mm_n_pos(const mz_mem *mm) { return mm->n_pos ? *mm->n_pos : 0; }
+
 /* The first chunk of layer l that the token at position n_pos attends to. */
 static inline size_t mm_first_live_chunk(const mz_mem *mm, int l, size_t n_pos)
 {
     return mm->kv_window ? mz_swa_first_live_chunk(n_pos, mm->kv_window[l]) : 0;
 }
 
-/* Chunk (l, c) is dead for attention now and sits in storage: a restore
- * leaves it there (policy.h). Owner thread (reads the token count). */
+/* Chunk (l, c) is dead for attention now (policy.h). */
+static inline bool mm_kv_dead(const mz_mem *mm, int l, size_t c)
+{
+    return mz_swa_chunk_dead(mm->kv_window, mm_n_pos(mm), l, c);
+}
+
+/* Chunk (l, c) is dead and sits in storage: a restore leaves it there. */
 static inline bool mm_kv_stored_dead(const mz_mem *mm, int l, size_t c, mz_unit_state s)
 {
-    return (s == MZ_UNIT_STORED_RAW || s == MZ_UNIT_STORED_COMPRESSED) && mm->n_pos &&
-           c < mm_first_live_chunk(mm, l, *mm->n_pos);
+    return mz_swa_stored_dead(mm->kv_window, mm_n_pos(mm), l, c, s);
 }
 
 /* "KV chunk (layer l, chunk c)" / "weights of layer l". */
@@ -144,19 +155,20 @@ MZ_INTERNAL void mm_swap_slot_free(mz_mem *mm, mz_swap_slot slot);
 MZ_INTERNAL MZ_NODISCARD mz_status mm_ensure_dfile(mz_mem *mm);
 /* A model-file reader of its own (a restore lane's), requests shaped by the profile. */
 MZ_INTERNAL MZ_NODISCARD mz_status mm_open_dfile(mz_mem *mm, mz_dfile_t **out);
+/* Fills u (BUSY, mapped) from the swap file or the model file. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from,
+                                                  uint8_t *scratch, size_t scratch_cap);
 /* The policy's view of the tables. Caller holds mm->lock. */
 MZ_INTERNAL void mm_fill_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v);
 /* Decodes the stack's top item into u (BUSY, mapped) and pops it. Caller
  * holds mm->lock. */
 MZ_INTERNAL MZ_NODISCARD mz_status mm_decode_top_into(mz_mem *mm, mz_unit *u);
-/* Fills u (BUSY, mapped) from the swap file or the model file. */
-MZ_INTERNAL MZ_NODISCARD mz_status mm_read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from,
-                                                  uint8_t *scratch, size_t scratch_cap);
 /* Makes u resident, waiting for another mover if there is one. */
 MZ_INTERNAL MZ_NODISCARD mz_status mm_restore_unit(mz_mem *mm, mz_unit *u, mz_restore_report *r);
-/* restore_job.c, for acquire_layer: wait for u in the running job; note
- * when compute got past layer 0. */
-MZ_INTERNAL MZ_NODISCARD mz_status mm_job_wait_unit(mz_mem *mm, struct rjob *j, mz_unit *u);
+/* restore_job.c, for acquire: wait until u is resident or the job failed
+ * (its error) or ended (MZ_OK; u may still be evicted, the caller restores
+ * it); note when compute got past layer 0. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_job_wait_unit(struct rjob *j, mz_unit *u);
 MZ_INTERNAL void mm_job_note_compute(struct rjob *j);
 
 #endif /* MZ_MANAGER_IMPL_H */

@@ -107,18 +107,32 @@ static inline size_t mz_swa_first_live_chunk(size_t n_pos, size_t window)
     return (n_pos + 1 - window) / MZ_KV_CHUNK_TOKENS;
 }
 
-static inline bool mz_policy_kv_dead(const mz_policy_view *v, int l, size_t c)
+/* Chunk c of layer l is dead at n_pos, kv_window[l] being the layer's
+ * window (0: global); kv_window NULL: no chunk is. The rule for the view
+ * below and for the manager's tables (manager_impl.h) alike. */
+static inline bool mz_swa_chunk_dead(const size_t *kv_window, size_t n_pos, int l, size_t c)
 {
-    return v->kv_window && c < mz_swa_first_live_chunk(v->n_pos, v->kv_window[l]);
+    return kv_window && c < mz_swa_first_live_chunk(n_pos, kv_window[l]);
 }
 
 /* A dead chunk in storage: off both restore paths, so it weighs on neither
  * in the planners' balance nor in the planned restore times. (A dead chunk
  * in the compressed stack is decoded with the stack, restore_job.c.) */
+static inline bool mz_swa_stored_dead(const size_t *kv_window, size_t n_pos, int l, size_t c,
+                                      mz_unit_state s)
+{
+    return mz_unit_in_storage(s) && mz_swa_chunk_dead(kv_window, n_pos, l, c);
+}
+
+static inline bool mz_policy_kv_dead(const mz_policy_view *v, int l, size_t c)
+{
+    return mz_swa_chunk_dead(v->kv_window, v->n_pos, l, c);
+}
+
 static inline bool mz_policy_kv_stored_dead(const mz_policy_view *v, int l, size_t c,
                                             mz_unit_state s)
 {
-    return (s == MZ_UNIT_STORED_RAW || s == MZ_UNIT_STORED_COMPRESSED) && mz_policy_kv_dead(v, l, c);
+    return mz_swa_stored_dead(v->kv_window, v->n_pos, l, c, s);
 }
 
 /* A plan: ordered steps plus the planners' scratch, sized once for a table

@@ -38,47 +38,6 @@ static void count_restore(mz_restore_report *r, const mz_unit *u, mz_unit_state 
     }
 }
 
-/* Fills u (BUSY, pages mapped) from the swap file or the model file, using
- * scratch for encoded records. Needs no manager lock: the swap file has its
- * own, mm->dfile is opened before any concurrent use, and only u's mover
- * writes u->buf. Error message set (without the unit's name). */
-mz_status mm_read_stored(mz_mem *mm, mz_unit *u, mz_unit_state from, uint8_t *scratch,
-                             size_t scratch_cap)
-{
-    mz_status s = MZ_OK;
-    switch (from) {
-    case MZ_UNIT_STORED_RAW: {
-        size_t len = 0;
-        s = mz_swapfile_read(mm->swap, u->slot, u->buf, u->bytes, &len);
-        if (s) {
-            mz_fail_prefix(s, "reading it from the swap file failed");
-        } else if (len != u->bytes) {
-            s = mz_fail(MZ_E_CORRUPT, "the swap file holds %zu bytes for it, expected %zu", len,
-                        u->bytes);
-        }
-        break;
-    }
-    case MZ_UNIT_STORED_COMPRESSED: {
-        size_t len = 0;
-        s = mz_swapfile_read(mm->swap, u->slot, scratch, scratch_cap, &len);
-        if (s) {
-            mz_fail_prefix(s, "reading it from the swap file failed");
-            break;
-        }
-        s = mz_codec_decode(u->enc, scratch, len, (mz_f16 *)u->buf, mm->n_values);
-        if (s) mz_fail_prefix(s, "decoding it after reading it from the swap file failed");
-        break;
-    }
-    case MZ_UNIT_DROPPED:
-        if ((s = mm_ensure_dfile(mm))) break;
-        s = mz_wtable_read_block(mm->wt, mm->dfile, u->layer);
-        break;
-    default:
-        MZ_ASSERT(!"mm_read_stored from a state that is not stored");
-    }
-    return s;
-}
-
 /* Restores a unit claimed BUSY from state `from`. Caller holds mm->lock.
  * Settles the unit: RESIDENT, or `from` again on error. */
 static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_restore_report *r)
@@ -113,7 +72,7 @@ static mz_status restore_claimed(mz_mem *mm, mz_unit *u, mz_unit_state from, mz_
         MZ_ASSERT(!"restore from a settled, evicted state");
     }
     if (s) goto out_fail;
-    if (from == MZ_UNIT_STORED_RAW || from == MZ_UNIT_STORED_COMPRESSED) {
+    if (mz_unit_in_storage(from)) {
         if (u->slot != u->clean) mm_swap_slot_free(mm, u->slot); /* [store] a clean copy stays */
         u->slot = 0;
     }
@@ -151,6 +110,16 @@ mz_status mm_restore_unit(mz_mem *mm, mz_unit *u, mz_restore_report *r)
     }
 }
 
+/* Makes u resident before the forward pass reads it: the running job's
+ * work when there is one (waited for), else, or when the job ended
+ * without it, restored here. */
+static mz_status acquire_unit(mz_mem *mm, struct rjob *j, mz_unit *u)
+{
+    mz_status s;
+    if (j && (s = mm_job_wait_unit(j, u))) return s;
+    return mm_restore_unit(mm, u, NULL);
+}
+
 mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks)
 {
     return mz_mem_acquire_window(mm, layer, 0, n_chunks);
@@ -162,9 +131,7 @@ mz_status mz_mem_acquire_window(mz_mem *mm, int layer, size_t pos0, size_t n_chu
     mz_status s;
     struct rjob *j = mm->job;
     mz_unit *w = &mm->wt->units[layer];
-    if (mz_unit_state_get(w) != MZ_UNIT_RESIDENT &&
-        (s = j ? mm_job_wait_unit(mm, j, w) : mm_restore_unit(mm, w, NULL)))
-        return s;
+    if ((s = acquire_unit(mm, j, w))) return s;
     for (size_t c = mm_first_live_chunk(mm, layer, pos0); c < n_chunks; c++) {
         mz_unit *u = kv_unit(mm, layer, c);
         mz_unit_state st = mz_unit_state_get(u);
@@ -173,7 +140,7 @@ mz_status mz_mem_acquire_window(mz_mem *mm, int layer, size_t pos0, size_t n_chu
             mm_sync_kv(mm); /* mapped by a reserve since the last sync */
             if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) continue;
         }
-        if ((s = j ? mm_job_wait_unit(mm, j, u) : mm_restore_unit(mm, u, NULL))) return s;
+        if ((s = acquire_unit(mm, j, u))) return s;
     }
     if (j && layer == 0) mm_job_note_compute(j);
     return MZ_OK;

@@ -779,7 +779,7 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
 }
 
 /* Owner thread: waits until u is RESIDENT or the job failed / ended. */
-mz_status mm_job_wait_unit(mz_mem *mm, struct rjob *j, mz_unit *u)
+mz_status mm_job_wait_unit(struct rjob *j, mz_unit *u)
 {
     if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) return MZ_OK;
     double t0 = mz_time_ms();
@@ -790,9 +790,7 @@ mz_status mm_job_wait_unit(mz_mem *mm, struct rjob *j, mz_unit *u)
     pthread_mutex_unlock(&j->mu);
     j->stall_ms += mz_time_ms() - t0;
     if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) return MZ_OK;
-    if (failed) return mz_fail(j->err, "%s", j->errmsg);
-    /* Not in the job (or the job ended without it): restore it here. */
-    return mm_restore_unit(mm, u, NULL);
+    return failed ? mz_fail(j->err, "%s", j->errmsg) : MZ_OK;
 }
 
 void mm_job_note_compute(struct rjob *j)

@@ -88,6 +88,12 @@ static inline mz_unit_state mz_unit_state_get(const mz_unit *u)
                                                memory_order_acquire);
 }
 
+/* The unit's bytes are in a swap-file slot (raw or encoded). */
+static inline bool mz_unit_in_storage(mz_unit_state s)
+{
+    return s == MZ_UNIT_STORED_RAW || s == MZ_UNIT_STORED_COMPRESSED;
+}
+
 /* Takes the unit BUSY if it is in state `from`; true on success. */
 static inline bool mz_unit_claim(mz_unit *u, mz_unit_state from)
 {

@@ -62,6 +62,15 @@ static inline bool mz_layer_is_local(const mz_model_config *c, int layer)
     return c->n_swa > 0 && layer % c->swa_pattern < c->swa_pattern - 1;
 }
 
+/* The layer's attention window in tokens, 0 for a global layer: what the
+ * attention kernel is given (mz_attn_args.window) and what the memory
+ * manager's dead-chunk rule reads (src/mem/policy.h), one value for both,
+ * since the manager leaves out of a restore what the window hides. */
+static inline size_t mz_layer_window(const mz_model_config *c, int layer)
+{
+    return mz_layer_is_local(c, layer) ? (size_t)c->n_swa : 0;
+}
+
 struct mz_model {
     char path[4096];
     mz_model_config cfg;

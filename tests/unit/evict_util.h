@@ -117,9 +117,7 @@ static inline int ev_pair_setup(const char *test, const char *file, int n_layer,
         fprintf(stderr, "gen: %s\n", mz_last_error());
         return 1;
     }
-    *m = ev_load(path);
-    *ref = ev_load(path);
-    if (!*m || !*ref) return 1;
+    if (ev_load_pair(path, m, ref)) return 1;
     *n_vocab = mz_model_n_vocab(*m);
     ev_tokens(base, n_base, *n_vocab, seed);
     ev_tokens(follow, n_follow, *n_vocab, seed + 1);
@@ -181,6 +179,15 @@ static inline int ev_apply_marks(mz_ctx_t *ref, const mz_codec *codec, const uns
     return 0;
 }
 
+/* The greedy choice: the first token of the highest logit of nv. */
+static inline mz_token ev_argmax(const float *lg, int nv)
+{
+    mz_token best = 0;
+    for (int i = 1; i < nv; i++)
+        if (lg[i] > lg[best]) best = i;
+    return best;
+}
+
 /* Greedy decoding of n tokens from c's logits (each prefilled); returns how
  * many were produced before an error. */
 static inline size_t ev_greedy(mz_ctx_t *c, size_t n, mz_token *out)
@@ -190,9 +197,7 @@ static inline size_t ev_greedy(mz_ctx_t *c, size_t n, mz_token *out)
     for (; k < n; k++) {
         const float *lg = mz_ctx_logits(c);
         if (!lg) break;
-        mz_token best = 0;
-        for (int i = 1; i < nv; i++)
-            if (lg[i] > lg[best]) best = i;
+        mz_token best = ev_argmax(lg, nv);
         out[k] = best;
         if (mz_prefill(c, &best, 1)) break;
     }

@@ -127,14 +127,6 @@ static mz_gen_action cb_collect(void *user, mz_token t, const float *logits, int
     return MZ_GEN_CONTINUE;
 }
 
-static mz_token argmax(const float *lg)
-{
-    mz_token t = 0;
-    for (int v = 1; v < g_vocab; v++)
-        if (lg[v] > lg[t]) t = v;
-    return t;
-}
-
 static void test_generate(void)
 {
     mz_ctx_t *ref = ctx_on(g_ref_m, "q8", MZ_EVICT_BACKWARD, "swap-rg-ref");
@@ -150,7 +142,7 @@ static void test_generate(void)
     CHECK(mz_prefill(ref, g_follow, N_FOLLOW) == MZ_OK);
     size_t n_want = 0;
     for (; n_want < N_GEN; n_want++) {
-        mz_token t = argmax(mz_ctx_logits(ref));
+        mz_token t = ev_argmax(mz_ctx_logits(ref), g_vocab);
         if (mz_token_is_eog(g_ref_m, t)) {
             CHECK(mz_prefill(ref, &t, 1) == MZ_OK); /* the end of generation joins the context */
             break;

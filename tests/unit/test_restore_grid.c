@@ -52,14 +52,6 @@ static mz_gen_action cb_collect(void *user, mz_token t, const float *logits, int
     return MZ_GEN_CONTINUE;
 }
 
-static mz_token argmax(const float *lg, int nv)
-{
-    mz_token t = 0;
-    for (int v = 1; v < nv; v++)
-        if (lg[v] > lg[t]) t = v;
-    return t;
-}
-
 /* Reference: blocking restore, prefill, greedy generation (each token fed
  * back, as mz_restore_generate does). Returns the count generated. */
 static size_t reference(mz_ctx_t *c, const mz_model_t *m, const mz_token *follow, mz_token *want,
@@ -72,7 +64,7 @@ static size_t reference(mz_ctx_t *c, const mz_model_t *m, const mz_token *follow
     while (n < N_GEN) {
         const float *lg = mz_ctx_logits(c);
         if (!lg) break;
-        mz_token t = argmax(lg, nv);
+        mz_token t = ev_argmax(lg, nv);
         if (mz_token_is_eog(m, t)) {
             /* The end of generation joins the context too (mz_generate). */
             CHECK(mz_prefill(c, &t, 1) == MZ_OK);
