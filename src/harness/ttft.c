@@ -291,7 +291,7 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
     const mz_ttft_opts *o = e->o;
     double rem[MZ_TTFT_MAX_RUNS], al[MZ_TTFT_MAX_RUNS], st[MZ_TTFT_MAX_RUNS], me[MZ_TTFT_MAX_RUNS], rs[MZ_TTFT_MAX_RUNS],
         sl[MZ_TTFT_MAX_RUNS], pf[MZ_TTFT_MAX_RUNS], ev[MZ_TTFT_MAX_RUNS], lb[MZ_TTFT_MAX_RUNS], rb[MZ_TTFT_MAX_RUNS],
-        rr[MZ_TTFT_MAX_RUNS], zo[MZ_TTFT_MAX_RUNS], zc[MZ_TTFT_MAX_RUNS], zu[MZ_TTFT_MAX_RUNS];
+        rr[MZ_TTFT_MAX_RUNS], df[MZ_TTFT_MAX_RUNS], zo[MZ_TTFT_MAX_RUNS], zc[MZ_TTFT_MAX_RUNS], zu[MZ_TTFT_MAX_RUNS];
     int nz = 0;
     for (int k = 0; k < n_runs; k++) {
         if (mz_ctx_truncate(e->c, e->N)) goto fail;
@@ -314,6 +314,7 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         rem[k] = ms.remaining_pct;
         rb[k] = (double)evicted_bytes(&ms) / (1 << 20);
         lb[k] = lower_bound_s(&ms, inmem_s);
+        df[k] = ms.planned_storage_ms / 1e3;
         snprintf(r->placement, sizeof r->placement, "%s", ms.placement);
         /* Level 0 asks for everything: whatever remains is the mode's floor, shown
          * as its remaining %, not a miss. */
@@ -374,6 +375,7 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
     r->evict_ms = ttft_median(ev, n_runs);
     r->bound_s = ttft_median(lb, n_runs);
     r->restore_mib = ttft_median(rb, n_runs);
+    r->disk_floor_s = ttft_median(df, n_runs);
     return 0;
 fail:
     fprintf(stderr, "mzcache bench: %s ctx %zu %s level %d: %s\n", r->model, e->N, r->mode, level,

@@ -23,6 +23,10 @@ typedef struct ttft_row {
     double evict_ms;
     double bound_s;            /* lower bound max(in-memory TTFT, bytes / combined path throughput) */
     double restore_mib;        /* evicted bytes to bring back (ttft_median) */
+    double disk_floor_s;       /* reading every stored chunk and dropped block at the device
+                                  profile's rates (mz_mem_stats.planned_storage_ms after the
+                                  eviction, ttft_median): the time no restore from this
+                                  placement can beat; 0 when nothing is on storage */
     double cached_kib_max;     /* page cache of model + swap files before the restore (max over runs) */
     double load_min, load_max;
     double remaining_restore_med; /* remaining % measured again after the page-cache drop */

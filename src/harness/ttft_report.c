@@ -35,14 +35,14 @@ int ttft_write_csv(const char *path, const char *stamp)
                "remaining_max,in_tol,ttft_s,runs_s,n_runs,lower_bound_s,ttft_over_bound,restore_mib,"
                "evict_ms,alloc_ms,storage_ms,mem_ms,all_ready_ms,stall_ms,prefill_ms,"
                "cached_kib_max,load_min,load_max,note,remaining_at_restore_pct,placement,zram_algo,"
-               "zram_orig_mib,zram_compr_mib,zram_used_mib\n");
+               "zram_orig_mib,zram_compr_mib,zram_used_mib,disk_floor_s,ttft_over_disk_floor\n");
     for (size_t i = 0; i < ttft_rows.n; i++) {
         const ttft_row *r = &ttft_rows.v[i];
         char runs[MZ_TTFT_MAX_RUNS * 10];
         fmt_runs(r, runs, sizeof runs);
         fprintf(f,
                 "%s,%s,%d,synthetic,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%d,%.4f,%s,%d,%.4f,%.2f,%.1f,%.1f,"
-                "%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%.2f,%.2f,\"%s\",%.2f,%s,%s,%.1f,%.1f,%.1f\n",
+                "%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%.2f,%.2f,\"%s\",%.2f,%s,%s,%.1f,%.1f,%.1f,%.4f,%.2f\n",
                 stamp, r->model, r->n_ctx, r->mode, r->codec, r->order, r->overlap, r->level,
                 r->remaining_med, r->remaining_min, r->remaining_max, r->in_tol, r->ttft_med, runs,
                 r->n_runs, r->bound_s, r->ttft_med / r->bound_s, r->restore_mib, r->evict_ms,
@@ -50,7 +50,8 @@ int ttft_write_csv(const char *path, const char *stamp)
                 r->cached_kib_max, isfinite(r->load_min) ? r->load_min : 0.0,
                 isfinite(r->load_max) ? r->load_max : 0.0, r->note, r->remaining_restore_med,
                 r->placement[0] ? r->placement : "-", r->zram_algo[0] ? r->zram_algo : "-",
-                r->zram_orig_mib, r->zram_compr_mib, r->zram_used_mib);
+                r->zram_orig_mib, r->zram_compr_mib, r->zram_used_mib, r->disk_floor_s,
+                r->disk_floor_s > 0 ? r->ttft_med / r->disk_floor_s : 0.0);
     }
     fclose(f);
     return 0;
@@ -154,7 +155,9 @@ int ttft_write_md(const char *path, const mz_ttft_opts *o, const char *stamp, co
                "restore; `cached` = KiB still cached (max over runs). `load` = 1-min load average "
                "during the point (2 vCPUs: above ~2.5 means other programs took CPU). "
                "`bound` = max(in-memory TTFT, restore bytes / combined path throughput of the "
-               "device profile). Level 0 is each mode's **full eviction**: everything is asked and "
+               "device profile). `disk floor` = the stored chunks and dropped weight blocks read "
+               "at the device profile's rates (no restore from that placement is faster); "
+               "`x floor` = TTFT / disk floor. Level 0 is each mode's **full eviction**: everything is asked and "
                "each mode evicts all it can; its remaining %% is what it could not give back.\n\n");
     /* zram: what it held, and why (os-paging with --zram). */
     for (size_t i = 0; i < ttft_rows.n; i++) {
@@ -191,9 +194,9 @@ int ttft_write_md(const char *path, const mz_ttft_opts *o, const char *stamp, co
     fprintf(f, "## TTFT (s) and speedup of mzcache over each baseline\n\n");
     fprintf(f, "mzcache = codec %s, order %s, overlap %s. Speedup = baseline TTFT / mzcache TTFT "
                "(> 1: mzcache faster).\n\n", c0, o0, v0);
-    fprintf(f, "| model | ctx | level | mzcache rem. %% | mzcache | bound | x bound |");
+    fprintf(f, "| model | ctx | level | mzcache rem. %% | mzcache | bound | x bound | disk floor | x floor |");
     for (size_t b = 0; b < 3; b++) fprintf(f, " %s | speedup |", k_baselines[b]);
-    fprintf(f, " cached KiB | load |\n|---|---|---|---|---|---|---|");
+    fprintf(f, " cached KiB | load |\n|---|---|---|---|---|---|---|---|---|");
     for (size_t b = 0; b < 3; b++) fprintf(f, "---|---|");
     fprintf(f, "---|---|\n");
     for (int mi = 0; mi < o->n_models; mi++)
@@ -205,7 +208,7 @@ int ttft_write_md(const char *path, const mz_ttft_opts *o, const char *stamp, co
             if (!any) continue;
             const ttft_row *im = find_row(o->models[mi], o->ctxs[ci2], "mzcache", NULL, NULL, NULL, 100);
             if (im)
-                fprintf(f, "| %s | %d | 100 (in memory) | 100 | %.3f | | | | | | | | | 0 | %.1f |\n",
+                fprintf(f, "| %s | %d | 100 (in memory) | 100 | %.3f | | | | | | | | | | | 0 | %.1f |\n",
                         o->models[mi], o->ctxs[ci2], im->ttft_med, im->load_max);
             for (int li = 0; li < o->n_levels; li++) {
                 int lv = o->levels[li];
@@ -213,11 +216,16 @@ int ttft_write_md(const char *path, const mz_ttft_opts *o, const char *stamp, co
                 fprintf(f, "| %s | %d | %d%s |", o->models[mi], o->ctxs[ci2], lv,
                         lv == 0 ? " (full eviction)" : "");
                 if (mz)
+                {
                     fprintf(f, " %.1f%s | %.3f | %.3f | %.2f |", mz->remaining_med,
                             mz->in_tol ? "" : " (!)", mz->ttft_med, mz->bound_s,
                             mz->ttft_med / mz->bound_s);
-                else
-                    fprintf(f, " - | - | - | - |");
+                    if (mz->disk_floor_s > 0)
+                        fprintf(f, " %.3f | %.2f |", mz->disk_floor_s, mz->ttft_med / mz->disk_floor_s);
+                    else
+                        fprintf(f, " 0 | - |");
+                } else
+                    fprintf(f, " - | - | - | - | - | - |");
                 double cached = mz ? mz->cached_kib_max : 0, load = mz ? mz->load_max : 0;
                 for (size_t b = 0; b < 3; b++) {
                     const ttft_row *br =
