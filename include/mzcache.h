@@ -584,7 +584,7 @@ MZ_API mz_ctx_t *mz_engine_next_session(mz_engine_t *e, const mz_ctx_t *prev);
  * is called once on it when another pointer replaces it, and when the
  * session is freed (mz_ctx_free, or mz_engine_free freeing it) after the
  * session left the engine's list (mz_engine_find_session and
- * mz_engine_next_session no longer return it) and before its parts go.
+ * mz_engine_next_session do not return it) and before its parts go.
  * Called by the session's user thread; the engine never reads data. */
 MZ_API void mz_session_set_user_data(mz_ctx_t *c, void *data, void (*free_data)(void *));
 MZ_API void *mz_session_user_data(const mz_ctx_t *c);
