@@ -549,9 +549,50 @@ MZ_API MZ_NODISCARD mz_status mz_engine_keep_budget(mz_engine_t *e, mz_budget_re
  * (policy fields: those of the session used last). */
 MZ_API void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out);
 
+/* Session ids, one rule for the engine's session names, the store,
+ * `mzcache chat --session` and the daemon: 1..MZ_SESSION_ID_MAX bytes of
+ * A-Z a-z 0-9 _ . - : @ +, not starting with '.' or '-' (an id is a file
+ * name in the store, never a path). Ids starting with
+ * MZ_SESSION_ANON_PREFIX belong to the daemon's anonymous conversations: no
+ * client and no `chat --session` may choose one. */
+#define MZ_SESSION_ID_MAX 63
+#define MZ_SESSION_ANON_PREFIX "anon-"
+MZ_API bool mz_session_id_valid(const char *id);
+/* NULL when id may be chosen (valid, and not anonymous unless allow_anon),
+ * else why not, in words for the user (a static string). */
+MZ_API const char *mz_session_id_check(const char *id, bool allow_anon);
+
+/* A session's name: its session id (the store's and the daemon's), "" until
+ * one is set. Names are unique among an engine's sessions: naming a session
+ * with another one's name is MZ_E_INVAL (nothing changes), as is a name
+ * mz_session_id_valid refuses; NULL or "" takes the name away. Renaming a
+ * session to its own name is MZ_OK. Called by the session's user thread;
+ * mz_session_name's string stays valid until the next rename or the free. */
+MZ_API MZ_NODISCARD mz_status mz_session_set_name(mz_ctx_t *c, const char *name);
+MZ_API const char *mz_session_name(const mz_ctx_t *c);
+/* The session of e named name, NULL if none (or name is NULL or ""). The
+ * pointer is borrowed: the caller keeps the session alive while it uses it
+ * (as for mz_session_info.ctx). */
+MZ_API mz_ctx_t *mz_engine_find_session(mz_engine_t *e, const char *name);
+/* Iterates e's sessions in creation order (sqlite3_next_stmt's shape): the
+ * first one for prev NULL, else the one after prev; NULL at the end, or
+ * when prev is no session of e. The caller frees no session of e while it
+ * iterates (freeing prev itself ends the walk: ask for the next one first). */
+MZ_API mz_ctx_t *mz_engine_next_session(mz_engine_t *e, const mz_ctx_t *prev);
+/* A caller's data hung on a session (SQLite's client data): data is
+ * returned by mz_session_user_data until replaced; free_data (may be NULL)
+ * is called once on it when another pointer replaces it, and when the
+ * session is freed (mz_ctx_free, or mz_engine_free freeing it) after the
+ * session left the engine's list (mz_engine_find_session and
+ * mz_engine_next_session do not return it) and before its parts go.
+ * Called by the session's user thread; the engine never reads data. */
+MZ_API void mz_session_set_user_data(mz_ctx_t *c, void *data, void (*free_data)(void *));
+MZ_API void *mz_session_user_data(const mz_ctx_t *c);
+
 typedef struct mz_session_info {
     mz_ctx_t *ctx;             /* borrowed: valid while the session lives */
     uint64_t id;               /* mz_ctx_id */
+    char name[MZ_SESSION_ID_MAX + 1]; /* mz_session_name ("" none) */
     size_t n_tokens;
     uint64_t last_use_ns;      /* CLOCK_MONOTONIC at the end of its last compute or
                                   restore call (its creation before any) */
@@ -833,8 +874,8 @@ MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *o
  * session has a manifest <id>.mzs (model identity: XXH64 of the GGUF file's
  * bytes, metadata and tensor data; tokenizer identity; codec; token ids; the
  * record of every full 256-token KV chunk) and a data file <id>.kv (0600),
- * which is also the session's swap file. Ids: mz_session_id_valid below; no
- * path ever comes from an id.
+ * which is also the session's swap file. Ids: mz_session_id_valid ("engine
+ * and sessions"); no path ever comes from an id.
  *
  * Write-behind: a background thread (lowest CPU and I/O priority) writes each
  * full chunk raw, checksummed, to the data file once, and keeps the manifest
@@ -853,18 +894,6 @@ MZ_API void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *o
  * chunks before it (they are recomputed instead), never answered from. */
 
 typedef struct mz_store mz_store_t;
-
-/* Session ids, one rule for the store, `mzcache chat --session` and the
- * daemon: 1..MZ_SESSION_ID_MAX bytes of A-Z a-z 0-9 _ . - : @ +, not
- * starting with '.' or '-' (an id is a file name in the store, never a
- * path). Ids starting with MZ_SESSION_ANON_PREFIX belong to the daemon's
- * anonymous conversations: no client and no `chat --session` may choose one. */
-#define MZ_SESSION_ID_MAX 63
-#define MZ_SESSION_ANON_PREFIX "anon-"
-MZ_API bool mz_session_id_valid(const char *id);
-/* NULL when id may be chosen (valid, and not anonymous unless allow_anon),
- * else why not, in words for the user (a static string). */
-MZ_API const char *mz_session_id_check(const char *id, bool allow_anon);
 
 typedef enum mz_fsync_policy {
     MZ_FSYNC_BATCH = 0,   /* default: fsync the data file and the new manifest before each

@@ -202,7 +202,6 @@ void mz_ctx_free(mz_ctx_t *c)
      * waits for a running one). The implicit engine of mz_ctx_init goes
      * with its last session, after the session's own parts. */
     mz_engine_t *e = c->engine;
-    bool implicit_last = false;
     if (e) {
         pthread_mutex_lock(&e->lock);
         for (mz_ctx_t **pp = &e->sessions; *pp; pp = &(*pp)->next) {
@@ -212,8 +211,8 @@ void mz_ctx_free(mz_ctx_t *c)
             }
         }
         pthread_mutex_unlock(&e->lock);
-        (void)implicit_last;
     }
+    mz_session_free_user_data(c); /* off the list: nobody finds it any more */
     mz_threadpool_free(c->own_pool);
     mz_ctx_mode_free(c);
     if (c->listener) { /* before the memory manager and its files go */

@@ -150,7 +150,7 @@ struct mz_engine {
      * write-behind waits for a quiet engine (mz_engine_quiet). */
     _Atomic int n_computing;
     _Atomic uint64_t compute_end_ns;
-    pthread_mutex_t lock;      /* sessions list */
+    pthread_mutex_t lock;      /* sessions list and the sessions' names */
     struct mz_ctx *sessions;   /* creation order */
     size_t n_sessions;
 };
@@ -182,6 +182,11 @@ struct mz_ctx {
     struct mz_baseline *base; /* its mode's state (src/baseline; modes.c) */
     const mz_ctx_listener *listener; /* NULL: none (mz_ctx_set_listener) */
     void *listener_ud;
+    /* Its name (mz_session_set_name): written under engine->lock, unique
+     * among the engine's sessions; "" none. */
+    char name[MZ_SESSION_ID_MAX + 1];
+    void *user_data;           /* mz_session_set_user_data; the engine never reads it */
+    void (*user_data_free)(void *);
 };
 
 /* Runs the forward pass for n tokens at positions [c->n_tokens, c->n_tokens + n)
@@ -217,5 +222,8 @@ MZ_INTERNAL mz_status mz_engine_reserve_session(mz_engine_t *e);
 MZ_INTERNAL void mz_session_init_fields(mz_ctx_t *c, mz_engine_t *e);
 MZ_INTERNAL mz_status mz_session_attach(mz_engine_t *e, mz_ctx_t *c);
 MZ_INTERNAL void mz_session_detach(mz_ctx_t *c);
+/* session_names.c: the caller's data of a session leaves with it (called
+ * by mz_ctx_free once the session is off the engine's list). */
+MZ_INTERNAL void mz_session_free_user_data(mz_ctx_t *c);
 
 #endif

@@ -486,6 +486,7 @@ size_t mz_engine_sessions(mz_engine_t *e, mz_session_info *out, size_t cap)
         memset(in, 0, sizeof *in);
         in->ctx = c;
         in->id = c->id;
+        memcpy(in->name, c->name, sizeof in->name);
         in->last_use_ns = atomic_load(&c->last_use_ns);
         in->deferred_freed_bytes = atomic_load(&c->deferred_freed);
         if (pthread_mutex_trylock(&c->use_lock) != 0) {

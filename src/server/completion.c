@@ -430,7 +430,7 @@ static mz_status sync_context(mz_server_t *s, const mz_token *toks, size_t n, si
                               bool *in_resume)
 {
     *in_resume = false;
-    srv_session *ss = &s->sess[s->cur];
+    srv_session *ss = srv_session_of(s->cur);
     size_t fresh = ss->n_fresh;
     /* Cached means not computed for this request: after a resume only the
      * tokens restored from storage count, not those it recomputed. */

@@ -214,9 +214,8 @@ enum MHD_Result srv_handle_sessions(mz_server_t *s, struct MHD_Connection *c)
  * deleted in between. */
 enum MHD_Result srv_handle_session_delete(mz_server_t *s, struct MHD_Connection *c, const srv_request *rq)
 {
-    if (!srv_session_id_valid(rq->session, true))
-        return srv_error(s, c, 400, "invalid_request_error",
-                         "a session id is 1 to 64 characters of A-Z a-z 0-9 . _ : @ + -");
+    const char *bad_id = mz_session_id_check(rq->session, true);
+    if (bad_id) return srv_error(s, c, 400, "invalid_request_error", "%s", bad_id);
     pthread_mutex_lock(&s->snap_mu);
     bool generating = s->active_id[0] && !strcmp(s->active_id, rq->session);
     pthread_mutex_unlock(&s->snap_mu);

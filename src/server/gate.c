@@ -77,7 +77,7 @@ void srv_gate_leave(mz_server_t *s)
     /* The budget is checked after every use of the engine: a request that
      * brought its session back, a restore, a new session. */
     srv_enforce_budget(s);
-    s->cur = -1;
+    s->cur = NULL;
     pthread_mutex_lock(&s->snap_mu);
     s->active_id[0] = '\0';
     pthread_mutex_unlock(&s->snap_mu);

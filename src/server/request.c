@@ -522,8 +522,6 @@ bool srv_key_matches(const char *key, size_t key_len, const char *given)
 
 /* ---- sessions ------------------------------------------------------------------------------- */
 
-bool srv_session_id_valid(const char *id, bool allow_anon) { return mz_session_id_check(id, allow_anon) == NULL; }
-
 const char *srv_session_id(const char *header, char *id, size_t cap, char *err, size_t err_cap)
 {
     id[0] = '\0';

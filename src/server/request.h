@@ -112,16 +112,12 @@ bool srv_key_matches(const char *key, size_t key_len, const char *given);
 
 #define SRV_SESSION_ID_MAX_LEN MZ_SESSION_ID_MAX
 
-/* A session id a request may use: mz_session_id_check (the rule the store
- * and `chat --session` share); ids beginning with "anon-" are the server's
- * own (anonymous sessions): allowed only when allow_anon (DELETE
- * /mz/sessions/ID), never chosen by a client. */
-bool srv_session_id_valid(const char *id, bool allow_anon);
-
 /* The session a completion names: the X-Session-Id header value (NULL or
- * empty: none; the body's "user" is an end-user id and never names one).
- * Copies it into id[cap] ("" when none). NULL on success, else a message for
- * a 400, written into err[err_cap]. */
+ * empty: none; the body's "user" is an end-user id and never names one), an
+ * id mz_session_id_check lets a client choose: never an anonymous one
+ * (DELETE /mz/sessions/ID takes those too). Copies it into id[cap] (""
+ * when none). NULL on success, else a message for a 400, written into
+ * err[err_cap]. */
 const char *srv_session_id(const char *header, char *id, size_t cap, char *err, size_t err_cap);
 
 #endif /* MZ_SERVER_REQUEST_H */

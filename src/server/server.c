@@ -313,12 +313,14 @@ mz_status mz_server_start(const mz_server_params *p, mz_server_t **out)
     cp.kv_placement = s->p.kv_placement;
     cp.mode = s->p.mode;
     s->ctx_params = cp;
-    if ((st = srv_sessions_init(s))) goto out_free;
+    /* The store first: the first session's anonymous id comes after every
+     * stored one (ids are unique among the engine's sessions). */
     if (s->p.store && s->p.mode != MZ_MODE_MZCACHE) {
         srv_log(s, "store: off (--mode %s sessions are not stored; only mzcache mode)", mz_engine_mode_name(s->p.mode));
     } else if (s->p.store && (st = srv_store_open(s))) {
         goto out_free;
     }
+    if ((st = srv_sessions_init(s))) goto out_free;
     srv_sessions_snapshot(s);
 
     /* Bind address: numeric or a name; loopback unless told otherwise. */

@@ -11,8 +11,8 @@
  *     snap_mu (snapshot, counters, event ring; held only to copy)
  * The engine (model + every session's context) itself is owned by whoever
  * holds the gate token (busy == true): a request, an eviction, a restore, a
- * session deletion. The session table (sess, n_sess) and s->ctx change only
- * under the gate.
+ * session deletion. The engine's sessions (made, named, freed), their
+ * annotations (srv_session) and s->ctx, s->cur change only under the gate.
  */
 #ifndef MZ_SERVER_IMPL_H
 #define MZ_SERVER_IMPL_H
@@ -58,12 +58,13 @@ typedef struct srv_timings {
     char finish_reason[16];
 } srv_timings;
 
-/* One conversation: its own context over the shared model. */
+/* What the daemon notes of one conversation, hung on the engine's session
+ * (mz_session_set_user_data; freed with the session). The session list,
+ * its order, the ids (mz_session_name: an anonymous one starts with
+ * MZ_SESSION_ANON_PREFIX, any other came from the client) and which session
+ * is least recently used (mz_ctx_last_use_ns) are the engine's. */
 typedef struct srv_session {
-    char id[SRV_SESSION_ID_MAX + 1];
-    bool named;                  /* the id came from the client (X-Session-Id or "user") */
     bool stored;                 /* attached to s->store (write-behind, manifest) */
-    mz_ctx_t *ctx;
     double created_unix, last_use_unix;
     size_t n_prompt_last;        /* prompt tokens of its last request (prefix routing) */
     double last_ttft_ms;         /* < 0: no request finished yet */
@@ -108,20 +109,18 @@ struct mz_server {
     /* The model's engine (mz_engine_create at start): the weights, the device
      * profile, the swap file and every session; it outlives the sessions. */
     mz_engine_t *engine;
-    /* The context of the session in use: set by srv_session_route (or by an
-     * eviction walking the sessions) while the gate is held; between gate
-     * holders it is the most recently used session's, never a freed one. */
+    /* The session in use: set by srv_session_route while the gate is held;
+     * between gate holders the most recently used session, never a freed
+     * one (NULL: the engine has none). */
     mz_ctx_t *ctx;
     mz_model_info info;
     size_t n_ctx;                /* tokens per session context */
     mz_ctx_params ctx_params;    /* for new sessions */
     mz_store_t *store;           /* NULL: --no-store (nothing outlives the process) */
-    srv_session *sess;           /* [p.max_sessions]; [0, n_sess) live (gate) */
-    int n_sess;
-    unsigned long next_anon;
+    unsigned long next_anon;     /* the last anonymous id's number (routing policy) */
     srv_stored_anon *anon_index; /* [SRV_MAX_STORED]; [0, n_anon_index) (gate) */
     int n_anon_index;
-    int cur;                     /* index of the session in use, -1 none (gate) */
+    mz_ctx_t *cur;               /* the session a completion uses, NULL none (gate) */
     bool over_budget;            /* the last budget check could not get under it */
     struct MHD_Daemon *mhd;
     int port;
@@ -146,7 +145,7 @@ struct mz_server {
     mz_mem_stats stats;
     mz_restore_timings restore;  /* breakdown of the last pipelined restore */
     size_t ctx_tokens;
-    srv_session_snap *snap_sess; /* [p.max_sessions] */
+    srv_session_snap *snap_sess; /* [p.max_sessions + 1]: a copy of the engine's sessions */
     int n_snap_sess;
     mz_stored_session *snap_stored; /* [SRV_MAX_STORED]: stored sessions not loaded */
     int n_snap_stored;
@@ -261,7 +260,7 @@ void srv_iso8601(double t_unix, char *out, size_t cap);
 /* ---- sessions.c (every function: the caller owns the engine, unless noted) ---- */
 
 /* Creates the first (empty, anonymous) session of s->engine. Called once by
- * start. */
+ * start, after srv_store_open (its id comes after the stored anonymous ones). */
 mz_status srv_sessions_init(mz_server_t *s);
 /* Opens the session store (p.store), enforces its limit, logs what it holds. */
 mz_status srv_store_open(mz_server_t *s);
@@ -270,10 +269,13 @@ void srv_store_snapshot(mz_server_t *s);
 /* After srv_sessions_free. */
 void srv_store_close(mz_server_t *s);
 void srv_sessions_free(mz_server_t *s);
+/* The daemon's notes on session c of s->engine (gate). */
+static inline srv_session *srv_session_of(const mz_ctx_t *c) { return (srv_session *)mz_session_user_data(c); }
 /* Picks the session for a completion and makes it current (s->ctx, s->cur):
  * id non-empty: that named session, created if new; else the anonymous
  * session the tokens continue (see docs/SERVER.md "Sessions"), else a new one.
- * A new session when the table is full forgets the least recently used one. */
+ * A new session when the engine has --max-sessions forgets the least
+ * recently used one. */
 mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks, size_t n);
 /* The current session's request ended: its TTFT and prompt length. */
 void srv_session_done(mz_server_t *s, const srv_timings *tm);

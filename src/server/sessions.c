@@ -1,16 +1,23 @@
 /*
- * sessions.c — the daemon's conversations: up to max_sessions contexts over
- * the one loaded model, how a request finds its session, least-recently-used
- * forgetting, eviction across sessions and the memory budget
+ * sessions.c — how a request finds its conversation: up to max_sessions
+ * sessions of the daemon's engine, found by id or by the longest prefix,
+ * least-recently-used forgetting, the store's anonymous index, and the
+ * calls that hand eviction, restore and the budget to the engine
  * (docs/SERVER.md "Sessions").
  *
+ * The engine's session list is the one list of conversations: a session's
+ * id is its engine name (mz_session_set_name, the one id rule), the order
+ * is the engine's list, the LRU the engine's clock; the daemon keeps only
+ * its notes on each (srv_session, the session's user data, freed with it)
+ * and the number of the last anonymous id (routing policy).
+ *
  * Invariants (all under the engine gate):
- *   - sess[0, n_sess) are live; n_sess <= max_sessions between gate holders
- *     (a new session is created before the one it replaces is freed, so the
- *     array has room for one more). The table may be empty: the weights are
- *     the engine's (s->engine), which outlives every session.
- *   - s->ctx is the current session's context while the gate is held by a
- *     completion, and the most recently used session's otherwise.
+ *   - every session of s->engine carries its srv_session; the engine has at
+ *     most max_sessions between gate holders (a new session is created
+ *     before the one it replaces is freed). It may have none: the weights
+ *     are the engine's, which outlives every session.
+ *   - s->ctx is the current session while the gate is held by a
+ *     completion, and the most recently used one otherwise.
  *   - A session's token history is its context's (mz_ctx_tokens); routing
  *     reads it, never a copy, so cached_tokens is always the prefix actually
  *     kept.
@@ -36,24 +43,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The engine's last-use clock of a session (one LRU: the engine's). */
-static uint64_t last_use(const srv_session *ss) { return mz_ctx_last_use_ns(ss->ctx); }
+/* The engine's sessions in its order (creation); none is freed in the loop. */
+#define FOR_EACH_SESSION(s, c) \
+    for (mz_ctx_t *c = mz_engine_next_session((s)->engine, NULL); c; c = mz_engine_next_session((s)->engine, c))
 
-static int most_recent(const mz_server_t *s)
+/* The engine's last-use clock of a session (one LRU: the engine's). */
+static uint64_t last_use(const mz_ctx_t *c) { return mz_ctx_last_use_ns(c); }
+
+static mz_ctx_t *most_recent(const mz_server_t *s)
 {
-    int best = -1;
-    for (int i = 0; i < s->n_sess; i++)
-        if (best < 0 || last_use(&s->sess[i]) > last_use(&s->sess[best])) best = i;
+    mz_ctx_t *best = NULL;
+    FOR_EACH_SESSION(s, c)
+        if (!best || last_use(c) > last_use(best)) best = c;
     return best;
 }
 
-/* The least recently used session other than sess[except] (-1: none). */
-static int least_recent(const mz_server_t *s, int except)
+/* The least recently used session other than except (NULL: none). */
+static mz_ctx_t *least_recent(const mz_server_t *s, const mz_ctx_t *except)
 {
-    int lru = -1;
-    for (int i = 0; i < s->n_sess; i++)
-        if (i != except && (lru < 0 || last_use(&s->sess[i]) < last_use(&s->sess[lru]))) lru = i;
+    mz_ctx_t *lru = NULL;
+    FOR_EACH_SESSION(s, c)
+        if (c != except && (!lru || last_use(c) < last_use(lru))) lru = c;
     return lru;
+}
+
+static bool is_anon(const char *id) { return !strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1); }
+
+/* Whether the client chose the session's id (X-Session-Id or "user"):
+ * every other id is an anonymous one, which no client may choose. */
+static bool is_named(const mz_ctx_t *c) { return !is_anon(mz_session_name(c)); }
+
+static bool too_many(const mz_server_t *s, size_t extra)
+{
+    return mz_engine_n_sessions(s->engine) >= (size_t)s->p.max_sessions + extra;
 }
 
 /* The daemon's wall-clock last use, for /mz/sessions; which session is
@@ -89,8 +111,6 @@ static void anon_index_put(mz_server_t *s, const char *id, const mz_token *toks,
     e->toks = copy;
     e->n = n;
 }
-
-static bool is_anon(const char *id) { return !strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1); }
 
 /* The next anonymous id (MZ_SESSION_ANON_PREFIX and a number past every one
  * given or stored: anon_index_build reads the stored ones). */
@@ -143,72 +163,69 @@ static void store_limit(mz_server_t *s)
         if (!stored_exists(s, s->anon_index[i].id)) anon_index_drop(s, i--);
 }
 
-/* ctx: a context made already (a resumed session), or NULL to make one. */
-static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, int *idx)
+/* A new session named id (NULL or "": the next anonymous id) with its
+ * notes. ctx: a context made already (a resumed session), or NULL to make
+ * one; on failure it is freed. */
+static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, mz_ctx_t **out)
 {
-    srv_session *ss = &s->sess[s->n_sess];
-    memset(ss, 0, sizeof *ss);
-    ss->ctx = ctx;
-    mz_status st = ctx ? MZ_OK : mz_session_create(s->engine, &s->ctx_params, &ss->ctx);
+    *out = NULL;
+    mz_ctx_t *c = ctx;
+    mz_status st = c ? MZ_OK : mz_session_create(s->engine, &s->ctx_params, &c);
+    char anon[SRV_SESSION_ID_MAX + 1];
+    if (!st && !(id && *id)) {
+        anon_id_next(s, anon, sizeof anon);
+        id = anon;
+    }
+    /* A resumed anonymous session keeps its stored id and stays anonymous. */
+    if (!st) st = mz_session_set_name(c, id);
+    srv_session *ss = st ? NULL : calloc(1, sizeof *ss);
+    if (!st && !ss) st = mz_fail(MZ_E_NOMEM, "out of memory");
     if (st) {
         srv_log(s, "cannot create a session: %s", mz_last_error());
+        mz_ctx_free(c);
         return st;
-    }
-    if (id && *id) {
-        snprintf(ss->id, sizeof ss->id, "%s", id);
-        /* A resumed anonymous session keeps its stored id and stays anonymous. */
-        ss->named = !is_anon(id);
-    } else {
-        anon_id_next(s, ss->id, sizeof ss->id);
     }
     ss->created_unix = srv_unix_now();
     ss->last_ttft_ms = -1;
     touch(ss);
-    *idx = s->n_sess++;
+    mz_session_set_user_data(c, ss, free);
+    *out = c;
     pthread_mutex_lock(&s->snap_mu);
     s->n_sessions_created++;
     pthread_mutex_unlock(&s->snap_mu);
     return MZ_OK;
 }
 
-/* Frees session i (its swap slots, stack items and KV go at once). */
-static void session_remove(mz_server_t *s, int i)
+/* Frees session c (its swap slots, stack items and KV go at once, its
+ * notes with it). */
+static void session_remove(mz_server_t *s, mz_ctx_t *c)
 {
     /* A stored anonymous session stays findable by its tokens. */
-    if (s->sess[i].stored && !s->sess[i].named)
-        anon_index_put(s, s->sess[i].id, mz_ctx_tokens(s->sess[i].ctx), mz_ctx_n_tokens(s->sess[i].ctx));
-    mz_ctx_free(s->sess[i].ctx);
-    memmove(&s->sess[i], &s->sess[i + 1], (size_t)(s->n_sess - i - 1) * sizeof *s->sess);
-    s->n_sess--;
-    if (s->cur == i) s->cur = -1;
-    else if (s->cur > i) s->cur--;
-    int m = s->cur >= 0 ? s->cur : most_recent(s);
-    s->ctx = m >= 0 ? s->sess[m].ctx : NULL;
+    if (srv_session_of(c)->stored && !is_named(c))
+        anon_index_put(s, mz_session_name(c), mz_ctx_tokens(c), mz_ctx_n_tokens(c));
+    if (s->cur == c) s->cur = NULL;
+    mz_ctx_free(c);
+    s->ctx = s->cur ? s->cur : most_recent(s);
 }
 
 mz_status srv_sessions_init(mz_server_t *s)
 {
-    int cap = s->p.max_sessions + 1;
-    s->sess = calloc((size_t)cap, sizeof *s->sess);
-    s->snap_sess = calloc((size_t)cap, sizeof *s->snap_sess);
-    if (!s->sess || !s->snap_sess) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
-    s->cur = -1;
-    int idx;
-    mz_status st = session_new(s, NULL, NULL, &idx);
+    s->snap_sess = calloc((size_t)s->p.max_sessions + 1, sizeof *s->snap_sess);
+    if (!s->snap_sess) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
+    s->cur = NULL;
+    mz_status st = session_new(s, NULL, NULL, &s->ctx);
     if (st) return st;
-    s->ctx = s->sess[idx].ctx;
     s->n_ctx = mz_ctx_n_ctx(s->ctx);
     return MZ_OK;
 }
 
 void srv_sessions_free(mz_server_t *s)
 {
-    for (int i = s->n_sess - 1; i >= 0; i--) mz_ctx_free(s->sess[i].ctx);
-    s->n_sess = 0;
+    mz_ctx_t *c;
+    while (s->engine && (c = mz_engine_next_session(s->engine, NULL))) mz_ctx_free(c);
     s->ctx = NULL;
-    free(s->sess);
+    s->cur = NULL;
     free(s->snap_sess);
-    s->sess = NULL;
     s->snap_sess = NULL;
 }
 
@@ -337,33 +354,37 @@ static int store_resume(mz_server_t *s, const char *id, const mz_token *toks, si
     return 0;
 }
 
-static void store_attach(mz_server_t *s, srv_session *ss)
+static void store_attach(mz_server_t *s, mz_ctx_t *c)
 {
-    if (mz_session_store(ss->ctx, s->store, ss->id)) {
-        srv_log(s, "session %s is not stored: %s", ss->id, mz_last_error());
+    if (mz_session_store(c, s->store, mz_session_name(c))) {
+        srv_log(s, "session %s is not stored: %s", mz_session_name(c), mz_last_error());
         return;
     }
-    ss->stored = true;
+    srv_session_of(c)->stored = true;
 }
 
 mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks, size_t n)
 {
-    int pick = -1;
+    mz_ctx_t *pick = NULL;
     mz_ctx_t *resumed = NULL;
     int in_store = 0; /* store_resume's answer for a named session not in memory */
     size_t n_fresh = 0, n_restored = 0;
     char anon_id[SRV_SESSION_ID_MAX + 1];
     if (id && *id) {
-        for (int i = 0; i < s->n_sess && pick < 0; i++)
-            if (s->sess[i].named && !strcmp(s->sess[i].id, id)) pick = i;
-        if (pick < 0 && s->store) in_store = store_resume(s, id, toks, n, &resumed, &n_fresh, &n_restored);
+        pick = mz_engine_find_session(s->engine, id);
+        if (pick && !is_named(pick)) pick = NULL;
+        if (!pick && s->store) in_store = store_resume(s, id, toks, n, &resumed, &n_fresh, &n_restored);
         /* An unused anonymous session (the one made at start) is taken over. */
-        for (int i = 0; i < s->n_sess && pick < 0 && !resumed; i++)
-            if (!s->sess[i].named && !s->sess[i].stored && mz_ctx_n_tokens(s->sess[i].ctx) == 0) {
-                pick = i;
-                snprintf(s->sess[i].id, sizeof s->sess[i].id, "%s", id);
-                s->sess[i].named = true;
+        if (!pick && !resumed) {
+            FOR_EACH_SESSION(s, c) {
+                if (is_named(c) || srv_session_of(c)->stored || mz_ctx_n_tokens(c) != 0) continue;
+                if (mz_session_set_name(c, id) == MZ_OK) {
+                    pick = c;
+                    break;
+                }
+                mz_clear_error();
             }
+        }
     } else {
         /* The anonymous session this request continues: its whole history is
          * a prefix of the request, or the request keeps at least the prompt
@@ -372,15 +393,15 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
          * session instead, so two conversations that share only a system
          * prompt never truncate each other. */
         size_t best = 0;
-        for (int i = 0; i < s->n_sess; i++) {
-            srv_session *ss = &s->sess[i];
-            if (ss->named) continue;
-            size_t nh = mz_ctx_n_tokens(ss->ctx);
-            size_t common = mz_ctx_common_prefix(ss->ctx, toks, n);
+        FOR_EACH_SESSION(s, c) {
+            if (is_named(c)) continue;
+            const srv_session *ss = srv_session_of(c);
+            size_t nh = mz_ctx_n_tokens(c);
+            size_t common = mz_ctx_common_prefix(c, toks, n);
             bool continues = common == nh || (ss->n_prompt_last > 0 && common >= ss->n_prompt_last);
             if (!continues) continue;
-            if (pick < 0 || common > best || (common == best && last_use(ss) > last_use(&s->sess[pick]))) {
-                pick = i;
+            if (!pick || common > best || (common == best && last_use(c) > last_use(pick))) {
+                pick = c;
                 best = common;
             }
         }
@@ -399,32 +420,32 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
             snprintf(anon_id, sizeof anon_id, "%s", s->anon_index[hit].id);
             anon_index_drop(s, hit);
             if (store_resume(s, anon_id, toks, n, &resumed, &n_fresh, &n_restored) == 1) {
-                pick = -1;
+                pick = NULL;
                 in_store = 1;
                 id = anon_id;
             }
         }
     }
     /* Not with a store: each anonymous session is stored under its id. */
-    if (pick < 0 && !(id && *id) && !s->store && s->n_sess >= s->p.max_sessions) {
+    if (!pick && !(id && *id) && !s->store && too_many(s, 0)) {
         /* Full, and the least recently used session is anonymous: it is
          * forgotten, but its context serves the new conversation, which keeps
          * whatever prefix the two share (with --max-sessions 1 this is the
          * single conversation of earlier versions). Named sessions are never
          * reused this way: cached_tokens would tell one client about
          * another's conversation. */
-        int lru = least_recent(s, -1);
-        if (!s->sess[lru].named) {
-            srv_session *ss = &s->sess[lru];
-            char old[sizeof ss->id];
-            memcpy(old, ss->id, sizeof old);
-            anon_id_next(s, ss->id, sizeof ss->id);
+        mz_ctx_t *lru = least_recent(s, NULL);
+        char old[SRV_SESSION_ID_MAX + 1], fresh[SRV_SESSION_ID_MAX + 1];
+        snprintf(old, sizeof old, "%s", mz_session_name(lru));
+        if (!is_named(lru)) anon_id_next(s, fresh, sizeof fresh);
+        if (!is_named(lru) && mz_session_set_name(lru, fresh) == MZ_OK) {
+            srv_session *ss = srv_session_of(lru);
             ss->created_unix = srv_unix_now();
             ss->n_prompt_last = 0;
             ss->last_ttft_ms = -1;
             ss->n_requests = 0;
             srv_log(s, "session %s forgotten (least recently used; %d sessions at most); its context starts %s",
-                    old, s->p.max_sessions, ss->id);
+                    old, s->p.max_sessions, fresh);
             pthread_mutex_lock(&s->snap_mu);
             s->n_sessions_forgotten++;
             s->n_sessions_created++;
@@ -432,43 +453,43 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
             pick = lru;
         }
     }
-    if (pick < 0) {
+    if (!pick) {
         mz_status st = session_new(s, id, resumed, &pick);
         if (st) return st;
-        if (resumed) s->sess[pick].stored = true; /* mz_session_resume stores it again */
-        if (s->n_sess > s->p.max_sessions) {
-            int lru = least_recent(s, pick);
-            srv_log(s, "session %s forgotten (least recently used; %d sessions at most) for %s", s->sess[lru].id,
-                    s->p.max_sessions, s->sess[pick].id);
+        if (resumed) srv_session_of(pick)->stored = true; /* mz_session_resume stores it again */
+        if (too_many(s, 1)) {
+            mz_ctx_t *lru = least_recent(s, pick);
+            srv_log(s, "session %s forgotten (least recently used; %d sessions at most) for %s",
+                    mz_session_name(lru), s->p.max_sessions, mz_session_name(pick));
             session_remove(s, lru);
-            if (lru < pick) pick--;
             pthread_mutex_lock(&s->snap_mu);
             s->n_sessions_forgotten++;
             pthread_mutex_unlock(&s->snap_mu);
         }
     }
-    if (s->store && !s->sess[pick].stored && in_store == 0 && !resumed) {
+    srv_session *ss = srv_session_of(pick);
+    if (s->store && !ss->stored && in_store == 0 && !resumed) {
         /* Anonymous conversations are stored too (within the store's limit),
          * so an unmodified client finds its conversation after a restart. */
-        store_attach(s, &s->sess[pick]);
-        if (!s->sess[pick].named) store_limit(s);
+        store_attach(s, pick);
+        if (!is_named(pick)) store_limit(s);
     }
-    s->sess[pick].n_fresh = resumed ? n_fresh : 0;
-    s->sess[pick].resumed_now = resumed != NULL;
-    s->sess[pick].n_restored = resumed ? n_restored : 0;
-    touch(&s->sess[pick]);
+    ss->n_fresh = resumed ? n_fresh : 0;
+    ss->resumed_now = resumed != NULL;
+    ss->n_restored = resumed ? n_restored : 0;
+    touch(ss);
     s->cur = pick;
-    s->ctx = s->sess[pick].ctx;
+    s->ctx = pick;
     pthread_mutex_lock(&s->snap_mu);
-    memcpy(s->active_id, s->sess[pick].id, sizeof s->active_id);
+    snprintf(s->active_id, sizeof s->active_id, "%s", mz_session_name(pick));
     pthread_mutex_unlock(&s->snap_mu);
     return MZ_OK;
 }
 
 void srv_session_done(mz_server_t *s, const srv_timings *tm)
 {
-    if (s->cur < 0) return;
-    srv_session *ss = &s->sess[s->cur];
+    if (!s->cur) return;
+    srv_session *ss = srv_session_of(s->cur);
     ss->n_prompt_last = tm->n_prompt;
     if (tm->ttft_ms > 0) ss->last_ttft_ms = tm->ttft_ms;
     ss->n_requests++;
@@ -480,22 +501,20 @@ void srv_session_done(mz_server_t *s, const srv_timings *tm)
      * worker's manifest resumes recomputing one token; one killed before it
      * recomputes the tokens after the chunks already written (ARCHITECTURE.md,
      * "Session store"). */
-    if (s->store && ss->ctx) {
-        mz_status st = mz_session_checkpoint(ss->ctx);
-        if (st && st != MZ_E_INVAL) srv_log(s, "session %s: sync: %s", ss->id, mz_last_error());
+    if (s->store) {
+        mz_status st = mz_session_checkpoint(s->cur);
+        if (st && st != MZ_E_INVAL) srv_log(s, "session %s: sync: %s", mz_session_name(s->cur), mz_last_error());
         mz_clear_error();
     }
 }
 
 mz_status srv_session_delete(mz_server_t *s, const char *id)
 {
-    int i = 0;
-    while (i < s->n_sess && strcmp(s->sess[i].id, id)) i++;
-    bool loaded = i < s->n_sess;
+    mz_ctx_t *loaded = mz_engine_find_session(s->engine, id);
     bool files = s->store && mz_session_id_valid(id) && stored_exists(s, id);
     if (!loaded && !files) return MZ_E_INVAL;
     /* The context goes first: it holds the data file's lock (in use). */
-    if (loaded) session_remove(s, i);
+    if (loaded) session_remove(s, loaded);
     for (int k = 0; k < s->n_anon_index; k++)
         if (!strcmp(s->anon_index[k].id, id)) anon_index_drop(s, k--);
     if (files) {
@@ -578,17 +597,18 @@ void srv_sessions_snapshot(mz_server_t *s)
     size_t n_tok = s->ctx ? mz_ctx_n_tokens(s->ctx) : 0;
     size_t fp = srv_footprint(s);
     srv_session_snap tmp[SRV_MAX_SESSIONS + 1];
-    int n = s->n_sess;
-    for (int i = 0; i < n; i++) {
-        const srv_session *ss = &s->sess[i];
-        srv_session_snap *o = &tmp[i];
+    int n = 0;
+    FOR_EACH_SESSION(s, c) {
+        if (n > s->p.max_sessions) break; /* snap_sess's size; never more between gate holders */
+        const srv_session *ss = srv_session_of(c);
+        srv_session_snap *o = &tmp[n++];
         mz_mem_stats st;
-        mz_get_mem_stats(ss->ctx, &st);
-        memcpy(o->id, ss->id, sizeof o->id);
-        o->named = ss->named;
+        mz_get_mem_stats(c, &st);
+        snprintf(o->id, sizeof o->id, "%s", mz_session_name(c));
+        o->named = is_named(c);
         o->stored = ss->stored;
         o->stored_tokens = -1;
-        o->n_tokens = mz_ctx_n_tokens(ss->ctx);
+        o->n_tokens = mz_ctx_n_tokens(c);
         o->kv = st.kv;
         o->compstack_mapped_bytes = st.compstack_mapped_bytes;
         o->swap_file_bytes = st.swap_file_bytes;

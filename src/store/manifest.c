@@ -14,28 +14,6 @@ static const unsigned char MAGIC[8] = {'M', 'Z', 'S', 'E', 'S', 'S', 0, 1};
 #define MANIFEST_SEED 0x6d7a73657373ULL
 #define BLOCK 4096u
 
-bool mz_session_id_valid(const char *id)
-{
-    if (!id || !id[0] || id[0] == '.' || id[0] == '-') return false;
-    size_t n = 0;
-    for (; id[n]; n++) {
-        char ch = id[n];
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                  ch == '_' || ch == '-' || ch == '.' || ch == ':' || ch == '@' || ch == '+';
-        if (!ok || n >= MZ_SESSION_ID_MAX) return false;
-    }
-    return true;
-}
-
-const char *mz_session_id_check(const char *id, bool allow_anon)
-{
-    if (!mz_session_id_valid(id))
-        return "a session id is 1 to 63 characters of A-Z a-z 0-9 _ . - : @ +, not starting with . or -";
-    if (!allow_anon && !strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1))
-        return "session ids beginning with \"anon-\" are the daemon's anonymous conversations";
-    return NULL;
-}
-
 size_t mz_manifest_size(const mz_manifest *m)
 {
     return MZ_MANIFEST_HDR_BYTES + m->n_tokens * 4 +
