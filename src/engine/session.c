@@ -429,7 +429,7 @@ void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out)
     pthread_mutex_lock(&e->lock);
     uint64_t best = 0;
     bool any = false;
-    mz_mem_category kv = {0};
+    mz_mem_category kv = {0}, kv_dead = {0};
     size_t stack = 0, swap = 0;
     for (mz_ctx_t *c = e->sessions; c; c = c->next) {
         if (pthread_mutex_trylock(&c->use_lock) != 0) continue; /* computing: skipped */
@@ -437,6 +437,7 @@ void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out)
         mz_get_mem_stats(c, &st);
         pthread_mutex_unlock(&c->use_lock);
         add_cat(&kv, &st.kv);
+        add_cat(&kv_dead, &st.kv_out_of_window);
         stack += st.compstack_mapped_bytes;
         if (!shared_swap || mz_mem_swapfile(c->mem) != shared_swap)
             swap += st.swap_file_bytes; /* a file of its own */
@@ -456,6 +457,7 @@ void mz_engine_get_mem_stats(mz_engine_t *e, mz_mem_stats *out)
     }
     pthread_mutex_unlock(&e->shared.lock);
     out->kv = kv;
+    out->kv_out_of_window = kv_dead;
     out->compstack_mapped_bytes = stack;
     out->swap_file_bytes = swap;
     mz_engine_weights_stats(e, &out->weights);

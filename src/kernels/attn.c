@@ -24,11 +24,11 @@
  * mz_attn_ref: two passes per (token, head) — max, then sum and weighted V —
  *   all in F32, straight from the definition. The tests' oracle.
  *
- * Sliding window (a->window > 0): query p sees (p - window, p] only. The
- *   scalar kernel and the reference start there; the SIMD kernels do not
- *   know windows, so a call where the window hides any position goes to the
- *   scalar kernel (a call where it hides none, as every call of a context
- *   shorter than the window, keeps the SIMD kernels).
+ * Sliding window (a->window > 0): query p sees (p - window, p] only
+ *   (mz_attn_first_pos). Every kernel starts there: a decode step in a
+ *   local layer costs O(window) whatever the history, and no kernel reads a
+ *   K or V row of a chunk the window has left (the memory manager evicts
+ *   those chunks first and may leave them out of memory).
  *
  * No allocation: scratch (acc, scores, a converted row) is on the stack,
  * bounded by MZ_ATTN_MAX_HEAD_DIM and MZ_ATTN_MAX_GROUP.
@@ -50,13 +50,6 @@ void mz_attn_check_args(const mz_attn_args *a)
     MZ_ASSERT(a && a->q && a->out && a->chunks);
     MZ_ASSERT(a->n_head > 0 && a->n_head_kv > 0 && a->n_head % a->n_head_kv == 0);
     MZ_ASSERT(a->head_dim > 0 && a->head_dim <= MZ_ATTN_MAX_HEAD_DIM);
-}
-
-/* First position query token i sees. */
-static inline size_t first_pos(const mz_attn_args *a, size_t i)
-{
-    const size_t n_ctx = a->pos0 + i + 1;
-    return a->window && n_ctx > a->window ? n_ctx - a->window : 0;
 }
 
 static inline const mz_f16 *k_row(const uint8_t *chunk, const mz_attn_args *a, int kvh, size_t row)
@@ -90,7 +83,7 @@ static void attn_group_scalar(const mz_attn_args *a, size_t i, int kvh, int h0, 
         for (int d = 0; d < hd; d++) acc[g][d] = 0.0f;
     }
 
-    const size_t lo = first_pos(a, i);
+    const size_t lo = mz_attn_first_pos(a, i);
     for (size_t c = lo / MZ_KV_CHUNK_TOKENS; c * MZ_KV_CHUNK_TOKENS < n_ctx; c++) {
         const uint8_t *chunk = a->chunks[c];
         const size_t rows = MZ_MIN((size_t)MZ_KV_CHUNK_TOKENS, n_ctx - c * MZ_KV_CHUNK_TOKENS);
@@ -134,12 +127,10 @@ static void attn_group_scalar(const mz_attn_args *a, size_t i, int kvh, int h0, 
     }
 }
 
-/* The SIMD kernel takes head_dim % 8 == 0 and no window that hides a
- * position; other calls use the scalar one. */
+/* The SIMD kernel takes head_dim % 8 == 0; other calls use the scalar one. */
 static bool use_avx2(const mz_attn_args *a)
 {
-    return MZ_KERNELS_X86 && mz_kernels_active_isa() >= MZ_ISA_AVX2 && a->head_dim % 8 == 0 &&
-           !(a->window && a->pos0 + a->n_q > a->window);
+    return MZ_KERNELS_X86 && mz_kernels_active_isa() >= MZ_ISA_AVX2 && a->head_dim % 8 == 0;
 }
 
 void mz_attn(const mz_attn_args *a, int ith, int nth)
@@ -218,7 +209,7 @@ void mz_attn_ref(const mz_attn_args *a)
             const float *q = a->q + (i * (size_t)a->n_head + (size_t)h) * (size_t)hd;
             float *o = a->out + (i * (size_t)a->n_head + (size_t)h) * (size_t)hd;
 
-            const size_t lo = first_pos(a, i);
+            const size_t lo = mz_attn_first_pos(a, i);
             float mx = -INFINITY;
             for (size_t p = lo; p < n_ctx; p++) mx = fmaxf(mx, ref_score(a, q, kvh, p));
 

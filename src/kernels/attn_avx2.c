@@ -29,10 +29,18 @@
  * AVX2 ones or attn_avx512.c's, which give the same bits (attn_tiled.h); the
  * rest — plan, segments, merge — is shared.
  *
- * A row attends to positions [0, pos0 + i]: in a tile it uses only its valid
- * prefix (loops are cut per row, never masked by adding zeros), so masked
- * positions cannot change a bit. Needs head_dim % 8 == 0 (else mz_attn uses
- * the scalar kernel).
+ * A row attends to positions [lo, pos0 + i], lo = mz_attn_first_pos (0, or
+ * where a sliding window starts): in a tile it uses only its valid range
+ * [n0, nv) (the weighted-V loops are cut per row; the softmax keeps those
+ * lanes, the others give -inf to the max and exactly 0 to P, whatever their
+ * score), so positions outside it cannot change a bit. Tiles start at
+ * absolute multiples of ATTN_TILE and segments at multiples of ATTN_SEG_POS
+ * whatever the item, so a row gets the same sequence of operations in every
+ * plan. With a window, an item starts at the tile of its first row's lo and
+ * the plan at the segment of the first query's lo: no K or V row of a chunk
+ * the window has left is read, and a decode step costs O(window) whatever
+ * the history. Needs head_dim % 8 == 0 (else mz_attn uses the scalar
+ * kernel).
  */
 #include "kernels_impl.h"
 
@@ -75,7 +83,8 @@ typedef struct attn_plan {
     int n_hsub;    /* head sub-groups per KV head */
     size_t tb;     /* query tokens per item */
     size_t n_tb;   /* token blocks */
-    size_t n_seg;  /* segments of the longest row */
+    size_t seg0;   /* first segment any row attends to (a window hides those below) */
+    size_t n_seg;  /* segments [seg0, seg0 + n_seg) up to the longest row's end */
     size_t n_grp;  /* (kv head, head sub-group, token block) triples */
 } attn_plan;
 
@@ -88,7 +97,8 @@ static attn_plan make_plan(const mz_attn_args *a)
     p.tb = (size_t)MZ_MAX(1, ATTN_MAX_ROWS / p.hsub);
     p.n_tb = (a->n_q + p.tb - 1) / p.tb;
     const size_t n_ctx = a->pos0 + a->n_q;
-    p.n_seg = (n_ctx + ATTN_SEG_POS - 1) / ATTN_SEG_POS;
+    p.seg0 = mz_attn_first_pos(a, 0) / ATTN_SEG_POS;
+    p.n_seg = (n_ctx + ATTN_SEG_POS - 1) / ATTN_SEG_POS - p.seg0;
     p.n_grp = (size_t)a->n_head_kv * (size_t)p.n_hsub * p.n_tb;
     return p;
 }
@@ -171,15 +181,13 @@ static void scores(const float *restrict qs, const mz_f16 *restrict kb, float *r
     }
 }
 
-/* acc[r] += sum_{t < nv[r]} P[r][t] * Vf[t], t ascending, for rows [0, nr),
- * with Vf = f32(vb) for the nt positions converted into vf first. */
-static void accumulate(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int nr,
-                       int nt, const int *nv, float p[][ATTN_TILE])
+/* acc[r] += sum_{n0[r] <= t < nv[r]} P[r][t] * Vf[t], t ascending, for rows
+ * [r0, nr), with Vf = f32(vb) for the nt positions converted into vf first. */
+static void accumulate(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int r0,
+                       int nr, int nt, const int *n0, const int *nv, float p[][ATTN_TILE])
 {
     f16_rows(vb, vf, (size_t)nt * (size_t)hd);
-    int r = 0;
-    while (r < nr && nv[r] <= 0) r++;
-    accumulate_pairs(acc, vf, hd, r, nr, nv, p);
+    accumulate_pairs(acc, vf, hd, r0, nr, n0, nv, p);
 }
 
 /* ACC = ACC * a1 + acc * a2 (the segment merge). */
@@ -199,28 +207,24 @@ static inline void merge_state(row_state *S, float *restrict ACC, float m, float
     S->m = M;
 }
 
-/* Per row r in [r0, nr): the tile's max m' over its nv[r] scores; if it
- * raises the row's m, l and acc are rescaled by exp(m - m'); then
- * P = exp(S - m) over the valid positions (0 elsewhere) replaces S, and l
+/* Per row r in [r0, nr): the tile's max m' over its scores at [n0[r],
+ * nv[r]); if it raises the row's m, l and acc are rescaled by exp(m - m');
+ * then P = exp(S - m) over those positions (0 elsewhere) replaces S, and l
  * grows by sum P, summed as ((P0+P1)+(P2+P3)) over 8-lane quarters, then
  * halves, pairs, lanes. */
-static void softmax_rows(float s[][ATTN_TILE], const int *nv, int r0, int nr, row_state *st, float *restrict acc,
-                         int hd)
+static void softmax_rows(float s[][ATTN_TILE], const int *n0, const int *nv, int r0, int nr, row_state *st,
+                         float *restrict acc, int hd)
 {
     for (int r = r0; r < nr; r++) {
-        const int n = nv[r];
         __m256 mx = _mm256_set1_ps(-INFINITY);
-        for (int t = 0; t < ATTN_TILE; t += 8) {
-            const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
-                _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
-            mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(&s[r][t]), keep));
-        }
+        for (int t = 0; t < ATTN_TILE; t += 8)
+            mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(&s[r][t]),
+                                                    tile_keep8(t, n0[r], nv[r])));
         raise_max(&st[r], acc + (size_t)r * (size_t)hd, hmax8(mx), hd);
         const __m256 mv = _mm256_set1_ps(st[r].m);
         __m256 ps[ATTN_TILE / 8];
         for (int t = 0; t < ATTN_TILE; t += 8) {
-            const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
-                _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+            const __m256 keep = tile_keep8(t, n0[r], nv[r]);
             ps[t / 8] = _mm256_and_ps(keep, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(&s[r][t]), mv)));
             _mm256_storeu_ps(&s[r][t], ps[t / 8]);
         }
@@ -237,7 +241,8 @@ typedef struct item {
 } item;
 
 /* One segment for the item's rows: fresh online softmax over positions
- * [seg * ATTN_SEG_POS, ...) up to each row's limit. State in st/acc. */
+ * [seg * ATTN_SEG_POS, ...) from each row's lo up to its limit. State in
+ * st/acc (l = 0: the row has no position in the segment). */
 static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, const item *it,
                         const float *restrict qs, size_t seg, row_state *st, float *restrict acc,
                         float *restrict kf, float *restrict vf)
@@ -247,7 +252,9 @@ static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, cons
     const size_t kv_stride = MZ_KV_CHUNK_TOKENS * (size_t)hd;
     const size_t p_end = a->pos0 + it->i0 + it->nq; /* one past the last row's limit */
     float s[ATTN_MAX_ROWS][ATTN_TILE];
-    int nv[ATTN_MAX_ROWS];
+    int n0[ATTN_MAX_ROWS], nv[ATTN_MAX_ROWS];
+    size_t lo[ATTN_MAX_ROWS]; /* each row's first position (non-decreasing: tokens ascend) */
+    for (int r = 0; r < nr; r++) lo[r] = mz_attn_first_pos(a, it->i0 + (size_t)(r / it->hsub));
 
     for (int r = 0; r < nr; r++) {
         st[r].m = -INFINITY;
@@ -255,7 +262,8 @@ static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, cons
     }
     for (size_t d = 0; d < (size_t)nr * (size_t)hd; d++) acc[d] = 0.0f;
 
-    const size_t s0 = seg * ATTN_SEG_POS, s1 = MZ_MIN(s0 + ATTN_SEG_POS, p_end);
+    const size_t s1 = MZ_MIN((seg + 1) * ATTN_SEG_POS, p_end);
+    const size_t s0 = MZ_MAX(seg * ATTN_SEG_POS, lo[0] / ATTN_TILE * ATTN_TILE);
     for (size_t p0 = s0; p0 < s1; p0 += ATTN_TILE) {
         const int nt = (int)MZ_MIN((size_t)ATTN_TILE, s1 - p0);
         const size_t c = p0 / MZ_KV_CHUNK_TOKENS, row = p0 % MZ_KV_CHUNK_TOKENS;
@@ -275,17 +283,21 @@ static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, cons
                 _mm_prefetch(vn + off, _MM_HINT_T0);
             }
         }
-        /* Rows whose limit is past this tile's start: tokens are in ascending
-         * order, so they are a suffix [r_first, nr). */
-        int r_first = 0;
+        /* Rows with a position in this tile, [r_first, r_end): tokens are in
+         * ascending order, so the rows whose limit is at or before the tile
+         * are a prefix and those whose window starts past it a suffix. */
+        int r_first = 0, r_end = nr;
         for (int r = 0; r < nr; r++) {
             const size_t lim = a->pos0 + it->i0 + (size_t)(r / it->hsub) + 1; /* positions < lim */
             nv[r] = lim > p0 ? (int)MZ_MIN((size_t)nt, lim - p0) : 0;
+            n0[r] = lo[r] > p0 ? (int)MZ_MIN((size_t)nt, lo[r] - p0) : 0;
             if (nv[r] == 0) r_first = r + 1;
+            if (n0[r] >= nt && r_end == nr) r_end = r;
         }
-        kk->scores(qs + (size_t)r_first * (size_t)hd, kb, kf, hd, nr - r_first, nt, a->scale, s + r_first);
-        kk->softmax(s, nv, r_first, nr, st, acc, hd);
-        kk->accumulate(acc, vb, vf, hd, nr, nt, nv, s);
+        if (r_first >= r_end) continue;
+        kk->scores(qs + (size_t)r_first * (size_t)hd, kb, kf, hd, r_end - r_first, nt, a->scale, s + r_first);
+        kk->softmax(s, n0, nv, r_first, r_end, st, acc, hd);
+        kk->accumulate(acc, vb, vf, hd, r_first, r_end, nt, n0, nv, s);
     }
 }
 
@@ -300,6 +312,12 @@ static void load_queries(const mz_attn_args *a, const item *it, float *restrict 
             const float *q = a->q + ((it->i0 + ti) * (size_t)a->n_head + (size_t)(it->h0 + g)) * (size_t)hd;
             memcpy(qs + (ti * (size_t)it->hsub + (size_t)g) * (size_t)hd, q, (size_t)hd * sizeof(float));
         }
+}
+
+/* The item's segments: [item_seg0, item_n_seg). */
+static size_t item_seg0(const mz_attn_args *a, const item *it)
+{
+    return mz_attn_first_pos(a, it->i0) / ATTN_SEG_POS;
 }
 
 static size_t item_n_seg(const mz_attn_args *a, const item *it)
@@ -342,12 +360,12 @@ static void write_out(const mz_attn_args *a, const item *it, const row_state *S,
         }
 }
 
-/* Partial state of (group gi, segment seg, row r): [m, l, acc[hd]]. */
+/* Partial state of (group gi, segment seg >= p->seg0, row r): [m, l, acc[hd]]. */
 static float *partial_row(const mz_attn_args *a, const attn_plan *p, size_t gi, size_t seg, int r)
 {
     const size_t row_floats = (size_t)a->head_dim + 2;
     const size_t rows_per_grp = p->tb * (size_t)p->hsub;
-    return a->partial + ((gi * p->n_seg + seg) * rows_per_grp + (size_t)r) * row_floats;
+    return a->partial + ((gi * p->n_seg + (seg - p->seg0)) * rows_per_grp + (size_t)r) * row_floats;
 }
 
 size_t mz_attn_partial_floats_avx2(const mz_attn_args *a)
@@ -379,7 +397,8 @@ void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kern
 
     if (use_split(a, &p)) {
         /* Items (group, segment), contiguous ranges per thread. Segments past
-         * a group's last row do not exist for it. */
+         * a group's last row, or below its first row's window, do not exist
+         * for it. */
         const size_t n_items = p.n_grp * p.n_seg;
         const size_t b = n_items * (size_t)ith / (size_t)nth, e = n_items * ((size_t)ith + 1) / (size_t)nth;
         size_t loaded = SIZE_MAX;
@@ -390,9 +409,9 @@ void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kern
             } else if (k >= e) {
                 break;
             }
-            const size_t gi = k / p.n_seg, seg = k % p.n_seg;
+            const size_t gi = k / p.n_seg, seg = p.seg0 + k % p.n_seg;
             const item it = group_item(a, &p, gi);
-            if (seg >= item_n_seg(a, &it)) continue;
+            if (seg < item_seg0(a, &it) || seg >= item_n_seg(a, &it)) continue;
             if (loaded != gi) {
                 load_queries(a, &it, qs);
                 loaded = gi;
@@ -428,7 +447,7 @@ void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kern
         }
         for (size_t d = 0; d < (size_t)nr * (size_t)hd; d++) ACC[d] = 0.0f;
         const size_t ns = item_n_seg(a, &it);
-        for (size_t seg = 0; seg < ns; seg++) {
+        for (size_t seg = item_seg0(a, &it); seg < ns; seg++) {
             run_segment(a, kk, &it, qs, seg, st, acc, kf, vf);
             for (int r = 0; r < nr; r++)
                 if (st[r].l > 0.0f)
@@ -461,7 +480,7 @@ void mz_attn_merge_avx2(const mz_attn_args *a, int ith, int nth)
         }
         for (size_t d = 0; d < (size_t)nr * (size_t)hd; d++) ACC[d] = 0.0f;
         const size_t ns = item_n_seg(a, &it);
-        for (size_t seg = 0; seg < ns; seg++)
+        for (size_t seg = item_seg0(a, &it); seg < ns; seg++)
             for (int r = 0; r < nr; r++) {
                 const float *pr = partial_row(a, &p, gi, seg, r);
                 if (pr[1] > 0.0f) merge_state(&S[r], ACC + (size_t)r * (size_t)hd, pr[0], pr[1], pr + 2, hd);

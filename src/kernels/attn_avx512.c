@@ -141,10 +141,10 @@ static void scores_avx512(const float *restrict qs, const mz_f16 *restrict kb, f
     }
 }
 
-/* Four rows that all take the same n positions, 64 dims at a time (each V
- * load serves four rows); hd % 64 == 0. */
+/* Four rows that all take the same positions [from, n), 64 dims at a time
+ * (each V load serves four rows); hd % 64 == 0. */
 static inline void accumulate_4rows(float *restrict acc, const float *restrict vf, int hd, float p[][ATTN_TILE],
-                                    int r, int n)
+                                    int r, int from, int n)
 {
     float *a0 = acc + (size_t)r * (size_t)hd, *a1 = a0 + hd, *a2 = a1 + hd, *a3 = a2 + hd;
     const float *p0 = p[r], *p1 = p[r + 1], *p2 = p[r + 2], *p3 = p[r + 3];
@@ -157,7 +157,7 @@ static inline void accumulate_4rows(float *restrict acc, const float *restrict v
         __m512 c22 = _mm512_loadu_ps(a2 + d + 32), c23 = _mm512_loadu_ps(a2 + d + 48);
         __m512 c30 = _mm512_loadu_ps(a3 + d), c31 = _mm512_loadu_ps(a3 + d + 16);
         __m512 c32 = _mm512_loadu_ps(a3 + d + 32), c33 = _mm512_loadu_ps(a3 + d + 48);
-        for (int t = 0; t < n; t++) {
+        for (int t = from; t < n; t++) {
             const float *v = vf + (size_t)t * (size_t)hd + d;
             const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
             const __m512 v2 = _mm512_loadu_ps(v + 32), v3 = _mm512_loadu_ps(v + 48);
@@ -185,17 +185,17 @@ static inline void accumulate_4rows(float *restrict acc, const float *restrict v
     }
 }
 
-static void accumulate_avx512(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int nr,
-                              int nt, const int *nv, float p[][ATTN_TILE])
+static void accumulate_avx512(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int r0,
+                              int nr, int nt, const int *n0, const int *nv, float p[][ATTN_TILE])
 {
     for (size_t e = 0; e < (size_t)nt * (size_t)hd; e += 16)
         _mm512_storeu_ps(vf + e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vb + e))));
-    int r = 0;
-    while (r < nr && nv[r] <= 0) r++;
+    int r = r0;
+    /* n0 and nv are non-decreasing: equal at r and r + 3, all four are. */
     if (hd % 64 == 0)
-        for (; r + 3 < nr && nv[r] == nv[r + 3]; r += 4) /* nv is non-decreasing: all four equal */
-            accumulate_4rows(acc, vf, hd, p, r, nv[r]);
-    accumulate_pairs(acc, vf, hd, r, nr, nv, p);
+        for (; r + 3 < nr && nv[r] == nv[r + 3] && n0[r] == n0[r + 3]; r += 4)
+            accumulate_4rows(acc, vf, hd, p, r, n0[r], nv[r]);
+    accumulate_pairs(acc, vf, hd, r, nr, n0, nv, p);
 }
 
 /* attn_avx2.c's exp_ps, lane for lane (exp_poly on 16 lanes). */
@@ -217,13 +217,14 @@ static inline __mmask16 first_lanes(int n)
 
 /* attn_avx2.c's softmax_rows with 16-lane exp; the max and the sum are
  * reduced in the AVX2 order, quarter by quarter. */
-static void softmax_avx512(float s[][ATTN_TILE], const int *nv, int r0, int nr, attn_row_state *st,
+static void softmax_avx512(float s[][ATTN_TILE], const int *n0, const int *nv, int r0, int nr, attn_row_state *st,
                            float *restrict acc, int hd)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int r = r0; r < nr; r++) {
-        const int n = nv[r];
-        const __mmask16 k0 = first_lanes(n), k1 = first_lanes(n - 16);
+        const int n = nv[r], from = n0[r];
+        const __mmask16 k0 = first_lanes(n) & (__mmask16)~first_lanes(from);
+        const __mmask16 k1 = first_lanes(n - 16) & (__mmask16)~first_lanes(from - 16);
         const __m512 s0 = _mm512_loadu_ps(&s[r][0]), s1 = _mm512_loadu_ps(&s[r][16]);
         const __m512 b0 = _mm512_mask_blend_ps(k0, ninf, s0), b1 = _mm512_mask_blend_ps(k1, ninf, s1);
         __m256 mx = _mm256_set1_ps(-INFINITY);

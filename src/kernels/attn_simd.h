@@ -97,16 +97,17 @@ AV_INLINE void raise_max(attn_row_state *st, float *restrict acc_row, float mt, 
         c3 = AV_FMA(w_, AV_LOAD(v_ + 3 * AV_W), c3);                                                    \
     }
 
-/* acc rows a0 (n0 positions) and a1 (n1, may be NULL) += P . Vf, t
- * ascending: each row's own sequence of FMAs is the same either way. */
+/* acc rows a0 (positions [from, n0)) and a1 (positions [from, n1), may be
+ * NULL) += P . Vf, t ascending: each row's own sequence of FMAs is the same
+ * either way. */
 AV_INLINE void accumulate_rows(float *restrict a0, float *restrict a1, const float *restrict vf, int hd,
-                               const float *restrict p0, const float *restrict p1, int n0, int n1)
+                               const float *restrict p0, const float *restrict p1, int from, int n0, int n1)
 {
     const int nboth = a1 ? MZ_MIN(n0, n1) : 0;
     int d = 0;
     for (; d + 4 * AV_W <= hd; d += 4 * AV_W) {
         AV_LOAD4(a0, c0, c1, c2, c3);
-        int t = 0;
+        int t = from;
         if (a1) {
             AV_LOAD4(a1, e0, e1, e2, e3);
             for (; t < nboth; t++) {
@@ -131,23 +132,39 @@ AV_INLINE void accumulate_rows(float *restrict a0, float *restrict a1, const flo
     }
     for (; d < hd; d += AV_W) {
         AV c0 = AV_LOAD(a0 + d);
-        for (int t = 0; t < n0; t++) c0 = AV_FMA(AV_BCAST(p0 + t), AV_LOAD(vf + (size_t)t * (size_t)hd + d), c0);
+        for (int t = from; t < n0; t++) c0 = AV_FMA(AV_BCAST(p0 + t), AV_LOAD(vf + (size_t)t * (size_t)hd + d), c0);
         AV_STORE(a0 + d, c0);
         if (a1) {
             AV e0 = AV_LOAD(a1 + d);
-            for (int t = 0; t < n1; t++) e0 = AV_FMA(AV_BCAST(p1 + t), AV_LOAD(vf + (size_t)t * (size_t)hd + d), e0);
+            for (int t = from; t < n1; t++) e0 = AV_FMA(AV_BCAST(p1 + t), AV_LOAD(vf + (size_t)t * (size_t)hd + d), e0);
             AV_STORE(a1 + d, e0);
         }
     }
 }
 
-/* The weighted-V step for rows [r, nr) two at a time (rows with no valid
- * position before r are skipped by the caller). */
+/* The weighted-V step for rows [r, nr), each over its positions
+ * [n0[r], nv[r]): two at a time where both start at one position (a pair of
+ * query heads of one token), else one by one. */
 AV_INLINE void accumulate_pairs(float *restrict acc, const float *restrict vf, int hd, int r, int nr,
-                                const int *nv, float p[][ATTN_TILE])
+                                const int *n0, const int *nv, float p[][ATTN_TILE])
 {
-    for (; r + 1 < nr; r += 2)
-        accumulate_rows(acc + (size_t)r * (size_t)hd, acc + (size_t)(r + 1) * (size_t)hd, vf, hd, p[r], p[r + 1],
-                        nv[r], nv[r + 1]);
-    if (r < nr) accumulate_rows(acc + (size_t)r * (size_t)hd, NULL, vf, hd, p[r], NULL, nv[r], 0);
+    while (r < nr) {
+        float *a0 = acc + (size_t)r * (size_t)hd;
+        if (r + 1 < nr && n0[r] == n0[r + 1]) {
+            accumulate_rows(a0, a0 + hd, vf, hd, p[r], p[r + 1], n0[r], nv[r], nv[r + 1]);
+            r += 2;
+        } else {
+            accumulate_rows(a0, NULL, vf, hd, p[r], NULL, n0[r], nv[r], 0);
+            r++;
+        }
+    }
+}
+
+/* Lanes [t, t + 8) of a tile row that lie in [n0, nv): all ones where kept. */
+AV_INLINE __m256 tile_keep8(int t, int n0, int nv)
+{
+    const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(t), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i below_end = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), idx);
+    const __m256i below_start = _mm256_cmpgt_epi32(_mm256_set1_epi32(n0), idx);
+    return _mm256_castsi256_ps(_mm256_andnot_si256(below_start, below_end));
 }

@@ -30,17 +30,19 @@ typedef struct attn_tile_kernels {
      * F16 row kb + t * hd; kf is scratch for ATTN_TILE * hd floats. */
     void (*scores)(const float *restrict qs, const mz_f16 *restrict kb, float *restrict kf, int hd, int nr,
                    int nt, float scale, float s[][ATTN_TILE]);
-    /* acc[r] += sum over t < nv[r], ascending, of P[r][t] * f32(V[t]); V[t]
-     * is vb + t * hd for t < nt; vf is scratch for ATTN_TILE * hd floats. */
-    void (*accumulate)(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int nr,
-                       int nt, const int *nv, float p[][ATTN_TILE]);
+    /* acc[r] += sum over n0[r] <= t < nv[r], ascending, of P[r][t] *
+     * f32(V[t]) for rows r0 <= r < nr; V[t] is vb + t * hd for t < nt (the
+     * rows below every n0 may hold anything: converted, never used); vf is
+     * scratch for ATTN_TILE * hd floats. */
+    void (*accumulate)(float *restrict acc, const mz_f16 *restrict vb, float *restrict vf, int hd, int r0,
+                       int nr, int nt, const int *n0, const int *nv, float p[][ATTN_TILE]);
     /* For rows r0 <= r < nr: the tile's online-softmax step (attn_avx2.c's
      * softmax_rows has the exact arithmetic every ISA must repeat): may
      * raise st[r].m (rescaling st[r].l and acc row r), turns s[r] into
-     * P = exp(s - m) on the nv[r] valid positions (0 past them) and adds
-     * sum P to st[r].l. */
-    void (*softmax)(float s[][ATTN_TILE], const int *nv, int r0, int nr, attn_row_state *st, float *restrict acc,
-                    int hd);
+     * P = exp(s - m) on the row's valid positions [n0[r], nv[r]) (0 outside
+     * them, whatever s holds there) and adds sum P to st[r].l. */
+    void (*softmax)(float s[][ATTN_TILE], const int *n0, const int *nv, int r0, int nr, attn_row_state *st,
+                    float *restrict acc, int hd);
 } attn_tile_kernels;
 
 /* mz_attn's contract, with the given tile steps (head_dim % 8 == 0 and

@@ -297,6 +297,14 @@ void mz_f16_to_f32_row_neon(const mz_f16 *restrict x, float *restrict y, size_t 
 
 /* Checks the shape of an mz_attn_args (aborts on a programmer error). */
 void mz_attn_check_args(const mz_attn_args *a);
+/* First position query token i of a attends to: pos0 + i + 1 - window when
+ * a sliding window hides any position, else 0. Every kernel starts there and
+ * reads nothing below it (the memory manager may have evicted those chunks). */
+static inline size_t mz_attn_first_pos(const mz_attn_args *a, size_t i)
+{
+    const size_t n_ctx = a->pos0 + i + 1;
+    return a->window && n_ctx > a->window ? n_ctx - a->window : 0;
+}
 /* The scalar single-pass kernel mz_attn uses when no SIMD path is active. */
 void mz_attn_scalar(const mz_attn_args *a, int ith, int nth);
 

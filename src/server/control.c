@@ -52,6 +52,8 @@ static cJSON *stats_json(const mz_mem_stats *st, size_t ctx_tokens, int n_ctx)
     cJSON *m = cJSON_CreateObject();
     cJSON_AddItemToObject(m, "weights", category_json(&st->weights));
     cJSON_AddItemToObject(m, "kv", category_json(&st->kv));
+    /* A part of kv, not beside it: all zero for a model without sliding-window layers. */
+    cJSON_AddItemToObject(m, "kv_out_of_window", category_json(&st->kv_out_of_window));
     cJSON_AddNumberToObject(m, "pinned_bytes", (double)st->pinned_bytes);
     cJSON_AddNumberToObject(m, "remaining_pct", st->remaining_pct);
     /* The policy's stage, named as everywhere else (mz_evict_stage_name). */
@@ -125,6 +127,8 @@ static cJSON *session_json(const mz_server_t *s, const srv_session_snap *ss)
     cJSON_AddNumberToObject(o, "resident_bytes", (double)ss->kv.resident_bytes);
     cJSON_AddNumberToObject(o, "compressed_bytes", (double)ss->kv.compressed_bytes);
     cJSON_AddNumberToObject(o, "stored_bytes", (double)ss->kv.stored_bytes);
+    cJSON_AddNumberToObject(o, "kv_out_of_window_bytes", (double)ss->kv_out_of_window.total_bytes);
+    cJSON_AddNumberToObject(o, "kv_out_of_window_resident_bytes", (double)ss->kv_out_of_window.resident_bytes);
     cJSON_AddNumberToObject(o, "compstack_mapped_bytes", (double)ss->compstack_mapped_bytes);
     cJSON_AddNumberToObject(o, "swap_file_bytes", (double)ss->swap_file_bytes);
     srv_iso8601(ss->created_unix, t, sizeof t);
@@ -328,6 +332,12 @@ enum MHD_Result srv_handle_metrics(mz_server_t *s, struct MHD_Connection *c)
         P("mzcache_memory_bytes{category=\"%s\",state=\"stored\"} %zu\n", cats[i].name, cc->stored_bytes);
         P("mzcache_memory_bytes{category=\"%s\",state=\"dropped\"} %zu\n", cats[i].name, cc->dropped_bytes);
     }
+    /* Its own name: summing mzcache_memory_bytes over category must not count these twice. */
+    P("# HELP mzcache_kv_out_of_window_bytes KV of sliding-window layers no next token can attend to (part of "
+      "category kv).\n# TYPE mzcache_kv_out_of_window_bytes gauge\n"
+      "mzcache_kv_out_of_window_bytes{state=\"total\"} %zu\nmzcache_kv_out_of_window_bytes{state=\"resident\"} %zu\n"
+      "mzcache_kv_out_of_window_bytes{state=\"stored\"} %zu\n",
+      st->kv_out_of_window.total_bytes, st->kv_out_of_window.resident_bytes, st->kv_out_of_window.stored_bytes);
     P("# HELP mzcache_pinned_bytes Embeddings and output head (never evicted).\n"
       "# TYPE mzcache_pinned_bytes gauge\nmzcache_pinned_bytes %zu\n", st->pinned_bytes);
     P("# HELP mzcache_remaining_ratio Resident+compressed share of the evictable total.\n"
@@ -408,6 +418,15 @@ enum MHD_Result srv_handle_metrics(mz_server_t *s, struct MHD_Connection *c)
         P("mzcache_session_kv_bytes{session=\"%s\",state=\"resident\"} %zu\n", ss->id, ss->kv.resident_bytes);
         P("mzcache_session_kv_bytes{session=\"%s\",state=\"compressed\"} %zu\n", ss->id, ss->kv.compressed_bytes);
         P("mzcache_session_kv_bytes{session=\"%s\",state=\"stored\"} %zu\n", ss->id, ss->kv.stored_bytes);
+    }
+    P("# HELP mzcache_session_kv_out_of_window_bytes A session's KV out of the sliding window (part of "
+      "mzcache_session_kv_bytes).\n# TYPE mzcache_session_kv_out_of_window_bytes gauge\n");
+    for (int i = 0; i < s->n_snap_sess; i++) {
+        const srv_session_snap *ss = &s->snap_sess[i];
+        P("mzcache_session_kv_out_of_window_bytes{session=\"%s\",state=\"total\"} %zu\n", ss->id,
+          ss->kv_out_of_window.total_bytes);
+        P("mzcache_session_kv_out_of_window_bytes{session=\"%s\",state=\"resident\"} %zu\n", ss->id,
+          ss->kv_out_of_window.resident_bytes);
     }
     P("# HELP mzcache_session_last_use_timestamp_seconds Last use of a session (Unix time).\n"
       "# TYPE mzcache_session_last_use_timestamp_seconds gauge\n");

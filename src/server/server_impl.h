@@ -95,6 +95,7 @@ typedef struct srv_session_snap {
     long stored_tokens;          /* tokens its manifest on storage holds (-1: not stored) */
     size_t n_tokens;
     mz_mem_category kv;
+    mz_mem_category kv_out_of_window; /* of kv: sliding-window chunks no token can attend to */
     size_t compstack_mapped_bytes, swap_file_bytes;
     double created_unix, last_use_unix, last_ttft_ms;
     size_t n_requests;

@@ -610,6 +610,7 @@ void srv_sessions_snapshot(mz_server_t *s)
         o->stored_tokens = -1;
         o->n_tokens = mz_ctx_n_tokens(c);
         o->kv = st.kv;
+        o->kv_out_of_window = st.kv_out_of_window;
         o->compstack_mapped_bytes = st.compstack_mapped_bytes;
         o->swap_file_bytes = st.swap_file_bytes;
         o->created_unix = ss->created_unix;
