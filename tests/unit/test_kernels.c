@@ -489,11 +489,14 @@ static int matmul_mismatches(const mz_type_kernels *k, const void *w, const uint
 
 static void test_matmul_isa(enum mz_isa isa, const char *isa_name)
 {
-    /* Edge shapes around the register tiles (up to 4 rows x 6 tokens): one
-     * row, one token, every remainder, blocks of rows larger than L1. */
+    /* Edge shapes around the register tiles (up to 4 rows x 6 tokens; F16
+     * with one token, 8 rows): one row, one token, every remainder, blocks
+     * of rows larger than L1. */
     static const size_t shapes[][3] = {/* rows, tokens, cols */
         {1, 1, 32}, {7, 1, 64}, {67, 5, 96}, {33, 3, 4128}, {130, 2, 64}, {3, 9, 32},
         {5, 7, 160}, {9, 4, 64}, {4, 8, 96}, {2, 6, 32}, {17, 13, 128}, {600, 3, 64},
+        /* F16, one token: two 8-row tiles, a 4-row one and a single row. */
+        {21, 1, 576},
         /* F16 with several tokens converts chunks of activation rows (tokens
          * per chunk = 48K floats / cols, rounded to whole tiles) and walks the
          * rows in 128 KiB super-blocks: two chunks and three super-blocks,
