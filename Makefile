@@ -70,13 +70,13 @@ test-fast: build test-models
 
 test-asan: deps model
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=address,undefined >/dev/null
-	cmake --build $(BUILD_SAN) -j $(JOBS)
+	cmake --build $(BUILD_SAN) -j $(JOBS) --target test-programs
 	cd $(BUILD_SAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS)
 
 # The concurrency suite (thread pool, restore workers) under ThreadSanitizer.
 test-tsan: deps
 	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=thread >/dev/null
-	cmake --build $(BUILD_TSAN) -j $(JOBS)
+	cmake --build $(BUILD_TSAN) -j $(JOBS) --target concurrency-programs
 	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -L concurrency
 
 # The kernel tests (every SIMD path against the scalar reference) built for
@@ -91,7 +91,7 @@ FUZZ_SECONDS ?= 60
 fuzz: model
 	MZ_WITH_FUZZ=1 scripts/install-deps.sh
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMZ_FUZZ=ON -DMZ_SANITIZE=address,undefined >/dev/null
-	cmake --build build-fuzz -j $(JOBS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzzers
 	@scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
 # wrk against `mzcache serve` on loopback: chats, status polls, evictions and
