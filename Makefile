@@ -7,6 +7,10 @@ BUILD_TSAN ?= build-tsan
 JOBS       ?= $(shell nproc)
 MODEL      := models/SmolLM2-135M-Instruct.Q4_1.gguf
 CTEST_ARGS ?= --output-on-failure
+# Tests at a time in the plain (release) run: two, for 2 vCPUs; the tests that
+# need the machine alone are RUN_SERIAL in CMakeLists.txt. The sanitizer runs
+# stay one at a time (not yet proven side by side).
+CTEST_JOBS ?= 2
 
 .PHONY: all build deps model test-models demo test test-fast test-asan test-tsan test-arm fuzz bench bench-quick clean help
 
@@ -57,7 +61,7 @@ demo: build model
 	$(BUILD)/mzcache demo -m $(MODEL)
 
 test: build test-models
-	cd $(BUILD) && { ctest $(CTEST_ARGS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
+	cd $(BUILD) && { ctest $(CTEST_ARGS) -j $(CTEST_JOBS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
 	$(MAKE) test-arm
@@ -65,18 +69,18 @@ test: build test-models
 	@scripts/test-skips.sh $(BUILD)
 
 test-fast: build test-models
-	cd $(BUILD) && { ctest $(CTEST_ARGS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
+	cd $(BUILD) && { ctest $(CTEST_ARGS) -j $(CTEST_JOBS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
 	@scripts/test-skips.sh $(BUILD)
 
 test-asan: deps model
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=address,undefined >/dev/null
-	cmake --build $(BUILD_SAN) -j $(JOBS)
+	cmake --build $(BUILD_SAN) -j $(JOBS) --target test-programs
 	cd $(BUILD_SAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS)
 
 # The concurrency suite (thread pool, restore workers) under ThreadSanitizer.
 test-tsan: deps
 	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=thread >/dev/null
-	cmake --build $(BUILD_TSAN) -j $(JOBS)
+	cmake --build $(BUILD_TSAN) -j $(JOBS) --target concurrency-programs
 	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -L concurrency
 
 # The kernel tests (every SIMD path against the scalar reference) built for
@@ -91,7 +95,7 @@ FUZZ_SECONDS ?= 60
 fuzz: model
 	MZ_WITH_FUZZ=1 scripts/install-deps.sh
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMZ_FUZZ=ON -DMZ_SANITIZE=address,undefined >/dev/null
-	cmake --build build-fuzz -j $(JOBS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzzers
 	@scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
 # wrk against `mzcache serve` on loopback: chats, status polls, evictions and

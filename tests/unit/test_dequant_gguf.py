@@ -14,9 +14,19 @@ Dequantization is exact arithmetic on both sides: every value must be equal.
            mix: every tensor of each file (the files are kept in
            $MZ_TEST_TMP/mixes/ and made again when older than mzcache)
 
+The gguf package's values for the gemma and mixes files are recorded once,
+as the sha256 of each tensor's float32 values, in tests/golden/dequant/
+(made by `python3 tests/unit/test_dequant_gguf.py --write-digests`, which
+compares value by value as below and records the gguf package's side only;
+GGUFReader alone takes seconds of CPU on Gemma's 262k-token vocabulary). A
+file whose sha256 is the recorded one is checked against those digests; a
+file without one (a changed quantizer) or any tensor whose digest differs is
+compared with the gguf package value by value, which decides and says where.
+
 Exit 0 pass, 1 fail, 77 skip (gguf or numpy not importable; the tools not
 built). MZ_DEQUANT_MIXES="Q4_K_M Q6_K" narrows the mixes.
 """
+import hashlib
 import os
 import subprocess
 import sys
@@ -27,7 +37,9 @@ TOOL = os.environ.get("MZ_DEQUANT", os.path.join(ROOT, "build", "mz_dequant"))
 TMP = os.environ.get("MZ_TEST_TMP", os.path.join(ROOT, "build", "test-tmp"))
 SMOL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 GEMMA = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
+DIGESTS = os.path.join(ROOT, "tests", "golden", "dequant")
 NAME = "test_dequant_gguf"
+WRITE_DIGESTS = "--write-digests" in sys.argv[1:]
 # Under sanitizers (MZ_SANITIZED) the quantizers run several times slower: two mixes.
 MIXES = os.environ.get("MZ_DEQUANT_MIXES",
                        "Q4_K_M IQ4_NL" if os.environ.get("MZ_SANITIZED") else
@@ -93,13 +105,92 @@ def test_blocks():
         os.unlink(path)
 
 
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def digest_path(path):
+    return os.path.join(DIGESTS, os.path.basename(path)[:-len(".gguf")] + ".txt")
+
+
+def recorded_digests(path, sha):
+    """[(name, type, n_elements, sha256)] recorded for this very file (its sha256), else None."""
+    try:
+        with open(digest_path(path)) as f:
+            lines = [ln.split() for ln in f if ln.strip() and not ln.startswith("#")]
+    except OSError:
+        return None
+    if not lines or lines[0] != ["file_sha256", sha]:
+        return None
+    tensors = [(ln[0], ln[1], int(ln[2]), ln[3]) for ln in lines[1:] if len(ln) == 4]
+    return tensors or None
+
+
+def compare_digests(label, path, tensors):
+    """Ours, one stream in tensor-table order, against the recorded digests of
+    gguf's values; True when every tensor's equal (each counted as a check)."""
+    p = subprocess.Popen([TOOL, "gguf", path], stdout=subprocess.PIPE)
+    equal = []
+    for name, _, n, want in tensors:
+        h = hashlib.sha256()
+        left = 4 * n
+        while left:
+            buf = p.stdout.read(min(left, 1 << 24))
+            if not buf:
+                break
+            h.update(buf)
+            left -= len(buf)
+        if left or h.hexdigest() != want:
+            print(f"  {label} {name}: {'stream ended early' if left else 'digest differs'}", flush=True)
+            break
+        equal.append(name)
+    if len(equal) != len(tensors):
+        p.kill()
+        p.wait()
+        return False
+    extra = len(p.stdout.read())
+    rc = p.wait()
+    if extra or rc != 0:
+        print(f"  {label}: mz_dequant wrote {extra} bytes more than the recorded tensors hold, exit {rc}", flush=True)
+        return False
+    types = {}
+    for name, tname, _, _ in tensors:
+        check(True, f"{label} {name} ({tname}) equal to the recorded gguf digest")
+        types[tname] = types.get(tname, 0) + 1
+    print(f"  {label}: {len(tensors)} tensors equal to the gguf package's recorded values: "
+          + ", ".join(f"{k} ×{v}" for k, v in sorted(types.items(), key=lambda kv: -kv[1])), flush=True)
+    return True
+
+
 def compare_file(label, path):
-    """Every tensor of a GGUF file, ours (one stream, tensor-table order) against gguf's."""
+    """Every tensor of a GGUF file against gguf's values: through the recorded
+    digests when they are this file's and all equal, else value by value."""
+    sha = file_sha256(path)
+    tensors = None if WRITE_DIGESTS else recorded_digests(path, sha)
+    if tensors is not None:
+        if compare_digests(label, path, tensors):
+            return
+        print(f"  {label}: not the recorded gguf values; comparing with the gguf package value by value", flush=True)
+    elif not WRITE_DIGESTS:
+        print(f"  {label}: no recorded gguf digests for this file ({os.path.relpath(digest_path(path), ROOT)}, "
+              f"sha256 {sha[:12]}); comparing value by value", flush=True)
+    compare_values(label, path, sha)
+
+
+def compare_values(label, path, sha):
+    """Every tensor of a GGUF file, ours (one stream, tensor-table order) against
+    gguf's, value by value; with --write-digests records gguf's side."""
     reader = GGUFReader(path)
     p = subprocess.Popen([TOOL, "gguf", path], stdout=subprocess.PIPE)
     types = {}
     ok = True
+    record = []
     for t in reader.tensors:
+        theirs_sha = hashlib.sha256()
         n = int(t.n_elements)
         rows = t.data.reshape(-1, t.data.shape[-1]) if t.data.ndim > 1 else t.data.reshape(1, -1)
         per_row = n // rows.shape[0]
@@ -115,11 +206,14 @@ def compare_file(label, path):
                 return
             ours = np.frombuffer(buf, dtype="<f4")
             theirs = chunk if t.tensor_type == QT.F32 else dequantize(chunk, t.tensor_type)
+            if WRITE_DIGESTS:
+                theirs_sha.update(np.ascontiguousarray(theirs, dtype="<f4").tobytes())
             if not compare(f"{label} {t.name} ({t.tensor_type.name}) rows {r0}..", ours, theirs):
                 ok = False
                 break
         else:
             types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+            record.append(f"{t.name} {t.tensor_type.name} {int(t.n_elements)} {theirs_sha.hexdigest()}")
             continue
         p.kill()
         break
@@ -128,6 +222,23 @@ def compare_file(label, path):
         check(p.returncode == 0, f"{label}: mz_dequant exit {p.returncode}")
         print(f"  {label}: {len(reader.tensors)} tensors equal: "
               + ", ".join(f"{k} ×{v}" for k, v in sorted(types.items(), key=lambda kv: -kv[1])), flush=True)
+    if WRITE_DIGESTS and ok and p.returncode == 0:
+        write_digests(path, sha, record)
+
+
+def write_digests(path, sha, record):
+    """The gguf package's values of every tensor of path: sha256 of each
+    tensor's little-endian float32 values, in tensor-table order."""
+    from importlib.metadata import version
+    os.makedirs(DIGESTS, exist_ok=True)
+    with open(digest_path(path), "w") as f:
+        f.write(f"# {os.path.basename(path)}: sha256 of the gguf package's dequantized values\n"
+                f"# (gguf.quants.dequantize, little-endian float32) of each tensor, in tensor-table\n"
+                f"# order: name type n_elements sha256. Made by\n"
+                f"# python3 tests/unit/test_dequant_gguf.py --write-digests\n"
+                f"file_sha256 {sha}\ngguf_version {version('gguf')}\n")
+        f.write("\n".join(record) + "\n")
+    print(f"  wrote {os.path.relpath(digest_path(path), ROOT)}", flush=True)
 
 
 def test_gemma():
