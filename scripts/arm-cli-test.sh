@@ -121,7 +121,11 @@ for type in $TYPES; do
     n_cases=$((n_cases + 1))
     file=$(model_of "$type") || { echo "arm-cli-test: $type: quantize failed"; rc=1; continue; }
     ts=$(date +%s)
-    run_one x86 "$file" "$WORK/x86" && run_one arm "$file" "$WORK/arm" || { echo "arm-cli-test: $type: FAIL"; rc=1; continue; }
+    if ! { run_one x86 "$file" "$WORK/x86" && run_one arm "$file" "$WORK/arm"; }; then
+        echo "arm-cli-test: $type: FAIL"
+        rc=1
+        continue
+    fi
     ids_x86=$(cut -d' ' -f2 "$WORK/x86.ids" | tr '\n' ' ')
     ids_arm=$(cut -d' ' -f2 "$WORK/arm.ids" | tr '\n' ' ')
     if [ -n "$ids_x86" ] && [ "$ids_x86" = "$ids_arm" ]; then
