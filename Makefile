@@ -83,13 +83,19 @@ test-tsan: deps
 	cmake --build $(BUILD_TSAN) -j $(JOBS) --target concurrency-programs
 	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -L concurrency
 
-# The kernel tests (every SIMD path against the scalar reference) built for
-# AArch64 (NEON) and run under qemu-user. Skipped, with a message, when
-# aarch64-linux-gnu-gcc or qemu-aarch64 is missing (scripts/install-deps.sh
-# installs both on Debian x86-64).
-test-arm:
-	@CC=aarch64-linux-gnu-gcc RUN="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+# AArch64 under qemu-user: the kernel tests (every SIMD path against the
+# scalar reference, NEON here), then the whole CLI cross-built
+# (cmake/aarch64-linux-gnu.cmake) answering one short SmolLM2 prompt per
+# weight type with the x86-64 CLI's greedy tokens (scripts/arm-cli-test.sh,
+# a few minutes). Each stage skips, saying what is missing, without the cross
+# compiler, qemu-aarch64 or the arm64 libraries (scripts/install-deps.sh
+# installs them on Debian x86-64); scripts/test-skips.sh lists those skips.
+test-arm: deps model
+	@rm -f $(BUILD)/skips-arm.txt
+	@MZ_SKIP_LOG=$(BUILD)/skips-arm.txt CC=aarch64-linux-gnu-gcc RUN="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
 	    scripts/kernel-tests.sh build-aarch64; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ]
+	@MZ_SKIP_LOG=$(BUILD)/skips-arm.txt scripts/arm-cli-test.sh $(BUILD) build-aarch64-cli; \
+	    rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ]
 
 FUZZ_SECONDS ?= 60
 fuzz: model
@@ -121,4 +127,4 @@ bench-quick: build model
 	BUILD=$(BUILD) scripts/bench-ttft.sh --quick
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz build-aarch64
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz build-aarch64 build-aarch64-cli

@@ -30,10 +30,17 @@ if [ -n "${MZ_WITH_FUZZ:-}" ]; then
     rm -rf "$probe"
 fi
 # AArch64 cross compiler and user-mode emulator: `make test` runs the kernel
-# tests (NEON paths) under qemu-aarch64 (make test-arm).
+# tests (NEON paths) and the whole CLI under qemu-aarch64 (make test-arm). The
+# CLI links the arm64 builds of the libraries above: Debian multiarch
+# packages (pkg-config reads their .pc files through cmake/aarch64-linux-gnu.cmake).
+need_arm64=()
 if [ "$(uname -m)" = x86_64 ]; then
     command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
     command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+    for pc in libpcre2-8:libpcre2-dev liburing:liburing-dev libmicrohttpd:libmicrohttpd-dev libcjson:libcjson-dev; do
+        PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig pkg-config --exists "${pc%%:*}" 2>/dev/null \
+            || need_arm64+=("${pc#*:}:arm64")
+    done
 fi
 
 # tests/unit/test_openai_client.py drives the server with the official OpenAI
@@ -59,14 +66,23 @@ if command -v python3 >/dev/null && ! python3 -c 'import gguf.quants' 2>/dev/nul
         || echo "mzcache: could not install the gguf package; test_dequant_gguf will skip" >&2
 fi
 
-[ ${#need[@]} -eq 0 ] && exit 0
+[ ${#need[@]} -eq 0 ] && [ ${#need_arm64[@]} -eq 0 ] && exit 0
 
-echo "mzcache: installing Debian packages: ${need[*]}"
+echo "mzcache: installing Debian packages: ${need[*]} ${need_arm64[*]}"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || { echo "mzcache: need root or sudo to install ${need[*]}" >&2; exit 1; }
+    command -v sudo >/dev/null || { echo "mzcache: need root or sudo to install ${need[*]} ${need_arm64[*]}" >&2; exit 1; }
     SUDO=sudo
 fi
 export DEBIAN_FRONTEND=noninteractive
+if [ ${#need_arm64[@]} -gt 0 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+fi
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+[ ${#need[@]} -eq 0 ] || $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+# Only the AArch64 CLI stage of make test-arm needs these: where they cannot
+# be had (no arm64 archive, versions out of step) that stage skips, saying so.
+if [ ${#need_arm64[@]} -gt 0 ]; then
+    $SUDO apt-get install -y -qq "${need_arm64[@]}" >/dev/null \
+        || echo "mzcache: could not install ${need_arm64[*]}; make test-arm will skip the AArch64 CLI" >&2
+fi

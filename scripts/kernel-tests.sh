@@ -7,19 +7,22 @@
 #   CC=aarch64-linux-gnu-gcc RUN=qemu-aarch64 scripts/kernel-tests.sh build-aarch64
 #
 # Needs none of the library's other dependencies (PCRE2, liburing). Exits 77
-# (skip) when CC is not installed, so `make test` can call it unconditionally.
+# (skip) when CC or the emulator is not installed, so `make test` can call it
+# unconditionally; the reason also goes to $MZ_SKIP_LOG when set.
 set -euo pipefail
 OUT=${1:-build-kernels}
 CC=${CC:-cc}
 RUN=${RUN:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-if ! command -v "$CC" >/dev/null; then
-    echo "kernel-tests: $CC not installed, skipped (scripts/install-deps.sh installs the cross tools)"
+# skip WHY: says so, also into $MZ_SKIP_LOG when set (scripts/test-skips.sh).
+skip() {
+    echo "kernel-tests: skipped: $*"
+    if [ -n "${MZ_SKIP_LOG:-}" ]; then echo "kernel-tests: $*" >>"$MZ_SKIP_LOG"; fi
     exit 77
-fi
+}
+command -v "$CC" >/dev/null || skip "$CC not installed (scripts/install-deps.sh installs the cross tools)"
 if [ -n "$RUN" ] && ! command -v "${RUN%% *}" >/dev/null; then
-    echo "kernel-tests: ${RUN%% *} not installed, skipped (scripts/install-deps.sh installs qemu-user)"
-    exit 77
+    skip "${RUN%% *} not installed (scripts/install-deps.sh installs qemu-user)"
 fi
 mkdir -p "$OUT"
 CFLAGS="-std=c11 -O2 -g -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wcast-qual -Wno-unused-parameter -Werror -fno-strict-aliasing -I$ROOT/src -I$ROOT/include -I$ROOT/tests/unit"

@@ -4,10 +4,15 @@
 # which `make test` writes) with the reason each printed, then the parts
 # that tests which ran skipped ("SKIP part NAME: WHY" lines of
 # tests/unit/testutil.c's t_skip_part). Reasons come from
-# BUILD_DIR/Testing/Temporary/LastTest.log. Prints nothing when all ran.
+# BUILD_DIR/Testing/Temporary/LastTest.log. Then the stages outside ctest
+# that skipped (make test-arm: BUILD_DIR/skips-arm.txt, one "STAGE: WHY" a
+# line). Prints nothing when all ran.
 dir="${1:-build}"
 log="$dir/Testing/Temporary/LastTest.log"
 out="$dir/ctest-output.txt"
+if [ -s "$dir/skips-arm.txt" ]; then
+    trap 'echo "skipped stages (make test-arm):"; sed "s/^/    /" "$dir/skips-arm.txt"' EXIT
+fi
 [ -r "$log" ] || { echo "test-skips: no $log (run ctest first)"; exit 0; }
 skipped=$(grep -s '\*\*\*Skipped' "$out" | sed -n 's/.*Test *#[0-9]*: \([^ ]*\) .*/\1/p' | tr '\n' ' ')
 awk -v skipped=" $skipped " '

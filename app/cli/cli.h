@@ -27,6 +27,7 @@ typedef struct cli_opts {
     bool no_progress;
     mz_sampler_params sampler;
     bool seed_given;           /* -s N (N >= 0) was on the command line; -s -1 asks for a random one */
+    bool show_ids;             /* run --show-ids: each generated token's id and logit lead on stderr */
 } cli_opts;
 
 extern const char *cli_common_help;

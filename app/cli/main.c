@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,7 @@ mz_status cli_tokenize_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t
 typedef struct cli_printer {
     FILE *out;
     mz_detok_t *dt;
+    bool show_ids;             /* a "token ID lead L" line on stderr per token */
     char *text;                /* NULL: no answer kept */
     size_t len, cap;
     bool nomem;
@@ -263,11 +265,20 @@ static void printer_put(cli_printer *pr, const char *buf, size_t nb)
     pr->text[pr->len] = '\0';
 }
 
+/* How far token t's logit is above the best other token's: the margin by
+ * which greedy decoding chose it (negative when t was sampled below the top). */
+static float logit_lead(mz_token t, const float *logits, int n_vocab)
+{
+    float other = -INFINITY;
+    for (int i = 0; i < n_vocab; i++)
+        if (i != t && logits[i] > other) other = logits[i];
+    return logits[t] - other;
+}
+
 static mz_gen_action printer_token(void *user, mz_token t, const float *logits, int n_vocab)
 {
-    (void)logits;
-    (void)n_vocab;
     cli_printer *pr = user;
+    if (pr->show_ids) fprintf(stderr, "token %d lead %.4f\n", (int)t, (double)logit_lead(t, logits, n_vocab));
     char buf[256];
     size_t nb = mz_detok_push(pr->dt, t, false, buf, sizeof buf);
     printer_put(pr, buf, nb);
@@ -285,7 +296,7 @@ mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampl
 {
     if (res) *res = (cli_gen_result){0};
     double t0 = cli_now_ms();
-    cli_printer pr = {.out = out};
+    cli_printer pr = {.out = out, .show_ids = o->show_ids};
     mz_status s = mz_detok_init(m, &pr.dt);
     if (s) return s;
     if (text_out) {
@@ -369,13 +380,17 @@ static int cmd_run(int argc, char **argv)
             else if (!strcmp(a, "-f") || !strcmp(a, "--file")) prompt_file = v;
             else prompt = v;
         } else if (!strcmp(a, "--chat")) chat = true;
+        else if (!strcmp(a, "--show-ids")) o.show_ids = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: mzcache run -m MODEL (-p PROMPT | -f FILE) [options]\n\n"
                    "Generates text after PROMPT and prints it, then the speed on stderr.\n\n"
                    "  -p, --prompt TEXT       the prompt (-p - reads it from standard input)\n"
                    "  -f, --file FILE         read the prompt from FILE\n"
                    "      --chat              wrap the prompt as a user message in the model's chat template\n"
-                   "      --system TEXT       system message (with --chat)\n%s", cli_common_help);
+                   "      --system TEXT       system message (with --chat)\n"
+                   "      --show-ids          each generated token as \"token ID lead L\" on stderr: its id and\n"
+                   "                          how far its logit is above the runner-up's (greedy: the margin)\n%s",
+                   cli_common_help);
             return 0;
         } else {
             fprintf(stderr, "mzcache run: unknown option '%s' (see mzcache run --help)\n", a);

@@ -9,6 +9,8 @@ items 11 and 12), the real binary and model, stdin not a terminal.
   prompt     `-p -` reads stdin, `-f FILE` reads a file (the same greedy
              answer as -p TEXT); `--system` without `--chat` is refused; a
              prompt that fills the context says so
+  ids        `run --show-ids` prints each generated token's id (those of
+             the answer's text) and its logit lead over the runner-up
   notice     the context-full notice starts a line of its own
   sessions   `sessions --delete ID --store DIR` with no daemon deletes a
              `chat --session` conversation (manifest, data file, history)
@@ -63,6 +65,20 @@ def main():
         f.write("The sky is")
     rc, out, err = run(binary, ["run", *m, "--greedy", "-n", "8", "-q", "-f", pf])
     T.check(rc == 0 and out == ref, f"-f FILE reads the file: {out!r} vs {ref!r} {err!r}")
+    # --show-ids: the answer unchanged; one "token ID lead L" line per generated
+    # token, the ids those of the printed text (tokenized again, past the
+    # prompt's), each greedy token at or above the runner-up (lead >= 0).
+    rc, out, err = run(binary, ["run", *m, "--greedy", "-n", "8", "-q", "--show-ids", "-p", "The sky is"])
+    shown = [ln.split() for ln in err.splitlines() if ln.startswith("token ")]
+    ok = rc == 0 and out == ref and len(shown) == 8 and all(len(f) == 4 and f[2] == "lead" for f in shown)
+    T.check(ok, f"--show-ids: {rc} {out!r} {err!r}")
+    if ok:
+        _, prompt_ids, _ = run(binary, ["tokenize", *m, "-p", "The sky is"])
+        _, all_ids, _ = run(binary, ["tokenize", *m, "-p", ref.rstrip("\n")])
+        n_prompt = len(prompt_ids.split())
+        T.check([f[1] for f in shown] == all_ids.split()[n_prompt:],
+                f"--show-ids ids {[f[1] for f in shown]} vs the answer's {all_ids.split()[n_prompt:]}")
+        T.check(all(float(f[3]) >= 0 for f in shown), f"greedy leads are >= 0: {shown}")
     rc, out, err = run(binary, ["run", *m, "-f", os.path.join(tmp, "missing.txt")])
     T.check(rc == 2 and "cannot read" in err, f"-f MISSING: {rc} {err!r}")
     rc, out, err = run(binary, ["run", *m, "-c", "1", "-p", "hi"])
