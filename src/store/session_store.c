@@ -639,6 +639,10 @@ static int resume_restore_threads(const mz_ctx_parts *cp, size_t n)
     return MZ_MIN(nc, MZ_RESTORE_THREADS_MAX);
 }
 
+static mz_status resume_stored(mz_store_t *st, const char *id, const mz_ctx_params *p,
+                               const mz_token *then, size_t n_then, mz_ctx_t **out,
+                               mz_resume_info *info);
+
 /* Resumes `id` and prefills then[0, n_then) in the same pipelined pass. */
 static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, const mz_token *then,
                         size_t n_then, mz_ctx_t **out, mz_resume_info *info_out)
@@ -655,6 +659,18 @@ static mz_status resume(mz_store_t *st, const char *id, const mz_ctx_params *p, 
         if (then[i] < 0 || then[i] >= st->n_vocab)
             return lost(info, mz_fail(MZ_E_INVAL, "new token %zu (%d) is outside the vocabulary "
                                       "of %d", i, (int)then[i], st->n_vocab));
+    mz_status s = resume_stored(st, id, p, then, n_then, out, info);
+    /* a session that cannot be resumed is not offered by the prefix index
+     * again until its next manifest (or the store's next open) */
+    if (s) mz_store_index_forget(st, id);
+    return s;
+}
+
+/* resume() once the arguments are checked: info is the caller's or resume's. */
+static mz_status resume_stored(mz_store_t *st, const char *id, const mz_ctx_params *p,
+                               const mz_token *then, size_t n_then, mz_ctx_t **out,
+                               mz_resume_info *info)
+{
     mz_manifest m;
     mz_status s = mz_store_read_manifest(st, id, &m);
     if (s) return lost(info, s);

@@ -237,6 +237,7 @@ mz_status mz_store_open(mz_engine_t *e, const mz_store_params *p, mz_store_t **o
     if (!st) return MZ_E_NOMEM;
     st->e = e;
     st->p = *p;
+    pthread_mutex_init(&st->idx_mu, NULL);
     st->p.dir = NULL;
     snprintf(st->codec, sizeof st->codec, "%s", codec);
     st->p.codec = st->codec;
@@ -245,6 +246,7 @@ mz_status mz_store_open(mz_engine_t *e, const mz_store_params *p, mz_store_t **o
     mz_model_t *model = mz_engine_model(e);
     if (!s) s = model_identity(st, model->path, &st->model_id);
     if (s) {
+        pthread_mutex_destroy(&st->idx_mu);
         free(st);
         return mz_fail_prefix(s, "session store");
     }
@@ -254,7 +256,14 @@ mz_status mz_store_open(mz_engine_t *e, const mz_store_params *p, mz_store_t **o
     return MZ_OK;
 }
 
-void mz_store_close(mz_store_t *st) { free(st); }
+void mz_store_close(mz_store_t *st)
+{
+    if (!st) return;
+    mz_store_index_close(st);
+    pthread_mutex_destroy(&st->idx_mu);
+    free(st);
+}
+
 const char *mz_store_dir(const mz_store_t *st) { return st ? st->dir : NULL; }
 
 /* ---- manifests ------------------------------------------------------------------------------- */
@@ -296,6 +305,7 @@ mz_status mz_store_write_manifest(mz_store_t *st, const mz_manifest *m)
         return s;
     }
     if (st->p.fsync != MZ_FSYNC_NONE) fsync_dir(st->dir);
+    mz_store_index_note(st, m->name, (const mz_token *)m->tokens, m->n_tokens);
     return MZ_OK;
 }
 
@@ -330,6 +340,13 @@ static mz_status read_file(const char *path, unsigned char **buf, size_t *n)
         *buf = NULL;
     }
     return s;
+}
+
+bool mz_store_has(const mz_store_t *st, const char *id)
+{
+    char path[PATH_MAX];
+    if (!st || !mz_session_id_valid(id) || mz_store_path(st, id, ".mzs", path, sizeof path)) return false;
+    return access(path, F_OK) == 0;
 }
 
 mz_status mz_store_read_manifest(mz_store_t *st, const char *id, mz_manifest *m)
@@ -368,8 +385,7 @@ static int cmp_age(const void *a, const void *b)
     return strcmp(x->id, y->id);
 }
 
-/* Every stored session, oldest first (*out malloc'ed). */
-static mz_status list_all(mz_store_t *st, mz_stored_session **out, size_t *n_out)
+mz_status mz_store_list_all(mz_store_t *st, mz_stored_session **out, size_t *n_out)
 {
     *out = NULL;
     *n_out = 0;
@@ -419,7 +435,7 @@ size_t mz_store_list(mz_store_t *st, mz_stored_session *out, size_t cap)
 {
     mz_stored_session *v;
     size_t n;
-    if (!st || list_all(st, &v, &n)) return 0;
+    if (!st || mz_store_list_all(st, &v, &n)) return 0;
     for (size_t i = 0; i < n && i < cap; i++) out[i] = v[i];
     free(v);
     return n;
@@ -460,15 +476,18 @@ static mz_status delete_in_dir(const char *dir, const char *id, bool sync_dir, b
     return MZ_OK;
 }
 
-mz_status mz_store_delete(mz_store_t *st, const char *id)
+/* delete_in_dir in the store's directory; the index forgets id unless its
+ * files stay (in use: MZ_E_IO). */
+static mz_status delete_stored(mz_store_t *st, const char *id, bool with_history)
 {
-    return delete_in_dir(st->dir, id, st->p.fsync != MZ_FSYNC_NONE, true);
+    mz_status s = delete_in_dir(st->dir, id, st->p.fsync != MZ_FSYNC_NONE, with_history);
+    if (s != MZ_E_IO && mz_session_id_valid(id)) mz_store_index_forget(st, id);
+    return s;
 }
 
-mz_status mz_store_delete_kv(mz_store_t *st, const char *id)
-{
-    return delete_in_dir(st->dir, id, st->p.fsync != MZ_FSYNC_NONE, false);
-}
+mz_status mz_store_delete(mz_store_t *st, const char *id) { return delete_stored(st, id, true); }
+
+mz_status mz_store_delete_kv(mz_store_t *st, const char *id) { return delete_stored(st, id, false); }
 
 mz_status mz_store_delete_id(const mz_store_params *p, const char *id)
 {
@@ -489,7 +508,7 @@ mz_status mz_store_enforce_limit(mz_store_t *st, size_t *n_deleted)
     if (!st->p.limit_bytes) return MZ_OK;
     mz_stored_session *v;
     size_t n;
-    mz_status s = list_all(st, &v, &n);
+    mz_status s = mz_store_list_all(st, &v, &n);
     if (s) return s;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) total += v[i].bytes;

@@ -24,6 +24,8 @@
  *              full, truncated or lost by name, never a wrong answer.
  *   admin      list, delete (files removed), size limit (oldest first),
  *              bad ids refused, store directory mode 0700.
+ *   index      (tiny model) the prefix index: built from the manifests,
+ *              kept by manifest writes, cap, delete, failed resume, limit.
  */
 #define _GNU_SOURCE
 #include "evict_util.h"
@@ -1074,9 +1076,98 @@ out:
     tiny_rig_close(&rig);
 }
 
+/* ---- the prefix index (tiny model) ----------------------------------------------------------- */
+
+static const char *g_skip_id;
+static bool skip_one(void *user, const char *id)
+{
+    (void)user;
+    return g_skip_id && !strcmp(id, g_skip_id);
+}
+
+/* The stored session of the prefix index that prompt[0, n) continues ("" none). */
+static const char *find_for(mz_store_t *st, const mz_token *prompt, size_t n, size_t *n_match)
+{
+    static char id[64];
+    size_t dummy;
+    bool found = mz_store_find_prefix(st, prompt, n, skip_one, NULL, id, sizeof id, n_match ? n_match : &dummy);
+    CHECK_MSG(found == (id[0] != '\0'), "found %d, id \"%s\"", found, id);
+    return id;
+}
+
+/* The index built at open from the manifests (prefix, model), kept by the
+ * store's manifest writes, its cap (the fewest tokens go), delete, a failed
+ * resume and the limit; the longest stored prefix shorter than the request,
+ * skip honoured. */
+static void test_prefix_index(void)
+{
+    tiny_rig rig;
+    if (!tiny_rig_open(&rig, "tiny-pi.gguf", "prefix-index case", "pi", 2, NULL)) goto out;
+    mz_store_t *st = rig.st;
+    mz_ctx_params cp = sp_params();
+    enum { N = 400 };
+    mz_token prompt[N], other[N];
+    ev_tokens(prompt, N, mz_model_n_vocab(rig.m), 41);
+    ev_tokens(other, N, mz_model_n_vocab(rig.m), 43);
+    CHECK(!mz_store_find_prefix(st, prompt, N, NULL, NULL, NULL, 0, NULL)); /* no index opened */
+    store_as_killed(rig.e, &cp, st, "anon-1", prompt, 100);
+    store_as_killed(rig.e, &cp, st, "anon-2", prompt, 200);
+    store_as_killed(rig.e, &cp, st, "named", prompt, 300);
+    CHECK(mz_store_index_open(st, "anon-", 3) == MZ_OK);
+    CHECK(mz_store_index_open(st, "anon-", 3) == MZ_E_INVAL); /* once */
+    mz_clear_error();
+    CHECK_EQ_INT(mz_store_index_size(st), 2);
+    size_t nm = 0;
+    CHECK_MSG(!strcmp(find_for(st, prompt, 250, &nm), "anon-2") && nm == 200, "got %zu", nm);
+    CHECK(!strcmp(find_for(st, prompt, N, NULL), "anon-2")); /* "named" is not indexed */
+    CHECK(!strcmp(find_for(st, prompt, 200, NULL), "anon-1")); /* shorter than the request only */
+    CHECK(!strcmp(find_for(st, prompt, 100, NULL), ""));
+    CHECK(!strcmp(find_for(st, other, N, NULL), ""));
+    g_skip_id = "anon-2";
+    CHECK(!strcmp(find_for(st, prompt, N, NULL), "anon-1"));
+    g_skip_id = NULL;
+    /* a manifest written while the index is open */
+    store_as_killed(rig.e, &cp, st, "anon-3", prompt, 260);
+    CHECK(!strcmp(find_for(st, prompt, 270, NULL), "anon-3"));
+    /* full (3): a fourth replaces the one with the fewest tokens, anon-1 */
+    store_as_killed(rig.e, &cp, st, "anon-4", prompt, 150);
+    CHECK_EQ_INT(mz_store_index_size(st), 3);
+    CHECK(!strcmp(find_for(st, prompt, 120, NULL), ""));
+    CHECK(!strcmp(find_for(st, prompt, 170, NULL), "anon-4"));
+    CHECK(mz_store_delete(st, "anon-3") == MZ_OK);
+    CHECK(!strcmp(find_for(st, prompt, 270, NULL), "anon-2"));
+    /* a resume that fails (the context cannot hold the session) leaves the index */
+    mz_ctx_params small = cp;
+    small.n_ctx = 160;
+    mz_ctx_t *c = NULL;
+    CHECK(mz_session_resume(st, "anon-2", &small, &c, NULL) != MZ_OK && !c);
+    mz_clear_error();
+    CHECK(!strcmp(find_for(st, prompt, 270, NULL), "anon-4"));
+    /* reopened: built again from the manifests on disk (anon-2's too) */
+    mz_store_close(rig.st);
+    mz_store_params stp = mz_store_params_default();
+    stp.dir = rig.sdir;
+    CHECK(mz_store_open(rig.e, &stp, &rig.st) == MZ_OK);
+    st = rig.st;
+    if (!st) goto out;
+    CHECK(mz_store_index_open(st, "anon-", 3) == MZ_OK);
+    CHECK(!strcmp(find_for(st, prompt, 270, NULL), "anon-2"));
+    CHECK(mz_store_has(st, "anon-2") && mz_store_has(st, "named") && !mz_store_has(st, "anon-3") &&
+          !mz_store_has(st, "../x"));
+    /* the limit deletes every session (none in use): none is found */
+    st->p.limit_bytes = 1;
+    size_t nd = 0;
+    CHECK(mz_store_enforce_limit(st, &nd) == MZ_OK && nd == 4);
+    CHECK_EQ_INT(mz_store_index_size(st), 0);
+    CHECK(!strcmp(find_for(st, prompt, N, NULL), ""));
+out:
+    tiny_rig_close(&rig);
+}
+
 int main(void)
 {
     test_manifest();
+    test_prefix_index();
     test_busy_engine(&(busy_case){"tiny-quiet.gguf", "quiet case", "quiet", 11, false});
     test_busy_engine(&(busy_case){"tiny-overdue.gguf", "overdue case", "overdue", 17, true});
     test_checkpoint();
