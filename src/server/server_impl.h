@@ -29,7 +29,8 @@
 #define SRV_N_EVENTS 64
 #define SRV_SESSION_ID_MAX MZ_SESSION_ID_MAX
 #define SRV_MAX_SESSIONS 64   /* --max-sessions limit */
-#define SRV_MAX_STORED 256    /* stored-but-not-loaded sessions /mz/sessions lists */
+#define SRV_MAX_STORED 256    /* stored-but-not-loaded sessions /mz/sessions lists; the
+                                 store's index of anonymous ones holds as many */
 
 typedef enum srv_endpoint {
     EP_HEALTH, EP_MODELS, EP_CHAT, EP_COMPLETIONS, EP_EVICT, EP_RESTORE, EP_STATUS, EP_METRICS,
@@ -79,15 +80,6 @@ typedef struct srv_session {
                                     as cached */
 } srv_session;
 
-/* A stored anonymous session not in memory: what prefix routing needs to
- * find it again (its tokens, read from its manifest once: at start, or
- * taken from the context when it left memory). */
-typedef struct srv_stored_anon {
-    char id[SRV_SESSION_ID_MAX + 1];
-    mz_token *toks;              /* owned */
-    size_t n;
-} srv_stored_anon;
-
 /* What /mz/status, /mz/sessions and /metrics show of a session (snap_mu). */
 typedef struct srv_session_snap {
     char id[SRV_SESSION_ID_MAX + 1];
@@ -119,8 +111,6 @@ struct mz_server {
     mz_ctx_params ctx_params;    /* for new sessions */
     mz_store_t *store;           /* NULL: --no-store (nothing outlives the process) */
     unsigned long next_anon;     /* the last anonymous id's number (routing policy) */
-    srv_stored_anon *anon_index; /* [SRV_MAX_STORED]; [0, n_anon_index) (gate) */
-    int n_anon_index;
     mz_ctx_t *cur;               /* the session a completion uses, NULL none (gate) */
     bool over_budget;            /* the last budget check could not get under it */
     struct MHD_Daemon *mhd;

@@ -1,15 +1,17 @@
 /*
  * sessions.c — how a request finds its conversation: up to max_sessions
- * sessions of the daemon's engine, found by id or by the longest prefix,
- * least-recently-used forgetting, the store's anonymous index, and the
- * calls that hand eviction, restore and the budget to the engine
- * (docs/SERVER.md "Sessions").
+ * sessions of the daemon's engine, found by id or by the longest prefix
+ * (in memory, or stored: the store's prefix index answers), least-recently-
+ * used forgetting, and the calls that hand eviction, restore and the budget
+ * to the engine (docs/SERVER.md "Sessions").
  *
  * The engine's session list is the one list of conversations: a session's
  * id is its engine name (mz_session_set_name, the one id rule), the order
  * is the engine's list, the LRU the engine's clock; the daemon keeps only
  * its notes on each (srv_session, the session's user data, freed with it)
- * and the number of the last anonymous id (routing policy).
+ * and the number of the last anonymous id (routing policy). The stored
+ * sessions, their files and their tokens are the store's: the daemon asks
+ * it (mz_store_has, mz_store_find_prefix) and keeps no table of them.
  *
  * Invariants (all under the engine gate):
  *   - every session of s->engine carries its srv_session; the engine has at
@@ -36,10 +38,8 @@
 #include "store/store.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,74 +82,35 @@ static bool too_many(const mz_server_t *s, size_t extra)
  * least recently used is the engine's clock (last_use). */
 static void touch(srv_session *ss) { ss->last_use_unix = srv_unix_now(); }
 
-/* ---- the index of stored anonymous sessions ---------------------------------------------- */
-
-static void anon_index_drop(mz_server_t *s, int i)
-{
-    free(s->anon_index[i].toks);
-    s->anon_index[i] = s->anon_index[--s->n_anon_index];
-}
-
-/* Adds (or replaces) id with a copy of toks[0, n); when full, the entry
- * with the fewest tokens goes (it saves the least). */
-static void anon_index_put(mz_server_t *s, const char *id, const mz_token *toks, size_t n)
-{
-    if (!s->anon_index || n == 0) return;
-    for (int i = 0; i < s->n_anon_index; i++)
-        if (!strcmp(s->anon_index[i].id, id)) anon_index_drop(s, i--);
-    mz_token *copy = malloc(n * sizeof *copy);
-    if (!copy) return;
-    memcpy(copy, toks, n * sizeof *copy);
-    if (s->n_anon_index == SRV_MAX_STORED) {
-        int small = 0;
-        for (int i = 1; i < s->n_anon_index; i++)
-            if (s->anon_index[i].n < s->anon_index[small].n) small = i;
-        anon_index_drop(s, small);
-    }
-    srv_stored_anon *e = &s->anon_index[s->n_anon_index++];
-    snprintf(e->id, sizeof e->id, "%s", id);
-    e->toks = copy;
-    e->n = n;
-}
+/* ---- anonymous ids and the store ----------------------------------------------------------- */
 
 /* The next anonymous id (MZ_SESSION_ANON_PREFIX and a number past every one
- * given or stored: anon_index_build reads the stored ones). */
+ * given or stored: anon_ids_after_stored reads the stored ones). */
 static void anon_id_next(mz_server_t *s, char *id, size_t cap)
 {
     snprintf(id, cap, MZ_SESSION_ANON_PREFIX "%lu", ++s->next_anon);
 }
 
-/* At start: every stored anonymous session's tokens, its manifest read once;
- * new anonymous ids continue after the largest stored one. */
-static void anon_index_build(mz_server_t *s, const mz_stored_session *v, size_t k)
+/* At start: new anonymous ids continue after the largest stored one (the
+ * store's listing v[0, k)). */
+static void anon_ids_after_stored(mz_server_t *s, const mz_stored_session *v, size_t k)
 {
     for (size_t i = 0; i < k; i++) {
         if (!is_anon(v[i].id)) continue;
         char *end = NULL;
         unsigned long num = strtoul(v[i].id + sizeof MZ_SESSION_ANON_PREFIX - 1, &end, 10);
         if (end && !*end && num > s->next_anon) s->next_anon = num;
-        if (!v[i].readable || !v[i].same_model) continue;
-        mz_manifest m;
-        if (mz_store_read_manifest(s->store, v[i].id, &m) != MZ_OK) {
-            mz_clear_error();
-            continue;
-        }
-        anon_index_put(s, v[i].id, (const mz_token *)m.tokens, m.n_tokens);
-        mz_manifest_clear(&m);
     }
 }
 
-/* Whether the store has files for id: 0 none, 1 yes. */
-static int stored_exists(const mz_server_t *s, const char *id)
+/* Prefix routing passes over the stored sessions in memory. */
+static bool in_memory(void *server, const char *id)
 {
-    char path[PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/%s.mzs", mz_store_dir(s->store), id);
-    if (n < 0 || (size_t)n >= sizeof path) return 0;
-    return access(path, F_OK) == 0;
+    return mz_engine_find_session(((mz_server_t *)server)->engine, id) != NULL;
 }
 
 /* The store over its limit: the least recently used sessions not in use go
- * (mz_store_enforce_limit), and the index forgets what went. */
+ * (mz_store_enforce_limit; its index forgets them). */
 static void store_limit(mz_server_t *s)
 {
     size_t n_del = 0;
@@ -159,8 +120,6 @@ static void store_limit(mz_server_t *s)
     }
     srv_log(s, "store: over its limit (%.0f MiB): %zu least recently used sessions deleted",
             (double)s->p.store_limit_bytes / 1048576.0, n_del);
-    for (int i = 0; i < s->n_anon_index; i++)
-        if (!stored_exists(s, s->anon_index[i].id)) anon_index_drop(s, i--);
 }
 
 /* A new session named id (NULL or "": the next anonymous id) with its
@@ -200,9 +159,8 @@ static mz_status session_new(mz_server_t *s, const char *id, mz_ctx_t *ctx, mz_c
  * notes with it). */
 static void session_remove(mz_server_t *s, mz_ctx_t *c)
 {
-    /* A stored anonymous session stays findable by its tokens. */
-    if (srv_session_of(c)->stored && !is_named(c))
-        anon_index_put(s, mz_session_name(c), mz_ctx_tokens(c), mz_ctx_n_tokens(c));
+    /* A stored session's last manifest (written as it is freed) keeps it
+     * findable by its tokens in the store's index. */
     if (s->cur == c) s->cur = NULL;
     mz_ctx_free(c);
     s->ctx = s->cur ? s->cur : most_recent(s);
@@ -242,6 +200,10 @@ mz_status srv_store_open(mz_server_t *s)
     if (!s->snap_stored) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
     mz_status st = mz_store_open(s->engine, &sp, &s->store);
     if (st) return st;
+    /* Anonymous conversations are found again by their tokens (routing);
+     * opened before the limit, whose deletes it forgets. */
+    if (mz_store_index_open(s->store, MZ_SESSION_ANON_PREFIX, SRV_MAX_STORED))
+        srv_log(s, "store: anonymous sessions cannot be found by their tokens: %s", mz_last_error());
     size_t n_del = 0;
     if (mz_store_enforce_limit(s->store, &n_del)) srv_log(s, "store: --store-limit: %s", mz_last_error());
     else if (n_del) srv_log(s, "store: over --store-limit: %zu oldest sessions deleted", n_del);
@@ -256,16 +218,14 @@ mz_status srv_store_open(mz_server_t *s)
             n_same++;
         }
     }
-    s->anon_index = calloc(SRV_MAX_STORED, sizeof *s->anon_index);
-    if (!s->anon_index) return mz_fail(MZ_E_NOMEM, "serve: out of memory");
-    anon_index_build(s, v, k);
+    anon_ids_after_stored(s, v, k);
     char limit[48] = "no limit";
     if (s->p.store_limit_bytes >= 1048576)
         snprintf(limit, sizeof limit, "limit %.0f MiB", (double)s->p.store_limit_bytes / 1048576.0);
     else if (s->p.store_limit_bytes)
         snprintf(limit, sizeof limit, "limit %llu bytes", (unsigned long long)s->p.store_limit_bytes);
-    srv_log(s, "store: %s, %zu sessions of this model (%d anonymous, found again by their tokens), %zu refused, "
-            "%s, fsync %s, codec %s", mz_store_dir(s->store), n_same, s->n_anon_index, n - n_same, limit,
+    srv_log(s, "store: %s, %zu sessions of this model (%zu anonymous, found again by their tokens), %zu refused, "
+            "%s, fsync %s, codec %s", mz_store_dir(s->store), n_same, mz_store_index_size(s->store), n - n_same, limit,
             mz_fsync_policy_name(s->p.store_fsync), s->p.store_codec ? s->p.store_codec : "raw");
     return MZ_OK;
 }
@@ -274,9 +234,6 @@ void srv_store_close(mz_server_t *s)
 {
     mz_store_close(s->store); /* after srv_sessions_free: every stored session is detached */
     s->store = NULL;
-    while (s->anon_index && s->n_anon_index) anon_index_drop(s, 0);
-    free(s->anon_index);
-    s->anon_index = NULL;
     free(s->snap_stored);
     s->snap_stored = NULL;
 }
@@ -313,7 +270,7 @@ static int store_resume(mz_server_t *s, const char *id, const mz_token *toks, si
     *n_fresh = 0;
     *n_restored = 0;
     *out = NULL;
-    if (!stored_exists(s, id)) return 0;
+    if (!mz_store_has(s->store, id)) return 0;
     mz_resume_info ri;
     memset(&ri, 0, sizeof ri);
     size_t n_past = 0;
@@ -407,18 +364,12 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
         }
         /* A stored anonymous conversation (one that left memory, or one of
          * a daemon before a restart) that the request continues further:
-         * its whole history a prefix of the request's tokens. Found through
-         * the index, never by reading manifests per request. */
-        int hit = -1;
-        for (int i = 0; s->store && i < s->n_anon_index; i++) {
-            const srv_stored_anon *e = &s->anon_index[i];
-            if (e->n < n && e->n > best && (hit < 0 || e->n > s->anon_index[hit].n) &&
-                mz_tokens_common_prefix(e->toks, e->n, toks, n) == e->n)
-                hit = i;
-        }
-        if (hit >= 0) {
-            snprintf(anon_id, sizeof anon_id, "%s", s->anon_index[hit].id);
-            anon_index_drop(s, hit);
+         * its whole history a prefix of the request's tokens, and longer than
+         * the one in memory. Found through the store's index, never by
+         * reading manifests per request; a failed resume leaves the index. */
+        size_t n_hit = 0;
+        if (s->store && mz_store_find_prefix(s->store, toks, n, in_memory, s, anon_id, sizeof anon_id, &n_hit) &&
+            n_hit > best) {
             if (store_resume(s, anon_id, toks, n, &resumed, &n_fresh, &n_restored) == 1) {
                 pick = NULL;
                 in_store = 1;
@@ -511,12 +462,10 @@ void srv_session_done(mz_server_t *s, const srv_timings *tm)
 mz_status srv_session_delete(mz_server_t *s, const char *id)
 {
     mz_ctx_t *loaded = mz_engine_find_session(s->engine, id);
-    bool files = s->store && mz_session_id_valid(id) && stored_exists(s, id);
+    bool files = s->store && mz_store_has(s->store, id);
     if (!loaded && !files) return MZ_E_INVAL;
     /* The context goes first: it holds the data file's lock (in use). */
     if (loaded) session_remove(s, loaded);
-    for (int k = 0; k < s->n_anon_index; k++)
-        if (!strcmp(s->anon_index[k].id, id)) anon_index_drop(s, k--);
     if (files) {
         mz_status st = mz_store_delete(s->store, id);
         if (st && st != MZ_E_INVAL) {

@@ -354,7 +354,8 @@ BIG_SYSTEM = " ".join(f"Rule {k}: answer politely, briefly and truthfully about 
 
 
 def part_anon(binary, tmp, ref_srv):
-    """item 4: an unmodified client (no id) gets its conversation back after kill -9 and a restart."""
+    """item 4: an unmodified client (no id) gets its conversation back after kill -9 and a restart, and not
+    after the store's limit deleted it."""
     msgs = [{"role": "system", "content": BIG_SYSTEM}, {"role": "user", "content": "Which rule is first?"}]
     st, r1 = chat(ref_srv, msgs, max_tokens=16)
     if not T.check(st == 200, f"reference turn 1: {st}"):
@@ -398,6 +399,26 @@ def part_anon(binary, tmp, ref_srv):
         b.stop()
         if T.failures:
             print("---- anon-b log (tail) ----\n" + b.log_text()[-2000:])
+    # The store's limit deletes the stored conversation at start: the same request is not routed to it.
+    c = Server(binary, os.path.join(tmp, "anon-c.log"),
+               serve_args(tmp, "--store", store, "--codec", "raw", "--store-limit", "1K"))
+    try:
+        if not T.check(c.wait_ready(), "store server (anonymous, --store-limit 1K) restarts"):
+            return
+        T.check(re.search(r"over --store-limit: \d+ oldest sessions deleted", c.log_text()) is not None and
+                re.search(r"0 anonymous, found again by their tokens", c.log_text()) is not None,
+                "the start-up log says the limit deleted the stored anonymous session")
+        st, j = chat(c, msgs2, max_tokens=16)
+        if not T.check(st == 200, f"turn 2 after the limit: {st}"):
+            return
+        cached, prompt = j["usage"]["prompt_tokens_details"]["cached_tokens"], j["usage"]["prompt_tokens"]
+        T.check(cached < 0.5 * prompt, f"turn 2 after the limit deleted its conversation: {cached} of {prompt} "
+                                       f"prompt tokens cached (a deleted session is not resumed)")
+        T.check("resumed from the store" not in c.log_text(), "no session was resumed after the limit")
+    finally:
+        c.stop()
+        if T.failures:
+            print("---- anon-c log (tail) ----\n" + c.log_text()[-2000:])
 
 
 def main():
