@@ -76,7 +76,13 @@ fi
 cmake --build "$ARM" -j "$(nproc)" --target mzcache-cli >/dev/null || { echo "arm-cli-test: AArch64 build failed"; exit 1; }
 t_build=$(($(date +%s) - t0))
 X86_CLI=$X86/mzcache
-ARM_RUN=(qemu-aarch64 -L "$SYSROOT" "$ARM/mzcache")
+# The C library from the cross sysroot, as its loader is: with the arm64
+# multiarch packages installed, the loader's search (the host's ld.so.cache)
+# finds /lib/aarch64-linux-gnu's libc first, a different build than the
+# cross loader (2.36-9+deb12u14 against 2.36-8cross1 on Debian 12), and
+# threads then hang under qemu (test_threadpool ran for over 12 minutes
+# instead of 1.3 s). The other libraries still come from multiarch.
+ARM_RUN=(qemu-aarch64 -L "$SYSROOT" -E "LD_LIBRARY_PATH=$SYSROOT/lib" "$ARM/mzcache")
 echo "arm-cli-test: both CLIs built in ${t_build}s; prompt \"$PROMPT\", $N_PREDICT greedy tokens, $THREADS threads"
 
 # ---- per weight type ----------------------------------------------------------------------
