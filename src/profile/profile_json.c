@@ -58,9 +58,10 @@ static void jb_str(jbuf *b, const char *s)
     jb_printf(b, "\"");
 }
 
-/* Finite numbers only (JSON has no inf/nan), within +-1e12 so that "%.4f"
- * stays under the parser's 63-character numbers (3.2e78 was written as 79
- * digits the parser then refused: the profile did not read back). */
+/* Finite numbers only (JSON has no inf/nan), within +-1e12. Written "%.6g":
+ * six significant digits read back to a double that prints the same text (the
+ * file is a fixed point), and a positive rate stays positive (a fixed "%.4f"
+ * wrote 0.000022 GB/s as 0.0000, which the parser rightly refused). */
 static double fin(double x)
 {
     if (!isfinite(x)) return 0.0;
@@ -92,31 +93,31 @@ size_t mz_profile_to_json(const mz_device_profile *p, char *buf, size_t cap)
         for (int i = 0; i < p->n_sizes; i++) {
             jb_printf(&b, "%s\n      [", i ? "," : "");
             for (int j = 0; j < p->n_qd; j++)
-                jb_printf(&b, "%s%.4f", j ? ", " : "",
+                jb_printf(&b, "%s%.6g", j ? ", " : "",
                           fin(pass ? p->read_gbps_loaded[i][j] : p->read_gbps[i][j]));
             jb_printf(&b, "]");
         }
     }
     jb_printf(&b, "],\n    \"saturation\": {\"size\": %zu, \"queue_depth\": %d}\n  },\n",
               p->sat_size, p->sat_qd);
-    jb_printf(&b, "  \"memory\": {\n    \"memcpy_gbps\": %.4f,\n"
-                  "    \"first_touch_hot_s_per_gib\": %.4f,\n"
-                  "    \"first_touch_cold_s_per_gib\": %.4f,\n"
-                  "    \"first_touch_cold_2t_s_per_gib\": %.4f,\n"
-                  "    \"reclaim_wait_s\": %.2f,\n    \"prefault_threads\": [",
+    jb_printf(&b, "  \"memory\": {\n    \"memcpy_gbps\": %.6g,\n"
+                  "    \"first_touch_hot_s_per_gib\": %.6g,\n"
+                  "    \"first_touch_cold_s_per_gib\": %.6g,\n"
+                  "    \"first_touch_cold_2t_s_per_gib\": %.6g,\n"
+                  "    \"reclaim_wait_s\": %.6g,\n    \"prefault_threads\": [",
               fin(p->memcpy_gbps), fin(p->touch_hot_s_per_gib), fin(p->touch_cold_s_per_gib),
               fin(p->touch_cold2_s_per_gib), fin(p->reclaim_wait_s));
     for (int i = 0; i < p->n_touch; i++) jb_printf(&b, "%s%d", i ? ", " : "", p->touch_threads[i]);
     jb_printf(&b, "],\n    \"prefault_s_per_gib\": [");
     for (int i = 0; i < p->n_touch; i++)
-        jb_printf(&b, "%s%.4f", i ? ", " : "", fin(p->touch_mt_s_per_gib[i]));
+        jb_printf(&b, "%s%.6g", i ? ", " : "", fin(p->touch_mt_s_per_gib[i]));
     jb_printf(&b, "]\n  },\n  \"codecs\": [");
     for (int i = 0; i < p->n_codecs; i++) {
         const mz_profile_codec *c = &p->codec[i];
         jb_printf(&b, "%s\n    {\"name\": ", i ? "," : "");
         jb_str(&b, c->name);
-        jb_printf(&b, ", \"decode_gbps\": %.4f, \"decode_gbps_loaded\": %.4f, "
-                      "\"encode_gbps\": %.4f, \"ratio\": %.5f}",
+        jb_printf(&b, ", \"decode_gbps\": %.6g, \"decode_gbps_loaded\": %.6g, "
+                      "\"encode_gbps\": %.6g, \"ratio\": %.6g}",
                   fin(c->decode_gbps), fin(c->decode_gbps_loaded), fin(c->encode_gbps),
                   fin(c->ratio));
     }
