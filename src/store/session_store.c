@@ -184,6 +184,18 @@ static bool tail_write(struct mz_sstore *a, size_t n)
     return true;
 }
 
+/* Whether every layer of chunk ch has a clean record (written by a pass,
+ * or imported at resume). */
+static bool chunk_clean(struct mz_sstore *a, size_t ch)
+{
+    mz_swap_slot_info info;
+    bool clean = true;
+    for (int l = 0; l < a->parts.n_layer && clean; l++)
+        clean = mz_mem_store_clean_info(a->parts.mem, l, ch, &info) == MZ_OK;
+    mz_clear_error();
+    return clean;
+}
+
 /* The engine counts as quiet this long after its last compute section:
  * longer than the gap between two tokens of a decode loop (sampling, a
  * socket write), short next to the pause between two requests. */
@@ -230,6 +242,12 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool chunks, b
     size_t k = MZ_MIN(a->clean_upto, full);
     bool prefix = true;
     bool yielded = false;
+    /* clean_upto starts at 0 after a resume or a truncation while chunks
+     * below it may be clean (restored, or below the cut): the checkpoint,
+     * which writes none, names those too; a manifest naming fewer would
+     * make a kill recompute them (with a q8 store: raw, not the round trips
+     * the session held) */
+    while (!chunks && k < full && chunk_clean(a, k)) k++;
     for (size_t ch = k; chunks && ch < full && !s; ch++) {
         if (yield && !mz_engine_quiet(a->parts.engine, WB_QUIET_NS)) {
             yielded = true; /* the chunks from ch on wait for the next pass */
@@ -286,7 +304,10 @@ static mz_status pass(struct mz_sstore *a, bool force, bool tail, bool chunks, b
         if ((s = mz_swapfile_sync(a->sf))) goto out;
         a->data_unsynced = a->chunks_unsynced = false;
     }
-    if (!defer_sync) a->durable_k = k; /* every record written so far is durable (or needs no fsync) */
+    /* every record written so far is durable (or needs no fsync): every
+     * clean chunk's, also those the manifest may not name yet (the chunk of
+     * the last token) */
+    if (!defer_sync) a->durable_k = a->clean_upto;
     mz_manifest *m = &a->man;
     pthread_mutex_lock(&a->mu);
     n = a->n_tok; /* a truncation since: fewer tokens, and chunks only below it */
@@ -784,6 +805,8 @@ static mz_status resume_stored(mz_store_t *st, const char *id, const mz_ctx_para
         tail = 0; /* the failed read left zeros; those positions are computed again */
         n0 = k * MZ_KV_CHUNK_TOKENS;
     }
+    /* the adopted records are named by the manifest on disk: durable */
+    a->durable_k = k;
     if (tail) {
         a->tail_chunk = k;
         a->tail_pos = tail;

@@ -942,6 +942,65 @@ out:
     tiny_rig_close(&rig);
 }
 
+/* ---- a checkpoint after a resume or a truncation names the stored chunks (tiny model) ------ */
+
+/* The chunks a resume restored, and those a truncation leaves below its
+ * point, are clean, with records the manifest on disk names. Serve's
+ * checkpoint after them, before the write-behind worker has had a pass
+ * (the engine busy: mz_engine_compute_open, and no overdue pass), must
+ * name them again: a manifest that names fewer would make a kill before
+ * the worker's next manifest recompute them, and with a q8 store recompute
+ * raw what the session held as q8 round trips, so the resumed session
+ * would answer differently from the uninterrupted one (test_store_crash's
+ * "BAD logits at 617": the checkpoint 16 tokens after a resume at 601
+ * named no chunk). */
+static void test_checkpoint_after_resume(void)
+{
+    enum { N = 600, MORE = 8, CUT = 300 }; /* 2 full chunks and a tail; then chunk 0 and a tail */
+    tiny_rig rig;
+    if (!tiny_rig_open(&rig, "tiny-cp-resume.gguf", "checkpoint-after-resume case", "cp-resume", 2,
+                       NULL))
+        goto out;
+    mz_engine_t *e = rig.e;
+    mz_store_t *st = rig.st;
+    mz_ctx_params cp = sp_params();
+    mz_token prompt[N + MORE];
+    ev_tokens(prompt, N + MORE, mz_model_n_vocab(rig.m), 23);
+    store_as_killed(e, &cp, st, "cpr", prompt, N);
+    mz_sstore_test_max_defer_ms(1e9);
+    mz_engine_compute_open(e);
+    mz_resume_info info;
+    mz_ctx_t *r = NULL;
+    CHECK(mz_session_resume(st, "cpr", &cp, &r, &info) == MZ_OK);
+    CHECK_MSG(info.outcome == MZ_RESUME_FULL && info.n_chunks_stored == 2,
+              "resumed %zu of %zu chunks", info.n_chunks_restored, info.n_chunks_stored);
+    size_t nt = 0, tp = 0, k = 0;
+    if (r) {
+        CHECK(mz_prefill(r, prompt + N, MORE) == MZ_OK && mz_session_checkpoint(r) == MZ_OK);
+        k = manifest_chunks(st, "cpr", &nt, &tp);
+        CHECK_MSG(k == 2 && nt == N + MORE,
+                  "the checkpoint after the resume names %zu chunks, %zu tokens (want 2, %d)", k, nt,
+                  N + MORE);
+        CHECK(mz_ctx_truncate(r, CUT) == MZ_OK && mz_session_checkpoint(r) == MZ_OK);
+        k = manifest_chunks(st, "cpr", &nt, &tp);
+        CHECK_MSG(k == 1 && nt == CUT,
+                  "the checkpoint after the truncation names %zu chunks, %zu tokens (want 1, %d)", k,
+                  nt, CUT);
+        mz_sstore_test_abandon(r); /* as kill -9: no last manifest */
+        mz_ctx_free(r);
+    }
+    mz_engine_compute_close(e);
+    mz_sstore_test_max_defer_ms(10000);
+    CHECK(mz_session_resume(st, "cpr", &cp, &r, &info) == MZ_OK);
+    CHECK_MSG(info.outcome == MZ_RESUME_FULL && info.n_tokens == CUT && info.n_chunks_restored == 1 &&
+                  info.n_tokens_recomputed <= CUT - 256,
+              "after the kill: %zu tokens, %zu chunks restored, %zu recomputed", info.n_tokens,
+              info.n_chunks_restored, info.n_tokens_recomputed);
+    mz_ctx_free(r);
+out:
+    tiny_rig_close(&rig);
+}
+
 /* A resume that recomputes one token restores on as many threads as the
  * session computes with (6 here, beside the profile's 2-3), and answers
  * as the uninterrupted session; a flipped byte in a record is still
@@ -1171,6 +1230,7 @@ int main(void)
     test_busy_engine(&(busy_case){"tiny-quiet.gguf", "quiet case", "quiet", 11, false});
     test_busy_engine(&(busy_case){"tiny-overdue.gguf", "overdue case", "overdue", 17, true});
     test_checkpoint();
+    test_checkpoint_after_resume();
     test_wide_resume();
     test_resume_prefill();
     test_persist();
