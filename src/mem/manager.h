@@ -245,8 +245,9 @@ MZ_INTERNAL bool mz_mem_is_valid(mz_mem *mm);
  * mz_mem_store_chunk gives KV unit (layer, chunk) a clean copy: written from
  * its resident pages (claimed BUSY meanwhile, so no eviction moves it), or
  * adopted when it already sits raw in the file; *clean says whether it has
- * one now, *wrote whether this call wrote. Only chunks below *full (the
- * committed full chunks, read under mm->lock) are considered.
+ * one now, *wrote whether this call gave it one (written, or adopted: an
+ * eviction's write, which the store has not synced). Only chunks below
+ * *full (the committed full chunks, read under mm->lock) are considered.
  * Any thread; takes mm->lock. adopt_chunks: chunks just reserved by the
  * owner become STORED_RAW at imported records, clean. With a store codec
  * (q8; NULL: raw) clean records are encoded with it, and a clean chunk is

@@ -50,6 +50,7 @@ mz_status mz_mem_store_chunk(mz_mem *mm, int layer, size_t chunk, const _Atomic 
         (sc && st == MZ_UNIT_STORED_COMPRESSED && same_codec(u->enc, sc))) {
         mz_unit_set_clean(u, u->slot); /* evicted into the store file as it would be written */
         *clean = true;
+        *wrote = true; /* a new copy all the same: the eviction's write is not synced */
         pthread_mutex_unlock(&mm->lock);
         return MZ_OK;
     }

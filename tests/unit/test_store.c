@@ -1001,6 +1001,50 @@ out:
     tiny_rig_close(&rig);
 }
 
+/* ---- a sync that names chunks an eviction wrote fsyncs them first (tiny model) ------------- */
+
+/* A full chunk evicted before the write-behind gave it a copy goes into the
+ * store file as a raw store would write it, and the next pass adopts that
+ * record as the chunk's clean copy without writing it again. The data file
+ * must still be fsynced before the manifest that names it (the fsync
+ * policy's promise: after a power loss that manifest would name bytes that
+ * never reached the disk): the first fsync of that sync, failed here, is
+ * the data file's, and no manifest names the chunks until one succeeds. */
+static void test_sync_after_evict(void)
+{
+    enum { N = 600 }; /* 2 full chunks */
+    tiny_rig rig;
+    if (!tiny_rig_open(&rig, "tiny-evict-sync.gguf", "sync-after-evict case", "evict-sync", 2, NULL))
+        goto out;
+    mz_ctx_params cp = sp_params();
+    mz_token prompt[N];
+    ev_tokens(prompt, N, mz_model_n_vocab(rig.m), 29);
+    mz_sstore_test_max_defer_ms(1e9);
+    mz_engine_compute_open(rig.e); /* the worker gives no chunk a copy */
+    mz_ctx_t *c = NULL;
+    CHECK(mz_session_create(rig.e, &cp, &c) == MZ_OK && mz_session_store(c, rig.st, "es") == MZ_OK);
+    mz_evict_report er;
+    CHECK(c && mz_prefill(c, prompt, N) == MZ_OK && mz_evict(c, SIZE_MAX, &er) == MZ_OK);
+    if (c) {
+        mz_io_fault_set(&(mz_io_fault){.op = MZ_IO_FSYNC, .kind = MZ_IO_FAULT_ERRNO, .err = EIO,
+                                       .nth = 1, .count = 1});
+        mz_status s = mz_session_sync(c);
+        CHECK_MSG(s != MZ_OK && strstr(mz_last_error(), "es.kv"), "the sync's first fsync: %s",
+                  s ? mz_last_error() : "none failed");
+        mz_io_fault_set(NULL);
+        size_t nt = 0, tp = 0, k = manifest_chunks(rig.st, "es", &nt, &tp);
+        CHECK_MSG(k == SIZE_MAX || k == 0, "a manifest names %zu chunks before their fsync", k);
+        CHECK(mz_session_sync(c) == MZ_OK);
+        k = manifest_chunks(rig.st, "es", &nt, &tp);
+        CHECK_MSG(k == 2 && nt == N, "after the sync the manifest names %zu chunks, %zu tokens", k, nt);
+    }
+    mz_engine_compute_close(rig.e);
+    mz_sstore_test_max_defer_ms(10000);
+    mz_ctx_free(c);
+out:
+    tiny_rig_close(&rig);
+}
+
 /* A resume that recomputes one token restores on as many threads as the
  * session computes with (6 here, beside the profile's 2-3), and answers
  * as the uninterrupted session; a flipped byte in a record is still
@@ -1231,6 +1275,7 @@ int main(void)
     test_busy_engine(&(busy_case){"tiny-overdue.gguf", "overdue case", "overdue", 17, true});
     test_checkpoint();
     test_checkpoint_after_resume();
+    test_sync_after_evict();
     test_wide_resume();
     test_resume_prefill();
     test_persist();
