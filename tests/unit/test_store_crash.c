@@ -33,6 +33,14 @@
  * evicted, so every later token attends to the chunk's q8 copy (the one its
  * clean record holds, whenever it is restored from). The child does the
  * same, so a resume at any instant must continue exactly along S8.
+ *
+ * Knobs: MZ_CRASH_ITERS, MZ_CRASH_SEED (the kill delays), MZ_CRASH_ONLY=raw
+ * or q8 (that half alone). A failed verdict names what the failing child
+ * resumed (tokens, chunks restored of those stored, tokens recomputed),
+ * stops that half's iterations so its store stays as the failing child
+ * left it (crash-store or crash-store-q8 under the test directory), and
+ * prints its manifest: tokens, full chunks, each chunk's record as raw or
+ * q8, and the tail.
  */
 #define _GNU_SOURCE
 #include "evict_util.h"
@@ -81,6 +89,11 @@ static bool g_q8;             /* the q8 store half */
  * give exactly these (the tokens alone may not tell q8 from raw) */
 static float *L_q8;
 static int g_nv;
+/* the child kills itself right after its first checkpoint (the scripted
+ * iterations; main says why) */
+static bool g_die_at_checkpoint;
+/* the child's resume, for its verdicts: what was restored and recomputed */
+static char g_resumed[200];
 
 static mz_token argmax(const mz_model_t *m, const float *lg)
 {
@@ -152,11 +165,11 @@ static int advance(mz_ctx_t *c, mz_model_t *m, int fd)
     }
     mz_token t = argmax(m, lg);
     if (g_q8 && L_q8 && memcmp(lg, L_q8 + (n - NP) * (size_t)g_nv, (size_t)g_nv * sizeof *lg) != 0) {
-        say(fd, "BAD logits at %zu differ from the uninterrupted q8 run", n);
+        say(fd, "BAD logits at %zu differ from the uninterrupted q8 run%s", n, g_resumed);
         return 1;
     }
     if (t != S[n]) {
-        say(fd, "BAD token %zu: %d, uninterrupted run %d", n, t, S[n]);
+        say(fd, "BAD token %zu: %d, uninterrupted run %d%s", n, t, S[n], g_resumed);
         return 1;
     }
     if (mz_prefill(c, &t, 1)) {
@@ -173,6 +186,12 @@ static int child(mz_model_t *m, int fd)
     ep.swap_dir = swap_dir();
     mz_engine_t *e = NULL;
     if (mz_engine_create(m, &ep, &e)) return 2;
+    if (g_die_at_checkpoint) {
+        /* the write-behind gets no pass before the checkpoint, as under
+         * heavy load (its SCHED_IDLE thread starved): the engine held busy */
+        mz_sstore_test_max_defer_ms(1e12);
+        mz_engine_compute_open(e);
+    }
     mz_store_params sp = mz_store_params_default();
     sp.dir = g_dir;
     sp.manifest_interval_ms = 0;
@@ -197,6 +216,9 @@ static int child(mz_model_t *m, int fd)
             return 1;
         }
         size_t n0 = n;
+        snprintf(g_resumed, sizeof g_resumed, " (resumed %zu tokens: %zu of %zu stored chunks "
+                 "restored, %zu tokens recomputed)", n0, ri.n_chunks_restored, ri.n_chunks_stored,
+                 ri.n_tokens_recomputed);
         /* q8: a resume that ends on a chunk boundary computed (or read from
          * the raw tail) that chunk: its round trip, as S8 had it when it filled */
         mz_evict_report er;
@@ -246,6 +268,7 @@ static int child(mz_model_t *m, int fd)
             say(fd, "ERR checkpoint: %s", mz_last_error());
             return 2;
         }
+        if (step % 16 == 7 && g_die_at_checkpoint) raise(SIGKILL);
     }
     mz_ctx_free(c);
     if (mz_store_delete(st, "crash")) return 2;
@@ -253,6 +276,35 @@ static int child(mz_model_t *m, int fd)
     mz_store_close(st);
     mz_engine_free(e);
     return 0;
+}
+
+/* Prints the manifest of session "crash" in dir: tokens, chunks and, per
+ * chunk, whether its layer-0 record is raw (a chunk's full bytes) or q8
+ * (fewer), and the tail. After a failed verdict, so the store the failing
+ * child resumed explains itself. */
+static void print_manifest(const char *dir)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/crash.mzs", dir);
+    size_t len = 0;
+    char *buf = t_read_file(p, &len);
+    mz_manifest m;
+    if (!buf || mz_manifest_decode(buf, len, &m) != MZ_OK) {
+        printf("%s: %s: %s\n", T, p, buf ? mz_last_error() : "cannot be read");
+        free(buf);
+        return;
+    }
+    free(buf);
+    printf("%s: %s: codec %s, %zu tokens, %zu full chunks, tail %zu positions\n", T, p, m.codec,
+           m.n_tokens, m.n_chunks, m.tail_pos);
+    for (size_t ch = 0; ch < m.n_chunks + (m.tail_pos > 0); ch++) {
+        const mz_swap_slot_info *r = &m.recs[ch * m.n_layer];
+        printf("%s:   chunk %zu%s: layer 0 record at %llu, %llu bytes (%s), seq %llu\n", T, ch,
+               ch == m.n_chunks ? " (tail)" : "", (unsigned long long)r->off,
+               (unsigned long long)r->len, r->len == m.chunk_bytes ? "raw" : "q8",
+               (unsigned long long)r->seq);
+    }
+    mz_manifest_clear(&m);
 }
 
 int main(void)
@@ -337,12 +389,28 @@ int main(void)
         printf("%s: the q8 conversation follows the raw one for %zu of %d tokens\n", T, same, NS);
     }
     unsigned long long rng = (unsigned long long)time(NULL);
-    if (getenv("MZ_CRASH_SEED")) rng = strtoull(getenv("MZ_CRASH_SEED"), NULL, 10);
-    printf("%s: %ld iterations (%ld raw, %ld q8), seed %llu\n", T, iters, iters - iters / 2,
-           iters / 2, rng);
+    const char *seed_env = getenv("MZ_CRASH_SEED");
+    if (seed_env) {
+        char *end = NULL;
+        errno = 0;
+        rng = strtoull(seed_env, &end, 10);
+        if (errno || end == seed_env || *end || seed_env[0] == '-') {
+            fprintf(stderr, "%s: bad MZ_CRASH_SEED (a decimal number)\n", T);
+            return 1;
+        }
+    }
+    /* MZ_CRASH_ONLY=raw or q8: that half alone (its share of the iterations) */
+    const char *only = getenv("MZ_CRASH_ONLY");
+    if (only && strcmp(only, "raw") != 0 && strcmp(only, "q8") != 0) {
+        fprintf(stderr, "%s: bad MZ_CRASH_ONLY (raw or q8)\n", T);
+        return 1;
+    }
+    printf("%s: %ld iterations (%ld raw, %ld q8%s), seed %llu\n", T, iters, iters - iters / 2,
+           iters / 2, only ? (strcmp(only, "q8") ? "; raw only" : "; q8 only") : "", rng);
     int n_ok_full = 0, n_ok_trunc = 0, n_lost = 0, n_done = 0, n_killed = 0;
     for (int mode = 0; mode < 2; mode++) {
     g_q8 = mode == 1;
+    if (only && strcmp(only, g_q8 ? "q8" : "raw") != 0) continue;
     memcpy(S, g_q8 ? S_q8 : S_raw, sizeof S);
     snprintf(g_dir, sizeof g_dir, "%s/crash-store%s", base, g_q8 ? "-q8" : "");
     /* start clean */
@@ -352,8 +420,18 @@ int main(void)
         unlink(p);
     }
     long n_it = g_q8 ? iters / 2 : iters - iters / 2;
-    for (long it = 0; it <= n_it; it++) {
+    bool failed = false; /* a verdict failed: the store stays as that child found it */
+    for (long it = 0; it <= n_it && !failed; it++) {
         bool last = it == n_it; /* the final check runs to the end */
+        /* Scripted first: the first two children kill themselves right
+         * after their first checkpoint (the fresh one at 601 tokens, the
+         * one resumed there at 617, before the write-behind's first pass
+         * after its resume), and the third, not killed, resumes that state:
+         * a checkpoint that forgot the restored chunks left a manifest of
+         * 617 tokens and no chunk, which a q8 resume recomputes raw (the
+         * "BAD logits at 617" of one loaded run). Then random kills. */
+        g_die_at_checkpoint = it < 2 && !last;
+        bool scripted = it <= 2;
         int pfd[2];
         if (pipe(pfd) != 0) return 1;
         fflush(stdout);
@@ -373,7 +451,7 @@ int main(void)
         for (unsigned waited = 0;; waited += 10) {
             pid_t w = waitpid(pid, &status, WNOHANG);
             if (w == pid) break;
-            if (!last && waited >= delay_ms && !killed) {
+            if (!last && !scripted && waited >= delay_ms && !killed) {
                 kill(pid, SIGKILL);
                 killed = true;
             }
@@ -392,6 +470,7 @@ int main(void)
         for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
             if (!strncmp(line, "BAD", 3) || !strncmp(line, "ERR", 3)) {
                 CHECK_MSG(false, "%s iteration %ld: %s", g_q8 ? "q8" : "raw", it, line);
+                failed = true;
             } else if (!strncmp(line, "OK full", 7)) {
                 n_ok_full++;
             } else if (!strncmp(line, "OK truncated", 12)) {
@@ -407,6 +486,11 @@ int main(void)
         if (!was_killed)
             CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s iteration %ld: child status %d",
                       g_q8 ? "q8" : "raw", it, status);
+        if (failed) {
+            printf("%s: %s iterations stopped; the store is kept as the failing child left it:\n", T,
+                   g_q8 ? "q8" : "raw");
+            print_manifest(g_dir);
+        }
     }
     }
     printf("%s: %d killed; resumed and verified %d full, %d truncated (named); %d lost (named); "
