@@ -34,6 +34,9 @@
  * clean record holds, whenever it is restored from). The child does the
  * same, so a resume at any instant must continue exactly along S8.
  *
+ * Each half begins with three scripted children, killed at a fixed point
+ * (main says which and why), before the random kills.
+ *
  * Knobs: MZ_CRASH_ITERS, MZ_CRASH_SEED (the kill delays), MZ_CRASH_ONLY=raw
  * or q8 (that half alone). A failed verdict names what the failing child
  * resumed (tokens, chunks restored of those stored, tokens recomputed),
@@ -46,6 +49,7 @@
 #include "evict_util.h"
 #include "store/store.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -323,6 +327,23 @@ int main(void)
         }
         iters = v;
     }
+    unsigned long long rng = (unsigned long long)time(NULL);
+    const char *seed_env = getenv("MZ_CRASH_SEED");
+    if (seed_env) {
+        char *end = NULL;
+        errno = 0;
+        rng = strtoull(seed_env, &end, 10);
+        if (errno || !isdigit((unsigned char)seed_env[0]) || *end) {
+            fprintf(stderr, "%s: bad MZ_CRASH_SEED (a decimal number)\n", T);
+            return 1;
+        }
+    }
+    /* MZ_CRASH_ONLY=raw or q8: that half alone (its share of the iterations) */
+    const char *only = getenv("MZ_CRASH_ONLY");
+    if (only && strcmp(only, "raw") != 0 && strcmp(only, "q8") != 0) {
+        fprintf(stderr, "%s: bad MZ_CRASH_ONLY (raw or q8)\n", T);
+        return 1;
+    }
     char cwd[512];
     if (!getcwd(cwd, sizeof cwd)) return 1;
     char base[900];
@@ -387,23 +408,6 @@ int main(void)
         size_t same = 0;
         while (same < NS && S_q8[same] == S_raw[same]) same++;
         printf("%s: the q8 conversation follows the raw one for %zu of %d tokens\n", T, same, NS);
-    }
-    unsigned long long rng = (unsigned long long)time(NULL);
-    const char *seed_env = getenv("MZ_CRASH_SEED");
-    if (seed_env) {
-        char *end = NULL;
-        errno = 0;
-        rng = strtoull(seed_env, &end, 10);
-        if (errno || end == seed_env || *end || seed_env[0] == '-') {
-            fprintf(stderr, "%s: bad MZ_CRASH_SEED (a decimal number)\n", T);
-            return 1;
-        }
-    }
-    /* MZ_CRASH_ONLY=raw or q8: that half alone (its share of the iterations) */
-    const char *only = getenv("MZ_CRASH_ONLY");
-    if (only && strcmp(only, "raw") != 0 && strcmp(only, "q8") != 0) {
-        fprintf(stderr, "%s: bad MZ_CRASH_ONLY (raw or q8)\n", T);
-        return 1;
     }
     printf("%s: %ld iterations (%ld raw, %ld q8%s), seed %llu\n", T, iters, iters - iters / 2,
            iters / 2, only ? (strcmp(only, "q8") ? "; raw only" : "; q8 only") : "", rng);
