@@ -387,9 +387,9 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
         pick = mz_engine_find_session(s->engine, id);
         if (pick && !is_named(pick)) pick = NULL;
         if (!pick && s->store) in_store = store_resume(s, id, toks, n, &resumed, &n_fresh, &n_restored);
-        /* An unused anonymous session (the one made at start) is taken over. */
-        /* The id is a client's (never anonymous) and no session's name
-         * (mz_engine_find_session said so): any unused session takes it. */
+        /* An unused anonymous session (the one made at start) is taken
+         * over. The id is a client's (never anonymous) and no session's
+         * name (mz_engine_find_session said so): the first one takes it. */
         if (!pick && !resumed) {
             mz_ctx_t *unused = NULL;
             (void)mz_engine_for_each_session(s->engine, unused_visit, &unused);
