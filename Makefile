@@ -90,11 +90,11 @@ test-tsan: deps
 # a few minutes). Each stage skips, saying what is missing, without the cross
 # compiler, qemu-aarch64 or the arm64 libraries (scripts/install-deps.sh
 # installs them on Debian x86-64); scripts/test-skips.sh lists those skips.
-# LD_LIBRARY_PATH: the cross sysroot's C library with its own loader, not the
-# multiarch one the host's ld.so.cache names (scripts/arm-cli-test.sh, ARM_RUN).
+# Both stages run AArch64 programs through scripts/qemu-aarch64-run.sh (the
+# cross sysroot, and why its own C library).
 test-arm: deps model
 	@rm -f $(BUILD)/skips-arm.txt
-	@MZ_SKIP_LOG=$(BUILD)/skips-arm.txt CC=aarch64-linux-gnu-gcc RUN="qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib" \
+	@MZ_SKIP_LOG=$(BUILD)/skips-arm.txt CC=aarch64-linux-gnu-gcc RUN=scripts/qemu-aarch64-run.sh \
 	    scripts/kernel-tests.sh build-aarch64; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ]
 	@MZ_SKIP_LOG=$(BUILD)/skips-arm.txt scripts/arm-cli-test.sh $(BUILD) build-aarch64-cli; \
 	    rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ]

@@ -574,17 +574,32 @@ MZ_API const char *mz_session_name(const mz_ctx_t *c);
  * pointer is borrowed: the caller keeps the session alive while it uses it
  * (as for mz_session_info.ctx). */
 MZ_API mz_ctx_t *mz_engine_find_session(mz_engine_t *e, const char *name);
-/* Iterates e's sessions in creation order (sqlite3_next_stmt's shape): the
- * first one for prev NULL, else the one after prev; NULL at the end, or
- * when prev is no session of e. The caller frees no session of e while it
- * iterates (freeing prev itself ends the walk: ask for the next one first). */
-MZ_API mz_ctx_t *mz_engine_next_session(mz_engine_t *e, const mz_ctx_t *prev);
+/* Calls fn(c, user) for each of e's sessions in creation order, in one walk
+ * under the engine's lock; fn returns true to go on, false to end the walk
+ * there. Returns MZ_E_INVAL for a NULL e or fn (fn is never called), else
+ * MZ_OK, whether fn ended the walk or not.
+ *
+ * Locking rule: fn runs with the engine's lock held, so session creation,
+ * free and rename, find, listing and mz_engine_evict on other threads wait
+ * until the walk ends. fn may read the session it is given: mz_session_name,
+ * mz_session_user_data, mz_ctx_id, mz_ctx_last_use_ns, mz_ctx_n_tokens,
+ * mz_ctx_tokens, mz_ctx_common_prefix. It must not call anything that takes
+ * the engine's lock (it would deadlock): mz_session_create, mz_ctx_free,
+ * mz_session_set_name, mz_engine_find_session, mz_engine_sessions,
+ * mz_engine_n_sessions, mz_engine_for_each_session, mz_engine_get_mem_stats,
+ * mz_engine_evict, mz_engine_restore, mz_engine_keep_budget; nor anything
+ * that waits for a session (mz_get_mem_stats, the compute calls), whose
+ * user thread may itself be waiting for the lock. To do more, collect the
+ * sessions in fn and act on them after the walk (the caller keeps them
+ * alive meanwhile, as for mz_session_info.ctx). */
+typedef bool (*mz_session_visit_fn)(mz_ctx_t *c, void *user);
+MZ_API mz_status mz_engine_for_each_session(mz_engine_t *e, mz_session_visit_fn fn, void *user);
 /* A caller's data hung on a session (SQLite's client data): data is
  * returned by mz_session_user_data until replaced; free_data (may be NULL)
  * is called once on it when another pointer replaces it, and when the
  * session is freed (mz_ctx_free, or mz_engine_free freeing it) after the
  * session left the engine's list (mz_engine_find_session and
- * mz_engine_next_session do not return it) and before its parts go.
+ * mz_engine_for_each_session do not see it) and before its parts go.
  * Called by the session's user thread; the engine never reads data. */
 MZ_API void mz_session_set_user_data(mz_ctx_t *c, void *data, void (*free_data)(void *));
 MZ_API void *mz_session_user_data(const mz_ctx_t *c);

@@ -33,7 +33,6 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 X86=${1:-build}
 ARM=${2:-build-aarch64-cli}
-SYSROOT=/usr/aarch64-linux-gnu
 ARM_PC=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 TYPES=${MZ_ARM_TYPES:-"Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K Q5_0 Q5_1 IQ4_NL IQ4_XS Q8_0 Q4_0 Q4_1"}
@@ -51,9 +50,7 @@ skip() {
 # ---- what the stage needs: say exactly what is missing -------------------------------
 command -v aarch64-linux-gnu-gcc >/dev/null ||
     skip "aarch64-linux-gnu-gcc not installed (Debian: gcc-aarch64-linux-gnu; scripts/install-deps.sh)"
-command -v qemu-aarch64 >/dev/null || skip "qemu-aarch64 not installed (Debian: qemu-user; scripts/install-deps.sh)"
-[ -e "$SYSROOT/lib/ld-linux-aarch64.so.1" ] ||
-    skip "$SYSROOT/lib/ld-linux-aarch64.so.1 missing (Debian: libc6-dev-arm64-cross; scripts/install-deps.sh)"
+why=$(scripts/qemu-aarch64-run.sh --check) || skip "$why"
 command -v pkg-config >/dev/null || skip "pkg-config not installed"
 missing=()
 for pc in libpcre2-8:libpcre2-dev liburing:liburing-dev libmicrohttpd:libmicrohttpd-dev libcjson:libcjson-dev; do
@@ -76,13 +73,7 @@ fi
 cmake --build "$ARM" -j "$(nproc)" --target mzcache-cli >/dev/null || { echo "arm-cli-test: AArch64 build failed"; exit 1; }
 t_build=$(($(date +%s) - t0))
 X86_CLI=$X86/mzcache
-# The C library from the cross sysroot, as its loader is: with the arm64
-# multiarch packages installed, the loader's search (the host's ld.so.cache)
-# finds /lib/aarch64-linux-gnu's libc first, a different build than the
-# cross loader (2.36-9+deb12u14 against 2.36-8cross1 on Debian 12), and
-# threads then hang under qemu (test_threadpool ran for over 12 minutes
-# instead of 1.3 s). The other libraries still come from multiarch.
-ARM_RUN=(qemu-aarch64 -L "$SYSROOT" -E "LD_LIBRARY_PATH=$SYSROOT/lib" "$ARM/mzcache")
+ARM_RUN=("$ROOT/scripts/qemu-aarch64-run.sh" "$ARM/mzcache")
 echo "arm-cli-test: both CLIs built in ${t_build}s; prompt \"$PROMPT\", $N_PREDICT greedy tokens, $THREADS threads"
 
 # ---- per weight type ----------------------------------------------------------------------

@@ -4,7 +4,7 @@
 # compiler, optionally under an emulator — the cross-architecture check:
 #
 #   scripts/kernel-tests.sh                       native, cc
-#   CC=aarch64-linux-gnu-gcc RUN=qemu-aarch64 scripts/kernel-tests.sh build-aarch64
+#   CC=aarch64-linux-gnu-gcc RUN=scripts/qemu-aarch64-run.sh scripts/kernel-tests.sh build-aarch64
 #
 # Needs none of the library's other dependencies (PCRE2, liburing). Exits 77
 # (skip) when CC or the emulator is not installed, so `make test` can call it
@@ -24,6 +24,8 @@ command -v "$CC" >/dev/null || skip "$CC not installed (scripts/install-deps.sh 
 if [ -n "$RUN" ] && ! command -v "${RUN%% *}" >/dev/null; then
     skip "${RUN%% *} not installed (scripts/install-deps.sh installs qemu-user)"
 fi
+# The qemu runner knows what it needs (qemu-aarch64, the cross sysroot).
+if [ "${RUN##*/}" = qemu-aarch64-run.sh ]; then why=$($RUN --check) || skip "$why"; fi
 mkdir -p "$OUT"
 CFLAGS="-std=c11 -O2 -g -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wcast-qual -Wno-unused-parameter -Werror -fno-strict-aliasing -I$ROOT/src -I$ROOT/include -I$ROOT/tests/unit"
 machine=$($CC -dumpmachine)

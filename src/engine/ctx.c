@@ -541,16 +541,10 @@ static mz_status mzc_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t
     return s;
 }
 
-static const mz_mode_ops mzcache_ops = {
-    .name = "mzcache",
-    .evict = mzc_evict,
-    .restore = mzc_restore,
-    .get_stats = mzc_get_stats,
-    .before_prefill = NULL,
-    .prefill_restore = mzc_prefill_restore,
-    .kv_truncate = NULL,
-    .unit_plans = true,
-};
+/* No before_prefill (restores per unit as the pass needs it), no
+ * kv_truncate (the chunks go with the chunk table). */
+static const mz_mode_ops mzcache_ops = {.evict = mzc_evict, .restore = mzc_restore, .get_stats = mzc_get_stats,
+                                        .prefill_restore = mzc_prefill_restore, .unit_plans = true};
 
 mz_status mz_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
                              const mz_restore_params *p, mz_restore_timings *out)

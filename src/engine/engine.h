@@ -58,7 +58,6 @@ typedef struct mz_scratch {
  * (mzcache, or a baseline of src/baseline). ctx.c calls these without
  * knowing which mode it is; every mode keeps the public contracts. */
 typedef struct mz_mode_ops {
-    const char *name;
     MZ_NODISCARD mz_status (*evict)(mz_ctx_t *c, size_t nbytes, mz_evict_report *r);
     MZ_NODISCARD mz_status (*restore)(mz_ctx_t *c, mz_restore_report *r);
     void (*get_stats)(const mz_ctx_t *c, mz_mem_stats *out);

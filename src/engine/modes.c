@@ -67,15 +67,8 @@ static mz_status ops_prefill_restore(mz_ctx_t *c, const mz_token *t, size_t n,
     return s;
 }
 
-static const mz_mode_ops baseline_ops = {
-    .name = "baseline",
-    .evict = ops_evict,
-    .restore = ops_restore,
-    .get_stats = ops_get_stats,
-    .before_prefill = ops_before_prefill,
-    .prefill_restore = ops_prefill_restore,
-    .kv_truncate = ops_kv_truncate,
-    .unit_plans = false,
-};
+static const mz_mode_ops baseline_ops = {.evict = ops_evict, .restore = ops_restore, .get_stats = ops_get_stats,
+                                         .before_prefill = ops_before_prefill, .prefill_restore = ops_prefill_restore,
+                                         .kv_truncate = ops_kv_truncate, .unit_plans = false};
 
 const mz_mode_ops *mz_baseline_ops(void) { return &baseline_ops; }

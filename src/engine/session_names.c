@@ -2,7 +2,8 @@
  * session_names.c — what makes the engine's session list the one list of
  * conversations (include/mzcache.h, "engine and sessions"): the session-id
  * rule, a session's name (unique among its engine's sessions), finding a
- * session by name, walking the list, and a caller's data hung on a session
+ * session by name, walking the list (one walk under e->lock; the caller's
+ * callback must not take it again), and a caller's data hung on a session
  * (the daemon's per-request annotations), freed when the session goes.
  *
  * Names are written and compared under e->lock, so mz_engine_find_session
@@ -74,17 +75,13 @@ mz_ctx_t *mz_engine_find_session(mz_engine_t *e, const char *name)
     return c;
 }
 
-mz_ctx_t *mz_engine_next_session(mz_engine_t *e, const mz_ctx_t *prev)
+mz_status mz_engine_for_each_session(mz_engine_t *e, mz_session_visit_fn fn, void *user)
 {
-    if (!e) return NULL;
+    if (!e || !fn) return mz_fail(MZ_E_INVAL, "for each session: null %s", e ? "callback" : "engine");
     pthread_mutex_lock(&e->lock);
-    mz_ctx_t *c = e->sessions;
-    if (prev) {
-        while (c && c != prev) c = c->next;
-        if (c) c = c->next;
-    }
+    for (mz_ctx_t *c = e->sessions; c && fn(c, user); c = c->next) {}
     pthread_mutex_unlock(&e->lock);
-    return c;
+    return MZ_OK;
 }
 
 void mz_session_set_user_data(mz_ctx_t *c, void *data, void (*free_data)(void *))

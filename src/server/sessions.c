@@ -43,29 +43,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The engine's sessions in its order (creation); none is freed in the loop. */
-#define FOR_EACH_SESSION(s, c) \
-    for (mz_ctx_t *c = mz_engine_next_session((s)->engine, NULL); c; c = mz_engine_next_session((s)->engine, c))
+/* The engine's sessions are walked with mz_engine_for_each_session: one
+ * walk under the engine's lock. The *_visit callbacks below only read the
+ * session they are given (its name, user data, tokens, last use), as the
+ * walk's locking rule allows; what renames, frees or asks the session's
+ * memory runs after the walk. */
 
 /* The engine's last-use clock of a session (one LRU: the engine's). */
 static uint64_t last_use(const mz_ctx_t *c) { return mz_ctx_last_use_ns(c); }
 
-static mz_ctx_t *most_recent(const mz_server_t *s)
+/* The most recently used session, and the least recently used one other
+ * than except (NULL: none). */
+typedef struct lru_walk {
+    const mz_ctx_t *except;
+    mz_ctx_t *most, *least;
+} lru_walk;
+
+static bool lru_visit(mz_ctx_t *c, void *walk)
 {
-    mz_ctx_t *best = NULL;
-    FOR_EACH_SESSION(s, c)
-        if (!best || last_use(c) > last_use(best)) best = c;
-    return best;
+    lru_walk *w = walk;
+    if (!w->most || last_use(c) > last_use(w->most)) w->most = c;
+    if (c != w->except && (!w->least || last_use(c) < last_use(w->least))) w->least = c;
+    return true;
 }
 
-/* The least recently used session other than except (NULL: none). */
-static mz_ctx_t *least_recent(const mz_server_t *s, const mz_ctx_t *except)
+static lru_walk lru_of(const mz_server_t *s, const mz_ctx_t *except)
 {
-    mz_ctx_t *lru = NULL;
-    FOR_EACH_SESSION(s, c)
-        if (c != except && (!lru || last_use(c) < last_use(lru))) lru = c;
-    return lru;
+    lru_walk w = {.except = except};
+    (void)mz_engine_for_each_session(s->engine, lru_visit, &w);
+    return w;
 }
+
+static mz_ctx_t *most_recent(const mz_server_t *s) { return lru_of(s, NULL).most; }
+static mz_ctx_t *least_recent(const mz_server_t *s, const mz_ctx_t *except) { return lru_of(s, except).least; }
 
 static bool is_anon(const char *id) { return !strncmp(id, MZ_SESSION_ANON_PREFIX, sizeof MZ_SESSION_ANON_PREFIX - 1); }
 
@@ -177,10 +187,21 @@ mz_status srv_sessions_init(mz_server_t *s)
     return MZ_OK;
 }
 
+/* The first session of a walk (the walk's out: mz_ctx_t *). */
+static bool first_visit(mz_ctx_t *c, void *out)
+{
+    *(mz_ctx_t **)out = c;
+    return false;
+}
+
 void srv_sessions_free(mz_server_t *s)
 {
-    mz_ctx_t *c;
-    while (s->engine && (c = mz_engine_next_session(s->engine, NULL))) mz_ctx_free(c);
+    for (;;) {
+        mz_ctx_t *c = NULL;
+        if (s->engine) (void)mz_engine_for_each_session(s->engine, first_visit, &c);
+        if (!c) break;
+        mz_ctx_free(c);
+    }
     s->ctx = NULL;
     s->cur = NULL;
     free(s->snap_sess);
@@ -320,6 +341,41 @@ static void store_attach(mz_server_t *s, mz_ctx_t *c)
     srv_session_of(c)->stored = true;
 }
 
+/* A session a named request may take over (the walk's out: mz_ctx_t *):
+ * anonymous, never stored and without tokens (the one made at start). */
+static bool unused_visit(mz_ctx_t *c, void *out)
+{
+    if (is_named(c) || srv_session_of(c)->stored || mz_ctx_n_tokens(c) != 0) return true;
+    *(mz_ctx_t **)out = c;
+    return false;
+}
+
+/* The anonymous session a request's tokens continue: its whole history is
+ * a prefix of them, or they keep at least the prompt of its last turn.
+ * Of those, the one sharing the longest prefix (best tokens), the most
+ * recently used among equals. */
+typedef struct continue_walk {
+    const mz_token *toks;
+    size_t n;
+    mz_ctx_t *pick;
+    size_t best;
+} continue_walk;
+
+static bool continue_visit(mz_ctx_t *c, void *walk)
+{
+    continue_walk *w = walk;
+    if (is_named(c)) return true;
+    const srv_session *ss = srv_session_of(c);
+    size_t nh = mz_ctx_n_tokens(c);
+    size_t common = mz_ctx_common_prefix(c, w->toks, w->n);
+    bool continues = common == nh || (ss->n_prompt_last > 0 && common >= ss->n_prompt_last);
+    if (continues && (!w->pick || common > w->best || (common == w->best && last_use(c) > last_use(w->pick)))) {
+        w->pick = c;
+        w->best = common;
+    }
+    return true;
+}
+
 mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks, size_t n)
 {
     mz_ctx_t *pick = NULL;
@@ -331,16 +387,14 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
         pick = mz_engine_find_session(s->engine, id);
         if (pick && !is_named(pick)) pick = NULL;
         if (!pick && s->store) in_store = store_resume(s, id, toks, n, &resumed, &n_fresh, &n_restored);
-        /* An unused anonymous session (the one made at start) is taken over. */
+        /* An unused anonymous session (the one made at start) is taken
+         * over. The id is a client's (never anonymous) and no session's
+         * name (mz_engine_find_session said so): the first one takes it. */
         if (!pick && !resumed) {
-            FOR_EACH_SESSION(s, c) {
-                if (is_named(c) || srv_session_of(c)->stored || mz_ctx_n_tokens(c) != 0) continue;
-                if (mz_session_set_name(c, id) == MZ_OK) {
-                    pick = c;
-                    break;
-                }
-                mz_clear_error();
-            }
+            mz_ctx_t *unused = NULL;
+            (void)mz_engine_for_each_session(s->engine, unused_visit, &unused);
+            if (unused && mz_session_set_name(unused, id) == MZ_OK) pick = unused;
+            else mz_clear_error();
         }
     } else {
         /* The anonymous session this request continues: its whole history is
@@ -349,19 +403,10 @@ mz_status srv_session_route(mz_server_t *s, const char *id, const mz_token *toks
          * that would cut deeper into someone's history starts its own
          * session instead, so two conversations that share only a system
          * prompt never truncate each other. */
-        size_t best = 0;
-        FOR_EACH_SESSION(s, c) {
-            if (is_named(c)) continue;
-            const srv_session *ss = srv_session_of(c);
-            size_t nh = mz_ctx_n_tokens(c);
-            size_t common = mz_ctx_common_prefix(c, toks, n);
-            bool continues = common == nh || (ss->n_prompt_last > 0 && common >= ss->n_prompt_last);
-            if (!continues) continue;
-            if (!pick || common > best || (common == best && last_use(c) > last_use(pick))) {
-                pick = c;
-                best = common;
-            }
-        }
+        continue_walk cw = {.toks = toks, .n = n};
+        (void)mz_engine_for_each_session(s->engine, continue_visit, &cw);
+        pick = cw.pick;
+        size_t best = cw.best;
         /* A stored anonymous conversation (one that left memory, or one of
          * a daemon before a restart) that the request continues further:
          * its whole history a prefix of the request's tokens, and longer than
@@ -536,6 +581,19 @@ void srv_enforce_budget(mz_server_t *s)
                 fp / mib, budget / mib, br.time_ms);
 }
 
+/* Up to cap of the engine's sessions, in its order. */
+typedef struct collect_walk {
+    mz_ctx_t *v[SRV_MAX_SESSIONS + 1];
+    size_t n, cap;
+} collect_walk;
+
+static bool collect_visit(mz_ctx_t *c, void *walk)
+{
+    collect_walk *w = walk;
+    w->v[w->n++] = c;
+    return w->n < w->cap;
+}
+
 void srv_sessions_snapshot(mz_server_t *s)
 {
     mz_mem_stats agg;
@@ -545,10 +603,14 @@ void srv_sessions_snapshot(mz_server_t *s)
     if (s->ctx) mz_get_last_restore_timings(s->ctx, &rt);
     size_t n_tok = s->ctx ? mz_ctx_n_tokens(s->ctx) : 0;
     size_t fp = srv_footprint(s);
+    /* The sessions first (their memory is asked after the walk: it waits
+     * for each session, which the walk's rule forbids). */
+    collect_walk cw = {.cap = (size_t)s->p.max_sessions + 1}; /* snap_sess's size; never more between gate holders */
+    (void)mz_engine_for_each_session(s->engine, collect_visit, &cw);
     srv_session_snap tmp[SRV_MAX_SESSIONS + 1];
     int n = 0;
-    FOR_EACH_SESSION(s, c) {
-        if (n > s->p.max_sessions) break; /* snap_sess's size; never more between gate holders */
+    for (size_t i = 0; i < cw.n; i++) {
+        mz_ctx_t *c = cw.v[i];
         const srv_session *ss = srv_session_of(c);
         srv_session_snap *o = &tmp[n++];
         mz_mem_stats st;

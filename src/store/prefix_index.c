@@ -11,6 +11,11 @@
  *
  * Invariants (under st->idx_mu): ids unique; every entry's id starts with
  * idx_prefix and holds n > 0 tokens; n_idx <= idx_cap.
+ *
+ * idx_mu is held only inside this file, around work on the index and the
+ * find's skip callback; skip never calls into the store, and nothing holds
+ * a lock skip may take (the engine's session list) while it calls into the
+ * store, so idx_mu comes first and no cycle can form.
  */
 #include "store.h"
 
@@ -130,28 +135,22 @@ bool mz_store_find_prefix(mz_store_t *st, const mz_token *toks, size_t n,
     if (id_out && cap) id_out[0] = '\0';
     if (n_match) *n_match = 0;
     if (!st || !toks || !n) return false;
-    /* The candidates are copied out, so that skip runs without the lock
-     * (it may take its own: the engine's session list). */
+    /* skip runs under the lock (store.h: it must not call into the store),
+     * so the candidates are read in place, never copied per request. */
     pthread_mutex_lock(&st->idx_mu);
-    mz_store_indexed *cand = st->n_idx ? malloc(st->n_idx * sizeof *cand) : NULL;
-    size_t n_cand = 0;
-    for (size_t i = 0; cand && i < st->n_idx; i++) {
-        const mz_store_indexed *e = &st->idx[i];
-        if (e->n < n && mz_tokens_common_prefix(e->toks, e->n, toks, n) == e->n) {
-            cand[n_cand] = *e;
-            cand[n_cand++].toks = NULL;
-        }
-    }
-    pthread_mutex_unlock(&st->idx_mu);
     /* the longest; on equal lengths the first (written first) */
     const mz_store_indexed *best = NULL;
-    for (size_t i = 0; i < n_cand; i++)
-        if ((!best || cand[i].n > best->n) && !(skip && skip(user, cand[i].id))) best = &cand[i];
+    for (size_t i = 0; i < st->n_idx; i++) {
+        const mz_store_indexed *e = &st->idx[i];
+        if (e->n < n && (!best || e->n > best->n) && mz_tokens_common_prefix(e->toks, e->n, toks, n) == e->n &&
+            !(skip && skip(user, e->id)))
+            best = e;
+    }
     if (best) {
         if (id_out && cap) snprintf(id_out, cap, "%s", best->id);
         if (n_match) *n_match = best->n;
     }
-    free(cand);
+    pthread_mutex_unlock(&st->idx_mu);
     return best != NULL;
 }
 

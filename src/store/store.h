@@ -76,9 +76,13 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_store_index_open(mz_store_t *st, const cha
 /* How many sessions the index holds (0 without one). */
 MZ_INTERNAL size_t mz_store_index_size(mz_store_t *st);
 /* The indexed session whose tokens are the longest prefix of toks[0, n)
- * shorter than n, passing over ids skip (may be NULL) answers true for
- * (called without the index's lock held); on equal lengths the one whose
- * manifest was written first. false: none (id_out ""). */
+ * shorter than n, passing over ids skip (may be NULL) answers true for; on
+ * equal lengths the one whose manifest was written first. false: none
+ * (id_out ""). skip is called with the index's lock held, so that the
+ * candidates need no copy: it must not call into the store (manifest
+ * writes, deletes and finds take that lock), and may take only locks that
+ * are never held while calling into the store (the daemon's asks the
+ * engine's session list). */
 MZ_INTERNAL bool mz_store_find_prefix(mz_store_t *st, const mz_token *toks, size_t n,
                                       bool (*skip)(void *user, const char *id), void *user,
                                       char *id_out, size_t cap, size_t *n_match);

@@ -109,52 +109,86 @@ static uint8_t *read_tensor(const char *path, const mz_gguf *g, const char *name
     return buf;
 }
 
+/* gen's file for preset and type at path, opened; NULL (a failed check)
+ * when either fails. */
+static mz_gguf *gen_open(const char *preset, const char *type, uint64_t seed, const char *path)
+{
+    if (gen(preset, type, seed, path) != MZ_OK) return NULL;
+    mz_gguf *g = NULL;
+    mz_status s = mz_gguf_open(path, &g);
+    CHECK_MSG(s == MZ_OK, "%s", mz_last_error());
+    return s == MZ_OK ? g : NULL;
+}
+
+/* An architecture key (after "<arch>.") and its uint32 value. */
+typedef struct arch_u32 {
+    const char *key;
+    uint32_t want;
+} arch_u32;
+
+/* The header gen writes for arch: general.architecture, general.name and
+ * general.file_type, the uint32 keys v[0, n) and the two float ones. */
+static void check_header(const mz_gguf *g, const char *arch, const char *name, uint32_t ftype, const arch_u32 *v,
+                         size_t n, float rms_eps, float freq_base)
+{
+    mz_gguf_str str;
+    CHECK(mz_gguf_get_str(g, "general.architecture", &str) == MZ_OK && strcmp(str.ptr, arch) == 0);
+    CHECK_MSG(mz_gguf_get_str(g, "general.name", &str) == MZ_OK && strcmp(str.ptr, name) == 0, "name, want %s", name);
+    check_u32(g, "general.file_type", ftype);
+    char key[128];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "%s.%s", arch, v[i].key);
+        check_u32(g, key, v[i].want);
+    }
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    check_f32(g, key, rms_eps);
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    check_f32(g, key, freq_base);
+}
+
+/* A tensor's name (after a prefix), type and GGUF shape. */
+typedef struct tensor_want {
+    const char *name;
+    int type;
+    uint32_t n_dims;
+    uint64_t ne0, ne1;
+} tensor_want;
+
+static void check_tensors(const mz_gguf *g, const char *prefix, const tensor_want *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", prefix, v[i].name);
+        check_tensor(g, name, v[i].type, v[i].n_dims, v[i].ne0, v[i].ne1);
+    }
+}
+
 static void test_tiny_llama(const mz_gguf *src, uint32_t n_vocab)
 {
     const char *path = t_tmp_path("gen-tiny-llama-f32.gguf");
-    if (gen("tiny-llama", "F32", 7, path) != MZ_OK) return;
-    mz_gguf *g;
-    mz_status s = mz_gguf_open(path, &g);
-    CHECK_MSG(s == MZ_OK, "%s", mz_last_error());
-    if (s != MZ_OK) return;
-    mz_gguf_str str;
-    CHECK(mz_gguf_get_str(g, "general.architecture", &str) == MZ_OK && strcmp(str.ptr, "llama") == 0);
-    CHECK(mz_gguf_get_str(g, "general.name", &str) == MZ_OK &&
-          strcmp(str.ptr, "mzcache gen-model tiny-llama F32") == 0);
-    check_u32(g, "general.file_type", 0);
-    check_u32(g, "llama.context_length", 2048);
-    check_u32(g, "llama.embedding_length", 64);
-    check_u32(g, "llama.block_count", 2);
-    check_u32(g, "llama.feed_forward_length", 128);
-    check_u32(g, "llama.attention.head_count", 4);
-    check_u32(g, "llama.attention.head_count_kv", 2);
-    check_u32(g, "llama.rope.dimension_count", 16);
-    check_u32(g, "llama.vocab_size", n_vocab);
-    check_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    check_f32(g, "llama.rope.freq_base", 10000.0f);
+    mz_gguf *g = gen_open("tiny-llama", "F32", 7, path);
+    if (!g) return;
+    const arch_u32 keys[] = {{"context_length", 2048},         {"embedding_length", 64},
+                             {"block_count", 2},               {"feed_forward_length", 128},
+                             {"attention.head_count", 4},      {"attention.head_count_kv", 2},
+                             {"rope.dimension_count", 16},     {"vocab_size", n_vocab}};
+    check_header(g, "llama", "mzcache gen-model tiny-llama F32", 0, keys, MZ_ARRAY_LEN(keys), 1e-5f, 10000.0f);
     CHECK(mz_gguf_find(g, "llama.attention.key_length") == NULL); /* head_dim = embd / heads */
     check_tokenizer_copied(src, g);
 
     CHECK_EQ_INT(g->n_tensors, 3 + 9 * 2);
-    check_tensor(g, "token_embd.weight", MZ_DT_F32, 2, 64, n_vocab);
-    check_tensor(g, "output.weight", MZ_DT_F32, 2, 64, n_vocab);
-    check_tensor(g, "output_norm.weight", MZ_DT_F32, 1, 64, 1);
-    for (int l = 0; l < 2; l++) {
-        char n[64];
-#define T(suffix, type, nd, a, b)                                                     \
-    snprintf(n, sizeof n, "blk.%d." suffix, l);                                       \
-    check_tensor(g, n, type, nd, a, b)
-        T("attn_norm.weight", MZ_DT_F32, 1, 64, 1);
-        T("attn_q.weight", MZ_DT_F32, 2, 64, 64);
-        T("attn_k.weight", MZ_DT_F32, 2, 64, 32);
-        T("attn_v.weight", MZ_DT_F32, 2, 64, 32);
-        T("attn_output.weight", MZ_DT_F32, 2, 64, 64);
-        T("ffn_norm.weight", MZ_DT_F32, 1, 64, 1);
-        T("ffn_gate.weight", MZ_DT_F32, 2, 64, 128);
-        T("ffn_up.weight", MZ_DT_F32, 2, 64, 128);
-        T("ffn_down.weight", MZ_DT_F32, 2, 128, 64);
-#undef T
-    }
+    const tensor_want top[] = {{"token_embd.weight", MZ_DT_F32, 2, 64, n_vocab},
+                               {"output.weight", MZ_DT_F32, 2, 64, n_vocab},
+                               {"output_norm.weight", MZ_DT_F32, 1, 64, 1}};
+    check_tensors(g, "", top, MZ_ARRAY_LEN(top));
+    static const tensor_want block[] = {
+        {"attn_norm.weight", MZ_DT_F32, 1, 64, 1},    {"attn_q.weight", MZ_DT_F32, 2, 64, 64},
+        {"attn_k.weight", MZ_DT_F32, 2, 64, 32},      {"attn_v.weight", MZ_DT_F32, 2, 64, 32},
+        {"attn_output.weight", MZ_DT_F32, 2, 64, 64}, {"ffn_norm.weight", MZ_DT_F32, 1, 64, 1},
+        {"ffn_gate.weight", MZ_DT_F32, 2, 64, 128},   {"ffn_up.weight", MZ_DT_F32, 2, 64, 128},
+        {"ffn_down.weight", MZ_DT_F32, 2, 128, 64}};
+    check_tensors(g, "blk.0.", block, MZ_ARRAY_LEN(block));
+    check_tensors(g, "blk.1.", block, MZ_ARRAY_LEN(block));
     CHECK(mz_gguf_find_tensor(g, "blk.0.attn_q_norm.weight") == NULL);
 
     /* value statistics */
@@ -194,41 +228,26 @@ static void test_tiny_qwen3(const char *type, int dt, uint32_t ftype, uint32_t n
 {
     char path[1200];
     snprintf(path, sizeof path, "%s", t_tmp_path("gen-tiny-qwen3.gguf"));
-    if (gen("tiny-qwen3", type, 1, path) != MZ_OK) return;
-    mz_gguf *g;
-    mz_status s = mz_gguf_open(path, &g);
-    CHECK_MSG(s == MZ_OK, "%s", mz_last_error());
-    if (s != MZ_OK) return;
-    mz_gguf_str str;
-    CHECK(mz_gguf_get_str(g, "general.architecture", &str) == MZ_OK && strcmp(str.ptr, "qwen3") == 0);
+    mz_gguf *g = gen_open("tiny-qwen3", type, 1, path);
+    if (!g) return;
     char name[64];
     snprintf(name, sizeof name, "mzcache gen-model tiny-qwen3 %s", type);
-    CHECK(mz_gguf_get_str(g, "general.name", &str) == MZ_OK && strcmp(str.ptr, name) == 0);
-    check_u32(g, "general.file_type", ftype);
-    check_u32(g, "qwen3.block_count", 2);
-    check_u32(g, "qwen3.embedding_length", 64);
-    check_u32(g, "qwen3.feed_forward_length", 160);
-    check_u32(g, "qwen3.attention.head_count", 4);
-    check_u32(g, "qwen3.attention.head_count_kv", 2);
-    check_u32(g, "qwen3.attention.key_length", 32);
-    check_u32(g, "qwen3.attention.value_length", 32);
-    check_u32(g, "qwen3.rope.dimension_count", 32);
-    check_u32(g, "qwen3.vocab_size", n_vocab);
-    check_f32(g, "qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
-    check_f32(g, "qwen3.rope.freq_base", 1000000.0f);
+    const arch_u32 keys[] = {{"block_count", 2},           {"embedding_length", 64},
+                             {"feed_forward_length", 160}, {"attention.head_count", 4},
+                             {"attention.head_count_kv", 2}, {"attention.key_length", 32},
+                             {"attention.value_length", 32}, {"rope.dimension_count", 32},
+                             {"vocab_size", n_vocab}};
+    check_header(g, "qwen3", name, ftype, keys, MZ_ARRAY_LEN(keys), 1e-6f, 1000000.0f);
 
     CHECK_EQ_INT(g->n_tensors, 2 + 11 * 2); /* tied: no output.weight */
     CHECK(mz_gguf_find_tensor(g, "output.weight") == NULL);
-    check_tensor(g, "token_embd.weight", dt, 2, 64, n_vocab);
-    check_tensor(g, "output_norm.weight", MZ_DT_F32, 1, 64, 1);
-    check_tensor(g, "blk.1.attn_q.weight", dt, 2, 64, 128);
-    check_tensor(g, "blk.1.attn_k.weight", dt, 2, 64, 64);
-    check_tensor(g, "blk.1.attn_v.weight", dt, 2, 64, 64);
-    check_tensor(g, "blk.1.attn_output.weight", dt, 2, 128, 64);
-    check_tensor(g, "blk.1.attn_q_norm.weight", MZ_DT_F32, 1, 32, 1);
-    check_tensor(g, "blk.1.attn_k_norm.weight", MZ_DT_F32, 1, 32, 1);
-    check_tensor(g, "blk.0.ffn_gate.weight", dt, 2, 64, 160);
-    check_tensor(g, "blk.0.ffn_down.weight", dt, 2, 160, 64);
+    const tensor_want tensors[] = {
+        {"token_embd.weight", dt, 2, 64, n_vocab},           {"output_norm.weight", MZ_DT_F32, 1, 64, 1},
+        {"blk.1.attn_q.weight", dt, 2, 64, 128},             {"blk.1.attn_k.weight", dt, 2, 64, 64},
+        {"blk.1.attn_v.weight", dt, 2, 64, 64},              {"blk.1.attn_output.weight", dt, 2, 128, 64},
+        {"blk.1.attn_q_norm.weight", MZ_DT_F32, 1, 32, 1},   {"blk.1.attn_k_norm.weight", MZ_DT_F32, 1, 32, 1},
+        {"blk.0.ffn_gate.weight", dt, 2, 64, 160},           {"blk.0.ffn_down.weight", dt, 2, 160, 64}};
+    check_tensors(g, "", tensors, MZ_ARRAY_LEN(tensors));
 
     /* Quantized weights dequantize to weight-like values. */
     const mz_gguf_tensor *t;

@@ -9,14 +9,16 @@
  *               reports it
  *   find        by name, the right session; none for unknown, "" or NULL
  *               names, for a freed session's name, or on another engine
- *   iterate     creation order; a freed session is skipped; a pointer that
- *               is no session of the engine ends the walk
+ *   walk        mz_engine_for_each_session: creation order; a freed
+ *               session is skipped; a callback returning false ends the
+ *               walk there; another engine's sessions are its own; a NULL
+ *               engine or callback is MZ_E_INVAL, the callback not called
  *   user data   its destructor runs exactly once: when another pointer
  *               replaces it, at mz_ctx_free, at mz_engine_free; never for
  *               the same pointer set again; when it runs, the session is
- *               off the list already (find and next do not return it)
- *   threads     (TSan) renames on one thread while another finds and lists:
- *               every name seen is one that was set
+ *               off the list already (find and the walk do not see it)
+ *   threads     (TSan) renames on one thread while another finds, lists and
+ *               walks: every name seen is one that was set
  */
 #include "evict_util.h"
 
@@ -73,6 +75,28 @@ static void test_names(mz_engine_t *e)
     mz_ctx_free(b);
 }
 
+/* What a walk saw: the sessions in its order, up to stop_after of them
+ * (0: all). */
+typedef struct walk {
+    mz_ctx_t *seen[8];
+    size_t n, stop_after;
+} walk;
+
+static bool walk_visit(mz_ctx_t *c, void *p)
+{
+    walk *w = p;
+    if (w->n < MZ_ARRAY_LEN(w->seen)) w->seen[w->n] = c;
+    w->n++;
+    return w->stop_after == 0 || w->n < w->stop_after;
+}
+
+static walk walk_of(mz_engine_t *e, size_t stop_after)
+{
+    walk w = {.stop_after = stop_after};
+    CHECK(mz_engine_for_each_session(e, walk_visit, &w) == MZ_OK);
+    return w;
+}
+
 static void test_find_and_iterate(mz_engine_t *e, mz_engine_t *other)
 {
     mz_ctx_t *s[3];
@@ -91,28 +115,38 @@ static void test_find_and_iterate(mz_engine_t *e, mz_engine_t *other)
     CHECK(mz_engine_find_session(e, "") == NULL);
     CHECK(mz_engine_find_session(e, NULL) == NULL);
     CHECK(mz_engine_find_session(NULL, "one") == NULL);
-    /* Creation order. */
-    mz_ctx_t *c = mz_engine_next_session(e, NULL);
-    for (int i = 0; i < 3; i++) {
-        CHECK(c == s[i]);
-        c = mz_engine_next_session(e, c);
-    }
-    CHECK(c == NULL);
-    CHECK(mz_engine_next_session(e, o) == NULL); /* not one of e's */
+    /* Creation order, each once. */
+    walk w = walk_of(e, 0);
+    CHECK_EQ_INT(w.n, 3);
+    for (int i = 0; i < 3; i++) CHECK(w.seen[i] == s[i]);
+    w = walk_of(other, 0);
+    CHECK(w.n == 1 && w.seen[0] == o); /* another engine: its own list */
+    /* A callback returning false ends the walk there. */
+    w = walk_of(e, 1);
+    CHECK(w.n == 1 && w.seen[0] == s[0]);
+    w = walk_of(e, 2);
+    CHECK(w.n == 2 && w.seen[0] == s[0] && w.seen[1] == s[1]);
+    /* Bad arguments: an error, the callback not called. */
+    w = (walk){0};
+    CHECK(mz_engine_for_each_session(NULL, walk_visit, &w) == MZ_E_INVAL);
+    CHECK(mz_engine_for_each_session(e, NULL, &w) == MZ_E_INVAL);
+    CHECK_EQ_INT(w.n, 0);
+    mz_clear_error();
     mz_ctx_free(s[1]);
     CHECK(mz_engine_find_session(e, "two") == NULL);
-    CHECK(mz_engine_next_session(e, s[0]) == s[2]);
-    CHECK(mz_engine_next_session(e, s[2]) == NULL);
-    /* A freed session's name may be given again. */
+    w = walk_of(e, 0);
+    CHECK(w.n == 2 && w.seen[0] == s[0] && w.seen[1] == s[2]);
+    /* A freed session's name may be given again; the new session is last. */
     mz_ctx_t *again = session(e);
     CHECK(again && mz_session_set_name(again, "two") == MZ_OK);
     CHECK(mz_engine_find_session(e, "two") == again);
-    CHECK(mz_engine_next_session(e, s[2]) == again);
+    w = walk_of(e, 0);
+    CHECK(w.n == 3 && w.seen[0] == s[0] && w.seen[1] == s[2] && w.seen[2] == again);
     mz_ctx_free(again);
     mz_ctx_free(s[0]);
     mz_ctx_free(s[2]);
     mz_ctx_free(o);
-    CHECK(mz_engine_next_session(e, NULL) == NULL);
+    CHECK_EQ_INT(walk_of(e, 0).n, 0);
 }
 
 /* What a destructor saw: how often it ran, and whether its session was
@@ -124,13 +158,19 @@ typedef struct note {
     bool listed_when_freed;
 } note;
 
+static bool note_visit(mz_ctx_t *c, void *p)
+{
+    note *n = p;
+    if (!strcmp(mz_session_name(c), n->name)) n->listed_when_freed = true;
+    return true;
+}
+
 static void note_free(void *p)
 {
     note *n = p;
     n->n_freed++;
     n->listed_when_freed = mz_engine_find_session(n->e, n->name) != NULL;
-    for (mz_ctx_t *c = mz_engine_next_session(n->e, NULL); c; c = mz_engine_next_session(n->e, c))
-        if (!strcmp(mz_session_name(c), n->name)) n->listed_when_freed = true;
+    CHECK(mz_engine_for_each_session(n->e, note_visit, n) == MZ_OK);
 }
 
 static void test_user_data(mz_model_t *m)
@@ -175,6 +215,14 @@ typedef struct race {
     int bad;
 } race;
 
+/* A walk's callback: reads each name under the engine's lock. */
+static bool race_visit(mz_ctx_t *c, void *p)
+{
+    race *r = p;
+    if (strcmp(mz_session_name(c), "left") && strcmp(mz_session_name(c), "right")) r->bad++;
+    return true;
+}
+
 static void *finder(void *p)
 {
     race *r = p;
@@ -185,6 +233,7 @@ static void *finder(void *p)
         size_t n = mz_engine_sessions(r->e, in, 2);
         for (size_t i = 0; i < n && i < 2; i++)
             if (strcmp(in[i].name, "left") && strcmp(in[i].name, "right")) r->bad++;
+        if (mz_engine_for_each_session(r->e, race_visit, r) != MZ_OK) r->bad++;
     }
     return NULL;
 }

@@ -37,6 +37,7 @@
 #include "store/store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -1182,9 +1183,14 @@ out:
 /* ---- the prefix index (tiny model) ----------------------------------------------------------- */
 
 static const char *g_skip_id;
+static int g_skip_unlocked; /* skip calls that found the index's lock free */
 static bool skip_one(void *user, const char *id)
 {
-    (void)user;
+    mz_store_t *st = user;
+    if (pthread_mutex_trylock(&st->idx_mu) == 0) { /* store.h: skip runs under it */
+        pthread_mutex_unlock(&st->idx_mu);
+        g_skip_unlocked++;
+    }
     return g_skip_id && !strcmp(id, g_skip_id);
 }
 
@@ -1193,15 +1199,32 @@ static const char *find_for(mz_store_t *st, const mz_token *prompt, size_t n, si
 {
     static char id[64];
     size_t dummy;
-    bool found = mz_store_find_prefix(st, prompt, n, skip_one, NULL, id, sizeof id, n_match ? n_match : &dummy);
+    bool found = mz_store_find_prefix(st, prompt, n, skip_one, st, id, sizeof id, n_match ? n_match : &dummy);
     CHECK_MSG(found == (id[0] != '\0'), "found %d, id \"%s\"", found, id);
     return id;
+}
+
+/* A write-behind worker's manifests beside the finds: anon-9's entry
+ * written (230 tokens) and taken out, again and again. */
+typedef struct index_writer {
+    mz_store_t *st;
+    const mz_token *toks;
+    _Atomic bool stop;
+} index_writer;
+
+static void *index_writer_run(void *p)
+{
+    index_writer *w = p;
+    for (int i = 0; !atomic_load(&w->stop); i++) mz_store_index_note(w->st, "anon-9", w->toks, i % 2 ? 0 : 230);
+    mz_store_index_forget(w->st, "anon-9");
+    return NULL;
 }
 
 /* The index built at open from the manifests (prefix, model), kept by the
  * store's manifest writes, its cap (the fewest tokens go), delete, a failed
  * resume and the limit; the longest stored prefix shorter than the request,
- * skip honoured. */
+ * skip honoured (called under the index's lock); finds beside a writer
+ * thread see each entry whole. */
 static void test_prefix_index(void)
 {
     tiny_rig rig;
@@ -1229,6 +1252,22 @@ static void test_prefix_index(void)
     g_skip_id = "anon-2";
     CHECK(!strcmp(find_for(st, prompt, N, NULL), "anon-1"));
     g_skip_id = NULL;
+    CHECK_EQ_INT(g_skip_unlocked, 0);
+    /* beside a writer: anon-9 (230) when it is in, else anon-2 (200) */
+    index_writer w = {.st = st, .toks = prompt};
+    atomic_init(&w.stop, false);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, index_writer_run, &w) == 0);
+    int n_torn = 0;
+    for (int i = 0; i < 2000; i++) {
+        size_t m = 0;
+        const char *id = find_for(st, prompt, 250, &m);
+        if (!(!strcmp(id, "anon-9") && m == 230) && !(!strcmp(id, "anon-2") && m == 200)) n_torn++;
+    }
+    atomic_store(&w.stop, true);
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(n_torn, 0);
+    CHECK_EQ_INT(mz_store_index_size(st), 2);
     /* a manifest written while the index is open */
     store_as_killed(rig.e, &cp, st, "anon-3", prompt, 260);
     CHECK(!strcmp(find_for(st, prompt, 270, NULL), "anon-3"));
