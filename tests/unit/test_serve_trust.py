@@ -325,8 +325,16 @@ def part_misc(srv, openai):
         T.check(len(answers) >= 2, f"no seed at temperature 1: fresh samples ({len(answers)} distinct of 3)")
 
 
+# Requests of the burst. 50 is the burst of issue 31 (the old default queue
+# of 4 refused 45 of them). Under the sanitizers (MZ_SANITIZED) every
+# answer costs several times more, so the burst is 16 there: still four
+# times that old queue, every request queued on its own thread and
+# answered, the same checks; only fewer of them.
+BURST = 16 if os.environ.get("MZ_SANITIZED") else 50
+
+
 def part_burst(srv, openai):
-    """item 10: a burst of 50 concurrent requests is queued, not refused."""
+    """item 10: a burst of BURST concurrent requests is queued, not refused."""
     import threading
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="unused", max_retries=0,
                            timeout=600)
@@ -339,14 +347,14 @@ def part_burst(srv, openai):
             results.append(r.choices[0].finish_reason)
         except Exception as e:  # noqa: BLE001 (any failure is counted)
             results.append(f"{type(e).__name__}: {e}")
-    threads = [threading.Thread(target=one, args=(k,)) for k in range(50)]
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(BURST)]
     for th in threads:
         th.start()
     for th in threads:
         th.join(600)
     bad = [x for x in results if x not in ("stop", "length")]
-    T.check(len(results) == 50 and not bad, f"50 concurrent requests all answered: {len(bad)} failed, e.g. "
-                                            f"{bad[:2]}")
+    T.check(len(results) == BURST and not bad, f"{BURST} concurrent requests all answered: {len(bad)} failed, "
+                                               f"e.g. {bad[:2]}")
 
 
 BIG_SYSTEM = " ".join(f"Rule {k}: answer politely, briefly and truthfully about the library's books." for k in
