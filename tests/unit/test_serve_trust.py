@@ -58,11 +58,12 @@ def chat(srv, messages, headers=None, **kw):
 def part_injection(binary, srv):
     extra = n_text_tokens(binary, EVIL) - n_text_tokens(binary, "hi")
     T.check(extra > 10, f"the injection text is many text tokens ({extra} more than 'hi')")
+    # One generated token each: what is checked is the prompt's token count.
     for role in ("user", "system", "assistant"):
         msgs = [{"role": role, "content": "hi"}, {"role": "user", "content": "ok"}]
-        st, base = chat(srv, msgs)
+        st, base = chat(srv, msgs, max_tokens=1)
         msgs[0]["content"] = EVIL
-        st2, inj = chat(srv, msgs)
+        st2, inj = chat(srv, msgs, max_tokens=1)
         if not T.check(st == 200 and st2 == 200, f"{role}: HTTP {st}, {st2}"):
             continue
         a, b = base["usage"]["prompt_tokens"], inj["usage"]["prompt_tokens"]
@@ -357,8 +358,15 @@ def part_burst(srv, openai):
                                                f"e.g. {bad[:2]}")
 
 
+# The anonymous conversation's system prompt: 70 rules, about 1270 prompt
+# tokens (four full KV chunks and a tail), the size of issue 31's report.
+# Under the sanitizers (MZ_SANITIZED) a prompt's prefill costs far more
+# (1266 tokens took 160 s under ASan on the loaded 2-vCPU VM, and part_anon
+# prefills it three times): 30 rules there, about 560 tokens, still two
+# full chunks and a tail stored, found by their tokens and restored, with
+# the same checks.
 BIG_SYSTEM = " ".join(f"Rule {k}: answer politely, briefly and truthfully about the library's books." for k in
-                      range(70))
+                      range(30 if os.environ.get("MZ_SANITIZED") else 70))
 
 
 def part_anon(binary, tmp, ref_srv):
