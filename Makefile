@@ -7,9 +7,9 @@ BUILD_TSAN ?= build-tsan
 JOBS       ?= $(shell nproc)
 MODEL      := models/SmolLM2-135M-Instruct.Q4_1.gguf
 CTEST_ARGS ?= --output-on-failure
-# Tests at a time in the plain (release) run: two, for 2 vCPUs; the tests that
-# need the machine alone are RUN_SERIAL in CMakeLists.txt. The sanitizer runs
-# stay one at a time (not yet proven side by side).
+# Tests at a time in every ctest run (release, ASan+UBSan, TSan): two, for
+# 2 vCPUs; the tests that need the machine alone are RUN_SERIAL in
+# CMakeLists.txt, those that write one file hold a RESOURCE_LOCK.
 CTEST_JOBS ?= 2
 
 .PHONY: all build deps model test-models demo test test-fast test-asan test-tsan test-arm fuzz bench bench-quick clean help
@@ -75,13 +75,13 @@ test-fast: build test-models
 test-asan: deps model
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=address,undefined >/dev/null
 	cmake --build $(BUILD_SAN) -j $(JOBS) --target test-programs
-	cd $(BUILD_SAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS)
+	cd $(BUILD_SAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -j $(CTEST_JOBS)
 
 # The concurrency suite (thread pool, restore workers) under ThreadSanitizer.
 test-tsan: deps
 	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=thread >/dev/null
 	cmake --build $(BUILD_TSAN) -j $(JOBS) --target concurrency-programs
-	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -L concurrency
+	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -j $(CTEST_JOBS) -L concurrency
 
 # AArch64 under qemu-user: the kernel tests (every SIMD path against the
 # scalar reference, NEON here), then the whole CLI cross-built

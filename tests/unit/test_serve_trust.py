@@ -58,11 +58,12 @@ def chat(srv, messages, headers=None, **kw):
 def part_injection(binary, srv):
     extra = n_text_tokens(binary, EVIL) - n_text_tokens(binary, "hi")
     T.check(extra > 10, f"the injection text is many text tokens ({extra} more than 'hi')")
+    # One generated token each: what is checked is the prompt's token count.
     for role in ("user", "system", "assistant"):
         msgs = [{"role": role, "content": "hi"}, {"role": "user", "content": "ok"}]
-        st, base = chat(srv, msgs)
+        st, base = chat(srv, msgs, max_tokens=1)
         msgs[0]["content"] = EVIL
-        st2, inj = chat(srv, msgs)
+        st2, inj = chat(srv, msgs, max_tokens=1)
         if not T.check(st == 200 and st2 == 200, f"{role}: HTTP {st}, {st2}"):
             continue
         a, b = base["usage"]["prompt_tokens"], inj["usage"]["prompt_tokens"]
@@ -325,8 +326,16 @@ def part_misc(srv, openai):
         T.check(len(answers) >= 2, f"no seed at temperature 1: fresh samples ({len(answers)} distinct of 3)")
 
 
+# Requests of the burst. 50 is the burst of issue 31 (the old default queue
+# of 4 refused 45 of them). Under the sanitizers (MZ_SANITIZED) every
+# answer costs several times more, so the burst is 16 there: still four
+# times that old queue, every request queued on its own thread and
+# answered, the same checks; only fewer of them.
+BURST = 16 if os.environ.get("MZ_SANITIZED") else 50
+
+
 def part_burst(srv, openai):
-    """item 10: a burst of 50 concurrent requests is queued, not refused."""
+    """item 10: a burst of BURST concurrent requests is queued, not refused."""
     import threading
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="unused", max_retries=0,
                            timeout=600)
@@ -339,18 +348,25 @@ def part_burst(srv, openai):
             results.append(r.choices[0].finish_reason)
         except Exception as e:  # noqa: BLE001 (any failure is counted)
             results.append(f"{type(e).__name__}: {e}")
-    threads = [threading.Thread(target=one, args=(k,)) for k in range(50)]
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(BURST)]
     for th in threads:
         th.start()
     for th in threads:
         th.join(600)
     bad = [x for x in results if x not in ("stop", "length")]
-    T.check(len(results) == 50 and not bad, f"50 concurrent requests all answered: {len(bad)} failed, e.g. "
-                                            f"{bad[:2]}")
+    T.check(len(results) == BURST and not bad, f"{BURST} concurrent requests all answered: {len(bad)} failed, "
+                                               f"e.g. {bad[:2]}")
 
 
+# The anonymous conversation's system prompt: 70 rules, about 1270 prompt
+# tokens (four full KV chunks and a tail), the size of issue 31's report.
+# Under the sanitizers (MZ_SANITIZED) a prompt's prefill costs far more
+# (1266 tokens took 160 s under ASan on the loaded 2-vCPU VM, and part_anon
+# prefills it three times): 30 rules there, about 560 tokens, still two
+# full chunks and a tail stored, found by their tokens and restored, with
+# the same checks.
 BIG_SYSTEM = " ".join(f"Rule {k}: answer politely, briefly and truthfully about the library's books." for k in
-                      range(70))
+                      range(30 if os.environ.get("MZ_SANITIZED") else 70))
 
 
 def part_anon(binary, tmp, ref_srv):
