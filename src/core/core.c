@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -214,4 +216,37 @@ int mz_n_cpus(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+typedef struct row_slice {
+    mz_row_slice_fn fn;
+    void *arg;
+    size_t r0, r1;
+    int slice;
+} row_slice;
+
+static void *run_row_slice(void *p)
+{
+    const row_slice *sl = p;
+    sl->fn(sl->arg, sl->r0, sl->r1, sl->slice);
+    return NULL;
+}
+
+void mz_run_row_slices(size_t n_rows, int n_threads, mz_row_slice_fn fn, void *arg)
+{
+    if (n_rows == 0) return;
+    size_t nth = (size_t)MZ_MAX(1, MZ_MIN(n_threads, MZ_ROW_SLICES_MAX));
+    nth = MZ_MIN(nth, n_rows);
+    row_slice sl[MZ_ROW_SLICES_MAX];
+    pthread_t th[MZ_ROW_SLICES_MAX];
+    bool started[MZ_ROW_SLICES_MAX] = {false};
+    for (size_t i = 0; i < nth; i++)
+        sl[i] = (row_slice){.fn = fn, .arg = arg, .r0 = n_rows * i / nth, .r1 = n_rows * (i + 1) / nth, .slice = (int)i};
+    for (size_t i = 1; i < nth; i++) {
+        started[i] = pthread_create(&th[i], NULL, run_row_slice, &sl[i]) == 0;
+        if (!started[i]) run_row_slice(&sl[i]);
+    }
+    run_row_slice(&sl[0]);
+    for (size_t i = 1; i < nth; i++)
+        if (started[i]) pthread_join(th[i], NULL);
 }

@@ -108,4 +108,13 @@ static inline int mz_add_ok(size_t a, size_t b, size_t *out) { return !__builtin
 /* Number of online CPUs (at least 1). */
 MZ_INTERNAL int mz_n_cpus(void);
 
+/* Runs fn(arg, r0, r1, slice) over [0, n_rows) cut into min(n_threads, n_rows)
+ * contiguous slices, one thread each (slice 0 on the caller; a thread that
+ * cannot start has its slice run on the caller too), and returns when all
+ * are done. For work whose result does not depend on the cut, such as
+ * converting rows one at a time. n_threads is clamped to [1, MZ_ROW_SLICES_MAX]. */
+#define MZ_ROW_SLICES_MAX 64
+typedef void (*mz_row_slice_fn)(void *arg, size_t r0, size_t r1, int slice);
+MZ_INTERNAL void mz_run_row_slices(size_t n_rows, int n_threads, mz_row_slice_fn fn, void *arg);
+
 #endif /* MZ_CORE_H */

@@ -74,7 +74,9 @@ typedef struct gen_cfg {
 typedef struct gen_run {
     const struct gen_cfg *cfg;
     uint64_t seed;
-    float *row;                 /* one row of floats */
+    float *rows;                /* one row of floats per thread */
+    size_t row_cap;             /* floats per thread's row */
+    int n_threads;
     size_t done_bytes, total_bytes;
     mz_progress_fn progress;
     void *progress_user;
@@ -103,9 +105,14 @@ mz_gen_params mz_gen_params_default(void)
 
 /* ---- random values -------------------------------------------------------------- */
 
+#define SPLITMIX64_GAMMA 0x9e3779b97f4a7c15ull
+
+/* The state only ever grows by SPLITMIX64_GAMMA, so the state after k draws
+ * is the start plus k * SPLITMIX64_GAMMA (mod 2^64): any row of a tensor can
+ * start its draws without drawing the rows before it. */
 static uint64_t splitmix64(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    uint64_t z = (*s += SPLITMIX64_GAMMA);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
@@ -145,23 +152,41 @@ static float rand_bias(uint64_t *s)
     return (float)((double)r / 9007199254740992.0 - 0.5);
 }
 
+typedef struct gen_rows {
+    const gen_tensor *t;
+    uint8_t *dst;
+    uint64_t seed;              /* the tensor's stream before its first draw */
+} gen_rows;
+
+/* Rows [r0, r1): one draw per element, row after row, so row r starts
+ * r * ne[0] draws into the tensor's stream whichever thread makes it. */
+static void gen_rows_fill(void *arg, size_t r0, size_t r1, int slice)
+{
+    const gen_rows *g = arg;
+    const gen_tensor *t = g->t;
+    const gen_run *run = t->run;
+    float *row = run->rows + (size_t)slice * run->row_cap;
+    size_t n0 = (size_t)t->ne[0];
+    size_t row_bytes = mz_dtype_row_bytes(t->type, t->ne[0]);
+    for (size_t r = r0; r < r1; r++) {
+        uint64_t s = g->seed + (uint64_t)r * (uint64_t)n0 * SPLITMIX64_GAMMA;
+        for (size_t i = 0; i < n0; i++)
+            row[i] = t->kind == GEN_NORM ? rand_norm(&s) : t->kind == GEN_BIAS ? rand_bias(&s) : rand_weight(&s);
+        uint8_t *out = g->dst + r * row_bytes;
+        if (t->type == MZ_DT_F32)
+            memcpy(out, row, row_bytes);
+        else
+            mz_kernels_ref(t->type)->quantize(row, out, n0);
+    }
+}
+
 static mz_status gen_fill(void *user, void *dst, size_t nbytes)
 {
     gen_tensor *t = user;
     gen_run *run = t->run;
-    uint64_t s = tensor_seed(run->seed, t->name);
-    size_t n0 = (size_t)t->ne[0];
-    size_t row_bytes = mz_dtype_row_bytes(t->type, t->ne[0]);
-    MZ_ASSERT(row_bytes * (size_t)t->ne[1] == nbytes);
-    for (uint64_t r = 0; r < t->ne[1]; r++) {
-        for (size_t i = 0; i < n0; i++)
-            run->row[i] = t->kind == GEN_NORM ? rand_norm(&s) : t->kind == GEN_BIAS ? rand_bias(&s) : rand_weight(&s);
-        uint8_t *out = (uint8_t *)dst + (size_t)r * row_bytes;
-        if (t->type == MZ_DT_F32)
-            memcpy(out, run->row, row_bytes);
-        else
-            mz_kernels_ref(t->type)->quantize(run->row, out, n0);
-    }
+    MZ_ASSERT(mz_dtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1] == nbytes);
+    gen_rows g = {.t = t, .dst = dst, .seed = tensor_seed(run->seed, t->name)};
+    mz_run_row_slices((size_t)t->ne[1], run->n_threads, gen_rows_fill, &g);
     run->done_bytes += nbytes;
     if (run->progress && !run->progress(run->progress_user, run->done_bytes, run->total_bytes))
         return mz_fail(MZ_E_CANCELLED, "cancelled by the progress callback");
@@ -434,8 +459,9 @@ mz_status mz_gen_model(const char *out_path, const mz_gen_params *p)
         s = MZ_E_NOMEM;
         goto out_free_writer;
     }
-    size_t max_row = (size_t)MZ_MAX(MZ_MAX(c.n_embd, c.n_ff), c.n_head * c.head_dim);
-    if (!(run.row = mz_malloc(max_row * sizeof *run.row))) {
+    run.row_cap = (size_t)MZ_MAX(MZ_MAX(c.n_embd, c.n_ff), c.n_head * c.head_dim);
+    run.n_threads = MZ_MIN(mz_n_cpus(), MZ_ROW_SLICES_MAX);
+    if (!(run.rows = mz_malloc((size_t)run.n_threads * run.row_cap * sizeof *run.rows))) {
         s = MZ_E_NOMEM;
         goto out_free_tab;
     }
@@ -456,7 +482,7 @@ mz_status mz_gen_model(const char *out_path, const mz_gen_params *p)
     }
     if (s == MZ_OK) s = mz_gguf_writer_write(w, out_path);
 
-    free(run.row);
+    free(run.rows);
 out_free_tab:
     free(tab);
 out_free_writer:

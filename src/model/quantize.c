@@ -14,11 +14,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
-
-#define Q_THREADS_MAX 64
 
 typedef struct q_job {
     int fd;
@@ -50,24 +47,23 @@ static void load_row(int type, const void *src, float *y, size_t n)
 
 /* Rows [r0, r1) of one tensor: each row is converted on its own, so the
  * bytes do not depend on how the rows are shared among threads. */
-typedef struct q_slice {
+typedef struct q_fill {
     const q_tensor *qt;
     uint8_t *dst;
-    size_t r0, r1;
-    float *row;
-} q_slice;
+} q_fill;
 
-static void *convert_slice(void *arg)
+static void convert_rows(void *arg, size_t r0, size_t r1, int slice)
 {
-    const q_slice *sl = arg;
-    const mz_gguf_tensor *t = sl->qt->t;
+    const q_fill *f = arg;
+    const mz_gguf_tensor *t = f->qt->t;
+    const q_job *j = f->qt->job;
+    float *row = j->rows + (size_t)slice * j->row_cap;
     size_t n0 = (size_t)t->ne[0];
-    size_t in_rb = mz_dtype_row_bytes(t->type, t->ne[0]), out_rb = mz_dtype_row_bytes(sl->qt->to, t->ne[0]);
-    for (size_t r = sl->r0; r < sl->r1; r++) {
-        load_row(t->type, sl->qt->job->src + r * in_rb, sl->row, n0);
-        store_row(sl->qt->to, sl->row, sl->dst + r * out_rb, n0);
+    size_t in_rb = mz_dtype_row_bytes(t->type, t->ne[0]), out_rb = mz_dtype_row_bytes(f->qt->to, t->ne[0]);
+    for (size_t r = r0; r < r1; r++) {
+        load_row(t->type, j->src + r * in_rb, row, n0);
+        store_row(f->qt->to, row, f->dst + r * out_rb, n0);
     }
-    return NULL;
 }
 
 static mz_status fill_tensor(void *user, void *dst, size_t nbytes)
@@ -82,21 +78,8 @@ static mz_status fill_tensor(void *user, void *dst, size_t nbytes)
     if (s) return s;
     size_t rows = (size_t)(t->n_elements / t->ne[0]);
     MZ_ASSERT(mz_dtype_row_bytes(qt->to, t->ne[0]) * rows == nbytes);
-    size_t nth = MZ_MIN((size_t)j->n_threads, rows);
-    q_slice sl[Q_THREADS_MAX];
-    pthread_t th[Q_THREADS_MAX];
-    uint64_t started = 0;
-    for (size_t i = 0; i < nth; i++)
-        sl[i] = (q_slice){.qt = qt, .dst = dst, .r0 = rows * i / nth, .r1 = rows * (i + 1) / nth,
-                          .row = j->rows + i * j->row_cap};
-    /* slice 0 runs here; a thread that does not start has its slice run here too */
-    for (size_t i = 1; i < nth; i++) {
-        if (pthread_create(&th[i], NULL, convert_slice, &sl[i]) == 0) started |= (uint64_t)1 << i;
-        else convert_slice(&sl[i]);
-    }
-    convert_slice(&sl[0]);
-    for (size_t i = 1; i < nth; i++)
-        if (started & ((uint64_t)1 << i)) pthread_join(th[i], NULL);
+    q_fill f = {.qt = qt, .dst = dst};
+    mz_run_row_slices(rows, j->n_threads, convert_rows, &f);
     return MZ_OK;
 }
 
@@ -157,7 +140,7 @@ mz_status mz_quantize_file(const char *in_path, const char *out_path, const mz_q
     job.g = g;
     job.src = mz_malloc(max_src ? max_src : 1);
     job.n_threads = p->n_threads > 0 ? p->n_threads : mz_n_cpus();
-    job.n_threads = MZ_MAX(1, MZ_MIN(job.n_threads, Q_THREADS_MAX));
+    job.n_threads = MZ_MAX(1, MZ_MIN(job.n_threads, MZ_ROW_SLICES_MAX));
     job.row_cap = max_row ? max_row : 1;
     job.rows = mz_malloc((size_t)job.n_threads * job.row_cap * sizeof *job.rows);
     if (!job.src || !job.rows) {

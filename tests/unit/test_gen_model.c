@@ -295,6 +295,61 @@ static void test_deterministic(void)
     remove(c);
 }
 
+/* The generator as its comment defines it, one draw after another through a
+ * tensor's whole stream: splitmix64 seeded from (seed, FNV-1a of the name),
+ * each matrix value a sum of four 16-bit uniforms scaled to sd 0.02. */
+static uint64_t ref_splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float ref_weight(uint64_t *s)
+{
+    uint64_t r = ref_splitmix64(s);
+    uint32_t sum = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) + (uint32_t)((r >> 32) & 0xffff) +
+                   (uint32_t)(r >> 48);
+    return (float)(((double)sum - 131070.0) * (0.02 / 37837.7));
+}
+
+/* The rows of a matrix are made on several threads, each starting its rows
+ * part-way into the tensor's stream: every value of an F32 file must still be
+ * the one the sequential stream gives at its place. */
+static void test_rows_follow_one_stream(void)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s", t_tmp_path("gen-stream.gguf"));
+    const uint64_t seed = 5;
+    mz_gguf *g = gen_open("tiny-llama", "F32", seed, path);
+    if (!g) return;
+    const char *names[] = {"token_embd.weight", "blk.0.ffn_down.weight", "blk.1.attn_q.weight"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const mz_gguf_tensor *t;
+        float *v = (float *)read_tensor(path, g, names[k], &t);
+        CHECK_MSG(v && t && t->type == MZ_DT_F32, "%s: F32 tensor", names[k]);
+        if (!v || !t) {
+            free(v);
+            continue;
+        }
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const char *p = names[k]; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+        uint64_t st = seed ^ h;
+        st = ref_splitmix64(&st);
+        uint64_t n = t->ne[0] * t->ne[1], bad = 0, first_bad = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            float want = ref_weight(&st);
+            if (memcmp(&v[i], &want, sizeof want) != 0 && bad++ == 0) first_bad = i;
+        }
+        CHECK_MSG(bad == 0, "%s: %llu of %llu values off the stream (first at row %llu)", names[k],
+                  (unsigned long long)bad, (unsigned long long)n, (unsigned long long)(first_bad / t->ne[0]));
+        free(v);
+    }
+    mz_gguf_free(g);
+    remove(path);
+}
+
 typedef struct progress_log {
     size_t calls, last_done, total;
     size_t cancel_after;        /* 0: never */
@@ -421,6 +476,7 @@ int main(void)
     test_tiny_qwen3("Q4_0", MZ_DT_Q4_0, 2, (uint32_t)n_vocab);
     test_tiny_qwen3("F16", MZ_DT_F16, 1, (uint32_t)n_vocab);
     test_deterministic();
+    test_rows_follow_one_stream();
     test_params();
     mz_gguf_free(src);
     return t_done("test_gen_model");
