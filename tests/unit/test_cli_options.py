@@ -22,10 +22,9 @@ Exit 0 pass, 1 fail, 77 skip (no model or binary). No wall-clock assertion.
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serveutil import MODEL, ROOT, Checks, free_port  # noqa: E402
+from serveutil import MODEL, ROOT, Checks, free_port, test_tmp  # noqa: E402
 
 T = Checks("test_cli_options")
 
@@ -37,7 +36,7 @@ def run(binary, args, stdin=None):
 
 def main():
     binary = T.binary_and_model()
-    tmp = tempfile.mkdtemp(prefix="cli-options-", dir=os.environ.get("MZ_TEST_TMP") or None)
+    tmp = test_tmp("cli-options-")
     m = ["-m", MODEL, "-t", "2"]
 
     rc, out, err = run(binary, ["run", *m, "-p"])

@@ -31,12 +31,11 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serveutil import MODEL, ROOT, Checks, stop_process  # noqa: E402
+from serveutil import MODEL, ROOT, Checks, stop_process, test_tmp  # noqa: E402
 
 NAME = "test_openai_client"
 T = Checks(NAME)
@@ -142,7 +141,7 @@ def main():
         skip(f"the `jsonschema` package is not installed ({e}); scripts/install-deps.sh installs it")
     binary = T.binary_and_model()
 
-    tmp = tempfile.mkdtemp(prefix="mz_openai_", dir=os.environ.get("MZ_TEST_TMP") or None)
+    tmp = test_tmp("mz_openai_")
     port = free_port()
     log_path = os.path.join(tmp, "serve.log")
     log = open(log_path, "w")
