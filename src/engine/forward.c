@@ -315,8 +315,8 @@ static void qkv_post_range(void *arg, size_t t0, size_t t1)
             }
         }
         int pos = (int)(lc->p0 + t);
-        mz_rope(q, cfg->n_head, cfg->head_dim, cfg->n_rot, pos, base, cfg->rope_neox);
-        mz_rope(k, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, pos, base, cfg->rope_neox);
+        mz_rope(q, cfg->n_head, cfg->head_dim, cfg->n_rot, pos, base, cfg->rope_freq_factors, cfg->rope_neox);
+        mz_rope(k, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, pos, base, cfg->rope_freq_factors, cfg->rope_neox);
         write_kv(lc->c, lc->layer, lc->p0 + t, k, s->v + t * lc->KVD);
     }
 }

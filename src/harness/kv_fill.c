@@ -19,6 +19,7 @@
 struct mz_kvfill {
     int n_layer, n_head_kv, head_dim, n_rot;
     float rope_base;
+    const float *rope_freq_factors; /* the model's (NULL: none) */
     bool rope_neox, rope;       /* rope: K carries RoPE (every arch we load does) */
     size_t chunk_bytes;
     float *q;                   /* quantiles, layout above */
@@ -47,6 +48,7 @@ mz_status mz_kvfill_from_ctx(const mz_ctx_t *c, size_t pos0, size_t pos1, mz_kvf
     if (!f) return mz_fail(MZ_E_NOMEM, "kv fill: calibration");
     f->n_layer = kv->n_layer, f->n_head_kv = kv->n_head_kv, f->head_dim = kv->head_dim;
     f->n_rot = cfg->n_rot, f->rope_base = cfg->rope_base, f->rope_neox = cfg->rope_neox;
+    f->rope_freq_factors = cfg->rope_freq_factors;
     f->rope = cfg->n_rot > 0;
     f->chunk_bytes = kv->chunk_bytes;
     const size_t n = pos1 - pos0, hd = (size_t)f->head_dim;
@@ -68,7 +70,8 @@ mz_status mz_kvfill_from_ctx(const mz_ctx_t *c, size_t pos0, size_t pos1, mz_kvf
                                              : mz_kv_chunk_k(ch, f->n_head_kv, f->head_dim, h, r);
                     mz_f16_to_f32_row(src, row, hd);
                     if (kind == 0 && f->rope) /* back to the unrotated K */
-                        mz_rope(row, 1, f->head_dim, f->n_rot, -(int)p, f->rope_base, f->rope_neox);
+                        mz_rope(row, 1, f->head_dim, f->n_rot, -(int)p, f->rope_base, f->rope_freq_factors,
+                                f->rope_neox);
                     for (size_t d = 0; d < hd; d++) vals[d * n + i] = row[d];
                 }
                 for (size_t d = 0; d < hd; d++) {
@@ -201,7 +204,7 @@ void mz_kvfill_chunk(const mz_kvfill *f, int l, size_t ci, uint64_t seed, uint8_
                 for (size_t d = 0; d < hd; d++) row[d] = draw(qh + d * MZ_KVFILL_NQ, splitmix(&s));
                 const int pos = (int)(ci * MZ_KV_CHUNK_TOKENS) + r;
                 if (kind == 0 && f->rope)
-                    mz_rope(row, 1, f->head_dim, f->n_rot, pos, f->rope_base, f->rope_neox);
+                    mz_rope(row, 1, f->head_dim, f->n_rot, pos, f->rope_base, f->rope_freq_factors, f->rope_neox);
                 mz_f16 *dst = kind ? mz_kv_chunk_v(chunk, f->n_head_kv, f->head_dim, h, r)
                                    : mz_kv_chunk_k(chunk, f->n_head_kv, f->head_dim, h, r);
                 mz_f32_to_f16_row(row, dst, hd);

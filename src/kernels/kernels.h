@@ -135,9 +135,10 @@ void mz_rmsnorm(const float *restrict x, const float *restrict w, float *restric
                 float eps);
 /* Rotary embedding applied in place to n_head heads of head_dim at position pos.
  * neox = false: pairs (2i, 2i+1) (llama); neox = true: pairs (i, i + head_dim/2) (qwen3).
- * Frequencies theta_i = pos * base^(-2i/n_rot) for i < n_rot/2; dims past n_rot untouched. */
+ * Frequencies theta_i = pos * base^(-2i/n_rot) for i < n_rot/2, divided by
+ * freq_factors[i] when given (Llama 3.1+'s rope_freqs); dims past n_rot untouched. */
 void mz_rope(float *restrict x, int n_head, int head_dim, int n_rot, int pos, float base,
-             bool neox);
+             const float *freq_factors, bool neox);
 /* y[i] = silu(g[i]) * u[i] */
 void mz_swiglu(const float *restrict g, const float *restrict u, float *restrict y, size_t n);
 /* y = gelu(g) * u with GELU's tanh form, as ggml computes it on the CPU: g is

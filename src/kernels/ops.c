@@ -3,7 +3,9 @@
  *
  *   rmsnorm: y = x * 1/sqrt(mean(x^2) + eps) [* w]   (sum of squares in double,
  *            then scaled as ggml does: (x * scale) * w)
- *   rope:    for pair i < n_rot/2 at position pos, theta_i = pos * base^(-2i/n_rot):
+ *   rope:    for pair i < n_rot/2 at position pos, theta_i = pos * base^(-2i/n_rot),
+ *            divided by freq_factors[i] when the model has them (llama.cpp's
+ *            rope cache divides its float theta the same way):
  *              (a, b) -> (a cos - b sin, a sin + b cos)
  *            pairs are (2i, 2i+1) (llama, "normal") or (i, i + n_rot/2)
  *            (neox: qwen3; with n_rot == head_dim this is i, i + head_dim/2).
@@ -40,7 +42,7 @@ void mz_rmsnorm(const float *restrict x, const float *restrict w, float *restric
 }
 
 void mz_rope(float *restrict x, int n_head, int head_dim, int n_rot, int pos, float base,
-             bool neox)
+             const float *freq_factors, bool neox)
 {
     MZ_ASSERT(n_head > 0 && head_dim > 0);
     MZ_ASSERT(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim);
@@ -50,7 +52,8 @@ void mz_rope(float *restrict x, int n_head, int head_dim, int n_rot, int pos, fl
     /* Pair-major: each (cos, sin) is computed once and applied to every head,
      * which needs no scratch array. */
     for (int i = 0; i < half; i++) {
-        const float c = cosf(theta), s = sinf(theta);
+        const float th = freq_factors ? theta / freq_factors[i] : theta;
+        const float c = cosf(th), s = sinf(th);
         const int i0 = neox ? i : 2 * i;
         const int i1 = neox ? i + half : 2 * i + 1;
         for (int h = 0; h < n_head; h++) {

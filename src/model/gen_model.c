@@ -18,6 +18,7 @@
 #include "../gguf/gguf.h"
 #include "quant_mix.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef struct gen_preset {
@@ -27,26 +28,34 @@ typedef struct gen_preset {
     float rope_base;
     bool tied;
     int n_swa;                  /* gemma3: attention.sliding_window */
+    /* Llama 3.1+ rope scaling ("llama3"): the original context length and
+     * the factor of the low frequencies; 0: none. Written as llama.cpp's
+     * converter does, a rope_freqs.weight tensor of per-pair divisors. */
+    int rope_orig_ctx;
+    float rope_factor;
 } gen_preset;
 
 static const gen_preset k_presets[] = {
-    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 8192, 100000.0f, true, 0},
-    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 40960, 1000000.0f, true, 0},
-    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 131072, 500000.0f, true, 0},
+    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 8192, 100000.0f, true, 0, 0, 0.0f},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 40960, 1000000.0f, true, 0, 0, 0.0f},
+    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 131072, 500000.0f, true, 0, 8192, 32.0f},
     /* EXAONE-4.0-1.2B's shape (hidden 2048, 30 layers, 32/8 heads of 64, ffn 4096,
      * rope 1e6, tied) in the qwen3 architecture (QK-norm); the real model puts its
      * RMSNorms after attention/MLP (same cost) and has a 102400-token vocabulary. */
-    {"exaone4-1.2b", "qwen3", 30, 2048, 32, 8, 64, 4096, 65536, 1000000.0f, true, 0},
-    {"tiny-llama", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false, 0},
+    {"exaone4-1.2b", "qwen3", 30, 2048, 32, 8, 64, 4096, 65536, 1000000.0f, true, 0, 0, 0.0f},
+    {"tiny-llama", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false, 0, 0, 0.0f},
+    /* Llama 3.2's rope scaling on tiny-llama, with an original context of 16
+     * so that it divides the angle of 7 of its 8 pairs in a short prompt. */
+    {"tiny-llama3", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false, 0, 16, 8.0f},
     /* head_dim != n_embd / n_head on purpose: catches code that assumes it. */
-    {"tiny-qwen3", "qwen3", 2, 64, 4, 2, 32, 160, 2048, 1000000.0f, true, 0},
+    {"tiny-qwen3", "qwen3", 2, 64, 4, 2, 32, 160, 2048, 1000000.0f, true, 0, 0, 0.0f},
     /* Qwen 2.5's q/k/v biases. */
-    {"tiny-qwen2", "qwen2", 2, 64, 4, 2, 16, 128, 2048, 1000000.0f, false, 0},
+    {"tiny-qwen2", "qwen2", 2, 64, 4, 2, 16, 128, 2048, 1000000.0f, false, 0, 0, 0.0f},
     /* Gemma 3 270M's shape (the real file's sliding window 512). */
-    {"gemma3-270m", "gemma3", 18, 640, 4, 1, 256, 2048, 32768, 1000000.0f, true, 512},
+    {"gemma3-270m", "gemma3", 18, 640, 4, 1, 256, 2048, 32768, 1000000.0f, true, 512, 0, 0.0f},
     /* 7 layers: local 0-4, global 5, local 6; a window of 8 is shorter than
      * the test prompts, so the masking is exercised. */
-    {"tiny-gemma3", "gemma3", 7, 64, 4, 1, 32, 128, 2048, 1000000.0f, true, 8},
+    {"tiny-gemma3", "gemma3", 7, 64, 4, 1, 32, 128, 2048, 1000000.0f, true, 8, 0, 0.0f},
 };
 
 /* Upper bounds that keep every size computation far from overflow. */
@@ -57,6 +66,8 @@ typedef struct gen_cfg {
     const char *preset_name;
     const char *arch;
     bool qk_norm;               /* qwen3, gemma3 */
+    int rope_orig_ctx;          /* > 0: llama3 rope scaling (gen_preset) */
+    float rope_factor;
     bool qkv_bias;              /* qwen2 */
     bool gemma3;                /* post norms, sliding window */
     int n_swa;
@@ -82,7 +93,7 @@ typedef struct gen_run {
     void *progress_user;
 } gen_run;
 
-typedef enum gen_kind { GEN_MATRIX, GEN_NORM, GEN_BIAS } gen_kind;
+typedef enum gen_kind { GEN_MATRIX, GEN_NORM, GEN_BIAS, GEN_ROPE_FREQS } gen_kind;
 
 typedef struct gen_tensor {
     char name[64];
@@ -180,10 +191,31 @@ static void gen_rows_fill(void *arg, size_t r0, size_t r1, int slice)
     }
 }
 
+/* Llama 3.1's rope scaling as llama.cpp's converter writes it: the divisor
+ * of pair i's angle, 1 for wavelengths under orig_ctx / 4, the factor above
+ * orig_ctx, a smooth blend between. */
+static float llama3_rope_divisor(const gen_cfg *c, int i)
+{
+    const double low = 1.0, high = 4.0, orig = (double)c->rope_orig_ctx, factor = (double)c->rope_factor;
+    const double freq = pow((double)c->rope_base, -2.0 * i / (double)c->head_dim);
+    const double wavelen = 2.0 * 3.14159265358979323846 / freq;
+    if (wavelen < orig / high) return 1.0f;
+    if (wavelen > orig / low) return (float)factor;
+    const double smooth = (orig / wavelen - low) / (high - low);
+    return (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+}
+
 static mz_status gen_fill(void *user, void *dst, size_t nbytes)
 {
     gen_tensor *t = user;
     gen_run *run = t->run;
+    if (t->kind == GEN_ROPE_FREQS) {
+        MZ_ASSERT(t->type == MZ_DT_F32 && nbytes == (size_t)t->ne[0] * sizeof(float));
+        float *f = dst;
+        for (uint64_t i = 0; i < t->ne[0]; i++) f[i] = llama3_rope_divisor(run->cfg, (int)i);
+        run->done_bytes += nbytes;
+        return MZ_OK;
+    }
     MZ_ASSERT(mz_dtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1] == nbytes);
     gen_rows g = {.t = t, .dst = dst, .seed = tensor_seed(run->seed, t->name)};
     mz_run_row_slices((size_t)t->ne[1], run->n_threads, gen_rows_fill, &g);
@@ -241,7 +273,7 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
         if (!pr)
             return mz_fail(MZ_E_INVAL,
                            "unknown preset '%s' (known: smollm2-135m qwen3-0.6b llama3.2-1b exaone4-1.2b "
-                           "gemma3-270m tiny-llama tiny-qwen3 tiny-qwen2 tiny-gemma3)",
+                           "gemma3-270m tiny-llama tiny-llama3 tiny-qwen3 tiny-qwen2 tiny-gemma3)",
                            p->preset);
     }
     c->preset_name = pr ? pr->name : "custom";
@@ -271,6 +303,8 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
     /* A bool cannot say "unset", so the field can tie an untied preset but
      * not untie a tied one. */
     c->tied = (pr && pr->tied) || p->tied_output;
+    c->rope_orig_ctx = pr ? pr->rope_orig_ctx : 0;
+    c->rope_factor = pr ? pr->rope_factor : 0;
 
     struct { const char *name; int v; int max; } dims[] = {
         {"n_layer", c->n_layer, GEN_MAX_LAYERS}, {"n_embd", c->n_embd, GEN_MAX_DIM},
@@ -399,6 +433,8 @@ static size_t plan_tensors(const gen_cfg *c, gen_run *run, gen_tensor *tab)
     int wt = -1;
     set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, V, "token_embd.weight", 0);
     set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "output_norm.weight", 0);
+    if (c->rope_orig_ctx > 0)
+        set_tensor(&tab[n++], run, GEN_ROPE_FREQS, MZ_DT_F32, D / 2, 1, "rope_freqs.weight", 0);
     if (!c->tied) set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, V, "output.weight", 0);
     for (int l = 0; l < c->n_layer; l++) {
         set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "blk.%d.attn_norm.weight", l);
@@ -454,7 +490,7 @@ mz_status mz_gen_model(const char *out_path, const mz_gen_params *p)
     mz_gguf_free(vocab);
     vocab = NULL;
 
-    size_t max_tensors = 3 + 16 * (size_t)c.n_layer;
+    size_t max_tensors = 4 + 16 * (size_t)c.n_layer;
     if (!(tab = mz_calloc(max_tensors, sizeof *tab))) {
         s = MZ_E_NOMEM;
         goto out_free_writer;

@@ -97,11 +97,6 @@ static mz_status read_gemma3(const mz_gguf *g, const char *a, mz_model_config *c
     mz_status s = get_u32_required(g, a, "attention.sliding_window", &n_swa);
     if (s) return s;
     if ((s = check_range("attention.sliding_window", n_swa, 1, INT32_MAX))) return s;
-    float factor;
-    if ((s = get_f32_optional(g, a, "rope.scaling.factor", &factor, 1.0f))) return s;
-    if (factor != 1.0f)
-        return mz_fail(MZ_E_UNSUPPORTED, "%s.rope.scaling.factor = %g: scaled rope (Gemma 3 4B and larger) "
-                       "is not supported", a, (double)factor);
     cfg->post_norms = true;
     cfg->ffn_gelu = true;
     cfg->embd_scale = sqrtf((float)cfg->n_embd);
@@ -111,6 +106,27 @@ static mz_status read_gemma3(const mz_gguf *g, const char *a, mz_model_config *c
     cfg->n_swa = (int)n_swa;
     cfg->swa_pattern = 6;
     cfg->rope_base_local = 10000.0f;
+    return MZ_OK;
+}
+
+/* Rope scaling that changes every angle by a rule of its own (linear, YaRN,
+ * LongRoPE; Gemma 3 4B and larger) is refused by name rather than ignored.
+ * Llama 3.1's scaling needs no key: its per-pair divisors come as the
+ * rope_freqs.weight tensor (load_rope_freqs). */
+static mz_status check_rope_scaling(const mz_gguf *g, const char *a)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    mz_gguf_str type;
+    if (mz_gguf_get_str(g, key, &type) == MZ_OK && !(type.len == 4 && memcmp(type.ptr, "none", 4) == 0))
+        return mz_fail(MZ_E_UNSUPPORTED, "%s = '%.*s': scaled rope is not supported (plain rope and "
+                       "Llama 3's rope_freqs are)", key, (int)MZ_MIN(type.len, 32), type.ptr);
+    float factor;
+    mz_status s = get_f32_optional(g, a, "rope.scaling.factor", &factor, 1.0f);
+    if (s) return s;
+    if (factor != 1.0f)
+        return mz_fail(MZ_E_UNSUPPORTED, "%s.rope.scaling.factor = %g: scaled rope (Gemma 3 4B and larger, "
+                       "long-context variants) is not supported", a, (double)factor);
     return MZ_OK;
 }
 
@@ -207,6 +223,7 @@ static mz_status read_config(const mz_gguf *g, mz_model_config *cfg, char *arch_
     cfg->embd_scale = 1.0f;
     cfg->attn_scale = 1.0f / sqrtf((float)head_dim);
     cfg->rope_base_local = base;
+    if ((s = check_rope_scaling(g, a))) return s;
     if (cfg->arch == MZ_ARCH_GEMMA3 && (s = read_gemma3(g, a, cfg))) return s;
     return read_softcap(g, a, cfg);
 }
@@ -539,6 +556,36 @@ static mz_status bind_blocks(mz_model_t *m, const mz_gguf *g)
     return MZ_OK;
 }
 
+/* Llama 3.1+ files carry rope_freqs.weight, F32 [n_rot / 2]: pair i's
+ * angle is divided by entry i (llama.cpp's freq_factors). Optional; read
+ * whole into the model, which the forward pass and the KV fill ask for it
+ * through cfg.rope_freq_factors. */
+static mz_status load_rope_freqs(mz_model_t *m, const mz_gguf *g, int fd)
+{
+    static const char name[] = "rope_freqs.weight";
+    const mz_gguf_tensor *t = mz_gguf_find_tensor(g, name);
+    if (!t) return MZ_OK;
+    const uint64_t half = (uint64_t)m->cfg.n_rot / 2;
+    if (t->type != MZ_DT_F32 || t->n_dims != 1 || t->ne[0] != half || t->nbytes != half * sizeof(float))
+        return mz_fail(MZ_E_FORMAT, "%s must be F32 with %llu values (rope dimensions / 2); it is %s with %llu",
+                       name, (unsigned long long)half, mz_dtype_name(t->type) ? mz_dtype_name(t->type) : "?",
+                       (unsigned long long)t->n_elements);
+    float *f = mz_malloc((size_t)half * sizeof *f);
+    if (!f) return MZ_E_NOMEM;
+    mz_status s = mz_file_read_at(fd, f, (size_t)t->nbytes, g->data_offset + t->offset, name);
+    for (uint64_t i = 0; i < half && !s; i++)
+        if (!(isfinite(f[i]) && f[i] > 0.0f))
+            s = mz_fail(MZ_E_FORMAT, "%s[%llu] = %g is not a positive divisor", name, (unsigned long long)i,
+                        (double)f[i]);
+    if (s) {
+        free(f);
+        return s;
+    }
+    m->rope_freqs = f;
+    m->cfg.rope_freq_factors = f;
+    return MZ_OK;
+}
+
 /* The pinned unit (needs the vocabulary size: after the tokenizer). */
 static mz_status load_pinned(mz_model_t *m, const mz_gguf *g, int fd)
 {
@@ -592,6 +639,7 @@ static mz_status load_tokenizer_and_weights(mz_model_t *m, const mz_gguf *g,
         !(s = p && p->chat_template ? mz_tokenizer_set_chat(m->tok, p->chat_template) : MZ_OK)) {
         m->cfg.n_vocab = mz_tokenizer_n_vocab(m->tok);
         s = load_pinned(m, g, j.fd);
+        if (!s) s = load_rope_freqs(m, g, j.fd);
     }
     if (s) { /* stop the loaders: nothing further is claimed */
         pthread_mutex_lock(&j.mu);
@@ -652,6 +700,7 @@ void mz_model_free(mz_model_t *m)
         free(m->blocks);
     }
     mz_pages_free(m->pinned_buf, m->pinned_bytes);
+    free(m->rope_freqs);
     mz_tokenizer_free(m->tok);
     free(m);
 }

@@ -41,6 +41,9 @@ typedef struct mz_model_config {
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train, n_rot;
     float rope_base, norm_eps;
     bool rope_neox;
+    /* [n_rot / 2] divisors of each pair's angle (rope_freqs.weight: Llama
+     * 3.1+'s rope scaling), owned by the model; NULL when the file has none. */
+    const float *rope_freq_factors;
     bool tied_output;
     /* What the architectures differ in (read_config sets them per arch). */
     bool qk_norm;              /* per-head RMS norms of q and k (qwen3, gemma3) */
@@ -78,6 +81,7 @@ struct mz_model {
     mz_tokenizer *tok;
     mz_tensor tok_embd, output_norm, output;
     uint8_t *pinned_buf;       /* embeddings, output norm, output head */
+    float *rope_freqs;         /* cfg.rope_freq_factors' storage, or NULL */
     size_t pinned_bytes;
     mz_block_weights *blocks;  /* [n_layer] */
     struct mz_engine *engine;  /* its engine (one at most; src/engine/session.c sets it) */

@@ -715,41 +715,49 @@ static void test_rope(void)
     static const float bases[] = {10000.0f, 1000000.0f};
     const int n_head = 3;
     float x[3 * 128], y[3 * 128], z[3 * 128];
-    for (size_t ri = 0; ri < MZ_ARRAY_LEN(rots); ri++) {
-        const int hd = rots[ri][0], n_rot = rots[ri][1];
-        for (size_t pi = 0; pi < MZ_ARRAY_LEN(poss); pi++) {
-            for (size_t bi = 0; bi < MZ_ARRAY_LEN(bases); bi++) {
-                for (int neox = 0; neox < 2; neox++) {
-                    const int pos = poss[pi];
-                    for (int i = 0; i < n_head * hd; i++) x[i] = y[i] = z[i] = rnd();
-                    mz_rope(y, n_head, hd, n_rot, pos, bases[bi], neox);
-                    /* Bit-exact replica of llama.cpp's float theta recurrence. */
-                    const float ts = powf(bases[bi], -2.0f / (float)n_rot);
-                    float theta = (float)pos;
-                    for (int i = 0; i < n_rot / 2; i++, theta *= ts) {
-                        const int i0 = neox ? i : 2 * i, i1 = neox ? i + n_rot / 2 : 2 * i + 1;
-                        for (int h = 0; h < n_head; h++) {
-                            float a = z[h * hd + i0], b = z[h * hd + i1];
-                            z[h * hd + i0] = a * cosf(theta) - b * sinf(theta);
-                            z[h * hd + i1] = a * sinf(theta) + b * cosf(theta);
-                        }
-                    }
-                    CHECK(memcmp(y, z, (size_t)(n_head * hd) * sizeof(float)) == 0);
-                    /* The formula in double: float theta rounding grows with pos and i. */
-                    const double bound = 1e-5 + 3e-7 * pos * (n_rot / 2);
-                    int bad = 0;
-                    for (int h = 0; h < n_head; h++) {
-                        for (int i = 0; i < n_rot / 2; i++) {
-                            const double th = pos * pow(bases[bi], -2.0 * i / n_rot);
+    /* Llama 3.1+'s divisors (rope_freqs): 1 for the high frequencies, up to
+     * 32 for the low ones, odd values between. */
+    float factors[64];
+    for (int i = 0; i < 64; i++) factors[i] = i < 8 ? 1.0f : i < 16 ? 1.0f + 3.7f * (float)(i - 7) : 32.0f;
+    for (int ff = 0; ff < 2; ff++) {
+        for (size_t ri = 0; ri < MZ_ARRAY_LEN(rots); ri++) {
+            const int hd = rots[ri][0], n_rot = rots[ri][1];
+            for (size_t pi = 0; pi < MZ_ARRAY_LEN(poss); pi++) {
+                for (size_t bi = 0; bi < MZ_ARRAY_LEN(bases); bi++) {
+                    for (int neox = 0; neox < 2; neox++) {
+                        const int pos = poss[pi];
+                        for (int i = 0; i < n_head * hd; i++) x[i] = y[i] = z[i] = rnd();
+                        const float *fac = ff ? factors : NULL;
+                        mz_rope(y, n_head, hd, n_rot, pos, bases[bi], fac, neox);
+                        /* Bit-exact replica of llama.cpp's float theta recurrence. */
+                        const float ts = powf(bases[bi], -2.0f / (float)n_rot);
+                        float theta = (float)pos;
+                        for (int i = 0; i < n_rot / 2; i++, theta *= ts) {
                             const int i0 = neox ? i : 2 * i, i1 = neox ? i + n_rot / 2 : 2 * i + 1;
-                            const double a = x[h * hd + i0], b = x[h * hd + i1];
-                            bad += fabs(y[h * hd + i0] - (a * cos(th) - b * sin(th))) > bound;
-                            bad += fabs(y[h * hd + i1] - (a * sin(th) + b * cos(th))) > bound;
+                            const float t = fac ? theta / fac[i] : theta; /* rope_yarn(theta / ff) */
+                            for (int h = 0; h < n_head; h++) {
+                                float a = z[h * hd + i0], b = z[h * hd + i1];
+                                z[h * hd + i0] = a * cosf(t) - b * sinf(t);
+                                z[h * hd + i1] = a * sinf(t) + b * cosf(t);
+                            }
                         }
-                        for (int d = n_rot; d < hd; d++) bad += y[h * hd + d] != x[h * hd + d];
+                        CHECK(memcmp(y, z, (size_t)(n_head * hd) * sizeof(float)) == 0);
+                        /* The formula in double: float theta rounding grows with pos and i. */
+                        const double bound = 1e-5 + 3e-7 * pos * (n_rot / 2);
+                        int bad = 0;
+                        for (int h = 0; h < n_head; h++) {
+                            for (int i = 0; i < n_rot / 2; i++) {
+                                const double th = pos * pow(bases[bi], -2.0 * i / n_rot) / (fac ? fac[i] : 1.0);
+                                const int i0 = neox ? i : 2 * i, i1 = neox ? i + n_rot / 2 : 2 * i + 1;
+                                const double a = x[h * hd + i0], b = x[h * hd + i1];
+                                bad += fabs(y[h * hd + i0] - (a * cos(th) - b * sin(th))) > bound;
+                                bad += fabs(y[h * hd + i1] - (a * sin(th) + b * cos(th))) > bound;
+                            }
+                            for (int d = n_rot; d < hd; d++) bad += y[h * hd + d] != x[h * hd + d];
+                        }
+                        CHECK_MSG(bad == 0, "rope hd %d n_rot %d pos %d base %g neox %d factors %d: %d bad", hd, n_rot,
+                                  pos, (double)bases[bi], neox, ff, bad);
                     }
-                    CHECK_MSG(bad == 0, "rope hd %d n_rot %d pos %d base %g neox %d: %d bad", hd, n_rot, pos,
-                              (double)bases[bi], neox, bad);
                 }
             }
         }

@@ -49,6 +49,13 @@ typedef struct edit {
     const char *reshape_tensor;/* give this tensor ne[0] = 2*ne[0], ne[1] = ne[1]/2 */
 } edit;
 
+static void add_set_key(mz_gguf_writer *w, const edit *e)
+{
+    if (e->set_kind == 0) mz_gguf_writer_add_u32(w, e->set_key, e->set_u32);
+    else if (e->set_kind == 1) mz_gguf_writer_add_str(w, e->set_key, e->set_str);
+    else mz_gguf_writer_add_f32(w, e->set_key, e->set_f32);
+}
+
 /* Rewrites src into dst with one edit applied, reading tensor data from src. */
 static int rewrite(const char *src, const char *dst, const edit *e)
 {
@@ -63,14 +70,12 @@ static int rewrite(const char *src, const char *dst, const edit *e)
         if (e->drop_key && !strcmp(key, e->drop_key)) continue;
         if (e->set_key && !strcmp(key, e->set_key)) {
             set_done = true;
-            if (e->set_kind == 0) mz_gguf_writer_add_u32(w, key, e->set_u32);
-            else if (e->set_kind == 1) mz_gguf_writer_add_str(w, key, e->set_str);
-            else mz_gguf_writer_add_f32(w, key, e->set_f32);
+            add_set_key(w, e);
             continue;
         }
         if (mz_gguf_writer_add_kv(w, &g->kv[i])) goto out;
     }
-    if (e->set_key && !set_done) mz_gguf_writer_add_u32(w, e->set_key, e->set_u32);
+    if (e->set_key && !set_done) add_set_key(w, e);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const mz_gguf_tensor *t = &g->tensors[i];
         if (e->drop_tensor && !strcmp(t->name.ptr, e->drop_tensor)) continue;
@@ -223,6 +228,35 @@ int main(void)
                       MZ_E_FORMAT, "tensor blk.0.attn_q.weight has shape");
     expect_load_error("no tokenizer", base, &(edit){.drop_key = "tokenizer.ggml.tokens"},
                       MZ_E_FORMAT, "tokenizer.ggml.tokens");
+    expect_load_error("yarn rope", base,
+                      &(edit){.set_key = "qwen3.rope.scaling.type", .set_kind = 1, .set_str = "yarn"},
+                      MZ_E_UNSUPPORTED, "qwen3.rope.scaling.type = 'yarn': scaled rope is not supported");
+    expect_load_error("linear rope factor", base,
+                      &(edit){.set_key = "qwen3.rope.scaling.factor", .set_kind = 2, .set_f32 = 4.0f},
+                      MZ_E_UNSUPPORTED, "rope.scaling.factor = 4");
+    unlink(base);
+
+    /* Llama 3.1+'s rope scaling: rope_freqs.weight, one divisor per rotated
+     * pair (gen-model writes it as llama.cpp's converter does). */
+    gp.preset = "tiny-llama3";
+    CHECK_MSG(mz_gen_model(base, &gp) == MZ_OK, "%s", mz_last_error());
+    m = NULL;
+    CHECK_MSG(mz_model_load(base, NULL, &m) == MZ_OK, "tiny-llama3: %s", mz_last_error());
+    if (m) {
+        const float *f = m->cfg.rope_freq_factors;
+        CHECK_MSG(f != NULL && m->cfg.n_rot == 16, "rope_freqs read: %p, n_rot %d", (const void *)f, m->cfg.n_rot);
+        /* tiny-llama3: base 1e4, original context 16, factor 8: pair 0's
+         * wavelength 2 pi lies between 16 / 4 and 16 (blended), every longer
+         * one above 16 (the whole factor). */
+        if (f) {
+            CHECK_MSG(f[0] > 1.0f && f[0] < 8.0f, "pair 0 blended: %g", (double)f[0]);
+            for (int i = 1; i < 8; i++) CHECK_MSG(f[i] == 8.0f, "pair %d: %g", i, (double)f[i]);
+        }
+        mz_model_free(m);
+    }
+    expect_load_error("rope_freqs of another length", base,
+                      &(edit){.set_key = "llama.rope.dimension_count", .set_u32 = 8}, MZ_E_FORMAT,
+                      "rope_freqs.weight must be F32 with 4 values (rope dimensions / 2); it is F32 with 8");
     unlink(base);
     return t_done("test_model_load");
 }
