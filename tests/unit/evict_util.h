@@ -16,9 +16,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Generates a Q8_0 model of a preset (vocab copied from the real model;
- * n_layer, n_swa: 0 = the preset's). */
-static inline int ev_gen(const char *path, const char *preset, int n_layer, int n_swa)
+/* Generates a model of a preset with weights of type or mix wtype (vocab
+ * copied from the real model; n_layer, n_swa: 0 = the preset's). */
+static inline int ev_gen_type(const char *path, const char *preset, int n_layer, int n_swa, const char *wtype)
 {
     const char *real = t_real_model_path();
     if (!real) return -1;
@@ -26,10 +26,16 @@ static inline int ev_gen(const char *path, const char *preset, int n_layer, int 
     gp.preset = preset;
     gp.n_layer = n_layer;
     gp.n_swa = n_swa;
-    gp.weight_type = "Q8_0";
+    gp.weight_type = wtype;
     gp.vocab_from = real;
     gp.seed = 7;
     return mz_gen_model(path, &gp) == MZ_OK ? 0 : -1;
+}
+
+/* The same with Q8_0 weights. */
+static inline int ev_gen(const char *path, const char *preset, int n_layer, int n_swa)
+{
+    return ev_gen_type(path, preset, n_layer, n_swa, "Q8_0");
 }
 
 /* Generates the tiny test model. */

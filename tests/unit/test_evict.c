@@ -10,6 +10,8 @@
  */
 #include "evict_util.h"
 
+#include <unistd.h>
+
 #define N_LAYER 3
 #define N_CTX 1024
 #define N_BASE 530 /* 3 chunks per layer, the last one partly filled */
@@ -278,6 +280,49 @@ out:
     mz_ctx_free(c);
 }
 
+/* A weight unit is a unit whatever its type: for each weight type and mix,
+ * a model evicted whole (weights dropped, KV to storage) answers with the
+ * same logits as a copy never evicted, restored on demand and by
+ * mz_restore (the reload reads the block from the file, converts it to the
+ * layout the kernels use, and checks its hash). */
+static void test_weight_types(void)
+{
+    static const char *types[] = {"Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K", "Q5_0",
+                                  "Q5_1", "IQ4_NL", "IQ4_XS", "Q4_0", "Q4_1", "BF16"};
+    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
+    CHECK(a && b);
+    for (size_t i = 0; a && b && i < MZ_ARRAY_LEN(types); i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s", t_tmp_path("evict-types.gguf"));
+        mz_model_t *m = NULL, *ref = NULL;
+        mz_ctx_t *c = NULL, *r = NULL;
+        CHECK_MSG(ev_gen_type(path, "tiny-llama", N_LAYER, 0, types[i]) == 0, "%s: %s", types[i], mz_last_error());
+        if (ev_load_pair(path, &m, &ref) == 0 && (c = ev_ctx(m, "raw", MZ_KV_PLACE_STORAGE, N_CTX, "swap-evict")) &&
+            (r = ev_ctx(ref, "raw", MZ_KV_PLACE_AUTO, N_CTX, "swap-evict-ref"))) {
+            CHECK(mz_prefill(c, g_base, 300) == MZ_OK && mz_prefill(r, g_base, 300) == MZ_OK);
+            for (int round = 0; round < 2; round++) {
+                mz_evict_report rep;
+                CHECK_MSG(mz_evict(c, SIZE_MAX, &rep) == MZ_OK && rep.n_weights_dropped == N_LAYER, "%s: evict",
+                          types[i]);
+                if (round == 1) CHECK_MSG(mz_restore(c, NULL) == MZ_OK && ev_all_resident(c), "%s", types[i]);
+                char what[64];
+                snprintf(what, sizeof what, "%s, %s", types[i], round ? "mz_restore" : "on demand");
+                check_same_logits(c, r, g_follow, N_FOLLOW / 2, a, b, what);
+                CHECK(mz_mem_is_valid(c->mem));
+            }
+        } else {
+            CHECK_MSG(0, "%s: load or context failed", types[i]);
+        }
+        mz_ctx_free(c);
+        mz_ctx_free(r);
+        mz_model_free(m);
+        mz_model_free(ref);
+        unlink(path);
+    }
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     int setup = ev_pair_setup(T, "evict-tiny.gguf", N_LAYER, &g_m, &g_ref_m, &g_vocab, g_base, N_BASE, g_follow,
@@ -289,6 +334,7 @@ int main(void)
     test_truncate_evicted();
     test_shared_weights();
     test_raw_fallback();
+    test_weight_types();
 
     for (int l = 0; l < N_LAYER; l++)
         for (int k = 0; k < 3; k++) free(g_snap[l][k]);
