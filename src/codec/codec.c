@@ -6,44 +6,12 @@
 
 #include <string.h>
 
-static void put_u16(uint8_t *p, unsigned v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static unsigned get_u16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
 void mz_codec_header_write(uint8_t *dst, uint32_t magic, unsigned param, uint64_t n)
 {
-    put_u32(dst, magic);
-    put_u16(dst + 4, MZ_CODEC_VERSION);
-    put_u16(dst + 6, param);
-    put_u64(dst + 8, n);
+    mz_put_le32(dst, magic);
+    mz_put_le16(dst + 4, MZ_CODEC_VERSION);
+    mz_put_le16(dst + 6, param);
+    mz_put_le64(dst + 8, n);
 }
 
 mz_status mz_codec_header_parse(const char *name, const uint8_t *src, size_t len, uint32_t magic,
@@ -52,12 +20,12 @@ mz_status mz_codec_header_parse(const char *name, const uint8_t *src, size_t len
     size_t want;
     if (!src || len < MZ_CODEC_HEADER_BYTES)
         return mz_fail(MZ_E_FORMAT, "%s blob: truncated header (%zu bytes)", name, len);
-    if (get_u32(src) != magic)
-        return mz_fail(MZ_E_FORMAT, "%s blob: bad magic 0x%08x", name, (unsigned)get_u32(src));
-    if (get_u16(src + 4) != MZ_CODEC_VERSION)
-        return mz_fail(MZ_E_FORMAT, "%s blob: unsupported version %u", name, get_u16(src + 4));
-    *param = get_u16(src + 6);
-    *n = get_u64(src + 8);
+    if (mz_get_le32(src) != magic)
+        return mz_fail(MZ_E_FORMAT, "%s blob: bad magic 0x%08x", name, (unsigned)mz_get_le32(src));
+    if (mz_get_le16(src + 4) != MZ_CODEC_VERSION)
+        return mz_fail(MZ_E_FORMAT, "%s blob: unsupported version %u", name, mz_get_le16(src + 4));
+    *param = mz_get_le16(src + 6);
+    *n = mz_get_le64(src + 8);
     if (!payload(*param, *n, &want) || want > SIZE_MAX - MZ_CODEC_HEADER_BYTES)
         return mz_fail(MZ_E_FORMAT, "%s blob: bad parameter %u or value count %llu", name,
                        *param, (unsigned long long)*n);

@@ -132,21 +132,6 @@ static const uint16_t k_weight[16] = {1, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128, 
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-static inline unsigned rd16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
-static inline uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static inline void wr16(uint8_t *p, unsigned v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static inline void wr32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* Layout of one blob, from the sub-header. */
 typedef struct cg_layout {
     unsigned G, S, Qk, Qv, gk, gv, A;
@@ -348,20 +333,19 @@ static mz_status cg_parse_layout(const uint8_t *src, size_t len, cg_layout *lo)
 {
     if (!src || len < MZ_CODEC_HEADER_BYTES)
         return mz_fail(MZ_E_FORMAT, "cachegen blob: truncated header (%zu bytes)", len);
-    if (rd32(src) != CG_MAGIC)
-        return mz_fail(MZ_E_FORMAT, "cachegen blob: bad magic 0x%08x", (unsigned)rd32(src));
-    if (rd16(src + 4) != MZ_CODEC_VERSION)
-        return mz_fail(MZ_E_FORMAT, "cachegen blob: unsupported version %u", rd16(src + 4));
-    if (rd16(src + 6) != 0)
-        return mz_fail(MZ_E_FORMAT, "cachegen blob: bad parameter %u", rd16(src + 6));
+    if (mz_get_le32(src) != CG_MAGIC)
+        return mz_fail(MZ_E_FORMAT, "cachegen blob: bad magic 0x%08x", (unsigned)mz_get_le32(src));
+    if (mz_get_le16(src + 4) != MZ_CODEC_VERSION)
+        return mz_fail(MZ_E_FORMAT, "cachegen blob: unsupported version %u", mz_get_le16(src + 4));
+    if (mz_get_le16(src + 6) != 0)
+        return mz_fail(MZ_E_FORMAT, "cachegen blob: bad parameter %u", mz_get_le16(src + 6));
     if (len < CG_PREFIX)
         return mz_fail(MZ_E_FORMAT, "cachegen blob: truncated sub-header (%zu bytes)", len);
     const uint8_t *h = src + MZ_CODEC_HEADER_BYTES;
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | src[8 + i];
+    const uint64_t n = mz_get_le64(src + 8);
     lo->n = n;
-    lo->G = rd16(h);
-    lo->S = rd16(h + 2);
+    lo->G = mz_get_le16(h);
+    lo->S = mz_get_le16(h + 2);
     lo->Qk = h[4];
     lo->Qv = h[5];
     lo->gk = h[6];
@@ -369,7 +353,7 @@ static mz_status cg_parse_layout(const uint8_t *src, size_t len, cg_layout *lo)
     lo->A = h[8];
     if (lo->G < 1 || lo->G > MZ_CG_ROW_MAX || lo->S < 1 || lo->Qk < 1 ||
         lo->Qk > MZ_CG_LEVELS_MAX || lo->Qv < 1 || lo->Qv > MZ_CG_LEVELS_MAX ||
-        lo->gk > CG_GLOG_MAX || lo->gv > CG_GLOG_MAX || lo->A == 1 || h[9] || rd16(h + 10))
+        lo->gk > CG_GLOG_MAX || lo->gv > CG_GLOG_MAX || lo->A == 1 || h[9] || mz_get_le16(h + 10))
         return mz_fail(MZ_E_FORMAT, "cachegen blob: bad parameters (G %u, S %u, Q %u/%u, "
                        "g %u/%u, A %u)", lo->G, lo->S, lo->Qk, lo->Qv, lo->gk, lo->gv, lo->A);
     if (n > ((uint64_t)1 << 48))
@@ -382,7 +366,7 @@ static mz_status cg_parse_layout(const uint8_t *src, size_t len, cg_layout *lo)
                        "%zu bytes", (unsigned long long)n, (unsigned long long)lo->n_seg, len);
     uint64_t sum = 0;
     const uint8_t *dir = src + CG_PREFIX;
-    for (uint64_t k = 0; k < lo->n_seg; k++) sum += rd32(dir + 4 * k);
+    for (uint64_t k = 0; k < lo->n_seg; k++) sum += mz_get_le32(dir + 4 * k);
     if (sum != len - CG_PREFIX - 4 * lo->n_seg)
         return mz_fail(MZ_E_FORMAT, "cachegen blob: segments add up to %llu bytes, blob has %zu",
                        (unsigned long long)sum, (size_t)(len - CG_PREFIX - 4 * lo->n_seg));
@@ -397,7 +381,7 @@ static mz_status cg_check_segment(const uint8_t *seg, size_t seg_len, unsigned n
         return mz_fail(MZ_E_FORMAT, "cachegen blob: segment %llu truncated in its scales",
                        (unsigned long long)k);
     for (unsigned i = 0; i < nr; i++) {
-        unsigned s = rd16(seg + 2 * i);
+        unsigned s = mz_get_le16(seg + 2 * i);
         if ((s & 0x8000u) || (s & 0x7c00u) == 0x7c00u)
             return mz_fail(MZ_E_FORMAT, "cachegen blob: segment %llu row %u has a bad scale "
                            "0x%04x", (unsigned long long)k, i, s);
@@ -415,7 +399,7 @@ static mz_status cg_check_segment(const uint8_t *seg, size_t seg_len, unsigned n
         return mz_fail(MZ_E_FORMAT, "cachegen blob: segment %llu has no stream",
                        (unsigned long long)k);
     for (int j = 0; j < CG_NSTATE; j++) {
-        uint32_t x = rd32(seg + p + 4 * j);
+        uint32_t x = mz_get_le32(seg + p + 4 * j);
         if (x < CG_L)
             return mz_fail(MZ_E_FORMAT, "cachegen blob: segment %llu has a bad coder state",
                            (unsigned long long)k);
@@ -436,7 +420,7 @@ static void dequant_rows_ref(const uint8_t *seg_scales, unsigned nr, unsigned G,
     uint16_t bits[MZ_CG_LEVELS_MAX + 1];
     uint16_t lut[CG_ALPHA_MAX];
     for (unsigned i = 0; i < nr; i++) {
-        row_levels(rd16(seg_scales + 2 * i), Q, mag, bits);
+        row_levels(mz_get_le16(seg_scales + 2 * i), Q, mag, bits);
         lut[Q] = 0;
         for (unsigned q = 1; q <= Q; q++) {
             lut[Q + q] = bits[q];
@@ -461,7 +445,7 @@ dequant_rows_avx2(const uint8_t *seg_scales, unsigned nr, unsigned G, unsigned Q
     uint16_t lut[64] __attribute__((aligned(32)));
     uint16_t pos[32] __attribute__((aligned(32)));
     for (unsigned i = 0; i < nr; i++) {
-        unsigned s_bits = rd16(seg_scales + 2 * i);
+        unsigned s_bits = mz_get_le16(seg_scales + 2 * i);
         float s = mz_cdc_f16_to_f32((uint16_t)s_bits);
         __m256 vs = _mm256_set1_ps(s), vstep = _mm256_set1_ps(cg_step(s, Q));
         for (unsigned q0 = 0; q0 <= Q; q0 += 8) {
@@ -543,7 +527,7 @@ static inline uint32_t rans_dec_fast(uint32_t x, const uint8_t *s2s, const uint1
     x = (uint32_t)freq[s] * (x >> CG_PROB_BITS) + slot - cum[s];
     const uint8_t *p = *pp;
     uint32_t r = x < CG_L;
-    uint32_t w = rd16(p);
+    uint32_t w = mz_get_le16(p);
     /* Branch-free on purpose: a word comes in for about one symbol in four,
      * at random, and compilers turn the plain select into a branch whose
      * mispredictions cost more than the rest of the step (measured: decode
@@ -573,7 +557,7 @@ static inline bool rans_dec_checked(uint32_t *x, const uint8_t *s2s, const uint1
     uint32_t v = (uint32_t)freq[s] * (*x >> CG_PROB_BITS) + slot - cum[s];
     if (v < CG_L) {
         if (end - *pp < 2) return false;
-        v = v << 16 | rd16(*pp);
+        v = v << 16 | mz_get_le16(*pp);
         *pp += 2;
     }
     *x = v;
@@ -590,7 +574,7 @@ static mz_status cg_decode_segment(const uint8_t *seg, size_t seg_len, size_t of
     uint8_t *symb = (uint8_t *)out + nsym; /* staging: the upper half of out's bytes */
     const uint8_t *p = seg + off, *end = seg + seg_len;
     uint32_t x[CG_NSTATE];
-    for (int j = 0; j < CG_NSTATE; j++) x[j] = rd32(p + 4 * j);
+    for (int j = 0; j < CG_NSTATE; j++) x[j] = mz_get_le32(p + 4 * j);
     p += 4 * CG_NSTATE;
     const unsigned alpha = 2 * Q + 1;
     const unsigned nt = n_tables(G, glog);
@@ -700,7 +684,7 @@ static void lane_init(cg_lane *ln, const uint8_t *seg, size_t seg_len, size_t of
     ln->tp = 2 * (size_t)nr;
     ln->p = seg + off;
     ln->end = seg + seg_len;
-    for (int j = 0; j < CG_NSTATE; j++) ln->x[j] = rd32(ln->p + 4 * j);
+    for (int j = 0; j < CG_NSTATE; j++) ln->x[j] = mz_get_le32(ln->p + 4 * j);
     ln->p += 4 * CG_NSTATE;
     ln->symb = (uint8_t *)out + nsym;
 }
@@ -855,7 +839,7 @@ static mz_status cg_walk(const uint8_t *src, size_t len, mz_f16 *dst, size_t n_w
     const uint8_t *seg = dir + 4 * lo.n_seg;
     size_t v0 = 0;
     for (uint64_t k = 0; k < lo.n_seg; k++) {
-        size_t seg_len = rd32(dir + 4 * k), nsym, off = 0;
+        size_t seg_len = mz_get_le32(dir + 4 * k), nsym, off = 0;
         unsigned nr, Q, glog;
         seg_shape(&lo, k, &nsym, &nr, &Q, &glog);
         st = cg_check_segment(seg, seg_len, nr, lo.G, Q, glog, k, &off);
@@ -869,7 +853,7 @@ static mz_status cg_walk(const uint8_t *src, size_t len, mz_f16 *dst, size_t n_w
             unsigned nl = 1;
             const uint8_t *next = seg + seg_len;
             while (nl < CG_LANES_MAX && k + nl < lo.n_seg) {
-                size_t l2 = rd32(dir + 4 * (k + nl)), nsym2, off2 = 0;
+                size_t l2 = mz_get_le32(dir + 4 * (k + nl)), nsym2, off2 = 0;
                 unsigned nr2, Q2, glog2;
                 seg_shape(&lo, k + nl, &nsym2, &nr2, &Q2, &glog2);
                 if (nsym2 != nsym || nr2 != nr || Q2 != Q || glog2 != glog) break;
@@ -1014,7 +998,7 @@ static size_t cg_encode_segment(const mz_f16 *x, size_t nsym, unsigned nr, unsig
             unsigned a = x[t0 + j] & 0x7fffu; /* finite: bit order = value order */
             if (a > s) s = a;
         }
-        wr16(out + 2 * (size_t)i, s);
+        mz_put_le16(out + 2 * (size_t)i, s);
         row_levels(s, Q, mag, bits);
         float step = cg_step(mag[Q], Q);
         float inv = step > 0.0f ? 1.0f / step : 0.0f;
@@ -1070,7 +1054,7 @@ static size_t cg_encode_segment(const mz_f16 *x, size_t nsym, unsigned nr, unsig
                 uint32_t f = t.freq[s], xv = *xp;
                 if ((uint64_t)xv >= (uint64_t)f << (32 - CG_PROB_BITS)) { /* one word at most */
                     p -= 2;
-                    wr16(p, xv & 0xffffu);
+                    mz_put_le16(p, xv & 0xffffu);
                     xv >>= 16;
                 }
                 *xp = ((xv / f) << CG_PROB_BITS) + (xv % f) + t.cum[s];
@@ -1080,7 +1064,7 @@ static size_t cg_encode_segment(const mz_f16 *x, size_t nsym, unsigned nr, unsig
     MZ_ASSERT(tidx == 0);
     for (int j = CG_NSTATE; j-- > 0;) {
         p -= 4;
-        wr32(p, xs[j]);
+        mz_put_le32(p, xs[j]);
     }
     MZ_ASSERT(p >= out + tp);
     size_t slen = (size_t)(top - p);
@@ -1106,15 +1090,15 @@ static mz_status cg_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8
     enc_layout(&prm, n, &lo);
     mz_codec_header_write(dst, CG_MAGIC, 0, n);
     uint8_t *h = dst + MZ_CODEC_HEADER_BYTES;
-    wr16(h, lo.G);
-    wr16(h + 2, lo.S);
+    mz_put_le16(h, lo.G);
+    mz_put_le16(h + 2, lo.S);
     h[4] = (uint8_t)lo.Qk;
     h[5] = (uint8_t)lo.Qv;
     h[6] = (uint8_t)lo.gk;
     h[7] = (uint8_t)lo.gv;
     h[8] = (uint8_t)lo.A;
     h[9] = 0;
-    wr16(h + 10, 0);
+    mz_put_le16(h + 10, 0);
     uint8_t *dir = dst + CG_PREFIX, *pos = dir + 4 * lo.n_seg;
     size_t v0 = 0;
     for (uint64_t k = 0; k < lo.n_seg; k++) {
@@ -1123,7 +1107,7 @@ static mz_status cg_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8
         seg_shape(&lo, k, &nsym, &nr, &Q, &glog);
         size_t len = cg_encode_segment(src + v0, nsym, nr, lo.G, Q, glog, lo.A, pos,
                                        dst + need - nsym);
-        wr32(dir + 4 * k, (uint32_t)len);
+        mz_put_le32(dir + 4 * k, (uint32_t)len);
         pos += len;
         v0 += nsym;
     }

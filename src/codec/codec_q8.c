@@ -130,14 +130,6 @@ static inline size_t group_bytes(const quant_fmt *f, size_t k)
     return 4 + (f->top == 15 ? (k + 1) / 2 : k);
 }
 
-static inline unsigned rd16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
-
-static inline void wr16(uint8_t *p, unsigned v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
 /* ---- decode ---------------------------------------------------------------- */
 
 /* dec(q) of a group with top code `top` (255: q8, 15: q4) and its implied
@@ -171,7 +163,7 @@ static inline bool q8_header_bad(unsigned bmn, unsigned bmx, float mn, float mx)
  * kernel refuses (q8_header_bad). */
 static inline bool group_header(const uint8_t *p, float *mn, float *mx)
 {
-    unsigned bmn = rd16(p), bmx = rd16(p + 2);
+    unsigned bmn = mz_get_le16(p), bmx = mz_get_le16(p + 2);
     *mn = mz_cdc_f16_to_f32((uint16_t)bmn);
     *mx = mz_cdc_f16_to_f32((uint16_t)bmx);
     return !q8_header_bad(bmn, bmx, *mn, *mx);
@@ -363,7 +355,7 @@ void mz_q8_force_scalar(bool on) { (void)mz_q8_force_isa(on ? "scalar" : NULL); 
 /* The MZ_E_FORMAT of group g, whose header (at p) is invalid. */
 static mz_status group_fail(const quant_fmt *f, const uint8_t *p, uint64_t g)
 {
-    unsigned mn = rd16(p), mx = rd16(p + 2);
+    unsigned mn = mz_get_le16(p), mx = mz_get_le16(p + 2);
     if ((mn & 0x7c00u) == 0x7c00u || (mx & 0x7c00u) == 0x7c00u)
         return mz_fail(MZ_E_FORMAT, "%s blob: group %llu has a non-finite min/max "
                        "(0x%04x, 0x%04x)", f->name, (unsigned long long)g, mn, mx);
@@ -557,8 +549,8 @@ static inline __attribute__((always_inline)) uint8_t *group_start(const mz_f16 *
     if (mx == 0.0f) mx = 0.0f;
     *g = (mz_quant_grid){.mn = mn, .mx = mx, .step = mz_quant_step(mn, mx, top), .top = top};
     g->inv_step = g->step > 0.0f ? 1.0f / g->step : 0.0f;
-    wr16(out, mz_cdc_f32_to_f16(mn));
-    wr16(out + 2, mz_cdc_f32_to_f16(mx));
+    mz_put_le16(out, mz_cdc_f32_to_f16(mn));
+    mz_put_le16(out + 2, mz_cdc_f32_to_f16(mx));
     return out + 4;
 }
 

@@ -11,14 +11,12 @@
 #include <immintrin.h>
 #include <stdbool.h>
 
-static inline unsigned rd16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
-
 /* The min, max and step (top code top) of the group header at p; false for
  * a header the scalar decoder refuses too (min or max not finite, max < min). */
 static inline __attribute__((always_inline)) bool group_header(const uint8_t *p, unsigned top, float *mn,
                                                                float *mx, float *step)
 {
-    unsigned bmn = rd16(p), bmx = rd16(p + 2);
+    unsigned bmn = mz_get_le16(p), bmx = mz_get_le16(p + 2);
     *mn = _cvtsh_ss((unsigned short)bmn);
     *mx = _cvtsh_ss((unsigned short)bmx);
     if ((bmn & 0x7c00u) == 0x7c00u || (bmx & 0x7c00u) == 0x7c00u || *mx < *mn) return false;

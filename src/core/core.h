@@ -58,7 +58,12 @@ MZ_INTERNAL int64_t mz_time_us(void);
 MZ_INTERNAL uint64_t mz_time_ns(void);
 
 /* Little-endian fields of the on-disk formats (swap-file records,
- * manifests), whatever the host's byte order. */
+ * manifests, codec blobs), whatever the host's byte order. */
+static inline void mz_put_le16(unsigned char *p, unsigned v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
 static inline void mz_put_le32(unsigned char *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -67,6 +72,7 @@ static inline void mz_put_le64(unsigned char *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
+static inline unsigned mz_get_le16(const unsigned char *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
 static inline uint32_t mz_get_le32(const unsigned char *p)
 {
     uint32_t v = 0;

@@ -46,15 +46,10 @@
 
 const int8_t mz_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-static uint32_t load_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* The 32 five-bit values of a Q5 block, in value order. */
 static void q5_values(const uint8_t qh4[4], const uint8_t qs[MZ_QK / 2], int q[MZ_QK])
 {
-    const uint32_t qh = load_u32le(qh4);
+    const uint32_t qh = mz_get_le32(qh4);
     for (int j = 0; j < MZ_QK / 2; j++) {
         q[j] = (qs[j] & 0x0f) | (int)((qh >> j) & 1u) << 4;
         q[j + MZ_QK / 2] = (qs[j] >> 4) | (int)((qh >> (j + MZ_QK / 2)) & 1u) << 4;
@@ -69,7 +64,7 @@ static void q5_pack(const int q[MZ_QK], uint8_t qh4[4], uint8_t qs[MZ_QK / 2])
         qs[j] = (uint8_t)((q[j] & 0x0f) | (q[j + MZ_QK / 2] & 0x0f) << 4);
         qh |= (uint32_t)(q[j] >> 4 & 1) << j | (uint32_t)(q[j + MZ_QK / 2] >> 4 & 1) << (j + MZ_QK / 2);
     }
-    for (int i = 0; i < 4; i++) qh4[i] = (uint8_t)(qh >> (8 * i));
+    mz_put_le32(qh4, qh);
 }
 
 /* ---- dequantize ------------------------------------------------------------------ */
