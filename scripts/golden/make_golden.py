@@ -120,6 +120,9 @@ TINY = [
     ("tiny-qwen2-q8_0", "tiny-qwen2", "Q8_0"),
     ("tiny-gemma3-f16", "tiny-gemma3", "F16"),
     ("tiny-gemma3-q8_0", "tiny-gemma3", "Q8_0"),
+    # Llama 3.1+'s rope scaling (rope_freqs.weight)
+    ("tiny-llama3-f16", "tiny-llama3", "F16"),
+    ("tiny-llama3-q8_0", "tiny-llama3", "Q8_0"),
 ]
 TINY_PROMPTS = {"a": "Hello world, this is a test of a tiny model.", "b": "1 2 3 4 5 6 7 8 9 10"}
 
