@@ -33,29 +33,34 @@ typedef struct gen_preset {
      * converter does, a rope_freqs.weight tensor of per-pair divisors. */
     int rope_orig_ctx;
     float rope_factor;
+    /* > 0: Q and K weights this many times larger, so that attention scores
+     * are O(1) and the rope's angles decide what a query attends to (at
+     * weights ~0.02 every score is ~0 and any rope gives the same answer). */
+    float qk_scale;
 } gen_preset;
 
 static const gen_preset k_presets[] = {
-    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 8192, 100000.0f, true, 0, 0, 0.0f},
-    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 40960, 1000000.0f, true, 0, 0, 0.0f},
-    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 131072, 500000.0f, true, 0, 8192, 32.0f},
+    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 8192, 100000.0f, true, 0, 0, 0.0f, 0.0f},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 40960, 1000000.0f, true, 0, 0, 0.0f, 0.0f},
+    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 131072, 500000.0f, true, 0, 8192, 32.0f, 0.0f},
     /* EXAONE-4.0-1.2B's shape (hidden 2048, 30 layers, 32/8 heads of 64, ffn 4096,
      * rope 1e6, tied) in the qwen3 architecture (QK-norm); the real model puts its
      * RMSNorms after attention/MLP (same cost) and has a 102400-token vocabulary. */
-    {"exaone4-1.2b", "qwen3", 30, 2048, 32, 8, 64, 4096, 65536, 1000000.0f, true, 0, 0, 0.0f},
-    {"tiny-llama", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false, 0, 0, 0.0f},
+    {"exaone4-1.2b", "qwen3", 30, 2048, 32, 8, 64, 4096, 65536, 1000000.0f, true, 0, 0, 0.0f, 0.0f},
+    {"tiny-llama", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false, 0, 0, 0.0f, 0.0f},
     /* Llama 3.2's rope scaling on tiny-llama, with an original context of 16
-     * so that it divides the angle of 7 of its 8 pairs in a short prompt. */
-    {"tiny-llama3", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false, 0, 16, 8.0f},
+     * so that it divides the angle of 7 of its 8 pairs in a short prompt, and
+     * Q/K weights 10x larger so that the angles matter to the answer. */
+    {"tiny-llama3", "llama", 2, 64, 4, 2, 16, 128, 2048, 10000.0f, false, 0, 16, 8.0f, 10.0f},
     /* head_dim != n_embd / n_head on purpose: catches code that assumes it. */
-    {"tiny-qwen3", "qwen3", 2, 64, 4, 2, 32, 160, 2048, 1000000.0f, true, 0, 0, 0.0f},
+    {"tiny-qwen3", "qwen3", 2, 64, 4, 2, 32, 160, 2048, 1000000.0f, true, 0, 0, 0.0f, 0.0f},
     /* Qwen 2.5's q/k/v biases. */
-    {"tiny-qwen2", "qwen2", 2, 64, 4, 2, 16, 128, 2048, 1000000.0f, false, 0, 0, 0.0f},
+    {"tiny-qwen2", "qwen2", 2, 64, 4, 2, 16, 128, 2048, 1000000.0f, false, 0, 0, 0.0f, 0.0f},
     /* Gemma 3 270M's shape (the real file's sliding window 512). */
-    {"gemma3-270m", "gemma3", 18, 640, 4, 1, 256, 2048, 32768, 1000000.0f, true, 512, 0, 0.0f},
+    {"gemma3-270m", "gemma3", 18, 640, 4, 1, 256, 2048, 32768, 1000000.0f, true, 512, 0, 0.0f, 0.0f},
     /* 7 layers: local 0-4, global 5, local 6; a window of 8 is shorter than
      * the test prompts, so the masking is exercised. */
-    {"tiny-gemma3", "gemma3", 7, 64, 4, 1, 32, 128, 2048, 1000000.0f, true, 8, 0, 0.0f},
+    {"tiny-gemma3", "gemma3", 7, 64, 4, 1, 32, 128, 2048, 1000000.0f, true, 8, 0, 0.0f, 0.0f},
 };
 
 /* Upper bounds that keep every size computation far from overflow. */
@@ -68,6 +73,7 @@ typedef struct gen_cfg {
     bool qk_norm;               /* qwen3, gemma3 */
     int rope_orig_ctx;          /* > 0: llama3 rope scaling (gen_preset) */
     float rope_factor;
+    float qk_scale;             /* gen_preset */
     bool qkv_bias;              /* qwen2 */
     bool gemma3;                /* post norms, sliding window */
     int n_swa;
@@ -101,6 +107,7 @@ typedef struct gen_tensor {
     int type;
     uint32_t n_dims;
     uint64_t ne[2];
+    float scale;                /* matrices: values times this when > 0 */
     gen_run *run;
 } gen_tensor;
 
@@ -183,6 +190,8 @@ static void gen_rows_fill(void *arg, size_t r0, size_t r1, int slice)
         uint64_t s = g->seed + (uint64_t)r * (uint64_t)n0 * SPLITMIX64_GAMMA;
         for (size_t i = 0; i < n0; i++)
             row[i] = t->kind == GEN_NORM ? rand_norm(&s) : t->kind == GEN_BIAS ? rand_bias(&s) : rand_weight(&s);
+        if (t->scale > 0)
+            for (size_t i = 0; i < n0; i++) row[i] *= t->scale;
         uint8_t *out = g->dst + r * row_bytes;
         if (t->type == MZ_DT_F32)
             memcpy(out, row, row_bytes);
@@ -305,6 +314,7 @@ static mz_status resolve_cfg(const mz_gen_params *p, gen_cfg *c)
     c->tied = (pr && pr->tied) || p->tied_output;
     c->rope_orig_ctx = pr ? pr->rope_orig_ctx : 0;
     c->rope_factor = pr ? pr->rope_factor : 0;
+    c->qk_scale = pr ? pr->qk_scale : 0;
 
     struct { const char *name; int v; int max; } dims[] = {
         {"n_layer", c->n_layer, GEN_MAX_LAYERS}, {"n_embd", c->n_embd, GEN_MAX_DIM},
@@ -439,7 +449,9 @@ static size_t plan_tensors(const gen_cfg *c, gen_run *run, gen_tensor *tab)
     for (int l = 0; l < c->n_layer; l++) {
         set_tensor(&tab[n++], run, GEN_NORM, MZ_DT_F32, E, 1, "blk.%d.attn_norm.weight", l);
         set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, Q, "blk.%d.attn_q.weight", l);
+        tab[n - 1].scale = c->qk_scale;
         set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, K, "blk.%d.attn_k.weight", l);
+        tab[n - 1].scale = c->qk_scale;
         set_tensor(&tab[n++], run, GEN_MATRIX, wt, E, K, "blk.%d.attn_v.weight", l);
         if (c->qkv_bias) {
             set_tensor(&tab[n++], run, GEN_BIAS, MZ_DT_F32, Q, 1, "blk.%d.attn_q.bias", l);
