@@ -39,6 +39,11 @@ dequantization of the same weights, and writes cases for those files to
 --llamacpp-out (not committed: their files exist only where llama.cpp ran);
 MZ_MIX_GOLDEN_DIR=that folder build/test_forward_mixes gives the figures of
 docs/QUANT.md.
+
+--arch (issue 29) makes only tests/golden/arch/: the same per-position and
+greedy cases for generated shapes of the other architectures (tiny-qwen2 in
+F16 and Q8_0: Qwen 2.5's Q/K/V biases), "model gen:PRESET:TYPE", which
+test_forward_mixes makes with gen-model and checks by sha256 first.
 """
 import argparse
 import hashlib
@@ -201,6 +206,7 @@ def write_case(name, model_rel, model_sha, tokens, logits, continuation=None, no
 # ---- quantization mixes (--mixes) ---------------------------------------------------
 
 OUT_MIXES = os.path.join(ROOT, "tests", "golden", "mixes")
+OUT_ARCH = os.path.join(ROOT, "tests", "golden", "arch")
 MIXES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS"]
 # LLAMA_FTYPE_* of each mix (llama.h), for llama_model_quantize.
 FTYPES = {"Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "Q3_K_M": 12, "Q2_K": 10, "Q5_0": 8, "Q5_1": 9,
@@ -284,6 +290,21 @@ def last_scores(llm):
     return np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
 
 
+# Generated shapes of the other architectures, checked like the mixes
+# (positions and greedy runs): tests/golden/arch/, read by test_forward_mixes.
+ARCH_CASES = [("tiny-qwen2", "F16"), ("tiny-qwen2", "Q8_0")]
+
+
+def make_arch(args):
+    os.makedirs(args.tmp, exist_ok=True)
+    for preset, wtype in ARCH_CASES:
+        path = os.path.join(args.tmp, f"arch-{preset}-{wtype}.gguf")
+        subprocess.run([args.mzcache, "gen-model", "--preset", preset, "--type", wtype,
+                        "--vocab-from", REAL, "-o", path], check=True)
+        noise = mix_case(path, f"gen:{preset}:{wtype}", OUT_ARCH, f"{preset}-{wtype}")
+        print(f"arch: {preset} {wtype}: llama.cpp noise {noise:.4f}", file=sys.stderr)
+
+
 def make_mixes(args):
     import llama_cpp
     os.makedirs(args.mix_tmp, exist_ok=True)
@@ -318,6 +339,8 @@ def main():
     ap.add_argument("--tmp", default=os.path.join(ROOT, "build", "golden-models"))
     ap.add_argument("--gemma", action="store_true", help="only the real Gemma 3 270M cases")
     ap.add_argument("--mixes", action="store_true", help="make tests/golden/mixes only")
+    ap.add_argument("--arch", action="store_true",
+                    help="make tests/golden/arch only (generated qwen2 shapes, checked like the mixes)")
     ap.add_argument("--mix-tmp", default=os.path.join(ROOT, "build", "test-tmp", "mixes"),
                     help="where the mix files go (test_forward_mixes makes the same ones there)")
     ap.add_argument("--only", nargs="*",
@@ -331,6 +354,9 @@ def main():
         return
     if args.mixes:
         make_mixes(args)
+        return
+    if args.arch:
+        make_arch(args)
         return
     if not args.only:
         make_smollm2()

@@ -22,6 +22,10 @@
  *              a split, which must likewise be a near-tie: within peer_max,
  *              the largest such move over the prompt (gap printed).
  *
+ * tests/golden/arch/ holds cases of the same form on generated shapes of the
+ * other architectures (qwen2: Q/K/V biases), "model gen:PRESET:TYPE": the
+ * file is made by gen-model (deterministic) and its sha256 checked first.
+ *
  * MZ_MIX_GOLDEN_DIR=DIR runs the cases of DIR as well, whose "model file:PATH"
  * lines name files made elsewhere (llama.cpp's own quantizer: the golden
  * script writes such cases); a case whose file is absent is skipped, saying so.
@@ -36,6 +40,7 @@
 #include <unistd.h>
 
 #define MIX_DIR "tests/golden/mixes"
+#define ARCH_DIR "tests/golden/arch"
 #define N_POS 64
 #define MAX_GREEDY 8
 #define MAX_TOK 256
@@ -102,8 +107,30 @@ static int read_case(const char *path, mix_case *c)
                : -1;
 }
 
+/* "gen:PRESET:TYPE": gen-model's file (seed 1, SmolLM2's vocabulary, as
+ * `mzcache gen-model` makes it) at buf. */
+static const char *gen_model_file(const mix_case *c, char *buf, size_t cap)
+{
+    char preset[64], type[32];
+    if (sscanf(c->model + 4, "%63[^:]:%31s", preset, type) != 2) {
+        CHECK_MSG(0, "bad model line '%s'", c->model);
+        return NULL;
+    }
+    snprintf(buf, cap, "%s/arch-%s-%s.gguf", t_tmp_dir(), preset, type);
+    mz_gen_params gp = mz_gen_params_default();
+    gp.preset = preset;
+    gp.weight_type = type;
+    gp.vocab_from = t_real_model_path();
+    if (mz_gen_model(buf, &gp) != MZ_OK) {
+        CHECK_MSG(0, "gen-model %s %s: %s", preset, type, mz_last_error());
+        return NULL;
+    }
+    return buf;
+}
+
 /* The model file of a case: "mix:NAME" is made by our quantizer (again when
- * absent or not the goldens' file), "file:PATH" must exist. NULL: skip. */
+ * absent or not the goldens' file), "gen:PRESET:TYPE" by gen-model, and
+ * "file:PATH" must exist. NULL: skip. */
 static const char *case_model(const mix_case *c, char *buf, size_t cap, bool *skip)
 {
     char sha[65];
@@ -116,6 +143,13 @@ static const char *case_model(const mix_case *c, char *buf, size_t cap, bool *sk
             return NULL;
         }
         return p;
+    }
+    if (!strncmp(c->model, "gen:", 4)) {
+        const char *p = gen_model_file(c, buf, cap);
+        CHECK_MSG(!p || (!t_sha256_file(p, sha) && !strcmp(sha, c->sha)),
+                  "%s: gen-model's file is not the one the goldens were made on: re-run "
+                  "scripts/golden/make_golden.py --arch", c->model);
+        return p && !strcmp(sha, c->sha) ? p : NULL;
     }
     if (strncmp(c->model, "mix:", 4)) return NULL;
     const char *mix = c->model + 4;
@@ -225,7 +259,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 static bool wanted(const char *name)
 {
     if (!getenv("MZ_SANITIZED")) return true;
-    return strstr(name, "Q4_K_M") || strstr(name, "Q5_0");
+    return strstr(name, "Q4_K_M") || strstr(name, "Q5_0") || !strncmp(name, "tiny-", 5);
 }
 
 static int run_dir(const char *dir)
@@ -258,6 +292,8 @@ int main(void)
     int n = run_dir(MIX_DIR);
     if (getenv("MZ_SANITIZED")) printf("test_forward_mixes: MZ_SANITIZED: the Q4_K_M and Q5_0 mixes only\n");
     CHECK_MSG(n >= (getenv("MZ_SANITIZED") ? 2 : 9), "only %d mix cases in %s", n, MIX_DIR);
+    int n_arch = run_dir(ARCH_DIR);
+    CHECK_MSG(n_arch >= 2, "only %d cases in %s", n_arch, ARCH_DIR);
     const char *extra = getenv("MZ_MIX_GOLDEN_DIR");
     if (extra) run_dir(extra);
     printf("top-1 splits: %d, all at llama.cpp near-ties: %s; greedy continuations identical: %d of %d\n",
