@@ -222,12 +222,11 @@ static mz_status gen_fill(void *user, void *dst, size_t nbytes)
         MZ_ASSERT(t->type == MZ_DT_F32 && nbytes == (size_t)t->ne[0] * sizeof(float));
         float *f = dst;
         for (uint64_t i = 0; i < t->ne[0]; i++) f[i] = llama3_rope_divisor(run->cfg, (int)i);
-        run->done_bytes += nbytes;
-        return MZ_OK;
+    } else {
+        MZ_ASSERT(mz_dtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1] == nbytes);
+        gen_rows g = {.t = t, .dst = dst, .seed = tensor_seed(run->seed, t->name)};
+        mz_run_row_slices((size_t)t->ne[1], run->n_threads, gen_rows_fill, &g);
     }
-    MZ_ASSERT(mz_dtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1] == nbytes);
-    gen_rows g = {.t = t, .dst = dst, .seed = tensor_seed(run->seed, t->name)};
-    mz_run_row_slices((size_t)t->ne[1], run->n_threads, gen_rows_fill, &g);
     run->done_bytes += nbytes;
     if (run->progress && !run->progress(run->progress_user, run->done_bytes, run->total_bytes))
         return mz_fail(MZ_E_CANCELLED, "cancelled by the progress callback");

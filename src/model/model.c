@@ -483,15 +483,15 @@ typedef struct {
 static void weights_thp(void *p, size_t n)
 {
     const char *e = getenv("MZCACHE_WEIGHTS_THP");
-    if (p && e && !strcmp(e, "1")) (void)madvise(p, n, MADV_HUGEPAGE);
+    if (e && !strcmp(e, "1")) (void)madvise(p, n, MADV_HUGEPAGE);
 }
 
 static mz_status load_block(mz_model_t *m, int fd, int l)
 {
     mz_block_weights *b = &m->blocks[l];
     b->buf = mz_pages_alloc(b->buf_bytes);
-    weights_thp(b->buf, b->buf_bytes);
     if (!b->buf) return mz_fail(MZ_E_NOMEM, "cannot map %zu bytes for block %d", b->buf_bytes, l);
+    weights_thp(b->buf, b->buf_bytes);
     mz_tensor *ts[BLOCK_TENSORS];
     char names[BLOCK_TENSORS][64];
     const char *name_ptrs[BLOCK_TENSORS];
@@ -578,7 +578,7 @@ static mz_status load_rope_freqs(mz_model_t *m, const mz_gguf *g, int fd)
     const mz_gguf_tensor *t = mz_gguf_find_tensor(g, name);
     if (!t) return MZ_OK;
     const uint64_t half = (uint64_t)m->cfg.n_rot / 2;
-    if (t->type != MZ_DT_F32 || t->n_dims != 1 || t->ne[0] != half || t->nbytes != half * sizeof(float))
+    if (t->type != MZ_DT_F32 || t->n_dims != 1 || t->ne[0] != half)
         return mz_fail(MZ_E_FORMAT, "%s must be F32 with %llu values (rope dimensions / 2); it is %s with %llu",
                        name, (unsigned long long)half, mz_dtype_name(t->type) ? mz_dtype_name(t->type) : "?",
                        (unsigned long long)t->n_elements);
@@ -618,9 +618,9 @@ static mz_status load_pinned(mz_model_t *m, const mz_gguf *g, int fd)
     if (has_output) place(&m->output, &cursor, g->data_offset, g, "output.weight");
     m->pinned_bytes = cursor;
     m->pinned_buf = mz_pages_alloc(m->pinned_bytes);
-    weights_thp(m->pinned_buf, m->pinned_bytes);
     if (!m->pinned_buf)
         return mz_fail(MZ_E_NOMEM, "cannot map %zu bytes for embeddings", m->pinned_bytes);
+    weights_thp(m->pinned_buf, m->pinned_bytes);
     mz_tensor *ts[] = {&m->tok_embd, &m->output_norm, &m->output};
     const char *names[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
     if ((s = load_tensors(fd, m->pinned_buf, ts, names, MZ_ARRAY_LEN(ts)))) return s;
