@@ -6,7 +6,8 @@
  *                   [--stride 512] [--max-cuts 4] [--score 256] [--gen 64]
  *                   [--codecs raw,q8,cachegen,cachegen-layer,cachegen-q7]
  *                   [--dump-kv FILE] [--method cut|full|both] [--ctx 512,2048]
- *                   [--max-windows N]
+ *                   [--max-windows N] [--raw-first N] [--raw-layers L,..]
+ *                   [--k-mean oracle|none]
  *
  * For every text: tokenize it; for cut points c = first-cut, +stride, ...
  * (while c + score fits in the text, at most max-cuts of them), prefill the
@@ -44,6 +45,12 @@
  * token's own attention reads it, so a token also sees its own entry
  * decoded; here a token's own entry is still F16 when it attends to itself
  * (1 of p + 1 entries), and is encoded right after.
+ * Ablations of --method full, to find where a codec's damage comes from:
+ * --raw-first N: positions 0 .. N-1 skip the codec (the attention sink);
+ * --raw-layers L,L..: those layers (0-63) skip it; --k-mean oracle: each K
+ * row minus its (layer, KV head) channel means over the window (taken from
+ * the window's F16 pass, so an upper bound: a codec would have to store
+ * or predict them) goes through the codec, the means added back after.
  *
  * Codec names: any of mz_codec_find's (each built per layer with
  * mz_codec_for_layer, as the memory manager does: "cachegen-layer" is the
@@ -58,6 +65,7 @@
 
 #include "codec/codec.h"
 #include "codec/codec_cachegen.h"
+#include "codec/codec_f16.h"
 #include "harness/harness.h" /* not public: the KV chunks of a context */
 
 #include <errno.h>
@@ -235,31 +243,67 @@ static void step(mz_ctx_t *c, mz_token t)
  * a group of 64 values is one row when head_dim is a multiple of 64, as
  * in a chunk; with narrower heads a group spans the heads of one token
  * here, the tokens of one head in a chunk. */
+/* Ablations of --method full (header of this file): what part of the KV
+ * carries a codec's damage. */
+typedef struct full_ablation {
+    int raw_first;       /* positions below it skip the codec (attention sink) */
+    uint64_t raw_layers; /* bit l: layer l skips the codec */
+    bool k_mean_oracle;  /* K minus the window's own per-channel mean through the codec */
+    float *k_mean;       /* [layer][kv head][channel] of the window, from its F16 pass */
+} full_ablation;
+
 static void roundtrip_position(mz_ctx_t *c, const mz_model_info *mi, const codec_eval *e,
-                               size_t p, mz_f16 *rows, uint8_t *blob, size_t blob_cap)
+                               const full_ablation *ab, size_t p, mz_f16 *rows, uint8_t *blob,
+                               size_t blob_cap)
 {
     const size_t hd = (size_t)mi->head_dim, nkv = (size_t)mi->n_head_kv, n = 2 * nkv * hd;
+    if ((int)p < ab->raw_first) return;
     for (int l = 0; l < mz_harness_kv_n_layer(c); l++) {
+        if (l < 64 && (ab->raw_layers >> l & 1)) continue;
+        const float *mu = ab->k_mean_oracle ? ab->k_mean + (size_t)l * nkv * hd : NULL;
         mz_f16 *ch = (mz_f16 *)(void *)mz_harness_kv_chunk(c, l, p / TOK);
         if (!ch) die("roundtrip", "KV chunk not resident");
         for (size_t r = 0; r < 2 * nkv; r++) /* r < nkv: K of head r; else V of head r - nkv */
             memcpy(rows + r * hd, ch + (r * TOK + p % TOK) * hd, hd * sizeof *rows);
+        for (size_t i = 0; mu && i < nkv * hd; i++) /* the K rows come first */
+            rows[i] = mz_cdc_f32_to_f16(mz_cdc_f16_to_f32(rows[i]) - mu[i]);
         roundtrip_values(e, l, rows, n, blob, blob_cap);
+        for (size_t i = 0; mu && i < nkv * hd; i++)
+            rows[i] = mz_cdc_f32_to_f16(mz_cdc_f16_to_f32(rows[i]) + mu[i]);
         for (size_t r = 0; r < 2 * nkv; r++)
             memcpy(ch + (r * TOK + p % TOK) * hd, rows + r * hd, hd * sizeof *rows);
     }
 }
 
+/* The mean of every K channel over the positions 0 .. W - 2 now in c's KV. */
+static void window_k_mean(mz_ctx_t *c, const mz_model_info *mi, int W, float *mu)
+{
+    const size_t hd = (size_t)mi->head_dim, nkv = (size_t)mi->n_head_kv;
+    for (int l = 0; l < mi->n_layer; l++)
+        for (size_t h = 0; h < nkv; h++)
+            for (size_t j = 0; j < hd; j++) {
+                double sum = 0;
+                for (int p = 0; p < W - 1; p++) {
+                    const mz_f16 *ch = (const mz_f16 *)(const void *)mz_harness_kv_chunk(c, l, (size_t)p / TOK);
+                    sum += mz_cdc_f16_to_f32(ch[(h * TOK + (size_t)p % TOK) * hd + j]);
+                }
+                mu[((size_t)l * nkv + h) * hd + j] = (float)(sum / (W - 1));
+            }
+}
+
 /* llama.cpp's method over windows of W tokens (header of this file). */
 static void eval_full(mz_model_t *m, const mz_model_info *mi, int threads, const char *file,
                       const mz_token *toks, size_t n_tok, int W, int max_windows,
-                      codec_eval *codecs, int n_codecs)
+                      codec_eval *codecs, int n_codecs, full_ablation *ab)
 {
     size_t n_win = n_tok / (size_t)W;
     if (max_windows > 0 && n_win > (size_t)max_windows) n_win = (size_t)max_windows;
     const int n_vocab = mz_model_n_vocab(m), first = W / 2;
     printf("\n## %s: llama.cpp's method, every KV entry through the codec, %zu windows of %d "
            "tokens, %zu scored\n\n", file, n_win, W, n_win * (size_t)(W - 1 - first));
+    if (ab->raw_first || ab->raw_layers || ab->k_mean_oracle)
+        printf("ablation: raw_first=%d raw_layers=0x%llx k_mean=%s\n\n", ab->raw_first,
+               (unsigned long long)ab->raw_layers, ab->k_mean_oracle ? "oracle" : "none");
     if (!n_win) return;
     mz_ctx_params cp = mz_ctx_params_default();
     cp.n_threads = threads;
@@ -281,7 +325,10 @@ static void eval_full(mz_model_t *m, const mz_model_info *mi, int threads, const
     double *secs = calloc((size_t)n_codecs + 1, sizeof *secs);
     long *agree = calloc((size_t)n_codecs + 1, sizeof *agree), n_scored = 0;
     int *base_top = malloc((size_t)(W - first) * sizeof *base_top);
-    if (!rows || !blob || !lp || !lp_base || !win || !nll || !kl || !secs || !agree || !base_top)
+    free(ab->k_mean);
+    ab->k_mean = ab->k_mean_oracle ? malloc((size_t)mi->n_layer * n_row / 2 * sizeof *ab->k_mean) : NULL;
+    if (!rows || !blob || !lp || !lp_base || !win || !nll || !kl || !secs || !agree || !base_top ||
+        (ab->k_mean_oracle && !ab->k_mean))
         die("malloc", "out of memory");
     /* llama-perplexity puts BOS first in every window when the tokenizer adds one */
     const bool add_bos = n_tok > 0 && mi->bos >= 0 && toks[0] == mi->bos;
@@ -294,7 +341,7 @@ static void eval_full(mz_model_t *m, const mz_model_info *mi, int threads, const
             if (mz_ctx_truncate(c, 0) != MZ_OK) die("truncate", mz_ctx_errmsg(c));
             for (int p = 0; p < W - 1; p++) {
                 step(c, win[p]);
-                if (k > 0) roundtrip_position(c, mi, &codecs[k], (size_t)p, rows, blob, blob_cap);
+                if (k > 0) roundtrip_position(c, mi, &codecs[k], ab, (size_t)p, rows, blob, blob_cap);
                 if (p < first) continue;
                 /* the logits at p predict token p + 1 */
                 const int s = p - first;
@@ -308,6 +355,7 @@ static void eval_full(mz_model_t *m, const mz_model_info *mi, int threads, const
                 wkl += kl_nats(lp_base + (size_t)s * n_vocab, lp, n_vocab);
                 wagree += am == base_top[s];
             }
+            if (k == 0 && ab->k_mean_oracle) window_k_mean(c, mi, W, ab->k_mean);
             nll[k] += wnll;
             kl[k] += wkl;
             agree[k] += wagree;
@@ -344,6 +392,8 @@ static void eval_full(mz_model_t *m, const mz_model_info *mi, int threads, const
     free(secs);
     free(agree);
     free(base_top);
+    free(ab->k_mean);
+    ab->k_mean = NULL;
 }
 
 /* ---- KV size and speed table --------------------------------------------------------- */
@@ -467,6 +517,7 @@ int main(int argc, char **argv)
     const char *dump = NULL;
     bool method_cut = true, method_full = false;
     int window_sizes[MAX_WINDOW_SIZES] = {512}, n_windows_sizes = 1, max_windows = 0;
+    full_ablation ablation = {0};
     int n_files = 0, threads = 2, first_cut = 4096, stride = 512, max_cuts = 4, n_score = 256,
         n_gen = 64;
     for (int i = 1; i < argc; i += 2) {
@@ -499,12 +550,23 @@ int main(int argc, char **argv)
                 window_sizes[n_windows_sizes++] = w;
             }
         } else if (!strcmp(a, "--max-windows")) max_windows = parse_int(a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--raw-first")) ablation.raw_first = parse_int(a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--raw-layers")) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+                ablation.raw_layers |= 1ull << parse_int("--raw-layers", t, 0, 63);
+        } else if (!strcmp(a, "--k-mean")) {
+            if (strcmp(v, "oracle") && strcmp(v, "none")) die("--k-mean (want oracle or none)", v);
+            ablation.k_mean_oracle = !strcmp(v, "oracle");
+        }
         else die("unknown option", a);
     }
     if (!model || !n_files || first_cut < 2 || stride < 1 || n_score < 1 || threads < 1)
         die("usage", "eval_codec -m MODEL -f TEXT [-f TEXT..] [-t N] [--first-cut N] [--stride N] "
                      "[--max-cuts N] [--score N] [--gen N] [--codecs a,b,..] [--dump-kv FILE] "
-                     "[--method cut|full|both] [--ctx W[,W..]] [--max-windows N]");
+                     "[--method cut|full|both] [--ctx W[,W..]] [--max-windows N] [--raw-first N] "
+                     "[--raw-layers L[,L..]] [--k-mean oracle|none]");
 
     mz_model_t *m = NULL;
     if (mz_model_load(model, NULL, &m) != MZ_OK) die(model, mz_last_error());
@@ -600,7 +662,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         for (int wi = 0; method_full && wi < n_windows_sizes; wi++)
             eval_full(m, &mi, threads, files[fi], toks, n_tok, window_sizes[wi], max_windows,
-                      codecs, n_codecs);
+                      codecs, n_codecs, &ablation);
         if (!n_cuts || !method_cut) {
             free(toks);
             free(text);
