@@ -7,7 +7,7 @@
  *                   [--codecs raw,q8,cachegen,cachegen-layer,cachegen-q7]
  *                   [--dump-kv FILE] [--method cut|full|both] [--ctx 512,2048]
  *                   [--max-windows N] [--raw-first N] [--raw-layers L,..]
- *                   [--k-mean oracle|none]
+ *                   [--k-mean oracle|none] [--k-exact LO-HI]
  *
  * For every text: tokenize it; for cut points c = first-cut, +stride, ...
  * (while c + score fits in the text, at most max-cuts of them), prefill the
@@ -50,7 +50,8 @@
  * --raw-layers L,L..: those layers (0-63) skip it; --k-mean oracle: each K
  * row minus its (layer, KV head) channel means over the window (taken from
  * the window's F16 pass, so an upper bound: a codec would have to store
- * or predict them) goes through the codec, the means added back after.
+ * or predict them) goes through the codec, the means added back after;
+ * --k-exact LO-HI: K channels LO .. HI-1 of every head keep their F16 values.
  *
  * Codec names: any of mz_codec_find's (each built per layer with
  * mz_codec_for_layer, as the memory manager does: "cachegen-layer" is the
@@ -249,6 +250,7 @@ typedef struct full_ablation {
     int raw_first;       /* positions below it skip the codec (attention sink) */
     uint64_t raw_layers; /* bit l: layer l skips the codec */
     bool k_mean_oracle;  /* K minus the window's own per-channel mean through the codec */
+    int k_exact_lo, k_exact_hi; /* K channels [lo, hi) of every head keep their F16 values */
     float *k_mean;       /* [layer][kv head][channel] of the window, from its F16 pass */
 } full_ablation;
 
@@ -267,7 +269,14 @@ static void roundtrip_position(mz_ctx_t *c, const mz_model_info *mi, const codec
             memcpy(rows + r * hd, ch + (r * TOK + p % TOK) * hd, hd * sizeof *rows);
         for (size_t i = 0; mu && i < nkv * hd; i++) /* the K rows come first */
             rows[i] = mz_cdc_f32_to_f16(mz_cdc_f16_to_f32(rows[i]) - mu[i]);
+        mz_f16 keep[1024];
+        const size_t kl = (size_t)ab->k_exact_lo, kh = MZ_MIN((size_t)ab->k_exact_hi, hd);
+        if (kh > kl && nkv * (kh - kl) > sizeof keep / sizeof *keep) die("--k-exact", "too many channels");
+        for (size_t h = 0; h < nkv && kh > kl; h++)
+            memcpy(keep + h * (kh - kl), ch + (h * TOK + p % TOK) * hd + kl, (kh - kl) * sizeof *keep);
         roundtrip_values(e, l, rows, n, blob, blob_cap);
+        for (size_t h = 0; h < nkv && kh > kl; h++)
+            memcpy(rows + h * hd + kl, keep + h * (kh - kl), (kh - kl) * sizeof *keep);
         for (size_t i = 0; mu && i < nkv * hd; i++)
             rows[i] = mz_cdc_f32_to_f16(mz_cdc_f16_to_f32(rows[i]) + mu[i]);
         for (size_t r = 0; r < 2 * nkv; r++)
@@ -301,9 +310,10 @@ static void eval_full(mz_model_t *m, const mz_model_info *mi, int threads, const
     const int n_vocab = mz_model_n_vocab(m), first = W / 2;
     printf("\n## %s: llama.cpp's method, every KV entry through the codec, %zu windows of %d "
            "tokens, %zu scored\n\n", file, n_win, W, n_win * (size_t)(W - 1 - first));
-    if (ab->raw_first || ab->raw_layers || ab->k_mean_oracle)
-        printf("ablation: raw_first=%d raw_layers=0x%llx k_mean=%s\n\n", ab->raw_first,
-               (unsigned long long)ab->raw_layers, ab->k_mean_oracle ? "oracle" : "none");
+    if (ab->raw_first || ab->raw_layers || ab->k_mean_oracle || ab->k_exact_hi > ab->k_exact_lo)
+        printf("ablation: raw_first=%d raw_layers=0x%llx k_mean=%s k_exact=%d-%d\n\n", ab->raw_first,
+               (unsigned long long)ab->raw_layers, ab->k_mean_oracle ? "oracle" : "none", ab->k_exact_lo,
+               ab->k_exact_hi);
     if (!n_win) return;
     mz_ctx_params cp = mz_ctx_params_default();
     cp.n_threads = threads;
@@ -556,6 +566,12 @@ int main(int argc, char **argv)
             snprintf(buf, sizeof buf, "%s", v);
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
                 ablation.raw_layers |= 1ull << parse_int("--raw-layers", t, 0, 63);
+        } else if (!strcmp(a, "--k-exact")) {
+            char *dash = strchr(v, '-'), lo[16];
+            if (!dash || dash - v >= (long)sizeof lo) die("--k-exact (want LO-HI channels)", v);
+            snprintf(lo, sizeof lo, "%.*s", (int)(dash - v), v);
+            ablation.k_exact_lo = parse_int("--k-exact", lo, 0, 1024);
+            ablation.k_exact_hi = parse_int("--k-exact", dash + 1, ablation.k_exact_lo, 1024);
         } else if (!strcmp(a, "--k-mean")) {
             if (strcmp(v, "oracle") && strcmp(v, "none")) die("--k-mean (want oracle or none)", v);
             ablation.k_mean_oracle = !strcmp(v, "oracle");
@@ -566,7 +582,7 @@ int main(int argc, char **argv)
         die("usage", "eval_codec -m MODEL -f TEXT [-f TEXT..] [-t N] [--first-cut N] [--stride N] "
                      "[--max-cuts N] [--score N] [--gen N] [--codecs a,b,..] [--dump-kv FILE] "
                      "[--method cut|full|both] [--ctx W[,W..]] [--max-windows N] [--raw-first N] "
-                     "[--raw-layers L[,L..]] [--k-mean oracle|none]");
+                     "[--raw-layers L[,L..]] [--k-mean oracle|none] [--k-exact LO-HI]");
 
     mz_model_t *m = NULL;
     if (mz_model_load(model, NULL, &m) != MZ_OK) die(model, mz_last_error());
