@@ -63,9 +63,19 @@ class Server(serveutil.Server):
         return {o["id"]: o for o in j["data"]} if st == 200 and j else {}
 
 
+# The system prompt: 24 rules (458 tokens; about 585 stored after three
+# turns: two full 256-token KV chunks and a partial one). Under the
+# sanitizers 12 rules (230 tokens; about 309 stored: one full chunk and a
+# partial one, still past 256 as every check below needs): each daemon's
+# first turn prefills it (R and A), and under TSan those two prefills took
+# 225 of the test's 312 s. Every turn, kill, resume (a full chunk and the
+# partial one restored) and comparison is the same; resuming two full
+# chunks rather than one is the same loop (test_store resumes several
+# chunks under both sanitizers: its tiny-model cases, 1100 tokens).
+N_RULES = 12 if os.environ.get("MZ_SANITIZED") else 24
 SYSTEM = ("You are a careful assistant for a small library. " +
           " ".join(f"Rule {i}: answer politely, briefly and only about books, shelves and opening hours."
-                   for i in range(1, 25)))
+                   for i in range(1, N_RULES + 1)))
 QUESTIONS = ["What are the opening hours?", "Where are the history books?",
              "Can I borrow three books at once?", "What did I ask first?"]
 
