@@ -58,7 +58,8 @@
  * CacheGen layer schedule, Q = 15 in the first third of the layers, 7 after),
  * plus "cg-kA-vB" (cachegen with Q = A for K and B for V in every layer) and
  * "K/V" (e.g. "q8/q4r": the K values through codec K, the V values through
- * codec V; no size row).
+ * codec V; no size row), where K may be "kivi" (kivi_k_roundtrip: K per
+ * channel across a chunk's tokens, a prototype for the cut-point method).
  * Output: "key=value" lines (grep-able) and a Markdown table.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -143,6 +144,7 @@ typedef struct codec_eval {
     mz_codec one;          /* otherwise */
     mz_codec *layer;       /* [n_layer] when per_layer (with layer_v: the K codec) */
     mz_codec *layer_v;     /* "K/V" specs: [n_layer] V codec, K codec in layer; else NULL */
+    bool k_per_channel;    /* "kivi/V": K through kivi_k_roundtrip instead of layer's codec */
     /* quality, summed over cut points */
     double nll;            /* sum of -log p(true token) */
     double kl;             /* sum of KL(base || codec) */
@@ -170,6 +172,40 @@ static void roundtrip_one(const mz_codec *cd, mz_f16 *buf, size_t n, uint8_t *bl
     if (mz_codec_decode(cd, blob, len, buf, n) != MZ_OK) die("decode", mz_last_error());
 }
 
+/* A prototype, not a codec (cut-point method only): KIVI's key quantization
+ * (Liu et al., 2024) in a chunk: every K channel of every head quantized
+ * across the chunk's tokens, groups of KIVI_GROUP tokens, an f16 min and max
+ * per group and 15 uniform steps between them (4.5 bits a value, as q4).
+ * k: n_kv_heads x TOK x head_dim, the K half of a chunk. */
+#define KIVI_GROUP 64
+static size_t g_n_head_kv, g_head_dim; /* the model's, for kivi_k_roundtrip */
+
+static void kivi_k_roundtrip(mz_f16 *k, size_t n)
+{
+    const size_t hd = g_head_dim;
+    if (n != g_n_head_kv * TOK * hd) die("kivi", "needs whole chunks (the cut-point method)");
+    for (size_t h = 0; h < g_n_head_kv; h++)
+        for (size_t j = 0; j < hd; j++)
+            for (size_t t0 = 0; t0 < TOK; t0 += KIVI_GROUP) {
+                mz_f16 *x = k + (h * TOK + t0) * hd + j;
+                float lo = INFINITY, hi = -INFINITY;
+                for (size_t t = 0; t < KIVI_GROUP; t++) {
+                    const float v = mz_cdc_f16_to_f32(x[t * hd]);
+                    lo = v < lo ? v : lo;
+                    hi = v > hi ? v : hi;
+                }
+                lo = mz_cdc_f16_to_f32(mz_cdc_f32_to_f16(lo));
+                hi = mz_cdc_f16_to_f32(mz_cdc_f32_to_f16(hi));
+                const float step = (hi - lo) / 15.0f;
+                for (size_t t = 0; t < KIVI_GROUP; t++) {
+                    const float v = mz_cdc_f16_to_f32(x[t * hd]);
+                    float q = step > 0 ? roundf((v - lo) / step) : 0;
+                    q = q < 0 ? 0 : q > 15 ? 15 : q;
+                    x[t * hd] = mz_cdc_f32_to_f16(q == 15 ? hi : fminf(lo + q * step, hi));
+                }
+            }
+}
+
 /* buf[0..n) (K values, then as many V values) replaced by decode(encode(.))
  * with layer l's codec, or its K and V codecs. */
 static void roundtrip_values(const codec_eval *e, int l, mz_f16 *buf, size_t n, uint8_t *blob,
@@ -179,7 +215,8 @@ static void roundtrip_values(const codec_eval *e, int l, mz_f16 *buf, size_t n, 
         roundtrip_one(codec_for(e, l), buf, n, blob, cap);
         return;
     }
-    roundtrip_one(&e->layer[l], buf, n / 2, blob, cap);
+    if (e->k_per_channel) kivi_k_roundtrip(buf, n / 2);
+    else roundtrip_one(&e->layer[l], buf, n / 2, blob, cap);
     roundtrip_one(&e->layer_v[l], buf + n / 2, n - n / 2, blob, cap);
 }
 
@@ -589,6 +626,8 @@ int main(int argc, char **argv)
     mz_model_info mi;
     mz_model_get_info(m, &mi);
     int n_vocab = mz_model_n_vocab(m);
+    g_n_head_kv = (size_t)mi.n_head_kv;
+    g_head_dim = (size_t)mi.head_dim;
 
     /* codecs */
     codec_eval codecs[MAX_CODECS + 1];
@@ -606,7 +645,8 @@ int main(int argc, char **argv)
             /* "K/V": K values through codec K, V values through codec V,
              * each built per layer as below */
             *slash = 0;
-            const mz_codec *ck = mz_codec_find(tok), *cv = mz_codec_find(slash + 1);
+            e->k_per_channel = !strcmp(tok, "kivi");
+            const mz_codec *ck = mz_codec_find(e->k_per_channel ? "q8" : tok), *cv = mz_codec_find(slash + 1);
             if (!ck || !cv) die(e->name, mz_last_error());
             e->per_layer = true;
             e->layer = calloc((size_t)mi.n_layer, sizeof *e->layer);
