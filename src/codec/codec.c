@@ -46,6 +46,7 @@ static const mz_codec *builtin(const char *name)
     if (!strcmp(name, "q4-g32")) return &mz_codec_q4_g32_vt;
     if (!strcmp(name, "q4-g128")) return &mz_codec_q4_g128_vt;
     if (!strcmp(name, "q4r")) return &mz_codec_q4r_vt;
+    if (!strcmp(name, "q8-q4r")) return &mz_codec_q8_q4r_vt;
     if (!strcmp(name, "cachegen")) return &mz_codec_cachegen_vt;
     if (!strcmp(name, "cachegen-q7")) return &mz_codec_cachegen_q7_vt;
     if (!strcmp(name, "cachegen-anchor")) return &mz_codec_cachegen_anchor_vt;
@@ -56,13 +57,14 @@ static const mz_codec *builtin(const char *name)
 mz_codec mz_codec_for_layer(const mz_codec *c, unsigned head_dim, unsigned layer, unsigned n_layer)
 {
     if (mz_codec_is_cachegen(c)) return mz_cachegen_for_layer(c, head_dim, layer, n_layer);
-    if (c->encode == mz_codec_q4r_vt.encode && head_dim > 0) {
+    const bool split = c->encode == mz_codec_q8_q4r_vt.encode;
+    if ((c->encode == mz_codec_q4r_vt.encode || split) && head_dim > 0) {
         /* the largest power of two dividing head_dim: a rotation never
          * crosses from one head vector into the next */
         unsigned d = head_dim & -head_dim;
         if (d > MZ_ROT_DIM_MAX) d = MZ_ROT_DIM_MAX;
         if (d >= 2) {
-            mz_codec r = mz_codec_q4r(d);
+            mz_codec r = split ? mz_codec_q8_q4r(d) : mz_codec_q4r(d);
             r.name = c->name;
             return r;
         }
@@ -79,6 +81,9 @@ double mz_codec_ratio_hint(const mz_codec *c)
     if ((c->encode == mz_codec_q4_g64_vt.encode || c->encode == mz_codec_q4r_vt.encode) &&
         c->param >= 2) /* 4 + G / 2 bytes per G values */
         return (4.0 + (double)c->param / 2.0) / (2.0 * (double)c->param);
+    if (c->encode == mz_codec_q8_q4r_vt.encode && c->param >= 2) /* half q8 (G = 64), half q4r */
+        return 0.5 * (4.0 + MZ_Q8_GROUP_DEFAULT) / (2.0 * MZ_Q8_GROUP_DEFAULT) +
+               0.5 * (4.0 + (double)c->param / 2.0) / (2.0 * (double)c->param);
     return 1.0;
 }
 
@@ -87,7 +92,7 @@ const mz_codec *mz_codec_find(const char *name)
     const mz_codec *c = name ? builtin(name) : NULL;
     if (!c)
         mz_fail(MZ_E_INVAL, "unknown codec '%s' (known: raw, q8, q8-g32, q8-g128, q4, q4-g32, "
-                "q4-g128, q4r, cachegen, "
+                "q4-g128, q4r, q8-q4r, cachegen, "
                 "cachegen-q7, cachegen-anchor, cachegen-layer)",
                 name ? name : "(null)");
     return c;

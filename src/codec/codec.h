@@ -5,11 +5,12 @@
  * self-describing blob and back. Every blob starts with a 16-byte header,
  * little-endian:
  *
- *     u32 magic      per codec ("MZRW" raw, "MZQ8" q8, "MZQ4" q4, "MZQR" q4r)
+ *     u32 magic      per codec ("MZRW" raw, "MZQ8" q8, "MZQ4" q4, "MZQR" q4r,
+ *                    "MZKV" q8-q4r)
  *     u16 version    1
  *     u16 param      codec parameter (q8: group size G >= 1; q4: even G >= 2;
  *                    q4r: rotation length = group size, a power of two
- *                    2 .. MZ_ROT_DIM_MAX; raw: 0)
+ *                    2 .. MZ_ROT_DIM_MAX; q8-q4r: its q4r half's; raw: 0)
  *     u64 n_values   number of F16 values encoded
  *
  * followed by the codec's payload, whose length is a pure function of
@@ -30,7 +31,7 @@
  *
  * Lossy codecs are idempotent: encode(decode(encode(x))) == encode(x) byte
  * for byte, so chunks can cycle through the compressed stack any number of
- * times without drifting (paper §6.5) — all but q4r, whose rotation back to
+ * times without drifting (paper §6.5) — all but q4r (and q8-q4r's V half), whose rotation back to
  * f16 moves each value by up to half an f16 ulp; re-encoding such a row
  * gives the same codes in practice but min/max may move by an f16 ulp
  * (docs/CODECS.md has the measured drift over cycles).
@@ -67,7 +68,8 @@ struct mz_codec {
 
 /* Built-in codecs by name: "raw", "q8" (G = 64), "q8-g32", "q8-g128", "q4"
  * (G = 64), "q4-g32", "q4-g128", "q4r" (rows of 64 rotated, then q4 with
- * G = 64), the cachegen family (codec_cachegen.h).
+ * G = 64), "q8-q4r" (a chunk's K half through q8, its V half through q4r:
+ * codec_split.c), the cachegen family (codec_cachegen.h).
  * NULL (with a message) for an unknown name. The result is static. */
 MZ_INTERNAL const mz_codec *mz_codec_find(const char *name);
 /* A q8 codec with any group size in [1, MZ_Q8_GROUP_MAX] (returned by value,
@@ -80,12 +82,15 @@ MZ_INTERNAL mz_codec mz_codec_q4(unsigned group);
 /* A q4r codec rotating rows of d values (a power of two in
  * [2, MZ_ROT_DIM_MAX]), one q4 group per rotated row; .name is "q4r". */
 MZ_INTERNAL mz_codec mz_codec_q4r(unsigned d);
+/* A q8-q4r codec whose V half rotates rows of d values (as mz_codec_q4r);
+ * .name is "q8-q4r". */
+MZ_INTERNAL mz_codec mz_codec_q8_q4r(unsigned d);
 
 /* The instance that encodes KV chunks of layer `layer` (of n_layer) for a
  * model whose KV heads are head_dim values wide (by value, nothing
- * allocated). q8, q4 and raw: *c itself. q4r: rows of the largest power of
- * two dividing head_dim (at most MZ_ROT_DIM_MAX), so each rotation stays
- * inside one head vector. cachegen: c's parameters with the row
+ * allocated). q8, q4 and raw: *c itself. q4r and q8-q4r: rows of the largest
+ * power of two dividing head_dim (at most MZ_ROT_DIM_MAX), so each rotation
+ * stays inside one head vector. cachegen: c's parameters with the row
  * length set to head_dim (when 1..MZ_CG_ROW_MAX) and, for "cachegen-layer",
  * the CacheGen layer schedule: c's levels in the first third of the layers,
  * at most Q = 7 after. The name stays c's. Any instance of a codec decodes
@@ -120,6 +125,7 @@ MZ_INTERNAL extern const mz_codec mz_codec_q4_g64_vt;  /* "q4" */
 MZ_INTERNAL extern const mz_codec mz_codec_q4_g32_vt;  /* "q4-g32" */
 MZ_INTERNAL extern const mz_codec mz_codec_q4_g128_vt; /* "q4-g128" */
 MZ_INTERNAL extern const mz_codec mz_codec_q4r_vt;      /* "q4r" */
+MZ_INTERNAL extern const mz_codec mz_codec_q8_q4r_vt;   /* "q8-q4r" */
 
 /* Header helpers (codec.c). parse checks magic, version and that len equals
  * MZ_CODEC_HEADER_BYTES + payload_bytes(param, n) exactly; payload_bytes

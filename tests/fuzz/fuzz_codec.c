@@ -4,7 +4,8 @@
  *
  * Input: byte 0 selects the codec (bits 0-1 and 2) and mode, the rest is the
  * blob. A blob starting with q4's magic "MZQ4" selects q4 / q4-g32 / q4-g128
- * in place of the q8 family (bits 0-1 as for q8; raw's slot is q4 too).
+ * in place of the q8 family (bits 0-1 as for q8; raw's slot is q4 too);
+ * one starting with "MZQR" selects q4r, with "MZKV" q8-q4r (bit 2 clear).
  *   - peek and decode with the blob's own count (if <= MAX_N) and with a
  *     wrong count: must never crash or read/write out of bounds (ASan);
  *   - q8 and q4, when decoding succeeds: e1 = encode(y), e2 =
@@ -14,8 +15,11 @@
  *     (MZ_E_FORMAT, a corrupt stream); when it succeeds the scalar decode
  *     must agree and the same idempotency cycle must hold, with parameters
  *     taken from the blob's own sub-header;
+ *   - q4r and q8-q4r, when peek accepts: decode must succeed and equal the
+ *     scalar kernels' decode (they are not idempotent bit for bit);
  *   - mode bit 3: the bytes are raw F16 input to every encoder instead (the
- *     q8 and the q4 cycle both run).
+ *     q8 and the q4 cycle both run, and q8-q4r's encode must decode and
+ *     equal the scalar kernels' bytes).
  *
  * Build: `make fuzz` (CMake, build-fuzz). By hand: clang -std=c11 -g -O1
  *   -fsanitize=fuzzer,address,undefined -Isrc -Iinclude src/core/core.c
@@ -71,6 +75,21 @@ static void check_cg_cycle(const mz_f16 *y, size_t n, const mz_cachegen_params *
     if (l1 != l2 || memcmp(g_e1, g_e2, l1) != 0) abort(); /* not idempotent */
 }
 
+/* q8-q4r (d a power of two): encode; the scalar kernels give the same bytes;
+ * the blob decodes. */
+static void check_split(const mz_f16 *y, size_t n, unsigned d)
+{
+    mz_codec c = mz_codec_q8_q4r(d);
+    size_t l1, l2, cap = mz_codec_bound(&c, n);
+    if (cap == 0 || cap > sizeof g_e1) return;
+    if (mz_codec_encode(&c, y, n, g_e1, cap, &l1) != MZ_OK) return; /* inf/NaN, f16 overflow */
+    mz_q8_force_scalar(true);
+    mz_status st = mz_codec_encode(&c, y, n, g_e2, cap, &l2);
+    mz_q8_force_scalar(false);
+    if (st != MZ_OK || l1 != l2 || memcmp(g_e1, g_e2, l1) != 0) abort();
+    if (mz_codec_decode(&c, g_e1, l1, g_y2, n) != MZ_OK) abort();
+}
+
 /* Valid encoder parameters from arbitrary bytes. */
 static mz_cachegen_params cg_params_from(const uint8_t *b)
 {
@@ -96,7 +115,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++;
     size--;
     bool q4 = !cg && size >= 4 && memcmp(data, "MZQ4", 4) == 0;
+    bool rot = !cg && size >= 4 && memcmp(data, "MZQR", 4) == 0;
+    bool split = !cg && size >= 4 && memcmp(data, "MZKV", 4) == 0;
     if (q4) c = mz_codec_find(q4_names[mode & 3]);
+    if (rot) c = mz_codec_find("q4r");
+    if (split) c = mz_codec_find("q8-q4r");
     if (mode & 8) {
         /* encoder side: bytes are F16 values */
         size_t n = MZ_MIN(size / 2, (size_t)MAX_N);
@@ -111,6 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else {
             check_quant_cycle(g_y, n, group, false);
             check_quant_cycle(g_y, n, group + (group & 1), true); /* 2, 10, 20, ... 136 */
+            check_split(g_y, n, 2u << (mode >> 4) % 10);         /* d = 2 .. 1024 */
         }
         size_t l;
         if (mz_codec_encode(c, g_y, n, g_e1, sizeof g_e1, &l) == MZ_OK &&
@@ -134,7 +158,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n > 0 && mz_codec_decode(c, data, size, g_y, n - 1) != MZ_E_FORMAT) abort();
     } else if (!cg && c->peek(c, data, size, &n) == MZ_OK && n <= MAX_N) {
         if (mz_codec_decode(c, data, size, g_y, n) != MZ_OK) abort(); /* peek said valid */
-        if (c->name[0] == 'q') {
+        if (rot || split) {
+            mz_q8_force_scalar(true);
+            mz_status st = mz_codec_decode(c, data, size, g_y2, n);
+            mz_q8_force_scalar(false);
+            if (st != MZ_OK || memcmp(g_y, g_y2, n * 2) != 0) abort(); /* SIMD != scalar */
+        } else if (c->name[0] == 'q') {
             if ((q4 ? mz_q4_decode_ref : mz_q8_decode_ref)(data, size, g_y2, n) != MZ_OK) abort();
             if (memcmp(g_y, g_y2, n * 2) != 0) abort();
             unsigned group = (unsigned)data[6] | (unsigned)data[7] << 8;

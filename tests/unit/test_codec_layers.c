@@ -217,7 +217,7 @@ int main(void)
     mz_model_t *m = ev_load(path), *ref_m = ev_load(path);
     if (!m || !ref_m) return 1;
     /* (raw: compressing frees nothing, nothing to plan with) */
-    static const char *const codecs[] = {"cachegen-layer", "cachegen", "q8", "q4", "q4r"};
+    static const char *const codecs[] = {"cachegen-layer", "cachegen", "q8", "q4", "q4r", "q8-q4r"};
     for (size_t i = 0; i < MZ_ARRAY_LEN(codecs); i++) test_manager(m, ref_m, codecs[i]);
     mz_model_free(m);
     mz_model_free(ref_m);
