@@ -12,7 +12,8 @@ CTEST_ARGS ?= --output-on-failure
 # CMakeLists.txt, those that write one file hold a RESOURCE_LOCK.
 CTEST_JOBS ?= 2
 
-.PHONY: all build deps model test-models demo test test-fast test-asan test-tsan test-arm fuzz bench bench-quick clean help
+.PHONY: all build deps model test-models demo test test-fast test-asan test-tsan test-arm fuzz bench bench-quick clean help \
+        test-asan-build test-tsan-build fuzz-build
 
 all: build
 
@@ -60,11 +61,24 @@ demo: build model
 	@echo
 	$(BUILD)/mzcache demo -m $(MODEL)
 
+# The AArch64 stage (test-arm) runs beside the ASan, TSan and fuzz builds:
+# it is mostly one thread (the kernel tests' compiles and programs, and the
+# CLI's answers, under qemu-user with MZ_ARM_THREADS 1), so on 2 vCPUs
+# alone it left a core idle for most of its ~3 minutes; the builds take
+# that core. It shares no files with them (its own build folders; the release
+# CLI, built and idle by then) and runs before any sanitizer test, so no
+# timing- or page-cache-sensitive test (RUN_SERIAL) runs beside it. Every
+# package is installed first, so no two installs run at once. Its output
+# is printed when it ends; a failure stops `make test` as before.
 test: build test-models
 	cd $(BUILD) && { ctest $(CTEST_ARGS) -j $(CTEST_JOBS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
+	MZ_WITH_FUZZ=1 scripts/install-deps.sh
+	@{ $(MAKE) --no-print-directory test-arm >$(BUILD)/test-arm.log 2>&1; echo $$? >$(BUILD)/test-arm.rc; } & \
+	    $(MAKE) test-asan-build test-tsan-build fuzz-build; rc=$$?; wait; \
+	    echo "---- make test-arm (ran beside the builds) ----"; cat $(BUILD)/test-arm.log; \
+	    [ $$rc -eq 0 ] && exit $$(cat $(BUILD)/test-arm.rc)
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
-	$(MAKE) test-arm
 	$(MAKE) fuzz FUZZ_SECONDS=10
 	@scripts/test-skips.sh $(BUILD)
 
@@ -72,15 +86,21 @@ test-fast: build test-models
 	cd $(BUILD) && { ctest $(CTEST_ARGS) -j $(CTEST_JOBS); echo $$? > ctest-rc; } | tee ctest-output.txt; exit $$(cat ctest-rc)
 	@scripts/test-skips.sh $(BUILD)
 
-test-asan: deps model
+# test-asan-build, test-tsan-build, fuzz-build: the build half of each
+# stage alone (`make test` runs them beside test-arm).
+test-asan-build: deps model
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=address,undefined >/dev/null
 	cmake --build $(BUILD_SAN) -j $(JOBS) --target test-programs
+
+test-asan: test-asan-build
 	cd $(BUILD_SAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -j $(CTEST_JOBS)
 
 # The concurrency suite (thread pool, restore workers) under ThreadSanitizer.
-test-tsan: deps
+test-tsan-build: deps
 	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMZ_SANITIZE=thread >/dev/null
 	cmake --build $(BUILD_TSAN) -j $(JOBS) --target concurrency-programs
+
+test-tsan: test-tsan-build
 	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -j $(CTEST_JOBS) -L concurrency
 
 # AArch64 under qemu-user: the kernel tests (every SIMD path against the
@@ -100,10 +120,12 @@ test-arm: deps model
 	    rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ]
 
 FUZZ_SECONDS ?= 60
-fuzz: model
+fuzz-build: model
 	MZ_WITH_FUZZ=1 scripts/install-deps.sh
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMZ_FUZZ=ON -DMZ_SANITIZE=address,undefined >/dev/null
 	cmake --build build-fuzz -j $(JOBS) --target fuzzers
+
+fuzz: fuzz-build
 	@scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
 # wrk against `mzcache serve` on loopback: chats, status polls, evictions and
