@@ -13,7 +13,8 @@
  *     below q4's; the drift over 3 encode/decode cycles stays small;
  *   - errors: inf/NaN, rows that overflow f16 when rotated, bad d, every
  *     truncation, q4 and q4r blobs refused by each other;
- *   - the registry, mz_codec_for_layer and the ratio hint.
+ *   - the registry, mz_codec_for_layer and the ratio hint (and q8-q4r's, whose
+ *     V half is q4r).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "codec/codec.h"
@@ -361,19 +362,28 @@ static void test_errors(void)
     CHECK_EQ_INT(mz_codec_decode(q4, blob, len, out, N), MZ_E_FORMAT);
 }
 
+/* q4r, and q8-q4r whose V half is q4r: the rotation length follows head_dim
+ * the same way for both. */
 static void test_registry(void)
 {
-    const mz_codec *c = mz_codec_find("q4r");
-    CHECK(c && c->param == 64 && strcmp(c->name, "q4r") == 0);
-    CHECK(fabs(mz_codec_ratio_hint(c) - 36.0 / 128.0) < 1e-12);
-    static const unsigned hd[][2] = {{64, 64}, {128, 128}, {96, 32}, {80, 16}, {256, 256}, {2048, 1024}};
-    for (size_t i = 0; i < MZ_ARRAY_LEN(hd); i++) {
-        mz_codec l = mz_codec_for_layer(c, hd[i][0], 3, 30);
-        CHECK_MSG(l.param == hd[i][1] && strcmp(l.name, "q4r") == 0, "head_dim %u -> %u", hd[i][0],
-                  l.param);
-        CHECK(l.encode == c->encode);
+    static const struct {
+        const char *name;
+        double ratio;
+    } codecs[] = {{"q4r", 36.0 / 128.0}, {"q8-q4r", (68.0 + 36.0) / 256.0}};
+    for (size_t k = 0; k < MZ_ARRAY_LEN(codecs); k++) {
+        const mz_codec *c = mz_codec_find(codecs[k].name);
+        CHECK(c && c->param == 64 && strcmp(c->name, codecs[k].name) == 0);
+        CHECK_MSG(fabs(mz_codec_ratio_hint(c) - codecs[k].ratio) < 1e-12, "%s: ratio hint %g",
+                  codecs[k].name, mz_codec_ratio_hint(c));
+        static const unsigned hd[][2] = {{64, 64}, {128, 128}, {96, 32}, {80, 16}, {256, 256}, {2048, 1024}};
+        for (size_t i = 0; i < MZ_ARRAY_LEN(hd); i++) {
+            mz_codec l = mz_codec_for_layer(c, hd[i][0], 3, 30);
+            CHECK_MSG(l.param == hd[i][1] && strcmp(l.name, codecs[k].name) == 0, "%s: head_dim %u -> %u",
+                      codecs[k].name, hd[i][0], l.param);
+            CHECK(l.encode == c->encode);
+        }
+        CHECK_EQ_INT(mz_codec_for_layer(c, 1, 0, 1).param, 64); /* no power of two >= 2: unchanged */
     }
-    CHECK_EQ_INT(mz_codec_for_layer(c, 1, 0, 1).param, 64); /* no power of two >= 2: unchanged */
 }
 
 int main(void)

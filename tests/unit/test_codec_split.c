@@ -9,8 +9,7 @@
  *   - errors: inf / NaN in either half, a short destination, every
  *     truncation and an extension, a wrong count, bad d in the header, a
  *     broken inner q8 or q4r header, a q8 or q4r blob given as q8-q4r;
- *   - the registry, mz_codec_for_layer (d follows head_dim as q4r's does)
- *     and the ratio hint.
+ *   - the registry (its per-layer d and ratio hint: test_codec_q4r).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "codec/codec.h"
@@ -162,20 +161,12 @@ static void test_errors(void)
     CHECK_EQ_INT(mz_codec_decode(q4r, blob, len, out, N), MZ_E_FORMAT);
 }
 
+/* The registry names it (its per-layer rotation length and ratio hint are
+ * checked with q4r's in test_codec_q4r). */
 static void test_registry(void)
 {
     const mz_codec *c = mz_codec_find("q8-q4r");
     CHECK(c && c->param == 64 && strcmp(c->name, "q8-q4r") == 0);
-    /* half 68 bytes per 64 values (q8), half 36 (q4r) */
-    CHECK(fabs(mz_codec_ratio_hint(c) - (68.0 + 36.0) / 256.0) < 1e-12);
-    static const unsigned hd[][2] = {{64, 64}, {128, 128}, {96, 32}, {80, 16}, {2048, 1024}};
-    for (size_t i = 0; i < MZ_ARRAY_LEN(hd); i++) {
-        mz_codec l = mz_codec_for_layer(c, hd[i][0], 3, 30);
-        CHECK_MSG(l.param == hd[i][1] && strcmp(l.name, "q8-q4r") == 0, "head_dim %u -> %u", hd[i][0],
-                  l.param);
-        CHECK(l.encode == c->encode);
-    }
-    CHECK_EQ_INT(mz_codec_for_layer(c, 1, 0, 1).param, 64); /* no power of two >= 2: unchanged */
     CHECK(strstr((mz_codec_find("nope"), mz_last_error()), "q8-q4r") != NULL);
 }
 
