@@ -16,7 +16,6 @@
 #include "codec/codec_f16.h"
 #include "testutil.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
