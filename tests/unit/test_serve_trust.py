@@ -361,11 +361,13 @@ def part_burst(srv, openai):
 # tokens (four full KV chunks and a tail), the size of issue 31's report.
 # Under the sanitizers (MZ_SANITIZED) a prompt's prefill costs far more
 # (1266 tokens took 160 s under ASan on the loaded 2-vCPU VM, and part_anon
-# prefills it three times): 30 rules there, about 560 tokens, still two
-# full chunks and a tail stored, found by their tokens and restored, with
-# the same checks.
+# prefills it three times): 16 rules there, about 310 tokens, still a full
+# chunk and a tail stored, found by their tokens and restored, with the
+# same checks (turn 2 restores about 94 % of its prompt, over the 90 % the
+# check asks). Resuming several chunks stays under ASan in test_store (its
+# SmolLM2 and tiny-model resumes) and here in the plain build.
 BIG_SYSTEM = " ".join(f"Rule {k}: answer politely, briefly and truthfully about the library's books." for k in
-                      range(30 if os.environ.get("MZ_SANITIZED") else 70))
+                      range(16 if os.environ.get("MZ_SANITIZED") else 70))
 
 
 def part_anon(binary, tmp, ref_srv):
