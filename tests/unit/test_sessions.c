@@ -951,7 +951,7 @@ int main(void)
 #if defined(__SANITIZE_THREAD__)
     /* ThreadSanitizer slows the real model's forward pass by ~30x: the
      * alternating test (SmolLM2) does not run there (even one round on short
-     * prompts took most of the test's time, about 45 of 73 s alone). The
+     * prompts took most of the test's time, about 54 of 72 s alone). The
      * threads it drives, the engine's evictions and each session's restore
      * workers, are the same code as in the tiny-model cases above, which run
      * under TSan (test_engine_restore, test_engine_budget, test_random);
