@@ -477,13 +477,16 @@ typedef struct {
     char msg[512];
 } load_job;
 
-/* MZCACHE_WEIGHTS_THP=1 (experiment): weight units asked for transparent
- * huge pages, so that a decode step streaming every block misses the TLB
- * once per 2 MiB instead of once per 4 KiB. */
+/* Weight units are asked for transparent huge pages (MZCACHE_WEIGHTS_THP=0:
+ * not), so that a decode step streaming every block misses the TLB once per
+ * 2 MiB instead of once per 4 KiB, and releasing or faulting a unit back
+ * costs a page operation per 2 MiB. Where THP is "never" the request does
+ * nothing; units stay whole (a unit is evicted and restored whole), so no
+ * huge page is ever half released. */
 static void weights_thp(void *p, size_t n)
 {
     const char *e = getenv("MZCACHE_WEIGHTS_THP");
-    if (e && !strcmp(e, "1")) (void)madvise(p, n, MADV_HUGEPAGE);
+    if (!e || strcmp(e, "0")) (void)madvise(p, n, MADV_HUGEPAGE);
 }
 
 static mz_status load_block(mz_model_t *m, int fd, int l)
