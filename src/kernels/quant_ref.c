@@ -42,24 +42,25 @@ void mz_to_float_bf16_ref(const void *restrict x, float *restrict y, size_t n)
     for (size_t i = 0; i < n; i++) y[i] = mz_bf16_to_f32(h[i]);
 }
 
+/* One block of MZ_QK 8-bit codes with scale d (Q8_0 and Q8_1 alike). */
+static void q8_block_to_float(mz_f16 d, const int8_t *qs, float *restrict y)
+{
+    const float s = mz_f16_to_f32(d);
+    for (int j = 0; j < MZ_QK; j++) y[j] = s * (float)qs[j];
+}
+
 void mz_to_float_q8_0_ref(const void *restrict x, float *restrict y, size_t n)
 {
     check_blocks(n);
     const mz_block_q8_0 *b = x;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        float d = mz_f16_to_f32(b[i].d);
-        for (int j = 0; j < MZ_QK; j++) y[i * MZ_QK + j] = d * (float)b[i].qs[j];
-    }
+    for (size_t i = 0; i < n / MZ_QK; i++) q8_block_to_float(b[i].d, b[i].qs, y + i * MZ_QK);
 }
 
 void mz_to_float_q8_1_ref(const void *restrict x, float *restrict y, size_t n)
 {
     check_blocks(n);
     const mz_block_q8_1 *b = x;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        float d = mz_f16_to_f32(b[i].d);
-        for (int j = 0; j < MZ_QK; j++) y[i * MZ_QK + j] = d * (float)b[i].qs[j];
-    }
+    for (size_t i = 0; i < n / MZ_QK; i++) q8_block_to_float(b[i].d, b[i].qs, y + i * MZ_QK);
 }
 
 void mz_to_float_q4_0_ref(const void *restrict x, float *restrict y, size_t n)
@@ -109,8 +110,9 @@ void mz_quantize_bf16_ref(const float *restrict x, void *restrict y, size_t n)
     for (size_t i = 0; i < n; i++) h[i] = mz_f32_to_bf16(x[i]);
 }
 
-/* Shared by Q8_0 and Q8_1: returns the unrounded d, fills q, sums q. */
-static float quantize_block_q8(const float *restrict x, int8_t *restrict q, int *sum)
+/* Shared by Q8_0 and Q8_1: fills q, stores f16(d) in *d_out and, when s_out
+ * is not NULL (Q8_1), f16(d * sum of q) in *s_out. */
+static void quantize_block_q8(const float *restrict x, int8_t *restrict q, mz_f16 *d_out, mz_f16 *s_out)
 {
     float amax = 0.0f;
     for (int j = 0; j < MZ_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -123,31 +125,22 @@ static float quantize_block_q8(const float *restrict x, int8_t *restrict q, int 
         q[j] = (int8_t)fmaxf(-127.0f, fminf(127.0f, roundf(x[j] * id)));
         s += q[j];
     }
-    *sum = s;
-    return d;
+    *d_out = mz_f32_to_f16(d);
+    if (s_out) *s_out = mz_f32_to_f16(d * (float)s);
 }
 
 void mz_quantize_q8_0_ref(const float *restrict x, void *restrict y, size_t n)
 {
     check_blocks(n);
     mz_block_q8_0 *b = y;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int sum;
-        float d = quantize_block_q8(x + i * MZ_QK, b[i].qs, &sum);
-        b[i].d = mz_f32_to_f16(d);
-    }
+    for (size_t i = 0; i < n / MZ_QK; i++) quantize_block_q8(x + i * MZ_QK, b[i].qs, &b[i].d, NULL);
 }
 
 void mz_quantize_q8_1_ref(const float *restrict x, void *restrict y, size_t n)
 {
     check_blocks(n);
     mz_block_q8_1 *b = y;
-    for (size_t i = 0; i < n / MZ_QK; i++) {
-        int sum;
-        float d = quantize_block_q8(x + i * MZ_QK, b[i].qs, &sum);
-        b[i].d = mz_f32_to_f16(d);
-        b[i].s = mz_f32_to_f16(d * (float)sum);
-    }
+    for (size_t i = 0; i < n / MZ_QK; i++) quantize_block_q8(x + i * MZ_QK, b[i].qs, &b[i].d, &b[i].s);
 }
 
 void mz_quantize_q4_0_ref(const float *restrict x, void *restrict y, size_t n)
