@@ -59,11 +59,10 @@ static mz_status split_encode(const mz_codec *c, const mz_f16 *src, size_t n, ui
     size_t k_len, v_len, wk, wv;
     *n_written = 0;
     MZ_ASSERT(split_dim_ok(c->param)); /* the vtable's or the constructor's d */
-    if (!split_parts(c->param, n, &k_len, &v_len) ||
-        k_len + v_len > SIZE_MAX - MZ_CODEC_HEADER_BYTES)
-        return mz_fail(MZ_E_RANGE, "q8-q4r encode: %zu values is too many", n);
-    const size_t need = MZ_CODEC_HEADER_BYTES + k_len + v_len;
+    const size_t need = split_bound(c, n);
+    if (need == 0) return mz_fail(MZ_E_RANGE, "q8-q4r encode: %zu values is too many", n);
     if (dst_cap < need) return mz_fail(MZ_E_RANGE, "q8-q4r encode: need %zu bytes, have %zu", need, dst_cap);
+    MZ_ASSERT(split_parts(c->param, n, &k_len, &v_len)); /* split_bound checked them */
     const mz_codec kc = k_codec(), vc = v_codec(c->param);
     uint8_t *k_blob = dst + MZ_CODEC_HEADER_BYTES, *v_blob = k_blob + k_len;
     mz_status s = mz_codec_encode(&kc, src, n / 2, k_blob, k_len, &wk);
@@ -76,37 +75,47 @@ static mz_status split_encode(const mz_codec *c, const mz_f16 *src, size_t n, ui
     return MZ_OK;
 }
 
+/* A blob's outer header, checked (exact length included): its d, n and the
+ * lengths of its two inner blobs, which follow the header back to back. */
+static mz_status split_open(const uint8_t *src, size_t len, unsigned *d, uint64_t *n, size_t *k_len,
+                            size_t *v_len)
+{
+    mz_status s = mz_codec_header_parse("q8-q4r", src, len, SPLIT_MAGIC, split_payload, d, n);
+    if (s) return s;
+    MZ_ASSERT(split_parts(*d, *n, k_len, v_len)); /* the header parse checked them */
+    return MZ_OK;
+}
+
 static mz_status split_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
                               size_t n)
 {
-    (void)c;
+    (void)c; /* any instance decodes any q8-q4r blob: d is in the header */
     unsigned d;
     uint64_t n_blob;
     size_t k_len, v_len;
-    mz_status s = mz_codec_header_parse("q8-q4r", src, len, SPLIT_MAGIC, split_payload, &d, &n_blob);
+    mz_status s = split_open(src, len, &d, &n_blob, &k_len, &v_len);
     if (s) return s;
     if (n_blob != n)
         return mz_fail(MZ_E_FORMAT, "q8-q4r blob: holds %llu values, caller expects %zu",
                        (unsigned long long)n_blob, n);
-    MZ_ASSERT(split_parts(d, n, &k_len, &v_len)); /* the header parse checked it */
     const mz_codec kc = k_codec(), vc = v_codec(d);
     const uint8_t *k_blob = src + MZ_CODEC_HEADER_BYTES;
-    s = mz_codec_decode(&kc, k_blob, k_len, dst, n / 2);
-    if (s) return s;
+    if ((s = mz_codec_decode(&kc, k_blob, k_len, dst, n / 2))) return s;
     return mz_codec_decode(&vc, k_blob + k_len, v_len, dst + n / 2, n - n / 2);
 }
 
+/* The inner blobs' own peeks check their headers and groups; each must hold
+ * its half of n (implied by the exact lengths, checked again by name). */
 static mz_status split_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)
 {
+    (void)c;
     unsigned d;
     uint64_t n;
     size_t k_len, v_len, inner;
-    mz_status s = mz_codec_header_parse("q8-q4r", src, len, SPLIT_MAGIC, split_payload, &d, &n);
+    mz_status s = split_open(src, len, &d, &n, &k_len, &v_len);
     if (s) return s;
-    MZ_ASSERT(split_parts(d, n, &k_len, &v_len));
     const mz_codec kc = k_codec(), vc = v_codec(d);
     const uint8_t *k_blob = src + MZ_CODEC_HEADER_BYTES;
-    (void)c;
     if ((s = kc.peek(&kc, k_blob, k_len, &inner))) return s;
     if (inner != (size_t)n / 2)
         return mz_fail(MZ_E_FORMAT, "q8-q4r blob: K part holds %zu values, expected %zu", inner,
