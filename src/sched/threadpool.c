@@ -76,14 +76,14 @@
  * preemption seen during a spin ends it. A preemption on a machine that is
  * not crowded (a kernel thread or a timer taking one of 16 vCPUs for a
  * moment) changes nothing: with every preemption counted, qwen3-0.6b-shape
- * decode on the 16-vCPU machine fell into the sleeping regime in 6 of 40
- * runs (10,000-22,000 worker sleeps in 18,441 jobs, 30-86 tok/s against a
- * median near 200). The count is read only inside a spin, every 64 polls,
+ * decode at 16 threads on the 16-vCPU machine fell into the sleeping regime
+ * in 6 of 40 runs (10,000-22,000 worker sleeps in 18,441 jobs; 0.39-0.72 of
+ * its cell's median tok/s). The count is read only inside a spin, every 64 polls,
  * and the run queue only after a preemption, so a wait that ends within a
  * few microseconds (the hot path) makes no system call.
  * MZ_POOL_SPIN_US (0 .. 100000) overrides the long spin for measurements;
- * MZ_POOL_PREEMPT=any counts every preemption, crowded or not (the rule
- * before, for measurements).
+ * MZ_POOL_PREEMPT=any counts every preemption, crowded or not (for
+ * measurements of the crowding test).
  */
 #define SPIN_US_DEFAULT 1000
 #define SPIN_US_SHORT 80
@@ -300,7 +300,8 @@ static void print_stats(struct mz_threadpool *tp)
     fprintf(stderr,
             "threadpool: %d threads, spin %lld us%s: %lld jobs, %lld worker sleeps, %lld caller "
             "sleeps, join wait %.1f us mean, %lld us max, %lld over 1 ms\n",
-            tp->n_threads, (long long)tp->spin_us, tp->preempt_any ? " (every preemption)" : "", jobs, (long long)atomic_load(&tp->n_worker_sleeps),
+            tp->n_threads, (long long)tp->spin_us, tp->preempt_any ? " (every preemption)" : "", jobs,
+            (long long)atomic_load(&tp->n_worker_sleeps),
             (long long)atomic_load(&tp->n_caller_sleeps),
             jobs ? (double)atomic_load(&tp->join_us_total) / (double)jobs : 0.0,
             (long long)atomic_load(&tp->join_us_max), (long long)atomic_load(&tp->n_joins_over_1ms));
