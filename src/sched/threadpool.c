@@ -164,20 +164,22 @@ bool mz_pool_crowded(long runnable, long n_cpus)
     return runnable > n_cpus + n_cpus / 8;
 }
 
-/* Whether the machine has more runnable threads than CPUs right now
- * (mz_pool_crowded); true where that cannot be read. */
-static bool machine_crowded(const struct mz_threadpool *tp)
+long mz_loadavg_runnable_now(void)
 {
     char buf[128];
-    long runnable = -1;
     FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        const size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        runnable = mz_loadavg_runnable(buf);
-    }
-    return mz_pool_crowded(runnable, tp->n_cpus);
+    if (!f) return -1;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return mz_loadavg_runnable(buf);
+}
+
+/* Whether the machine is crowded right now (mz_pool_crowded of the running
+ * count); true where that cannot be read. */
+static bool machine_crowded(const struct mz_threadpool *tp)
+{
+    return mz_pool_crowded(mz_loadavg_runnable_now(), tp->n_cpus);
 }
 
 /* The calling thread's involuntary context switches so far; -1 where the

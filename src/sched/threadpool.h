@@ -24,9 +24,12 @@ void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg);
 
 /* For the spin rule ("How long to spin", threadpool.c) and its tests: the
  * running count of a /proc/loadavg text ("0.52 0.58 0.59 3/1024 12345" -> 3),
- * -1 if the text is not of that form; and whether `runnable` threads crowd
- * `n_cpus` CPUs (true when either is unknown: runnable < 0 or n_cpus < 1). */
+ * -1 if the text is not of that form; the same of this machine's
+ * /proc/loadavg (-1 where it cannot be read); and whether `runnable` threads
+ * crowd `n_cpus` CPUs (true when either is unknown: runnable < 0 or
+ * n_cpus < 1). */
 long mz_loadavg_runnable(const char *text);
+long mz_loadavg_runnable_now(void);
 bool mz_pool_crowded(long runnable, long n_cpus);
 
 #endif /* MZ_THREADPOOL_H */
