@@ -754,8 +754,6 @@ static size_t make_random_q4_blob(uint8_t *blob, size_t n, unsigned G)
     return (size_t)(p - blob);
 }
 
-/* Decode of random q4 blobs by every kernel set (and each SIMD kernel
- * directly, streaming or not, aligned or not) against t_decq. */
 /* q * step is exact for every code q of a group's grid (top 255: q8, 15:
  * q4), so a fused multiply-add (any compiler, any ISA) gives the same f32 as
  * mul + add; and the codec's step is the one written out in this test.
@@ -777,6 +775,8 @@ static int inexact_steps(unsigned top)
     return bad;
 }
 
+/* Decode of random q4 blobs by every kernel set (and each SIMD kernel
+ * directly, streaming or not, aligned or not) against t_decq. */
 static void test_q4_decode_formula(void)
 {
     size_t n_max = 70001;
