@@ -103,6 +103,40 @@ static void decode_avx512_variants(size_t (*decode)(const uint8_t *, size_t, uns
 }
 #endif
 
+/* The group decoders of one codec family called directly on blob's payload
+ * (bits 8: q8's, 4: q4's): AVX2, and AVX-512 in its four store variants
+ * into al and al + odd; compared with want as decode_each_isa does. */
+static void decode_groups_each_kernel(int bits, const uint8_t *blob, size_t n, unsigned G, mz_f16 *al,
+                                      size_t odd, const mz_f16 *want, mz_f16 *got, const char *what,
+                                      int *mism)
+{
+    const uint8_t *pl = blob + MZ_CODEC_HEADER_BYTES;
+    size_t n_groups = (n + G - 1) / G;
+    (void)bits; /* no SIMD kernel file off x86 */
+    (void)pl;
+    (void)n_groups;
+    (void)al;
+    (void)odd;
+    (void)got;
+#if defined(MZ_CODEC_HAVE_AVX2_FILE)
+    if (mz_codec_cpu_has_avx2()) {
+        memset(got, 0xee, n * 2);
+        CHECK_EQ_INT(bits == 4 ? mz_q4_decode_groups_avx2(pl, n, G, got) : mz_q8_decode_groups_avx2(pl, n, G, got),
+                     n_groups);
+        if (memcmp(want, got, n * 2) != 0 && (*mism)++ < 3)
+            fprintf(stderr, "%s avx2 G=%u n=%zu differs\n", what, G, n);
+    }
+#endif
+#if defined(MZ_CODEC_HAVE_AVX512_FILE)
+    if (mz_codec_cpu_has_avx512())
+        decode_avx512_variants(bits == 4 ? mz_q4_decode_groups_avx512 : mz_q8_decode_groups_avx512, pl, n, G,
+                               al + odd, al, want, what, mism);
+#else
+    (void)what;
+    (void)mism;
+#endif
+}
+
 /* ---- f16 helpers ----------------------------------------------------------------- */
 
 static void test_f16_helpers(void)
@@ -805,23 +839,7 @@ static void test_q4_decode_formula(void)
         CHECK_EQ_INT(mz_q4_decode_ref(blob, len, got, n), MZ_OK);
         if (memcmp(want, got, n * 2) != 0 && mism++ < 3) fprintf(stderr, "q4 scalar G=%u n=%zu differs\n", G, n);
         decode_each_isa(&c, blob, len, want, got, n, "q4 decode", G, &mism);
-        size_t n_groups = (n + G - 1) / G;
-        const uint8_t *pl = blob + MZ_CODEC_HEADER_BYTES;
-        (void)n_groups; /* no SIMD kernel file off x86 */
-        (void)pl;
-#if defined(MZ_CODEC_HAVE_AVX2_FILE)
-        if (mz_codec_cpu_has_avx2()) {
-            memset(got, 0xee, n * 2);
-            CHECK_EQ_INT(mz_q4_decode_groups_avx2(pl, n, G, got), n_groups);
-            if (memcmp(want, got, n * 2) != 0 && mism++ < 3) fprintf(stderr, "q4 avx2 G=%u n=%zu\n", G, n);
-        }
-#endif
-#if defined(MZ_CODEC_HAVE_AVX512_FILE)
-        if (mz_codec_cpu_has_avx512()) {
-            decode_avx512_variants(mz_q4_decode_groups_avx512, pl, n, G, al + 1 + (size_t)(t % 31), al,
-                                   want, "q4 avx512 decode", &mism);
-        }
-#endif
+        decode_groups_each_kernel(4, blob, n, G, al, 1 + (size_t)(t % 31), want, got, "q4 decode", &mism);
         compared += (long long)n;
     }
     CHECK_EQ_INT(mism, 0);
@@ -878,23 +896,7 @@ static void test_simd_vs_scalar(void)
         CHECK(s1 == MZ_OK && s2 == MZ_OK);
         if (memcmp(a, b, n * 2) != 0) mism++;
         decode_each_isa(&c, blob, len, a, b, n, "decode", G, &mism);
-        size_t n_groups = (n + G - 1) / G;
-        const uint8_t *pl = blob + MZ_CODEC_HEADER_BYTES;
-        (void)n_groups; /* no SIMD kernel file off x86 */
-        (void)pl;
-#if defined(MZ_CODEC_HAVE_AVX2_FILE)
-        if (mz_codec_cpu_has_avx2()) {
-            CHECK_EQ_INT(mz_q8_decode_groups_avx2(pl, n, G, b), n_groups);
-            if (memcmp(a, b, n * 2) != 0) mism++;
-        }
-#endif
-#if defined(MZ_CODEC_HAVE_AVX512_FILE)
-        if (mz_codec_cpu_has_avx512()) {
-            /* both store paths, on a 64-byte aligned and on a misaligned dst */
-            decode_avx512_variants(mz_q8_decode_groups_avx512, pl, n, G, al + 1 + (size_t)(t % 31), al, a,
-                                   "avx512 decode", &mism);
-        }
-#endif
+        decode_groups_each_kernel(8, blob, n, G, al, 1 + (size_t)(t % 31), a, b, "q8 decode", &mism);
         for (size_t i = 0; i < n; i++) mism += (a[i] & 0x7c00u) == 0x7c00u; /* always finite */
         compared += (long long)n;
     }
