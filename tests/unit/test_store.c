@@ -820,6 +820,42 @@ static void flip_payload_bit(const char *dir, const char *id, const mz_swap_slot
     if (fd >= 0) close(fd);
 }
 
+/* store_as_killed on rig's engine and store, then, if rec >= 0, one bit of
+ * record rec's payload flipped (flip_payload_bit); returns the stored
+ * manifest's full chunks. */
+static size_t store_killed_flipped(const tiny_rig *rig, const mz_ctx_params *cp, const char *id,
+                                   const mz_token *prompt, size_t n, long rec, size_t at, unsigned char mask)
+{
+    store_as_killed(rig->e, cp, rig->st, id, prompt, n);
+    mz_manifest mf;
+    if (mz_store_read_manifest(rig->st, id, &mf) != MZ_OK) {
+        CHECK_MSG(false, "%s: no manifest stored", id);
+        return 0;
+    }
+    size_t n_chunks = mf.n_chunks;
+    size_t n_recs = (mf.n_chunks + (mf.tail_pos > 0)) * (size_t)rig->m->cfg.n_layer;
+    CHECK(rec < (long)n_recs);
+    if (rec >= 0 && rec < (long)n_recs) flip_payload_bit(rig->sdir, id, &mf.recs[rec], at, mask);
+    mz_manifest_clear(&mf);
+    return n_chunks;
+}
+
+/* The resumed session *c continues with want[0, g) (greedy), its memory
+ * manager is consistent; then it is freed and id deleted from st. */
+static void check_continuation_then_delete(mz_ctx_t **c, mz_store_t *st, const char *id, const mz_token *want,
+                                           size_t g, int flip)
+{
+    mz_token got[16];
+    CHECK(g <= MZ_ARRAY_LEN(got));
+    CHECK(ev_greedy(*c, g, got) == g);
+    CHECK_MSG(memcmp(got, want, g * sizeof *got) == 0, "%s (flip %d): continuation after the resume differs", id,
+              flip);
+    CHECK(mz_mem_is_valid((*c)->mem));
+    mz_ctx_free(*c);
+    *c = NULL;
+    CHECK(mz_store_delete(st, id) == MZ_OK);
+}
+
 /* ---- the write-behind and a busy engine (tiny model) --------------------------------------- */
 
 /* quiet: while a compute section is open on the engine (another session's
@@ -1072,7 +1108,7 @@ static void test_wide_resume(void)
     mz_ctx_params cp = sp_params();
     cp.n_threads = 0;
     enum { N = 1100, G = 8 };
-    mz_token prompt[N], want[G], got[G];
+    mz_token prompt[N], want[G];
     ev_tokens(prompt, N, mz_model_n_vocab(m), 23);
     mz_ctx_t *c = NULL;
     CHECK(mz_session_create(e, &cp, &c) == MZ_OK && mz_prefill(c, prompt, N) == MZ_OK);
@@ -1082,14 +1118,9 @@ static void test_wide_resume(void)
     for (int flip = 0; flip < 2; flip++) {
         char id[16];
         snprintf(id, sizeof id, "wide%d", flip);
-        store_as_killed(e, &cp, st, id, prompt, N);
-        mz_manifest mf;
-        CHECK(mz_store_read_manifest(st, id, &mf) == MZ_OK);
-        CHECK_EQ_INT(mf.n_chunks, 4);
-        if (flip) { /* one byte of chunk 2, layer 1: the resume keeps chunks 0-1 */
-            flip_payload_bit(rig.sdir, id, &mf.recs[2 * (size_t)m->cfg.n_layer + 1], 77, 0x10);
-        }
-        mz_manifest_clear(&mf);
+        /* flip: one byte of chunk 2, layer 1; the resume keeps chunks 0-1 */
+        long rec = flip ? 2L * m->cfg.n_layer + 1 : -1;
+        CHECK_EQ_INT(store_killed_flipped(&rig, &cp, id, prompt, N, rec, 77, 0x10), 4);
         mz_resume_info ri;
         CHECK(mz_session_resume(st, id, &cp, &c, &ri) == MZ_OK);
         if (!c) continue;
@@ -1103,12 +1134,7 @@ static void test_wide_resume(void)
             CHECK_MSG(strstr(ri.reason, "wide1") != NULL, "reason: %s", ri.reason);
         }
         CHECK_EQ_INT(mz_ctx_n_tokens(c), N);
-        CHECK(ev_greedy(c, G, got) == G);
-        CHECK_MSG(memcmp(got, want, sizeof got) == 0, "flip %d: continuation after the resume differs", flip);
-        CHECK(mz_mem_is_valid(c->mem));
-        mz_ctx_free(c);
-        c = NULL;
-        CHECK(mz_store_delete(st, id) == MZ_OK);
+        check_continuation_then_delete(&c, st, id, want, G, flip);
     }
 out:
     tiny_rig_close(&rig);
@@ -1131,7 +1157,7 @@ static void test_resume_prefill(void)
     mz_ctx_params cp = sp_params();
     const int nv = mz_model_n_vocab(m);
     enum { N = 1100, Q = 8, G = 6 };
-    mz_token prompt[N], q[Q], want[G], got[G];
+    mz_token prompt[N], q[Q], want[G];
     ev_tokens(prompt, N, nv, 29);
     ev_tokens(q, Q, nv, 31);
     want_lg = malloc((size_t)nv * sizeof *want_lg);
@@ -1147,14 +1173,10 @@ static void test_resume_prefill(void)
     for (int flip = 0; flip < 2; flip++) {
         char id[16];
         snprintf(id, sizeof id, "rp%d", flip);
-        store_as_killed(e, &cp, st, id, prompt, N);
+        /* flip: one byte of chunk 1, layer 0; the resume keeps chunk 0 */
+        store_killed_flipped(&rig, &cp, id, prompt, N, flip ? (long)m->cfg.n_layer : -1, 301, 0x04);
         mz_resume_info ri;
-        if (flip) { /* one byte of chunk 1, layer 0: the resume keeps chunk 0 */
-            mz_manifest mf;
-            CHECK(mz_store_read_manifest(st, id, &mf) == MZ_OK);
-            flip_payload_bit(rig.sdir, id, &mf.recs[1 * (size_t)m->cfg.n_layer], 301, 0x04);
-            mz_manifest_clear(&mf);
-        } else {
+        if (!flip) {
             /* refused before anything is read: the session stays stored */
             mz_token bad[2] = {q[0], (mz_token)nv};
             CHECK(mz_session_resume_prefill(st, id, &cp, bad, 2, &c, &ri) == MZ_E_INVAL && !c);
@@ -1180,12 +1202,7 @@ static void test_resume_prefill(void)
         const float *lg = mz_ctx_logits(c);
         CHECK_MSG(lg && memcmp(lg, want_lg, (size_t)nv * sizeof *lg) == 0,
                   "flip %d: the question's logits differ from the uninterrupted session's", flip);
-        CHECK(ev_greedy(c, G, got) == G);
-        CHECK_MSG(memcmp(got, want, sizeof got) == 0, "flip %d: continuation differs", flip);
-        CHECK(mz_mem_is_valid(c->mem));
-        mz_ctx_free(c);
-        c = NULL;
-        CHECK(mz_store_delete(st, id) == MZ_OK);
+        check_continuation_then_delete(&c, st, id, want, G, flip);
     }
 out:
     free(want_lg);
