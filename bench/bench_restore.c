@@ -5,7 +5,7 @@
  *
  *   bench_restore [-m MODEL] [-c CONTEXT_TOKENS] [-q QUERY_TOKENS] [-r REPEATS]
  *                 [-t THREADS] [--swap-dir DIR] [--remaining 50,0] [--synthetic]
- *                 [--restore-threads 0,1,2,3] [--modes none,all] [--codec q8]
+ *                 [--restore-threads 0,1,2,3] [--modes none,all] [--codec auto]
  *                 [--profile FILE] [--prefault-threads N]
  *
  * --synthetic: the context's KV chunks are written straight by the calibrated
@@ -101,7 +101,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: bench_restore [-m MODEL] [-c N] [-q N] [-r N] [-t N] "
                             "[--swap-dir DIR] [--remaining 50,0] [--synthetic]\n"
                             "       [--restore-threads 0,1,2,3] [--modes none,alloc-reload,"
-                            "reload-prefill,all] [--codec q8] [--profile FILE]\n"
+                            "reload-prefill,all] [--codec auto] [--profile FILE]\n"
                             "       [--prefault-threads N]\n");
             return 2;
         }
@@ -160,10 +160,12 @@ int main(int argc, char **argv)
         }
         base[r] = tm.ttft_ms;
     }
+    mz_mem_stats ms0; /* the codec the session has (kv_codec NULL: the one chosen for it) */
+    mz_get_mem_stats(c, &ms0);
     printf("model %s, context %d tokens (%s %.0f ms), query %d tokens, %d compute threads, "
            "codec %s, isa %s, median of %d, %ld CPUs online\n\n", model, n_ctx_tok,
            synthetic ? "SYNTHETIC KV written in" : "prefill", t0, n_q, threads,
-           codec ? codec : "q8", mz_harness_isa(), reps, n_cpus);
+           ms0.codec, mz_harness_isa(), reps, n_cpus);
     printf("all resident: TTFT %.1f ms\n\n", bench_median(base, reps));
     printf("| remaining | restore threads | overlap | TTFT ms | x none | prefill ms | stall ms | "
            "all ready ms | alloc ms | storage ms | memory ms | units (storage/memory) | CPU s | "

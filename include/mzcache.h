@@ -234,11 +234,15 @@ typedef struct mz_ctx_params {
     mz_progress_fn progress;   /* optional */
     void *progress_user;
     /* Elastic memory (mz_evict / mz_restore). */
-    const char *kv_codec;      /* codec of compressed KV chunks: "q8" (default; group-wise
-                                  8-bit, 64 values a group), "q8-g32", "q8-g128", "q4"
-                                  (the same at 4 bits), "q4-g32", "q4-g128", "q4r" (q4 of
-                                  Hadamard-rotated head vectors), "raw" or a
-                                  cachegen variant (docs/CODECS.md); NULL = "q8". Copied
+    const char *kv_codec;      /* codec of compressed KV chunks: "auto" (NULL, the default:
+                                  "q8", or "q8-q4r" where the device profile plans a
+                                  restore of half the session's memory more than 10 %
+                                  sooner with it; mz_mem_stats.codec names the one
+                                  chosen), "q8" (group-wise 8-bit, 64 values a group),
+                                  "q8-g32", "q8-g128", "q4" (the same at 4 bits),
+                                  "q4-g32", "q4-g128", "q4r" (q4 of Hadamard-rotated head
+                                  vectors), "q8-q4r" (K through q8, V through q4r),
+                                  "raw" or a cachegen variant (docs/CODECS.md). Copied
                                   at init. */
     const char *swap_dir;      /* directory of the engine's swap file (created 0700, the
                                   file is removed with the engine); NULL or "" = the
@@ -404,7 +408,7 @@ typedef struct mz_mem_stats {
     size_t compstack_mapped_bytes; /* memory the compressed stack really maps (segments) */
     size_t swap_file_bytes;      /* size of the swap file (0 before the first store) */
     bool swap_direct;            /* the swap file uses O_DIRECT (false: buffered fallback) */
-    char codec[16];              /* KV codec name */
+    char codec[16];              /* KV codec name (kv_codec "auto": the one chosen) */
     char placement[24];          /* KV placement name */
     /* Policy (paper §4.3–4.4). Planned restore times come from the device
      * profile's per-unit times and the units' current states; the two paths

@@ -38,7 +38,7 @@ static void help(void)
            "                        each mode's full eviction: everything asked, each mode\n"
            "                        evicts all it can and its remaining %% is recorded\n"
            "  --modes LIST          mzcache,os-paging,partial-offload,recompute (default all)\n"
-           "  --codecs LIST         mzcache KV codecs, one series each (default q8)\n"
+           "  --codecs LIST         mzcache KV codecs, one series each (default auto, the engine's)\n"
            "  --orders LIST         mzcache eviction orders: backward,forward,random (default backward)\n"
            "  --overlaps LIST       mzcache restore overlap: all,none,alloc-reload,reload-prefill\n"
            "                        (default all)\n"
@@ -85,7 +85,7 @@ static int bench_ttft(int argc, char **argv)
     memset(&o, 0, sizeof o);
     static char def_models[] = "smollm2,qwen3-0.6b,exaone-1.2b", def_ctx[] = "8192,16384,32768",
                 def_levels[] = "0,25,50,75", def_modes[] = "mzcache,os-paging,partial-offload,recompute",
-                def_codecs[] = "q8", def_orders[] = "backward", def_overlaps[] = "all";
+                def_codecs[] = "auto", def_orders[] = "backward", def_overlaps[] = "all";
     char *l_models = def_models, *l_ctx = def_ctx, *l_levels = def_levels, *l_modes = def_modes,
          *l_codecs = def_codecs, *l_orders = def_orders, *l_overlaps = def_overlaps;
     o.runs = 3, o.recompute_runs = 1, o.recompute_max_ctx = 8192, o.query = 8, o.threads = 2;

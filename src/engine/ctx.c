@@ -130,6 +130,8 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
                              * layers) */
                             .n_pos = xp.swa_full || prm.mode != MZ_MODE_MZCACHE ? NULL
                                                                                 : &c->n_tokens};
+        /* the pool it will compute on (below) */
+        mp.n_compute = from_ctx_init && prm.n_threads ? n_threads : e->n_threads;
         c->ops = prm.mode == MZ_MODE_MZCACHE ? &mzcache_ops : mz_baseline_ops();
         mz_baseline_mem_params(prm.mode, &mp);
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;

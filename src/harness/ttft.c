@@ -267,6 +267,7 @@ typedef struct run_env {
     mz_token *query;
     int point, n_points;
     double t_start;
+    char codec[24];            /* the open context's KV codec: "auto:<chosen>" for auto */
 } run_env;
 
 static void progress_line(const run_env *e, const ttft_row *r, int run, int n_runs, double ttft,
@@ -408,12 +409,14 @@ static double measure_inmem(run_env *e, ttft_row *r)
     return r->ttft_med;
 }
 
-static void row_id(ttft_row *r, const char *model, int n_ctx, const point_cfg *pc, int level)
+/* codec: the KV codec to name (the open context's, e->codec, once there is one). */
+static void row_id(ttft_row *r, const char *model, int n_ctx, const point_cfg *pc, const char *codec,
+                   int level)
 {
     snprintf(r->model, sizeof r->model, "%s", model);
     r->n_ctx = n_ctx;
     snprintf(r->mode, sizeof r->mode, "%s", mz_engine_mode_name(pc->mode));
-    snprintf(r->codec, sizeof r->codec, "%s", pc->mode == MZ_MODE_MZCACHE ? pc->codec : "-");
+    snprintf(r->codec, sizeof r->codec, "%s", pc->mode == MZ_MODE_MZCACHE ? codec : "-");
     snprintf(r->order, sizeof r->order, "%s", pc->mode == MZ_MODE_MZCACHE ? pc->order : "-");
     snprintf(r->overlap, sizeof r->overlap, "%s",
              pc->mode == MZ_MODE_MZCACHE ? ttft_overlap_name(pc->overlap) : "-");
@@ -448,6 +451,11 @@ static int open_ctx(run_env *e, const point_cfg *pc)
         e->m = NULL;
         return -1;
     }
+    mz_mem_stats ms;
+    mz_get_mem_stats(e->c, &ms);
+    bool is_auto = strcmp(pc->codec, "auto") == 0;
+    snprintf(e->codec, sizeof e->codec, "%s%s", is_auto ? "auto:" : "", is_auto ? ms.codec : pc->codec);
+    if (is_auto && pc->mode == MZ_MODE_MZCACHE) fprintf(stderr, "  KV codec: %s\n", e->codec);
     double t0 = ttft_now_s();
     if (fill_synthetic(e->c, e->N, pc->mode)) {
         fprintf(stderr, "mzcache bench: synthetic context of %zu tokens: %s\n", e->N, mz_last_error());
@@ -455,7 +463,6 @@ static int open_ctx(run_env *e, const point_cfg *pc)
     }
     fprintf(stderr, "  synthetic context: %zu tokens (%.0f MiB of KV) written in %.1f s\n", e->N,
             (double)mz_harness_kv_bytes(e->c) / (1 << 20), ttft_now_s() - t0);
-    mz_mem_stats ms;
     mz_get_mem_stats(e->c, &ms);
     if (ms.kv_out_of_window.total_bytes || o->swa_full)
         fprintf(stderr, "  KV held for the next token: %.1f MiB of %.1f MiB (%.1f MiB out of the "
@@ -554,7 +561,7 @@ int mz_ttft_run(const mz_ttft_opts *opts, const char *cmdline)
                 if (recompute && !rc_model) {
                     ttft_row *r = ttft_new_row();
                     if (!r) return 1;
-                    row_id(r, o.models[mi], o.ctxs[ci], pc, -1);
+                    row_id(r, o.models[mi], o.ctxs[ci], pc, pc->codec, -1);
                     r->skipped = true;
                     snprintf(r->note, sizeof r->note, "skipped: recompute not requested for this model "
                                                       "(--recompute-models)");
@@ -564,7 +571,7 @@ int mz_ttft_run(const mz_ttft_opts *opts, const char *cmdline)
                 if (recompute && o.recompute_max_ctx > 0 && o.ctxs[ci] > o.recompute_max_ctx) {
                     ttft_row *r = ttft_new_row();
                     if (!r) return 1;
-                    row_id(r, o.models[mi], o.ctxs[ci], pc, -1);
+                    row_id(r, o.models[mi], o.ctxs[ci], pc, pc->codec, -1);
                     r->skipped = true;
                     snprintf(r->note, sizeof r->note, "skipped: recompute above %d tokens takes too long",
                              o.recompute_max_ctx);
@@ -579,7 +586,7 @@ int mz_ttft_run(const mz_ttft_opts *opts, const char *cmdline)
                 if (open_ctx(&e, pc)) {
                     ttft_row *r = ttft_new_row();
                     if (!r) return 1;
-                    row_id(r, o.models[mi], o.ctxs[ci], pc, recompute ? -1 : o.levels[0]);
+                    row_id(r, o.models[mi], o.ctxs[ci], pc, pc->codec, recompute ? -1 : o.levels[0]);
                     r->skipped = true;
                     snprintf(r->note, sizeof r->note, "unavailable: %.140s", mz_last_error());
                     close_ctx(&e);
@@ -608,7 +615,7 @@ int mz_ttft_run(const mz_ttft_opts *opts, const char *cmdline)
                 if (o.inmem && isnan(inmem) && pc->mode == MZ_MODE_MZCACHE) {
                     ttft_row *r = ttft_new_row();
                     if (!r) return 1;
-                    row_id(r, o.models[mi], o.ctxs[ci], pc, 100);
+                    row_id(r, o.models[mi], o.ctxs[ci], pc, e.codec, 100);
                     e.point++;
                     inmem = measure_inmem(&e, r);
                     if (isnan(inmem)) {
@@ -619,7 +626,7 @@ int mz_ttft_run(const mz_ttft_opts *opts, const char *cmdline)
                 if (recompute) {
                     ttft_row *r = ttft_new_row();
                     if (!r) return 1;
-                    row_id(r, o.models[mi], o.ctxs[ci], pc, -1);
+                    row_id(r, o.models[mi], o.ctxs[ci], pc, e.codec, -1);
                     e.point++;
                     if (measure_level(&e, pc, 0, o.recompute_runs, inmem, r)) rc = 1;
                     snprintf(r->note + strlen(r->note), sizeof r->note - strlen(r->note),
@@ -628,7 +635,7 @@ int mz_ttft_run(const mz_ttft_opts *opts, const char *cmdline)
                     for (int li = 0; li < o.n_levels; li++) {
                         ttft_row *r = ttft_new_row();
                         if (!r) return 1;
-                        row_id(r, o.models[mi], o.ctxs[ci], pc, o.levels[li]);
+                        row_id(r, o.models[mi], o.ctxs[ci], pc, e.codec, o.levels[li]);
                         e.point++;
                         if (measure_level(&e, pc, o.levels[li], o.runs, inmem, r)) {
                             rc = 1;

@@ -14,7 +14,7 @@
 typedef struct ttft_row {
     char model[96];
     int n_ctx;
-    char mode[20], codec[16], order[12], overlap[16];
+    char mode[20], codec[24], order[12], overlap[16];
     int level;                 /* requested remaining %, 100 = nothing evicted */
     int n_runs;
     double ttft[MZ_TTFT_MAX_RUNS];    /* s */

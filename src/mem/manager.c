@@ -44,6 +44,7 @@
 #include "manager_impl.h"
 
 #include "../kernels/kernels.h"
+#include "codec_choice.h"
 
 #include <sys/mman.h>
 #include <string.h>
@@ -54,8 +55,27 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
 {
     mz_status s;
     *out = NULL;
-    const char *codec_name = p && p->codec && p->codec[0] ? p->codec : "q8";
-    const mz_codec *codec = mz_codec_find(codec_name);
+    MZ_ASSERT(p && p->profile);
+    size_t block = 0;
+    for (int l = 0; l < m->cfg.n_layer; l++) block = MZ_MAX(block, m->blocks[l].buf_bytes);
+    /* The unit sizes and the decoding threads the session's restore will
+     * have, for the per-unit times (mz_mem_set_compute_threads sets the
+     * threads again for the pool the session computes on). */
+    mz_profile_units units = {.kv_chunk_bytes = kv->chunk_bytes, .block_bytes = block};
+    units.decode_threads =
+        mz_profile_decode_threads(p->profile, mz_profile_restore_threads(p->profile, p->n_compute));
+    const char *codec_name = p->codec && p->codec[0] ? p->codec : "auto";
+    mz_codec_choice choice = {.name = codec_name};
+    if (strcmp(codec_name, "auto") == 0) {
+        if ((s = mz_codec_choose(p->profile, &units, kv->n_layer, kv->max_chunks, &choice))) return s;
+        if (choice.restore_ns[1] < 0)
+            mz_log(MZ_LOG_DEBUG, "KV codec auto: %s (the device profile measured no q8-q4r)", choice.name);
+        else
+            mz_log(MZ_LOG_DEBUG, "KV codec auto: %s (planned restore of half the session: q8 %.3f s, "
+                   "q8-q4r %.3f s)", choice.name, (double)choice.restore_ns[0] * 1e-9,
+                   (double)choice.restore_ns[1] * 1e-9);
+    }
+    const mz_codec *codec = mz_codec_find(choice.name);
     if (!codec) return MZ_E_INVAL;
     mz_kv_placement placement = p ? p->placement : MZ_KV_PLACE_AUTO;
     if (!mz_kv_placement_name(placement))
@@ -131,14 +151,11 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     {
         /* Per-unit times: the device profile (or the built-in estimate)
          * applied to this model's unit sizes. */
-        MZ_ASSERT(p && p->profile);
         const mz_device_profile prof = *p->profile;
-        size_t block = 0;
-        for (int l = 0; l < m->cfg.n_layer; l++) block = MZ_MAX(block, m->blocks[l].buf_bytes);
         codec_display_name(codec, mm->codec_name, sizeof mm->codec_name);
         mm->prof = prof;
-        mm->pu = (mz_profile_units){.kv_chunk_bytes = kv->chunk_bytes, .block_bytes = block,
-                                    .codec = mm->codec_name};
+        mm->pu = units;
+        mm->pu.codec = mm->codec_name;
         mm_refresh_times(mm);
         mm->profile_measured = prof.measured;
     }

@@ -51,7 +51,7 @@ MZ_INTERNAL void mz_mem_shared_init(mz_mem_shared *sh, const char *swap_dir);
 MZ_INTERNAL void mz_mem_shared_close(mz_mem_shared *sh);
 
 typedef struct mz_mem_params {
-    const char *codec;         /* NULL: "q8" */
+    const char *codec;         /* NULL / "auto": from the profile (codec_choice.h) */
     const char *swap_dir;      /* NULL/"": swapfile default */
     mz_kv_placement placement; /* AUTO: the hybrid policy; others: one fixed destination */
     unsigned swap_flags;       /* MZ_SWAP_* (tests) */
@@ -71,6 +71,9 @@ typedef struct mz_mem_params {
      * the next token cannot attend to are evicted first and left stored by
      * restores (policy.h, "dead"). NULL: every chunk is live. */
     const size_t *n_pos;
+    /* The session's compute threads (the restore's split follows them,
+     * profile.h); 0: unknown, the profile's rule for that case. */
+    int n_compute;
 } mz_mem_params;
 
 /* kv must outlive the manager; the model and the weight table too. */

@@ -36,7 +36,10 @@ static mz_model_t *g_m, *g_ref_m;
 static int g_vocab;
 static mz_token g_base[N_BASE], g_follow[N_FOLLOW];
 
-static const char *write_profile(const char *name, double decode_gbps)
+/* disk_gbps: every read; q8q4r_gbps > 0 adds a q8-q4r entry decoding at that
+ * rate (the default codec's candidate, codec_choice.h). */
+static const char *write_profile_q8q4r(const char *name, double decode_gbps, double disk_gbps,
+                                       double q8q4r_gbps)
 {
     mz_device_profile p;
     mz_profile_builtin(&p);
@@ -48,17 +51,24 @@ static const char *write_profile(const char *name, double decode_gbps)
     p.read_qd[0] = 1;
     p.read_qd[1] = 4;
     for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) p.read_gbps[i][j] = 1.0, p.read_gbps_loaded[i][j] = 0;
+        for (int j = 0; j < 2; j++) p.read_gbps[i][j] = disk_gbps, p.read_gbps_loaded[i][j] = 0;
     /* Chunks (32 KiB) and blocks (~40 KiB) are below 64 KiB: each read costs
      * what a 64 KiB one does (65.5 us); decoding 32 KiB costs 32.8 us / gbps. */
     p.n_codecs = 2;
     p.codec[0] = (mz_profile_codec){.name = "raw", .decode_gbps = decode_gbps, .ratio = 1.0};
     p.codec[1] = (mz_profile_codec){.name = "q8", .decode_gbps = decode_gbps, .ratio = 0.53};
+    if (q8q4r_gbps > 0)
+        p.codec[p.n_codecs++] = (mz_profile_codec){.name = "q8-q4r", .decode_gbps = q8q4r_gbps, .ratio = 0.406};
     static char path[2][512];
     static int k;
     char *out = path[k++ % 2];
     snprintf(out, 512, "%s", t_tmp_path(name));
     return mz_profile_save(&p, out) == MZ_OK ? out : NULL;
+}
+
+static const char *write_profile(const char *name, double decode_gbps)
+{
+    return write_profile_q8q4r(name, decode_gbps, 1.0, 0);
 }
 
 static mz_ctx_t *ctx_with(mz_model_t *m, const char *codec, const char *profile,
@@ -224,6 +234,37 @@ static void run_orders(const char *profile)
     free(b);
 }
 
+/* The default codec (kv_codec NULL): q8-q4r where the profile's disk is the
+ * long pole and it decodes fast enough, q8 where its decode would be
+ * (codec_choice.h); a codec named by the caller is kept; a profile without a
+ * q8-q4r entry of its own gives q8. */
+static void run_auto_codec(void)
+{
+    static const struct {
+        const char *file, *asked, *want;
+        double decode_gbps, disk_gbps, q8q4r_gbps;
+    } cases[] = {
+        {"profile-auto-slow-disk.json", NULL, "q8-q4r", 50.0, 0.02, 40.0},
+        {"profile-auto-slow-disk.json", "auto", "q8-q4r", 50.0, 0.02, 40.0},
+        {"profile-auto-slow-disk.json", "q8", "q8", 50.0, 0.02, 40.0},
+        {"profile-auto-slow-decode.json", NULL, "q8", 50.0, 0.02, 0.001},
+        {"profile-auto-none.json", NULL, "q8", 50.0, 0.02, 0},
+    };
+    for (size_t i = 0; i < MZ_ARRAY_LEN(cases); i++) {
+        const char *prof =
+            write_profile_q8q4r(cases[i].file, cases[i].decode_gbps, cases[i].disk_gbps, cases[i].q8q4r_gbps);
+        CHECK(prof != NULL);
+        mz_ctx_t *c = prof ? ctx_with(g_m, cases[i].asked, prof, MZ_EVICT_BACKWARD) : NULL;
+        CHECK(c != NULL);
+        if (!c) continue;
+        mz_mem_stats st;
+        mz_get_mem_stats(c, &st);
+        CHECK_MSG(!strcmp(st.codec, cases[i].want), "%s, kv_codec %s: codec %s, want %s", cases[i].file,
+                  cases[i].asked ? cases[i].asked : "NULL", st.codec, cases[i].want);
+        mz_ctx_free(c);
+    }
+}
+
 int main(void)
 {
     int setup = ev_pair_setup(T, "policy-tiny.gguf", N_LAYER, &g_m, &g_ref_m, &g_vocab, g_base, N_BASE, g_follow,
@@ -240,6 +281,7 @@ int main(void)
         }
         run_orders(p1);
     }
+    run_auto_codec();
     mz_model_free(g_m);
     mz_model_free(g_ref_m);
     return t_done(T);

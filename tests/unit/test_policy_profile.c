@@ -6,6 +6,7 @@
  * a filesystem that refuses O_DIRECT it falls back to buffered reads and
  * records direct = false).
  */
+#include "mem/codec_choice.h"
 #include "mem/profile.h"
 #include "testutil.h"
 
@@ -156,6 +157,86 @@ static void test_derive(void)
                                  &kvb, &blk) == MZ_E_INVAL); /* 100 is not a multiple of 32 */
 }
 
+/* Every read of the profile at `gbps`, whatever its size and depth. */
+static void set_disk(mz_device_profile *p, double gbps)
+{
+    for (int i = 0; i < p->n_sizes; i++)
+        for (int j = 0; j < p->n_qd; j++) {
+            p->read_gbps[i][j] = gbps;
+            p->read_gbps_loaded[i][j] = 0;
+        }
+}
+
+static void set_codec(mz_device_profile *p, const char *name, double decode_gbps, double ratio)
+{
+    mz_profile_codec *c = NULL;
+    for (int i = 0; i < p->n_codecs; i++)
+        if (!strcmp(p->codec[i].name, name)) c = &p->codec[i];
+    if (!c) c = &p->codec[p->n_codecs++];
+    *c = (mz_profile_codec){.decode_gbps = decode_gbps, .encode_gbps = 1.0, .ratio = ratio};
+    snprintf(c->name, sizeof c->name, "%s", name);
+}
+
+/* The default KV codec (codec_choice.h) on the qwen3-0.6b F16 shape at 16k
+ * (28 blocks of 30 MiB, 28 x 64 chunks of 1 MiB). Half of it is 1.31 GB;
+ * whatever the placement, what the memory path cannot free leaves through
+ * the disk, so the disk-bound times below are worked out by hand from the
+ * ratio alone: q8 (0.531) frees at most 1792 x 0.469 MiB = 0.88 GB in
+ * memory, q8-q4r (0.406) 1.12 GB. */
+static void test_codec_choice(void)
+{
+    mz_device_profile p;
+    mz_profile_builtin(&p);
+    const int n_layer = 28;
+    const size_t n_chunks = 64, kvb = (size_t)1 << 20, blk = 31465472;
+    mz_profile_units u = {.kv_chunk_bytes = kvb, .block_bytes = blk, .decode_threads = 7};
+    mz_codec_choice ch;
+    const double half = 0.5 * (n_layer * (double)blk + n_layer * (double)n_chunks * (double)kvb);
+
+    /* The built-in profile has no q8-q4r of its own (its family entry is q8's): q8. */
+    CHECK(mz_codec_choose(&p, &u, n_layer, n_chunks, &ch) == MZ_OK);
+    CHECK_MSG(!strcmp(ch.name, "q8") && ch.restore_ns[0] > 0 && ch.restore_ns[1] == -1, "built-in: %s",
+              ch.name);
+
+    /* The 16-vCPU machine's kind: 7 decoding threads, a 1 GB/s disk. */
+    set_disk(&p, 1.0);
+    set_codec(&p, "q8", 9.0, 0.531);
+    set_codec(&p, "q8-q4r", 5.0, 0.406);
+    CHECK(mz_codec_choose(&p, &u, n_layer, n_chunks, &ch) == MZ_OK);
+    double disk_q8 = (half - 1792.0 * kvb * (1 - 0.531)) / 1e9;
+    double disk_q8q4r = (half - 1792.0 * kvb * (1 - 0.406)) / 1e9;
+    double got_q8 = (double)ch.restore_ns[0] * 1e-9, got_q8q4r = (double)ch.restore_ns[1] * 1e-9;
+    CHECK_MSG(got_q8 > 0.9 * disk_q8 && got_q8 < 1.15 * disk_q8, "q8 %.3f s, disk floor %.3f s", got_q8,
+              disk_q8);
+    CHECK_MSG(got_q8q4r > 0.9 * disk_q8q4r && got_q8q4r < 1.15 * disk_q8q4r, "q8-q4r %.3f s, floor %.3f s",
+              got_q8q4r, disk_q8q4r);
+    CHECK_MSG(!strcmp(ch.name, "q8-q4r"), "slow disk, 7 decoding threads: %s", ch.name);
+
+    /* Two cores' kind: one decoding thread, q8-q4r decoding at 0.44 of q8
+     * (this project's 2-vCPU AMD EPYC), a 2 GB/s disk: decoding is the long
+     * pole, and q8-q4r's 1792 chunks take 0.49 s of it alone. */
+    u.decode_threads = 1;
+    set_disk(&p, 2.0);
+    set_codec(&p, "q8", 8.7, 0.531);
+    set_codec(&p, "q8-q4r", 3.8, 0.406);
+    CHECK(mz_codec_choose(&p, &u, n_layer, n_chunks, &ch) == MZ_OK);
+    CHECK_MSG(!strcmp(ch.name, "q8"), "one decoding thread: %s (q8 %.3f s, q8-q4r %.3f s)", ch.name,
+              (double)ch.restore_ns[0] * 1e-9, (double)ch.restore_ns[1] * 1e-9);
+    CHECK(ch.restore_ns[1] > 0);
+
+    /* A tie keeps q8, and so does a gain of under a tenth: q8-q4r given q8's
+     * own figures plans the same restore. */
+    u.decode_threads = 7;
+    set_disk(&p, 1.0);
+    set_codec(&p, "q8-q4r", 9.0, 0.531);
+    CHECK(mz_codec_choose(&p, &u, n_layer, n_chunks, &ch) == MZ_OK);
+    CHECK(!strcmp(ch.name, "q8") && ch.restore_ns[0] == ch.restore_ns[1]);
+
+    /* No chunks (a context of no tokens) or no layers: q8, nothing planned. */
+    CHECK(mz_codec_choose(&p, &u, n_layer, 0, &ch) == MZ_OK && !strcmp(ch.name, "q8"));
+    CHECK(mz_codec_choose(&p, &u, 0, n_chunks, &ch) == MZ_OK && !strcmp(ch.name, "q8"));
+}
+
 /* Unit sizes from the shape match what the loader lays out. */
 static void test_shape_vs_loader(void)
 {
@@ -234,6 +315,7 @@ int main(void)
     test_roundtrip();
     test_corrupt();
     test_derive();
+    test_codec_choice();
     test_shape_vs_loader();
     test_quick_run();
     return t_done(T);
