@@ -6,7 +6,10 @@
  * DEPTH random tokens (prefilled once, untimed, kept across runs): decode
  * speed at a long context, where attention over the history weighs.
  * tg_cpu_ms is the process's CPU time per decoded token (all threads), the
- * steadier figure on a loaded machine.
+ * steadier figure on a loaded machine; pp_steal_ms and tg_steal_ms the time
+ * the hypervisor took from this machine's CPUs (all of them, /proc/stat's
+ * steal) while a run prefilled and decoded, so a slow run can say whether
+ * its CPUs were taken away.
  *
  * usage: bench_throughput -m MODEL [-t THREADS] [-p 512] [-n 128] [-r 5] [-d 0]
  * Prints one line per run, then a median line and a spread line, as
@@ -21,10 +24,12 @@
 #include "kernels/kernels.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void) { return mz_harness_time_ms() / 1e3; }
 
@@ -36,6 +41,29 @@ static double cpu_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The machine's steal time so far, all CPUs, in ms (/proc/stat's "cpu" line,
+ * 8th number, in USER_HZ ticks); -1 where it cannot be read. */
+static double steal_ms(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return -1;
+    char line[512];
+    bool ok = fgets(line, sizeof line, f) && strncmp(line, "cpu ", 4) == 0;
+    fclose(f);
+    if (!ok) return -1;
+    const char *p = line + 4;
+    unsigned long long v = 0;
+    for (int k = 0; k < 8; k++) { /* user nice system idle iowait irq softirq steal */
+        char *end;
+        errno = 0;
+        v = strtoull(p, &end, 10);
+        if (errno || end == p) return -1;
+        p = end;
+    }
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? (double)v * 1e3 / (double)hz : -1;
 }
 
 /* Whole decimal int in [lo, hi], or -1. */
@@ -97,14 +125,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_throughput: %s\n", mz_last_error());
             break;
         }
-        double t0 = now_s();
+        double t0 = now_s(), st0 = steal_ms();
         if (mz_prefill(c, toks, (size_t)n_prompt)) rc = 1;
-        double t1 = now_s();
+        double t1 = now_s(), st1 = steal_ms();
         if (mz_ctx_truncate(c, (size_t)depth)) rc = 1;
-        double t2 = now_s(), cpu2 = cpu_ms();
+        double t2 = now_s(), cpu2 = cpu_ms(), st2 = steal_ms();
         for (int i = 0; i < n_gen && !rc; i++)
             if (mz_prefill(c, &toks[i % n_prompt], 1)) rc = 1;
-        double t3 = now_s(), cpu3 = cpu_ms();
+        double t3 = now_s(), cpu3 = cpu_ms(), st3 = steal_ms();
         if (!depth || mz_ctx_truncate(c, (size_t)depth)) {
             mz_ctx_free(c);
             c = NULL;
@@ -117,8 +145,9 @@ int main(int argc, char **argv)
         pp[r - 1] = n_prompt / (t1 - t0);
         tg[r - 1] = n_gen / (t3 - t2);
         tg_cpu[r - 1] = (cpu3 - cpu2) / n_gen;
-        printf("run=%d pp%d=%.2f tg%d=%.2f tg_cpu_ms=%.2f\n", r, n_prompt, pp[r - 1], n_gen, tg[r - 1],
-               tg_cpu[r - 1]);
+        printf("run=%d pp%d=%.2f tg%d=%.2f tg_cpu_ms=%.2f pp_steal_ms=%.0f tg_steal_ms=%.0f\n", r, n_prompt,
+               pp[r - 1], n_gen, tg[r - 1], tg_cpu[r - 1], st0 >= 0 && st1 >= 0 ? st1 - st0 : -1.0,
+               st2 >= 0 && st3 >= 0 ? st3 - st2 : -1.0);
         fflush(stdout);
     }
     if (!rc) {
