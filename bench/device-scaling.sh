@@ -46,10 +46,12 @@ if [ ! -x "$LB" ] && [ -f "${BUNDLE:-.bundle}/llama.cpp.tgz" ]; then
 fi
 [ -x "$LB" ] || echo "no llama-bench ($LB): peer columns stay empty"
 
-ours1() { # model threads [env...] -> "pp tg isa x8" of one measured run (after its warm-up)
+ours1() { # model threads [env...] -> "pp tg isa x8 pp_steal tg_steal" of one measured run (after its warm-up)
     local m=$1 t=$2; shift 2
     env "$@" LD_LIBRARY_PATH="$LIBP" "$BIN/bench_throughput" -m "$m" -t "$t" -p 512 -n 128 -r 1 2>>"$OUTD/errors.log" |
-        sed -n 's/^median pp512=\([0-9.]*\) tg128=\([0-9.]*\) threads=[0-9]* isa=\([a-z0-9]*\) x8=\([a-z]*\).*/\1 \2 \3 \4/p'
+        sed -n -e 's/^run=1 .*pp_steal_ms=\([-0-9.]*\) tg_steal_ms=\([-0-9.]*\).*/\1 \2/p' \
+            -e 's/^median pp512=\([0-9.]*\) tg128=\([0-9.]*\) threads=[0-9]* isa=\([a-z0-9]*\) x8=\([a-z]*\).*/\1 \2 \3 \4/p' |
+        { read -r steal; read -r med; echo "$med $steal"; }
 }
 peer1() { # model threads -> "pp tg" of one llama-bench repetition (its own warm-up first)
     [ -x "$LB" ] || { echo "- -"; return; }
@@ -67,12 +69,12 @@ print(pp, tg)'
 # of the medians, and the worst round (ours / llama.cpp in the same round).
 cell() { # label model threads [env...]
     local label=$1 m=$2 t=$3; shift 3
-    local runs="" isa=- x8=- opp otg oi ox lpp ltg
+    local runs="" isa=- x8=- opp otg oi ox ops ots lpp ltg
     for r in $(seq 1 "$REPS"); do
-        read -r opp otg oi ox <<<"$(ours1 "$m" "$t" "$@")"
+        read -r opp otg oi ox ops ots <<<"$(ours1 "$m" "$t" "$@")"
         read -r lpp ltg <<<"$(peer1 "$m" "$t")"
         isa=${oi:-$isa} x8=${ox:-$x8}
-        echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg" >>"$OUTD/runs.csv"
+        echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg,${ops:--},${ots:--}" >>"$OUTD/runs.csv"
         runs="$runs ${opp:--}:${otg:--}:$lpp:$ltg"
     done
     python3 - "$label" "$t" "$isa" "$x8" "$runs" <<'PY' | tee -a "$OUTD/scaling.md"
@@ -107,7 +109,9 @@ echo
 echo "| model | threads | kernels | pp512 ours | pp512 llama.cpp | ratio | worst | spread | tg128 ours | tg128 llama.cpp | ratio | worst | spread |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee "$OUTD/scaling.md"
-echo "cell,threads,round,pp_ours,tg_ours,pp_llamacpp,tg_llamacpp" >"$OUTD/runs.csv"
+# pp/tg_steal_ms: CPU time the hypervisor took from the machine while our run
+# prefilled / decoded (bench_throughput, /proc/stat)
+echo "cell,threads,round,pp_ours,tg_ours,pp_llamacpp,tg_llamacpp,pp_steal_ms,tg_steal_ms" >"$OUTD/runs.csv"
 for spec in $MODELS; do
     preset=${spec%%:*}; rest=${spec#*:}; type=${rest%%:*}; ths=$THREADS
     case "$rest" in *:*) ths=${rest#*:}; ths=${ths//\// } ;; esac
