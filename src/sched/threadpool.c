@@ -66,24 +66,24 @@
  * 1.18-1.36; 20-60 sleeps). Spinning is harmful when the machine is
  * oversubscribed, though: the spinner takes a core from a thread with work
  * (on a 2-vCPU machine at load 9 a 1 ms spin cut decode from 20-24 to 1-11
- * tok/s). A thread the scheduler preempted is the sign of that case, but
- * only where the machine is crowded: more runnable threads than CPUs +
- * CPUs / 8, counted right then (/proc/loadavg's running count, which
- * includes our own spinning threads). On 2 CPUs one thread more is
- * crowded (a restore thread beside two compute threads gets its core); on
- * 16, three more. There, for CALM_US after the thread's
- * last involuntary context switch it spins only SPIN_US_SHORT, and a
- * preemption seen during a spin ends it. A preemption on a machine that is
- * not crowded (a kernel thread or a timer taking one of 16 vCPUs for a
- * moment) changes nothing: with every preemption counted, qwen3-0.6b-shape
- * decode at 16 threads on the 16-vCPU machine fell into the sleeping regime
- * in 6 of 40 runs (10,000-22,000 worker sleeps in 18,441 jobs; 0.39-0.72 of
- * its cell's median tok/s). The count is read only inside a spin, every 64 polls,
- * and the run queue only after a preemption, so a wait that ends within a
- * few microseconds (the hot path) makes no system call.
- * MZ_POOL_SPIN_US (0 .. 100000) overrides the long spin for measurements;
- * MZ_POOL_PREEMPT=any counts every preemption, crowded or not (for
- * measurements of the crowding test).
+ * tok/s). A thread the scheduler preempted is the sign of that case: for
+ * CALM_US after the thread's last involuntary context switch it spins only
+ * SPIN_US_SHORT, and a preemption seen during a spin ends it. The count is
+ * read only inside a spin, every 64 polls, so a wait that ends within a few
+ * microseconds (the hot path) makes no system call.
+ * MZ_POOL_PREEMPT=crowded counts a preemption only where the machine is
+ * crowded right then: more runnable threads than CPUs + CPUs / 8
+ * (/proc/loadavg's running count, read after a preemption; on 2 CPUs one
+ * thread more, on 16 three more). It was made for the sleeping regime of
+ * qwen3-0.6b-shape decode at 16 threads on the 16-vCPU machine (6 of 40
+ * runs, 10,000-22,000 worker sleeps in 18,441 jobs, 0.39-0.72 of the cell's
+ * median), and it is not the default because, measured against this rule
+ * in one call there (16 threads, 6 alternating rounds), it decoded
+ * qwen3-0.6b Q8_0 at 0.82x (149.5 against 181.8 tok/s by median, 106
+ * against 88 ms of CPU a token: the longer spins took execution from the
+ * threads with work) and Q4_1 at 1.04x, and on 2 vCPUs at 0.97-0.99x
+ * (docs/BENCHMARKS.md, "Target 1 at 16 threads with the crowding rule").
+ * MZ_POOL_SPIN_US (0 .. 100000) overrides the long spin for measurements.
  */
 #define SPIN_US_DEFAULT 1000
 #define SPIN_US_SHORT 80
@@ -132,7 +132,7 @@ struct mz_threadpool {
      * it; for measurements of the oversubscribed case. */
     bool yield;
     long n_cpus;      /* online CPUs, for machine_crowded */
-    bool preempt_any; /* MZ_POOL_PREEMPT=any: every preemption shortens spins */
+    bool preempt_any; /* every preemption shortens spins (false: MZ_POOL_PREEMPT=crowded) */
     /* MZ_POOL_STATS=1: the slow paths taken, printed by free(). Counted only
      * when asked, so the fast path stays two atomics per job. */
     bool stats;
@@ -302,7 +302,7 @@ static void print_stats(struct mz_threadpool *tp)
     fprintf(stderr,
             "threadpool: %d threads, spin %lld us%s: %lld jobs, %lld worker sleeps, %lld caller "
             "sleeps, join wait %.1f us mean, %lld us max, %lld over 1 ms\n",
-            tp->n_threads, (long long)tp->spin_us, tp->preempt_any ? " (every preemption)" : "", jobs,
+            tp->n_threads, (long long)tp->spin_us, tp->preempt_any ? "" : " (crowded only)", jobs,
             (long long)atomic_load(&tp->n_worker_sleeps),
             (long long)atomic_load(&tp->n_caller_sleeps),
             jobs ? (double)atomic_load(&tp->join_us_total) / (double)jobs : 0.0,
@@ -335,7 +335,7 @@ mz_threadpool *mz_threadpool_init(int n_threads)
     const char *yl = getenv("MZ_POOL_YIELD");
     tp->yield = yl && *yl && strcmp(yl, "0") != 0;
     const char *pa = getenv("MZ_POOL_PREEMPT");
-    tp->preempt_any = pa && strcmp(pa, "any") == 0;
+    tp->preempt_any = !(pa && strcmp(pa, "crowded") == 0);
     tp->n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
     static const char *const sync_err = "threadpool: cannot initialise a mutex or condition variable";

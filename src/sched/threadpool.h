@@ -22,7 +22,8 @@ int mz_threadpool_n_threads(const mz_threadpool *tp);
  * returns when all have finished. */
 void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg);
 
-/* For the spin rule ("How long to spin", threadpool.c) and its tests: the
+/* For the spin rule's crowding variant (MZ_POOL_PREEMPT=crowded, "How long to
+ * spin", threadpool.c) and its tests: the
  * running count of a /proc/loadavg text ("0.52 0.58 0.59 3/1024 12345" -> 3),
  * -1 if the text is not of that form; the same of this machine's
  * /proc/loadavg (-1 where it cannot be read); and whether `runnable` threads
