@@ -63,24 +63,38 @@ for r in csv.DictReader(sys.stdin):
     if r.get("n_prompt") == "0" and r.get("n_gen") == "128": tg = "%.1f" % float(r["avg_ts"])
 print(pp, tg)'
 }
+steal_ms() { # the machine's steal time so far, all CPUs, ms (/proc/stat); - if unreadable
+    awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" && NF >= 9 { printf "%d\n", $9 * 1000 / hz; f = 1 } END { if (!f) print "-" }' /proc/stat 2>/dev/null || echo -
+}
+steal_since() { # start_ms -> ms of steal since then, or -
+    local now; now=$(steal_ms)
+    [ "$1" = - ] || [ "$now" = - ] && { echo -; return; }
+    echo $(( now - $1 ))
+}
 # One cell: REPS rounds, each one run of ours then one of llama-bench, so a
 # slow spell of the machine hits both sides alike. Every run goes to
 # runs.csv; the table row gives min / median / max of each side, the ratio
 # of the medians, and the worst round (ours / llama.cpp in the same round).
 cell() { # label model threads [env...]
     local label=$1 m=$2 t=$3; shift 3
-    local runs="" isa=- x8=- opp otg oi ox ops ots lpp ltg
+    local runs="" isa=- x8=- opp otg oi ox ops ots lpp ltg s0 os ls
     for r in $(seq 1 "$REPS"); do
+        s0=$(steal_ms)
         read -r opp otg oi ox ops ots <<<"$(ours1 "$m" "$t" "$@")"
+        os=$(steal_since "$s0"); s0=$(steal_ms)
         read -r lpp ltg <<<"$(peer1 "$m" "$t")"
+        ls=$(steal_since "$s0")
         isa=${oi:-$isa} x8=${ox:-$x8}
-        echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg,${ops:--},${ots:--}" >>"$OUTD/runs.csv"
-        runs="$runs ${opp:--}:${otg:--}:$lpp:$ltg"
+        echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg,${ops:--},${ots:--},$os,$ls" >>"$OUTD/runs.csv"
+        runs="$runs ${opp:--}:${otg:--}:$lpp:$ltg:$os:$ls"
     done
     python3 - "$label" "$t" "$isa" "$x8" "$runs" <<'PY' | tee -a "$OUTD/scaling.md"
 import statistics, sys
 label, t, isa, x8, runs = sys.argv[1:]
 rounds = [r.split(":") for r in runs.split()]
+def steal(i):
+    v = [int(r[i]) for r in rounds if r[i] != "-"]
+    return "%d" % max(v) if v else "-"
 def col(i):
     return [float(r[i]) for r in rounds if r[i] != "-"]
 def mmm(v):
@@ -94,9 +108,9 @@ def spread(v):
     return "%.2f" % (max(v) / min(v)) if v else "-"
 k = isa + (", x8 " + x8 if "Q" in label.split()[-1] else "")
 opp, otg, lpp, ltg = col(0), col(1), col(2), col(3)
-print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s |" % (
     label, t, k, mmm(opp), mmm(lpp), med_ratio(opp, lpp), worst(0, 2), spread(opp),
-    mmm(otg), mmm(ltg), med_ratio(otg, ltg), worst(1, 3), spread(otg)))
+    mmm(otg), mmm(ltg), med_ratio(otg, ltg), worst(1, 3), spread(otg), steal(4), steal(5)))
 PY
 }
 
@@ -104,14 +118,16 @@ PY
 echo "machine: $(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $REPS alternating rounds per cell, $(date -u +%FT%TZ)"
 echo
 echo "Each side: min / median / max tok/s of its $REPS runs; ratio = median / median; worst = the lowest"
-echo "ours / llama.cpp of one round; spread = our max / min."
+echo "ours / llama.cpp of one round; spread = our max / min; steal = the most CPU time the host took from"
+echo "this machine (all CPUs, ms) during one whole run of ours / of llama-bench (runs.csv has every run's)."
 echo
-echo "| model | threads | kernels | pp512 ours | pp512 llama.cpp | ratio | worst | spread | tg128 ours | tg128 llama.cpp | ratio | worst | spread |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| model | threads | kernels | pp512 ours | pp512 llama.cpp | ratio | worst | spread | tg128 ours | tg128 llama.cpp | ratio | worst | spread | steal ms |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee "$OUTD/scaling.md"
 # pp/tg_steal_ms: CPU time the hypervisor took from the machine while our run
-# prefilled / decoded (bench_throughput, /proc/stat)
-echo "cell,threads,round,pp_ours,tg_ours,pp_llamacpp,tg_llamacpp,pp_steal_ms,tg_steal_ms" >"$OUTD/runs.csv"
+# prefilled / decoded (bench_throughput, /proc/stat); steal_ours_ms /
+# steal_llamacpp_ms: the same over each side's whole run (load and warm-up too)
+echo "cell,threads,round,pp_ours,tg_ours,pp_llamacpp,tg_llamacpp,pp_steal_ms,tg_steal_ms,steal_ours_ms,steal_llamacpp_ms" >"$OUTD/runs.csv"
 for spec in $MODELS; do
     preset=${spec%%:*}; rest=${spec#*:}; type=${rest%%:*}; ths=$THREADS
     case "$rest" in *:*) ths=${rest#*:}; ths=${ths//\// } ;; esac
@@ -120,7 +136,7 @@ for spec in $MODELS; do
     for t in $ths; do
         [ "$t" -le "$(nproc)" ] || continue
         if [ "$BUDGET_S" -gt 0 ] && [ $(( $(date +%s) - T_START )) -ge "$BUDGET_S" ]; then
-            echo "| $preset $type | $t | not run (BUDGET_S=$BUDGET_S reached) | | | | | | | | | | |" | tee -a "$OUTD/scaling.md"
+            echo "| $preset $type | $t | not run (BUDGET_S=$BUDGET_S reached) | | | | | | | | | | | |" | tee -a "$OUTD/scaling.md"
             continue
         fi
         cell "$preset $type" "$f" "$t"
@@ -137,7 +153,7 @@ done
 for spec in ${FILES:-}; do
     f=${spec%%:*}; ths=$THREADS
     case "$spec" in *:*) ths=${spec#*:}; ths=${ths//\// } ;; esac
-    [ -f "$f" ] || { echo "| $f | | missing | | | | | | | | | | |" | tee -a "$OUTD/scaling.md"; continue; }
+    [ -f "$f" ] || { echo "| $f | | missing | | | | | | | | | | | |" | tee -a "$OUTD/scaling.md"; continue; }
     for t in $ths; do
         [ "$t" -le "$(nproc)" ] || continue
         cell "$(basename "$f" .gguf)" "$f" "$t"
