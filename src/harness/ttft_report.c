@@ -57,6 +57,13 @@ int ttft_write_csv(const char *path, const char *stamp)
     return 0;
 }
 
+/* A row's codec is the one asked for, or "auto:<chosen>" where auto was. */
+static bool codec_matches(const char *row_codec, const char *asked)
+{
+    size_t n = strlen(asked);
+    return strncmp(row_codec, asked, n) == 0 && (row_codec[n] == '\0' || row_codec[n] == ':');
+}
+
 static const ttft_row *find_row(const char *model, int n_ctx, const char *mode, const char *codec,
                                  const char *order, const char *overlap, int level)
 {
@@ -64,7 +71,7 @@ static const ttft_row *find_row(const char *model, int n_ctx, const char *mode, 
         const ttft_row *r = &ttft_rows.v[i];
         if (r->skipped || strcmp(r->model, model) || r->n_ctx != n_ctx || strcmp(r->mode, mode))
             continue;
-        if (codec && strcmp(r->codec, codec)) continue;
+        if (codec && !codec_matches(r->codec, codec)) continue;
         if (order && strcmp(r->order, order)) continue;
         if (overlap && strcmp(r->overlap, overlap)) continue;
         if (r->level == level || (level >= 0 && r->level == -1)) return r; /* -1: any level */

@@ -114,6 +114,21 @@ def main():
     T.check(rc == 0 and "load the model again" not in err and "os-paging" in csv,
             f"bench ttft --modes os-paging alone: {rc} {err[-400:]!r}")
 
+    # bench ttft's default codec is the engine's (auto): the rows name the one
+    # chosen (no device profile here: q8), and the summary finds them.
+    adir = os.path.join(tmp, "bench-auto")
+    rc, out, err = run(binary, ["bench", "ttft", "--models", MODEL, "--ctx", "256", "--levels", "50", "--modes",
+                                "mzcache", "--runs", "1", "--no-plot", "--no-global-drop", "--profile",
+                                os.path.join(tmp, "no-such-profile.json"), "--swap-dir",
+                                os.path.join(tmp, "aswap"), "-o", adir])
+    csv = open(os.path.join(adir, "ttft.csv")).read() if os.path.exists(os.path.join(adir, "ttft.csv")) else ""
+    md = open(os.path.join(adir, "ttft.md")).read() if os.path.exists(os.path.join(adir, "ttft.md")) else ""
+    summary = md.split("## TTFT (s) and speedup", 1)[-1].split("\n## ", 1)[0]
+    row50 = [ln for ln in summary.splitlines() if ln.startswith("|") and "| 50 |" in ln]
+    T.check(rc == 0 and ",mzcache,auto:q8," in csv, f"bench ttft default codec: {rc} {err[-300:]!r} {csv[-300:]!r}")
+    T.check(len(row50) == 1 and row50[0].split("|")[5].strip() not in ("", "-"),
+            f"the summary's 50 % row has mzcache's TTFT: {row50!r}")
+
 
 if __name__ == "__main__":
     main()
