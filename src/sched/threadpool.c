@@ -41,7 +41,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
-#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -67,22 +66,16 @@
  * oversubscribed, though: the spinner takes a core from a thread with work
  * (on a 2-vCPU machine at load 9 a 1 ms spin cut decode from 20-24 to 1-11
  * tok/s). A thread the scheduler preempted is the sign of that case: for
- * CALM_US after the thread's last involuntary context switch it spins only
+ * CALM_US after its last involuntary context switch it spins only
  * SPIN_US_SHORT, and a preemption seen during a spin ends it. The count is
  * read only inside a spin, every 64 polls, so a wait that ends within a few
- * microseconds (the hot path) makes no system call.
- * MZ_POOL_PREEMPT=crowded counts a preemption only where the machine is
- * crowded right then: more runnable threads than CPUs + CPUs / 8
- * (/proc/loadavg's running count, read after a preemption; on 2 CPUs one
- * thread more, on 16 three more). It was made for the sleeping regime of
- * qwen3-0.6b-shape decode at 16 threads on the 16-vCPU machine (6 of 40
- * runs, 10,000-22,000 worker sleeps in 18,441 jobs, 0.39-0.72 of the cell's
- * median), and it is not the default because, measured against this rule
- * in one call there (16 threads, 6 alternating rounds), it decoded
- * qwen3-0.6b Q8_0 at 0.82x (149.5 against 181.8 tok/s by median, 106
- * against 88 ms of CPU a token: the longer spins took execution from the
- * threads with work) and Q4_1 at 1.04x, and on 2 vCPUs at 0.97-0.99x
- * (docs/BENCHMARKS.md, "Target 1 at 16 threads with the crowding rule").
+ * microseconds (the hot path) makes no system call. Every preemption
+ * counts, even on a machine that is not crowded: counting one only when
+ * /proc/loadavg showed more runnable threads than CPUs + CPUs / 8 decoded
+ * qwen3-0.6b Q8_0 at 16 threads on the 16-vCPU machine at 0.82x (longer
+ * spins beside the threads with work) and Q4_1 at 1.04x, and at 0.97-0.99x
+ * on 2 vCPUs (docs/BENCHMARKS.md, "Target 1 at 16 threads with the crowding
+ * rule").
  * MZ_POOL_SPIN_US (0 .. 100000) overrides the long spin for measurements.
  */
 #define SPIN_US_DEFAULT 1000
@@ -131,56 +124,12 @@ struct mz_threadpool {
      * so a runnable thread queued on its core (a descheduled worker) gets
      * it; for measurements of the oversubscribed case. */
     bool yield;
-    long n_cpus;      /* online CPUs, for machine_crowded */
-    bool preempt_any; /* every preemption shortens spins (false: MZ_POOL_PREEMPT=crowded) */
     /* MZ_POOL_STATS=1: the slow paths taken, printed by free(). Counted only
      * when asked, so the fast path stays two atomics per job. */
     bool stats;
     atomic_llong n_jobs, n_worker_sleeps, n_caller_sleeps;
     atomic_llong join_us_total, join_us_max, n_joins_over_1ms;
 };
-
-long mz_loadavg_runnable(const char *text)
-{
-    /* "0.52 0.58 0.59 3/1024 12345": the fourth field's first number */
-    const char *p = text;
-    for (int field = 0; field < 3; field++) {
-        while (*p == ' ') p++;
-        if (!*p) return -1;
-        while (*p && *p != ' ') p++;
-    }
-    while (*p == ' ') p++;
-    if (*p < '0' || *p > '9') return -1;
-    char *end;
-    errno = 0;
-    const long n = strtol(p, &end, 10);
-    if (errno || *end != '/') return -1;
-    return n;
-}
-
-bool mz_pool_crowded(long runnable, long n_cpus)
-{
-    if (runnable < 0 || n_cpus < 1) return true; /* unknown: assume the worst, as before */
-    return runnable > n_cpus + n_cpus / 8;
-}
-
-long mz_loadavg_runnable_now(void)
-{
-    char buf[128];
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (!f) return -1;
-    const size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return mz_loadavg_runnable(buf);
-}
-
-/* Whether the machine is crowded right now (mz_pool_crowded of the running
- * count); true where that cannot be read. */
-static bool machine_crowded(const struct mz_threadpool *tp)
-{
-    return mz_pool_crowded(mz_loadavg_runnable_now(), tp->n_cpus);
-}
 
 /* The calling thread's involuntary context switches so far; -1 where the
  * platform cannot say (then only the time limit ends a spin). */
@@ -208,10 +157,8 @@ static bool spin_over(const struct mz_threadpool *tp, spin_state *st, int64_t t0
         const long n = preemptions();
         if (n != st->nivcsw) {
             st->nivcsw = n;
-            if (tp->preempt_any || machine_crowded(tp)) {
-                st->calm_after = t + CALM_US;
-                return true;
-            }
+            st->calm_after = t + CALM_US;
+            return true;
         }
     }
     const int64_t limit = t >= st->calm_after ? tp->spin_us : MZ_MIN(tp->spin_us, SPIN_US_SHORT);
@@ -300,10 +247,9 @@ static void print_stats(struct mz_threadpool *tp)
 {
     long long jobs = atomic_load(&tp->n_jobs);
     fprintf(stderr,
-            "threadpool: %d threads, spin %lld us%s: %lld jobs, %lld worker sleeps, %lld caller "
+            "threadpool: %d threads, spin %lld us: %lld jobs, %lld worker sleeps, %lld caller "
             "sleeps, join wait %.1f us mean, %lld us max, %lld over 1 ms\n",
-            tp->n_threads, (long long)tp->spin_us, tp->preempt_any ? "" : " (crowded only)", jobs,
-            (long long)atomic_load(&tp->n_worker_sleeps),
+            tp->n_threads, (long long)tp->spin_us, jobs, (long long)atomic_load(&tp->n_worker_sleeps),
             (long long)atomic_load(&tp->n_caller_sleeps),
             jobs ? (double)atomic_load(&tp->join_us_total) / (double)jobs : 0.0,
             (long long)atomic_load(&tp->join_us_max), (long long)atomic_load(&tp->n_joins_over_1ms));
@@ -334,9 +280,6 @@ mz_threadpool *mz_threadpool_init(int n_threads)
     tp->stats = st && *st && strcmp(st, "0") != 0;
     const char *yl = getenv("MZ_POOL_YIELD");
     tp->yield = yl && *yl && strcmp(yl, "0") != 0;
-    const char *pa = getenv("MZ_POOL_PREEMPT");
-    tp->preempt_any = !(pa && strcmp(pa, "crowded") == 0);
-    tp->n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
     static const char *const sync_err = "threadpool: cannot initialise a mutex or condition variable";
     if (pthread_mutex_init(&tp->mu, NULL)) {

@@ -5,14 +5,13 @@
  * can be created and freed repeatedly (also right after init, with workers
  * not yet waiting). Meant to run under -fsanitize=thread as well.
  */
-#define _POSIX_C_SOURCE 200809L /* setenv, nanosleep, access */
+#define _POSIX_C_SOURCE 200809L
 
 #include "sched/threadpool.h"
 #include "testutil.h"
 
 #include <stdatomic.h>
 #include <time.h>
-#include <unistd.h>
 
 #define MAX_T 8
 
@@ -73,32 +72,8 @@ static void check_runs(mz_threadpool *tp, int n, int runs, int gap_us, int worke
     free(s);
 }
 
-/* The spin rule's inputs: /proc/loadavg's running count and the crowding test. */
-static void test_crowding(void)
-{
-    CHECK_EQ_INT(mz_loadavg_runnable("0.52 0.58 0.59 3/1024 12345\n"), 3);
-    CHECK_EQ_INT(mz_loadavg_runnable("12.00 9.10 4.05 17/982 33"), 17);
-    CHECK_EQ_INT(mz_loadavg_runnable("  0.00  0.00  0.00  0/1 1"), 0);
-    static const char *const bad[] = {"", "0.52 0.58 0.59", "0.52 0.58 0.59 ", "0.52 0.58 0.59 x/5 1",
-                                      "0.52 0.58 0.59 -3/5 1", "0.52 0.58 0.59 +3/5 1",
-                                      "0.52 0.58 0.59 3 1", "0.52 0.58 0.59 3", "0.52 0.58 3/5",
-                                      "0.52 0.58 0.59 99999999999999999999999/5 1"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECK_MSG(mz_loadavg_runnable(bad[i]) == -1, "'%s' read as %ld", bad[i], mz_loadavg_runnable(bad[i]));
-    /* this machine's, as the pool reads it: at least this thread runs */
-    if (access("/proc/loadavg", R_OK) == 0)
-        CHECK_MSG(mz_loadavg_runnable_now() >= 1, "/proc/loadavg read as %ld", mz_loadavg_runnable_now());
-    /* 1 and 2 CPUs: crowded by one thread more; 16: by three; unknown counts as crowded */
-    CHECK(!mz_pool_crowded(2, 2) && mz_pool_crowded(3, 2));
-    CHECK(!mz_pool_crowded(1, 1) && mz_pool_crowded(2, 1));
-    CHECK(!mz_pool_crowded(9, 8) && mz_pool_crowded(10, 8));
-    CHECK(!mz_pool_crowded(16, 16) && !mz_pool_crowded(18, 16) && mz_pool_crowded(19, 16));
-    CHECK(mz_pool_crowded(-1, 16) && mz_pool_crowded(3, 0));
-}
-
 int main(void)
 {
-    test_crowding();
     static const int sizes[] = {1, 2, 4};
     enum { N = 100003 };
     int *v = malloc(N * sizeof *v);
@@ -140,17 +115,6 @@ int main(void)
         }
         mz_threadpool_free(tp);
     }
-    /* The crowding rule (a preemption shortens spins only on a crowded
-     * machine, MZ_POOL_PREEMPT=crowded): the same hand-offs. */
-    setenv("MZ_POOL_PREEMPT", "crowded", 1);
-    mz_threadpool *any = mz_threadpool_init(2);
-    CHECK(any != NULL);
-    if (any) {
-        check_runs(any, 2, 500, 0, 0);
-        check_runs(any, 2, 5, 0, 1000);
-        mz_threadpool_free(any);
-    }
-    unsetenv("MZ_POOL_PREEMPT");
     mz_threadpool_free(NULL);
     CHECK(mz_threadpool_init(0) == NULL);
     free(v);
