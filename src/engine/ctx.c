@@ -111,6 +111,20 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
     if ((s = mz_kv_cache_init(&c->kv, cfg->n_layer, cfg->n_head_kv, cfg->head_dim, n_ctx))) goto out_fail;
+    /* The engine's pool computes; a context made by mz_ctx_init that asks
+     * for another thread count keeps its own (its answers and timings are
+     * those of that count, as before engines existed). The memory manager
+     * sizes the restore's split beside it. */
+    if (from_ctx_init && prm.n_threads && n_threads != e->n_threads) {
+        c->own_pool = mz_threadpool_init(n_threads);
+        if (!c->own_pool) {
+            s = mz_fail(MZ_E_NOMEM, "cannot start %d compute threads", n_threads);
+            goto out_fail;
+        }
+        c->pool = c->own_pool;
+    } else {
+        c->pool = e->pool;
+    }
     {
         /* The engine read its profile once; a session naming another file
          * (mz_ctx_init's profile_path) gets that one. */
@@ -130,8 +144,7 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
                              * layers) */
                             .n_pos = xp.swa_full || prm.mode != MZ_MODE_MZCACHE ? NULL
                                                                                 : &c->n_tokens};
-        /* the pool it will compute on (below) */
-        mp.n_compute = from_ctx_init && prm.n_threads ? n_threads : e->n_threads;
+        mp.n_compute = mz_threadpool_n_threads(c->pool);
         c->ops = prm.mode == MZ_MODE_MZCACHE ? &mzcache_ops : mz_baseline_ops();
         mz_baseline_mem_params(prm.mode, &mp);
         if ((s = mz_mem_init(m, &c->kv, &mp, &c->mem))) goto out_fail;
@@ -148,20 +161,6 @@ static mz_status ctx_create(mz_engine_t *e, const mz_ctx_params *p, bool from_ct
         s = MZ_E_NOMEM;
         goto out_fail;
     }
-    /* The engine's pool computes; a context made by mz_ctx_init that asks
-     * for another thread count keeps its own (its answers and timings are
-     * those of that count, as before engines existed). */
-    if (from_ctx_init && prm.n_threads && n_threads != e->n_threads) {
-        c->own_pool = mz_threadpool_init(n_threads);
-        if (!c->own_pool) {
-            s = mz_fail(MZ_E_NOMEM, "cannot start %d compute threads", n_threads);
-            goto out_fail;
-        }
-        c->pool = c->own_pool;
-    } else {
-        c->pool = e->pool;
-    }
-    mz_mem_set_compute_threads(c->mem, mz_threadpool_n_threads(c->pool));
     (void)mz_session_attach(e, c);
     *out = c;
     return MZ_OK;

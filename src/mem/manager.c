@@ -58,9 +58,8 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     MZ_ASSERT(p && p->profile);
     size_t block = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) block = MZ_MAX(block, m->blocks[l].buf_bytes);
-    /* The unit sizes and the decoding threads the session's restore will
-     * have, for the per-unit times (mz_mem_set_compute_threads sets the
-     * threads again for the pool the session computes on). */
+    /* The unit sizes and the decoding threads of the session's restore,
+     * for the per-unit times and the default codec. */
     mz_profile_units units = {.kv_chunk_bytes = kv->chunk_bytes, .block_bytes = block};
     units.decode_threads =
         mz_profile_decode_threads(p->profile, mz_profile_restore_threads(p->profile, p->n_compute));
@@ -338,12 +337,6 @@ mz_unit_state mz_mem_kv_state(mz_mem *mm, int layer, size_t chunk)
 
 const mz_unit_times *mz_mem_unit_times(const mz_mem *mm) { return &mm->times; }
 
-void mz_mem_set_compute_threads(mz_mem *mm, int n_compute)
-{
-    mm->pu.decode_threads =
-        mz_profile_decode_threads(&mm->prof, mz_profile_restore_threads(&mm->prof, n_compute));
-    mm_refresh_times(mm);
-}
 
 mz_unit_state mz_mem_weights_state(mz_mem *mm, int layer)
 {

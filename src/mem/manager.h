@@ -71,8 +71,12 @@ typedef struct mz_mem_params {
      * the next token cannot attend to are evicted first and left stored by
      * restores (policy.h, "dead"). NULL: every chunk is live. */
     const size_t *n_pos;
-    /* The session's compute threads (the restore's split follows them,
-     * profile.h); 0: unknown, the profile's rule for that case. */
+    /* The compute threads beside which the session restores (its pool's
+     * count): the policy charges the memory path's decoding over the
+     * decoding threads of the profile's split for them
+     * (mz_profile_restore_threads, mz_profile_decode_threads), and the
+     * default codec is chosen with them; 0: unknown, the profile's rule for
+     * that case. */
     int n_compute;
 } mz_mem_params;
 
@@ -149,13 +153,6 @@ MZ_INTERNAL void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out);
  * above them in the stack are decoded back into their chunks). After the
  * shrink, the next call on the manager notices the unmapped chunks. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos);
-
-/* The compute threads beside which this session restores (its pool's
- * count): the policy charges the memory path's decoding over the decoding
- * threads of the profile's split for them (mz_profile_restore_threads,
- * mz_profile_decode_threads); 1 decoding thread until called. Owner thread,
- * between requests. */
-MZ_INTERNAL void mz_mem_set_compute_threads(mz_mem *mm, int n_compute);
 
 /* Per-unit restore times derived from the device profile at init (for the
  * restore workers' planning and for stats). */
