@@ -68,12 +68,12 @@ mz_status mz_codec_choose(const mz_device_profile *prof, const mz_profile_units 
     for (int k = 0; k < MZ_CODEC_AUTO_N; k++) out->restore_ns[k] = -1;
     /* Only codecs the profile has an entry of its own for: a family
      * fallback would give q8-q4r q8's rates and size. */
-    bool measured[MZ_CODEC_AUTO_N];
+    const mz_profile_codec *entry[MZ_CODEC_AUTO_N];
     for (int k = 0; k < MZ_CODEC_AUTO_N; k++) {
         const mz_profile_codec *c = mz_profile_codec_find(prof, mz_codec_auto_candidates[k]);
-        measured[k] = c && strcmp(c->name, mz_codec_auto_candidates[k]) == 0 && c->ratio > 0;
+        entry[k] = c && strcmp(c->name, mz_codec_auto_candidates[k]) == 0 && c->ratio > 0 ? c : NULL;
     }
-    if (!measured[0] || n_layer <= 0 || n_chunks == 0) return MZ_OK;
+    if (!entry[0] || n_layer <= 0 || n_chunks == 0) return MZ_OK;
 
     size_t n_units = (size_t)n_layer * (n_chunks + 1);
     mz_unit *units = calloc(n_units, sizeof *units);
@@ -83,15 +83,14 @@ mz_status mz_codec_choose(const mz_device_profile *prof, const mz_profile_units 
     mz_evict_plan plan = {0};
     mz_status s = !units || !seq || !pol ? MZ_E_NOMEM : mz_evict_plan_init(&plan, n_layer, n_chunks);
     for (int k = 0; k < MZ_CODEC_AUTO_N && s == MZ_OK; k++) {
-        if (!measured[k]) continue;
+        if (!entry[k]) continue;
         mz_profile_units uk = *u;
-        uk.codec = mz_codec_auto_candidates[k];
-        uk.kv_enc_bytes = 0; /* the profile's measured ratio */
+        uk.codec = entry[k]->name;
+        uk.kv_enc_bytes = (size_t)(entry[k]->ratio * (double)u->kv_chunk_bytes + 0.5); /* its measured size */
         mz_unit_times t;
         mz_profile_derive(prof, &uk, &t);
-        const mz_profile_codec *c = mz_profile_codec_find(prof, uk.codec);
-        size_t enc = (size_t)(c->ratio * (double)u->kv_chunk_bytes + 0.5);
-        out->restore_ns[k] = planned_restore_ns(units, n_layer, n_chunks, u, &t, enc, pol, &plan, seq);
+        out->restore_ns[k] =
+            planned_restore_ns(units, n_layer, n_chunks, u, &t, uk.kv_enc_bytes, pol, &plan, seq);
     }
     if (s == MZ_OK) {
         for (int k = 1; k < MZ_CODEC_AUTO_N; k++) {
