@@ -46,12 +46,10 @@ if [ ! -x "$LB" ] && [ -f "${BUNDLE:-.bundle}/llama.cpp.tgz" ]; then
 fi
 [ -x "$LB" ] || echo "no llama-bench ($LB): peer columns stay empty"
 
-ours1() { # model threads [env...] -> "pp tg isa x8 pp_steal tg_steal" of one measured run (after its warm-up)
+ours1() { # model threads [env...] -> "pp tg isa x8" of one measured run (after its warm-up)
     local m=$1 t=$2; shift 2
     env "$@" LD_LIBRARY_PATH="$LIBP" "$BIN/bench_throughput" -m "$m" -t "$t" -p 512 -n 128 -r 1 2>>"$OUTD/errors.log" |
-        sed -n -e 's/^run=1 .*pp_steal_ms=\([-0-9.]*\) tg_steal_ms=\([-0-9.]*\).*/\1 \2/p' \
-            -e 's/^median pp512=\([0-9.]*\) tg128=\([0-9.]*\) threads=[0-9]* isa=\([a-z0-9]*\) x8=\([a-z]*\).*/\1 \2 \3 \4/p' |
-        { read -r steal; read -r med; echo "$med $steal"; }
+        sed -n 's/^median pp512=\([0-9.]*\) tg128=\([0-9.]*\) threads=[0-9]* isa=\([a-z0-9]*\) x8=\([a-z]*\).*/\1 \2 \3 \4/p'
 }
 peer1() { # model threads -> "pp tg" of one llama-bench repetition (its own warm-up first)
     [ -x "$LB" ] || { echo "- -"; return; }
@@ -77,15 +75,15 @@ steal_since() { # start_ms -> ms of steal since then, or -
 # of the medians, and the worst round (ours / llama.cpp in the same round).
 cell() { # label model threads [env...]
     local label=$1 m=$2 t=$3; shift 3
-    local runs="" isa=- x8=- opp otg oi ox ops ots lpp ltg s0 os ls
+    local runs="" isa=- x8=- opp otg oi ox lpp ltg s0 os ls
     for r in $(seq 1 "$REPS"); do
         s0=$(steal_ms)
-        read -r opp otg oi ox ops ots <<<"$(ours1 "$m" "$t" "$@")"
+        read -r opp otg oi ox <<<"$(ours1 "$m" "$t" "$@")"
         os=$(steal_since "$s0"); s0=$(steal_ms)
         read -r lpp ltg <<<"$(peer1 "$m" "$t")"
         ls=$(steal_since "$s0")
         isa=${oi:-$isa} x8=${ox:-$x8}
-        echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg,${ops:--},${ots:--},$os,$ls" >>"$OUTD/runs.csv"
+        echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg,$os,$ls" >>"$OUTD/runs.csv"
         runs="$runs ${opp:--}:${otg:--}:$lpp:$ltg:$os:$ls"
     done
     python3 - "$label" "$t" "$isa" "$x8" "$runs" <<'PY' | tee -a "$OUTD/scaling.md"
@@ -124,10 +122,10 @@ echo
 echo "| model | threads | kernels | pp512 ours | pp512 llama.cpp | ratio | worst | spread | tg128 ours | tg128 llama.cpp | ratio | worst | spread | steal ms |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee "$OUTD/scaling.md"
-# pp/tg_steal_ms: CPU time the hypervisor took from the machine while our run
-# prefilled / decoded (bench_throughput, /proc/stat); steal_ours_ms /
-# steal_llamacpp_ms: the same over each side's whole run (load and warm-up too)
-echo "cell,threads,round,pp_ours,tg_ours,pp_llamacpp,tg_llamacpp,pp_steal_ms,tg_steal_ms,steal_ours_ms,steal_llamacpp_ms" >"$OUTD/runs.csv"
+# steal_ours_ms / steal_llamacpp_ms: CPU time the hypervisor took from the
+# machine (all CPUs, /proc/stat) during each side's whole run, load and
+# warm-up included
+echo "cell,threads,round,pp_ours,tg_ours,pp_llamacpp,tg_llamacpp,steal_ours_ms,steal_llamacpp_ms" >"$OUTD/runs.csv"
 for spec in $MODELS; do
     preset=${spec%%:*}; rest=${spec#*:}; type=${rest%%:*}; ths=$THREADS
     case "$rest" in *:*) ths=${rest#*:}; ths=${ths//\// } ;; esac
