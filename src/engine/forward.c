@@ -101,7 +101,9 @@ static void matmul_op_run(const matmul_op *op, size_t r0, size_t r1, size_t t0, 
 }
 
 /* Threads claim row slices of the fused ops, or the plan's items, from one
- * counter (dynamic sharing); the values do not depend on who computes what. */
+ * counter (dynamic sharing; run with mz_threadpool_run_claimed, so a
+ * descheduled thread that claimed nothing is not waited for); the values do
+ * not depend on who computes what. */
 static void matmul_task(void *arg, int ith, int nth)
 {
     (void)ith;
@@ -150,24 +152,39 @@ static void attn_merge_task(void *arg, int ith, int nth) { mz_attn_merge(arg, it
 typedef struct rows_job {
     void (*fn)(void *ctx, size_t t0, size_t t1);
     void *ctx;
-    size_t n;
+    size_t n, n_blocks;
+    _Atomic size_t next; /* next block to claim */
 } rows_job;
+
+/* Blocks of contiguous tokens claimed from one counter, several per thread,
+ * so a thread that arrives late or is descheduled leaves its share to the
+ * others (mz_threadpool_run_claimed). */
+#define PAR_BLOCKS_PER_THREAD 4
 
 static void rows_task(void *arg, int ith, int nth)
 {
-    const rows_job *j = arg;
-    const size_t t0 = j->n * (size_t)ith / (size_t)nth, t1 = j->n * ((size_t)ith + 1) / (size_t)nth;
-    if (t0 < t1) j->fn(j->ctx, t0, t1);
+    (void)ith;
+    (void)nth;
+    rows_job *j = arg;
+    for (;;) {
+        const size_t b = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (b >= j->n_blocks) break;
+        const size_t t0 = j->n * b / j->n_blocks, t1 = j->n * (b + 1) / j->n_blocks;
+        if (t0 < t1) j->fn(j->ctx, t0, t1);
+    }
 }
 
 static void par_rows(mz_ctx_t *c, size_t n, size_t floats_per_row, void (*fn)(void *, size_t, size_t), void *ctx)
 {
-    if (n < 2 || n * floats_per_row < PAR_MIN_FLOATS || mz_threadpool_n_threads(c->pool) == 1) {
+    const int nth = mz_threadpool_n_threads(c->pool);
+    if (n < 2 || n * floats_per_row < PAR_MIN_FLOATS || nth == 1) {
         fn(ctx, 0, n);
         return;
     }
-    rows_job j = {.fn = fn, .ctx = ctx, .n = n};
-    mz_threadpool_run(c->pool, rows_task, &j);
+    const size_t n_blocks = MZ_MIN(n, (size_t)nth * PAR_BLOCKS_PER_THREAD);
+    rows_job j = {.fn = fn, .ctx = ctx, .n = n, .n_blocks = n_blocks};
+    atomic_init(&j.next, 0);
+    mz_threadpool_run_claimed(c->pool, rows_task, &j);
 }
 
 typedef struct convert_ctx {
@@ -251,7 +268,7 @@ static mz_status matmul_fused(mz_ctx_t *c, const mz_tensor *const *ws, float *co
         job.plan = &plan;
     }
     atomic_init(&job.next, 0);
-    mz_threadpool_run(c->pool, matmul_task, &job);
+    mz_threadpool_run_claimed(c->pool, matmul_task, &job);
     return MZ_OK;
 }
 
@@ -436,9 +453,9 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
             atomic_init(&work, 0);
             aa.work = &work;
             aa.work_in_index_order = use_row_slices();
-            mz_threadpool_run(c->pool, attn_task, &aa);
+            mz_threadpool_run_claimed(c->pool, attn_task, &aa);
             atomic_store(&work, 0);
-            if (aa.partial) mz_threadpool_run(c->pool, attn_merge_task, &aa);
+            if (aa.partial) mz_threadpool_run_claimed(c->pool, attn_merge_task, &aa);
             free(aa.partial);
         }
         {

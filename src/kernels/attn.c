@@ -20,7 +20,8 @@
  *   its GQA group (up to MZ_ATTN_MAX_GROUP at a time).
  *   Work items are (query token, kv head) pairs; thread ith takes items ith,
  *   ith + nth, ... — interleaved because later tokens see more positions
- *   (causal), so contiguous ranges would load the last thread most.
+ *   (causal), so contiguous ranges would load the last thread most — or,
+ *   with a->work, claims them from that counter in index order.
  * mz_attn_ref: two passes per (token, head) — max, then sum and weighted V —
  *   all in F32, straight from the definition. The tests' oracle.
  *
@@ -36,6 +37,7 @@
 #include "kernels_impl.h"
 
 #include <math.h>
+#include <stdatomic.h>
 
 #define ATTN_TILE 32
 
@@ -179,7 +181,9 @@ void mz_attn_scalar(const mz_attn_args *a, int ith, int nth)
     mz_attn_check_args(a);
     const int group = a->n_head / a->n_head_kv;
     const size_t n_items = a->n_q * (size_t)a->n_head_kv;
-    for (size_t it = (size_t)ith; it < n_items; it += (size_t)nth) {
+    for (size_t it = (size_t)ith;; it += (size_t)nth) {
+        if (a->work) it = atomic_fetch_add_explicit(a->work, 1, memory_order_relaxed);
+        if (it >= n_items) break;
         const size_t i = it / (size_t)a->n_head_kv;
         const int kvh = (int)(it % (size_t)a->n_head_kv);
         for (int g0 = 0; g0 < group; g0 += MZ_ATTN_MAX_GROUP)

@@ -185,8 +185,10 @@ typedef struct mz_attn_args {
     /* Optional shared counter (set to 0 before each mz_attn / mz_attn_merge
      * job): the threads then claim work items from it instead of taking
      * fixed shares, so a thread the OS deschedules (restore workers share the
-     * cores) does not hold up the job. Same bits either way; kernels without
-     * dynamic claiming ignore it. */
+     * cores) does not hold up the job. Same bits either way. With it, every
+     * kernel (and mz_attn_merge) claims all of its items from it, so the
+     * first thread's call returns only when all are claimed: the contract
+     * of mz_threadpool_run_claimed. */
     _Atomic size_t *work;
     /* With work: the claims take the (head group, token block) groups
      * heaviest first — a causal batch's last token blocks see the most

@@ -2,13 +2,23 @@
  * threadpool.c — fork-join pool of persistent compute threads.
  *
  * Protocol (all shared state is in struct mz_threadpool):
- *   run():   fn/arg are stored, pending = n - 1, then gen is incremented
- *            (seq_cst). The caller runs ith 0 itself, then waits for
- *            pending == 0.
- *   worker:  waits for gen to change, runs fn(arg, ith, n), decrements
- *            pending. The gen increment publishes fn/arg (release/acquire
- *            through the seq_cst atomics); the decrement publishes the
- *            worker's results to the caller the same way.
+ *   run():   fn/arg are stored, done = 0, entry = (g, open, 0 entered),
+ *            then gen = g (seq_cst). The caller runs ith 0 itself, then
+ *            waits for done to reach its target: every worker (n - 1) for
+ *            run(); for run_claimed() the workers that entered, read when
+ *            the caller closes the entry word after its own call.
+ *   worker:  waits for gen to change, enters the job by a CAS of entry from
+ *            (g, open, k) to (g, open, k + 1), runs fn(arg, ith, n), then
+ *            increments done. A worker that finds entry closed or of a later
+ *            generation skips the job without reading fn/arg.
+ *   Why this is safe: the caller writes fn/arg for job g + 1 only after done
+ *   reached the target of g, and a worker that entered g is in that target
+ *   (its CAS precedes the close in entry's modification order), so it has
+ *   finished reading them; one that did not enter never reads them. The
+ *   entry store publishes fn/arg to the CAS (release/acquire through the
+ *   seq_cst atomics); the increment of done publishes the worker's results.
+ *   run() never closes the entry word: gen cannot move on before all n - 1
+ *   workers entered and finished, so none can miss a job.
  *   Waiting: both sides spin on the atomic with a pause instruction
  *            (back-to-back jobs start in well under a microsecond), then
  *            sleep on a condition variable: see "How long to spin" below.
@@ -40,6 +50,7 @@
 #include <string.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -83,6 +94,9 @@
 #define SPIN_US_MAX 100000
 #define CALM_US 50000
 
+#define ENTRY_CLOSED (1ull << 31)
+#define ENTRY_COUNT_MASK (ENTRY_CLOSED - 1)
+
 typedef struct {
     long nivcsw;        /* involuntary switches last seen; -1 if unknown */
     int64_t calm_after; /* long spins allowed from this time on */
@@ -104,20 +118,25 @@ struct mz_threadpool {
     mz_task_fn fn;          /* current job; written by the owner before gen++ */
     void *arg;
 
-    /* gen (and stop) are read by every spinning worker; pending is written
-     * by every worker as it finishes: on one cache line, each finishing
-     * worker's decrement would take the line from all the spinners. */
+    /* gen (and stop) are read by every spinning worker; done is written by
+     * every worker as it finishes: on one cache line, each finishing
+     * worker's increment would take the line from all the spinners. */
     _Alignas(64) atomic_uint gen; /* job generation; workers run once per increment */
     atomic_bool stop;       /* set once by free() */
-    _Alignas(64) atomic_int pending; /* workers still running the current job */
+    /* The current job's generation (high 32 bits), ENTRY_CLOSED, and the
+     * number of workers that entered it (low bits): CAS'd once per worker
+     * and job, on a line of its own. */
+    _Alignas(64) _Atomic uint64_t entry;
+    _Alignas(64) atomic_int done; /* workers that finished the current job */
     atomic_int n_sleeping;  /* workers announced as (about to be) in cond_wait */
     atomic_bool caller_sleeping;
-    _Alignas(64) char pad_end; /* keeps the mutex off pending's line */
+    _Alignas(64) char pad_end; /* keeps the mutex off done's line */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* gen changed or stop */
-    pthread_cond_t done_cv; /* pending reached 0 */
+    pthread_cond_t done_cv; /* done reached the caller's target */
 
+    unsigned owner_gen;    /* the last generation started; owner thread only */
     int64_t spin_us;
     spin_state owner_spin; /* the owner thread's (the caller of run) */
     /* MZ_POOL_YIELD=1: a spinning side calls sched_yield() between its polls,
@@ -127,6 +146,9 @@ struct mz_threadpool {
     /* MZ_POOL_STATS=1: the slow paths taken, printed by free(). Counted only
      * when asked, so the fast path stays two atomics per job. */
     bool stats;
+    /* MZ_POOL_JOIN=all: run_claimed waits for every worker, as run does. */
+    bool join_all;
+    atomic_llong n_skipped; /* workers that found a claimed job closed */
     atomic_llong n_jobs, n_worker_sleeps, n_caller_sleeps;
     atomic_llong join_us_total, join_us_max, n_joins_over_1ms;
 };
@@ -187,6 +209,16 @@ static bool worker_wait(struct mz_threadpool *tp, spin_state *st, unsigned seen)
     return !atomic_load(&tp->stop);
 }
 
+/* Enters job gen if it is still the current one and open. */
+static bool enter_job(struct mz_threadpool *tp, unsigned gen)
+{
+    uint64_t e = atomic_load(&tp->entry);
+    for (;;) {
+        if ((unsigned)(e >> 32) != gen || (e & ENTRY_CLOSED)) return false;
+        if (atomic_compare_exchange_weak(&tp->entry, &e, e + 1)) return true;
+    }
+}
+
 static void *worker_main(void *p)
 {
     worker *w = p;
@@ -196,10 +228,13 @@ static void *worker_main(void *p)
     spin_state_init(&st);
     while (worker_wait(tp, &st, seen)) {
         seen = atomic_load(&tp->gen);
-        /* Only one job is in flight: the owner cannot start the next one
-         * before pending reaches 0, so gen moved by exactly one. */
+        if (!enter_job(tp, seen)) {
+            if (tp->stats) atomic_fetch_add(&tp->n_skipped, 1);
+            continue;
+        }
         tp->fn(tp->arg, w->ith, tp->n_threads);
-        if (atomic_fetch_sub(&tp->pending, 1) == 1 && atomic_load(&tp->caller_sleeping)) {
+        atomic_fetch_add(&tp->done, 1);
+        if (atomic_load(&tp->caller_sleeping)) {
             pthread_mutex_lock(&tp->mu);
             pthread_cond_broadcast(&tp->done_cv);
             pthread_mutex_unlock(&tp->mu);
@@ -248,9 +283,10 @@ static void print_stats(struct mz_threadpool *tp)
     long long jobs = atomic_load(&tp->n_jobs);
     fprintf(stderr,
             "threadpool: %d threads, spin %lld us: %lld jobs, %lld worker sleeps, %lld caller "
-            "sleeps, join wait %.1f us mean, %lld us max, %lld over 1 ms\n",
+            "sleeps, %lld late arrivals not waited for, join wait %.1f us mean, %lld us max, "
+            "%lld over 1 ms\n",
             tp->n_threads, (long long)tp->spin_us, jobs, (long long)atomic_load(&tp->n_worker_sleeps),
-            (long long)atomic_load(&tp->n_caller_sleeps),
+            (long long)atomic_load(&tp->n_caller_sleeps), (long long)atomic_load(&tp->n_skipped),
             jobs ? (double)atomic_load(&tp->join_us_total) / (double)jobs : 0.0,
             (long long)atomic_load(&tp->join_us_max), (long long)atomic_load(&tp->n_joins_over_1ms));
 }
@@ -270,7 +306,8 @@ mz_threadpool *mz_threadpool_init(int n_threads)
     struct mz_threadpool *tp = memset(mem, 0, sizeof(struct mz_threadpool));
     tp->n_threads = n_threads;
     atomic_init(&tp->gen, 0u);
-    atomic_init(&tp->pending, 0);
+    atomic_init(&tp->entry, 0);
+    atomic_init(&tp->done, 0);
     atomic_init(&tp->stop, false);
     atomic_init(&tp->n_sleeping, 0);
     atomic_init(&tp->caller_sleeping, false);
@@ -280,6 +317,8 @@ mz_threadpool *mz_threadpool_init(int n_threads)
     tp->stats = st && *st && strcmp(st, "0") != 0;
     const char *yl = getenv("MZ_POOL_YIELD");
     tp->yield = yl && *yl && strcmp(yl, "0") != 0;
+    const char *jn = getenv("MZ_POOL_JOIN");
+    tp->join_all = jn && !strcmp(jn, "all");
 
     static const char *const sync_err = "threadpool: cannot initialise a mutex or condition variable";
     if (pthread_mutex_init(&tp->mu, NULL)) {
@@ -338,24 +377,26 @@ void mz_threadpool_free(mz_threadpool *tp)
 
 int mz_threadpool_n_threads(const mz_threadpool *tp) { return tp->n_threads; }
 
-void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
+/* Starts a job on the workers and runs ith 0 on the caller; returns when the
+ * caller's call is done and every worker that entered has finished; the
+ * number of workers waited for. */
+static int run_job(mz_threadpool *tp, mz_task_fn fn, void *arg, bool claimed)
 {
-    MZ_ASSERT(tp && fn);
-    if (tp->n_threads == 1) {
-        fn(arg, 0, 1);
-        return;
-    }
     tp->fn = fn;
     tp->arg = arg;
-    atomic_store(&tp->pending, tp->n_threads - 1);
-    atomic_fetch_add(&tp->gen, 1u); /* publishes fn, arg and pending */
+    const unsigned g = ++tp->owner_gen;
+    atomic_store(&tp->done, 0);
+    atomic_store(&tp->entry, (uint64_t)g << 32); /* publishes fn, arg and done */
+    atomic_store(&tp->gen, g);
     wake_workers(tp);
 
     fn(arg, 0, tp->n_threads);
 
+    const int target = claimed ? (int)(atomic_fetch_or(&tp->entry, ENTRY_CLOSED) & ENTRY_COUNT_MASK)
+                               : tp->n_threads - 1;
     const int64_t t_join = tp->stats ? mz_time_us() : 0;
     int64_t t0 = 0;
-    for (unsigned k = 0; atomic_load(&tp->pending) != 0; k++) {
+    for (unsigned k = 0; atomic_load(&tp->done) != target; k++) {
         if (tp->yield && (k & 63) == 62) sched_yield();
         else cpu_relax();
         if (k == 63) t0 = mz_time_us();
@@ -363,7 +404,7 @@ void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
             if (tp->stats) atomic_fetch_add(&tp->n_caller_sleeps, 1);
             pthread_mutex_lock(&tp->mu);
             atomic_store(&tp->caller_sleeping, true);
-            while (atomic_load(&tp->pending) != 0) pthread_cond_wait(&tp->done_cv, &tp->mu);
+            while (atomic_load(&tp->done) != target) pthread_cond_wait(&tp->done_cv, &tp->mu);
             atomic_store(&tp->caller_sleeping, false);
             pthread_mutex_unlock(&tp->mu);
             break;
@@ -378,4 +419,22 @@ void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
         if (w > atomic_load(&tp->join_us_max)) atomic_store(&tp->join_us_max, w);
         if (w > 1000) atomic_fetch_add(&tp->n_joins_over_1ms, 1);
     }
+    return target;
+}
+
+void mz_threadpool_run(mz_threadpool *tp, mz_task_fn fn, void *arg)
+{
+    MZ_ASSERT(tp && fn);
+    if (tp->n_threads == 1) fn(arg, 0, 1);
+    else run_job(tp, fn, arg, false);
+}
+
+int mz_threadpool_run_claimed(mz_threadpool *tp, mz_task_fn fn, void *arg)
+{
+    MZ_ASSERT(tp && fn);
+    if (tp->n_threads == 1) {
+        fn(arg, 0, 1);
+        return 1;
+    }
+    return 1 + run_job(tp, fn, arg, !tp->join_all);
 }

@@ -279,6 +279,24 @@ static void run_case_window(int ratio, int head_dim, size_t n_kv, size_t n_q, in
             CHECK_MSG(!memcmp(first, f.out, n_out * sizeof *first),
                       "active, claimed (index order %d, partial %d): ratio %d hd %d n_kv %zu n_q %zu differs", order,
                       with_partial, ratio, head_dim, n_kv, n_q);
+            /* mz_threadpool_run_claimed's contract: thread 0's call alone
+             * claims everything when no other thread arrives (active and
+             * scalar kernels; the scalar one writes out directly). */
+            for (int scalar = 0; scalar <= 1; scalar++) {
+                for (size_t i = 0; i < n_out; i++) f.out[i] = NAN;
+                atomic_store(&work, 0);
+                if (scalar) {
+                    mz_attn_scalar(&b, 0, 3);
+                } else {
+                    mz_attn(&b, 0, 3);
+                    atomic_store(&work, 0);
+                    mz_attn_merge(&b, 0, 3);
+                }
+                e = max_err(&f);
+                CHECK_MSG(e <= tol && (scalar || !memcmp(first, f.out, n_out * sizeof *first)),
+                          "%s, claimed by thread 0 of 3 alone (partial %d): ratio %d hd %d n_kv %zu n_q %zu: err %g",
+                          scalar ? "scalar" : "active", with_partial, ratio, head_dim, n_kv, n_q, e);
+            }
         }
     free(partial);
     free(first);

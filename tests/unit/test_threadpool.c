@@ -3,7 +3,12 @@
  * right nth, results written by workers are visible after run returns, sums
  * are right, both the spinning and the sleeping hand-offs work, and pools
  * can be created and freed repeatedly (also right after init, with workers
- * not yet waiting). Meant to run under -fsanitize=thread as well.
+ * not yet waiting). Claimed jobs (mz_threadpool_run_claimed): every item is
+ * done exactly once and visible after the call, whoever took part; workers
+ * still asleep when the caller has claimed everything are not waited for
+ * (and never touch the job, which lives on the caller's stack); plain runs
+ * between claimed ones still reach every worker; MZ_POOL_JOIN=all waits for
+ * all. Meant to run under -fsanitize=thread as well.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -72,6 +77,98 @@ static void check_runs(mz_threadpool *tp, int n, int runs, int gap_us, int worke
     free(s);
 }
 
+enum { ITEMS_MAX = 4096 };
+
+typedef struct {
+    atomic_int next;
+    int n_items;
+    int run;
+    int done_in[ITEMS_MAX]; /* item i: the run that did it (one writer per item) */
+    atomic_int taken[ITEMS_MAX];
+    int item_sleep_us;
+} claim_state;
+
+static void job_claim(void *arg, int ith, int nth)
+{
+    claim_state *s = arg;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        const int i = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed);
+        if (i >= s->n_items) break;
+        if (s->item_sleep_us) sleep_us(s->item_sleep_us);
+        s->done_in[i] = s->run;
+        atomic_fetch_add_explicit(&s->taken[i], 1, memory_order_relaxed);
+    }
+}
+
+/* runs claimed jobs of n_items; every item once per run, seen by the caller
+ * right after the call; returns the sum of the calls' thread counts */
+static long check_claimed(mz_threadpool *tp, int n, int runs, int n_items, int gap_us, int item_sleep_us)
+{
+    claim_state *s = calloc(1, sizeof *s);
+    s->n_items = n_items;
+    s->item_sleep_us = item_sleep_us;
+    long took_part = 0;
+    int bad = 0, bad_count = 0;
+    for (int r = 1; r <= runs; r++) {
+        s->run = r;
+        atomic_store(&s->next, 0);
+        const int k = mz_threadpool_run_claimed(tp, job_claim, s);
+        bad_count += k < 1 || k > n;
+        took_part += k;
+        for (int i = 0; i < n_items; i++) bad += s->done_in[i] != r || atomic_load(&s->taken[i]) != r;
+        if (gap_us) sleep_us(gap_us);
+    }
+    CHECK_MSG(bad == 0 && bad_count == 0, "n=%d runs=%d items=%d: %d items wrong, %d counts out of range", n,
+              runs, n_items, bad, bad_count);
+    free(s);
+    return took_part;
+}
+
+static atomic_int g_late_calls;
+
+static void job_count(void *arg, int ith, int nth)
+{
+    (void)arg;
+    (void)ith;
+    (void)nth;
+    atomic_fetch_add(&g_late_calls, 1);
+}
+
+/* A claimed job with nothing to claim, its state on this frame's stack:
+ * the caller returns as soon as its own call does. */
+static int run_empty_claimed(mz_threadpool *tp)
+{
+    int on_stack = 0;
+    const int k = mz_threadpool_run_claimed(tp, job_count, &on_stack);
+    return k;
+}
+
+/* Workers that sleep between jobs (no spin) wake after the caller has
+ * finished an empty job: most calls must not wait for them. With
+ * MZ_POOL_JOIN=all every call waits for all. Returns threads waited for,
+ * summed; checks that fn ran exactly as many times as the calls said. */
+static long check_late_workers(int n, int runs, const char *join)
+{
+    setenv("MZ_POOL_SPIN_US", "0", 1);
+    if (join) setenv("MZ_POOL_JOIN", join, 1);
+    mz_threadpool *tp = mz_threadpool_init(n);
+    unsetenv("MZ_POOL_SPIN_US");
+    unsetenv("MZ_POOL_JOIN");
+    CHECK(tp != NULL);
+    if (!tp) return 0;
+    atomic_store(&g_late_calls, 0);
+    long took_part = 0;
+    for (int r = 0; r < runs; r++) {
+        took_part += run_empty_claimed(tp);
+        sleep_us(200); /* every worker back asleep */
+    }
+    mz_threadpool_free(tp); /* joins the workers: every call they made is counted */
+    CHECK_EQ_INT(atomic_load(&g_late_calls), took_part);
+    return took_part;
+}
+
 int main(void)
 {
     static const int sizes[] = {1, 2, 4};
@@ -99,7 +196,25 @@ int main(void)
             bad += got != want;
         }
         CHECK_EQ_INT(bad, 0);
+        /* Claimed jobs, then plain ones again: a worker that skipped a
+         * claimed job must still run every plain one. */
+        check_claimed(tp, n, 2000, 3 * n, 0, 0);  /* spinning */
+        check_claimed(tp, n, 30, 64, 500, 0);     /* workers asleep at each start */
+        check_claimed(tp, n, 10, 2 * n, 0, 1000); /* slow items: the owner sleeps */
+        check_claimed(tp, n, 200, ITEMS_MAX, 0, 0);
+        check_claimed(tp, n, 200, 0, 0, 0);
+        check_runs(tp, n, 200, 0, 0);
         mz_threadpool_free(tp);
+    }
+
+    {
+        enum { LATE_RUNS = 200, LATE_N = 4 };
+        const long claimed = check_late_workers(LATE_N, LATE_RUNS, NULL);
+        CHECK_MSG(claimed < (long)LATE_RUNS * LATE_N / 2,
+                  "sleeping workers were waited for: %ld threads in %d empty claimed jobs of %d", claimed,
+                  LATE_RUNS, LATE_N);
+        CHECK(claimed >= LATE_RUNS);
+        CHECK_EQ_INT(check_late_workers(LATE_N, 20, "all"), 20 * LATE_N);
     }
 
     /* Init/free repeatedly: with no run, right after a run, and after sleeping. */
