@@ -144,7 +144,7 @@ struct mz_threadpool {
      * it; for measurements of the oversubscribed case. */
     bool yield;
     /* MZ_POOL_STATS=1: the slow paths taken, printed by free(). Counted only
-     * when asked, so the fast path stays two atomics per job. */
+     * when asked, so the fast path keeps to the job's own atomics. */
     bool stats;
     /* MZ_POOL_JOIN=all: run_claimed waits for every worker, as run does. */
     bool join_all;
@@ -219,6 +219,14 @@ static bool enter_job(struct mz_threadpool *tp, unsigned gen)
     }
 }
 
+/* The number of workers the caller of the current job waits for, as far
+ * as the entry word says: its count once closed, else every worker. */
+static int job_target(struct mz_threadpool *tp)
+{
+    const uint64_t e = atomic_load(&tp->entry);
+    return (e & ENTRY_CLOSED) ? (int)(e & ENTRY_COUNT_MASK) : tp->n_threads - 1;
+}
+
 static void *worker_main(void *p)
 {
     worker *w = p;
@@ -233,8 +241,12 @@ static void *worker_main(void *p)
             continue;
         }
         tp->fn(tp->arg, w->ith, tp->n_threads);
-        atomic_fetch_add(&tp->done, 1);
-        if (atomic_load(&tp->caller_sleeping)) {
+        const int done = atomic_fetch_add(&tp->done, 1) + 1;
+        /* Only the worker that completes the target wakes a sleeping
+         * caller. The caller sleeps only after closing a claimed job, so
+         * once it is seen asleep the entry word holds the final count; a
+         * plain run's is never closed and its target is every worker. */
+        if (atomic_load(&tp->caller_sleeping) && done == job_target(tp)) {
             pthread_mutex_lock(&tp->mu);
             pthread_cond_broadcast(&tp->done_cv);
             pthread_mutex_unlock(&tp->mu);
