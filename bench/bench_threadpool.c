@@ -8,13 +8,20 @@
  *   after a gap:  a 1 ms pause between jobs (workers have gone to sleep, so
  *                 this includes a futex wake-up)
  *
+ * each for mz_threadpool_run (every worker waited for) and for
+ * mz_threadpool_run_claimed (only the workers that arrived before the
+ * caller's own call returned; "threads in" is the mean number that took
+ * part): after a gap the claimed join does not wait for the wake-ups.
+ *
  * usage: bench_threadpool [-t 2] [-n 20000]
  */
 #define _POSIX_C_SOURCE 200809L
 #include "core/core.h"
 #include "sched/threadpool.h"
 
+#include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,40 +43,67 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Times n jobs into lat[], each after a pause of gap_ns (0: none). */
-static void time_jobs(mz_threadpool *tp, double *lat, int n, long gap_ns)
+/* Times n jobs into lat[], each after a pause of gap_ns (0: none); claimed
+ * jobs add the number of threads that took part to *in. */
+static void time_jobs(mz_threadpool *tp, double *lat, int n, long gap_ns, bool claimed, long *in)
 {
     for (int i = 0; i < n; i++) {
         if (gap_ns > 0) nanosleep(&(struct timespec){0, gap_ns}, NULL);
         double t0 = now_us();
-        mz_threadpool_run(tp, task, NULL);
+        if (claimed) *in += mz_threadpool_run_claimed(tp, task, NULL);
+        else mz_threadpool_run(tp, task, NULL);
         lat[i] = now_us() - t0;
     }
 }
 
-static void print_latency(int threads, const char *what, double *lat, int n)
+static void print_latency(int threads, const char *what, double *lat, int n, double threads_in)
 {
     qsort(lat, (size_t)n, sizeof *lat, cmp_double);
-    printf("threads=%d %s: median %.2f us  p90 %.2f us  p99 %.2f us\n", threads, what, lat[n / 2],
+    printf("threads=%d %s: median %.2f us  p90 %.2f us  p99 %.2f us", threads, what, lat[n / 2],
            lat[n * 9 / 10], lat[n * 99 / 100]);
+    if (threads_in > 0) printf("  threads in %.2f", threads_in);
+    printf("\n");
+}
+
+/* A whole number in [lo, hi] from option opt's text, or exit(2). */
+static int arg_int(const char *opt, const char *text, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "bench_threadpool: %s wants a whole number in [%ld, %ld], not '%s'\n", opt, lo, hi, text);
+        exit(2);
+    }
+    return (int)v;
 }
 
 int main(int argc, char **argv)
 {
     int threads = 2, n = 20000;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-n")) n = atoi(argv[i + 1]);
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc || (strcmp(argv[i], "-t") && strcmp(argv[i], "-n"))) {
+            fprintf(stderr, "usage: bench_threadpool [-t 2] [-n 20000]\n");
+            return 2;
+        }
+        if (!strcmp(argv[i], "-t")) threads = arg_int("-t", argv[i + 1], 1, 1024);
+        else n = arg_int("-n", argv[i + 1], 20, 100000000);
     }
     mz_threadpool *tp = mz_threadpool_init(threads);
-    if (!tp || n < 10) return 1;
+    if (!tp) return 1;
     double *lat = malloc((size_t)n * sizeof *lat);
+    if (!lat) return 1;
     for (int i = 0; i < 1000; i++) mz_threadpool_run(tp, task, NULL); /* warm-up */
-    time_jobs(tp, lat, n, 0);
-    print_latency(threads, "back-to-back", lat, n);
     const int m = n / 20;
-    time_jobs(tp, lat, m, 1000000L);
-    print_latency(threads, "after a 1 ms gap", lat, m);
+    for (int claimed = 0; claimed <= 1; claimed++) {
+        long in = 0;
+        time_jobs(tp, lat, n, 0, claimed, &in);
+        print_latency(threads, claimed ? "claimed, back-to-back" : "back-to-back", lat, n, claimed ? (double)in / n : 0);
+        in = 0;
+        time_jobs(tp, lat, m, 1000000L, claimed, &in);
+        print_latency(threads, claimed ? "claimed, after a 1 ms gap" : "after a 1 ms gap", lat, m,
+                      claimed ? (double)in / m : 0);
+    }
     free(lat);
     mz_threadpool_free(tp);
     return 0;
