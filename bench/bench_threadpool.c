@@ -18,6 +18,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "core/core.h"
 #include "sched/threadpool.h"
+#include "bench_util.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -37,11 +38,6 @@ static void task(void *arg, int ith, int nth)
     atomic_fetch_add_explicit(&g_sink, ith + nth, memory_order_relaxed);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Times n jobs into lat[], each after a pause of gap_ns (0: none); claimed
  * jobs add the number of threads that took part to *in. */
@@ -58,24 +54,11 @@ static void time_jobs(mz_threadpool *tp, double *lat, int n, long gap_ns, bool c
 
 static void print_latency(int threads, const char *what, double *lat, int n, double threads_in)
 {
-    qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+    qsort(lat, (size_t)n, sizeof *lat, bench_cmp_d);
     printf("threads=%d %s: median %.2f us  p90 %.2f us  p99 %.2f us", threads, what, lat[n / 2],
            lat[n * 9 / 10], lat[n * 99 / 100]);
     if (threads_in > 0) printf("  threads in %.2f", threads_in);
     printf("\n");
-}
-
-/* A whole number in [lo, hi] from option opt's text, or exit(2). */
-static int arg_int(const char *opt, const char *text, long lo, long hi)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench_threadpool: %s wants a whole number in [%ld, %ld], not '%s'\n", opt, lo, hi, text);
-        exit(2);
-    }
-    return (int)v;
 }
 
 int main(int argc, char **argv)
@@ -86,8 +69,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: bench_threadpool [-t 2] [-n 20000]\n");
             return 2;
         }
-        if (!strcmp(argv[i], "-t")) threads = arg_int("-t", argv[i + 1], 1, 1024);
-        else n = arg_int("-n", argv[i + 1], 20, 100000000);
+        if (!strcmp(argv[i], "-t")) threads = bench_arg_int("bench_threadpool", "-t", argv[i + 1], 1, 1024);
+        else n = bench_arg_int("bench_threadpool", "-n", argv[i + 1], 20, 100000000);
     }
     mz_threadpool *tp = mz_threadpool_init(threads);
     if (!tp) return 1;

@@ -1,15 +1,31 @@
 /*
  * bench_util.h — small helpers the benchmark programs share: ordering and
- * the median of timings, the load average printed beside a result, and a
- * field of this process's memory summary.
+ * the median of timings, the load average printed beside a result, a
+ * field of this process's memory summary, and whole-number options parsed
+ * with checks.
  * Header only (each program in bench/ is built on its own).
  */
 #ifndef MZ_BENCH_UTIL_H
 #define MZ_BENCH_UTIL_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Option opt's value text as a whole number in [lo, hi]; otherwise prog
+ * says why on stderr and exits with status 2 (a usage error). */
+static inline int bench_arg_int(const char *prog, const char *opt, const char *text, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s wants a whole number in [%ld, %ld], not '%s'\n", prog, opt, lo, hi, text);
+        exit(2);
+    }
+    return (int)v;
+}
 
 /* qsort order of doubles, ascending. */
 static inline int bench_cmp_d(const void *a, const void *b)

@@ -69,6 +69,7 @@
 #include "codec/codec_cachegen.h"
 #include "codec/codec_f16.h"
 #include "harness/harness.h" /* not public: the KV chunks of a context */
+#include "bench_util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -102,19 +103,6 @@ static void die(const char *what, const char *msg)
 {
     fprintf(stderr, "eval_codec: %s: %s\n", what, msg ? msg : "");
     exit(1);
-}
-
-/* A decimal int in [lo, hi], or exit with a message naming the option. */
-static int parse_int(const char *opt, const char *v, long lo, long hi)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "eval_codec: %s: '%s' is not an integer in [%ld, %ld]\n", opt, v, lo, hi);
-        exit(1);
-    }
-    return (int)x;
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -572,12 +560,12 @@ int main(int argc, char **argv)
         if (!v) die("missing value for", a);
         if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "-f") && n_files < MAX_FILES) files[n_files++] = v;
-        else if (!strcmp(a, "-t")) threads = parse_int(a, v, 0, 1 << 24);
-        else if (!strcmp(a, "--first-cut")) first_cut = parse_int(a, v, 0, 1 << 24);
-        else if (!strcmp(a, "--stride")) stride = parse_int(a, v, 0, 1 << 24);
-        else if (!strcmp(a, "--max-cuts")) max_cuts = parse_int(a, v, 0, 1 << 24);
-        else if (!strcmp(a, "--score")) n_score = parse_int(a, v, 0, 1 << 24);
-        else if (!strcmp(a, "--gen")) n_gen = parse_int(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "-t")) threads = bench_arg_int("eval_codec", a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--first-cut")) first_cut = bench_arg_int("eval_codec", a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--stride")) stride = bench_arg_int("eval_codec", a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--max-cuts")) max_cuts = bench_arg_int("eval_codec", a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--score")) n_score = bench_arg_int("eval_codec", a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--gen")) n_gen = bench_arg_int("eval_codec", a, v, 0, 1 << 24);
         else if (!strcmp(a, "--codecs")) codec_list = v;
         else if (!strcmp(a, "--dump-kv")) dump = v;
         else if (!strcmp(a, "--method")) {
@@ -592,23 +580,23 @@ int main(int argc, char **argv)
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
                 if (n_windows_sizes == MAX_WINDOW_SIZES) die("--ctx: too many sizes", v);
                 /* even, so the scored half is W / 2 positions */
-                int w = parse_int("--ctx", t, 4, 1 << 20);
+                int w = bench_arg_int("eval_codec", "--ctx", t, 4, 1 << 20);
                 if (w % 2) die("--ctx: window sizes must be even", t);
                 window_sizes[n_windows_sizes++] = w;
             }
-        } else if (!strcmp(a, "--max-windows")) max_windows = parse_int(a, v, 0, 1 << 20);
-        else if (!strcmp(a, "--raw-first")) ablation.raw_first = parse_int(a, v, 0, 1 << 20);
+        } else if (!strcmp(a, "--max-windows")) max_windows = bench_arg_int("eval_codec", a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--raw-first")) ablation.raw_first = bench_arg_int("eval_codec", a, v, 0, 1 << 20);
         else if (!strcmp(a, "--raw-layers")) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
-                ablation.raw_layers |= 1ull << parse_int("--raw-layers", t, 0, 63);
+                ablation.raw_layers |= 1ull << bench_arg_int("eval_codec", "--raw-layers", t, 0, 63);
         } else if (!strcmp(a, "--k-exact")) {
             char *dash = strchr(v, '-'), lo[16];
             if (!dash || dash - v >= (long)sizeof lo) die("--k-exact (want LO-HI channels)", v);
             snprintf(lo, sizeof lo, "%.*s", (int)(dash - v), v);
-            ablation.k_exact_lo = parse_int("--k-exact", lo, 0, 1024);
-            ablation.k_exact_hi = parse_int("--k-exact", dash + 1, ablation.k_exact_lo, 1024);
+            ablation.k_exact_lo = bench_arg_int("eval_codec", "--k-exact", lo, 0, 1024);
+            ablation.k_exact_hi = bench_arg_int("eval_codec", "--k-exact", dash + 1, ablation.k_exact_lo, 1024);
         } else if (!strcmp(a, "--k-mean")) {
             if (strcmp(v, "oracle") && strcmp(v, "none")) die("--k-mean (want oracle or none)", v);
             ablation.k_mean_oracle = !strcmp(v, "oracle");
