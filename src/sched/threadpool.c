@@ -115,13 +115,15 @@ struct mz_threadpool {
     int n_started;          /* workers successfully created */
     worker *workers;        /* [n_threads - 1] */
 
-    mz_task_fn fn;          /* current job; written by the owner before gen++ */
+    mz_task_fn fn;          /* current job; written by the owner, published by entry */
     void *arg;
 
     /* gen (and stop) are read by every spinning worker; done is written by
      * every worker as it finishes: on one cache line, each finishing
      * worker's increment would take the line from all the spinners. */
-    _Alignas(64) atomic_uint gen; /* job generation; workers run once per increment */
+    /* job generation; workers run once per increment. It repeats entry's
+     * generation so that spinners read a line the entry CAS never writes. */
+    _Alignas(64) atomic_uint gen;
     atomic_bool stop;       /* set once by free() */
     /* The current job's generation (high 32 bits), ENTRY_CLOSED, and the
      * number of workers that entered it (low bits): CAS'd once per worker
@@ -136,7 +138,6 @@ struct mz_threadpool {
     pthread_cond_t work_cv; /* gen changed or stop */
     pthread_cond_t done_cv; /* done reached the caller's target */
 
-    unsigned owner_gen;    /* the last generation started; owner thread only */
     int64_t spin_us;
     spin_state owner_spin; /* the owner thread's (the caller of run) */
     /* MZ_POOL_YIELD=1: a spinning side calls sched_yield() between its polls,
@@ -396,7 +397,7 @@ static int run_job(mz_threadpool *tp, mz_task_fn fn, void *arg, bool claimed)
 {
     tp->fn = fn;
     tp->arg = arg;
-    const unsigned g = ++tp->owner_gen;
+    const unsigned g = atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1u; /* only the owner writes gen */
     atomic_store(&tp->done, 0);
     atomic_store(&tp->entry, (uint64_t)g << 32); /* publishes fn, arg and done */
     atomic_store(&tp->gen, g);
@@ -404,8 +405,8 @@ static int run_job(mz_threadpool *tp, mz_task_fn fn, void *arg, bool claimed)
 
     fn(arg, 0, tp->n_threads);
 
-    const int target = claimed ? (int)(atomic_fetch_or(&tp->entry, ENTRY_CLOSED) & ENTRY_COUNT_MASK)
-                               : tp->n_threads - 1;
+    if (claimed) atomic_fetch_or(&tp->entry, ENTRY_CLOSED);
+    const int target = job_target(tp);
     const int64_t t_join = tp->stats ? mz_time_us() : 0;
     int64_t t0 = 0;
     for (unsigned k = 0; atomic_load(&tp->done) != target; k++) {
