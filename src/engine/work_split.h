@@ -18,10 +18,11 @@
  * bench_split's comparison and the planner's invariants. A batch: MZ_SPLIT_ITEMS_PER_THREAD items per thread
  * or one per 64 rows if that gives more (a multiple of the thread count), pieces no
  * smaller than MZ_SPLIT_MIN_ROWS rows where the rows allow, the tokens split
- * into the smallest number of blocks (a divisor of the item count) that
- * reaches it, so the item count is a multiple of the thread count.
- * Example, SmolLM2 (576 x 576 output product, 512 tokens, 16 threads): 16
- * pieces of 36 rows x 4 blocks of 128 tokens = 64 items, 4 per thread; the
+ * into a number of blocks dividing the item count (so it is a multiple of
+ * the thread count) chosen for the items' reuse of what they read
+ * (work_split.c, item_reuse).
+ * Example, SmolLM2 (576 x 576 output product, 512 tokens, 16 threads): 8
+ * pieces of 72 rows x 8 blocks of 64 tokens = 64 items, 4 per thread; the
  * row slices of 64 this replaces gave 9 items, so 7 of 16 threads waited.
  *
  * The plan does not change any value: every output (row, token) is in
