@@ -43,7 +43,9 @@
 #define GEMM_FN(name) GEMM_CAT(name, GEMM_SUFFIX)
 
 #define GEMM_INLINE static inline __attribute__((always_inline))
+#ifndef GEMM_BLOCK_BYTES
 #define GEMM_BLOCK_BYTES (16 * 1024)
+#endif
 
 #include "simd_x86.h"
 #define gemm_hsum mz_x86_hsum
@@ -330,33 +332,52 @@ GEMM_DRIVER(f16, tile_f16, n, _direct, GEMM_STATIC)
  * vector accumulators to the next panel through memory (stored and loaded
  * whole, so exact); the hsum and the scalar tail come once, after the last
  * panel. Each lane therefore sees the same FMAs in the same order as in
- * tile_f16, and the bits stay tile_f16's. */
+ * tile_f16, and the bits stay tile_f16's.
+ *
+ * The AVX-512 tile shape (F16GX_R of 3, 4 or 6 x F16GX_T of 4, 6 or 8: the
+ * cases below), the super-block
+ * (F16GX_SB_BYTES), the panels (F16GX_MAX_N, F16GX_PANEL, F16GX_PANEL_TOK)
+ * and GEMM_BLOCK_BYTES may be set with -D at build time, for sweeps of
+ * builds on a machine of another kind (the defaults are the measured
+ * choice; the bits stay tile_f16's for any of them). */
 #ifdef GEMM_F16_ZMM
+#ifndef F16GX_R
 #define F16GX_R 4
 #define F16GX_T 6
+#endif
 #define F16GX_LANES 16
 #else
+#undef F16GX_R
+#undef F16GX_T
 #define F16GX_R 3
 #define F16GX_T 4
 #define F16GX_LANES 8
 #endif
 #define F16GX_BUF (48 * 1024)
+#ifndef F16GX_SB_BYTES
 #define F16GX_SB_BYTES (128 * 1024)
+#endif
 /* Rows up to this many columns are one panel: a chunk of whole F32 rows
  * (F16GX_BUF / n tokens) in the buffer. Longer whole rows left too few tokens
  * per chunk (6 at 8192 columns, in super-blocks of 8 rows), so each chunk's
  * conversion served few weight rows: measured 10 % slower than tile_f16 at
  * 4096 columns and half as fast at 8192 (Zen 4). In panels, 2048 x 8192 at
  * 512 tokens runs 10-25 % faster than tile_f16 (bench_kernels, Zen 4, 1 thread). */
+#ifndef F16GX_MAX_N
 #define F16GX_MAX_N 3072
+#endif
 /* Longer rows: panels of at most F16GX_PANEL columns and F16GX_PANEL_TOK tokens
  * per chunk (whole tiles of both ISAs); the rest of the buffer holds one
  * accumulator vector per (row, token) of a super-block x the chunk, which
  * bounds the super-block (128 rows AVX-512, 255 AVX2, in 2048-column panels).
  * More tokens per chunk (18, 24, 36) or narrower panels (768, 1024, 1536)
  * measured no faster. */
+#ifndef F16GX_PANEL
 #define F16GX_PANEL 2048
+#endif
+#ifndef F16GX_PANEL_TOK
 #define F16GX_PANEL_TOK 12
+#endif
 
 /* Columns [d0, d1) of activation rows [c0, c0 + cn) as F32, xs apart (exact). */
 GEMM_INLINE void f16gx_convert(const void *restrict x, size_t xrb, size_t c0, size_t cn, size_t d0, size_t d1,
@@ -455,14 +476,20 @@ GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restri
 #endif
 
 #define F16GX_CASE(R_, T_) \
-    case R_ * 8 + T_: tile_f16x(d0, d1, n, w, wrb, x, xs, y, ys, accb, accs, R_, T_); break;
-#if F16GX_T > 4
+    case R_ * 16 + T_: tile_f16x(d0, d1, n, w, wrb, x, xs, y, ys, accb, accs, R_, T_); break;
+#if F16GX_T > 6
+#define F16GX_CASES_T(R_) \
+    F16GX_CASE(R_, 1) F16GX_CASE(R_, 2) F16GX_CASE(R_, 3) F16GX_CASE(R_, 4) F16GX_CASE(R_, 5) F16GX_CASE(R_, 6) \
+    F16GX_CASE(R_, 7) F16GX_CASE(R_, 8)
+#elif F16GX_T > 4
 #define F16GX_CASES_T(R_) \
     F16GX_CASE(R_, 1) F16GX_CASE(R_, 2) F16GX_CASE(R_, 3) F16GX_CASE(R_, 4) F16GX_CASE(R_, 5) F16GX_CASE(R_, 6)
 #else
 #define F16GX_CASES_T(R_) F16GX_CASE(R_, 1) F16GX_CASE(R_, 2) F16GX_CASE(R_, 3) F16GX_CASE(R_, 4)
 #endif
-#if F16GX_R > 3
+#if F16GX_R > 4
+#define F16GX_CASES F16GX_CASES_T(1) F16GX_CASES_T(2) F16GX_CASES_T(3) F16GX_CASES_T(4) F16GX_CASES_T(5) F16GX_CASES_T(6)
+#elif F16GX_R > 3
 #define F16GX_CASES F16GX_CASES_T(1) F16GX_CASES_T(2) F16GX_CASES_T(3) F16GX_CASES_T(4)
 #else
 #define F16GX_CASES F16GX_CASES_T(1) F16GX_CASES_T(2) F16GX_CASES_T(3)
@@ -473,7 +500,7 @@ static void GEMM_FN(run_f16x_panel)(int rn, int tn, size_t d0, size_t d1, size_t
                                     size_t wrb, const float *restrict x, size_t xs, float *restrict y, size_t ys,
                                     float *restrict accb, size_t accs)
 {
-    switch (rn * 8 + tn) {
+    switch (rn * 16 + tn) {
         F16GX_CASES
     default: MZ_ASSERT(0);
     }
@@ -486,7 +513,7 @@ static void GEMM_FN(run_f16x)(int rn, int tn, size_t n, const uint8_t *restrict 
 {
     const size_t d0 = 0, d1 = n, accs = 0;
     float *const accb = NULL;
-    switch (rn * 8 + tn) {
+    switch (rn * 16 + tn) {
         F16GX_CASES
     default: MZ_ASSERT(0);
     }
