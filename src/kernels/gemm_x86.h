@@ -335,11 +335,10 @@ GEMM_DRIVER(f16, tile_f16, n, _direct, GEMM_STATIC)
  * tile_f16, and the bits stay tile_f16's.
  *
  * The AVX-512 tile shape (F16GX_R of 3, 4 or 6 x F16GX_T of 4, 6 or 8: the
- * cases below), the super-block
- * (F16GX_SB_BYTES), the panels (F16GX_MAX_N, F16GX_PANEL, F16GX_PANEL_TOK)
- * and GEMM_BLOCK_BYTES may be set with -D at build time, for sweeps of
- * builds on a machine of another kind (the defaults are the measured
- * choice; the bits stay tile_f16's for any of them). */
+ * cases below), the super-block (F16GX_SB_BYTES), the panels (F16GX_MAX_N,
+ * F16GX_PANEL, F16GX_PANEL_TOK) and GEMM_BLOCK_BYTES may be set with -D at
+ * build time, for sweeps of builds on a machine of another kind (the
+ * defaults are the measured choice; the bits stay tile_f16's for any). */
 #ifdef GEMM_F16_ZMM
 #ifndef F16GX_R
 #define F16GX_R 4
