@@ -11,7 +11,8 @@ static size_t op_units(const mz_split_op *o) { return (o->n_rows + o->row_group 
  * into its core's caches (the common column count aside): r * t
  * multiply-adds against r weight rows and t activation rows, an activation
  * value taking twice a weight value's bytes (F32 activations against F16
- * weights; q8 against q4 is about the same, q8 against q8 half of it). At
+ * weights, q8 activations against q4 weights; against q8 weights it is the
+ * same bytes, so there the rule leans to fewer rows than would be best). At
  * 2048 columns an item of 48 rows x 512 tokens reads 4 MiB of activations
  * and 192 KiB of weights; 192 x 128 does the same work on 1 MiB and 768 KiB,
  * 2.4x fewer bytes. */
