@@ -324,7 +324,12 @@ GEMM_DRIVER(f16, tile_f16, n, _direct, GEMM_STATIC)
  * tail), so the bits equal tile_f16's (and vec_dot's) for every shape.
  * gemm_f16_xf runs the same tiles on F32 rows converted once by the caller
  * for all the pieces of a product (kernels.h, gemm_xf), reading them in
- * place: the same bits again.
+ * place: the same bits again. There the buffer is free for rows of one
+ * panel, so it takes a super-block's weights as F32, converted once for all
+ * the chunks of tokens, and the tiles only load and multiply (no
+ * conversion shares their FMA ports): +13-14 % pp512 for the smollm2-135m
+ * and qwen3-0.6b F16 shapes at 2 threads (AVX2 EPYC), 74 -> 78 GOP/s for
+ * 2048 x 2048 at 512 tokens on one thread (bench_kernels, the xf line).
  *
  * Rows longer than F16GX_MAX_N are cut into column panels of at most
  * F16GX_PANEL columns, each a multiple of 16 (whole steps of either lane
@@ -401,7 +406,7 @@ GEMM_INLINE void f16gx_convert(const void *restrict x, size_t xrb, size_t c0, si
 #ifdef GEMM_F16_ZMM
 GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restrict w, size_t wrb,
                            const float *restrict x, size_t xs, float *restrict y, size_t ys, float *restrict accb,
-                           size_t accs, const int R, const int T)
+                           size_t accs, const int R, const int T, const bool wf32)
 {
     __m512 acc[F16GX_R][F16GX_T];
     if (d0 == 0) {
@@ -414,7 +419,8 @@ GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restri
     for (; d + 16 <= d1; d += 16) {
         __m512 wv[F16GX_R];
         GEMM_UNROLL for (int r = 0; r < R; r++)
-            wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const mz_f16 *)(w + (size_t)r * wrb) + d)));
+            wv[r] = wf32 ? _mm512_loadu_ps((const float *)(w + (size_t)r * wrb) + d)
+                         : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const mz_f16 *)(w + (size_t)r * wrb) + d)));
         GEMM_UNROLL for (int t = 0; t < T; t++) {
             const __m512 xv = _mm512_loadu_ps(x + (size_t)t * xs + (d - d0));
             GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
@@ -429,9 +435,12 @@ GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restri
         GEMM_UNROLL for (int r = 0; r < R; r++) {
             const __m512 a = acc[r][t];
             float s = gemm_hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
-            const mz_f16 *wr = (const mz_f16 *)(w + (size_t)r * wrb);
             const float *xr = x + (size_t)t * xs;
-            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * xr[e - d0];
+            for (size_t e = d; e < n; e++) {
+                const float wv1 = wf32 ? ((const float *)(w + (size_t)r * wrb))[e]
+                                       : _cvtsh_ss(((const mz_f16 *)(w + (size_t)r * wrb))[e]);
+                s += wv1 * xr[e - d0];
+            }
             y[(size_t)t * ys + (size_t)r] = s;
         }
     }
@@ -439,7 +448,7 @@ GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restri
 #else
 GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restrict w, size_t wrb,
                            const float *restrict x, size_t xs, float *restrict y, size_t ys, float *restrict accb,
-                           size_t accs, const int R, const int T)
+                           size_t accs, const int R, const int T, const bool wf32)
 {
     __m256 acc[F16GX_R][F16GX_T];
     if (d0 == 0) {
@@ -451,7 +460,9 @@ GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restri
     size_t d = d0;
     for (; d + 8 <= d1; d += 8) {
         __m256 wv[F16GX_R];
-        GEMM_UNROLL for (int r = 0; r < R; r++) wv[r] = gemm_load_f16x8((const mz_f16 *)(w + (size_t)r * wrb) + d);
+        GEMM_UNROLL for (int r = 0; r < R; r++)
+            wv[r] = wf32 ? _mm256_loadu_ps((const float *)(w + (size_t)r * wrb) + d)
+                         : gemm_load_f16x8((const mz_f16 *)(w + (size_t)r * wrb) + d);
         GEMM_UNROLL for (int t = 0; t < T; t++) {
             const __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (d - d0));
             GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
@@ -465,9 +476,12 @@ GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restri
     GEMM_UNROLL for (int t = 0; t < T; t++) {
         GEMM_UNROLL for (int r = 0; r < R; r++) {
             float s = gemm_hsum(acc[r][t]);
-            const mz_f16 *wr = (const mz_f16 *)(w + (size_t)r * wrb);
             const float *xr = x + (size_t)t * xs;
-            for (size_t e = d; e < n; e++) s += _cvtsh_ss(wr[e]) * xr[e - d0];
+            for (size_t e = d; e < n; e++) {
+                const float wv1 = wf32 ? ((const float *)(w + (size_t)r * wrb))[e]
+                                       : _cvtsh_ss(((const mz_f16 *)(w + (size_t)r * wrb))[e]);
+                s += wv1 * xr[e - d0];
+            }
             y[(size_t)t * ys + (size_t)r] = s;
         }
     }
@@ -475,7 +489,7 @@ GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restri
 #endif
 
 #define F16GX_CASE(R_, T_) \
-    case R_ * 16 + T_: tile_f16x(d0, d1, n, w, wrb, x, xs, y, ys, accb, accs, R_, T_); break;
+    case R_ * 16 + T_: tile_f16x(d0, d1, n, w, wrb, x, xs, y, ys, accb, accs, R_, T_, wf32); break;
 #if F16GX_T > 6
 #define F16GX_CASES_T(R_) \
     F16GX_CASE(R_, 1) F16GX_CASE(R_, 2) F16GX_CASE(R_, 3) F16GX_CASE(R_, 4) F16GX_CASE(R_, 5) F16GX_CASE(R_, 6) \
@@ -499,6 +513,7 @@ static void GEMM_FN(run_f16x_panel)(int rn, int tn, size_t d0, size_t d1, size_t
                                     size_t wrb, const float *restrict x, size_t xs, float *restrict y, size_t ys,
                                     float *restrict accb, size_t accs)
 {
+    const bool wf32 = false;
     switch (rn * 16 + tn) {
         F16GX_CASES
     default: MZ_ASSERT(0);
@@ -506,17 +521,22 @@ static void GEMM_FN(run_f16x_panel)(int rn, int tn, size_t d0, size_t d1, size_t
 }
 
 /* Whole rows (one panel): d0 = 0 and d1 = n are known here, so the tiles
- * compile without the accumulator loads and stores. */
-static void GEMM_FN(run_f16x)(int rn, int tn, size_t n, const uint8_t *restrict w, size_t wrb,
-                              const float *restrict x, size_t xs, float *restrict y, size_t ys)
-{
-    const size_t d0 = 0, d1 = n, accs = 0;
-    float *const accb = NULL;
-    switch (rn * 16 + tn) {
-        F16GX_CASES
-    default: MZ_ASSERT(0);
+ * compile without the accumulator loads and stores. run_f16x reads F16
+ * weights, run_f16x_wf the same weights converted to F32 (wrb = n floats). */
+#define F16GX_RUN_WHOLE(NAME, WF32)                                                                     \
+    static void GEMM_FN(NAME)(int rn, int tn, size_t n, const uint8_t *restrict w, size_t wrb,          \
+                              const float *restrict x, size_t xs, float *restrict y, size_t ys)         \
+    {                                                                                                   \
+        const size_t d0 = 0, d1 = n, accs = 0;                                                          \
+        float *const accb = NULL;                                                                       \
+        const bool wf32 = WF32;                                                                         \
+        switch (rn * 16 + tn) {                                                                         \
+            F16GX_CASES                                                                                 \
+        default: MZ_ASSERT(0);                                                                          \
+        }                                                                                               \
     }
-}
+F16GX_RUN_WHOLE(run_f16x, false)
+F16GX_RUN_WHOLE(run_f16x_wf, true)
 
 /* The tiled product of many tokens. xs == NULL: x holds F16 activation rows
  * (xrb bytes apart), converted chunk by chunk into the stack buffer. Else xs
@@ -544,13 +564,18 @@ GEMM_INLINE void f16x_gemm(size_t n, const void *restrict w, size_t wrb, size_t 
         tc = F16GX_PANEL_TOK;
     }
     const bool one_panel = pw >= n;
-    /* Rows in super-blocks, in blocks whose panel of weights fits
-     * GEMM_BLOCK_BYTES (L1) within. One panel: super-blocks of F16GX_SB_BYTES
-     * of weights, which stay in L2 while the chunks go by. Several: as many
+    /* Activations given as F32 and rows in one panel leave the buffer free:
+     * it then holds a super-block's weights as F32, converted once and read
+     * by every chunk of tokens, so the tiles convert nothing (wconv). */
+    const bool wconv = xs && one_panel;
+    /* Rows in super-blocks, in blocks whose panel of weights (as the tiles
+     * read them) fits GEMM_BLOCK_BYTES (L1) within. One panel: super-blocks
+     * of F16GX_SB_BYTES of F16 weights, which stay in L2 while the chunks go
+     * by; with wconv no more than the buffer holds as F32. Several: as many
      * rows as the buffer after the chunk holds accumulators for (one vector
      * per row x token of the chunk); a chunk's panel is converted once per
      * super-block and serves all its rows. */
-    const size_t pwb = one_panel ? wrb : pw * sizeof(mz_f16);
+    const size_t pwb = wconv ? n * sizeof(float) : one_panel ? wrb : pw * sizeof(mz_f16);
     size_t blk = GEMM_BLOCK_BYTES / pwb;
     blk = blk < F16GX_R ? F16GX_R : blk - blk % F16GX_R;
     float *const accb = xf + tc * pw; /* several panels only */
@@ -558,16 +583,19 @@ GEMM_INLINE void f16x_gemm(size_t n, const void *restrict w, size_t wrb, size_t 
     size_t sb;
     if (one_panel) {
         sb = F16GX_SB_BYTES / wrb;
+        if (wconv && sb > F16GX_BUF / n) sb = F16GX_BUF / n;
     } else {
         MZ_ASSERT(tc * pw < F16GX_BUF);
         sb = (F16GX_BUF - tc * pw) / accs;
         MZ_ASSERT(sb >= blk);
     }
     sb = sb < blk ? blk : sb - sb % blk;
+    MZ_ASSERT(!wconv || sb * n <= F16GX_BUF);
     const bool one_chunk = one_panel && n_tok <= tc;
     if (!xs && one_chunk) f16gx_convert(x, xrb, 0, n_tok, 0, n, pw, xf);
     for (size_t sa = r0; sa < r1; sa += sb) {
         const size_t se = sa + sb < r1 ? sa + sb : r1;
+        if (wconv) f16gx_convert(w, wrb, sa, se - sa, 0, n, n, xf);
         for (size_t c0 = 0; c0 < n_tok; c0 += tc) {
             const size_t cn = n_tok - c0 < tc ? n_tok - c0 : tc;
             for (size_t d0 = 0; d0 < n; d0 += pw) {
@@ -591,7 +619,10 @@ GEMM_INLINE void f16x_gemm(size_t n, const void *restrict w, size_t wrb, size_t 
                             const int rn = (int)(re - ra < F16GX_R ? re - ra : F16GX_R);
                             const uint8_t *wt = (const uint8_t *)w + ra * wrb;
                             float *yt = y + (c0 + t0) * ys + ra;
-                            if (one_panel)
+                            if (wconv)
+                                GEMM_FN(run_f16x_wf)(rn, tn, n, (const uint8_t *)(xf + (ra - sa) * n),
+                                                     n * sizeof(float), xc + t0 * cs, cs, yt, ys);
+                            else if (one_panel)
                                 GEMM_FN(run_f16x)(rn, tn, n, wt, wrb, xc + t0 * cs, cs, yt, ys);
                             else
                                 GEMM_FN(run_f16x_panel)(rn, tn, d0, d1, n, wt, wrb, xc + t0 * cs, cs, yt, ys,
