@@ -325,11 +325,16 @@ GEMM_DRIVER(f16, tile_f16, n, _direct, GEMM_STATIC)
  * gemm_f16_xf runs the same tiles on F32 rows converted once by the caller
  * for all the pieces of a product (kernels.h, gemm_xf), reading them in
  * place: the same bits again. There the buffer is free for rows of one
- * panel, so it takes a super-block's weights as F32, converted once for all
- * the chunks of tokens, and the tiles only load and multiply (no
- * conversion shares their FMA ports): +13-14 % pp512 for the smollm2-135m
- * and qwen3-0.6b F16 shapes at 2 threads (AVX2 EPYC), 74 -> 78 GOP/s for
- * 2048 x 2048 at 512 tokens on one thread (bench_kernels, the xf line).
+ * panel, so with F16GX_WCONV it takes a super-block's weights as F32,
+ * converted once for all the chunks of tokens, and the tiles only load and
+ * multiply (no conversion shares their FMA ports). AVX2: on, +13-14 % pp512
+ * for the smollm2-135m and qwen3-0.6b F16 shapes at 2 threads (EPYC), 74 ->
+ * 78 GOP/s for 2048 x 2048 at 512 tokens on one thread (bench_kernels, the
+ * xf line). AVX-512: off. One thread gained 34-48 % there (2048 columns,
+ * Xeon), but 16 threads lost 3 % (llama3.2-1b F16 pp512, median of 20
+ * alternating rounds, 15 of them slower; a 256 KiB buffer lost 5 %): with
+ * every core busy, reading the F32 weights costs more than the conversions
+ * they save.
  *
  * Rows longer than F16GX_MAX_N are cut into column panels of at most
  * F16GX_PANEL columns, each a multiple of 16 (whole steps of either lane
@@ -341,7 +346,8 @@ GEMM_DRIVER(f16, tile_f16, n, _direct, GEMM_STATIC)
  *
  * The AVX-512 tile shape (F16GX_R of 3, 4 or 6 x F16GX_T of 4, 6 or 8: the
  * cases below), the super-block (F16GX_SB_BYTES), the panels (F16GX_MAX_N,
- * F16GX_PANEL, F16GX_PANEL_TOK) and GEMM_BLOCK_BYTES may be set with -D at
+ * F16GX_PANEL, F16GX_PANEL_TOK), F16GX_WCONV (0 or 1, both ISAs) and
+ * GEMM_BLOCK_BYTES may be set with -D at
  * build time, for sweeps of builds on a machine of another kind (the
  * defaults are the measured choice; the bits stay tile_f16's for any). */
 #ifdef GEMM_F16_ZMM
@@ -350,12 +356,18 @@ GEMM_DRIVER(f16, tile_f16, n, _direct, GEMM_STATIC)
 #define F16GX_T 6
 #endif
 #define F16GX_LANES 16
+#ifndef F16GX_WCONV
+#define F16GX_WCONV 0
+#endif
 #else
 #undef F16GX_R
 #undef F16GX_T
 #define F16GX_R 3
 #define F16GX_T 4
 #define F16GX_LANES 8
+#ifndef F16GX_WCONV
+#define F16GX_WCONV 1
+#endif
 #endif
 #define F16GX_BUF (48 * 1024)
 #ifndef F16GX_SB_BYTES
@@ -567,7 +579,7 @@ GEMM_INLINE void f16x_gemm(size_t n, const void *restrict w, size_t wrb, size_t 
     /* Activations given as F32 and rows in one panel leave the buffer free:
      * it then holds a super-block's weights as F32, converted once and read
      * by every chunk of tokens, so the tiles convert nothing (wconv). */
-    const bool wconv = xs && one_panel;
+    const bool wconv = F16GX_WCONV && xs && one_panel;
     /* Rows in super-blocks, in blocks whose panel of weights (as the tiles
      * read them) fits GEMM_BLOCK_BYTES (L1) within. One panel: super-blocks
      * of F16GX_SB_BYTES of F16 weights, which stay in L2 while the chunks go

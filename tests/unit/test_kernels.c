@@ -499,8 +499,8 @@ static void test_matmul_isa(enum mz_isa isa, const char *isa_name)
         {21, 1, 576},
         /* F16 with several tokens converts chunks of activation rows (tokens
          * per chunk = 48K floats / cols, rounded to whole tiles) and walks the
-         * rows in 128 KiB super-blocks (gemm_xf: as many rows as 48K floats
-         * hold, converted to F32 once): two chunks and three super-blocks,
+         * rows in 128 KiB super-blocks (gemm_xf on AVX2: as many rows as 48K
+         * floats hold, converted to F32 once): two chunks and three super-blocks,
          * column tails (float types only), the widest one-panel row (3072). */
         {150, 70, 1000}, {70, 11, 3000}, {5, 50, 1001}, {9, 17, 3072},
         /* Longer F16 rows go in column panels (at most 2048 columns, 12
