@@ -409,85 +409,63 @@ GEMM_INLINE void f16gx_convert(const void *restrict x, size_t xrb, size_t c0, si
     }
 }
 
-/* One R x T tile over the panel [d0, d1) of n columns: w points at column 0
- * of the tile's first row, x at column d0 of its first token (tokens xs
- * apart). d0 is a multiple of F16GX_LANES; so is d1 unless d1 == n. The
- * accumulators start at zero when d0 == 0, else from accb (vector (r, t) at
- * accb + r * accs + t * F16GX_LANES); when d1 < n they go back there, else
- * they are reduced (hsum, scalar tail) into y. */
 #ifdef GEMM_F16_ZMM
-GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restrict w, size_t wrb,
-                           const float *restrict x, size_t xs, float *restrict y, size_t ys, float *restrict accb,
-                           size_t accs, const int R, const int T, const bool wf32)
+typedef __m512 f16gx_vec;
+#define f16gx_zero _mm512_setzero_ps
+#define f16gx_load _mm512_loadu_ps
+#define f16gx_store _mm512_storeu_ps
+#define f16gx_fmadd _mm512_fmadd_ps
+GEMM_INLINE f16gx_vec f16gx_load_f16(const mz_f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+GEMM_INLINE float f16gx_hsum(f16gx_vec a)
 {
-    __m512 acc[F16GX_R][F16GX_T];
-    if (d0 == 0) {
-        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    } else {
-        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++)
-            acc[r][t] = _mm512_loadu_ps(accb + (size_t)r * accs + (size_t)t * F16GX_LANES);
-    }
-    size_t d = d0;
-    for (; d + 16 <= d1; d += 16) {
-        __m512 wv[F16GX_R];
-        GEMM_UNROLL for (int r = 0; r < R; r++)
-            wv[r] = wf32 ? _mm512_loadu_ps((const float *)(w + (size_t)r * wrb) + d)
-                         : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const mz_f16 *)(w + (size_t)r * wrb) + d)));
-        GEMM_UNROLL for (int t = 0; t < T; t++) {
-            const __m512 xv = _mm512_loadu_ps(x + (size_t)t * xs + (d - d0));
-            GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
-        }
-    }
-    if (d1 < n) {
-        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++)
-            _mm512_storeu_ps(accb + (size_t)r * accs + (size_t)t * F16GX_LANES, acc[r][t]);
-        return;
-    }
-    GEMM_UNROLL for (int t = 0; t < T; t++) {
-        GEMM_UNROLL for (int r = 0; r < R; r++) {
-            const __m512 a = acc[r][t];
-            float s = gemm_hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
-            const float *xr = x + (size_t)t * xs;
-            for (size_t e = d; e < n; e++) {
-                const float wv1 = wf32 ? ((const float *)(w + (size_t)r * wrb))[e]
-                                       : _cvtsh_ss(((const mz_f16 *)(w + (size_t)r * wrb))[e]);
-                s += wv1 * xr[e - d0];
-            }
-            y[(size_t)t * ys + (size_t)r] = s;
-        }
-    }
+    return gemm_hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
 }
 #else
+typedef __m256 f16gx_vec;
+#define f16gx_zero _mm256_setzero_ps
+#define f16gx_load _mm256_loadu_ps
+#define f16gx_store _mm256_storeu_ps
+#define f16gx_fmadd _mm256_fmadd_ps
+#define f16gx_load_f16 gemm_load_f16x8
+#define f16gx_hsum gemm_hsum
+#endif
+
+/* One R x T tile over the panel [d0, d1) of n columns: w points at column 0
+ * of the tile's first row (F16, or F32 when wf32), x at column d0 of its
+ * first token (tokens xs apart). d0 is a multiple of F16GX_LANES; so is d1
+ * unless d1 == n. The accumulators start at zero when d0 == 0, else from
+ * accb (vector (r, t) at accb + r * accs + t * F16GX_LANES); when d1 < n they
+ * go back there, else they are reduced (hsum, scalar tail) into y. */
 GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restrict w, size_t wrb,
                            const float *restrict x, size_t xs, float *restrict y, size_t ys, float *restrict accb,
                            size_t accs, const int R, const int T, const bool wf32)
 {
-    __m256 acc[F16GX_R][F16GX_T];
+    f16gx_vec acc[F16GX_R][F16GX_T];
     if (d0 == 0) {
-        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+        GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++) acc[r][t] = f16gx_zero();
     } else {
         GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_loadu_ps(accb + (size_t)r * accs + (size_t)t * F16GX_LANES);
+            acc[r][t] = f16gx_load(accb + (size_t)r * accs + (size_t)t * F16GX_LANES);
     }
     size_t d = d0;
-    for (; d + 8 <= d1; d += 8) {
-        __m256 wv[F16GX_R];
+    for (; d + F16GX_LANES <= d1; d += F16GX_LANES) {
+        f16gx_vec wv[F16GX_R];
         GEMM_UNROLL for (int r = 0; r < R; r++)
-            wv[r] = wf32 ? _mm256_loadu_ps((const float *)(w + (size_t)r * wrb) + d)
-                         : gemm_load_f16x8((const mz_f16 *)(w + (size_t)r * wrb) + d);
+            wv[r] = wf32 ? f16gx_load((const float *)(w + (size_t)r * wrb) + d)
+                         : f16gx_load_f16((const mz_f16 *)(w + (size_t)r * wrb) + d);
         GEMM_UNROLL for (int t = 0; t < T; t++) {
-            const __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (d - d0));
-            GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+            const f16gx_vec xv = f16gx_load(x + (size_t)t * xs + (d - d0));
+            GEMM_UNROLL for (int r = 0; r < R; r++) acc[r][t] = f16gx_fmadd(wv[r], xv, acc[r][t]);
         }
     }
     if (d1 < n) {
         GEMM_UNROLL for (int r = 0; r < R; r++) GEMM_UNROLL for (int t = 0; t < T; t++)
-            _mm256_storeu_ps(accb + (size_t)r * accs + (size_t)t * F16GX_LANES, acc[r][t]);
+            f16gx_store(accb + (size_t)r * accs + (size_t)t * F16GX_LANES, acc[r][t]);
         return;
     }
     GEMM_UNROLL for (int t = 0; t < T; t++) {
         GEMM_UNROLL for (int r = 0; r < R; r++) {
-            float s = gemm_hsum(acc[r][t]);
+            float s = f16gx_hsum(acc[r][t]);
             const float *xr = x + (size_t)t * xs;
             for (size_t e = d; e < n; e++) {
                 const float wv1 = wf32 ? ((const float *)(w + (size_t)r * wrb))[e]
@@ -498,7 +476,6 @@ GEMM_INLINE void tile_f16x(size_t d0, size_t d1, size_t n, const uint8_t *restri
         }
     }
 }
-#endif
 
 #define F16GX_CASE(R_, T_) \
     case R_ * 16 + T_: tile_f16x(d0, d1, n, w, wrb, x, xs, y, ys, accb, accs, R_, T_, wf32); break;
