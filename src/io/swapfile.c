@@ -567,10 +567,37 @@ void mz_swapfile_close(mz_swapfile_t *sf)
     free(sf);
 }
 
+/* The lock of a file whose process is dead and reaped can still be held for
+ * a moment: the kernel drops the last reference to the open file (and with it
+ * the flock) only when the process's in-flight io_uring reads have finished
+ * and their deferred file release has run, which under load comes after the
+ * parent's wait() returned. A supervisor that restarts the server at once
+ * would then leave the file behind until the next start, so the lock is
+ * retried for a short while; *wait_ns is what is left of the whole scan's
+ * wait (STALE_LOCK_WAIT_NS), which keeps start-up bounded whatever the
+ * directory holds. A lock still held after that belongs to a live holder
+ * (another pid namespace, or a descriptor passed on) and the file stays. */
+#ifndef STALE_LOCK_WAIT_NS
+#define STALE_LOCK_WAIT_NS (2 * 1000 * 1000 * 1000LL)
+#endif
+#define STALE_LOCK_STEP_NS (10 * 1000 * 1000LL)
+
+static bool lock_dead_owners_file(int fd, long long *wait_ns)
+{
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+        if (errno != EWOULDBLOCK || *wait_ns <= 0) return false;
+        struct timespec step = {0, STALE_LOCK_STEP_NS};
+        nanosleep(&step, NULL);
+        *wait_ns -= STALE_LOCK_STEP_NS;
+    }
+}
+
 mz_status mz_swapfile_cleanup_stale(const char *dir_in, int *n_removed)
 {
     char dir[PATH_MAX];
     int removed = 0;
+    long long lock_wait_ns = STALE_LOCK_WAIT_NS;
     if (n_removed) *n_removed = 0;
     if (dir_in && dir_in[0]) snprintf(dir, sizeof dir, "%s", dir_in);
     else {
@@ -598,7 +625,7 @@ mz_status mz_swapfile_cleanup_stale(const char *dir_in, int *n_removed)
         if (fd < 0) continue;
         struct stat st;
         bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
-                  flock(fd, LOCK_EX | LOCK_NB) == 0;
+                  lock_dead_owners_file(fd, &lock_wait_ns);
         if (ok) {
             char path[PATH_MAX + 256];
             snprintf(path, sizeof path, "%s/%s", dir, name);

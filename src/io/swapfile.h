@@ -140,8 +140,10 @@ MZ_INTERNAL void mz_swapfile_get_stats(mz_swapfile_t *sf, mz_swapfile_stats *out
 /* Default directory into buf (not created). MZ_E_RANGE if cap is too small. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_swapfile_default_dir(char *buf, size_t cap);
 /* Removes mzswap-* files in dir (NULL: default) left by dead processes: the
- * pid in the name no longer exists and nobody holds the file's lock. Never
- * touches this process's files or other names. *n_removed may be NULL. */
+ * pid in the name no longer exists and nobody holds the file's lock (a busy
+ * lock is retried for up to 2 s in all: a killed process's lock can outlive
+ * it briefly). Never touches this process's files or other names.
+ * *n_removed may be NULL. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_swapfile_cleanup_stale(const char *dir, int *n_removed);
 
 /* ---- persistent records (session store, src/store) ---------------------------------------

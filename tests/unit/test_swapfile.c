@@ -11,9 +11,11 @@
 #include <pthread.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char g_dir[1024];
@@ -529,6 +531,54 @@ static void test_cleanup_stale(void)
     unlink(other);
 }
 
+typedef struct {
+    int fd;
+    int hold_ms;
+} lock_holder;
+
+static void *release_lock_later(void *arg)
+{
+    lock_holder *h = arg;
+    struct timespec t = {h->hold_ms / 1000, (long)(h->hold_ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+    close(h->fd);
+    return NULL;
+}
+
+/* A killed process's flock can outlive its reaping for a moment (its
+ * io_uring reads release the file late): a dead pid's file whose lock frees
+ * within the scan's wait is removed; one whose lock stays held is left. */
+static void test_cleanup_stale_lock_held(void)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0);
+    char late[1200], held[1200];
+    snprintf(late, sizeof late, "%s/mzswap-%ld-1111111111111111.swp", g_dir, (long)child);
+    snprintf(held, sizeof held, "%s/mzswap-%ld-2222222222222222.swp", g_dir, (long)child);
+
+    lock_holder h = {.fd = open(late, O_CREAT | O_RDWR, 0600), .hold_ms = 150};
+    CHECK(h.fd >= 0 && flock(h.fd, LOCK_EX | LOCK_NB) == 0);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, release_lock_later, &h) == 0);
+    int removed = -1;
+    CHECK(mz_swapfile_cleanup_stale(g_dir, &removed) == MZ_OK);
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(removed, 1);
+    CHECK_MSG(!file_exists(late), "a lock released 150 ms into the scan still kept %s", late);
+
+    int fd = open(held, O_CREAT | O_RDWR, 0600);
+    CHECK(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+    removed = -1;
+    CHECK(mz_swapfile_cleanup_stale(g_dir, &removed) == MZ_OK);
+    CHECK_EQ_INT(removed, 0);
+    CHECK_MSG(file_exists(held), "a file whose lock is held was removed");
+    if (fd >= 0) close(fd);
+    unlink(held);
+}
+
 static void test_async(void)
 {
     mz_swapfile_t *sf = open_sf(0, 0);
@@ -694,6 +744,7 @@ int main(void)
     }
     test_fallbacks();
     test_cleanup_stale();
+    test_cleanup_stale_lock_held();
     test_async();
     test_threads();
     test_page_cache_and_speed();
