@@ -221,6 +221,7 @@ void mz_ctx_free(mz_ctx_t *c)
         c->listener = NULL;
         l->on_free(c->listener_ud);
     }
+    mz_forward_phases_report(c);
     mz_mem_free(c->mem);
     mz_kv_cache_free(&c->kv);
     scratch_free(&c->s);

@@ -92,6 +92,9 @@ typedef struct mz_ctx_listener {
     void (*on_free)(void *ud);
 } mz_ctx_listener;
 
+/* Prints and frees c->phases (MZ_FORWARD_PHASES=1); nothing when off. */
+MZ_INTERNAL void mz_forward_phases_report(mz_ctx_t *c);
+
 /* Registers l with user data ud on c (one listener per session; NULL
  * unregisters). Caller holds c's use lock or owns c alone. */
 MZ_INTERNAL void mz_ctx_set_listener(mz_ctx_t *c, const mz_ctx_listener *l, void *ud);
@@ -176,6 +179,10 @@ struct mz_ctx {
     size_t n_tokens;
     bool have_logits;
     mz_ctx_timings timings;
+    /* MZ_FORWARD_PHASES=1 (diagnostics): wall time of each stage of the
+     * forward pass, summed over the session's steps, printed by mz_ctx_free
+     * (forward.c); NULL when off. */
+    struct mz_forward_phases *phases;
     char errmsg[1024];
     const mz_mode_ops *ops;   /* the engine mode (params.mode) */
     struct mz_baseline *base; /* its mode's state (src/baseline; modes.c) */

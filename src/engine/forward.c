@@ -31,6 +31,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -380,6 +381,86 @@ static void resid_range(void *arg, size_t t0, size_t t1)
 
 static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits);
 
+/* ---- stage timing (MZ_FORWARD_PHASES=1) ------------------------------------------------------
+ * Where a step's wall time goes, stage by stage, to tell a kernel's share
+ * from the glue's at a given thread count. The caller thread takes part in
+ * every job and returns when the job is done, so a clock read after each
+ * stage charges the stage its whole wall time. Steps of one token (decode)
+ * and of more (prefill) are summed apart. Off, it costs one branch a stage. */
+enum {
+    PH_EMBED, PH_ACQUIRE, PH_NORM, PH_QKV, PH_QKV_POST, PH_ATTN, PH_WO, PH_FFN_NORM,
+    PH_GATE_UP, PH_FFN_ACT, PH_DOWN, PH_RESID, PH_LOGITS, PH_N
+};
+static const char *const phase_names[PH_N] = {
+    "embed", "acquire", "attn_norm", "qkv", "qkv_post", "attention", "wo", "ffn_norm",
+    "gate_up", "ffn_act", "down", "resid", "logits",
+};
+
+struct mz_forward_phases {
+    uint64_t ns[2][PH_N]; /* [prefill?][stage] */
+    uint64_t steps[2], tokens[2];
+};
+
+static bool phases_wanted(void)
+{
+    static _Atomic int wanted = -1; /* the environment, read once */
+    int w = atomic_load_explicit(&wanted, memory_order_relaxed);
+    if (w < 0) {
+        const char *v = getenv("MZ_FORWARD_PHASES");
+        w = v && v[0] == '1';
+        atomic_store_explicit(&wanted, w, memory_order_relaxed);
+    }
+    return w != 0;
+}
+
+typedef struct phase_clock {
+    struct mz_forward_phases *ph; /* NULL: off */
+    int batch;                    /* 0 decode, 1 prefill */
+    uint64_t t;
+} phase_clock;
+
+static phase_clock phase_start(mz_ctx_t *c, size_t n)
+{
+    phase_clock pc = {0};
+    if (!phases_wanted()) return pc;
+    if (!c->phases) c->phases = calloc(1, sizeof *c->phases);
+    if (!c->phases) return pc;
+    pc.ph = c->phases;
+    pc.batch = n > 1;
+    pc.ph->steps[pc.batch]++;
+    pc.ph->tokens[pc.batch] += n;
+    pc.t = mz_time_ns();
+    return pc;
+}
+
+static void phase_mark(phase_clock *pc, int stage)
+{
+    if (!pc->ph) return;
+    uint64_t now = mz_time_ns();
+    pc->ph->ns[pc->batch][stage] += now - pc->t;
+    pc->t = now;
+}
+
+void mz_forward_phases_report(mz_ctx_t *c)
+{
+    struct mz_forward_phases *ph = c->phases;
+    if (!ph) return;
+    c->phases = NULL;
+    for (int b = 0; b < 2; b++) {
+        if (!ph->steps[b]) continue;
+        uint64_t total = 0;
+        for (int i = 0; i < PH_N; i++) total += ph->ns[b][i];
+        fprintf(stderr, "forward phases, %s: %llu steps, %llu tokens, %.1f ms, threads %d:",
+                b ? "prefill" : "decode", (unsigned long long)ph->steps[b], (unsigned long long)ph->tokens[b],
+                (double)total / 1e6, mz_threadpool_n_threads(c->pool));
+        for (int i = 0; i < PH_N; i++)
+            fprintf(stderr, " %s=%.1fms(%.1f%%)", phase_names[i], (double)ph->ns[b][i] / 1e6,
+                    total ? 100.0 * (double)ph->ns[b][i] / (double)total : 0.0);
+        fputc('\n', stderr);
+    }
+    free(ph);
+}
+
 /* The weight blocks acquire_layer pinned stay pinned for the whole step
  * (src/mem/weights.h): another session's eviction leaves them alone. */
 mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits)
@@ -402,6 +483,7 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
     MZ_ASSERT(n > 0 && n <= (size_t)c->n_batch);
 
     if ((st = mz_kv_cache_reserve(&c->kv, p0 + n))) return st;
+    phase_clock pc = phase_start(c, n);
 
     for (size_t t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= cfg->n_vocab)
@@ -414,6 +496,7 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
     }
 
     const size_t n_chunks = (p0 + n + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
+    phase_mark(&pc, PH_EMBED);
     for (int l = 0; l < cfg->n_layer; l++) {
         /* Never compute on evicted data: this layer's weights and every KV
          * chunk its attention reads (and the one it writes) must be resident.
@@ -421,16 +504,20 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
          * for the restore workers (manager.c); otherwise it restores here. */
         mz_mem_pin_weights(c->mem, l); /* before acquire looks at it; mz_forward unpins */
         if ((st = mz_mem_acquire_window(c->mem, l, p0, n_chunks))) return st;
+        phase_mark(&pc, PH_ACQUIRE);
         const mz_block_weights *b = &m->blocks[l];
         layer_ctx lc = {.c = c, .cfg = cfg, .b = b, .layer = l, .p0 = p0, .E = E, .QD = QD, .KVD = KVD,
                         .F = F, .HD = HD};
         par_rows(c, n, E, norm_attn_range, &lc);
+        phase_mark(&pc, PH_NORM);
         {
             const mz_tensor *ws[3] = {&b->wq, &b->wk, &b->wv};
             float *ys[3] = {s->q, s->k, s->v};
             if ((st = matmul_fused(c, ws, ys, 3, s->xn, E, n))) return st;
         }
+        phase_mark(&pc, PH_QKV);
         par_rows(c, n, QD + 2 * KVD, qkv_post_range, &lc);
+        phase_mark(&pc, PH_QKV_POST);
         mz_attn_args aa = {.q = s->q,
                            .out = s->attn,
                            .chunks = (const uint8_t *const *)c->kv.chunks[l],
@@ -458,24 +545,31 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
             if (aa.partial) mz_threadpool_run_claimed(c->pool, attn_merge_task, &aa);
             free(aa.partial);
         }
+        phase_mark(&pc, PH_ATTN);
         {
             const mz_tensor *ws[1] = {&b->wo};
             float *ys[1] = {s->tmp};
             if ((st = matmul_fused(c, ws, ys, 1, s->attn, QD, n))) return st;
         }
+        phase_mark(&pc, PH_WO);
         par_rows(c, n, 2 * E, resid_norm_ffn_range, &lc);
+        phase_mark(&pc, PH_FFN_NORM);
         {
             const mz_tensor *ws[2] = {&b->w_gate, &b->w_up};
             float *ys[2] = {s->gate, s->up};
             if ((st = matmul_fused(c, ws, ys, 2, s->xn, E, n))) return st;
         }
+        phase_mark(&pc, PH_GATE_UP);
         par_rows(c, n, 4 * F, ffn_act_range, &lc);
+        phase_mark(&pc, PH_FFN_ACT);
         {
             const mz_tensor *ws[1] = {&b->w_down};
             float *ys[1] = {s->tmp};
             if ((st = matmul_fused(c, ws, ys, 1, s->hb, F, n))) return st;
         }
+        phase_mark(&pc, PH_DOWN);
         par_rows(c, n, E, resid_range, &lc);
+        phase_mark(&pc, PH_RESID);
     }
 
     if (want_logits) {
@@ -487,5 +581,6 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
             for (int i = 0; i < cfg->n_vocab; i++)
                 s->logits[i] = cfg->logit_softcap * tanhf(s->logits[i] / cfg->logit_softcap);
     }
+    phase_mark(&pc, PH_LOGITS);
     return MZ_OK;
 }
