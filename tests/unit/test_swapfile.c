@@ -505,13 +505,20 @@ static void test_fallbacks(void)
     free(o);
 }
 
-static void test_cleanup_stale(void)
+/* A pid that is dead and reaped (a child that exited at once). */
+static pid_t dead_pid(void)
 {
     fflush(stdout);
     fflush(stderr);
     pid_t child = fork();
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0);
+    return child;
+}
+
+static void test_cleanup_stale(void)
+{
+    const pid_t child = dead_pid();
     char stale[1200], other[1200];
     snprintf(stale, sizeof stale, "%s/mzswap-%ld-0123456789abcdef.swp", g_dir, (long)child);
     snprintf(other, sizeof other, "%s/unrelated.swp", g_dir);
@@ -550,11 +557,7 @@ static void *release_lock_later(void *arg)
  * within the scan's wait is removed; one whose lock stays held is left. */
 static void test_cleanup_stale_lock_held(void)
 {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t child = fork();
-    if (child == 0) _exit(0);
-    waitpid(child, NULL, 0);
+    const pid_t child = dead_pid();
     char late[1200], held[1200];
     snprintf(late, sizeof late, "%s/mzswap-%ld-1111111111111111.swp", g_dir, (long)child);
     snprintf(held, sizeof held, "%s/mzswap-%ld-2222222222222222.swp", g_dir, (long)child);
