@@ -1,7 +1,7 @@
 # bench/device-lib.sh — the bookkeeping the device benchmarks share, sourced
 # (not run) by bench/device-sessions.sh, device-store.sh,
-# device-peer-state.sh, device-restore.sh, device-pressure.sh and
-# device-scaling.sh after they set OUTD:
+# device-peer-state.sh, device-restore.sh, device-pressure.sh,
+# device-scaling.sh and device-phases.sh after they set OUTD:
 #   - where the binaries are: MZ_LOCAL=1 this checkout's build (MZ_BUILD,
 #     default ./build) and the first model in models/ as the vocabulary
 #     (VOCAB), else the bundle (BUNDLE, default .bundle: bin/, lib/,
