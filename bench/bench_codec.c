@@ -77,7 +77,7 @@ static void synth(mz_f16 *dst, size_t n, unsigned head_dim, uint64_t seed)
             noise += (float)(s >> 40) / (float)(1u << 24);
         }
         float scale = ch % 17 == 3 ? 4.0f : 0.6f;
-        dst[i] = mz_cdc_f32_to_f16(0.3f * sinf(0.7f * (float)ch) + (noise - 2.0f) * scale);
+        dst[i] = mz_float_to_half(0.3f * sinf(0.7f * (float)ch) + (noise - 2.0f) * scale);
     }
 }
 

@@ -178,18 +178,18 @@ static void kivi_k_roundtrip(mz_f16 *k, size_t n)
                 mz_f16 *x = k + (h * TOK + t0) * hd + j;
                 float lo = INFINITY, hi = -INFINITY;
                 for (size_t t = 0; t < KIVI_GROUP; t++) {
-                    const float v = mz_cdc_f16_to_f32(x[t * hd]);
+                    const float v = mz_half_to_float(x[t * hd]);
                     lo = v < lo ? v : lo;
                     hi = v > hi ? v : hi;
                 }
-                lo = mz_cdc_f16_to_f32(mz_cdc_f32_to_f16(lo));
-                hi = mz_cdc_f16_to_f32(mz_cdc_f32_to_f16(hi));
+                lo = mz_half_to_float(mz_float_to_half(lo));
+                hi = mz_half_to_float(mz_float_to_half(hi));
                 const float step = (hi - lo) / 15.0f;
                 for (size_t t = 0; t < KIVI_GROUP; t++) {
-                    const float v = mz_cdc_f16_to_f32(x[t * hd]);
+                    const float v = mz_half_to_float(x[t * hd]);
                     float q = step > 0 ? roundf((v - lo) / step) : 0;
                     q = q < 0 ? 0 : q > 15 ? 15 : q;
-                    x[t * hd] = mz_cdc_f32_to_f16(q == 15 ? hi : fminf(lo + q * step, hi));
+                    x[t * hd] = mz_float_to_half(q == 15 ? hi : fminf(lo + q * step, hi));
                 }
             }
 }
@@ -293,7 +293,7 @@ static void roundtrip_position(mz_ctx_t *c, const mz_model_info *mi, const codec
         for (size_t r = 0; r < 2 * nkv; r++) /* r < nkv: K of head r; else V of head r - nkv */
             memcpy(rows + r * hd, ch + (r * TOK + p % TOK) * hd, hd * sizeof *rows);
         for (size_t i = 0; mu && i < nkv * hd; i++) /* the K rows come first */
-            rows[i] = mz_cdc_f32_to_f16(mz_cdc_f16_to_f32(rows[i]) - mu[i]);
+            rows[i] = mz_float_to_half(mz_half_to_float(rows[i]) - mu[i]);
         mz_f16 keep[1024];
         const size_t kl = (size_t)ab->k_exact_lo, kh = MZ_MIN((size_t)ab->k_exact_hi, hd);
         if (kh > kl && nkv * (kh - kl) > sizeof keep / sizeof *keep) die("--k-exact", "too many channels");
@@ -303,7 +303,7 @@ static void roundtrip_position(mz_ctx_t *c, const mz_model_info *mi, const codec
         for (size_t h = 0; h < nkv && kh > kl; h++)
             memcpy(rows + h * hd + kl, keep + h * (kh - kl), (kh - kl) * sizeof *keep);
         for (size_t i = 0; mu && i < nkv * hd; i++)
-            rows[i] = mz_cdc_f32_to_f16(mz_cdc_f16_to_f32(rows[i]) + mu[i]);
+            rows[i] = mz_float_to_half(mz_half_to_float(rows[i]) + mu[i]);
         for (size_t r = 0; r < 2 * nkv; r++)
             memcpy(ch + (r * TOK + p % TOK) * hd, rows + r * hd, hd * sizeof *rows);
     }
@@ -319,7 +319,7 @@ static void window_k_mean(mz_ctx_t *c, const mz_model_info *mi, int W, float *mu
                 double sum = 0;
                 for (int p = 0; p < W - 1; p++) {
                     const mz_f16 *ch = (const mz_f16 *)(const void *)mz_harness_kv_chunk(c, l, (size_t)p / TOK);
-                    sum += mz_cdc_f16_to_f32(ch[(h * TOK + (size_t)p % TOK) * hd + j]);
+                    sum += mz_half_to_float(ch[(h * TOK + (size_t)p % TOK) * hd + j]);
                 }
                 mu[((size_t)l * nkv + h) * hd + j] = (float)(sum / (W - 1));
             }

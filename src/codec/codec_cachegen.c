@@ -179,13 +179,13 @@ static inline float cg_step(float s, unsigned Q)
 /* mag[q] = m(q) as a float and bits[q] its f16 pattern, q = 0..Q. */
 static void row_levels(unsigned s_bits, unsigned Q, float *mag, uint16_t *bits)
 {
-    float s = mz_cdc_f16_to_f32((uint16_t)s_bits);
+    float s = mz_half_to_float((uint16_t)s_bits);
     float step = cg_step(s, Q);
     for (unsigned q = 0; q < Q; q++) {
         float v = (float)q * step;
         if (v > s) v = s;
-        bits[q] = mz_cdc_f32_to_f16(v);
-        mag[q] = mz_cdc_f16_to_f32(bits[q]);
+        bits[q] = mz_float_to_half(v);
+        mag[q] = mz_half_to_float(bits[q]);
     }
     bits[Q] = (uint16_t)s_bits;
     mag[Q] = s;
@@ -434,7 +434,7 @@ static void dequant_rows_ref(const uint8_t *seg_scales, unsigned nr, unsigned G,
 #if defined(MZ_CODEC_HAVE_AVX2_FILE)
 /* AVX2 + F16C dequantization: the levels of a row computed 8 (and 16) at a
  * time with the same f32 arithmetic, converted by vcvtps2ph (RNE, identical
- * to mz_cdc_f32_to_f16), then a byte shuffle lookup of 16-bit codes. Same
+ * to mz_float_to_half), then a byte shuffle lookup of 16-bit codes. Same
  * bits as dequant_rows_ref (tested). */
 __attribute__((target("avx2,fma,f16c"))) static void
 dequant_rows_avx2(const uint8_t *seg_scales, unsigned nr, unsigned G, unsigned Q, size_t nsym,
@@ -446,7 +446,7 @@ dequant_rows_avx2(const uint8_t *seg_scales, unsigned nr, unsigned G, unsigned Q
     uint16_t pos[32] __attribute__((aligned(32)));
     for (unsigned i = 0; i < nr; i++) {
         unsigned s_bits = mz_get_le16(seg_scales + 2 * i);
-        float s = mz_cdc_f16_to_f32((uint16_t)s_bits);
+        float s = mz_half_to_float((uint16_t)s_bits);
         __m256 vs = _mm256_set1_ps(s), vstep = _mm256_set1_ps(cg_step(s, Q));
         for (unsigned q0 = 0; q0 <= Q; q0 += 8) {
             __m256 v = _mm256_mul_ps(_mm256_loadu_ps(iota + q0), vstep);
@@ -1005,7 +1005,7 @@ static size_t cg_encode_segment(const mz_f16 *x, size_t nsym, unsigned nr, unsig
         uint8_t *sy = stage + t0;
         for (size_t j = 0; j < k; j++) {
             mz_f16 v = x[t0 + j];
-            unsigned c = code_mag(mag, Q, inv, mz_cdc_f16_to_f32((uint16_t)(v & 0x7fffu)));
+            unsigned c = code_mag(mag, Q, inv, mz_half_to_float((uint16_t)(v & 0x7fffu)));
             sy[j] = (uint8_t)((v & 0x8000u) && c ? Q - c : Q + c);
         }
     }

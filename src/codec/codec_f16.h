@@ -1,72 +1,16 @@
 /*
- * codec_f16.h — private bit-exact IEEE binary16 <-> binary32 conversions for
- * the codec files (kept here so the codecs do not depend on src/kernels), and
- * the q8 / q4 step shared by every kernel of those codecs.
- *
- * mz_cdc_f32_to_f16 rounds to nearest, ties to even, exactly as the F16C
- * instruction vcvtps2ph with rounding mode 0 (and NEON vcvt_f16_f32 under the
- * default FPCR): overflow gives ±inf, NaN stays NaN (quieted), f32 values
- * below half the smallest f16 subnormal give ±0.
+ * codec_f16.h — what the KV codecs' files share about F16: the scalar
+ * conversions are src/core/f16.h's (the kernels use the same ones, so a
+ * codec and the forward pass round alike), plus the q8 / q4 step shared by
+ * every kernel of those codecs.
  */
 #ifndef MZ_CODEC_F16_H
 #define MZ_CODEC_F16_H
 
+#include "../core/f16.h"
+
 #include <stdint.h>
 #include <string.h>
-
-static inline float mz_cdc_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (mant << 13); /* inf / NaN */
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112u) << 23) | (mant << 13);
-    } else if (mant == 0) {
-        bits = sign;
-    } else {
-        /* subnormal: mant * 2^-24, normalize */
-        int shift = 0;
-        while (!(mant & 0x400u)) {
-            mant <<= 1;
-            shift++;
-        }
-        mant &= 0x3ffu;
-        bits = sign | ((uint32_t)(113 - shift) << 23) | (mant << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint16_t mz_cdc_f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) { /* inf or NaN */
-        if (ax == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
-        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    }
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: inf */
-    if (ax >= 0x38800000u) {                                  /* normal f16 range */
-        uint32_t r = ax - 0x38000000u;                         /* rebias 127 -> 15 */
-        r += 0xfffu + ((r >> 13) & 1u);
-        return (uint16_t)(sign | (r >> 13));
-    }
-    if (ax <= 0x33000000u) return sign; /* <= 2^-25: rounds to zero (tie to even) */
-    uint32_t e = ax >> 23;
-    uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - e; /* 14..24 */
-    uint32_t q = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u))) q++;
-    return (uint16_t)(sign | q);
-}
 
 /* f16_to_f32(f32_to_f16(f)) for finite |f| < 65520, except that a result of
  * zero may have either sign; no conversion round trip, no loops. Normal f16

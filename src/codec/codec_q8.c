@@ -137,10 +137,10 @@ static inline size_t group_bytes(const quant_fmt *f, size_t k)
  * follows. */
 static inline uint16_t dec_bits(float mn, float mx, float step, unsigned top, unsigned q)
 {
-    if (q == top) return mz_cdc_f32_to_f16(mx);
+    if (q == top) return mz_float_to_half(mx);
     float v = mn + (float)q * step;
     if (v > mx) v = mx;
-    return mz_cdc_f32_to_f16(v);
+    return mz_float_to_half(v);
 }
 
 /* The value of dec_bits as a float (a zero may come out as either sign, which
@@ -164,8 +164,8 @@ static inline bool q8_header_bad(unsigned bmn, unsigned bmx, float mn, float mx)
 static inline bool group_header(const uint8_t *p, float *mn, float *mx)
 {
     unsigned bmn = mz_get_le16(p), bmx = mz_get_le16(p + 2);
-    *mn = mz_cdc_f16_to_f32((uint16_t)bmn);
-    *mx = mz_cdc_f16_to_f32((uint16_t)bmx);
+    *mn = mz_half_to_float((uint16_t)bmn);
+    *mx = mz_half_to_float((uint16_t)bmx);
     return !q8_header_bad(bmn, bmx, *mn, *mx);
 }
 
@@ -524,9 +524,9 @@ unsigned mz_quant_code_ref(const mz_quant_grid *g, float x)
 /* Min and max of the k >= 1 values x (the scalar encoders' group header). */
 static void minmax_ref(const mz_f16 *x, size_t k, float *mn_out, float *mx_out)
 {
-    float mn = mz_cdc_f16_to_f32(x[0]), mx = mn;
+    float mn = mz_half_to_float(x[0]), mx = mn;
     for (size_t j = 1; j < k; j++) {
-        float v = mz_cdc_f16_to_f32(x[j]);
+        float v = mz_half_to_float(x[j]);
         if (v < mn) mn = v;
         if (v > mx) mx = v;
     }
@@ -549,8 +549,8 @@ static inline __attribute__((always_inline)) uint8_t *group_start(const mz_f16 *
     if (mx == 0.0f) mx = 0.0f;
     *g = (mz_quant_grid){.mn = mn, .mx = mx, .step = mz_quant_step(mn, mx, top), .top = top};
     g->inv_step = g->step > 0.0f ? 1.0f / g->step : 0.0f;
-    mz_put_le16(out, mz_cdc_f32_to_f16(mn));
-    mz_put_le16(out + 2, mz_cdc_f32_to_f16(mx));
+    mz_put_le16(out, mz_float_to_half(mn));
+    mz_put_le16(out + 2, mz_float_to_half(mx));
     return out + 4;
 }
 
@@ -578,12 +578,12 @@ static inline size_t encode_groups_ref(unsigned top, const mz_f16 *src, size_t n
         uint8_t *q = group_start(x, k, top, minmax_ref, payload, &g);
         if (top == 15)
             for (size_t j = 0; j < k; j += 2) {
-                unsigned lo = mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
-                unsigned hi = j + 1 < k ? mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j + 1])) : 0;
+                unsigned lo = mz_quant_code_ref(&g, mz_half_to_float(x[j]));
+                unsigned hi = j + 1 < k ? mz_quant_code_ref(&g, mz_half_to_float(x[j + 1])) : 0;
                 q[j / 2] = (uint8_t)(lo | hi << 4);
             }
         else
-            for (size_t j = 0; j < k; j++) q[j] = (uint8_t)mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j]));
+            for (size_t j = 0; j < k; j++) q[j] = (uint8_t)mz_quant_code_ref(&g, mz_half_to_float(x[j]));
         payload += 4 + (top == 15 ? (k + 1) / 2 : k);
     }
     return n;
@@ -609,7 +609,7 @@ static size_t encode_groups_avx2(const mz_f16 *src, size_t n, unsigned group, un
             uint8_t *c = nibbles ? c4 : q + j0;
             if (mz_quant_codes_avx2(x + j0, kk, g.mn, g.mx, g.step, g.inv_step, top, c, unres) != 0)
                 for (size_t j = 0; j < kk; j++)
-                    if (unres[j]) c[j] = (uint8_t)mz_quant_code_ref(&g, mz_cdc_f16_to_f32(x[j0 + j]));
+                    if (unres[j]) c[j] = (uint8_t)mz_quant_code_ref(&g, mz_half_to_float(x[j0 + j]));
             if (nibbles)
                 for (size_t j = 0; j < kk; j += 2)
                     q[(j0 + j) / 2] = (uint8_t)(c[j] | (j + 1 < kk ? c[j + 1] : 0u) << 4);

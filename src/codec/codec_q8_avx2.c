@@ -240,14 +240,14 @@ size_t mz_q4_decode_groups_avx2(const uint8_t *payload, size_t n, unsigned group
 
 void mz_codec_f32_to_f16_avx2(const float *src, mz_f16 *dst, size_t n)
 {
-    for (size_t i = 0; i < n; i++) dst[i] = mz_cdc_f32_to_f16(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = mz_float_to_half(src[i]);
 }
 
 void mz_q8_minmax_avx2(const mz_f16 *x, size_t k, float *mn, float *mx)
 {
-    float lo = mz_cdc_f16_to_f32(x[0]), hi = lo;
+    float lo = mz_half_to_float(x[0]), hi = lo;
     for (size_t j = 1; j < k; j++) {
-        float v = mz_cdc_f16_to_f32(x[j]);
+        float v = mz_half_to_float(x[j]);
         if (v < lo) lo = v;
         if (v > hi) hi = v;
     }

@@ -79,13 +79,13 @@ void mz_rot_rows_ref(const mz_f16 *src, mz_f16 *dst, size_t rows, unsigned d,
     const float c = mz_rot_scale(d);
     for (size_t r = 0; r < rows; r++, src += d, dst += d) {
         for (unsigned j = 0; j < d; j++) {
-            float x = mz_cdc_f16_to_f32(src[j]);
+            float x = mz_half_to_float(src[j]);
             v[j] = inverse ? x : flip(x, signs[j]);
         }
         mz_rot_fwht_ref(v, d, 1);
         for (unsigned j = 0; j < d; j++) {
             float y = v[j] * c;
-            dst[j] = mz_cdc_f32_to_f16(inverse ? flip(y, signs[j]) : y);
+            dst[j] = mz_float_to_half(inverse ? flip(y, signs[j]) : y);
         }
     }
 }

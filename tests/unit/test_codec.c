@@ -25,8 +25,8 @@ static const char *const g_isas[] = {"scalar", "avx2", "avx512", "neon"};
  * second actually given to this thread, not per wall second. */
 static unsigned long long g_rng = 0x5eed1234abcdULL;
 
-static mz_f16 h(float f) { return mz_cdc_f32_to_f16(f); }
-static float fl(mz_f16 x) { return mz_cdc_f16_to_f32(x); }
+static mz_f16 h(float f) { return mz_float_to_half(f); }
+static float fl(mz_f16 x) { return mz_half_to_float(x); }
 
 /* Random finite f16 bit pattern. */
 static mz_f16 rand_finite_bits(void)

@@ -17,8 +17,8 @@
 
 static unsigned long long g_rng = 0xc0dec0de1234ULL;
 
-static mz_f16 h(float f) { return mz_cdc_f32_to_f16(f); }
-static float fl(mz_f16 x) { return mz_cdc_f16_to_f32(x); }
+static mz_f16 h(float f) { return mz_float_to_half(f); }
+static float fl(mz_f16 x) { return mz_half_to_float(x); }
 
 /* A KV chunk shaped like a real one: K then V, [heads][256][hd]; K rows have
  * a few outlier channels (large, mostly one sign), V rows are plain normals,

@@ -28,8 +28,8 @@
 static const char *const g_isas[] = {"scalar", "avx2", "avx512", "neon"};
 static unsigned long long g_rng = 0x4a7e11ab5eedULL;
 
-static mz_f16 h(float f) { return mz_cdc_f32_to_f16(f); }
-static float fl(mz_f16 x) { return mz_cdc_f16_to_f32(x); }
+static mz_f16 h(float f) { return mz_float_to_half(f); }
+static float fl(mz_f16 x) { return mz_half_to_float(x); }
 
 /* KV-like rows of d values: N(0, 1) with a few channels 20x larger, fixed
  * across rows (outlier channels of K). */

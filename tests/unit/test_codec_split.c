@@ -28,7 +28,7 @@ static void kv_values(mz_f16 *x, size_t n)
     for (size_t i = 0; i < n; i++) {
         float v = t_rand_normal(&g_rng) * 0.5f;
         if (i % 16 == 3) v = v * 6.0f + 6.0f;
-        x[i] = mz_cdc_f32_to_f16(v);
+        x[i] = mz_float_to_half(v);
     }
 }
 
@@ -92,7 +92,7 @@ static void test_definition(void)
     CHECK_EQ_INT(mz_codec_decode(&c, blob, len, out, n_max), MZ_OK);
     double ek = 0, ev = 0;
     for (size_t i = 0; i < n_max; i++) {
-        const double e = (double)mz_cdc_f16_to_f32(out[i]) - (double)mz_cdc_f16_to_f32(x[i]);
+        const double e = (double)mz_half_to_float(out[i]) - (double)mz_half_to_float(x[i]);
         if (i < n_max / 2) ek += e * e;
         else ev += e * e;
     }
