@@ -350,9 +350,12 @@ size_t mz_mem_enc_expected(const mz_mem *mm) { return mm_enc_expected(mm); }
 
 bool mz_mem_is_valid(mz_mem *mm)
 {
+    mm_sync_kv(mm);
+    /* Under the manager's lock: a session's store worker (write-behind)
+     * changes clean copies, slots and counts under it, at any time. */
+    pthread_mutex_lock(&mm->lock);
     bool ok = mz_compstack_is_valid(mm->stack);
     size_t n_comp = 0, n_stored = 0;
-    mm_sync_kv(mm);
     for (int l = 0; l < mm->n_layer; l++) {
         for (size_t c = 0; c < mm->max_chunks; c++) {
             const mz_unit *u = kv_unit(mm, l, c);
@@ -384,5 +387,6 @@ bool mz_mem_is_valid(mz_mem *mm)
         ok = ok && (mm->shared_swap || mm->store_leaked ? ss.n_slots >= n_stored
                                                         : ss.n_slots == n_stored);
     }
+    pthread_mutex_unlock(&mm->lock);
     return ok;
 }
