@@ -296,12 +296,21 @@ static double j_num(const jparser *p, int obj, const char *key, double def)
  * type's range would be undefined behaviour. */
 static bool num_in(double v, double lo, double hi) { return v >= lo && v <= hi; }
 
-/* The number under key (def when absent) if it lies in [lo, hi] (num_in). */
-static bool j_num_in(const jparser *p, int obj, const char *key, double def, double lo, double hi,
-                     double *out)
+/* A whole number in [lo, hi]. Counts, sizes and depths are integers in the
+ * file; a fraction would be truncated on reading, so two values that ascend
+ * as written (1.2, 1.73) could become equal ones, and the profile written
+ * back would not read again. */
+static bool whole_in(double v, double lo, double hi)
+{
+    return num_in(v, lo, hi) && v == floor(v);
+}
+
+/* The whole number under key (def when absent) if it lies in [lo, hi]. */
+static bool j_whole_in(const jparser *p, int obj, const char *key, double def, double lo,
+                       double hi, double *out)
 {
     double v = j_num(p, obj, key, def);
-    if (!num_in(v, lo, hi)) return false;
+    if (!whole_in(v, lo, hi)) return false;
     *out = v;
     return true;
 }
@@ -374,16 +383,16 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
     memset(&d, 0, sizeof d);
     if (root < 0 || jp->n[root].type != J_OBJ) return mz_fail(MZ_E_FORMAT, "not a JSON object");
     double x;
-    if (!j_num_in(jp, root, "mzcache_profile", 0, 0, 1e6, &x) || (int)x != MZ_PROFILE_VERSION)
+    if (!j_whole_in(jp, root, "mzcache_profile", 0, 0, 1e6, &x) || (int)x != MZ_PROFILE_VERSION)
         return mz_fail(MZ_E_FORMAT, "not an mzcache profile of version %d", MZ_PROFILE_VERSION);
     d.version = (int)x;
     d.measured = j_num(jp, root, "measured", 1) != 0;
     j_strcpy(jp, root, "created", d.created, sizeof d.created);
     j_strcpy(jp, root, "cpu", d.cpu, sizeof d.cpu);
-    if (!j_num_in(jp, root, "n_cpus", 0, 0, 1 << 20, &x))
-        return mz_fail(MZ_E_FORMAT, "n_cpus: 0..%d", 1 << 20);
+    if (!j_whole_in(jp, root, "n_cpus", 0, 0, 1 << 20, &x))
+        return mz_fail(MZ_E_FORMAT, "n_cpus: a whole number 0..%d", 1 << 20);
     d.n_cpus = (int)x;
-    if (!j_num_in(jp, root, "restore_threads", 0, 0, MZ_RESTORE_THREADS_MAX, &x))
+    if (!j_whole_in(jp, root, "restore_threads", 0, 0, MZ_RESTORE_THREADS_MAX, &x))
         return mz_fail(MZ_E_FORMAT, "restore_threads: 0 (the rule) or 1..%d",
                        MZ_RESTORE_THREADS_MAX);
     d.restore_threads = (int)x;
@@ -393,10 +402,10 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
     j_strcpy(jp, st, "dir", d.dir, sizeof d.dir);
     d.direct = j_num(jp, st, "direct", 1) != 0;
     d.uring = j_num(jp, st, "uring", 1) != 0;
-    if (!j_num_in(jp, st, "file_bytes", 0, 0, 1e18, &x))
+    if (!j_whole_in(jp, st, "file_bytes", 0, 0, 1e18, &x))
         return mz_fail(MZ_E_FORMAT, "storage: file_bytes out of range");
     d.file_bytes = (uint64_t)x;
-    if (!j_num_in(jp, st, "cached_pages_max", 0, 0, 1e15, &x))
+    if (!j_whole_in(jp, st, "cached_pages_max", 0, 0, 1e15, &x))
         return mz_fail(MZ_E_FORMAT, "storage: cached_pages_max out of range");
     d.cached_pages_max = (size_t)x;
     int sizes = j_get(jp, st, "sizes"), qds = j_get(jp, st, "queue_depths");
@@ -409,14 +418,14 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
     double v[MZ_PROFILE_MAX_SIZES];
     if (!j_nums(jp, sizes, d.n_sizes, v)) return mz_fail(MZ_E_FORMAT, "storage: bad sizes");
     for (int i = 0; i < d.n_sizes; i++) {
-        if (!num_in(v[i], 512, 1e12) || (i && v[i] <= v[i - 1]))
-            return mz_fail(MZ_E_FORMAT, "storage: sizes must ascend from 512 bytes");
+        if (!whole_in(v[i], 512, 1e12) || (i && v[i] <= v[i - 1]))
+            return mz_fail(MZ_E_FORMAT, "storage: sizes must be whole numbers ascending from 512 bytes");
         d.read_size[i] = (size_t)v[i];
     }
     if (!j_nums(jp, qds, d.n_qd, v)) return mz_fail(MZ_E_FORMAT, "storage: bad queue depths");
     for (int j = 0; j < d.n_qd; j++) {
-        if (!num_in(v[j], 1, 4096) || (j && v[j] <= v[j - 1]))
-            return mz_fail(MZ_E_FORMAT, "storage: queue depths must ascend from 1");
+        if (!whole_in(v[j], 1, 4096) || (j && v[j] <= v[j - 1]))
+            return mz_fail(MZ_E_FORMAT, "storage: queue depths must be whole numbers ascending from 1");
         d.read_qd[j] = (int)v[j];
     }
     for (int pass = 0; pass < 2; pass++) {
@@ -435,10 +444,10 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
         }
     }
     int sat = j_get(jp, st, "saturation");
-    if (!j_num_in(jp, sat, "size", 0, 0, 1e12, &x))
+    if (!j_whole_in(jp, sat, "size", 0, 0, 1e12, &x))
         return mz_fail(MZ_E_FORMAT, "storage: saturation size out of range");
     d.sat_size = (size_t)x;
-    if (!j_num_in(jp, sat, "queue_depth", 0, 0, 4096, &x))
+    if (!j_whole_in(jp, sat, "queue_depth", 0, 0, 4096, &x))
         return mz_fail(MZ_E_FORMAT, "storage: saturation queue_depth out of range");
     d.sat_qd = (int)x;
 
@@ -464,9 +473,10 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
             return mz_fail(MZ_E_FORMAT, "memory: prefault_threads and prefault_s_per_gib must be "
                                         "1..%d numbers each", MZ_PROFILE_MAX_TOUCH);
         for (int i = 0; i < nt; i++) {
-            if (!num_in(th[i], 1, MZ_RESTORE_THREADS_MAX) || (i && th[i] <= th[i - 1]))
-                return mz_fail(MZ_E_FORMAT, "memory: prefault_threads must ascend from 1 to at "
-                                            "most %d", MZ_RESTORE_THREADS_MAX);
+            if (!whole_in(th[i], 1, MZ_RESTORE_THREADS_MAX) || (i && th[i] <= th[i - 1]))
+                return mz_fail(MZ_E_FORMAT, "memory: prefault_threads must be whole numbers "
+                                            "ascending from 1 to at most %d",
+                               MZ_RESTORE_THREADS_MAX);
             d.touch_threads[i] = (int)th[i];
         }
         d.n_touch = nt;

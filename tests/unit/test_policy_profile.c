@@ -84,6 +84,20 @@ static void test_corrupt(void)
         "{\"a\": 1e999}",
         "{\"a\": [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}",
         "{\"mzcache_profile\": 1} trailing",
+        /* Fractions where the file holds whole numbers: 1.2 and 1.73 ascend
+         * but both truncate to 1 (the fuzzer's fixed-point failure). */
+        "{\"mzcache_profile\": 1, \"storage\": {\"sizes\": [65536], \"queue_depths\": [1.2, 1.73], "
+        "\"read_gbps\": [[1, 2]]}, \"codecs\": [{\"name\": \"q8\", \"decode_gbps\": 1}]}",
+        "{\"mzcache_profile\": 1, \"storage\": {\"sizes\": [65536.5], \"queue_depths\": [1], "
+        "\"read_gbps\": [[1]]}, \"codecs\": [{\"name\": \"q8\", \"decode_gbps\": 1}]}",
+        "{\"mzcache_profile\": 1.5, \"storage\": {\"sizes\": [65536], \"queue_depths\": [1], "
+        "\"read_gbps\": [[1]]}, \"codecs\": [{\"name\": \"q8\", \"decode_gbps\": 1}]}",
+        "{\"mzcache_profile\": 1, \"n_cpus\": 2.5, \"storage\": {\"sizes\": [65536], "
+        "\"queue_depths\": [1], \"read_gbps\": [[1]]}, \"codecs\": [{\"name\": \"q8\", "
+        "\"decode_gbps\": 1}]}",
+        "{\"mzcache_profile\": 1, \"storage\": {\"sizes\": [65536], \"queue_depths\": [1], "
+        "\"read_gbps\": [[1]]}, \"memory\": {\"prefault_threads\": [1, 1.5], "
+        "\"prefault_s_per_gib\": [1, 1]}, \"codecs\": [{\"name\": \"q8\", \"decode_gbps\": 1}]}",
     };
     for (size_t i = 0; i < MZ_ARRAY_LEN(bad); i++) {
         mz_status s = mz_profile_from_json(bad[i], strlen(bad[i]), &p);
