@@ -419,13 +419,15 @@ static mz_status parse_profile(jparser *jp, int root, mz_device_profile *out)
     if (!j_nums(jp, sizes, d.n_sizes, v)) return mz_fail(MZ_E_FORMAT, "storage: bad sizes");
     for (int i = 0; i < d.n_sizes; i++) {
         if (!whole_in(v[i], 512, 1e12) || (i && v[i] <= v[i - 1]))
-            return mz_fail(MZ_E_FORMAT, "storage: sizes must be whole numbers ascending from 512 bytes");
+            return mz_fail(MZ_E_FORMAT,
+                           "storage: sizes must be whole numbers ascending from 512 bytes");
         d.read_size[i] = (size_t)v[i];
     }
     if (!j_nums(jp, qds, d.n_qd, v)) return mz_fail(MZ_E_FORMAT, "storage: bad queue depths");
     for (int j = 0; j < d.n_qd; j++) {
         if (!whole_in(v[j], 1, 4096) || (j && v[j] <= v[j - 1]))
-            return mz_fail(MZ_E_FORMAT, "storage: queue depths must be whole numbers ascending from 1");
+            return mz_fail(MZ_E_FORMAT,
+                           "storage: queue depths must be whole numbers ascending from 1");
         d.read_qd[j] = (int)v[j];
     }
     for (int pass = 0; pass < 2; pass++) {
