@@ -191,12 +191,17 @@ GEMM_INLINE __m256 gemm_load_f16x8(const mz_f16 *p) { return _mm256_cvtph_ps(_mm
  * comes. The hardware prefetchers, following R interleaved streams, left
  * single-thread AVX2 decode at 8.0-8.3 GB/s of weights against 8.6-9.8
  * with this (49152 x 576 from DRAM, bench_kernels -c 1, loaded machine).
+ * Into L2, not L1: a tile is R * wrb bytes, 32 KiB for 2048-wide rows (an
+ * L1d), so fetching the next one into L1 evicted the current one before its
+ * use. Zen 4, 2 threads, 1 GiB of 2048-wide rows: 21-24 GB/s into L1, 29-33
+ * into L2, 25-31 with no prefetch; the 8192 x 2048 bench_kernels product
+ * (one thread) 19 -> 29 GB/s. At 576 wide (a 9 KiB tile) L2 is not slower.
  * Past the last row it only touches lines nobody reads: a prefetch never
  * faults. */
 GEMM_INLINE void f16gv_prefetch_next(const uint8_t *w, size_t wrb, const int R, size_t done, const int step)
 {
     const char *p = (const char *)w + (size_t)R * wrb + done * sizeof(mz_f16) * (size_t)R;
-    GEMM_UNROLL for (int o = 0; o < R * step * (int)sizeof(mz_f16); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    GEMM_UNROLL for (int o = 0; o < R * step * (int)sizeof(mz_f16); o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
 }
 
 #ifndef GEMM_F16_ZMM
