@@ -11,8 +11,6 @@
 
 #include "../core/f16.h"
 
-#include <string.h>
-
 float mz_f16_to_f32(mz_f16 h) { return mz_half_to_float(h); }
 
 mz_f16 mz_f32_to_f16(float f) { return mz_float_to_half(f); }
