@@ -31,9 +31,7 @@
 #include "core/core.h"
 #include "codec/codec.h"
 #include "codec/codec_cachegen.h"
-#include "codec/codec_f16.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,21 +63,6 @@ static void die(const char *what, const char *msg)
     exit(1);
 }
 
-/* Per-channel offsets and scales plus noise (as profile.c's synthetic KV). */
-static void synth(mz_f16 *dst, size_t n, unsigned head_dim, uint64_t seed)
-{
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        size_t ch = i % head_dim;
-        float noise = 0;
-        for (int k = 0; k < 4; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            noise += (float)(s >> 40) / (float)(1u << 24);
-        }
-        float scale = ch % 17 == 3 ? 4.0f : 0.6f;
-        dst[i] = mz_float_to_half(0.3f * sinf(0.7f * (float)ch) + (noise - 2.0f) * scale);
-    }
-}
 
 /* --dram: decode 1 MiB chunks into dram_mib MiB of fresh, populated pages;
  * one table row per codec (and per forced q8 kernel set). */
@@ -90,7 +73,7 @@ static void bench_dram(const char *list, size_t dram_mib, int reps)
     size_t n_chunks = dram_mib;
     mz_f16 *raw = malloc(N_SRC * chunk);
     if (!raw) die("malloc", "");
-    for (size_t i = 0; i < N_SRC; i++) synth(raw + i * n, n, 128, 0x9e3779b9u + i);
+    for (size_t i = 0; i < N_SRC; i++) mz_codec_synth_kv(raw + i * n, n, 128, 0x9e3779b9u + i);
     printf("\ndecode into fresh memory: %zu MiB mmap'd + MADV_POPULATE_WRITE per pass, "
            "1 MiB chunks (%d distinct), median of %d passes\n\n", dram_mib, N_SRC, reps);
     printf("| codec | kernels | decode GB/s (wall) | decode GB/s (thread CPU) |\n");
@@ -195,7 +178,8 @@ int main(int argc, char **argv)
         kv = malloc(n_ch * chunk_bytes);
         if (!kv) die("malloc", "");
         for (size_t i = 0; i < n_ch; i++)
-            synth((mz_f16 *)(void *)(kv + i * chunk_bytes), chunk_bytes / 2, head_dim, 0x243f6a88u + i);
+            mz_codec_synth_kv((mz_f16 *)(void *)(kv + i * chunk_bytes), chunk_bytes / 2, head_dim,
+                              0x243f6a88u + i);
     }
     per_layer = n_ch / n_layer;
     if (use && use < per_layer) {

@@ -103,6 +103,13 @@ MZ_INTERNAL mz_codec mz_codec_for_layer(const mz_codec *c, unsigned head_dim, un
 MZ_INTERNAL double mz_codec_ratio_hint(const mz_codec *c);
 
 /* Convenience wrappers. */
+/* Synthetic KV values for timing codecs where no model's KV is at hand (the
+ * device profile's codec rates, bench_codec): a per-channel offset (a sine
+ * of the channel index mod head_dim), one channel in 17 with a 4x wider
+ * spread, and noise (a sum of four uniforms from a 64-bit LCG started at
+ * seed). The same (n, head_dim, seed) give the same values. */
+MZ_INTERNAL void mz_codec_synth_kv(mz_f16 *dst, size_t n, unsigned head_dim, uint64_t seed);
+
 static inline size_t mz_codec_bound(const mz_codec *c, size_t n) { return c->bound(c, n); }
 static inline mz_status mz_codec_encode(const mz_codec *c, const mz_f16 *src, size_t n,
                                         uint8_t *dst, size_t dst_cap, size_t *n_written)

@@ -170,24 +170,6 @@ static int codec_names(char names[][24], int cap)
     return n;
 }
 
-/* Synthetic KV: per-channel offsets and scales plus noise, the structure of
- * real keys (outlier channels) at one chunk of the qwen3-0.6b shape (256
- * tokens x 8 heads x 128, K then V). */
-static void synth_kv(mz_f16 *dst, size_t n)
-{
-    uint64_t s = 0x243f6a8885a308d3ull;
-    for (size_t i = 0; i < n; i++) {
-        size_t ch = i % 128;
-        float noise = 0;
-        for (int k = 0; k < 4; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            noise += (float)(s >> 40) / (float)(1u << 24);
-        }
-        float scale = ch % 17 == 3 ? 4.0f : 0.6f;
-        dst[i] = mz_f32_to_f16(0.3f * sinf(0.7f * (float)ch) + (noise - 2.0f) * scale);
-    }
-}
-
 static double time_decode(const mz_codec *c, const uint8_t *blob, size_t len, mz_f16 *out,
                           size_t n, double budget_s)
 {
@@ -220,7 +202,9 @@ static void measure_codecs(const mz_profile_run_params *rp, mz_device_profile *o
     uint8_t *blob = cap ? mz_pages_alloc(cap) : NULL;
     out->n_codecs = 0;
     if (!src || !dst || !blob) goto out_free;
-    synth_kv(src, n);
+    /* One chunk of the qwen3-0.6b shape (256 tokens x 8 heads x 128, K then
+     * V) with the outlier channels of real keys. */
+    mz_codec_synth_kv(src, n, 128, 0x243f6a8885a308d3ull);
     for (int i = 0; i < nn && out->n_codecs < MZ_PROFILE_MAX_CODECS; i++) {
         const mz_codec *c = mz_codec_find(names[i]);
         size_t len = 0;
