@@ -6,7 +6,11 @@
  * DEPTH random tokens (prefilled once, untimed, kept across runs): decode
  * speed at a long context, where attention over the history weighs.
  * tg_cpu_ms is the process's CPU time per decoded token (all threads), the
- * steadier figure on a loaded machine; pp_steal_ms and tg_steal_ms the time
+ * steadier figure on a loaded machine; pp_busy the process's CPU time while
+ * it prefilled over wall time x threads: near 1 when every thread ran (or
+ * spun) throughout, so a slow prefill with pp_busy near 1 met a slower
+ * machine (memory, clock), one well under 1 had threads off their CPUs;
+ * pp_steal_ms and tg_steal_ms the time
  * the hypervisor took from this machine's CPUs (all of them, /proc/stat's
  * steal) while a run prefilled and decoded, so a slow run can say whether
  * its CPUs were taken away.
@@ -125,9 +129,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_throughput: %s\n", mz_last_error());
             break;
         }
-        double t0 = now_s(), st0 = steal_ms();
+        double t0 = now_s(), cpu0 = cpu_ms(), st0 = steal_ms();
         if (mz_prefill(c, toks, (size_t)n_prompt)) rc = 1;
-        double t1 = now_s(), st1 = steal_ms();
+        double t1 = now_s(), cpu1 = cpu_ms(), st1 = steal_ms();
         if (mz_ctx_truncate(c, (size_t)depth)) rc = 1;
         double t2 = now_s(), cpu2 = cpu_ms(), st2 = steal_ms();
         for (int i = 0; i < n_gen && !rc; i++)
@@ -145,9 +149,10 @@ int main(int argc, char **argv)
         pp[r - 1] = n_prompt / (t1 - t0);
         tg[r - 1] = n_gen / (t3 - t2);
         tg_cpu[r - 1] = (cpu3 - cpu2) / n_gen;
-        printf("run=%d pp%d=%.2f tg%d=%.2f tg_cpu_ms=%.2f pp_steal_ms=%.0f tg_steal_ms=%.0f\n", r, n_prompt,
-               pp[r - 1], n_gen, tg[r - 1], tg_cpu[r - 1], st0 >= 0 && st1 >= 0 ? st1 - st0 : -1.0,
-               st2 >= 0 && st3 >= 0 ? st3 - st2 : -1.0);
+        const double pp_busy = (cpu1 - cpu0) / (1e3 * (t1 - t0) * threads);
+        printf("run=%d pp%d=%.2f tg%d=%.2f tg_cpu_ms=%.2f pp_busy=%.2f pp_steal_ms=%.0f tg_steal_ms=%.0f\n", r,
+               n_prompt, pp[r - 1], n_gen, tg[r - 1], tg_cpu[r - 1], pp_busy,
+               st0 >= 0 && st1 >= 0 ? st1 - st0 : -1.0, st2 >= 0 && st3 >= 0 ? st3 - st2 : -1.0);
         fflush(stdout);
     }
     if (!rc) {

@@ -46,10 +46,14 @@ if [ ! -x "$LB" ] && [ -f "${BUNDLE:-.bundle}/llama.cpp.tgz" ]; then
 fi
 [ -x "$LB" ] || echo "no llama-bench ($LB): peer columns stay empty"
 
-ours1() { # model threads [env...] -> "pp tg isa x8" of one measured run (after its warm-up)
+ours1() { # model threads [env...] -> "pp tg isa x8 busy" of one measured run (after its warm-up);
+    # busy: its prefill's pp_busy (bench_throughput: CPU time over wall x threads)
     local m=$1 t=$2; shift 2
     env "$@" LD_LIBRARY_PATH="$LIBP" "$BIN/bench_throughput" -m "$m" -t "$t" -p 512 -n 128 -r 1 2>>"$OUTD/errors.log" |
-        sed -n 's/^median pp512=\([0-9.]*\) tg128=\([0-9.]*\) threads=[0-9]* isa=\([a-z0-9]*\) x8=\([a-z]*\).*/\1 \2 \3 \4/p'
+        awk '/^run=/ { for (i = 1; i <= NF; i++) if ($i ~ /^pp_busy=/) { sub(/^pp_busy=/, "", $i); busy = $i } }
+             /^median pp512=/ { split($2, a, "="); split($3, b, "="); split($5, c, "="); split($6, d, "=");
+                                med = a[2] " " b[2] " " c[2] " " d[2] }
+             END { if (med != "") print med, (busy != "" ? busy : "-") }'
 }
 peer1() { # model threads -> "pp tg" of one llama-bench repetition (its own warm-up first)
     [ -x "$LB" ] || { echo "- -"; return; }
@@ -75,15 +79,15 @@ steal_since() { # start_ms -> ms of steal since then, or -
 # of the medians, and the worst round (ours / llama.cpp in the same round).
 cell() { # label model threads [env...]
     local label=$1 m=$2 t=$3; shift 3
-    local runs="" isa=- x8=- opp otg oi ox lpp ltg s0 os ls
+    local runs="" isa=- x8=- opp otg oi ox ob lpp ltg s0 os ls
     for r in $(seq 1 "$REPS"); do
         s0=$(steal_ms)
-        read -r opp otg oi ox <<<"$(ours1 "$m" "$t" "$@")"
+        read -r opp otg oi ox ob <<<"$(ours1 "$m" "$t" "$@")"
         os=$(steal_since "$s0"); s0=$(steal_ms)
         read -r lpp ltg <<<"$(peer1 "$m" "$t")"
         ls=$(steal_since "$s0")
         isa=${oi:-$isa} x8=${ox:-$x8}
-        echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg,$os,$ls" >>"$OUTD/runs.csv"
+        echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg,$os,$ls,${ob:--}" >>"$OUTD/runs.csv"
         runs="$runs ${opp:--}:${otg:--}:$lpp:$ltg:$os:$ls"
     done
     python3 - "$label" "$t" "$isa" "$x8" "$runs" <<'PY' | tee -a "$OUTD/scaling.md"
@@ -124,8 +128,10 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee "$OUTD/scaling.md"
 # steal_ours_ms / steal_llamacpp_ms: CPU time the hypervisor took from the
 # machine (all CPUs, /proc/stat) during each side's whole run, load and
-# warm-up included
-echo "cell,threads,round,pp_ours,tg_ours,pp_llamacpp,tg_llamacpp,steal_ours_ms,steal_llamacpp_ms" >"$OUTD/runs.csv"
+# warm-up included; pp_busy_ours: our prefill's CPU time over its wall time x
+# threads (near 1: every thread ran throughout, so a slow run met a slower
+# machine; well under 1: threads were off their CPUs)
+echo "cell,threads,round,pp_ours,tg_ours,pp_llamacpp,tg_llamacpp,steal_ours_ms,steal_llamacpp_ms,pp_busy_ours" >"$OUTD/runs.csv"
 for spec in $MODELS; do
     preset=${spec%%:*}; rest=${spec#*:}; type=${rest%%:*}; ths=$THREADS
     case "$rest" in *:*) ths=${rest#*:}; ths=${ths//\// } ;; esac
