@@ -105,25 +105,6 @@ static void die(const char *what, const char *msg)
     exit(1);
 }
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(b);
-        return NULL;
-    }
-    fclose(f);
-    b[n] = 0;
-    *len = (size_t)n;
-    return b;
-}
-
 /* ---- codecs under test ------------------------------------------------------------ */
 
 typedef struct codec_eval {
@@ -691,8 +672,8 @@ int main(int argc, char **argv)
 
     for (int fi = 0; fi < n_files; fi++) {
         size_t tlen;
-        char *text = read_file(files[fi], &tlen);
-        if (!text) die(files[fi], "cannot read");
+        char *text;
+        if (mz_read_file(files[fi], (size_t)1 << 30, &text, &tlen)) die(files[fi], mz_last_error());
         size_t n_tok = 0, cap_tok = tlen + 16; /* a token covers at least one byte */
         mz_token *toks = malloc(cap_tok * sizeof *toks);
         if (!toks || mz_tokenize(m, text, tlen, true, false, toks, cap_tok, &n_tok) != MZ_OK)

@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -139,6 +141,52 @@ mz_status mz_dir_make_private(const char *dir)
     }
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return mz_fail(MZ_E_IO, "%s is not a directory", dir);
+    return MZ_OK;
+}
+
+mz_status mz_read_file(const char *path, size_t max_bytes, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return mz_fail(MZ_E_IO, "cannot open %s: %s", path, strerror(errno));
+    /* Room for one byte past max_bytes at the most: reading it tells a file
+     * longer than max_bytes from one of exactly that length. */
+    const size_t limit = max_bytes < SIZE_MAX / 4 ? max_bytes + 1 : SIZE_MAX / 4;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    mz_status s = MZ_OK;
+    for (;;) {
+        if (n == cap) {
+            if (cap == limit) {
+                s = mz_fail(MZ_E_RANGE, "%s: larger than %zu bytes", path, max_bytes);
+                break;
+            }
+            size_t grow = cap ? cap * 2 : 8192;
+            if (grow > limit) grow = limit;
+            char *bigger = realloc(buf, grow + 1);
+            if (!bigger) {
+                s = mz_fail(MZ_E_NOMEM, "out of memory reading %s", path);
+                break;
+            }
+            buf = bigger;
+            cap = grow;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) s = mz_fail(MZ_E_IO, "cannot read %s: %s", path, strerror(errno));
+            break;
+        }
+    }
+    fclose(f);
+    if (s) {
+        free(buf);
+        return s;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
     return MZ_OK;
 }
 

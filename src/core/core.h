@@ -93,6 +93,13 @@ static inline uint64_t mz_get_le64(const unsigned char *p)
  * empty or over-long path, MZ_E_IO naming the directory that failed. */
 MZ_INTERNAL mz_status mz_dir_make_private(const char *dir);
 
+/* The whole file at path in a malloc'd buffer with a NUL after it (*out,
+ * the caller frees it; *len counts the bytes without the NUL). Reads to the
+ * end of the file, so pipes and /proc files work as regular ones.
+ * MZ_E_IO naming the path when it cannot be opened or read, MZ_E_RANGE
+ * when it holds more than max_bytes, MZ_E_NOMEM; *out is NULL then. */
+MZ_INTERNAL mz_status mz_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
+
 /* Page-aligned anonymous mapping of nbytes (rounded up to the page size).
  * Returns NULL on failure (errno set). Each call is its own mapping, so
  * freeing it returns the pages to the OS. */

@@ -539,34 +539,12 @@ mz_status mz_profile_default_path(char *buf, size_t cap)
 mz_status mz_profile_load(const char *path, mz_device_profile *out)
 {
     mz_profile_builtin(out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return mz_fail(MZ_E_IO, "cannot open %s: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    mz_status s = MZ_OK;
-    for (;;) {
-        if (len + 4096 > cap) {
-            if (cap >= ((size_t)1 << 20)) {
-                s = mz_fail(MZ_E_FORMAT, "%s: larger than 1 MiB", path);
-                break;
-            }
-            cap = cap ? cap * 2 : 8192;
-            char *bigger = realloc(text, cap);
-            if (!bigger) {
-                s = mz_fail(MZ_E_NOMEM, "out of memory reading %s", path);
-                break;
-            }
-            text = bigger;
-        }
-        size_t n = fread(text + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) {
-            if (ferror(f)) s = mz_fail(MZ_E_IO, "cannot read %s", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (!s) s = mz_profile_from_json(text, len, out);
+    char *text;
+    size_t len;
+    mz_status s = mz_read_file(path, (size_t)1 << 20, &text, &len);
+    if (s == MZ_E_RANGE) return mz_fail(MZ_E_FORMAT, "%s: larger than 1 MiB", path);
+    if (s) return s; /* the message names the path */
+    s = mz_profile_from_json(text, len, out);
     if (s) mz_fail_prefix(s, "%s", path);
     free(text);
     return s;

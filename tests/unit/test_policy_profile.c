@@ -118,6 +118,18 @@ static void test_corrupt(void)
     /* A missing file: an error from load, the estimate (and no failure) from
      * load_or_builtin. */
     CHECK(mz_profile_load(t_tmp_path("no-such-profile.json"), &p) == MZ_E_IO);
+    /* Over 1 MiB (JSON spaces after a good profile): refused unparsed. */
+    const char *big = t_tmp_path("profile-big.json");
+    FILE *f = fopen(big, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(fwrite(good, 1, n, f) == n);
+        for (size_t i = n; i <= ((size_t)1 << 20); i++) fputc(' ', f);
+        CHECK(fclose(f) == 0);
+        CHECK_EQ_INT(mz_profile_load(big, &p), MZ_E_FORMAT);
+        CHECK_MSG(strstr(mz_last_error(), "larger than 1 MiB") != NULL, "%s", mz_last_error());
+        CHECK(!p.measured && p.n_codecs == builtin.n_codecs);
+    }
     mz_profile_load_or_builtin(t_tmp_path("no-such-profile.json"), &p);
     CHECK(!p.measured && p.n_codecs >= 2);
 }
