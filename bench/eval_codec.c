@@ -673,7 +673,7 @@ int main(int argc, char **argv)
     for (int fi = 0; fi < n_files; fi++) {
         size_t tlen;
         char *text;
-        if (mz_read_file(files[fi], (size_t)1 << 30, &text, &tlen)) die(files[fi], mz_last_error());
+        if (mz_read_file(files[fi], (size_t)1 << 30, &text, &tlen)) die("-f", mz_last_error());
         size_t n_tok = 0, cap_tok = tlen + 16; /* a token covers at least one byte */
         mz_token *toks = malloc(cap_tok * sizeof *toks);
         if (!toks || mz_tokenize(m, text, tlen, true, false, toks, cap_tok, &n_tok) != MZ_OK)
