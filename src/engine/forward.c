@@ -72,20 +72,27 @@ typedef struct matmul_job {
     _Atomic size_t next;       /* next slice or item to claim */
 } matmul_job;
 
+/* Whether the environment variable `name` is `value`, read once: *cache is
+ * -1 until then, 0 or 1 after (the diagnostic switches below). */
+static bool env_is_once(_Atomic int *cache, const char *name, const char *value)
+{
+    int v = atomic_load_explicit(cache, memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv(name);
+        v = env && !strcmp(env, value);
+        atomic_store_explicit(cache, v, memory_order_relaxed);
+    }
+    return v == 1;
+}
+
 /* Which split matmul_fused uses for a batch: the planned one (work_split.h) unless
  * MZ_WORK_SPLIT=slices asks for fixed row slices over all tokens, and
  * attention's groups in index order instead of heaviest first (kept to
  * compare the two in one run on a many-core machine; same values). */
 static bool use_row_slices(void)
 {
-    static _Atomic int mode = -1; /* -1 unread, 0 planned, 1 slices */
-    int m = atomic_load_explicit(&mode, memory_order_relaxed);
-    if (m < 0) {
-        const char *env = getenv("MZ_WORK_SPLIT");
-        m = env && !strcmp(env, "slices");
-        atomic_store_explicit(&mode, m, memory_order_relaxed);
-    }
-    return m == 1;
+    static _Atomic int slices = -1;
+    return env_is_once(&slices, "MZ_WORK_SPLIT", "slices");
 }
 
 static void matmul_op_run(const matmul_op *op, size_t r0, size_t r1, size_t t0, size_t t1)
@@ -403,14 +410,8 @@ struct mz_forward_phases {
 
 static bool phases_wanted(void)
 {
-    static _Atomic int wanted = -1; /* the environment, read once */
-    int w = atomic_load_explicit(&wanted, memory_order_relaxed);
-    if (w < 0) {
-        const char *v = getenv("MZ_FORWARD_PHASES");
-        w = v && v[0] == '1';
-        atomic_store_explicit(&wanted, w, memory_order_relaxed);
-    }
-    return w != 0;
+    static _Atomic int wanted = -1;
+    return env_is_once(&wanted, "MZ_FORWARD_PHASES", "1");
 }
 
 typedef struct phase_clock {
