@@ -180,7 +180,7 @@ int main(int argc, char **argv)
         return 1;
 
     /* One full mask: every token checked at the document's start. */
-    mz_jfilter f = {.g = mz_jgram_init(s), .v = v};
+    mz_jfilter f = mz_jfilter_make(mz_jgram_init(s), v);
     double tm = now_ms();
     int allowed = 0;
     for (int r = 0; r < 10; r++)

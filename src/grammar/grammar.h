@@ -70,6 +70,13 @@ bool mz_jgram_feed(mz_jgram *g, const char *bytes, size_t n);
 bool mz_jgram_check(const mz_jgram *g, const char *bytes, size_t n);
 /* Whether the document fed so far is complete (end of generation allowed). */
 bool mz_jgram_complete(const mz_jgram *g);
+/* The fewest bytes that complete the document from here (0: complete), for
+ * closing it within a token budget: some byte always lowers it by one (a
+ * closing quote or bracket, a digit, the next byte of a required key), and
+ * none lowers it by more. */
+size_t mz_jgram_close_len(const mz_jgram *g);
+/* mz_jgram_check, and when the bytes are allowed, the close length after them. */
+bool mz_jgram_check_close(const mz_jgram *g, const char *bytes, size_t n, size_t *close_len);
 
 /* The bytes of every token of m, and which tokens end generation. Control
  * tokens other than those (their text never reaches the answer) and empty
@@ -77,17 +84,34 @@ bool mz_jgram_complete(const mz_jgram *g);
 mz_jvocab *mz_jvocab_init(const mz_model_t *m);
 void mz_jvocab_free(mz_jvocab *v);
 
-/* A grammar over a vocabulary, as an mz_sampler filter. */
+/* A grammar over a vocabulary, as an mz_sampler filter.
+ *
+ * Budget: with `budget` set to the text tokens the answer may still take
+ * (max_tokens and the context's room; SIZE_MAX: no limit), a token is
+ * allowed only if the document can still be completed in the tokens left
+ * after it (its close length at most budget - 1; once a document cannot
+ * be, only tokens that shorten its close length). Every token is at least
+ * a byte, so an answer that starts within its budget ends as a complete
+ * document, and one cut by max_tokens is still valid JSON. `budget_bound`
+ * records that the budget refused a token the grammar allowed: the answer's
+ * shape was decided by its length limit. */
 typedef struct mz_jfilter {
     mz_jgram *g;
     const mz_jvocab *v;
     unsigned char first_ok[256];  /* per first byte: 0 unknown, 1 allowed, 2 refused */
+    size_t budget;                /* text tokens left, this one included; SIZE_MAX: none */
+    size_t close_now;             /* close length of g (valid while close_known) */
+    bool close_known;
+    bool budget_bound;
 } mz_jfilter;
 
+/* A filter at the start of g's document with no budget. */
+mz_jfilter mz_jfilter_make(mz_jgram *g, const mz_jvocab *v);
 /* mz_token_filter_fn: token t may come next (user is an mz_jfilter). */
 bool mz_jfilter_token_ok(void *user, mz_token t);
 /* Advances the grammar over token t (sampled through the filter); false if
- * t was not allowed (the grammar is then unchanged). */
+ * t was not allowed (the grammar is then unchanged). A text token takes one
+ * from the budget. */
 bool mz_jfilter_accept(mz_jfilter *f, mz_token t);
 
 #endif /* MZ_GRAMMAR_H */

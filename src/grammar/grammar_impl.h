@@ -47,7 +47,24 @@ struct jnode {
     int n_alts;
     const jnode **alts;
     uint8_t first[32];   /* bytes a value of this node can start with */
+    size_t min_len;      /* bytes of its shortest value (saturates at MZ_JGRAM_LEN_MAX) */
 };
+
+/* Lengths of shortest completions saturate here: no budget of tokens is
+ * this large, and the sums of nested minimums cannot overflow. */
+#define MZ_JGRAM_LEN_MAX ((size_t)1 << 40)
+
+static inline size_t jlen_add(size_t a, size_t b)
+{
+    return a + b < MZ_JGRAM_LEN_MAX ? a + b : MZ_JGRAM_LEN_MAX;
+}
+
+/* k values of v bytes each, a comma before each: k * (v + 1), saturated. */
+static inline size_t jlen_items(size_t k, size_t v)
+{
+    size_t each = jlen_add(v, 1);
+    return k && each > MZ_JGRAM_LEN_MAX / k ? MZ_JGRAM_LEN_MAX : k * each;
+}
 
 /* Every allocation of a schema hangs off it and goes with mz_jschema_free. */
 struct mz_jschema {

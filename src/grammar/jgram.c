@@ -445,6 +445,146 @@ bool mz_jgram_complete(const mz_jgram *g)
     return (f->kind == FR_NUM && num_can_end(f)) || (f->kind == FR_LIT && lit_can_end(f));
 }
 
+/* ---- the shortest completion ------------------------------------------------------------ *
+ *
+ * close_len is the fewest bytes that complete the document from a state:
+ * the sum over the open frames of what each still needs once the frames
+ * above it are done. Its definition (checked over every byte by
+ * test_grammar and fuzz_grammar): 0 exactly when the document is complete,
+ * no byte lowers it by more than one, and some byte lowers it by one. */
+
+/* Required properties from index `from` on, each after a comma. */
+static size_t obj_required_tail(const jnode *n, int from)
+{
+    size_t len = 0;
+    for (int k = from; k < n->n_props; k++)
+        if (n->props[k].required)
+            len = jlen_add(len, jlen_add(n->props[k].len + 2, n->props[k].val->min_len));
+    return len;
+}
+
+/* Property k written whole (key, colon, shortest value), then the required
+ * ones after it and the closing brace. */
+static size_t obj_finish_from(const jnode *n, int k, size_t key_bytes_done)
+{
+    const jprop *p = &n->props[k];
+    size_t len = jlen_add(p->len - key_bytes_done + 1, p->val->min_len);
+    return jlen_add(jlen_add(len, obj_required_tail(n, k + 1)), 1);
+}
+
+static size_t obj_close(const jframe *f)
+{
+    const jnode *n = f->node;
+    if (n->any_keys) {
+        switch (f->st) {
+        case O_NEXT: return 5;  /* "":0} */
+        case O_COLON: return 3; /* :0} */
+        default: return 1;      /* } */
+        }
+    }
+    int req = f->st == O_AFTER || f->st == O_OPEN || f->st == O_NEXT ? n->next_req[f->a] : n->n_props;
+    switch (f->st) {
+    case O_OPEN:
+    case O_NEXT:
+        if (req < n->n_props) return obj_finish_from(n, req, 0);
+        if (f->st == O_OPEN) return 1;
+        { /* after a comma with nothing required left: the shortest optional one */
+            size_t best = MZ_JGRAM_LEN_MAX;
+            for (int k = (int)f->a; k < n->n_props; k++) {
+                size_t len = obj_finish_from(n, k, 0);
+                if (len < best) best = len;
+            }
+            return best;
+        }
+    case O_KEY: {
+        /* The candidates key_byte still allows: those sharing the c bytes matched. */
+        int last = n->next_req[f->a] < n->n_props ? n->next_req[f->a] : n->n_props - 1;
+        const jprop *cur = &n->props[f->b];
+        size_t best = MZ_JGRAM_LEN_MAX;
+        for (int j = (int)f->b; j <= last; j++) {
+            const jprop *p = &n->props[j];
+            if (p->len > f->c && !memcmp(p->lit, cur->lit, f->c)) {
+                size_t len = obj_finish_from(n, j, f->c);
+                if (len < best) best = len;
+            }
+        }
+        return best;
+    }
+    case O_COLON: return obj_finish_from(n, (int)f->b, n->props[f->b].len);
+    case O_AFTER: return jlen_add(obj_required_tail(n, (int)f->a), 1);
+    default: return MZ_JGRAM_LEN_MAX;
+    }
+}
+
+static size_t arr_close(const jframe *f)
+{
+    const jnode *n = f->node;
+    size_t v = n->items->min_len;
+    if (f->st == A_OPEN) return n->min_items ? jlen_items(n->min_items, v) : 1; /* v,v] */
+    size_t have = f->a + (f->st == A_NEXT ? 1 : 0), more = n->min_items > have ? n->min_items - have : 0;
+    size_t len = jlen_add(jlen_items(more, v), 1);
+    return f->st == A_NEXT ? jlen_add(len, v) : len;
+}
+
+static size_t str_close(const jframe *f)
+{
+    switch (f->st) {
+    case S_CHAR: return 1;
+    case S_ESC: return 2;
+    case S_UTF: return (size_t)f->aux + 1;
+    case S_HEX: {
+        /* A high surrogate (D800-DBFF, fixed by the first two digits) must be
+         * followed by an escaped low one: \uDC00. */
+        int k = 4 - f->aux;
+        bool high = !f->b && k >= 2 && (f->a >> 4 * (k - 2)) >= 0xD8 && (f->a >> 4 * (k - 2)) <= 0xDB;
+        return (size_t)f->aux + (high ? 6 : 0) + 1;
+    }
+    case S_LOW_BS: return 7; /* \uDC00" */
+    case S_LOW_U: return 6;  /* uDC00" */
+    default: return MZ_JGRAM_LEN_MAX;
+    }
+}
+
+static size_t lit_close(const jframe *f)
+{
+    const jnode *n = f->node;
+    const char *cur = n->lits[f->b];
+    size_t best = MZ_JGRAM_LEN_MAX;
+    for (int j = (int)f->b; j < n->n_lits && n->lit_len[j] >= f->c && !memcmp(n->lits[j], cur, f->c); j++)
+        if (n->lit_len[j] - f->c < best) best = n->lit_len[j] - f->c;
+    return best;
+}
+
+static size_t frame_close(const jframe *f)
+{
+    switch (f->kind) {
+    case FR_ROOT: return 0;
+    case FR_VALUE: return f->node->min_len;
+    case FR_OBJ: return obj_close(f);
+    case FR_ARR: return arr_close(f);
+    case FR_STR: return str_close(f);
+    case FR_NUM: return num_can_end(f) ? 0 : 1;
+    case FR_LIT: return lit_close(f);
+    default: return MZ_JGRAM_LEN_MAX;
+    }
+}
+
+size_t mz_jgram_close_len(const mz_jgram *g)
+{
+    size_t len = 0;
+    for (int i = 0; i < g->n; i++) len = jlen_add(len, frame_close(&g->f[i]));
+    return len;
+}
+
+bool mz_jgram_check_close(const mz_jgram *g, const char *bytes, size_t n, size_t *close_len)
+{
+    mz_jgram t;
+    copy_state(&t, g);
+    if (!run(&t, bytes, n)) return false;
+    *close_len = mz_jgram_close_len(&t);
+    return true;
+}
+
 /* ---- the vocabulary and the sampler filter -------------------------------------------- */
 
 enum { TOK_TEXT = 0, TOK_EOG = 1, TOK_NEVER = 2 };
@@ -511,6 +651,11 @@ void mz_jvocab_free(mz_jvocab *v)
     free(v);
 }
 
+mz_jfilter mz_jfilter_make(mz_jgram *g, const mz_jvocab *v)
+{
+    return (mz_jfilter){.g = g, .v = v, .budget = SIZE_MAX};
+}
+
 bool mz_jfilter_token_ok(void *user, mz_token t)
 {
     mz_jfilter *f = user;
@@ -522,7 +667,20 @@ bool mz_jfilter_token_ok(void *user, mz_token t)
     unsigned char b0 = (unsigned char)p[0];
     if (!f->first_ok[b0]) f->first_ok[b0] = mz_jgram_check(f->g, p, 1) ? 1 : 2;
     if (f->first_ok[b0] == 2) return false;
-    return len == 1 || mz_jgram_check(f->g, p, len);
+    if (f->budget == SIZE_MAX) return len == 1 || mz_jgram_check(f->g, p, len);
+    size_t after;
+    if (!mz_jgram_check_close(f->g, p, len, &after)) return false;
+    if (!f->close_known) {
+        f->close_now = mz_jgram_close_len(f->g);
+        f->close_known = true;
+    }
+    /* Closable in the tokens left after this one; past that, only progress
+     * (close_now > budget >= 0 there). */
+    size_t left = f->budget > 0 ? f->budget - 1 : 0;
+    size_t limit = f->close_now <= f->budget ? left : f->close_now - 1;
+    if (after <= limit) return true;
+    f->budget_bound = true;
+    return false;
 }
 
 bool mz_jfilter_accept(mz_jfilter *f, mz_token t)
@@ -530,6 +688,9 @@ bool mz_jfilter_accept(mz_jfilter *f, mz_token t)
     if (!mz_jfilter_token_ok(f, t)) return false;
     const mz_jvocab *v = f->v;
     memset(f->first_ok, 0, sizeof f->first_ok);
+    f->close_known = false;
     if (v->kind[t] == TOK_EOG) return true;
-    return mz_jgram_feed(f->g, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
+    if (!mz_jgram_feed(f->g, v->bytes + v->off[t], v->off[t + 1] - v->off[t])) return false;
+    if (f->budget != SIZE_MAX && f->budget > 0) f->budget--;
+    return true;
 }

@@ -70,6 +70,9 @@ static jnode *new_node(rd *r, jkind kind)
     r->s->n_nodes++;
     n->kind = kind;
     n->max_items = UINT32_MAX;
+    /* Shortest values: "", 0, {} and [] (objects with required properties,
+     * arrays with minItems, literals and alternatives set theirs when built). */
+    n->min_len = kind == J_NUMBER || kind == J_INTEGER || kind == J_ANY ? 1 : 2;
     switch (kind) {
     case J_OBJECT: jfirst_add(n->first, '{'); break;
     case J_ARRAY: jfirst_add(n->first, '['); break;
@@ -119,7 +122,11 @@ static jnode *lit_node(rd *r, char **vals, size_t *lens, int n)
         m++;
     }
     node->n_lits = m;
-    for (int i = 0; i < m; i++) jfirst_add(node->first, (unsigned char)node->lits[i][0]);
+    node->min_len = MZ_JGRAM_LEN_MAX;
+    for (int i = 0; i < m; i++) {
+        jfirst_add(node->first, (unsigned char)node->lits[i][0]);
+        if (node->lit_len[i] < node->min_len) node->min_len = node->lit_len[i];
+    }
     return node;
 }
 
@@ -379,6 +386,12 @@ static const jnode *read_object(rd *r, const cJSON *j, int depth)
     }
     n->next_req[np] = np;
     for (int k = np - 1; k >= 0; k--) n->next_req[k] = n->props[k].required ? k : n->next_req[k + 1];
+    /* {"a":v,"b":w}: the braces, and each required property with its colon
+     * and shortest value, commas between them. */
+    size_t len = 1;
+    for (int k = 0; k < np; k++)
+        if (n->props[k].required) len = jlen_add(len, jlen_add(n->props[k].len + 1, n->props[k].val->min_len) + 1);
+    n->min_len = len > 1 ? len : 2;
     return n;
 }
 
@@ -396,6 +409,8 @@ static const jnode *read_typed(rd *r, const cJSON *j, const char *type, int dept
             fail(r, "schema: \"minItems\" is above \"maxItems\"");
             return NULL;
         }
+        /* [v,v]: the brackets and min_items shortest items, commas between. */
+        n->min_len = n->min_items ? jlen_add(jlen_items(n->min_items, n->items->min_len), 1) : 2;
         return n;
     }
     if (!strcmp(type, "string")) return new_node(r, J_STRING);
@@ -442,6 +457,7 @@ static const jnode *alt_node(rd *r, const jnode **alts, int n)
                 }
             for (int b = 0; b < 32; b++) a->first[b] |= x->first[b];
             a->alts[a->n_alts++] = x;
+            if (a->n_alts == 1 || x->min_len < a->min_len) a->min_len = x->min_len;
         }
     }
     return a;

@@ -9,7 +9,9 @@
  * mz_jgram_check must agree with mz_jgram_feed. A refused chunk must leave
  * the state unchanged. A document the grammar accepts as complete must parse
  * (cJSON, nothing after it) and validate against the schema (or be an object
- * in json_object mode), checked by tests/unit/jschema_check.h.
+ * in json_object mode), checked by tests/unit/jschema_check.h. From the
+ * longest accepted prefix, the shortest completion (mz_jgram_close_len) is
+ * checked by its definition and followed to a document that must validate.
  *
  * Build: clang -fsanitize=fuzzer,address,undefined (CMake MZ_FUZZ=ON).
  */
@@ -53,6 +55,42 @@ static size_t feed_chunks(mz_jgram *g, const char *doc, size_t n, const uint8_t 
     return off;
 }
 
+/* The shortest completion from g (the state after doc[0, n)), by its
+ * definition: 0 exactly when complete, no byte lowers it by more than one,
+ * some byte by exactly one; following the lowest such byte completes the
+ * document in that many bytes, and it parses and validates. Long closes
+ * (a schema's large minItems) are checked up to a bound. */
+static void close_from(mz_jgram *g, const char *doc, size_t n, const cJSON *sj)
+{
+    size_t d0 = mz_jgram_close_len(g);
+    if (d0 > 512) return;
+    char *out = malloc(n + d0 + 1);
+    check(out != NULL, "out of memory");
+    memcpy(out, doc, n);
+    size_t len = n;
+    for (size_t d = d0; d > 0; d--) {
+        check(!mz_jgram_complete(g), "a positive close length is not complete");
+        int next = -1;
+        for (int b = 0; b < 256; b++) {
+            char c = (char)b;
+            size_t a;
+            if (!mz_jgram_check_close(g, &c, 1, &a)) continue;
+            check(a + 1 >= d, "no byte lowers the close length by more than one");
+            if (a + 1 == d && next < 0) next = b;
+        }
+        check(next >= 0, "some byte lowers the close length by one");
+        out[len++] = (char)next;
+        check(mz_jgram_feed(g, out + len - 1, 1), "the closing byte is accepted");
+    }
+    check(mz_jgram_complete(g) && mz_jgram_close_len(g) == 0, "closed in close-length bytes");
+    const char *end = NULL;
+    cJSON *d = cJSON_ParseWithLengthOpts(out, len, &end, false);
+    check(d != NULL && end == out + len, "a closed document parses");
+    check(sj ? jc_valid(d, sj) : cJSON_IsObject(d), "a closed document validates");
+    cJSON_Delete(d);
+    free(out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > 65536) return 0;
@@ -89,6 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         else check(cJSON_IsObject(d), "json_object: an object");
         cJSON_Delete(d);
     }
+    close_from(bytes, doc, ok_bytes, sj);
     mz_jgram_free(whole);
     mz_jgram_free(bytes);
     mz_jgram_free(chunks);

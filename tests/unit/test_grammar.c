@@ -3,7 +3,10 @@
  * grammar on hand-written documents (valid and invalid JSON, with and
  * without schemas), and generation with the real model under the grammar for
  * greedy and sampled settings: every answer must parse (cJSON) and validate
- * (tests/unit/jschema_check.h, written from the JSON Schema rules).
+ * (tests/unit/jschema_check.h, written from the JSON Schema rules), and with
+ * a token budget be complete when the budget ends. The shortest completion
+ * (mz_jgram_close_len) is checked at every prefix of the hand-written
+ * documents by its definition, not its formula.
  */
 #include "grammar/grammar.h"
 #include "jschema_check.h"
@@ -42,6 +45,55 @@ static int doc_ok_bytewise(const mz_jschema *s, const char *doc)
     return ok;
 }
 
+/* The shortest completion (mz_jgram_close_len) at every prefix of doc,
+ * checked by its definition rather than its formula: 0 exactly when the
+ * document is complete; no byte lowers it by more than one; some byte lowers
+ * it by exactly one. Following the lowest such byte from the prefix then
+ * completes the document in close_len bytes, and the result must parse and
+ * validate (sj; NULL: json_object). */
+static void check_close_len(const mz_jschema *s, const cJSON *sj, const char *doc)
+{
+    size_t n = strlen(doc);
+    for (size_t i = 0; i <= n; i++) {
+        mz_jgram *g = mz_jgram_init(s);
+        if (!g || !mz_jgram_feed(g, doc, i)) {
+            CHECK_MSG(0, "prefix %zu of %s refused", i, doc);
+            mz_jgram_free(g);
+            return;
+        }
+        char out[4096];
+        memcpy(out, doc, i);
+        size_t len = i, d0 = mz_jgram_close_len(g), steps = 0;
+        for (;;) {
+            size_t d = mz_jgram_close_len(g);
+            CHECK_MSG((d == 0) == mz_jgram_complete(g), "%.*s: close length %zu, complete %d", (int)len, out,
+                      d, mz_jgram_complete(g));
+            if (d == 0 || len + 1 >= sizeof out) break;
+            int next = -1;
+            for (int b = 0; b < 256; b++) {
+                char c = (char)b;
+                size_t a;
+                if (!mz_jgram_check_close(g, &c, 1, &a)) continue;
+                CHECK_MSG(a + 1 >= d, "%.*s: byte 0x%02x lowers the close length %zu to %zu", (int)len, out, b,
+                          d, a);
+                if (a + 1 == d && next < 0) next = b;
+            }
+            CHECK_MSG(next >= 0, "%.*s: no byte lowers the close length %zu", (int)len, out, d);
+            if (next < 0) break;
+            out[len++] = (char)next;
+            CHECK(mz_jgram_feed(g, out + len - 1, 1));
+            steps++;
+        }
+        out[len] = '\0';
+        CHECK_MSG(steps == d0 && mz_jgram_complete(g), "%s: closed in %zu bytes, close length %zu", out, steps, d0);
+        cJSON *d = cJSON_Parse(out);
+        CHECK_MSG(d && (sj ? jc_valid(d, sj) : cJSON_IsObject(d)), "closed prefix %zu of %s: %s is not valid", i,
+                  doc, out);
+        cJSON_Delete(d);
+        mz_jgram_free(g);
+    }
+}
+
 static void expect_docs(const char *schema, const char *const *good, const char *const *bad)
 {
     char err[256];
@@ -56,6 +108,7 @@ static void expect_docs(const char *schema, const char *const *good, const char 
         CHECK_MSG(d != NULL, "test data: %s is not JSON", *good);
         if (d && sj) CHECK_MSG(jc_valid(d, sj), "test data: %s does not validate", *good);
         cJSON_Delete(d);
+        check_close_len(s, sj, *good);
     }
     for (; bad && *bad; bad++) CHECK_MSG(doc_ok(s, *bad) == 0, "should refuse %s under %s", *bad, schema ? schema : "json_object");
     cJSON_Delete(sj);
@@ -73,8 +126,11 @@ static void expect_refused(const char *schema, const char *word)
 
 /* ---- generation with the real model ---------------------------------------------------------- */
 
+/* budget: the filter closes the document within max_tokens (0: no budget,
+ * the answer may be cut). *closed: the grammar's document is complete. */
 static int generate(mz_model_t *m, const mz_jvocab *v, const char *schema_json, const char *prompt,
-                    mz_sampler_params sp, int max_tokens, char *out, size_t cap, bool *complete)
+                    mz_sampler_params sp, int max_tokens, bool budget, char *out, size_t cap, bool *complete,
+                    bool *closed)
 {
     char err[256];
     mz_jschema *s = schema_json ? schema_of(schema_json, err, sizeof err) : mz_jschema_any_object();
@@ -84,7 +140,8 @@ static int generate(mz_model_t *m, const mz_jvocab *v, const char *schema_json, 
     mz_ctx_t *c = NULL;
     mz_sampler_t *smp = NULL;
     mz_detok_t *dt = NULL;
-    mz_jfilter f = {.g = mz_jgram_init(s), .v = v};
+    mz_jfilter f = mz_jfilter_make(mz_jgram_init(s), v);
+    if (budget) f.budget = (size_t)max_tokens;
     int rc = -1;
     size_t len = 0;
     if (!f.g || mz_ctx_init(m, &cp, &c) || mz_sampler_init(&sp, &smp) || mz_detok_init(m, &dt)) goto out;
@@ -111,6 +168,7 @@ static int generate(mz_model_t *m, const mz_jvocab *v, const char *schema_json, 
     len += mz_detok_flush(dt, out + len, cap - 1 - len);
     out[len] = '\0';
     if (*complete) CHECK_MSG(mz_jgram_complete(f.g), "end of generation allowed before the document was complete");
+    *closed = mz_jgram_complete(f.g);
     rc = 0;
 out:
     mz_detok_free(dt);
@@ -150,19 +208,41 @@ static void real_model_tests(void)
         "Invent a person with some pets. Answer in JSON.",
         "Pick a color and a position. Answer in JSON.",
     };
+    size_t min_close[3];
+    for (int si = 0; si < 3; si++) {
+        char err[256];
+        mz_jschema *s = schemas[si] ? schema_of(schemas[si], err, sizeof err) : mz_jschema_any_object();
+        mz_jgram *g = s ? mz_jgram_init(s) : NULL;
+        CHECK(g != NULL);
+        min_close[si] = g ? mz_jgram_close_len(g) : 0;
+        mz_jgram_free(g);
+        mz_jschema_free(s);
+    }
+    /* {}, {"name":"","age":0,"pets":[]}, {"color":"red","ok":true,"score":0,"note":"","pos":{"x":0,"y":0}} */
+    CHECK(min_close[0] == 2 && min_close[1] == 29 && min_close[2] == 65);
     for (int si = 0; si < 3; si++)
         for (int mode = 0; mode < 3; mode++) {
             mz_sampler_params sp = mz_sampler_params_default();
             if (mode == 0) sp.temperature = 0.0f;
             if (mode == 1) { sp.temperature = 1.0f; sp.top_k = 0; sp.top_p = 1.0f; sp.min_p = 0.0f; sp.seed = 7; }
             if (mode == 2) { sp.temperature = 0.7f; sp.top_k = 20; sp.top_p = 0.9f; sp.seed = 11; }
+            /* 200 tokens without a budget (an answer cut there may be
+             * incomplete, as documented), then budgets that force the
+             * document closed: its shortest completion plus 2, and 12. */
+            for (int bi = 0; bi < 3; bi++) {
             char out[8192];
-            bool complete = false;
-            int rc = generate(m, v, schemas[si], prompts[si], sp, 200, out, sizeof out, &complete);
+            bool complete = false, closed = false;
+            int max_tokens = bi == 0 ? 200 : bi == 2 ? 12 : (int)min_close[si] + 2;
+            if (bi == 2 && (size_t)max_tokens < min_close[si]) continue; /* cannot be closed in 12 */
+            int rc = generate(m, v, schemas[si], prompts[si], sp, max_tokens, bi > 0, out, sizeof out, &complete,
+                              &closed);
             CHECK_MSG(rc == 0, "schema %d mode %d: generation failed: %s", si, mode, mz_last_error());
             if (rc) continue;
-            fprintf(stderr, "schema %d mode %d (%s): %s\n", si, mode, complete ? "complete" : "max tokens", out);
-            if (!complete) continue; /* truncated by max_tokens: may be incomplete, as documented */
+            fprintf(stderr, "schema %d mode %d budget %d (%s): %s\n", si, mode, bi ? max_tokens : 0,
+                    complete ? "complete" : "max tokens", out);
+            if (bi > 0) CHECK_MSG(closed, "schema %d mode %d: not closed within a budget of %d tokens: %s", si,
+                                  mode, max_tokens, out);
+            if (!closed) continue;
             cJSON *d = cJSON_Parse(out);
             CHECK_MSG(d != NULL, "schema %d mode %d: not JSON: %s", si, mode, out);
             if (d && schemas[si]) {
@@ -172,6 +252,7 @@ static void real_model_tests(void)
             }
             if (d && !schemas[si]) CHECK(cJSON_IsObject(d));
             cJSON_Delete(d);
+            }
         }
     mz_jvocab_free(v);
     mz_model_free(m);
