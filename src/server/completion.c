@@ -180,7 +180,8 @@ static void gen_step(gen_state *g)
     g->done = true;
     switch (f) {
     case MZ_FINISH_EOG:
-        g->finish = "stop";
+        /* A document closed early to fit max_tokens ends by its length. */
+        g->finish = g->jf.budget_bound ? "length" : "stop";
         break;
     case MZ_FINISH_STOP:
         g->finish = "stop_string"; /* the text is already cut; nothing held back is sent */
@@ -403,7 +404,7 @@ static bool gen_setup_openai(gen_state *g, srv_comp_req *r)
     g->schema = r->schema;
     r->schema = NULL;
     g->vocab = mz_jvocab_init(g->srv->model);
-    g->jf = (mz_jfilter){.g = mz_jgram_init(g->schema), .v = g->vocab};
+    g->jf = mz_jfilter_make(mz_jgram_init(g->schema), g->vocab);
     if (!g->vocab || !g->jf.g) return false;
     mz_sampler_set_filter(g->smp, mz_jfilter_token_ok, &g->jf);
     return true;
@@ -591,6 +592,10 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
     {
         mz_generate_params gp = mz_generate_params_default();
         gp.max_tokens = (size_t)MZ_MAX(g->max_tokens, 1);
+        /* Structured output closes its document within what the answer may
+         * still take: max_tokens and the context's room. */
+        size_t room = mz_ctx_n_ctx(s->ctx) - mz_ctx_n_tokens(s->ctx);
+        if (g->jf.g) g->jf.budget = MZ_MIN(gp.max_tokens, room);
         gp.on_sample = gen_on_sample;
         gp.on_token = gen_on_token;
         gp.cancelled = gen_cancelled;

@@ -16,9 +16,10 @@ free loopback port with the real model (models/SmolLM2-135M-Instruct.Q4_1.gguf):
   - seed: the same seed and parameters give the same sampled answer;
   - structured output: json_object and json_schema (nested objects, arrays,
     enums, integers, booleans, a nullable string) for greedy and sampled
-    settings; every answer must finish ("stop"), json.loads and validate
-    (with jsonschema, installed by scripts/install-deps.sh, and with a
-    validator of our own);
+    settings; every answer must json.loads and validate (with jsonschema,
+    installed by scripts/install-deps.sh, and with a validator of our own),
+    whether it ended by itself ("stop") or was closed in time to fit
+    max_tokens ("length"; a budget of 10 tokens forces that);
   - refused fields: tools, n = 2, echo, an unsupported schema keyword, an
     image part: HTTP 400 naming the field (openai.BadRequestError).
 
@@ -247,22 +248,22 @@ def run_tests(openai, client, jsonschema):
     check(r.choices[0].message.content is not None, "penalties and logit_bias accepted")
 
     # ---- structured output ----
-    # Every answer must finish (a grammar-constrained answer cut by max_tokens
-    # is not valid JSON) and validate against its schema with jsonschema, an
-    # independent validator, as well as with the test's own.
-    def structured(fmt, schema, prompt, **kw):
+    # Every answer is a complete document that validates against its schema
+    # with jsonschema, an independent validator, as well as with the test's
+    # own: one that ended by itself ("stop"), or one the grammar closed in
+    # time to fit max_tokens ("length": the budget shaped it).
+    def structured(fmt, schema, prompt, max_tokens=1500, **kw):
         r = client.chat.completions.create(model="default", messages=[{"role": "user", "content": prompt}],
-                                           response_format=fmt, max_tokens=1500, **kw)
+                                           response_format=fmt, max_tokens=max_tokens, **kw)
         txt = r.choices[0].message.content
         fin = r.choices[0].finish_reason
-        if fin != "stop":
-            check(False, f"answer finished by {fin}, not stop ({kw}): {txt[:200]!r}")
-            return False
+        check(fin in ("stop", "length"), f"finish_reason {fin} ({kw})")
+        check(r.usage.completion_tokens <= max_tokens, f"{r.usage.completion_tokens} tokens of {max_tokens}")
         try:
             doc = json.loads(txt)
         except ValueError as e:
-            check(False, f"json.loads of a finished answer: {e}: {txt!r}")
-            return False
+            check(False, f"json.loads of an answer ended by {fin} ({kw}, max_tokens {max_tokens}): {e}: {txt[:300]!r}")
+            return None
         check(isinstance(doc, dict), f"a JSON object: {txt!r}")
         if schema is not None:
             check(valid(doc, schema), f"validates (own validator): {txt!r}")
@@ -271,16 +272,20 @@ def run_tests(openai, client, jsonschema):
                 check(True, "")
             except jsonschema.ValidationError as e:
                 check(False, f"validates (jsonschema): {e.message}: {txt!r}")
-        return True
+        return fin
 
     settings = [dict(temperature=0), dict(temperature=0.9, seed=1), dict(temperature=0.7, top_p=0.9, seed=2),
                 dict(temperature=1.0, seed=3, extra_body={"top_k": 5})]
-    done_obj = sum(structured({"type": "json_object"}, None, "Describe a cat as a JSON object.", **kw)
-                   for kw in settings)
-    check(done_obj == len(settings), f"json_object: every answer finished ({done_obj} of {len(settings)})")
+    fins = [structured({"type": "json_object"}, None, "Describe a cat as a JSON object.", **kw) for kw in settings]
+    check(None not in fins, f"json_object: every answer a valid document ({fins})")
+    # A budget far below the answers the model writes: each is still a
+    # document, closed within 10 tokens, and at least one says "length".
+    fins = [structured({"type": "json_object"}, None, "Describe a cat as a JSON object.", max_tokens=10, **kw)
+            for kw in settings]
+    check(None not in fins and "length" in fins, f"json_object in 10 tokens: closed in time ({fins})")
     fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
-    done_schema = sum(structured(fmt, PERSON, "Invent a person. Answer in JSON.", **kw) for kw in settings)
-    check(done_schema == len(settings), f"json_schema: every answer finished ({done_schema} of {len(settings)})")
+    fins = [structured(fmt, PERSON, "Invent a person. Answer in JSON.", **kw) for kw in settings]
+    check(None not in fins, f"json_schema: every answer a valid document ({fins})")
     streamed = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
         model="default", messages=[{"role": "user", "content": "Invent a person."}], response_format=fmt,
         max_tokens=1500, temperature=0, stream=True) if ch.choices)
