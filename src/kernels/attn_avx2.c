@@ -70,6 +70,12 @@
 #define AV_SET1_I _mm256_set1_epi32
 #define AV_SLLI_I _mm256_slli_epi32
 #define AV_CAST_I2F _mm256_castsi256_ps
+#define AV_SUB _mm256_sub_ps
+#define AV_DIV _mm256_div_ps
+#define AV_MIN _mm256_min_ps
+#define AV_MAX _mm256_max_ps
+#define AV_ZERO_BELOW(x, lo, v) _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), v)
+#define AV_SELECT_NONNEG(x, a, b) _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ))
 #include "attn_simd.h"
 
 _Static_assert(ATTN_SEG_POS % MZ_KV_CHUNK_TOKENS == 0, "segments are whole chunks");
@@ -460,6 +466,12 @@ void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kern
 static const attn_tile_kernels avx2_tiles = {scores, accumulate, softmax_rows};
 
 void mz_attn_avx2(const mz_attn_args *a, int ith, int nth) { mz_attn_tiled(a, ith, nth, &avx2_tiles); }
+
+/* SwiGLU shares the softmax's e^x (attn_simd.h), so it is compiled here. */
+void mz_swiglu_avx2(const float *restrict g, const float *restrict u, float *restrict y, size_t n)
+{
+    swiglu_rows(g, u, y, n);
+}
 
 void mz_attn_merge_avx2(const mz_attn_args *a, int ith, int nth)
 {

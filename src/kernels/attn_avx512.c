@@ -48,6 +48,12 @@
 #define AV_SET1_I _mm512_set1_epi32
 #define AV_SLLI_I _mm512_slli_epi32
 #define AV_CAST_I2F _mm512_castsi512_ps
+#define AV_SUB _mm512_sub_ps
+#define AV_DIV _mm512_div_ps
+#define AV_MIN _mm512_min_ps
+#define AV_MAX _mm512_max_ps
+#define AV_ZERO_BELOW(x, lo, v) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), v)
+#define AV_SELECT_NONNEG(x, a, b) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), b, a)
 #include "attn_simd.h"
 
 /* Per 128-bit block: [a0+a1, a2+a3, b0+b1, b2+b3], as _mm256_hadd_ps. */
@@ -251,6 +257,12 @@ void mz_attn_avx512(const mz_attn_args *a, int ith, int nth)
 {
     MZ_ASSERT(a->head_dim % 16 == 0);
     mz_attn_tiled(a, ith, nth, &avx512_tiles);
+}
+
+/* mz_swiglu_avx2 on 16 lanes, the same bits. */
+void mz_swiglu_avx512(const float *restrict g, const float *restrict u, float *restrict y, size_t n)
+{
+    swiglu_rows(g, u, y, n);
 }
 
 #else

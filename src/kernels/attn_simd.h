@@ -7,7 +7,9 @@
  *   AV_LOAD(p), AV_STORE(p, v), AV_SET1(x), AV_BCAST(p) (*p in every lane);
  *   AV_MUL, AV_ADD, AV_FMA(a, b, c) = a * b + c, AV_FNMA(a, b, c) = c - a * b;
  *   AV_ROUND(x)          to nearest integer, no exceptions;
- *   AV_CVT_I(x), AV_ADD_I, AV_SET1_I, AV_SLLI_I(x, n), AV_CAST_I2F(x).
+ *   AV_CVT_I(x), AV_ADD_I, AV_SET1_I, AV_SLLI_I(x, n), AV_CAST_I2F(x);
+ *   AV_SUB, AV_DIV, AV_MIN, AV_MAX; AV_ZERO_BELOW(x, lo, v): v, 0 where x < lo;
+ *   AV_SELECT_NONNEG(x, a, b): a where x >= 0, else b.
  * Every function here is the same sequence of operations on either width, so
  * the two ISAs keep giving the same bits per lane (attn_tiled.h).
  */
@@ -36,6 +38,23 @@ AV_INLINE AV exp_poly(AV x)
     y = AV_FMA(y, AV_MUL(r, r), AV_ADD(r, AV_SET1(1.0f)));
     const AV_INT e = AV_SLLI_I(AV_ADD_I(AV_CVT_I(n), AV_SET1_I(127)), 23);
     return AV_MUL(y, AV_CAST_I2F(e));
+}
+
+/* SwiGLU (kernels_impl.h, mz_swiglu1) on AV_W lanes: the activation's e^x
+ * is this polynomial too. */
+AV_INLINE AV swiglu_lanes(AV g, AV u)
+{
+    const AV a = AV_MIN(g, AV_SUB(AV_SET1(0.0f), g)); /* -|g| */
+    const AV e = AV_ZERO_BELOW(a, AV_SET1(-87.0f), exp_poly(AV_MAX(a, AV_SET1(-87.0f))));
+    const AV num = AV_SELECT_NONNEG(g, g, AV_MUL(g, e));
+    return AV_MUL(AV_DIV(num, AV_ADD(AV_SET1(1.0f), e)), u);
+}
+
+AV_INLINE void swiglu_rows(const float *restrict g, const float *restrict u, float *restrict y, size_t n)
+{
+    size_t i = 0;
+    for (; i + AV_W <= n; i += AV_W) AV_STORE(y + i, swiglu_lanes(AV_LOAD(g + i), AV_LOAD(u + i)));
+    for (; i < n; i++) y[i] = mz_swiglu1(g[i], u[i]);
 }
 
 /* The max and the sum of 8 lanes, reduced halves, pairs, lanes (the order

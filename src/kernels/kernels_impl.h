@@ -12,6 +12,9 @@
 
 #include "kernels.h"
 
+#include <math.h>
+#include <stdint.h>
+
 #if defined(__x86_64__) || defined(_M_X64)
 #define MZ_KERNELS_X86 1
 #else
@@ -36,6 +39,42 @@ enum mz_isa mz_kernels_active_isa(void);
 const mz_type_kernels *mz_kernels_for_isa(enum mz_isa isa, int type);
 /* True when this CPU (and build) can run the given ISA's kernels. */
 bool mz_kernels_cpu_has(enum mz_isa isa);
+
+/* ---- SwiGLU's activation (ops.c; the vector forms in attn_avx2.c, attn_avx512.c) -- *
+ *
+ * silu(g) * u with e^x by the attention softmax's polynomial (attn_simd.h,
+ * exp_poly) instead of libm's expf: e = e^-|g| (0 below -87), then
+ * y = (g >= 0 ? g : g * e) / (1 + e) * u. The scalar form below is the same
+ * operations in the same order (fmaf where the vector code fuses), so every
+ * ISA, AArch64 included, gives the same bits lane for lane. */
+static inline float mz_silu_exp1(float x) /* e^x, -87 <= x <= 0 */
+{
+    const float n = nearbyintf(x * 1.44269504088896341f);
+    float r = fmaf(-n, 0.693359375f, x);
+    r = fmaf(-n, -2.12194440e-4f, r);
+    float y = 1.9875691500e-4f;
+    y = fmaf(y, r, 1.3981999507e-3f);
+    y = fmaf(y, r, 8.3334519073e-3f);
+    y = fmaf(y, r, 4.1665795894e-2f);
+    y = fmaf(y, r, 1.6666665459e-1f);
+    y = fmaf(y, r, 5.0000001201e-1f);
+    y = fmaf(y, r * r, r + 1.0f);
+    union { int32_t i; float f; } e = {.i = (int32_t)((uint32_t)((int32_t)n + 127) << 23)};
+    return y * e.f;
+}
+
+static inline float mz_swiglu1(float g, float u)
+{
+    const float a = -fabsf(g);
+    const float e = a < -87.0f ? 0.0f : mz_silu_exp1(a);
+    return (g >= 0.0f ? g : g * e) / (1.0f + e) * u;
+}
+
+/* The vector forms (n any; the tail through mz_swiglu1). */
+void mz_swiglu_avx2(const float *restrict g, const float *restrict u, float *restrict y, size_t n);
+void mz_swiglu_avx512(const float *restrict g, const float *restrict u, float *restrict y, size_t n);
+/* The scalar form, for the tests' comparisons. */
+void mz_swiglu_ref(const float *restrict g, const float *restrict u, float *restrict y, size_t n);
 
 /* ---- scalar reference (convert.c, quant_ref.c, vecdot_ref.c) -------------------- */
 

@@ -12,7 +12,8 @@
  *            theta is computed exactly as llama.cpp's rope cache does it: in
  *            float, starting at pos and multiplied by theta_scale =
  *            powf(base, -2/n_rot) once per pair, so the rounding matches.
- *   swiglu:  y = g / (1 + exp(-g)) * u
+ *   swiglu:  y = silu(g) * u = g / (1 + exp(-g)) * u, exp by a polynomial that
+ *            gives the same bits on every ISA (kernels_impl.h, mz_swiglu1)
  *   geglu:   y = gelu(g) * u, gelu by the tanh formula on g rounded to F16,
  *            the result rounded to F16 (ggml's GELU_FP16 table), for
  *            -10 < g < 10; 0 below, g above. The 65536 F16 inputs are
@@ -66,9 +67,25 @@ void mz_rope(float *restrict x, int n_head, int head_dim, int n_rot, int pos, fl
     }
 }
 
+void mz_swiglu_ref(const float *restrict g, const float *restrict u, float *restrict y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = mz_swiglu1(g[i], u[i]);
+}
+
 void mz_swiglu(const float *restrict g, const float *restrict u, float *restrict y, size_t n)
 {
-    for (size_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+#if MZ_KERNELS_X86
+    const enum mz_isa isa = mz_kernels_active_isa();
+    if (isa == MZ_ISA_AVX512) {
+        mz_swiglu_avx512(g, u, y, n);
+        return;
+    }
+    if (isa == MZ_ISA_AVX2) {
+        mz_swiglu_avx2(g, u, y, n);
+        return;
+    }
+#endif
+    mz_swiglu_ref(g, u, y, n);
 }
 
 static float gelu_f16_table[1 << 16]; /* gelu(x) rounded to F16, by x's F16 bits */
