@@ -99,7 +99,8 @@ model_of() {
     echo "$file"
 }
 
-# run_one ARCH FILE OUT [KERNELS]: the greedy answer's "token ID lead L"
+# run_one ARCH FILE OUT [KERNELS]: the greedy answer's "token ID lead L" (and "end ID lead L"
+# when it stops before N_PREDICT: the end of generation is a token the two may split on)
 # lines into OUT.ids; KERNELS sets MZ_KERNELS (scalar: the reference kernels).
 run_one() {
     local file=$2 out=$3
@@ -107,7 +108,7 @@ run_one() {
     if [ "$1" = x86 ]; then cmd=("$X86_CLI"); else cmd=("${ARM_RUN[@]}"); fi
     MZ_KERNELS=${4:-} "${cmd[@]}" run -m "$file" -p "$PROMPT" -n "$N_PREDICT" --greedy -t "$THREADS" -c 64 -q --show-ids \
         >"$out.txt" 2>"$out.err" || { echo "  $1 run failed:"; sed 's/^/    /' "$out.err"; return 1; }
-    grep '^token ' "$out.err" >"$out.ids"
+    grep -E '^(token|end) ' "$out.err" >"$out.ids"
 }
 
 rc=0

@@ -238,7 +238,10 @@ mz_status cli_tokenize_chat(const mz_model_t *m, const mz_chat_msg *msgs, size_t
 typedef struct cli_printer {
     FILE *out;
     mz_detok_t *dt;
-    bool show_ids;             /* a "token ID lead L" line on stderr per token */
+    bool show_ids;             /* a "token ID lead L" line on stderr per token, "end ID lead L"
+                                  for the end of generation */
+    const mz_model_t *model;
+    const mz_ctx_t *ctx;       /* its logits are those a token is sampled from (on_sample) */
     char *text;                /* NULL: no answer kept */
     size_t len, cap;
     bool nomem;
@@ -285,6 +288,21 @@ static mz_gen_action printer_token(void *user, mz_token t, const float *logits, 
     return pr->nomem ? MZ_GEN_FAIL : MZ_GEN_CONTINUE;
 }
 
+/* The end of generation never reaches printer_token (it is not part of the
+ * answer); with --show-ids it gets a line of its own, so a greedy answer that
+ * stops shows by what margin it chose to. */
+static bool printer_sample(void *user, mz_token t)
+{
+    cli_printer *pr = user;
+    if (pr->show_ids && mz_token_is_eog(pr->model, t)) {
+        const float *logits = mz_ctx_logits(pr->ctx);
+        if (logits)
+            fprintf(stderr, "end %d lead %.4f\n", (int)t,
+                    (double)logit_lead(t, logits, mz_model_n_vocab(pr->model)));
+    }
+    return true;
+}
+
 static bool printer_cancelled(void *user)
 {
     (void)user;
@@ -296,7 +314,7 @@ mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampl
 {
     if (res) *res = (cli_gen_result){0};
     double t0 = cli_now_ms();
-    cli_printer pr = {.out = out, .show_ids = o->show_ids};
+    cli_printer pr = {.out = out, .show_ids = o->show_ids, .model = m, .ctx = ctx};
     mz_status s = mz_detok_init(m, &pr.dt);
     if (s) return s;
     if (text_out) {
@@ -307,6 +325,7 @@ mz_status cli_generate(const cli_opts *o, mz_model_t *m, mz_ctx_t *ctx, mz_sampl
     mz_generate_params gp = mz_generate_params_default();
     if (o->n_predict >= 0) gp.max_tokens = (size_t)o->n_predict;
     gp.on_token = printer_token;
+    gp.on_sample = printer_sample;
     gp.cancelled = printer_cancelled;
     gp.user = &pr;
     mz_generate_result g;
@@ -389,7 +408,8 @@ static int cmd_run(int argc, char **argv)
                    "      --chat              wrap the prompt as a user message in the model's chat template\n"
                    "      --system TEXT       system message (with --chat)\n"
                    "      --show-ids          each generated token as \"token ID lead L\" on stderr: its id and\n"
-                   "                          how far its logit is above the runner-up's (greedy: the margin)\n%s",
+                   "                          how far its logit is above the runner-up's (greedy: the margin);\n"
+                   "                          the end of generation, when sampled, as \"end ID lead L\"\n%s",
                    cli_common_help);
             return 0;
         } else {
