@@ -526,9 +526,16 @@ static const jnode *read_node(rd *r, const cJSON *j, int depth)
         return read_literals(r, j, type);
     }
     if (!type) {
-        if (cJSON_GetObjectItemCaseSensitive(j, "properties") || cJSON_GetObjectItemCaseSensitive(j, "additionalProperties"))
+        /* Without a type, a keyword of objects or arrays still binds the values
+         * of that kind, so the schema is read as that kind (a subset of what
+         * it allows); "any" would let an object lack a required property or
+         * an array fall short of minItems. */
+        if (cJSON_GetObjectItemCaseSensitive(j, "properties") || cJSON_GetObjectItemCaseSensitive(j, "additionalProperties") ||
+            cJSON_GetObjectItemCaseSensitive(j, "required"))
             return read_typed(r, j, "object", depth);
-        if (cJSON_GetObjectItemCaseSensitive(j, "items")) return read_typed(r, j, "array", depth);
+        if (cJSON_GetObjectItemCaseSensitive(j, "items") || cJSON_GetObjectItemCaseSensitive(j, "minItems") ||
+            cJSON_GetObjectItemCaseSensitive(j, "maxItems"))
+            return read_typed(r, j, "array", depth);
         return r->s->any;
     }
     if (cJSON_IsString(type)) return read_typed(r, j, type->valuestring, depth);

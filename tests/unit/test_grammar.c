@@ -318,6 +318,17 @@ int main(void)
         expect_docs(sch, good, bad);
     }
 
+    /* no type, but keywords of arrays: read as an array schema (fuzz_grammar
+     * closed "[]" under {"minItems":2}, which does not validate) */
+    {
+        static const char *const good[] = {"[1,2]", "[\"a\",{},null]", NULL};
+        static const char *const bad[] = {"[]", "[1]", "{}", "1", NULL};
+        expect_docs("{\"minItems\":2}", good, bad);
+        static const char *const good2[] = {"[]", "[true]", NULL};
+        static const char *const bad2[] = {"[1,2]", "{}", NULL};
+        expect_docs("{\"maxItems\":1}", good2, bad2);
+    }
+
     /* keys sharing prefixes; enums with prefixes of each other; const; nesting */
     {
         const char *sch = "{\"properties\":{\"a\":{\"enum\":[1,12,\"x\",null,true,[1,2],{\"k\":\"v\"}]},"
@@ -363,6 +374,9 @@ int main(void)
     expect_refused("{\"type\":\"string\",\"format\":\"date\"}", "format");
     expect_refused("{\"type\":\"integer\",\"minimum\":3}", "minimum");
     expect_refused("{\"$ref\":\"#/$defs/x\"}", "$ref");
+    /* no type, but "required": an object schema, and here one whose required
+     * property is not listed (fuzz_grammar closed {"na":0} under it) */
+    expect_refused("{\"required\":[\"name\"]}", "required");
     expect_refused("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}", "additionalProperties");
     expect_refused("{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "required");
     expect_refused("{\"oneOf\":[{\"type\":\"string\"}]}", "oneOf");
