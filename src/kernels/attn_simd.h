@@ -17,24 +17,27 @@
 #error "define AV, AV_W and the AV_ operations before including attn_simd.h"
 #endif
 
+#include "kernels_impl.h"
+
 #include <immintrin.h>
 #include <math.h>
 
 #define AV_INLINE static inline __attribute__((always_inline))
 
-/* e^x for -87 <= x <= 0: Cody-Waite reduction by ln 2, degree-6 polynomial,
+/* e^x for -87 <= x <= 0: Cody-Waite reduction by ln 2, degree-6 polynomial
+ * (constants in kernels_impl.h, shared with the scalar mz_silu_exp1),
  * relative error ~2 ulp. The caller clamps x and zeroes lanes below -87. */
 AV_INLINE AV exp_poly(AV x)
 {
-    const AV n = AV_ROUND(AV_MUL(x, AV_SET1(1.44269504088896341f)));
-    AV r = AV_FNMA(n, AV_SET1(0.693359375f), x);
-    r = AV_FNMA(n, AV_SET1(-2.12194440e-4f), r);
-    AV y = AV_SET1(1.9875691500e-4f);
-    y = AV_FMA(y, r, AV_SET1(1.3981999507e-3f));
-    y = AV_FMA(y, r, AV_SET1(8.3334519073e-3f));
-    y = AV_FMA(y, r, AV_SET1(4.1665795894e-2f));
-    y = AV_FMA(y, r, AV_SET1(1.6666665459e-1f));
-    y = AV_FMA(y, r, AV_SET1(5.0000001201e-1f));
+    const AV n = AV_ROUND(AV_MUL(x, AV_SET1(MZ_EXP_LOG2E)));
+    AV r = AV_FNMA(n, AV_SET1(MZ_EXP_LN2_HI), x);
+    r = AV_FNMA(n, AV_SET1(MZ_EXP_LN2_LO), r);
+    AV y = AV_SET1(MZ_EXP_P6);
+    y = AV_FMA(y, r, AV_SET1(MZ_EXP_P5));
+    y = AV_FMA(y, r, AV_SET1(MZ_EXP_P4));
+    y = AV_FMA(y, r, AV_SET1(MZ_EXP_P3));
+    y = AV_FMA(y, r, AV_SET1(MZ_EXP_P2));
+    y = AV_FMA(y, r, AV_SET1(MZ_EXP_P1));
     y = AV_FMA(y, AV_MUL(r, r), AV_ADD(r, AV_SET1(1.0f)));
     const AV_INT e = AV_SLLI_I(AV_ADD_I(AV_CVT_I(n), AV_SET1_I(127)), 23);
     return AV_MUL(y, AV_CAST_I2F(e));

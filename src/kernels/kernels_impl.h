@@ -47,17 +47,30 @@ bool mz_kernels_cpu_has(enum mz_isa isa);
  * y = (g >= 0 ? g : g * e) / (1 + e) * u. The scalar form below is the same
  * operations in the same order (fmaf where the vector code fuses), so every
  * ISA, AArch64 included, gives the same bits lane for lane. */
+/* The polynomial's constants, one list for attn_simd.h's exp_poly and the
+ * scalar form: Cody-Waite reduction by ln 2 (split in a high and a low
+ * part), then degree 6. */
+#define MZ_EXP_LOG2E 1.44269504088896341f
+#define MZ_EXP_LN2_HI 0.693359375f
+#define MZ_EXP_LN2_LO -2.12194440e-4f
+#define MZ_EXP_P6 1.9875691500e-4f
+#define MZ_EXP_P5 1.3981999507e-3f
+#define MZ_EXP_P4 8.3334519073e-3f
+#define MZ_EXP_P3 4.1665795894e-2f
+#define MZ_EXP_P2 1.6666665459e-1f
+#define MZ_EXP_P1 5.0000001201e-1f
+
 static inline float mz_silu_exp1(float x) /* e^x, -87 <= x <= 0 */
 {
-    const float n = nearbyintf(x * 1.44269504088896341f);
-    float r = fmaf(-n, 0.693359375f, x);
-    r = fmaf(-n, -2.12194440e-4f, r);
-    float y = 1.9875691500e-4f;
-    y = fmaf(y, r, 1.3981999507e-3f);
-    y = fmaf(y, r, 8.3334519073e-3f);
-    y = fmaf(y, r, 4.1665795894e-2f);
-    y = fmaf(y, r, 1.6666665459e-1f);
-    y = fmaf(y, r, 5.0000001201e-1f);
+    const float n = nearbyintf(x * MZ_EXP_LOG2E);
+    float r = fmaf(-n, MZ_EXP_LN2_HI, x);
+    r = fmaf(-n, MZ_EXP_LN2_LO, r);
+    float y = MZ_EXP_P6;
+    y = fmaf(y, r, MZ_EXP_P5);
+    y = fmaf(y, r, MZ_EXP_P4);
+    y = fmaf(y, r, MZ_EXP_P3);
+    y = fmaf(y, r, MZ_EXP_P2);
+    y = fmaf(y, r, MZ_EXP_P1);
     y = fmaf(y, r * r, r + 1.0f);
     union { int32_t i; float f; } e = {.i = (int32_t)((uint32_t)((int32_t)n + 127) << 23)};
     return y * e.f;
