@@ -59,6 +59,16 @@ static inline size_t jlen_add(size_t a, size_t b)
     return a + b < MZ_JGRAM_LEN_MAX ? a + b : MZ_JGRAM_LEN_MAX;
 }
 
+/* Object node n's required properties from index `from` on, each written
+ * with a comma before it, its key, a colon and its shortest value. */
+static inline size_t jnode_required_tail(const jnode *n, int from)
+{
+    size_t len = 0;
+    for (int k = from; k < n->n_props; k++)
+        if (n->props[k].required) len = jlen_add(len, jlen_add(n->props[k].len + 2, n->props[k].val->min_len));
+    return len;
+}
+
 /* k values of v bytes each, a comma before each: k * (v + 1), saturated. */
 static inline size_t jlen_items(size_t k, size_t v)
 {

@@ -453,28 +453,19 @@ bool mz_jgram_complete(const mz_jgram *g)
  * test_grammar and fuzz_grammar): 0 exactly when the document is complete,
  * no byte lowers it by more than one, and some byte lowers it by one. */
 
-/* Required properties from index `from` on, each after a comma. */
-static size_t obj_required_tail(const jnode *n, int from)
-{
-    size_t len = 0;
-    for (int k = from; k < n->n_props; k++)
-        if (n->props[k].required)
-            len = jlen_add(len, jlen_add(n->props[k].len + 2, n->props[k].val->min_len));
-    return len;
-}
-
 /* Property k written whole (key, colon, shortest value), then the required
  * ones after it and the closing brace. */
 static size_t obj_finish_from(const jnode *n, int k, size_t key_bytes_done)
 {
     const jprop *p = &n->props[k];
     size_t len = jlen_add(p->len - key_bytes_done + 1, p->val->min_len);
-    return jlen_add(jlen_add(len, obj_required_tail(n, k + 1)), 1);
+    return jlen_add(jlen_add(len, jnode_required_tail(n, k + 1)), 1);
 }
 
 static size_t obj_close(const jframe *f)
 {
     const jnode *n = f->node;
+    if (f->st == O_OPEN) return n->min_len - 1; /* the value without its '{' */
     if (n->any_keys) {
         switch (f->st) {
         case O_NEXT: return 5;  /* "":0} */
@@ -482,12 +473,9 @@ static size_t obj_close(const jframe *f)
         default: return 1;      /* } */
         }
     }
-    int req = f->st == O_AFTER || f->st == O_OPEN || f->st == O_NEXT ? n->next_req[f->a] : n->n_props;
     switch (f->st) {
-    case O_OPEN:
     case O_NEXT:
-        if (req < n->n_props) return obj_finish_from(n, req, 0);
-        if (f->st == O_OPEN) return 1;
+        if (n->next_req[f->a] < n->n_props) return obj_finish_from(n, n->next_req[f->a], 0);
         { /* after a comma with nothing required left: the shortest optional one */
             size_t best = MZ_JGRAM_LEN_MAX;
             for (int k = (int)f->a; k < n->n_props; k++) {
@@ -511,7 +499,7 @@ static size_t obj_close(const jframe *f)
         return best;
     }
     case O_COLON: return obj_finish_from(n, (int)f->b, n->props[f->b].len);
-    case O_AFTER: return jlen_add(obj_required_tail(n, (int)f->a), 1);
+    case O_AFTER: return jlen_add(jnode_required_tail(n, (int)f->a), 1);
     default: return MZ_JGRAM_LEN_MAX;
     }
 }
@@ -520,7 +508,7 @@ static size_t arr_close(const jframe *f)
 {
     const jnode *n = f->node;
     size_t v = n->items->min_len;
-    if (f->st == A_OPEN) return n->min_items ? jlen_items(n->min_items, v) : 1; /* v,v] */
+    if (f->st == A_OPEN) return n->min_len - 1; /* the value without its '[' */
     size_t have = f->a + (f->st == A_NEXT ? 1 : 0), more = n->min_items > have ? n->min_items - have : 0;
     size_t len = jlen_add(jlen_items(more, v), 1);
     return f->st == A_NEXT ? jlen_add(len, v) : len;

@@ -386,12 +386,10 @@ static const jnode *read_object(rd *r, const cJSON *j, int depth)
     }
     n->next_req[np] = np;
     for (int k = np - 1; k >= 0; k--) n->next_req[k] = n->props[k].required ? k : n->next_req[k + 1];
-    /* {"a":v,"b":w}: the braces, and each required property with its colon
-     * and shortest value, commas between them. */
-    size_t len = 1;
-    for (int k = 0; k < np; k++)
-        if (n->props[k].required) len = jlen_add(len, jlen_add(n->props[k].len + 1, n->props[k].val->min_len) + 1);
-    n->min_len = len > 1 ? len : 2;
+    /* {"a":v,"b":w}: the required properties, the first one's comma taken
+     * by the opening brace; {} without any. */
+    size_t props_len = jnode_required_tail(n, 0);
+    n->min_len = jlen_add(props_len, props_len ? 1 : 2);
     return n;
 }
 

@@ -9,6 +9,7 @@
  * documents by its definition, not its formula.
  */
 #include "grammar/grammar.h"
+#include "jclose_check.h"
 #include "jschema_check.h"
 #include "testutil.h"
 
@@ -45,12 +46,9 @@ static int doc_ok_bytewise(const mz_jschema *s, const char *doc)
     return ok;
 }
 
-/* The shortest completion (mz_jgram_close_len) at every prefix of doc,
- * checked by its definition rather than its formula: 0 exactly when the
- * document is complete; no byte lowers it by more than one; some byte lowers
- * it by exactly one. Following the lowest such byte from the prefix then
- * completes the document in close_len bytes, and the result must parse and
- * validate (sj; NULL: json_object). */
+/* The shortest completion at every prefix of doc, by its definition
+ * (jclose_check.h); the document it completes must parse and validate (sj;
+ * NULL: json_object). */
 static void check_close_len(const mz_jschema *s, const cJSON *sj, const char *doc)
 {
     size_t n = strlen(doc);
@@ -63,33 +61,16 @@ static void check_close_len(const mz_jschema *s, const cJSON *sj, const char *do
         }
         char out[4096];
         memcpy(out, doc, i);
-        size_t len = i, d0 = mz_jgram_close_len(g), steps = 0;
-        for (;;) {
-            size_t d = mz_jgram_close_len(g);
-            CHECK_MSG((d == 0) == mz_jgram_complete(g), "%.*s: close length %zu, complete %d", (int)len, out,
-                      d, mz_jgram_complete(g));
-            if (d == 0 || len + 1 >= sizeof out) break;
-            int next = -1;
-            for (int b = 0; b < 256; b++) {
-                char c = (char)b;
-                size_t a;
-                if (!mz_jgram_check_close(g, &c, 1, &a)) continue;
-                CHECK_MSG(a + 1 >= d, "%.*s: byte 0x%02x lowers the close length %zu to %zu", (int)len, out, b,
-                          d, a);
-                if (a + 1 == d && next < 0) next = b;
-            }
-            CHECK_MSG(next >= 0, "%.*s: no byte lowers the close length %zu", (int)len, out, d);
-            if (next < 0) break;
-            out[len++] = (char)next;
-            CHECK(mz_jgram_feed(g, out + len - 1, 1));
-            steps++;
-        }
+        size_t len = i;
+        const char *why = jclose_walk(g, out, &len, sizeof out);
         out[len] = '\0';
-        CHECK_MSG(steps == d0 && mz_jgram_complete(g), "%s: closed in %zu bytes, close length %zu", out, steps, d0);
-        cJSON *d = cJSON_Parse(out);
-        CHECK_MSG(d && (sj ? jc_valid(d, sj) : cJSON_IsObject(d)), "closed prefix %zu of %s: %s is not valid", i,
-                  doc, out);
-        cJSON_Delete(d);
+        CHECK_MSG(!why, "closing prefix %zu of %s: %s (at %s)", i, doc, why, out);
+        if (!why) {
+            cJSON *d = cJSON_Parse(out);
+            CHECK_MSG(d && (sj ? jc_valid(d, sj) : cJSON_IsObject(d)), "closed prefix %zu of %s: %s is not valid", i,
+                      doc, out);
+            cJSON_Delete(d);
+        }
         mz_jgram_free(g);
     }
 }
