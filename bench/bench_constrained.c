@@ -4,7 +4,7 @@
  * grammar filtering the sampler, and the time the grammar itself takes.
  *
  * usage: bench_constrained [-m MODEL] [-n TOKENS] [--reps 5] [-t THREADS]
- *                          [--temp T] [--schema person|object]
+ *                          [--temp T] [--schema person|object] [--budget N]
  *
  * Each rep runs, in turn, a plain and a constrained generation of exactly -n
  * tokens from the same prompt: end-of-generation tokens are banned
@@ -19,6 +19,9 @@
  *   - how often the model's pick was refused (a full-vocabulary mask) and
  *     what one full mask costs;
  *   - the per-request set-up (mz_jvocab_init: the bytes of every token).
+ * --budget N gives every document a budget of N tokens (as the server does
+ * with max_tokens): the filter then also checks each candidate's close
+ * length, and the full mask is timed with that budget too.
  * Overhead % = grammar time per token / plain time per token.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -61,8 +64,17 @@ static bool count_ok(void *u, mz_token t)
     return mz_jfilter_token_ok(&c->f, t);
 }
 
-static int run(mz_model_t *m, const mz_jvocab *v, const mz_jschema *s, const mz_token *prompt, size_t n_prompt,
-               int n_gen, int n_threads, float temp, run_result *out)
+/* A filter at the start of a new document of s, with a budget of `budget`
+ * tokens (0: none). */
+static mz_jfilter doc_filter(const mz_jschema *s, const mz_jvocab *v, int budget)
+{
+    mz_jfilter f = mz_jfilter_make(mz_jgram_init(s), v);
+    if (budget > 0) mz_jfilter_set_budget(&f, (size_t)budget);
+    return f;
+}
+
+static int run(mz_model_t *m, const mz_jvocab *v, const mz_jschema *s, int budget, const mz_token *prompt,
+               size_t n_prompt, int n_gen, int n_threads, float temp, run_result *out)
 {
     mz_ctx_params cp = mz_ctx_params_default();
     cp.n_ctx = 2048;
@@ -72,7 +84,7 @@ static int run(mz_model_t *m, const mz_jvocab *v, const mz_jschema *s, const mz_
     mz_sampler_params sp = mz_sampler_params_default();
     sp.temperature = temp;
     sp.seed = 1234;
-    counting cnt = {.f = {.g = s ? mz_jgram_init(s) : NULL, .v = v}};
+    counting cnt = {.f = s ? doc_filter(s, v, budget) : mz_jfilter_make(NULL, v)};
     memset(out, 0, sizeof *out);
     if (mz_ctx_init(m, &cp, &c) || mz_sampler_init(&sp, &smp) || mz_prefill(c, prompt, n_prompt)) {
         fprintf(stderr, "bench_constrained: set-up failed: %s\n", mz_last_error());
@@ -96,8 +108,7 @@ static int run(mz_model_t *m, const mz_jvocab *v, const mz_jschema *s, const mz_
         }
         if (s && mz_jgram_complete(cnt.f.g)) { /* a new document (part of the grammar's cost) */
             mz_jgram_free(cnt.f.g);
-            cnt.f.g = mz_jgram_init(s);
-            memset(cnt.f.first_ok, 0, sizeof cnt.f.first_ok);
+            cnt.f = doc_filter(s, v, budget);
             out->docs++;
         }
         out->sample_ms += now_ms() - ts;
@@ -117,20 +128,24 @@ static int run(mz_model_t *m, const mz_jvocab *v, const mz_jschema *s, const mz_
 int main(int argc, char **argv)
 {
     const char *model = "models/SmolLM2-135M-Instruct.Q4_1.gguf", *which = "person";
-    int n_gen = 128, reps = 5, n_threads = 0;
+    int n_gen = 128, reps = 5, n_threads = 0, budget = 0;
     float temp = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (!strcmp(a, "-m") && val) model = argv[++i];
         else if (!strcmp(a, "--schema") && val) which = argv[++i];
-        else if ((!strcmp(a, "-n") || !strcmp(a, "--reps") || !strcmp(a, "-t")) && val) {
+        else if ((!strcmp(a, "-n") || !strcmp(a, "--reps") || !strcmp(a, "-t") || !strcmp(a, "--budget")) && val) {
+            bool zero_ok = !strcmp(a, "-t") || !strcmp(a, "--budget");
             long x = strtol(val, &end, 10);
-            if (*end || x < (strcmp(a, "-t") ? 1 : 0) || x > 100000) {
+            if (*end || x < (zero_ok ? 0 : 1) || x > 100000) {
                 fprintf(stderr, "bench_constrained: bad value for %s: %s\n", a, val);
                 return 2;
             }
-            *(!strcmp(a, "-n") ? &n_gen : !strcmp(a, "--reps") ? &reps : &n_threads) = (int)x;
+            *(!strcmp(a, "-n")       ? &n_gen
+              : !strcmp(a, "--reps") ? &reps
+              : !strcmp(a, "-t")     ? &n_threads
+                                     : &budget) = (int)x;
             i++;
         } else if (!strcmp(a, "--temp") && val) {
             temp = strtof(val, &end);
@@ -141,7 +156,7 @@ int main(int argc, char **argv)
             i++;
         } else {
             fprintf(stderr, "usage: bench_constrained [-m MODEL] [-n TOKENS] [--reps N] [-t THREADS] [--temp T] "
-                            "[--schema person|object]\n");
+                            "[--schema person|object] [--budget N]\n");
             return 2;
         }
     }
@@ -179,14 +194,24 @@ int main(int argc, char **argv)
         mz_tokenize(m, text, strlen(text), true, true, prompt, 512, &n_prompt))
         return 1;
 
-    /* One full mask: every token checked at the document's start. */
-    mz_jfilter f = mz_jfilter_make(mz_jgram_init(s), v);
-    double tm = now_ms();
-    int allowed = 0;
-    for (int r = 0; r < 10; r++)
-        for (int t = 0; t < mz_model_n_vocab(m); t++) allowed += mz_jfilter_token_ok(&f, t);
-    double mask_ms = (now_ms() - tm) / 10;
-    mz_jgram_free(f.g);
+    /* One full mask at the document's start (most first bytes refused) and
+     * one inside its first string (almost every token's bytes walked, and
+     * with a budget each one's close length): the cost a refused pick adds. */
+    const char *in_string = "{\"name\":\"Al";
+    int nv = mz_model_n_vocab(m), allowed[2] = {0, 0};
+    double mask_ms[2];
+    for (int where = 0; where < 2; where++) {
+        mz_jfilter f = doc_filter(s, v, budget);
+        if (where == 1 && !mz_jgram_feed(f.g, in_string, strlen(in_string))) return 1;
+        double tm = now_ms();
+        for (int r = 0; r < 10; r++) {
+            for (int t = 0; t < nv; t++) allowed[where] += mz_jfilter_token_ok(&f, t);
+            memset(f.first_ok, 0, sizeof f.first_ok); /* as after each accepted token */
+            f.close_known = false;
+        }
+        mask_ms[where] = (now_ms() - tm) / 10;
+        mz_jgram_free(f.g);
+    }
 
     double *plain_tps = calloc((size_t)reps, sizeof(double)), *con_tps = calloc((size_t)reps, sizeof(double));
     double *plain_ms = calloc((size_t)reps, sizeof(double)), *con_ms = calloc((size_t)reps, sizeof(double));
@@ -195,8 +220,8 @@ int main(int argc, char **argv)
     int con_n = 0, con_ref = 0, con_docs = 0;
     for (int r = 0; r < reps; r++) {
         run_result a, b;
-        if (run(m, v, NULL, prompt, n_prompt, n_gen, n_threads, temp, &a) ||
-            run(m, v, s, prompt, n_prompt, n_gen, n_threads, temp, &b))
+        if (run(m, v, NULL, 0, prompt, n_prompt, n_gen, n_threads, temp, &a) ||
+            run(m, v, s, budget, prompt, n_prompt, n_gen, n_threads, temp, &b))
             return 1;
         plain_tps[r] = a.n / (a.total_ms / 1e3);
         con_tps[r] = b.n / (b.total_ms / 1e3);
@@ -219,8 +244,9 @@ int main(int argc, char **argv)
         if (fscanf(fl, "%lf %lf %lf", &la[0], &la[1], &la[2]) != 3) la[0] = -1;
         fclose(fl);
     }
-    printf("bench_constrained: model %s, schema %s, temp %.2f, %d reps, load average %.2f\n", model, which, temp,
-           reps, la[0]);
+    printf("bench_constrained: model %s, schema %s, temp %.2f, budget %d tokens a document (0: none), %d reps, "
+           "load average %.2f\n",
+           model, which, temp, budget, reps, la[0]);
     printf("  plain decode        %7.2f tokens/s (%d tokens)\n", pt, n_gen);
     printf("  constrained decode  %7.2f tokens/s (%d tokens, %d documents completed, %d picks refused -> full mask)\n",
            ct, con_n, con_docs, con_ref);
@@ -229,8 +255,8 @@ int main(int argc, char **argv)
     printf("  sampling per token  plain %.3f ms, constrained %.3f ms -> grammar %.3f ms/token\n", ps, cs, cs - ps);
     printf("  grammar overhead    %.2f %% of a plain token's time (%.3f ms); wall tokens/s ratio %.3f\n",
            100.0 * (cs - ps) / pm, pm, ct / pt);
-    printf("  one full mask       %.2f ms (%d of %d tokens allowed at the start)\n", mask_ms, allowed / 10,
-           mz_model_n_vocab(m));
+    printf("  one full mask       %.2f ms at the start (%d of %d tokens allowed), %.2f ms after '%s' (%d allowed)\n",
+           mask_ms[0], allowed[0] / 10, nv, mask_ms[1], in_string, allowed[1] / 10);
     printf("  per-request set-up  %.2f ms (token bytes, mz_jvocab_init)\n", vocab_ms);
     free(plain_cpu), free(con_cpu);
     free(plain_tps), free(con_tps), free(plain_ms), free(con_ms), free(plain_smp), free(con_smp);

@@ -86,20 +86,22 @@ void mz_jvocab_free(mz_jvocab *v);
 
 /* A grammar over a vocabulary, as an mz_sampler filter.
  *
- * Budget: with `budget` set to the text tokens the answer may still take
- * (max_tokens and the context's room; SIZE_MAX: no limit), a token is
+ * Budget: with a budget (mz_jfilter_set_budget: the text tokens the answer
+ * may still take, from max_tokens and the context's room), a token is
  * allowed only if the document can still be completed in the tokens left
  * after it (its close length at most budget - 1; once a document cannot
  * be, only tokens that shorten its close length). Every token is at least
  * a byte, so an answer that starts within its budget ends as a complete
  * document, and one cut by max_tokens is still valid JSON. `budget_bound`
  * records that the budget refused a token the grammar allowed: the answer's
- * shape was decided by its length limit. */
+ * shape was decided by its length limit. A zeroed filter (or one from
+ * mz_jfilter_make) has no budget. */
 typedef struct mz_jfilter {
     mz_jgram *g;
     const mz_jvocab *v;
     unsigned char first_ok[256];  /* per first byte: 0 unknown, 1 allowed, 2 refused */
-    size_t budget;                /* text tokens left, this one included; SIZE_MAX: none */
+    bool budgeted;                /* false: no limit, budget unused */
+    size_t budget;                /* text tokens left, this one included */
     size_t close_now;             /* close length of g (valid while close_known) */
     bool close_known;
     bool budget_bound;
@@ -107,6 +109,8 @@ typedef struct mz_jfilter {
 
 /* A filter at the start of g's document with no budget. */
 mz_jfilter mz_jfilter_make(mz_jgram *g, const mz_jvocab *v);
+/* From now on at most n_tokens more text tokens (this one included). */
+void mz_jfilter_set_budget(mz_jfilter *f, size_t n_tokens);
 /* mz_token_filter_fn: token t may come next (user is an mz_jfilter). */
 bool mz_jfilter_token_ok(void *user, mz_token t);
 /* Advances the grammar over token t (sampled through the filter); false if

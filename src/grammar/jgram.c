@@ -641,7 +641,13 @@ void mz_jvocab_free(mz_jvocab *v)
 
 mz_jfilter mz_jfilter_make(mz_jgram *g, const mz_jvocab *v)
 {
-    return (mz_jfilter){.g = g, .v = v, .budget = SIZE_MAX};
+    return (mz_jfilter){.g = g, .v = v};
+}
+
+void mz_jfilter_set_budget(mz_jfilter *f, size_t n_tokens)
+{
+    f->budgeted = true;
+    f->budget = n_tokens;
 }
 
 bool mz_jfilter_token_ok(void *user, mz_token t)
@@ -655,7 +661,7 @@ bool mz_jfilter_token_ok(void *user, mz_token t)
     unsigned char b0 = (unsigned char)p[0];
     if (!f->first_ok[b0]) f->first_ok[b0] = mz_jgram_check(f->g, p, 1) ? 1 : 2;
     if (f->first_ok[b0] == 2) return false;
-    if (f->budget == SIZE_MAX) return len == 1 || mz_jgram_check(f->g, p, len);
+    if (!f->budgeted) return len == 1 || mz_jgram_check(f->g, p, len);
     size_t after;
     if (!mz_jgram_check_close(f->g, p, len, &after)) return false;
     if (!f->close_known) {
@@ -679,6 +685,6 @@ bool mz_jfilter_accept(mz_jfilter *f, mz_token t)
     f->close_known = false;
     if (v->kind[t] == TOK_EOG) return true;
     if (!mz_jgram_feed(f->g, v->bytes + v->off[t], v->off[t + 1] - v->off[t])) return false;
-    if (f->budget != SIZE_MAX && f->budget > 0) f->budget--;
+    if (f->budgeted && f->budget > 0) f->budget--;
     return true;
 }

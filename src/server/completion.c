@@ -595,7 +595,7 @@ enum MHD_Result srv_handle_completion(mz_server_t *s, struct MHD_Connection *c, 
         /* Structured output closes its document within what the answer may
          * still take: max_tokens and the context's room. */
         size_t room = mz_ctx_n_ctx(s->ctx) - mz_ctx_n_tokens(s->ctx);
-        if (g->jf.g) g->jf.budget = MZ_MIN(gp.max_tokens, room);
+        if (g->jf.g) mz_jfilter_set_budget(&g->jf, MZ_MIN(gp.max_tokens, room));
         gp.on_sample = gen_on_sample;
         gp.on_token = gen_on_token;
         gp.cancelled = gen_cancelled;

@@ -122,7 +122,7 @@ static int generate(mz_model_t *m, const mz_jvocab *v, const char *schema_json, 
     mz_sampler_t *smp = NULL;
     mz_detok_t *dt = NULL;
     mz_jfilter f = mz_jfilter_make(mz_jgram_init(s), v);
-    if (budget) f.budget = (size_t)max_tokens;
+    if (budget) mz_jfilter_set_budget(&f, (size_t)max_tokens);
     int rc = -1;
     size_t len = 0;
     if (!f.g || mz_ctx_init(m, &cp, &c) || mz_sampler_init(&sp, &smp) || mz_detok_init(m, &dt)) goto out;
