@@ -31,6 +31,7 @@
 #include "core/core.h"
 #include "codec/codec.h"
 #include "codec/codec_cachegen.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,13 +148,13 @@ int main(int argc, char **argv)
         if (!v) die("usage", "bench_codec [-k KVDUMP] [-l N_LAYER] [--chunk-bytes B] "
                              "[--head-dim D] [--reps N] [--codecs a,b,..]");
         if (!strcmp(a, "-k")) kv_path = v;
-        else if (!strcmp(a, "-l")) n_layer = (unsigned)atoi(v);
-        else if (!strcmp(a, "--chunk-bytes")) chunk_bytes = (size_t)atoll(v);
-        else if (!strcmp(a, "--head-dim")) head_dim = (unsigned)atoi(v);
-        else if (!strcmp(a, "--reps")) reps = atoi(v);
-        else if (!strcmp(a, "--use")) use = (size_t)atoll(v);
+        else if (!strcmp(a, "-l")) n_layer = (unsigned)bench_arg_int("bench_codec", a, v, 1, 4096);
+        else if (!strcmp(a, "--chunk-bytes")) chunk_bytes = (size_t)bench_arg_ll("bench_codec", a, v, 2, 1LL << 30);
+        else if (!strcmp(a, "--head-dim")) head_dim = (unsigned)bench_arg_int("bench_codec", a, v, 1, MZ_CG_ROW_MAX);
+        else if (!strcmp(a, "--reps")) reps = bench_arg_int("bench_codec", a, v, 1, 99);
+        else if (!strcmp(a, "--use")) use = (size_t)bench_arg_ll("bench_codec", a, v, 0, 1LL << 40);
         else if (!strcmp(a, "--codecs")) list = v;
-        else if (!strcmp(a, "--dram")) dram_mib = (size_t)atoll(v);
+        else if (!strcmp(a, "--dram")) dram_mib = (size_t)bench_arg_ll("bench_codec", a, v, 0, 1LL << 24);
         else die("unknown option", a);
     }
     if (n_layer < 1 || chunk_bytes < 2 || chunk_bytes % 2 || reps < 1 || reps > 99 ||

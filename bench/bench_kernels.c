@@ -14,6 +14,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels_impl.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,14 +197,14 @@ int main(int argc, char **argv)
     const char *only_type = NULL;
     int a = 1;
     if (argc >= 4 && argv[1][0] != '-') {
-        rows = strtoul(argv[1], NULL, 10);
-        cols = strtoul(argv[2], NULL, 10);
-        toks[0] = strtoul(argv[3], NULL, 10);
+        rows = (size_t)bench_arg_ll("bench_kernels", "rows", argv[1], 1, 1 << 20);
+        cols = (size_t)bench_arg_ll("bench_kernels", "cols", argv[2], 1, 1 << 20);
+        toks[0] = (size_t)bench_arg_ll("bench_kernels", "tokens", argv[3], 1, 4096);
         n_toks = 1;
         a = 4;
     }
     for (; a + 1 < argc; a += 2)
-        if (!strcmp(argv[a], "-r")) reps = atoi(argv[a + 1]);
+        if (!strcmp(argv[a], "-r")) reps = bench_arg_int("bench_kernels", "-r", argv[a + 1], 1, 100000);
         else if (!strcmp(argv[a], "-t")) only_type = argv[a + 1];
         else if (!strcmp(argv[a], "-c")) g_cpu_time = !strcmp(argv[a + 1], "1");
     static const int types[] = {MZ_DT_Q4_1, MZ_DT_Q4_0, MZ_DT_Q8_0, MZ_DT_F16, MZ_DT_Q4_K,

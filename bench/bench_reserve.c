@@ -58,8 +58,8 @@ int main(int argc, char **argv)
     int reps = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-s")) sizes = argv[i + 1];
-        else if (!strcmp(argv[i], "-w")) wait_s = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-w")) wait_s = bench_arg_double("bench_reserve", "-w", argv[i + 1], 0, 3600);
+        else if (!strcmp(argv[i], "-r")) reps = bench_arg_int("bench_reserve", "-r", argv[i + 1], 1, 32);
         else if (!strcmp(argv[i], "-f")) file = argv[i + 1];
     }
     if (reps < 1 || reps > 32) return 2;

@@ -33,7 +33,6 @@
 #include "harness/harness.h" /* not public: KV fill and accessors for harnesses */
 #include "bench_util.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,10 +75,10 @@ int main(int argc, char **argv)
     int n_ctx_tok = 1024, n_q = 8, reps = 3, threads = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(argv[i], "-c") && i + 1 < argc) n_ctx_tok = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-q") && i + 1 < argc) n_q = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-c") && i + 1 < argc) n_ctx_tok = bench_arg_int("bench_restore", "-c", argv[++i], 1, 1 << 22);
+        else if (!strcmp(argv[i], "-q") && i + 1 < argc) n_q = bench_arg_int("bench_restore", "-q", argv[++i], 1, 4096);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = bench_arg_int("bench_restore", "-r", argv[++i], 1, 64);
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = bench_arg_int("bench_restore", "-t", argv[++i], 1, 1024);
         else if (!strcmp(argv[i], "--swap-dir") && i + 1 < argc) swap = argv[++i];
         else if (!strcmp(argv[i], "--remaining") && i + 1 < argc) levels = argv[++i];
         else if (!strcmp(argv[i], "--restore-threads") && i + 1 < argc) threads_list = argv[++i];
@@ -87,16 +86,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--codec") && i + 1 < argc) codec = argv[++i];
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
         else if (!strcmp(argv[i], "--synthetic")) synthetic = 1;
-        else if (!strcmp(argv[i], "--prefault-threads") && i + 1 < argc) {
-            char *end;
-            errno = 0;
-            long v = strtol(argv[++i], &end, 10);
-            if (errno || end == argv[i] || *end || v < 0 || v > MZ_RESTORE_THREADS_MAX) {
-                fprintf(stderr, "--prefault-threads: 0..%d\n", MZ_RESTORE_THREADS_MAX);
-                return 2;
-            }
-            n_prefault = (int)v;
-        }
+        else if (!strcmp(argv[i], "--prefault-threads") && i + 1 < argc)
+            n_prefault = bench_arg_int("bench_restore", "--prefault-threads", argv[++i], 0, MZ_RESTORE_THREADS_MAX);
         else {
             fprintf(stderr, "usage: bench_restore [-m MODEL] [-c N] [-q N] [-r N] [-t N] "
                             "[--swap-dir DIR] [--remaining 50,0] [--synthetic]\n"
@@ -176,15 +167,14 @@ int main(int argc, char **argv)
     static const mz_restore_overlap modes[] = {MZ_OVERLAP_NONE, MZ_OVERLAP_ALLOC_RELOAD,
                                                MZ_OVERLAP_RELOAD_PREFILL, MZ_OVERLAP_ALL};
     int nth_list[8], n_nth = 0;
-    for (const char *q = threads_list; *q && n_nth < 8;) {
-        nth_list[n_nth++] = atoi(q);
-        q += strcspn(q, ",");
-        if (*q) q++;
-    }
+    char *tl = strdup(threads_list), *save_tl = NULL;
+    for (char *tok = tl ? strtok_r(tl, ",", &save_tl) : NULL; tok && n_nth < 8; tok = strtok_r(NULL, ",", &save_tl))
+        nth_list[n_nth++] = bench_arg_int("bench_restore", "--restore-threads", tok, 0, MZ_RESTORE_THREADS_MAX);
+    free(tl);
     char *lv = strdup(levels);
     char *save_lv = NULL;
     for (char *tok = strtok_r(lv, ",", &save_lv); tok; tok = strtok_r(NULL, ",", &save_lv)) {
-        int rem = atoi(tok);
+        int rem = bench_arg_int("bench_restore", "--remaining", tok, 0, 100);
         for (int ti = 0; ti < n_nth; ti++) {
         /* Modes take turns run by run, so a change in the machine's speed
          * (a shared VM) falls on all of them alike. */

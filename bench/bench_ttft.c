@@ -19,6 +19,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "mzcache.h"
 #include "harness/harness.h" /* not public: KV fill and accessors for harnesses */
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,10 +41,10 @@ int main(int argc, char **argv)
     int n_q = 8, threads = 2, reps = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "-c")) n_ctx_tok = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "-q")) n_q = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c")) n_ctx_tok = (long)bench_arg_ll("bench_ttft", "-c", argv[i + 1], 1, 1 << 22);
+        else if (!strcmp(argv[i], "-q")) n_q = bench_arg_int("bench_ttft", "-q", argv[i + 1], 1, 4096);
+        else if (!strcmp(argv[i], "-t")) threads = bench_arg_int("bench_ttft", "-t", argv[i + 1], 1, 1024);
+        else if (!strcmp(argv[i], "-r")) reps = bench_arg_int("bench_ttft", "-r", argv[i + 1], 1, 100);
     }
     if (!model || n_ctx_tok < 1 || n_q < 1 || reps < 1 || reps > 100) {
         fprintf(stderr, "usage: bench_ttft -m MODEL -c N [-q 8] [-t 2] [-r 3]\n");

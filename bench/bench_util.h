@@ -27,6 +27,33 @@ static inline int bench_arg_int(const char *prog, const char *opt, const char *t
     return (int)v;
 }
 
+/* As bench_arg_int, for sizes and other counts past int's range. */
+static inline long long bench_arg_ll(const char *prog, const char *opt, const char *text, long long lo, long long hi)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s wants a whole number in [%lld, %lld], not '%s'\n", prog, opt, lo, hi, text);
+        exit(2);
+    }
+    return v;
+}
+
+/* Option opt's value text as a finite number in [lo, hi]; otherwise exits
+ * with status 2, as bench_arg_int. */
+static inline double bench_arg_double(const char *prog, const char *opt, const char *text, double lo, double hi)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "%s: %s wants a number in [%g, %g], not '%s'\n", prog, opt, lo, hi, text);
+        exit(2);
+    }
+    return v;
+}
+
 /* qsort order of doubles, ascending. */
 static inline int bench_cmp_d(const void *a, const void *b)
 {
