@@ -231,15 +231,6 @@ static void test_persist(void)
 
 /* ---- real model: clean eviction and resume --------------------------------------------------- */
 
-/* The swap directory of the engines and sessions here (one per engine: a
- * session's must be its engine's). A copy: t_tmp_path's buffer is reused. */
-static const char *swap_dir(void)
-{
-    static char d[2048];
-    snprintf(d, sizeof d, "%s", t_tmp_path("swap"));
-    return d;
-}
-
 static mz_ctx_params sp_params(void)
 {
     mz_ctx_params cp = mz_ctx_params_default();
@@ -247,7 +238,7 @@ static mz_ctx_params sp_params(void)
     cp.n_threads = 2;
     cp.kv_codec = "raw";
     cp.kv_placement = MZ_KV_PLACE_STORAGE;
-    cp.swap_dir = swap_dir();
+    cp.swap_dir = t_tmp_path("swap"); /* every engine and session here: a session's must be its engine's */
     return cp;
 }
 
@@ -341,7 +332,7 @@ static void test_real(void)
     if (!m) return;
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
-    ep.swap_dir = swap_dir();
+    ep.swap_dir = t_tmp_path("swap");
     mz_engine_t *e = NULL;
     CHECK(mz_engine_create(m, &ep, &e) == MZ_OK);
     mz_store_params stp = mz_store_params_default();
@@ -666,7 +657,7 @@ static bool tiny_rig_open(tiny_rig *r, const char *file, const char *what, const
     if (!(r->m = ev_load(tiny))) return false;
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = n_threads;
-    ep.swap_dir = swap_dir();
+    ep.swap_dir = t_tmp_path("swap");
     CHECK(mz_engine_create(r->m, &ep, &r->e) == MZ_OK);
     snprintf(r->sdir, sizeof r->sdir, "%s/store-%s", t_tmp_dir(), tag);
     mz_store_params defaults = mz_store_params_default();

@@ -122,21 +122,12 @@ static void say(int fd, const char *fmt, ...)
     if (write(fd, buf, (size_t)n) != n) _exit(3);
 }
 
-/* The swap directory of the engines and sessions here (a session's must be
- * its engine's). A copy: t_tmp_path's buffer is reused. */
-static const char *swap_dir(void)
-{
-    static char d[2048];
-    snprintf(d, sizeof d, "%s", t_tmp_path("crash-swap"));
-    return d;
-}
-
 static mz_ctx_params params(void)
 {
     mz_ctx_params cp = mz_ctx_params_default();
     cp.n_ctx = 1024;
     cp.kv_codec = "raw";
-    cp.swap_dir = swap_dir();
+    cp.swap_dir = t_tmp_path("crash-swap"); /* every engine and session here: a session's must be its engine's */
     return cp;
 }
 
@@ -187,7 +178,7 @@ static int child(mz_model_t *m, int fd)
 {
     mz_engine_params ep = mz_engine_params_default();
     ep.n_threads = 2;
-    ep.swap_dir = swap_dir();
+    ep.swap_dir = t_tmp_path("crash-swap");
     mz_engine_t *e = NULL;
     if (mz_engine_create(m, &ep, &e)) return 2;
     if (g_die_at_checkpoint) {
@@ -358,7 +349,7 @@ int main(void)
         memcpy(S_q8, S_raw, NP * sizeof *S);
         mz_engine_params ep = mz_engine_params_default();
         ep.n_threads = 2;
-        ep.swap_dir = swap_dir();
+        ep.swap_dir = t_tmp_path("crash-swap");
         mz_engine_t *e = NULL;
         mz_ctx_params cp = params();
         mz_ctx_t *c = NULL;

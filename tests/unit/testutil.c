@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -62,11 +63,29 @@ const char *t_tmp_dir(void)
     return dir;
 }
 
+/* Every path handed out, kept for the process (reachable from here, so no
+ * leak report): a caller may hold several at once. */
+typedef struct tmp_path {
+    struct tmp_path *next;
+    char path[];
+} tmp_path;
+
 const char *t_tmp_path(const char *name)
 {
-    static char path[2048];
-    snprintf(path, sizeof path, "%s/%s", t_tmp_dir(), name);
-    return path;
+    static tmp_path *paths;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    char want[2048];
+    snprintf(want, sizeof want, "%s/%s", t_tmp_dir(), name);
+    pthread_mutex_lock(&mu);
+    tmp_path *p = paths;
+    while (p && strcmp(p->path, want)) p = p->next;
+    if (!p && (p = malloc(sizeof *p + strlen(want) + 1))) {
+        strcpy(p->path, want);
+        p->next = paths;
+        paths = p;
+    }
+    pthread_mutex_unlock(&mu);
+    return p ? p->path : NULL;
 }
 
 char *t_read_file(const char *path, size_t *len)

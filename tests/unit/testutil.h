@@ -79,7 +79,8 @@ const char *t_real_model_path(void);
 const char *t_gemma_model_path(void);
 /* A scratch directory for this test run (created on demand). */
 const char *t_tmp_dir(void);
-/* Joins t_tmp_dir() and name into a static buffer. */
+/* t_tmp_dir()/name; the same string for the same name, valid until the
+ * process ends (so several may be held at once). */
 const char *t_tmp_path(const char *name);
 /* Reads a whole file; NULL on failure. Caller frees. */
 char *t_read_file(const char *path, size_t *len);
