@@ -12,8 +12,8 @@
 # than the cross loader (2.36-9+deb12u14 against 2.36-8cross1 on Debian 12),
 # and threads then hang under qemu (test_threadpool ran for over 12 minutes
 # instead of 1.3 s). The other libraries still come from multiarch. (It
-# also hung about one run in 30 until the thread pool fenced its
-# store-then-load hand-offs: src/sched/threadpool.c, store_load_fence.)
+# also hung about one run in 50 until the thread pool's caller wrote its
+# hand-off flags with exchanges: src/sched/threadpool.c, above wake_workers.)
 SYSROOT=/usr/aarch64-linux-gnu
 if [ "${1:-}" = --check ]; then
     command -v qemu-aarch64 >/dev/null || {

@@ -256,20 +256,18 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-/* The caller's side of two store-then-load handshakes (gen against a
+/* The caller's side of two store-then-load hand-offs (gen against a
  * worker's n_sleeping, caller_sleeping against the workers' done): each side
- * stores its flag, then loads the other's, so at least one sees the other.
- * Seq_cst atomics promise that, but the store-then-load order is also made
- * a full fence: qemu-user runs AArch64's STLR;LDAR on x86 as a store and a
- * load that may pass each other, and test_threadpool then lost a wake-up
- * about one run in 30 (every thread asleep for good); with the fence, none
- * in 300 (docs/RELIABILITY.md). The workers' side is a read-modify-write
- * (a full barrier everywhere) before its load. */
-static void store_load_fence(void) { atomic_thread_fence(memory_order_seq_cst); }
-
+ * writes its flag, then loads the other's, so at least one sees the other.
+ * Seq_cst atomics promise that; the caller's writes are also exchanges (a
+ * read-modify-write, as the workers' side already is), because qemu-user
+ * runs AArch64's STLR;LDAR on x86 as a store and a load that may pass each
+ * other, and test_threadpool then lost a wake-up about one run in 50 (every
+ * thread asleep for good; docs/RELIABILITY.md). A read-modify-write is a
+ * full barrier on every host; a fence would do too, but ThreadSanitizer
+ * does not take atomic_thread_fence. */
 static void wake_workers(struct mz_threadpool *tp)
 {
-    store_load_fence(); /* gen, stored by the caller, before n_sleeping */
     if (atomic_load(&tp->n_sleeping) > 0) {
         pthread_mutex_lock(&tp->mu);
         pthread_cond_broadcast(&tp->work_cv);
@@ -412,7 +410,7 @@ static int run_job(mz_threadpool *tp, mz_task_fn fn, void *arg, bool claimed)
     const unsigned g = atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1u; /* only the owner writes gen */
     atomic_store(&tp->done, 0);
     atomic_store(&tp->entry, (uint64_t)g << 32); /* publishes fn, arg and done */
-    atomic_store(&tp->gen, g);
+    (void)atomic_exchange(&tp->gen, g); /* before n_sleeping is read (comment above wake_workers) */
     wake_workers(tp);
 
     fn(arg, 0, tp->n_threads);
@@ -428,8 +426,7 @@ static int run_job(mz_threadpool *tp, mz_task_fn fn, void *arg, bool claimed)
         else if ((k & 63) == 63 && spin_over(tp, &tp->owner_spin, t0)) {
             if (tp->stats) atomic_fetch_add(&tp->n_caller_sleeps, 1);
             pthread_mutex_lock(&tp->mu);
-            atomic_store(&tp->caller_sleeping, true);
-            store_load_fence(); /* caller_sleeping before done */
+            (void)atomic_exchange(&tp->caller_sleeping, true); /* before done is read (comment above wake_workers) */
             while (atomic_load(&tp->done) != target) pthread_cond_wait(&tp->done_cv, &tp->mu);
             atomic_store(&tp->caller_sleeping, false);
             pthread_mutex_unlock(&tp->mu);
