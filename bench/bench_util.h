@@ -15,19 +15,6 @@
 
 /* Option opt's value text as a whole number in [lo, hi]; otherwise prog
  * says why on stderr and exits with status 2 (a usage error). */
-static inline int bench_arg_int(const char *prog, const char *opt, const char *text, long lo, long hi)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s wants a whole number in [%ld, %ld], not '%s'\n", prog, opt, lo, hi, text);
-        exit(2);
-    }
-    return (int)v;
-}
-
-/* As bench_arg_int, for sizes and other counts past int's range. */
 static inline long long bench_arg_ll(const char *prog, const char *opt, const char *text, long long lo, long long hi)
 {
     char *end;
@@ -38,6 +25,12 @@ static inline long long bench_arg_ll(const char *prog, const char *opt, const ch
         exit(2);
     }
     return v;
+}
+
+/* As bench_arg_ll, for a range within int's. */
+static inline int bench_arg_int(const char *prog, const char *opt, const char *text, long lo, long hi)
+{
+    return (int)bench_arg_ll(prog, opt, text, lo, hi);
 }
 
 /* Option opt's value text as a finite number in [lo, hi]; otherwise exits

@@ -111,6 +111,9 @@ typedef struct mz_jfilter {
 mz_jfilter mz_jfilter_make(mz_jgram *g, const mz_jvocab *v);
 /* From now on at most n_tokens more text tokens (this one included). */
 void mz_jfilter_set_budget(mz_jfilter *f, size_t n_tokens);
+/* Forgets what the filter learnt about the grammar's current position (the
+ * first-byte verdicts and the close length), as after every accepted token. */
+void mz_jfilter_forget_position(mz_jfilter *f);
 /* mz_token_filter_fn: token t may come next (user is an mz_jfilter). */
 bool mz_jfilter_token_ok(void *user, mz_token t);
 /* Advances the grammar over token t (sampled through the filter); false if

@@ -677,12 +677,17 @@ bool mz_jfilter_token_ok(void *user, mz_token t)
     return false;
 }
 
+void mz_jfilter_forget_position(mz_jfilter *f)
+{
+    memset(f->first_ok, 0, sizeof f->first_ok);
+    f->close_known = false;
+}
+
 bool mz_jfilter_accept(mz_jfilter *f, mz_token t)
 {
     if (!mz_jfilter_token_ok(f, t)) return false;
     const mz_jvocab *v = f->v;
-    memset(f->first_ok, 0, sizeof f->first_ok);
-    f->close_known = false;
+    mz_jfilter_forget_position(f);
     if (v->kind[t] == TOK_EOG) return true;
     if (!mz_jgram_feed(f->g, v->bytes + v->off[t], v->off[t + 1] - v->off[t])) return false;
     if (f->budgeted && f->budget > 0) f->budget--;
