@@ -816,8 +816,10 @@ MZ_API MZ_NODISCARD mz_status mz_gen_model(const char *out_path, const mz_gen_pa
  * swap file) and memory (decode the compressed stack from its top) — and the
  * forward pass begins at once on what is resident, waiting per unit (a
  * layer's weights before the layer, each KV chunk before its attention),
- * never for the whole model. Answers are identical to mz_restore followed by
- * mz_prefill. On error (the message names the unit) the failed unit stays
+ * never for the whole model; where the compute and restore threads fit the
+ * CPUs, the first forward step reads the chunks the memory path has not yet
+ * decoded from their compressed copies instead of waiting for them. Answers
+ * are identical to mz_restore followed by mz_prefill. On error (the message names the unit) the failed unit stays
  * evicted with its copy intact, the context is truncated back as mz_prefill
  * does, and a later call retries. Do not call mz_evict from another thread
  * while a request runs (eviction is an owner-thread call). */
@@ -854,11 +856,19 @@ typedef struct mz_restore_timings {
                                   the first token sampled) */
     size_t n_units, n_storage_units, n_mem_units, n_ready;
     int n_restore_threads;     /* restore threads the request used (0: nothing to restore) */
+    size_t n_lent;             /* KV chunks the request's first forward step read from their
+                                  compressed copies instead of waiting for them
+                                  (mzcache_experimental.h, lend_kv) */
 } mz_restore_timings;
 
 /* mz_prefill with the restore pipelined (contract of mz_prefill otherwise).
  * p NULL = defaults; out (optional) receives the breakdown, which is also
- * kept for mz_get_last_restore_timings. */
+ * kept for mz_get_last_restore_timings. It returns once the logits are
+ * ready: chunks that only need decoding from the compressed stack may still
+ * be coming back on the restore threads then (out->restore_ms is 0), and
+ * the next call on the session waits for them as it needs them (a forward
+ * step per unit, any other call for all of them); mz_get_last_restore_timings
+ * then has the complete breakdown. */
 MZ_API MZ_NODISCARD mz_status mz_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
                                                  const mz_restore_params *p,
                                                  mz_restore_timings *out);

@@ -70,6 +70,12 @@ typedef struct mz_restore_experimental {
                                    profile's (its pre-fault table), 1..MZ_RESTORE_THREADS_MAX
                                    (more than the restore threads = all of them); else
                                    MZ_E_INVAL */
+    int lend_kv;                /* KV chunks the memory path would decode are read by the
+                                   request's first forward step from their compressed copies
+                                   instead of waited for: 0 = when the compute and restore
+                                   threads fit the CPUs, 1 = always, -1 = never */
+    bool wait_all;              /* return only once every unit is restored; false: the
+                                   memory path may go on after the request returns */
 } mz_restore_experimental;
 
 MZ_API mz_restore_experimental mz_restore_experimental_default(void);

@@ -314,6 +314,7 @@ static mz_status prefill_locked(mz_ctx_t *c, const mz_token *tokens, size_t n_to
     for (size_t done = 0; done < n_tokens;) {
         /* Between two forward steps: bytes mz_engine_evict asked of this
          * session while it computed (not while a restore job runs). */
+        mz_mem_restore_reap(c->mem);
         if (atomic_load(&c->pending_evict) && !mz_mem_restore_running(c->mem))
             mz_session_pay_deferred(c);
         size_t n = MZ_MIN((size_t)c->n_batch, n_tokens - done);
@@ -472,7 +473,8 @@ mz_restore_params mz_restore_params_default(void)
 mz_restore_experimental mz_restore_experimental_default(void)
 {
     return (mz_restore_experimental){
-        .overlap = MZ_OVERLAP_ALL, .debug_delay_us = 0, .seed = 0, .n_prefault_threads = 0};
+.overlap = MZ_OVERLAP_ALL, .debug_delay_us = 0, .seed = 0, .n_prefault_threads = 0, .lend_kv = 0,
+        .wait_all = false};
 }
 
 static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
@@ -533,11 +535,22 @@ static mz_status mzc_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t
         return s;
     }
     if (!overlap_prefill) s = mz_mem_restore_wait(c->mem);
+    /* Lending makes the compute threads decode what the restore threads
+     * decode too: a gain only where they do not share cores. */
+    c->lend_kv = overlap_prefill &&
+                 (x.lend_kv > 0 || (x.lend_kv == 0 && mz_threadpool_n_threads(c->pool) +
+                                                              mz_mem_restore_threads(c->mem) <=
+                                                          mz_n_cpus()));
     double tp = mz_time_ms();
     if (!s) s = mz_ctx_prefill_internal(c, tokens, n);
+    c->lend_kv = false;
     double t1 = mz_time_ms();
-    mz_status s2 = mz_mem_restore_end(c->mem, tm);
-    if (!s) s = s2;
+    /* The logits are out: what is left of a restore from memory goes on
+     * after the request (the next call on the session waits for it). */
+    if (s || x.wait_all || !mz_mem_restore_detach(c->mem, tm)) {
+        mz_status s2 = mz_mem_restore_end(c->mem, tm);
+        if (!s) s = s2;
+    }
     tm->prefill_ms = t1 - tp;
     tm->ttft_ms = t1 - t0;
     return s;
@@ -612,7 +625,12 @@ static mz_status restore_generate_locked(mz_ctx_t *c, const mz_token *tokens, si
     wp.on_token = rg_on_token;
     wp.cancelled = rg_cancelled;
     wp.user = &h;
-    return mz_generate(c, smp, &wp, res);
+    s = mz_generate(c, smp, &wp, res);
+    /* A restore that went on after the prompt's pass is long done by now:
+     * its full breakdown for the caller. */
+    mz_mem_restore_finish(c->mem);
+    if (out) mz_mem_last_restore(c->mem, out);
+    return s;
 }
 
 mz_status mz_restore_generate(mz_ctx_t *c, const mz_token *tokens, size_t n,
@@ -648,6 +666,7 @@ void mz_get_last_restore_timings(const mz_ctx_t *c, mz_restore_timings *out)
 {
     mz_ctx_t *w = (mz_ctx_t *)(uintptr_t)c;
     use_begin(w);
+    mz_mem_restore_finish(w->mem);
     mz_mem_last_restore(c->mem, out);
     use_end(w);
 }

@@ -165,6 +165,8 @@ struct mz_ctx {
     _Atomic uint64_t last_use_ns;
     _Atomic size_t pending_evict; /* bytes mz_engine_evict asked while it computed */
     _Atomic bool busy;         /* computing (for listings) */
+    bool lend_kv;              /* the next forward step may read KV chunks from the restore
+                                  job's compressed copies (mz_prefill_restore sets it) */
     _Atomic size_t deferred_freed; /* bytes freed paying pending_evict (total) */
     mz_threadpool *own_pool;   /* mz_ctx_init with n_threads other than the engine's */
     mz_model_t *model;

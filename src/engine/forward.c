@@ -471,7 +471,98 @@ mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_lo
     return s;
 }
 
+/* ---- KV chunks read from their compressed copies during a restore ----------------------- *
+ *
+ * While a pipelined restore runs, a layer's chunks that the job would
+ * decode from the compressed stack are lent to the pass instead of waited
+ * for (mz_mem_acquire_window_lend): the pool decodes them into one buffer
+ * of the step, reused by every layer, and attention reads them there. The
+ * values are the codec's decode, the ones the job writes into the chunks,
+ * so the pass computes the same bits either way; what it saves is waiting
+ * for the job's fresh pages, the bound of a restore from memory. */
+typedef struct lent_kv {
+    mz_mem *mm;
+    mz_kv_lent *lent;              /* [max_chunks] */
+    const uint8_t **ptrs;          /* [max_chunks]: the layer's chunk table, lent ones redirected */
+    uint8_t *buf;                  /* decoded lent chunks */
+    size_t buf_bytes, n, chunk_bytes;
+    _Atomic size_t next;
+    _Atomic int err;
+} lent_kv;
+
+static void lent_decode_task(void *arg, int ith, int nth)
+{
+    (void)ith;
+    (void)nth;
+    lent_kv *lk = arg;
+    for (size_t i; (i = atomic_fetch_add(&lk->next, 1)) < lk->n;) {
+        mz_status s = mz_mem_decode_lent(lk->mm, &lk->lent[i], lk->buf + i * lk->chunk_bytes);
+        if (s) {
+            int z = 0;
+            atomic_compare_exchange_strong(&lk->err, &z, (int)s);
+        }
+    }
+}
+
+/* Decodes the lent chunks of layer `layer` and points the layer's chunk
+ * table at them; returns the table attention reads. */
+static mz_status lent_kv_prepare(mz_ctx_t *c, lent_kv *lk, int layer, size_t n_chunks,
+                                 const uint8_t *const **table)
+{
+    *table = (const uint8_t *const *)c->kv.chunks[layer];
+    if (lk->n == 0) return MZ_OK;
+    const size_t need = lk->n * lk->chunk_bytes;
+    if (need > lk->buf_bytes) {
+        mz_pages_free(lk->buf, lk->buf_bytes);
+        lk->buf_bytes = 0;
+        if (!(lk->buf = mz_pages_alloc(need)))
+            return mz_fail(MZ_E_NOMEM, "out of memory reading %zu KV chunks from the compressed stack", lk->n);
+        lk->buf_bytes = need;
+    }
+    atomic_store(&lk->next, 0);
+    atomic_store(&lk->err, 0);
+    mz_threadpool_run_claimed(c->pool, lent_decode_task, lk);
+    int e = atomic_load(&lk->err);
+    if (e) return (mz_status)e;
+    for (size_t i = 0; i < n_chunks; i++) lk->ptrs[i] = c->kv.chunks[layer][i];
+    for (size_t i = 0; i < lk->n; i++) lk->ptrs[lk->lent[i].chunk] = lk->buf + i * lk->chunk_bytes;
+    *table = lk->ptrs;
+    return MZ_OK;
+}
+
+static void lent_kv_free(lent_kv *lk)
+{
+    if (lk->mm) mz_mem_end_lending(lk->mm);
+    mz_pages_free(lk->buf, lk->buf_bytes);
+    free(lk->lent);
+    free((void *)lk->ptrs);
+}
+
+static mz_status forward_layers(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits,
+                                lent_kv *lk);
+
 static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits)
+{
+    lent_kv lk = {0};
+    if (c->lend_kv && mz_mem_restore_running(c->mem)) {
+        c->lend_kv = false; /* the request's first step only: later ones find more restored */
+        const size_t mc = c->kv.max_chunks;
+        lk.mm = c->mem;
+        lk.chunk_bytes = mz_mem_chunk_bytes(c->mem);
+        lk.lent = malloc(mc * sizeof *lk.lent);
+        lk.ptrs = malloc(mc * sizeof *lk.ptrs);
+        if (!lk.lent || !lk.ptrs) {
+            lent_kv_free(&lk);
+            return mz_fail(MZ_E_NOMEM, "out of memory");
+        }
+    }
+    mz_status s = forward_layers(c, tokens, n, want_logits, &lk);
+    lent_kv_free(&lk);
+    return s;
+}
+
+static mz_status forward_layers(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits,
+                                lent_kv *lk)
 {
     const mz_model_t *m = c->model;
     const mz_model_config *cfg = &m->cfg;
@@ -504,7 +595,9 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
          * Per unit, in forward order: during mz_prefill_restore this waits
          * for the restore workers (manager.c); otherwise it restores here. */
         mz_mem_pin_weights(c->mem, l); /* before acquire looks at it; mz_forward unpins */
-        if ((st = mz_mem_acquire_window(c->mem, l, p0, n_chunks))) return st;
+        if ((st = mz_mem_acquire_window_lend(c->mem, l, p0, n_chunks, p0 / MZ_KV_CHUNK_TOKENS, lk->lent,
+                                             &lk->n)))
+            return st;
         phase_mark(&pc, PH_ACQUIRE);
         const mz_block_weights *b = &m->blocks[l];
         layer_ctx lc = {.c = c, .cfg = cfg, .b = b, .layer = l, .p0 = p0, .E = E, .QD = QD, .KVD = KVD,
@@ -519,9 +612,11 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
         phase_mark(&pc, PH_QKV);
         par_rows(c, n, QD + 2 * KVD, qkv_post_range, &lc);
         phase_mark(&pc, PH_QKV_POST);
+        const uint8_t *const *chunk_table;
+        if ((st = lent_kv_prepare(c, lk, l, n_chunks, &chunk_table))) return st;
         mz_attn_args aa = {.q = s->q,
                            .out = s->attn,
-                           .chunks = (const uint8_t *const *)c->kv.chunks[l],
+                           .chunks = chunk_table,
                            .n_head = cfg->n_head,
                            .n_head_kv = cfg->n_head_kv,
                            .head_dim = cfg->head_dim,
@@ -546,6 +641,7 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
             if (aa.partial) mz_threadpool_run_claimed(c->pool, attn_merge_task, &aa);
             free(aa.partial);
         }
+        if (lk->n) mz_mem_end_lending(c->mem);
         phase_mark(&pc, PH_ATTN);
         {
             const mz_tensor *ws[1] = {&b->wo};

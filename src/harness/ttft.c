@@ -349,14 +349,17 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         double t = ttft_now_s() - t0;
         if (s || !mz_ctx_logits(e->c)) goto fail;
         r->ttft[k] = t;
+        /* The memory path may go on after the call (mzcache.h): the complete
+         * breakdown once it is done. */
+        mz_get_last_restore_timings(e->c, &tm);
         al[k] = tm.alloc_ms, st[k] = tm.storage_ms, me[k] = tm.mem_ms, rs[k] = tm.restore_ms;
         sl[k] = tm.stall_ms, pf[k] = tm.prefill_ms;
         if (rem[k] < r->remaining_min) r->remaining_min = rem[k];
         if (rem[k] > r->remaining_max) r->remaining_max = rem[k];
         if (tm.n_restore_threads) {
             size_t n = strlen(extra);
-            snprintf(extra + n, sizeof extra - n, "; %d restore threads, alloc %.0f ms, ready %.0f ms",
-                     tm.n_restore_threads, tm.alloc_ms, tm.restore_ms);
+            snprintf(extra + n, sizeof extra - n, "; %d restore threads, alloc %.0f ms, ready %.0f ms, %zu chunks lent",
+                     tm.n_restore_threads, tm.alloc_ms, tm.restore_ms, tm.n_lent);
         }
         progress_line(e, r, k, n_runs, t, rem[k], cached, load, extra);
     }

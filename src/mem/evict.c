@@ -337,6 +337,7 @@ static mz_status exec_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, si
 mz_status mz_mem_evict_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, size_t goal,
                              int64_t *freed, size_t *moved, mz_evict_report *r)
 {
+    mz_mem_restore_finish(mm); /* a request's restore that went on after it: done first */
     pthread_mutex_lock(&mm->lock);
     mz_status s = exec_steps(mm, steps, n, goal, freed, moved, r);
     pthread_mutex_unlock(&mm->lock);
@@ -345,6 +346,7 @@ mz_status mz_mem_evict_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, s
 
 void mz_mem_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
 {
+    mz_mem_restore_finish(mm); /* a request's restore that went on after it: done first */
     mm_sync_kv(mm);
     pthread_mutex_lock(&mm->lock);
     mm_refresh_times(mm);
@@ -389,6 +391,7 @@ mz_status mz_mem_evict_ex(mz_mem *mm, size_t nbytes, bool weights_evictable, mz_
     int64_t freed = 0;
     if (nbytes == 0) goto out;
 
+    mz_mem_restore_finish(mm); /* a request's restore that went on after it: done first */
     mm_sync_kv(mm);
     pthread_mutex_lock(&mm->lock);
     mm_refresh_times(mm); /* the sizes measured by earlier evictions */

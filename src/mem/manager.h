@@ -98,6 +98,31 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, s
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_window(mz_mem *mm, int layer, size_t pos0,
                                                          size_t n_chunks);
 
+/* A KV chunk lent to the forward pass in its compressed form (below). */
+typedef struct mz_kv_lent {
+    size_t chunk;                 /* chunk index in the layer */
+    const uint8_t *data;          /* the encoded chunk, valid until mz_mem_end_lending */
+    size_t len;
+    const struct mz_codec *enc;
+} mz_kv_lent;
+/* mz_mem_acquire_window during a pipelined restore, for a pass that can
+ * read chunks below `first_written` from their compressed copies: those
+ * the job would decode from the compressed stack are not waited for but
+ * lent (lent[0 .. *n_lent), at most n_chunks), everything else is made
+ * resident as there. A lent chunk's values are mz_mem_decode_lent's, which
+ * are the ones the job writes into the chunk: the pass reads the same
+ * values either way. Outside a job (or lent == NULL) nothing is lent. The
+ * copies stay valid until mz_mem_end_lending, which the pass calls before
+ * acquiring its next layer (the job cannot settle them meanwhile). */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_window_lend(mz_mem *mm, int layer, size_t pos0,
+                                                              size_t n_chunks, size_t first_written,
+                                                              mz_kv_lent *lent, size_t *n_lent);
+/* Decodes a lent chunk into dst (the chunk's size: mz_mem_chunk_bytes);
+ * any thread, concurrently. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_decode_lent(const mz_mem *mm, const mz_kv_lent *l, void *dst);
+MZ_INTERNAL void mz_mem_end_lending(mz_mem *mm);
+MZ_INTERNAL size_t mz_mem_chunk_bytes(const mz_mem *mm);
+
 /* Evicts with the session's policy; weight blocks only while the session is
  * its engine's one session and none is pinned. */
 /* The report an eviction fills: r, or *scratch where the caller passed
@@ -218,6 +243,21 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_tim
 MZ_INTERNAL void mz_mem_last_restore(const mz_mem *mm, mz_restore_timings *out);
 /* Between begin and end (owner thread). */
 MZ_INTERNAL bool mz_mem_restore_running(const mz_mem *mm);
+/* Threads the running job started (0: none). */
+MZ_INTERNAL int mz_mem_restore_threads(const mz_mem *mm);
+/* The request's pass is done: when only the memory path is left (every
+ * stored unit and weight block loaded, no failure), the job goes on
+ * decoding on its threads after the request returns; true then, with *out
+ * the timings so far (restore_ms 0). Afterwards forward passes wait per
+ * unit as during the request, and every other call on the manager first
+ * finishes the job (mz_mem_restore_finish). False: the caller ends it. */
+MZ_INTERNAL bool mz_mem_restore_detach(mz_mem *mm, mz_restore_timings *out);
+/* Waits for a detached job and completes its timings; nothing if none.
+ * Callers hold the session's use lock (the owner, or mz_engine_evict), as
+ * for every call that moves units. */
+MZ_INTERNAL void mz_mem_restore_finish(mz_mem *mm);
+/* The same without waiting: only a detached job whose threads are done. */
+MZ_INTERNAL void mz_mem_restore_reap(mz_mem *mm);
 /* The engine completes the breakdown (prefill, TTFT). */
 MZ_INTERNAL void mz_mem_set_last_restore(mz_mem *mm, const mz_restore_timings *t);
 /* Tests: when the last job's compute first got past layer 0, and when its

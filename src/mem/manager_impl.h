@@ -170,5 +170,20 @@ MZ_INTERNAL MZ_NODISCARD mz_status mm_restore_unit(mz_mem *mm, mz_unit *u, mz_re
  * it); note when compute got past layer 0. */
 MZ_INTERNAL MZ_NODISCARD mz_status mm_job_wait_unit(struct rjob *j, mz_unit *u);
 MZ_INTERNAL void mm_job_note_compute(struct rjob *j);
+/* The forward pass reads a KV chunk from its compressed copy instead of
+ * waiting for the job to decode it: true and *out set (the stack keeps
+ * that item and the ones below it until mm_job_end_lending) when u is a
+ * chunk of the job's memory path not yet settled RESIDENT; false for any
+ * other unit. mm_job_lendable says which units the first would lend. */
+MZ_INTERNAL bool mm_job_lendable(const struct rjob *j, const mz_unit *u);
+MZ_INTERNAL bool mm_job_lend(struct rjob *j, mz_unit *u, mz_compstack_view *out);
+MZ_INTERNAL void mm_job_end_lending(struct rjob *j);
+MZ_INTERNAL void mm_job_count_lent(struct rjob *j, size_t n);
+/* A chunk of the memory path the pass writes into (the one its new tokens
+ * go to): decoded here into its own pages, out of the stack's order, so
+ * the pass need not wait for every item above it. MZ_AGAIN: a lane has it
+ * already (wait for it as usual); else the decode's status. The unit stays
+ * BUSY until the stack's top reaches it. */
+MZ_INTERNAL MZ_NODISCARD mz_status mm_job_take(struct rjob *j, mz_unit *u);
 
 #endif /* MZ_MANAGER_IMPL_H */

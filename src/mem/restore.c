@@ -146,11 +146,64 @@ mz_status mz_mem_acquire_window(mz_mem *mm, int layer, size_t pos0, size_t n_chu
     return MZ_OK;
 }
 
+mz_status mz_mem_acquire_window_lend(mz_mem *mm, int layer, size_t pos0, size_t n_chunks,
+                                     size_t first_written, mz_kv_lent *lent, size_t *n_lent)
+{
+    *n_lent = 0;
+    struct rjob *j = mm->job;
+    if (!j || !lent) return mz_mem_acquire_window(mm, layer, pos0, n_chunks);
+    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
+    mz_status s;
+    if ((s = acquire_unit(mm, j, &mm->wt->units[layer]))) return s;
+    /* Everything not lent first: waiting for a unit of the memory path
+     * needs the stack's items above it dropped, which lending stops. */
+    const size_t c0 = mm_first_live_chunk(mm, layer, pos0);
+    for (size_t c = c0; c < n_chunks; c++) {
+        mz_unit *u = kv_unit(mm, layer, c);
+        mz_unit_state st = mz_unit_state_get(u);
+        if (st == MZ_UNIT_RESIDENT) continue;
+        if (st == MZ_UNIT_ABSENT) {
+            mm_sync_kv(mm);
+            if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) continue;
+        }
+        if (mm_job_lendable(j, u)) {
+            if (c < first_written) continue;
+            s = mm_job_take(j, u);
+            if (s == MZ_OK) continue;
+            if (s != MZ_AGAIN) return s;
+        }
+        if ((s = acquire_unit(mm, j, u))) return s;
+    }
+    for (size_t c = c0; c < MZ_MIN(first_written, n_chunks); c++) {
+        mz_unit *u = kv_unit(mm, layer, c);
+        mz_compstack_view v;
+        if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT || !mm_job_lend(j, u, &v)) continue;
+        lent[(*n_lent)++] = (mz_kv_lent){.chunk = c, .data = v.data, .len = v.len, .enc = u->enc};
+    }
+    mm_job_count_lent(j, *n_lent);
+    if (layer == 0) mm_job_note_compute(j);
+    return MZ_OK;
+}
+
+mz_status mz_mem_decode_lent(const mz_mem *mm, const mz_kv_lent *l, void *dst)
+{
+    mz_status s = mz_codec_decode(l->enc, l->data, l->len, (mz_f16 *)dst, mm->n_values);
+    return s ? mz_fail_prefix(s, "decoding KV chunk %zu from the compressed stack failed", l->chunk) : MZ_OK;
+}
+
+void mz_mem_end_lending(mz_mem *mm)
+{
+    if (mm->job) mm_job_end_lending(mm->job);
+}
+
+size_t mz_mem_chunk_bytes(const mz_mem *mm) { return mm->n_values * sizeof(mz_f16); }
+
 mz_status mz_mem_restore_all(mz_mem *mm, mz_restore_report *r)
 {
     mz_restore_report dummy;
     if (!r) r = &dummy;
     memset(r, 0, sizeof *r);
+    mz_mem_restore_finish(mm); /* a request's restore that went on after it: done first */
     double t0 = mz_time_ms();
     mz_status s = MZ_OK;
     mm_sync_kv(mm);

@@ -116,6 +116,11 @@ typedef struct rjob {
     unsigned char *mem_done;   /* [n_mem]: decoded (mm->lock) */
     size_t mem_next;           /* next item a lane claims (j->mu) */
     size_t mem_dropped;        /* items dropped from the stack (mm->lock) */
+    size_t mem_pin;            /* items from here down stay on the stack: the forward pass
+                                  reads them (mm_job_lend); SIZE_MAX: none (mm->lock) */
+    size_t *mem_item;          /* [n]: item index of a unit in the stack, SIZE_MAX if stored */
+    unsigned char *mem_taken;  /* [n_mem]: decoded by the forward pass (mm_job_take); the
+                                  lanes skip it (j->mu) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     size_t n_opened;           /* prefix of units made readable and writable */
@@ -143,6 +148,9 @@ typedef struct rjob {
     size_t n_storage, n_mem;   /* units each loader handles */
     double t_begin, t_ready;
     double stall_ms;           /* owner: time waiting in acquire_layer */
+    size_t n_lent;             /* chunks lent to the forward pass (owner thread) */
+    bool detached;             /* the request returned; only the memory path is left
+                                  (mz_mem_restore_detach) */
     double first_compute_ms;
 } rjob;
 
@@ -441,7 +449,7 @@ static int job_storage_step(rjob *j, job_act *a, size_t *seen_alloc)
 static void mem_drop_decoded(rjob *j)
 {
     mz_mem *mm = j->mm;
-    while (j->mem_dropped < j->n_mem && j->mem_done[j->mem_dropped]) {
+    while (j->mem_dropped < j->n_mem && j->mem_dropped < j->mem_pin && j->mem_done[j->mem_dropped]) {
         mz_status s = mz_compstack_drop_top(mm->stack);
         MZ_ASSERT(s == MZ_OK);
         (void)s;
@@ -454,6 +462,11 @@ static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
 {
     mz_mem *mm = j->mm;
     pthread_mutex_lock(&j->mu);
+    if (!j->failed && j->mem_next < j->n_mem && j->mem_taken[j->mem_next]) {
+        j->mem_next++; /* the forward pass decodes it (mm_job_take) */
+        pthread_mutex_unlock(&j->mu);
+        return JOB_PROGRESS;
+    }
     const bool failed = j->failed, have = j->mem_next < j->n_mem;
     const size_t k = j->mem_next;
     const size_t i = have ? j->mem_unit[k] : 0;
@@ -558,6 +571,8 @@ static void job_free(rjob *j)
     free(j->mapped);
     free(j->alloc_claimed);
     free(j->sto_list);
+    free(j->mem_item);
+    free(j->mem_taken);
     free(j->mem_items);
     free(j->mem_unit);
     free(j->mem_done);
@@ -579,6 +594,7 @@ static void job_free(rjob *j)
 
 mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
 {
+    mz_mem_restore_finish(mm);
     MZ_ASSERT(!mm->job);
     memset(&mm->last, 0, sizeof mm->last);
     mm->last_first_compute_ms = mm->last_ready_ms = 0;
@@ -667,8 +683,11 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     j->mem_items = mz_calloc(MZ_MAX(j->n_mem, 1), sizeof *j->mem_items);
     j->mem_unit = mz_calloc(MZ_MAX(j->n_mem, 1), sizeof *j->mem_unit);
     j->mem_done = mz_calloc(MZ_MAX(j->n_mem, 1), 1);
+    j->mem_item = mz_calloc(j->n, sizeof *j->mem_item);
+    j->mem_taken = mz_calloc(MZ_MAX(j->n_mem, 1), 1);
+    j->mem_pin = SIZE_MAX;
     if (!j->lanes || !j->th || !j->thr || !j->sto_list || !j->mem_items || !j->mem_unit ||
-        !j->mem_done) {
+        !j->mem_done || !j->mem_item || !j->mem_taken) {
         job_free(j);
         return mz_fail(MZ_E_NOMEM, "out of memory starting the restore workers");
     }
@@ -677,6 +696,7 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     /* Views of the stack's items from its top: every compressed unit is in
      * the job, so the stack holds exactly n_mem items. */
     pthread_mutex_lock(&mm->lock);
+    for (size_t i = 0; i < j->n; i++) j->mem_item[i] = SIZE_MAX;
     size_t n_items = mz_compstack_peek_from_top(mm->stack, j->n_mem, j->mem_items);
     MZ_ASSERT(n_items == j->n_mem && mz_compstack_count(mm->stack) == j->n_mem);
     (void)n_items;
@@ -685,6 +705,7 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
         size_t i = j->kv_idx[(size_t)u->layer * mm->max_chunks + (size_t)u->chunk];
         MZ_ASSERT(i != SIZE_MAX && j->from[i] == MZ_UNIT_COMPRESSED);
         j->mem_unit[k] = i;
+        j->mem_item[i] = k;
     }
     pthread_mutex_unlock(&mm->lock);
 
@@ -793,6 +814,97 @@ mz_status mm_job_wait_unit(struct rjob *j, mz_unit *u)
     return failed ? mz_fail(j->err, "%s", j->errmsg) : MZ_OK;
 }
 
+static size_t job_mem_item_of(const rjob *j, const mz_unit *u)
+{
+    if (u->kind != MZ_UNIT_KV) return SIZE_MAX;
+    size_t i = j->kv_idx[(size_t)u->layer * j->mm->max_chunks + (size_t)u->chunk];
+    return i == SIZE_MAX ? SIZE_MAX : j->mem_item[i];
+}
+
+void mm_job_count_lent(struct rjob *j, size_t n) { j->n_lent += n; }
+
+bool mm_job_lendable(const struct rjob *j, const mz_unit *u) { return job_mem_item_of(j, u) != SIZE_MAX; }
+
+bool mm_job_lend(struct rjob *j, mz_unit *u, mz_compstack_view *out)
+{
+    mz_mem *mm = j->mm;
+    const size_t k = job_mem_item_of(j, u);
+    if (k == SIZE_MAX) return false;
+    pthread_mutex_lock(&mm->lock);
+    /* Not yet settled RESIDENT means not yet dropped: both happen under
+     * mm->lock (mem_drop_decoded), so the item is still on the stack. */
+    bool lent = mz_unit_state_get(u) != MZ_UNIT_RESIDENT;
+    if (lent) {
+        MZ_ASSERT(k >= j->mem_dropped);
+        *out = j->mem_items[k];
+        if (k < j->mem_pin) j->mem_pin = k;
+    }
+    pthread_mutex_unlock(&mm->lock);
+    return lent;
+}
+
+mz_status mm_job_take(struct rjob *j, mz_unit *u)
+{
+    mz_mem *mm = j->mm;
+    const size_t k = job_mem_item_of(j, u);
+    if (k == SIZE_MAX) return MZ_AGAIN;
+    const size_t i = j->mem_unit[k];
+    pthread_mutex_lock(&j->mu);
+    if (j->failed || k < j->mem_next || j->mem_taken[k]) {
+        pthread_mutex_unlock(&j->mu);
+        return MZ_AGAIN; /* a lane has it: wait for it as usual */
+    }
+    j->mem_taken[k] = 1;
+    /* Its pages: faulted here unless a pre-faulting thread has them (then
+     * wait for it: its fallback writes every page). */
+    const bool alloc_here = !j->alloc_claimed[i];
+    if (alloc_here) j->alloc_claimed[i] = 1;
+    while (!alloc_here && !j->mapped[i]) pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_lock(&mm->lock);
+    bool claimed = mz_unit_claim(u, MZ_UNIT_COMPRESSED);
+    pthread_mutex_unlock(&mm->lock);
+    MZ_ASSERT(claimed); /* no lane claims a taken item; eviction waits for the request */
+    (void)claimed;
+    const mz_compstack_view *v = &j->mem_items[k];
+    mz_status s = mz_codec_decode(u->enc, v->data, v->len, (mz_f16 *)u->buf, mm->n_values);
+    pthread_mutex_lock(&j->mu);
+    if (alloc_here) {
+        j->mapped[i] = 1;
+        j->n_mapped++;
+        pthread_cond_broadcast(&j->cv);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (s) {
+        char nm[64], msg[512];
+        snprintf(msg, sizeof msg, "cannot restore %s: decoding from the compressed stack failed: %s",
+                 mm_unit_name(u, nm, sizeof nm), mz_last_error());
+        mz_unit_release_pages(u);
+        mz_unit_settle(u, MZ_UNIT_COMPRESSED);
+        job_fail(j, s, msg);
+        return mz_fail(s, "%s", msg);
+    }
+    /* Decoded, not yet settled: RESIDENT when the stack's top reaches its
+     * item (mem_drop_decoded). Until then it stays BUSY, which only this
+     * pass (its writer) touches and later passes wait for. */
+    pthread_mutex_lock(&mm->lock);
+    j->mem_done[k] = 1;
+    mem_drop_decoded(j);
+    pthread_mutex_unlock(&mm->lock);
+    return MZ_OK;
+}
+
+void mm_job_end_lending(struct rjob *j)
+{
+    mz_mem *mm = j->mm;
+    pthread_mutex_lock(&mm->lock);
+    if (j->mem_pin != SIZE_MAX) {
+        j->mem_pin = SIZE_MAX;
+        mem_drop_decoded(j);
+    }
+    pthread_mutex_unlock(&mm->lock);
+}
+
 void mm_job_note_compute(struct rjob *j)
 {
     if (j->first_compute_ms < 0) j->first_compute_ms = mz_time_ms();
@@ -837,6 +949,7 @@ mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
         mm->last.stall_ms = j->stall_ms;
         mm->last.restore_ms = j->t_ready - j->t_begin;
         mm->last.n_ready = j->n_ready;
+        mm->last.n_lent = j->n_lent;
         mm->last_first_compute_ms = j->first_compute_ms;
         mm->last_ready_ms = j->t_ready;
         mm->job = NULL;
@@ -846,7 +959,57 @@ mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
     return s;
 }
 
+bool mz_mem_restore_detach(mz_mem *mm, mz_restore_timings *out)
+{
+    rjob *j = mm->job;
+    if (!j) return false;
+    pthread_mutex_lock(&j->mu);
+    /* Only the memory path may outlive the request: it touches this
+     * session's units and stack alone, whereas the storage lanes use the
+     * engine's model-file reader and swap file, which the next session's
+     * request may use as soon as this one's compute section closes. The
+     * pass waited for every stored unit, so they are loaded unless the job
+     * failed. */
+    bool ok = !j->failed && j->n_running > 0;
+    for (size_t k = 0; ok && k < j->n_storage; k++)
+        ok = mz_unit_state_get(j->units[j->sto_list[k]]) == MZ_UNIT_RESIDENT;
+    pthread_mutex_unlock(&j->mu);
+    if (!ok) return false;
+    j->detached = true;
+    mm->last.n_restore_threads = j->n_threads;
+    mm->last.stall_ms = j->stall_ms;
+    mm->last.restore_ms = 0; /* not yet: mz_mem_restore_finish */
+    mm->last.n_lent = j->n_lent;
+    mm->last_first_compute_ms = j->first_compute_ms;
+    if (out) *out = mm->last;
+    return true;
+}
+
+void mz_mem_restore_finish(mz_mem *mm)
+{
+    if (!mm->job || !mm->job->detached) return;
+    /* A failure leaves the failed unit (and those after it) evicted with
+     * their stack items intact: the next pass that needs them restores
+     * them itself and reports it. */
+    mz_restore_timings keep = mm->last;
+    mz_status s = mz_mem_restore_end(mm, NULL);
+    (void)s;
+    mm->last.prefill_ms = keep.prefill_ms;
+    mm->last.ttft_ms = keep.ttft_ms;
+}
+
+void mz_mem_restore_reap(mz_mem *mm)
+{
+    rjob *j = mm->job;
+    if (!j || !j->detached) return;
+    pthread_mutex_lock(&j->mu);
+    bool done = j->n_running == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (done) mz_mem_restore_finish(mm);
+}
+
 bool mz_mem_restore_running(const mz_mem *mm) { return mm->job != NULL; }
+int mz_mem_restore_threads(const mz_mem *mm) { return mm->job ? mm->job->n_threads : 0; }
 void mz_mem_last_restore(const mz_mem *mm, mz_restore_timings *out) { *out = mm->last; }
 void mz_mem_set_last_restore(mz_mem *mm, const mz_restore_timings *t) { mm->last = *t; }
 
