@@ -78,7 +78,13 @@ mz_status mz_engine_restore(mz_engine_t *e, const mz_engine_restore_params *p, m
         mz_status st;
         if (pipelined) {
             mz_restore_timings tm = {0};
-            st = mz_prefill_restore(v[i].c, NULL, 0, NULL, &tm);
+            /* Every unit back before the call returns, and any failure
+             * reported (mzcache.h): the memory path does not go on after it. */
+            mz_restore_experimental rx = mz_restore_experimental_default();
+            rx.wait_all = true;
+            mz_restore_params rp = mz_restore_params_default();
+            rp.experimental = &rx;
+            st = mz_prefill_restore(v[i].c, NULL, 0, &rp, &tm);
             units->n_storage += tm.n_storage_units;
             units->n_memory += tm.n_mem_units;
         } else {

@@ -97,6 +97,7 @@ mz_status mz_mem_init(mz_model_t *m, mz_kv_cache *kv, const mz_mem_params *p, mz
     mm->n_layer = kv->n_layer;
     mm->max_chunks = kv->max_chunks;
     mm->n_values = kv->chunk_bytes / sizeof(mz_f16);
+    mm->kv_lost_pos = SIZE_MAX;
     mm->codec = codec;
     mm->placement = placement;
     mm->swap_flags = p ? p->swap_flags : 0;

@@ -77,6 +77,10 @@ struct mz_mem {
     mz_restore_timings last;   /* breakdown of the last pipelined restore */
     double last_first_compute_ms; /* when acquire_layer(0) returned in the last job */
     double last_ready_ms;      /* when its last unit became ready */
+    size_t kv_lost_pos;        /* SIZE_MAX, or the first position whose K/V rows a failed
+                                  restore lost: a chunk the pass had written (mm_job_take)
+                                  went back to its stack item; acquire refuses every pass
+                                  until a truncation to at most this position */
     _Atomic size_t n_clean_evicted; /* [store] evictions that only released pages */
     bool store_leaked;         /* [store] a truncation left clean records behind */
     size_t n_store_extra;      /* [store] slots held by the store, not by a unit (tails) */
@@ -180,10 +184,10 @@ MZ_INTERNAL bool mm_job_lend(struct rjob *j, mz_unit *u, mz_compstack_view *out)
 MZ_INTERNAL void mm_job_end_lending(struct rjob *j);
 MZ_INTERNAL void mm_job_count_lent(struct rjob *j, size_t n);
 /* A chunk of the memory path the pass writes into (the one its new tokens
- * go to): decoded here into its own pages, out of the stack's order, so
- * the pass need not wait for every item above it. MZ_AGAIN: a lane has it
+ * go to, the first at pos0): decoded here into its own pages, out of the
+ * stack's order, so the pass need not wait for every item above it. MZ_AGAIN: a lane has it
  * already (wait for it as usual); else the decode's status. The unit stays
  * BUSY until the stack's top reaches it. */
-MZ_INTERNAL MZ_NODISCARD mz_status mm_job_take(struct rjob *j, mz_unit *u);
+MZ_INTERNAL MZ_NODISCARD mz_status mm_job_take(struct rjob *j, mz_unit *u, size_t pos0);
 
 #endif /* MZ_MANAGER_IMPL_H */

@@ -125,9 +125,19 @@ mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks)
     return mz_mem_acquire_window(mm, layer, 0, n_chunks);
 }
 
+static mz_status kv_lost_check(const mz_mem *mm)
+{
+    if (mm->kv_lost_pos == SIZE_MAX) return MZ_OK;
+    return mz_fail(MZ_E_CORRUPT, "a failed restore lost the K/V of positions %zu and later: "
+                   "cut the conversation back to %zu tokens (mz_ctx_truncate) before computing on it",
+                   mm->kv_lost_pos, mm->kv_lost_pos);
+}
+
 mz_status mz_mem_acquire_window(mz_mem *mm, int layer, size_t pos0, size_t n_chunks)
 {
     MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
+    mz_status ls = kv_lost_check(mm);
+    if (ls) return ls;
     mz_status s;
     struct rjob *j = mm->job;
     mz_unit *w = &mm->wt->units[layer];
@@ -154,6 +164,7 @@ mz_status mz_mem_acquire_window_lend(mz_mem *mm, int layer, size_t pos0, size_t 
     if (!j || !lent) return mz_mem_acquire_window(mm, layer, pos0, n_chunks);
     MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
     mz_status s;
+    if ((s = kv_lost_check(mm))) return s;
     if ((s = acquire_unit(mm, j, &mm->wt->units[layer]))) return s;
     /* Everything not lent first: waiting for a unit of the memory path
      * needs the stack's items above it dropped, which lending stops. */
@@ -168,7 +179,7 @@ mz_status mz_mem_acquire_window_lend(mz_mem *mm, int layer, size_t pos0, size_t 
         }
         if (mm_job_lendable(j, u)) {
             if (c < first_written) continue;
-            s = mm_job_take(j, u);
+            s = mm_job_take(j, u, pos0);
             if (s == MZ_OK) continue;
             if (s != MZ_AGAIN) return s;
         }

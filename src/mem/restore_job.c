@@ -149,6 +149,8 @@ typedef struct rjob {
     double t_begin, t_ready;
     double stall_ms;           /* owner: time waiting in acquire_layer */
     size_t n_lent;             /* chunks lent to the forward pass (owner thread) */
+    size_t take_pos;           /* first position the pass wrote into a taken chunk
+                                  (owner thread; SIZE_MAX: none taken) */
     bool detached;             /* the request returned; only the memory path is left
                                   (mz_mem_restore_detach) */
     double first_compute_ms;
@@ -609,6 +611,7 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     j->seed = p ? p->seed : 0;
     j->t_begin = mz_time_ms();
     j->first_compute_ms = -1;
+    j->take_pos = SIZE_MAX;
     size_t cap = (size_t)mm->n_layer * (1 + mm->max_chunks);
     j->units = mz_calloc(MZ_MAX(cap, 1), sizeof *j->units);
     j->from = mz_calloc(MZ_MAX(cap, 1), sizeof *j->from);
@@ -843,7 +846,7 @@ bool mm_job_lend(struct rjob *j, mz_unit *u, mz_compstack_view *out)
     return lent;
 }
 
-mz_status mm_job_take(struct rjob *j, mz_unit *u)
+mz_status mm_job_take(struct rjob *j, mz_unit *u, size_t pos0)
 {
     mz_mem *mm = j->mm;
     const size_t k = job_mem_item_of(j, u);
@@ -855,6 +858,7 @@ mz_status mm_job_take(struct rjob *j, mz_unit *u)
         return MZ_AGAIN; /* a lane has it: wait for it as usual */
     }
     j->mem_taken[k] = 1;
+    j->take_pos = MZ_MIN(j->take_pos, pos0);
     /* Its pages: faulted here unless a pre-faulting thread has them (then
      * wait for it: its fallback writes every page). */
     const bool alloc_here = !j->alloc_claimed[i];
@@ -931,8 +935,15 @@ mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_timings *out)
         for (int t = 0; t < j->n_th; t++) pthread_join(j->th[t], NULL);
         /* Decoded but not yet dropped from the stack (a failed item above
          * them): back to COMPRESSED, their items intact. */
-        for (size_t k = j->mem_dropped; k < j->n_mem; k++)
-            if (j->mem_done[k]) mz_unit_settle(j->units[j->mem_unit[k]], MZ_UNIT_COMPRESSED);
+        for (size_t k = j->mem_dropped; k < j->n_mem; k++) {
+            if (!j->mem_done[k]) continue;
+            mz_unit_settle(j->units[j->mem_unit[k]], MZ_UNIT_COMPRESSED);
+            /* A chunk the pass wrote its tokens into goes back to its item,
+             * which lacks them: every item above it was decoded by the pass
+             * or a lane already, so this takes a failure the pass did not
+             * see — never silent: the context must be cut back. */
+            if (j->mem_taken[k]) mm->kv_lost_pos = MZ_MIN(mm->kv_lost_pos, j->take_pos);
+        }
         /* Allocated but never loaded (a failure stopped the loaders): give
          * the pages back; the unit is still in its evicted state. */
         for (size_t i = 0; i < j->n_opened; i++)
@@ -970,7 +981,7 @@ bool mz_mem_restore_detach(mz_mem *mm, mz_restore_timings *out)
      * request may use as soon as this one's compute section closes. The
      * pass waited for every stored unit, so they are loaded unless the job
      * failed. */
-    bool ok = !j->failed && j->n_running > 0;
+    bool ok = !j->failed && j->n_running > 0 && j->n_ready < j->n;
     for (size_t k = 0; ok && k < j->n_storage; k++)
         ok = mz_unit_state_get(j->units[j->sto_list[k]]) == MZ_UNIT_RESIDENT;
     pthread_mutex_unlock(&j->mu);

@@ -73,6 +73,7 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
         }
         mz_unit_settle(t, MZ_UNIT_RESIDENT);
     }
+    if (n_pos <= mm->kv_lost_pos) mm->kv_lost_pos = SIZE_MAX; /* the lost rows are gone */
 out:
     pthread_mutex_unlock(&mm->lock);
     return s;
