@@ -200,7 +200,8 @@ static void codec_display_name(const mz_codec *c, char *buf, size_t cap)
 
 void mz_mem_reader_idle(mz_mem *mm)
 {
-    if (mm && mm->dfile && !mm->job) mz_dfile_idle(mm->dfile);
+    /* A detached job reads nothing more from the model file. */
+    if (mm && mm->dfile && (!mm->job || mz_mem_restore_detached(mm))) mz_dfile_idle(mm->dfile);
 }
 
 void mz_mem_shared_init(mz_mem_shared *sh, const char *swap_dir)

@@ -243,6 +243,8 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_end(mz_mem *mm, mz_restore_tim
 MZ_INTERNAL void mz_mem_last_restore(const mz_mem *mm, mz_restore_timings *out);
 /* Between begin and end (owner thread). */
 MZ_INTERNAL bool mz_mem_restore_running(const mz_mem *mm);
+/* A job that went on after its request (mz_mem_restore_detach). */
+MZ_INTERNAL bool mz_mem_restore_detached(const mz_mem *mm);
 /* Threads the running job started (0: none). */
 MZ_INTERNAL int mz_mem_restore_threads(const mz_mem *mm);
 /* The request's pass is done: when only the memory path is left (every

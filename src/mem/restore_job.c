@@ -512,6 +512,24 @@ static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
     return JOB_PROGRESS;
 }
 
+/* A storage lane's buffers, read queue and model-file reader; at the end of
+ * its activity (a job that goes on after its request keeps none). */
+static void lane_release(rjob *j, sto_lane *L)
+{
+    MZ_ASSERT(L->n_inflight == 0);
+    if (L->scratch) mz_pages_free(L->scratch, j->mm->scratch_cap);
+    L->scratch = NULL;
+    for (int q = 0; q < STO_LANE_DEPTH_MAX; q++) {
+        if (L->req[q].scratch) mz_pages_free(L->req[q].scratch, j->mm->scratch_cap);
+        L->req[q].scratch = NULL;
+    }
+    if (L->aio) mz_swap_aio_free(L->aio);
+    L->aio = NULL;
+    if (L->own_dfile) mz_dfile_close(L->dfile);
+    L->dfile = NULL;
+    L->own_dfile = false;
+}
+
 /* One restore thread: runs the activities of its mask in turn, one step
  * each, and sleeps only when every unfinished one is blocked on
  * allocation (which then runs on another thread). */
@@ -543,7 +561,10 @@ static void *job_thread_main(void *arg)
             }
             size_t sa = SIZE_MAX;
             int r = steps[k](j, &acts[k], &sa);
-            if (r == JOB_DONE) acts[k].done = true;
+            if (r == JOB_DONE) {
+                acts[k].done = true;
+                if (k == ACT_STORAGE) lane_release(j, acts[k].lane);
+            }
             else if (r == JOB_PROGRESS) progress = true;
             else seen = MZ_MIN(seen, sa);
             pending |= !acts[k].done;
@@ -580,14 +601,7 @@ static void job_free(rjob *j)
     free(j->mem_done);
     free(j->th);
     free(j->thr);
-    for (int l = 0; l < j->n_lanes; l++) {
-        sto_lane *L = &j->lanes[l];
-        if (L->scratch) mz_pages_free(L->scratch, j->mm->scratch_cap);
-        for (int q = 0; q < STO_LANE_DEPTH_MAX; q++)
-            if (L->req[q].scratch) mz_pages_free(L->req[q].scratch, j->mm->scratch_cap);
-        if (L->aio) mz_swap_aio_free(L->aio);
-        if (L->own_dfile) mz_dfile_close(L->dfile);
-    }
+    for (int l = 0; j->lanes && l < j->n_lanes; l++) lane_release(j, &j->lanes[l]);
     free(j->lanes);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -1020,6 +1034,7 @@ void mz_mem_restore_reap(mz_mem *mm)
 }
 
 bool mz_mem_restore_running(const mz_mem *mm) { return mm->job != NULL; }
+bool mz_mem_restore_detached(const mz_mem *mm) { return mm->job && mm->job->detached; }
 int mz_mem_restore_threads(const mz_mem *mm) { return mm->job ? mm->job->n_threads : 0; }
 void mz_mem_last_restore(const mz_mem *mm, mz_restore_timings *out) { *out = mm->last; }
 void mz_mem_set_last_restore(mz_mem *mm, const mz_restore_timings *t) { mm->last = *t; }
