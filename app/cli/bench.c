@@ -49,6 +49,11 @@ static void help(void)
            "  --query N             query tokens (default 8)\n"
            "  --restore-threads N   mzcache restore threads (default 0: the device profile's\n"
            "                        split for the compute threads and CPUs)\n"
+           "  --lend auto|on|off    the first forward step reads chunks the restore has not yet\n"
+           "                        decoded from their compressed copies (auto: where compute\n"
+           "                        and restore threads fit the CPUs)\n"
+           "  --wait-all            the request returns only once every unit is restored\n"
+           "                        (default: the decoding from memory may go on after it)\n"
            "  -t, --threads N       compute threads (default 2)\n"
            "  --tol PCT             allowed undershoot of the remaining level (default 3)\n"
            "  --no-inmem            skip the in-memory (nothing evicted) TTFT (the bound is then nan)\n"
@@ -115,6 +120,16 @@ static int bench_ttft(int argc, char **argv)
         else if (OPT("--restore-threads")) {
             if (cli_opt_int(a, v, 0, MZ_RESTORE_THREADS_MAX, &o.restore_threads)) return 2;
         }
+        else if (OPT("--lend")) {
+            if (!strcmp(v, "auto")) o.lend_kv = 0;
+            else if (!strcmp(v, "on")) o.lend_kv = 1;
+            else if (!strcmp(v, "off")) o.lend_kv = -1;
+            else {
+                fprintf(stderr, "mzcache bench ttft: --lend %s: use auto, on or off\n", v);
+                return 2;
+            }
+        }
+        else if (!strcmp(a, "--wait-all")) o.wait_all = true;
         else if (OPT("-t") || OPT("--threads")) { if (cli_opt_int(a, v, 1, 256, &o.threads)) return 2; }
         else if (OPT("--tol")) { if (cli_opt_double(a, v, 0, 1e6, &o.tol)) return 2; }
         else if (OPT("--swap-dir")) o.swap_dir = v;

@@ -339,6 +339,8 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         if (load > r->load_max) r->load_max = load;
         mz_restore_experimental rx = mz_restore_experimental_default();
         rx.overlap = pc->overlap;
+        rx.lend_kv = o->lend_kv;
+        rx.wait_all = o->wait_all;
         mz_restore_params rp = mz_restore_params_default();
         rp.experimental = &rx;
         rp.n_restore_threads = o->restore_threads;
