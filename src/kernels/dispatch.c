@@ -291,6 +291,11 @@ const char *const mz_isa_names[MZ_ISA_COUNT] = {
 
 /* -1 until mz_kernels_init has run, then an enum mz_isa. */
 static atomic_int g_isa = -1;
+/* mz_kernels_f16_gemv_rows: set by mz_kernels_init (or a test). */
+static atomic_bool g_f16_gemv_rows;
+
+bool mz_kernels_f16_gemv_rows(void) { return atomic_load_explicit(&g_f16_gemv_rows, memory_order_relaxed); }
+void mz_kernels_set_f16_gemv_rows(bool rows) { atomic_store_explicit(&g_f16_gemv_rows, rows, memory_order_relaxed); }
 
 /* ---- CPU features ------------------------------------------------------------------ */
 
@@ -325,6 +330,16 @@ void mz_kernels_init(void)
     const char *env = getenv("MZ_KERNELS");
     if (env && (!strcmp(env, "ref") || !strcmp(env, "scalar"))) best = MZ_ISA_SCALAR;
     else if (env && !strcmp(env, "avx2") && best == MZ_ISA_AVX512) best = MZ_ISA_AVX2;
+
+    bool rows = false;
+#if MZ_KERNELS_X86
+    __builtin_cpu_init();
+    rows = __builtin_cpu_is("amd");
+#endif
+    const char *walk = getenv("MZ_F16_GEMV");
+    if (walk && !strcmp(walk, "rows")) rows = true;
+    else if (walk && !strcmp(walk, "tiles")) rows = false;
+    mz_kernels_set_f16_gemv_rows(rows);
 
     /* Concurrent first calls all store the same value. */
     atomic_store_explicit(&g_isa, (int)best, memory_order_release);

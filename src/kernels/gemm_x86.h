@@ -181,11 +181,10 @@ GEMM_INLINE void tile_q4_1(size_t nb, const uint8_t *restrict w, size_t wrb, con
 
 GEMM_INLINE __m256 gemm_load_f16x8(const mz_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-/* Rows of the AVX2 one-token tile (f16_gemv): arrays of tile_f16 are sized for it. */
+/* Rows of the one-token tile (f16_gemv): arrays of tile_f16 are sized for it. */
 #define F16GV_R 8
 
-#ifndef GEMM_F16_ZMM
-/* In the AVX2 one-token tile, after `done` columns of each of its R rows, the
+/* In the one-token tile, after `done` columns of each of its R rows, the
  * same share of the next tile's R rows (contiguous, R * wrb bytes from w):
  * `step` columns of every row are consumed per step, so R * step * 2 bytes
  * of the next tile are fetched per step and it is in cache when its turn
@@ -205,6 +204,7 @@ GEMM_INLINE void f16gv_prefetch_next(const uint8_t *w, size_t wrb, const int R, 
     GEMM_UNROLL for (int o = 0; o < R * step * (int)sizeof(mz_f16); o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
 }
 
+#ifndef GEMM_F16_ZMM
 GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const uint8_t *restrict x,
                           size_t xrb, float *restrict y, size_t ys, const int R, const int T)
 {
@@ -241,6 +241,7 @@ GEMM_INLINE void tile_f16(size_t n, const uint8_t *restrict w, size_t wrb, const
     size_t d = 0;
     for (; d + 16 <= n; d += 16) {
         __m512 wv[F16GV_R];
+        if (T == 1 && R == F16GV_R) f16gv_prefetch_next(w, wrb, R, d, 16);
         GEMM_UNROLL for (int r = 0; r < R; r++)
             wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const mz_f16 *)(w + (size_t)r * wrb) + d)));
         GEMM_UNROLL for (int t = 0; t < T; t++) {
@@ -633,28 +634,33 @@ GEMM_INLINE void f16x_gemm(size_t n, const void *restrict w, size_t wrb, size_t 
  * memory once and each activation vector serves every row it meets, so
  * converting it first gains nothing.
  *
- * AVX2: tiles of F16GV_R rows, which keep F16GV_R independent FMA chains in
- * flight where GEMM_R rows (2: two chains) left each step waiting on the FMA
- * latency (single thread, 1536 x 576 in L2, bench_kernels -c 1: 25.6 GB/s
- * of weights with 2 rows, 48-50 with 8), the next tile prefetched into L2
- * (f16gv_prefetch_next).
+ * Tiles of F16GV_R rows keep F16GV_R independent FMA chains in flight where
+ * GEMM_R rows (2 on AVX2: two chains) left each step waiting on the FMA
+ * latency (single thread, 1536 x 576 in L2, bench_kernels -c 1: AVX2 25.6
+ * GB/s of weights with 2 rows, 48-50 with 8; AVX-512 34 with one row, 54
+ * with 8), the next tile prefetched into L2 (f16gv_prefetch_next). AVX2
+ * always walks them.
  *
- * AVX-512: one row at a time, one 16-lane chain. A chain caps a thread at
- * 16 values per FMA latency (L2-resident 1536 x 576: 34 GB/s against 54
- * with 8-row tiles), but a decode streams every weight from memory, where
- * one sequential stream per thread, left to the hardware prefetchers, beats
- * the tiles' eight interleaved ones: qwen3-0.6b F16 decode at 2 threads on
- * Zen 4, 45 tok/s against 35 (llama.cpp, which also reads a row at a
- * time, 43); 2- and 4-row tiles without the prefetch gave 23-25
+ * AVX-512 on AMD (mz_kernels_f16_gemv_rows): one row at a time, one 16-lane
+ * chain. A decode streams every weight from memory, and on Zen 4 one
+ * sequential stream per thread, left to the hardware prefetchers, beat the
+ * tiles' eight interleaved ones: qwen3-0.6b F16 decode at 2 threads 45 tok/s
+ * against 35 (llama.cpp, which also reads a row at a time, 43); 2- and
+ * 4-row tiles without the prefetch gave 23-25. On the Xeon of the 16-vCPU
+ * machine it was the other way round at every thread count: the tiles 20-23
+ * tok/s at 2 threads against 14-15, 91-102 at 16 against 67-73
  * (docs/BENCHMARKS.md, issue 32). */
 static void GEMM_FN(f16_gemv)(size_t n, const uint8_t *restrict w, size_t wrb, size_t r0, size_t r1,
                               const uint8_t *restrict x, float *restrict y)
 {
     size_t r = r0;
-#ifndef GEMM_F16_ZMM
-    for (; r + F16GV_R <= r1; r += F16GV_R) tile_f16(n, w + r * wrb, wrb, x, 0, y + r, 0, F16GV_R, 1);
-    for (; r + 4 <= r1; r += 4) tile_f16(n, w + r * wrb, wrb, x, 0, y + r, 0, 4, 1);
+#ifdef GEMM_F16_ZMM
+    if (!mz_kernels_f16_gemv_rows())
 #endif
+    {
+        for (; r + F16GV_R <= r1; r += F16GV_R) tile_f16(n, w + r * wrb, wrb, x, 0, y + r, 0, F16GV_R, 1);
+        for (; r + 4 <= r1; r += 4) tile_f16(n, w + r * wrb, wrb, x, 0, y + r, 0, 4, 1);
+    }
     for (; r < r1; r++) tile_f16(n, w + r * wrb, wrb, x, 0, y + r, 0, 1, 1);
 }
 

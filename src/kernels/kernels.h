@@ -99,6 +99,13 @@ void mz_weight_row_to_float(int type, int layout, const void *data, size_t row, 
 
 /* Selects implementations for this CPU. Safe to call more than once. */
 void mz_kernels_init(void);
+/* How the AVX-512 one-token F16 product walks its rows (gemm_x86.h,
+ * f16_gemv; the same bits either way): a row at a time on AMD CPUs, tiles
+ * of 8 rows with the next tile prefetched elsewhere (measured: Zen 4 and
+ * the Xeon of the 16-vCPU machine prefer opposite walks); MZ_F16_GEMV=rows
+ * or tiles overrides it, and tests set it. */
+bool mz_kernels_f16_gemv_rows(void);
+void mz_kernels_set_f16_gemv_rows(bool rows);
 /* Name of the active implementation: "avx512", "avx2", "neon" or "scalar". */
 const char *mz_kernels_isa(void);
 /* Active / reference kernels for a weight type; NULL if the type is unsupported. */
