@@ -76,6 +76,9 @@ typedef struct mz_restore_experimental {
                                    threads fit the CPUs, 1 = always, -1 = never */
     bool wait_all;              /* return only once every unit is restored; false: the
                                    memory path may go on after the request returns */
+    size_t debug_fail_mem_item; /* tests: the restore threads' decoding of the compressed
+                                   stack's item debug_fail_mem_item - 1 from its top
+                                   fails (MZ_E_CORRUPT); 0: none */
 } mz_restore_experimental;
 
 MZ_API mz_restore_experimental mz_restore_experimental_default(void);

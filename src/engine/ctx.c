@@ -474,7 +474,7 @@ mz_restore_experimental mz_restore_experimental_default(void)
 {
     return (mz_restore_experimental){
 .overlap = MZ_OVERLAP_ALL, .debug_delay_us = 0, .seed = 0, .n_prefault_threads = 0, .lend_kv = 0,
-        .wait_all = false};
+        .wait_all = false, .debug_fail_mem_item = 0};
 }
 
 static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,
@@ -523,6 +523,7 @@ static mz_status mzc_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t
     mz_restore_job_params jp = {
         .overlap_alloc = x.overlap == MZ_OVERLAP_ALL || x.overlap == MZ_OVERLAP_ALLOC_RELOAD,
         .delay_us_max = x.debug_delay_us,
+        .fail_mem_item = x.debug_fail_mem_item,
         .seed = x.seed,
         .n_threads = p->n_restore_threads,
         .n_compute = mz_threadpool_n_threads(c->pool),

@@ -236,6 +236,8 @@ typedef struct mz_restore_job_params {
                                   device profile's (mz_profile_prefault_threads) */
     unsigned delay_us_max;     /* tests: random delay before each worker step */
     uint64_t seed;
+    size_t fail_mem_item;      /* tests: the decoding lanes fail on the stack's item
+                                  fail_mem_item - 1 from the top (0: none) */
 } mz_restore_job_params;
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p);
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_restore_wait(mz_mem *mm);

@@ -80,7 +80,8 @@ struct mz_mem {
     size_t kv_lost_pos;        /* SIZE_MAX, or the first position whose K/V rows a failed
                                   restore lost: a chunk the pass had written (mm_job_take)
                                   went back to its stack item; acquire refuses every pass
-                                  until a truncation to at most this position */
+                                  that would read them (one starting past this position)
+                                  until a truncation to it (owner thread) */
     _Atomic size_t n_clean_evicted; /* [store] evictions that only released pages */
     bool store_leaked;         /* [store] a truncation left clean records behind */
     size_t n_store_extra;      /* [store] slots held by the store, not by a unit (tails) */

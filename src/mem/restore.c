@@ -125,9 +125,19 @@ mz_status mz_mem_acquire_layer(mz_mem *mm, int layer, size_t n_chunks)
     return mz_mem_acquire_window(mm, layer, 0, n_chunks);
 }
 
-static mz_status kv_lost_check(const mz_mem *mm)
+/* A pass from pos0 on reads the rows below pos0: refused while some of
+ * them are lost. A forward pass that starts exactly at the lost position
+ * follows a cut back to it (the failed request's own, or a truncation) and
+ * rewrites the rows from there, which ends the loss; acquire_layer's
+ * pos0 = 0 lies below any lost position (a request at position 0 has no
+ * chunk to take). */
+static mz_status kv_lost_check(mz_mem *mm, size_t pos0)
 {
-    if (mm->kv_lost_pos == SIZE_MAX) return MZ_OK;
+    if (mm->kv_lost_pos == SIZE_MAX || pos0 < mm->kv_lost_pos) return MZ_OK;
+    if (pos0 == mm->kv_lost_pos) {
+        mm->kv_lost_pos = SIZE_MAX;
+        return MZ_OK;
+    }
     return mz_fail(MZ_E_CORRUPT, "a failed restore lost the K/V of positions %zu and later: "
                    "cut the conversation back to %zu tokens (mz_ctx_truncate) before computing on it",
                    mm->kv_lost_pos, mm->kv_lost_pos);
@@ -136,7 +146,7 @@ static mz_status kv_lost_check(const mz_mem *mm)
 mz_status mz_mem_acquire_window(mz_mem *mm, int layer, size_t pos0, size_t n_chunks)
 {
     MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
-    mz_status ls = kv_lost_check(mm);
+    mz_status ls = kv_lost_check(mm, pos0);
     if (ls) return ls;
     mz_status s;
     struct rjob *j = mm->job;
@@ -164,7 +174,7 @@ mz_status mz_mem_acquire_window_lend(mz_mem *mm, int layer, size_t pos0, size_t 
     if (!j || !lent) return mz_mem_acquire_window(mm, layer, pos0, n_chunks);
     MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
     mz_status s;
-    if ((s = kv_lost_check(mm))) return s;
+    if ((s = kv_lost_check(mm, pos0))) return s;
     if ((s = acquire_unit(mm, j, &mm->wt->units[layer]))) return s;
     /* Everything not lent first: waiting for a unit of the memory path
      * needs the stack's items above it dropped, which lending stops. */

@@ -106,6 +106,7 @@ typedef struct rjob {
     size_t *kv_idx;            /* [n_layer * max_chunks]: job index of a KV unit, SIZE_MAX if none */
     bool overlap_alloc;
     unsigned delay_us_max;
+    size_t fail_mem_item;      /* tests: mz_restore_job_params.fail_mem_item */
     uint64_t seed;
     sto_lane *lanes;
     int n_lanes;
@@ -494,7 +495,9 @@ static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
     /* The item's view stays valid: only the memory lanes drop items during
      * the job, and only after their item was decoded (mem_drop_decoded). */
     const mz_compstack_view *v = &j->mem_items[k];
-    mz_status s = mz_codec_decode(u->enc, v->data, v->len, (mz_f16 *)u->buf, mm->n_values);
+    mz_status s = j->fail_mem_item == k + 1
+                      ? mz_fail(MZ_E_CORRUPT, "test: item %zu fails", k)
+                      : mz_codec_decode(u->enc, v->data, v->len, (mz_f16 *)u->buf, mm->n_values);
     if (s) {
         char msg[512];
         snprintf(msg, sizeof msg, "cannot restore %s: decoding from the compressed stack "
@@ -622,6 +625,7 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
     j->mm = mm;
     j->overlap_alloc = p ? p->overlap_alloc : true;
     j->delay_us_max = p ? p->delay_us_max : 0;
+    j->fail_mem_item = p ? p->fail_mem_item : 0;
     j->seed = p ? p->seed : 0;
     j->t_begin = mz_time_ms();
     j->first_compute_ms = -1;

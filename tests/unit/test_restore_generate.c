@@ -301,6 +301,77 @@ out:
     free(b);
 }
 
+/* A restore that fails after the request returned: the chunks in the
+ * compressed stack (forward order from its top), the decoding lanes fail on
+ * the item of layer 3, chunk 1, which the pass itself decoded fine (lent),
+ * so the request succeeds and the job goes on; the chunk the request wrote
+ * its tokens into (layer 3, chunk 2, the item below the failed one) then
+ * goes back to its item, which lacks them. Nothing is
+ * silently wrong: the next pass is refused with MZ_E_CORRUPT naming the
+ * position, and after a truncation to it the same tokens give the blocking
+ * restore's logits again. (Were the failure seen during the pass, the
+ * request would fail instead and leave the context as it was: checked too.) */
+static void test_lend_failure(void)
+{
+    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
+    mz_ctx_t *ref = ev_ctx(g_ref_m, "q8", MZ_KV_PLACE_COMPRESSED, N_CTX, "swap-rg-ref");
+    mz_ctx_t *c = ev_ctx(g_m, "q8", MZ_KV_PLACE_COMPRESSED, N_CTX, "swap-rg");
+    CHECK(a && b && ref && c);
+    if (!a || !b || !ref || !c) goto out;
+    CHECK(mz_prefill(ref, g_base, N_BASE) == MZ_OK && mz_prefill(c, g_base, N_BASE) == MZ_OK);
+    mz_mem_stats ms;
+    mz_get_mem_stats(c, &ms);
+    /* What q8 frees from all of it (about 47 %): more would move items on to storage. */
+    const size_t ask = ms.kv.total_bytes / 100 * 40;
+    CHECK(mz_mem_evict_ex(ref->mem, ask, false, NULL) == MZ_OK && mz_mem_evict_ex(c->mem, ask, false, NULL) == MZ_OK);
+    /* Backward-out: the last layer's chunks went first, so they are the
+     * stack's bottom items, the rest above them in forward order. */
+    size_t n_items = 0;
+    for (int l = 0; l < N_LAYER; l++)
+        for (size_t ch = 0; ch < 3; ch++) n_items += mz_mem_kv_state(c->mem, l, ch) == MZ_UNIT_COMPRESSED;
+    CHECK(n_items >= 6 && mz_mem_kv_state(c->mem, N_LAYER - 1, 1) == MZ_UNIT_COMPRESSED &&
+          mz_mem_kv_state(c->mem, N_LAYER - 1, 2) == MZ_UNIT_COMPRESSED);
+    CHECK(mz_restore(ref, NULL) == MZ_OK);
+    CHECK(ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
+    mz_restore_experimental rx = mz_restore_experimental_default();
+    rx.lend_kv = 1;
+    rx.debug_delay_us = 100000;
+    rx.seed = 7;
+    rx.debug_fail_mem_item = n_items - 1; /* 1-based from the top: layer 3, chunk 1 */
+    mz_restore_params rp = mz_restore_params_default();
+    rp.experimental = &rx;
+    rp.n_restore_threads = 2;
+    mz_restore_timings tm;
+    mz_status s = mz_prefill_restore(c, g_follow, N_FOLLOW, &rp, &tm);
+    if (s == MZ_OK) {
+        CHECK(memcmp(mz_ctx_logits(c), b, (size_t)g_vocab * sizeof(float)) == 0);
+        CHECK_EQ_INT(mz_ctx_n_tokens(c), N_BASE + N_FOLLOW);
+        mz_restore_timings last;
+        mz_get_last_restore_timings(c, &last); /* waits for the job: it failed */
+        CHECK(last.n_ready < last.n_units);
+        mz_token t = ev_argmax(b, g_vocab);
+        s = mz_prefill(c, &t, 1);
+        CHECK_EQ_INT(s, MZ_E_CORRUPT);
+        char want[32];
+        snprintf(want, sizeof want, "back to %d tokens", N_BASE);
+        CHECK_MSG(strstr(mz_ctx_errmsg(c), want) != NULL, "%s", mz_ctx_errmsg(c));
+        CHECK_EQ_INT(mz_ctx_n_tokens(c), N_BASE + N_FOLLOW); /* the refused pass changed nothing */
+        CHECK(mz_ctx_truncate(c, N_BASE) == MZ_OK);
+    } else {
+        fprintf(stderr, "%s: the failure came during the pass: %s\n", T, mz_ctx_errmsg(c));
+        CHECK_EQ_INT(mz_ctx_n_tokens(c), N_BASE);
+    }
+    CHECK(mz_mem_is_valid(c->mem));
+    CHECK(ev_prefill_logits(c, g_follow, N_FOLLOW, a, g_vocab) == MZ_OK);
+    CHECK_MSG(memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0, "after the cut: logits differ");
+    CHECK(mz_restore(c, NULL) == MZ_OK && ev_all_resident(c) && mz_mem_is_valid(c->mem));
+out:
+    mz_ctx_free(c);
+    mz_ctx_free(ref);
+    free(a);
+    free(b);
+}
+
 static void test_order(void)
 {
     const char *path = t_real_model_path();
@@ -353,6 +424,7 @@ int main(void)
                 run_grid(k ? "q8" : "raw", orders[o], orders[o] == MZ_EVICT_BACKWARD);
     test_generate();
     test_lend();
+    test_lend_failure();
     test_faults();
     mz_model_free(g_m);
     mz_model_free(g_ref_m);
