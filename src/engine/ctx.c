@@ -472,9 +472,9 @@ mz_restore_params mz_restore_params_default(void)
 
 mz_restore_experimental mz_restore_experimental_default(void)
 {
-    return (mz_restore_experimental){
-.overlap = MZ_OVERLAP_ALL, .debug_delay_us = 0, .seed = 0, .n_prefault_threads = 0, .lend_kv = 0,
-        .wait_all = false, .debug_fail_mem_item = 0};
+    return (mz_restore_experimental){.overlap = MZ_OVERLAP_ALL, .debug_delay_us = 0, .seed = 0,
+                                     .n_prefault_threads = 0, .lend_kv = 0, .wait_all = false,
+                                     .debug_fail_mem_item = 0};
 }
 
 static mz_status prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t n,

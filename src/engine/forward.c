@@ -548,7 +548,7 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
         c->lend_kv = false; /* the request's first step only: later ones find more restored */
         const size_t mc = c->kv.max_chunks;
         lk.mm = c->mem;
-        lk.chunk_bytes = mz_mem_chunk_bytes(c->mem);
+        lk.chunk_bytes = c->kv.chunk_bytes;
         lk.lent = malloc(mc * sizeof *lk.lent);
         lk.ptrs = malloc(mc * sizeof *lk.ptrs);
         if (!lk.lent || !lk.ptrs) {

@@ -117,11 +117,10 @@ typedef struct mz_kv_lent {
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_window_lend(mz_mem *mm, int layer, size_t pos0,
                                                               size_t n_chunks, size_t first_written,
                                                               mz_kv_lent *lent, size_t *n_lent);
-/* Decodes a lent chunk into dst (the chunk's size: mz_mem_chunk_bytes);
+/* Decodes a lent chunk into dst (the KV cache's chunk_bytes);
  * any thread, concurrently. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_decode_lent(const mz_mem *mm, const mz_kv_lent *l, void *dst);
 MZ_INTERNAL void mz_mem_end_lending(mz_mem *mm);
-MZ_INTERNAL size_t mz_mem_chunk_bytes(const mz_mem *mm);
 
 /* Evicts with the session's policy; weight blocks only while the session is
  * its engine's one session and none is pinned. */

@@ -145,34 +145,17 @@ static mz_status kv_lost_check(mz_mem *mm, size_t pos0)
 
 mz_status mz_mem_acquire_window(mz_mem *mm, int layer, size_t pos0, size_t n_chunks)
 {
-    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
-    mz_status ls = kv_lost_check(mm, pos0);
-    if (ls) return ls;
-    mz_status s;
-    struct rjob *j = mm->job;
-    mz_unit *w = &mm->wt->units[layer];
-    if ((s = acquire_unit(mm, j, w))) return s;
-    for (size_t c = mm_first_live_chunk(mm, layer, pos0); c < n_chunks; c++) {
-        mz_unit *u = kv_unit(mm, layer, c);
-        mz_unit_state st = mz_unit_state_get(u);
-        if (st == MZ_UNIT_RESIDENT) continue;
-        if (st == MZ_UNIT_ABSENT) {
-            mm_sync_kv(mm); /* mapped by a reserve since the last sync */
-            if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) continue;
-        }
-        if ((s = acquire_unit(mm, j, u))) return s;
-    }
-    if (j && layer == 0) mm_job_note_compute(j);
-    return MZ_OK;
+    size_t n_lent;
+    return mz_mem_acquire_window_lend(mm, layer, pos0, n_chunks, 0, NULL, &n_lent);
 }
 
 mz_status mz_mem_acquire_window_lend(mz_mem *mm, int layer, size_t pos0, size_t n_chunks,
                                      size_t first_written, mz_kv_lent *lent, size_t *n_lent)
 {
+    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
     *n_lent = 0;
     struct rjob *j = mm->job;
-    if (!j || !lent) return mz_mem_acquire_window(mm, layer, pos0, n_chunks);
-    MZ_ASSERT(layer >= 0 && layer < mm->n_layer && n_chunks <= mm->max_chunks);
+    const bool lending = j && lent;
     mz_status s;
     if ((s = kv_lost_check(mm, pos0))) return s;
     if ((s = acquire_unit(mm, j, &mm->wt->units[layer]))) return s;
@@ -184,10 +167,10 @@ mz_status mz_mem_acquire_window_lend(mz_mem *mm, int layer, size_t pos0, size_t 
         mz_unit_state st = mz_unit_state_get(u);
         if (st == MZ_UNIT_RESIDENT) continue;
         if (st == MZ_UNIT_ABSENT) {
-            mm_sync_kv(mm);
+            mm_sync_kv(mm); /* mapped by a reserve since the last sync */
             if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT) continue;
         }
-        if (mm_job_lendable(j, u)) {
+        if (lending && mm_job_lendable(j, u)) {
             if (c < first_written) continue;
             s = mm_job_take(j, u, pos0);
             if (s == MZ_OK) continue;
@@ -195,14 +178,14 @@ mz_status mz_mem_acquire_window_lend(mz_mem *mm, int layer, size_t pos0, size_t 
         }
         if ((s = acquire_unit(mm, j, u))) return s;
     }
-    for (size_t c = c0; c < MZ_MIN(first_written, n_chunks); c++) {
+    for (size_t c = c0; lending && c < MZ_MIN(first_written, n_chunks); c++) {
         mz_unit *u = kv_unit(mm, layer, c);
         mz_compstack_view v;
         if (mz_unit_state_get(u) == MZ_UNIT_RESIDENT || !mm_job_lend(j, u, &v)) continue;
         lent[(*n_lent)++] = (mz_kv_lent){.chunk = c, .data = v.data, .len = v.len, .enc = u->enc};
     }
-    mm_job_count_lent(j, *n_lent);
-    if (layer == 0) mm_job_note_compute(j);
+    if (lending) mm_job_count_lent(j, *n_lent);
+    if (j && layer == 0) mm_job_note_compute(j);
     return MZ_OK;
 }
 
@@ -216,8 +199,6 @@ void mz_mem_end_lending(mz_mem *mm)
 {
     if (mm->job) mm_job_end_lending(mm->job);
 }
-
-size_t mz_mem_chunk_bytes(const mz_mem *mm) { return mm->n_values * sizeof(mz_f16); }
 
 mz_status mz_mem_restore_all(mz_mem *mm, mz_restore_report *r)
 {

@@ -461,6 +461,29 @@ static void mem_drop_decoded(rjob *j)
     }
 }
 
+/* Item k was decoded into its claimed unit u with status s (a lane's or the
+ * pass's, mm_job_take): on success it joins the decoded prefix and the
+ * stack drops what it can; on failure the unit goes back, its item intact,
+ * the job stops, and msg (cap bytes) says why. */
+static mz_status mem_item_decoded(rjob *j, size_t k, mz_unit *u, mz_status s, char *msg, size_t cap)
+{
+    mz_mem *mm = j->mm;
+    if (s) {
+        char nm[64];
+        snprintf(msg, cap, "cannot restore %s: decoding from the compressed stack failed: %s",
+                 mm_unit_name(u, nm, sizeof nm), mz_last_error());
+        mz_unit_release_pages(u);
+        mz_unit_settle(u, MZ_UNIT_COMPRESSED);
+        job_fail(j, s, msg);
+        return s;
+    }
+    pthread_mutex_lock(&mm->lock);
+    j->mem_done[k] = 1;
+    mem_drop_decoded(j);
+    pthread_mutex_unlock(&mm->lock);
+    return MZ_OK;
+}
+
 static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
 {
     mz_mem *mm = j->mm;
@@ -498,19 +521,8 @@ static int job_mem_step(rjob *j, job_act *a, size_t *seen_alloc)
     mz_status s = j->fail_mem_item == k + 1
                       ? mz_fail(MZ_E_CORRUPT, "test: item %zu fails", k)
                       : mz_codec_decode(u->enc, v->data, v->len, (mz_f16 *)u->buf, mm->n_values);
-    if (s) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "cannot restore %s: decoding from the compressed stack "
-                 "failed: %s", mm_unit_name(u, nm, sizeof nm), mz_last_error());
-        mz_unit_release_pages(u);
-        mz_unit_settle(u, MZ_UNIT_COMPRESSED);
-        job_fail(j, s, msg);
-        return JOB_DONE;
-    }
-    pthread_mutex_lock(&mm->lock);
-    j->mem_done[k] = 1;
-    mem_drop_decoded(j);
-    pthread_mutex_unlock(&mm->lock);
+    char msg[512];
+    if (mem_item_decoded(j, k, u, s, msg, sizeof msg)) return JOB_DONE;
     a->busy += mz_time_ms() - t0;
     return JOB_PROGRESS;
 }
@@ -897,22 +909,11 @@ mz_status mm_job_take(struct rjob *j, mz_unit *u, size_t pos0)
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->mu);
-    if (s) {
-        char nm[64], msg[512];
-        snprintf(msg, sizeof msg, "cannot restore %s: decoding from the compressed stack failed: %s",
-                 mm_unit_name(u, nm, sizeof nm), mz_last_error());
-        mz_unit_release_pages(u);
-        mz_unit_settle(u, MZ_UNIT_COMPRESSED);
-        job_fail(j, s, msg);
-        return mz_fail(s, "%s", msg);
-    }
     /* Decoded, not yet settled: RESIDENT when the stack's top reaches its
      * item (mem_drop_decoded). Until then it stays BUSY, which only this
      * pass (its writer) touches and later passes wait for. */
-    pthread_mutex_lock(&mm->lock);
-    j->mem_done[k] = 1;
-    mem_drop_decoded(j);
-    pthread_mutex_unlock(&mm->lock);
+    char msg[512];
+    if (mem_item_decoded(j, k, u, s, msg, sizeof msg)) return mz_fail(s, "%s", msg);
     return MZ_OK;
 }
 
