@@ -34,6 +34,7 @@ static const char *T = "test_restore_generate";
 static mz_model_t *g_m, *g_ref_m;
 static int g_vocab;
 static mz_token g_base[N_BASE], g_follow[N_FOLLOW];
+static float *g_a, *g_b; /* two logits rows (g_vocab each, one allocation), every test's scratch */
 
 static mz_ctx_t *ctx_on(mz_model_t *m, const char *codec, mz_evict_order order, const char *swap)
 {
@@ -67,11 +68,11 @@ static const char *mode_name(mz_restore_overlap o)
  * to keep the test short under the sanitizers). */
 static void run_grid(const char *codec, mz_evict_order order, bool full)
 {
-    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
+    float *a = g_a, *b = g_b;
     mz_ctx_t *ref = ctx_on(g_ref_m, codec, order, "swap-rg-ref");
     mz_ctx_t *c = ctx_on(g_m, codec, order, "swap-rg");
-    CHECK(a && b && ref && c);
-    if (!a || !b || !ref || !c) goto out;
+    CHECK(ref && c);
+    if (!ref || !c) goto out;
     size_t total = ev_evictable_total(c);
     const int remaining[] = {100, 75, 50, 25, 0};
     unsigned k = 0;
@@ -114,8 +115,6 @@ static void run_grid(const char *codec, mz_evict_order order, bool full)
 out:
     mz_ctx_free(c);
     mz_ctx_free(ref);
-    free(a);
-    free(b);
 }
 
 /* restore_generate: the same greedy tokens as mz_restore + prefill + argmax. */
@@ -182,11 +181,11 @@ static const char *unit_layer(const char *msg, int *layer)
 
 static void test_faults(void)
 {
-    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
+    float *b = g_b;
     mz_ctx_t *ref = ctx_on(g_ref_m, "raw", MZ_EVICT_BACKWARD, "swap-rg-ref");
-    CHECK(a && b && ref && ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
+    CHECK(ref && ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
     const mz_kv_placement pls[] = {MZ_KV_PLACE_STORAGE, MZ_KV_PLACE_STORAGE_COMPRESSED};
-    for (size_t p = 0; p < MZ_ARRAY_LEN(pls) && a && b; p++) {
+    for (size_t p = 0; p < MZ_ARRAY_LEN(pls); p++) {
         /* every mode on raw storage, each on one restore thread (the reads in
          * forward order: the failing unit is the middle one) and on the
          * default split (on two or three threads a restore with nothing in
@@ -237,8 +236,6 @@ static void test_faults(void)
         }
     }
     mz_ctx_free(ref);
-    free(a);
-    free(b);
 }
 
 /* The forward pass starts before the restore has finished (real model). */
@@ -251,11 +248,11 @@ static void test_faults(void)
  * lend_kv = -1 lends nothing and gives the same bits. */
 static void test_lend(void)
 {
-    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
+    float *a = g_a, *b = g_b;
     mz_ctx_t *ref = ctx_on(g_ref_m, "q8", MZ_EVICT_BACKWARD, "swap-rg-ref");
     mz_ctx_t *c = ctx_on(g_m, "q8", MZ_EVICT_BACKWARD, "swap-rg");
-    CHECK(a && b && ref && c);
-    if (!a || !b || !ref || !c) goto out;
+    CHECK(ref && c);
+    if (!ref || !c) goto out;
     const size_t total = ev_evictable_total(c);
     for (int lend = 1; lend >= -1; lend -= 2) {
         CHECK(mz_ctx_truncate(ref, N_BASE) == MZ_OK && mz_ctx_truncate(c, N_BASE) == MZ_OK);
@@ -297,8 +294,6 @@ static void test_lend(void)
 out:
     mz_ctx_free(c);
     mz_ctx_free(ref);
-    free(a);
-    free(b);
 }
 
 /* A restore that fails after the request returned: the chunks in the
@@ -313,11 +308,11 @@ out:
  * request would fail instead and leave the context as it was: checked too.) */
 static void test_lend_failure(void)
 {
-    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
+    float *a = g_a, *b = g_b;
     mz_ctx_t *ref = ev_ctx(g_ref_m, "q8", MZ_KV_PLACE_COMPRESSED, N_CTX, "swap-rg-ref");
     mz_ctx_t *c = ev_ctx(g_m, "q8", MZ_KV_PLACE_COMPRESSED, N_CTX, "swap-rg");
-    CHECK(a && b && ref && c);
-    if (!a || !b || !ref || !c) goto out;
+    CHECK(ref && c);
+    if (!ref || !c) goto out;
     CHECK(mz_prefill(ref, g_base, N_BASE) == MZ_OK && mz_prefill(c, g_base, N_BASE) == MZ_OK);
     mz_mem_stats ms;
     mz_get_mem_stats(c, &ms);
@@ -368,8 +363,6 @@ static void test_lend_failure(void)
 out:
     mz_ctx_free(c);
     mz_ctx_free(ref);
-    free(a);
-    free(b);
 }
 
 static void test_order(void)
@@ -416,6 +409,9 @@ int main(void)
     int setup = ev_pair_setup(T, "rg-tiny.gguf", N_LAYER, &g_m, &g_ref_m, &g_vocab, g_base, N_BASE, g_follow,
                               N_FOLLOW, 11);
     if (setup >= 0) return setup;
+    CHECK((g_a = malloc(2 * (size_t)g_vocab * sizeof(float))) != NULL);
+    if (!g_a) return t_done(T);
+    g_b = g_a + g_vocab;
 
     const mz_evict_order orders[] = {MZ_EVICT_BACKWARD, MZ_EVICT_FORWARD, MZ_EVICT_RANDOM};
     for (int k = 0; k < 2; k++)
@@ -429,5 +425,6 @@ int main(void)
     mz_model_free(g_m);
     mz_model_free(g_ref_m);
     test_order();
+    free(g_a);
     return t_done(T);
 }
