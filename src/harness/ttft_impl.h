@@ -20,6 +20,8 @@ typedef struct ttft_row {
     double ttft[MZ_TTFT_MAX_RUNS];    /* s */
     double ttft_med, remaining_med, remaining_max, remaining_min;
     double alloc_ms, storage_ms, mem_ms, restore_ms, stall_ms, prefill_ms;
+    double next_ms;            /* the token after the first: one more forward step at once
+                                  (a restore from memory may still be going on) */
     double evict_ms;
     double bound_s;            /* lower bound max(in-memory TTFT, bytes / combined path throughput) */
     double restore_mib;        /* evicted bytes to bring back (ttft_median) */

@@ -35,14 +35,14 @@ int ttft_write_csv(const char *path, const char *stamp)
                "remaining_max,in_tol,ttft_s,runs_s,n_runs,lower_bound_s,ttft_over_bound,restore_mib,"
                "evict_ms,alloc_ms,storage_ms,mem_ms,all_ready_ms,stall_ms,prefill_ms,"
                "cached_kib_max,load_min,load_max,note,remaining_at_restore_pct,placement,zram_algo,"
-               "zram_orig_mib,zram_compr_mib,zram_used_mib,disk_floor_s,ttft_over_disk_floor\n");
+               "zram_orig_mib,zram_compr_mib,zram_used_mib,disk_floor_s,ttft_over_disk_floor,next_token_ms\n");
     for (size_t i = 0; i < ttft_rows.n; i++) {
         const ttft_row *r = &ttft_rows.v[i];
         char runs[MZ_TTFT_MAX_RUNS * 10];
         fmt_runs(r, runs, sizeof runs);
         fprintf(f,
                 "%s,%s,%d,synthetic,%s,%s,%s,%s,%d,%.2f,%.2f,%.2f,%d,%.4f,%s,%d,%.4f,%.2f,%.1f,%.1f,"
-                "%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%.2f,%.2f,\"%s\",%.2f,%s,%s,%.1f,%.1f,%.1f,%.4f,%.2f\n",
+                "%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%.2f,%.2f,\"%s\",%.2f,%s,%s,%.1f,%.1f,%.1f,%.4f,%.2f,%.1f\n",
                 stamp, r->model, r->n_ctx, r->mode, r->codec, r->order, r->overlap, r->level,
                 r->remaining_med, r->remaining_min, r->remaining_max, r->in_tol, r->ttft_med, runs,
                 r->n_runs, r->bound_s, r->ttft_med / r->bound_s, r->restore_mib, r->evict_ms,
@@ -51,7 +51,7 @@ int ttft_write_csv(const char *path, const char *stamp)
                 isfinite(r->load_max) ? r->load_max : 0.0, r->note, r->remaining_restore_med,
                 r->placement[0] ? r->placement : "-", r->zram_algo[0] ? r->zram_algo : "-",
                 r->zram_orig_mib, r->zram_compr_mib, r->zram_used_mib, r->disk_floor_s,
-                r->disk_floor_s > 0 ? r->ttft_med / r->disk_floor_s : 0.0);
+                r->disk_floor_s > 0 ? r->ttft_med / r->disk_floor_s : 0.0, r->next_ms);
     }
     fclose(f);
     return 0;
