@@ -154,6 +154,7 @@ typedef struct rjob {
                                   (owner thread; SIZE_MAX: none taken) */
     bool detached;             /* the request returned; only the memory path is left
                                   (mz_mem_restore_detach) */
+    bool started;              /* every thread is created: they may start (j->mu) */
     double first_compute_ms;
 } rjob;
 
@@ -562,6 +563,13 @@ static void *job_thread_main(void *arg)
                             .done = !(t->mask & (1u << k))};
     acts[ACT_STORAGE].lane = t->lane >= 0 ? &j->lanes[t->lane] : NULL;
     MZ_ASSERT(acts[ACT_STORAGE].done || acts[ACT_STORAGE].lane);
+    /* Not before the last thread is created: creating one maps its stack,
+     * which takes the process's mmap lock for writing and would queue
+     * behind every pre-fault in flight (MADV_POPULATE_WRITE holds it for
+     * reading), a few ms for each thread. */
+    pthread_mutex_lock(&j->mu);
+    while (!j->started) pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
     for (;;) {
         bool progress = false, pending = false;
         size_t seen = SIZE_MAX;
@@ -828,6 +836,10 @@ mz_status mz_mem_restore_begin(mz_mem *mm, const mz_restore_job_params *p)
         }
         j->n_th++;
     }
+    pthread_mutex_lock(&j->mu);
+    j->started = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
     mm->job = j;
     return MZ_OK;
 }
