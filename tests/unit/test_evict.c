@@ -21,15 +21,15 @@ static const char *T = "test_evict";
 static mz_model_t *g_m, *g_ref_m; /* evicting contexts / references (separate weights) */
 static int g_vocab;
 static mz_token g_base[N_BASE], g_follow[N_FOLLOW];
+static float *g_a, *g_b; /* two logits rows (g_vocab each, one allocation) */
 
-/* Prefills the n tokens toks into c and into ref (a, b: g_vocab floats
- * each) and checks both succeed and the logits are bit-equal: three checks. */
-static void check_same_logits(mz_ctx_t *c, mz_ctx_t *ref, const mz_token *toks, size_t n, float *a, float *b,
-                              const char *what)
+/* Prefills the n tokens toks into c and into ref and checks both succeed
+ * and the logits are bit-equal: three checks. */
+static void check_same_logits(mz_ctx_t *c, mz_ctx_t *ref, const mz_token *toks, size_t n, const char *what)
 {
-    CHECK(ev_prefill_logits(c, toks, n, a, g_vocab) == MZ_OK);
-    CHECK(ev_prefill_logits(ref, toks, n, b, g_vocab) == MZ_OK);
-    CHECK_MSG(memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0, "%s: logits differ", what);
+    CHECK(ev_prefill_logits(c, toks, n, g_a, g_vocab) == MZ_OK);
+    CHECK(ev_prefill_logits(ref, toks, n, g_b, g_vocab) == MZ_OK);
+    CHECK_MSG(memcmp(g_a, g_b, (size_t)g_vocab * sizeof(float)) == 0, "%s: logits differ", what);
 }
 
 static const mz_kv_placement placements[] = {MZ_KV_PLACE_AUTO, MZ_KV_PLACE_COMPRESSED,
@@ -65,10 +65,9 @@ static int snap_load(mz_ctx_t *c)
 static void run_case(mz_ctx_t *c, mz_ctx_t *ref, bool lossy, size_t amount, bool explicit_restore,
                      const char *label)
 {
-    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
     unsigned char *went = calloc((size_t)N_LAYER * c->kv.max_chunks, 1);
-    CHECK(a && b && went);
-    if (!a || !b || !went) goto out;
+    CHECK(went != NULL);
+    if (!went) return;
     CHECK(snap_load(c) == 0 && snap_load(ref) == 0);
 
     size_t total = ev_evictable_total(c);
@@ -98,12 +97,9 @@ static void run_case(mz_ctx_t *c, mz_ctx_t *ref, bool lossy, size_t amount, bool
         CHECK_MSG(mz_restore(c, &rr) == MZ_OK, "%s: %s", label, mz_ctx_errmsg(c));
         CHECK(ev_all_resident(c));
     }
-    check_same_logits(c, ref, g_follow, N_FOLLOW, a, b, label);
+    check_same_logits(c, ref, g_follow, N_FOLLOW, label);
     CHECK(ev_all_resident(c));
     CHECK(mz_mem_is_valid(c->mem));
-out:
-    free(a);
-    free(b);
     free(went);
 }
 
@@ -143,13 +139,11 @@ static void test_matrix(void)
  * answers stay equal to the reference transformed once. */
 static void test_partial_and_cycles(void)
 {
-    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
-    float *first = malloc((size_t)g_vocab * sizeof(float));
     mz_ctx_t *c = ev_ctx(g_m, "q8", MZ_KV_PLACE_MIXED, N_CTX, "swap-evict");
     mz_ctx_t *ref = ev_ctx(g_ref_m, "raw", MZ_KV_PLACE_AUTO, N_CTX, "swap-evict-ref");
     unsigned char went[N_LAYER * 4] = {0};
-    CHECK(a && b && first && c && ref);
-    if (!a || !b || !first || !c || !ref) goto out;
+    CHECK(c && ref);
+    if (!c || !ref) goto out;
     CHECK(mz_prefill(c, g_base, N_BASE) == MZ_OK);
     CHECK(mz_prefill(ref, g_base, N_BASE) == MZ_OK);
     size_t total = ev_evictable_total(c);
@@ -176,27 +170,22 @@ static void test_partial_and_cycles(void)
         CHECK(ev_apply_marks(ref, mz_mem_codec(c->mem), went) == 0);
         char what[24];
         snprintf(what, sizeof what, "cycle %d", cycle);
-        check_same_logits(c, ref, g_follow, N_FOLLOW, a, b, what);
-        if (cycle == 0) memcpy(first, a, (size_t)g_vocab * sizeof(float));
+        check_same_logits(c, ref, g_follow, N_FOLLOW, what);
         CHECK(mz_mem_is_valid(c->mem));
     }
 out:
     mz_ctx_free(c);
     mz_ctx_free(ref);
-    free(a);
-    free(b);
-    free(first);
 }
 
 /* Truncating drops evicted chunks wholly past the cut (their slots and stack
  * items go) and keeps the partly cut one evicted. */
 static void test_truncate_evicted(void)
 {
-    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
     mz_ctx_t *c = ev_ctx(g_m, "raw", MZ_KV_PLACE_MIXED, N_CTX, "swap-evict");
     mz_ctx_t *ref = ev_ctx(g_ref_m, "raw", MZ_KV_PLACE_AUTO, N_CTX, "swap-evict-ref");
-    CHECK(a && b && c && ref);
-    if (!a || !b || !c || !ref) goto out;
+    CHECK(c && ref);
+    if (!c || !ref) goto out;
     CHECK(mz_prefill(c, g_base, N_BASE) == MZ_OK);
     CHECK(mz_prefill(ref, g_base, N_BASE) == MZ_OK);
     mz_mem_stats st;
@@ -210,18 +199,16 @@ static void test_truncate_evicted(void)
     CHECK(mz_mem_kv_state(c->mem, 0, 2) == MZ_UNIT_ABSENT);
     mz_get_mem_stats(c, &st);
     CHECK(st.kv.n_units == N_LAYER * 2);
-    check_same_logits(c, ref, g_follow, N_FOLLOW, a, b, "truncated to 300");
+    check_same_logits(c, ref, g_follow, N_FOLLOW, "truncated to 300");
     /* Truncate to zero with chunks evicted everywhere. */
     CHECK(mz_evict(c, SIZE_MAX, NULL) == MZ_OK);
     CHECK(mz_ctx_truncate(c, 0) == MZ_OK);
     CHECK(mz_mem_is_valid(c->mem));
     CHECK(mz_ctx_truncate(ref, 0) == MZ_OK);
-    check_same_logits(c, ref, g_base, 300, a, b, "truncated to 0");
+    check_same_logits(c, ref, g_base, 300, "truncated to 0");
 out:
     mz_ctx_free(c);
     mz_ctx_free(ref);
-    free(a);
-    free(b);
 }
 
 /* Weights belong to the model: with two contexts on it, neither drops them.
@@ -229,11 +216,10 @@ out:
  * the next context on the model computes the same answer. */
 static void test_shared_weights(void)
 {
-    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
     mz_ctx_t *c1 = ev_ctx(g_m, "q8", MZ_KV_PLACE_STORAGE, N_CTX, "swap-evict");
     mz_ctx_t *c2 = ev_ctx(g_m, "q8", MZ_KV_PLACE_STORAGE, N_CTX, "swap-evict");
-    CHECK(a && b && c1 && c2);
-    if (!a || !b || !c1 || !c2) goto out;
+    CHECK(c1 && c2);
+    if (!c1 || !c2) goto out;
     CHECK(mz_prefill(c1, g_base, 300) == MZ_OK);
     mz_evict_report r;
     CHECK(mz_evict(c1, SIZE_MAX, &r) == MZ_OK);
@@ -249,12 +235,10 @@ static void test_shared_weights(void)
     CHECK(c1 && c2);
     if (!c1 || !c2) goto out;
     CHECK(mz_mem_weights_state(c1->mem, N_LAYER - 1) == MZ_UNIT_RESIDENT);
-    check_same_logits(c1, c2, g_base, 300, a, b, "weights reloaded");
+    check_same_logits(c1, c2, g_base, 300, "weights reloaded");
 out:
     mz_ctx_free(c1);
     mz_ctx_free(c2);
-    free(a);
-    free(b);
 }
 
 /* A chunk the codec refuses (q8: inf/NaN) is kept as a raw blob. */
@@ -289,9 +273,7 @@ static void test_weight_types(void)
 {
     static const char *types[] = {"Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K", "Q5_0",
                                   "Q5_1", "IQ4_NL", "IQ4_XS", "Q4_0", "Q4_1", "BF16"};
-    float *a = malloc((size_t)g_vocab * sizeof(float)), *b = malloc((size_t)g_vocab * sizeof(float));
-    CHECK(a && b);
-    for (size_t i = 0; a && b && i < MZ_ARRAY_LEN(types); i++) {
+    for (size_t i = 0; i < MZ_ARRAY_LEN(types); i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s", t_tmp_path("evict-types.gguf"));
         mz_model_t *m = NULL, *ref = NULL;
@@ -307,7 +289,7 @@ static void test_weight_types(void)
                 if (round == 1) CHECK_MSG(mz_restore(c, NULL) == MZ_OK && ev_all_resident(c), "%s", types[i]);
                 char what[64];
                 snprintf(what, sizeof what, "%s, %s", types[i], round ? "mz_restore" : "on demand");
-                check_same_logits(c, r, g_follow, N_FOLLOW / 2, a, b, what);
+                check_same_logits(c, r, g_follow, N_FOLLOW / 2, what);
                 CHECK(mz_mem_is_valid(c->mem));
             }
         } else {
@@ -319,8 +301,6 @@ static void test_weight_types(void)
         mz_model_free(ref);
         unlink(path);
     }
-    free(a);
-    free(b);
 }
 
 int main(void)
@@ -328,6 +308,9 @@ int main(void)
     int setup = ev_pair_setup(T, "evict-tiny.gguf", N_LAYER, &g_m, &g_ref_m, &g_vocab, g_base, N_BASE, g_follow,
                               N_FOLLOW, 42);
     if (setup >= 0) return setup;
+    CHECK((g_a = malloc(2 * (size_t)g_vocab * sizeof(float))) != NULL);
+    if (!g_a) return t_done(T);
+    g_b = g_a + g_vocab;
 
     test_matrix();
     test_partial_and_cycles();
@@ -340,5 +323,6 @@ int main(void)
         for (int k = 0; k < 3; k++) free(g_snap[l][k]);
     mz_model_free(g_m);
     mz_model_free(g_ref_m);
+    free(g_a);
     return t_done(T);
 }
