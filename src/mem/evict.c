@@ -346,8 +346,7 @@ mz_status mz_mem_evict_steps(mz_mem *mm, const mz_evict_step *steps, size_t n, s
 
 void mz_mem_view(mz_mem *mm, bool weights_evictable, mz_policy_view *v)
 {
-    mz_mem_restore_finish(mm); /* a request's restore that went on after it: done first */
-    mm_sync_kv(mm);
+    mm_settle(mm);
     pthread_mutex_lock(&mm->lock);
     mm_refresh_times(mm);
     mm_fill_view(mm, weights_evictable, v);
@@ -391,8 +390,7 @@ mz_status mz_mem_evict_ex(mz_mem *mm, size_t nbytes, bool weights_evictable, mz_
     int64_t freed = 0;
     if (nbytes == 0) goto out;
 
-    mz_mem_restore_finish(mm); /* a request's restore that went on after it: done first */
-    mm_sync_kv(mm);
+    mm_settle(mm);
     pthread_mutex_lock(&mm->lock);
     mm_refresh_times(mm); /* the sizes measured by earlier evictions */
     /* Plan, carry out, and plan again for the rest when the real bytes fell

@@ -243,8 +243,7 @@ static void count_unit(mz_mem_category *cat, const mz_unit *u)
 void mz_mem_get_stats(mz_mem *mm, mz_mem_stats *out)
 {
     memset(out, 0, sizeof *out);
-    mz_mem_restore_finish(mm); /* a request's restore that went on after it: done first */
-    mm_sync_kv(mm);
+    mm_settle(mm);
     pthread_mutex_lock(&mm->lock);
     for (int l = 0; l < mm->n_layer; l++) count_unit(&out->weights, &mm->wt->units[l]);
     for (int l = 0; l < mm->n_layer; l++)
@@ -334,8 +333,7 @@ void mz_mem_free(mz_mem *mm)
 
 mz_unit_state mz_mem_kv_state(mz_mem *mm, int layer, size_t chunk)
 {
-    mz_mem_restore_finish(mm);
-    mm_sync_kv(mm);
+    mm_settle(mm);
     return mz_unit_state_get(kv_unit(mm, layer, chunk));
 }
 
@@ -354,8 +352,7 @@ size_t mz_mem_enc_expected(const mz_mem *mm) { return mm_enc_expected(mm); }
 
 bool mz_mem_is_valid(mz_mem *mm)
 {
-    mz_mem_restore_finish(mm); /* a request's restore that went on after it: done first */
-    mm_sync_kv(mm);
+    mm_settle(mm);
     /* Under the manager's lock: a session's store worker (write-behind)
      * changes clean copies, slots and counts under it, at any time. */
     pthread_mutex_lock(&mm->lock);

@@ -24,6 +24,12 @@ const char *mm_unit_name(const mz_unit *u, char *buf, size_t cap)
     return buf;
 }
 
+void mm_settle(mz_mem *mm)
+{
+    mz_mem_restore_finish(mm);
+    mm_sync_kv(mm);
+}
+
 /* Brings KV unit states in line with the cache's mappings: chunks mapped
  * since the last call become RESIDENT units, chunks unmapped by a truncate
  * become ABSENT. Owner thread. */

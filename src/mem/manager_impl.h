@@ -146,6 +146,9 @@ static inline bool mm_kv_stored_dead(const mz_mem *mm, int l, size_t c, mz_unit_
 MZ_INTERNAL const char *mm_unit_name(const mz_unit *u, char *buf, size_t cap);
 /* Brings KV unit states in line with the cache's mappings (owner thread). */
 MZ_INTERNAL void mm_sync_kv(mz_mem *mm);
+/* Before a call that moves or counts units: a request's restore that went
+ * on after it finished (mz_mem_restore_finish), then mm_sync_kv. */
+MZ_INTERNAL void mm_settle(mz_mem *mm);
 /* Expected encoded size of one chunk (running mean, seeded). */
 MZ_INTERNAL size_t mm_enc_expected(const mz_mem *mm);
 /* Per-unit times at the current expected encoded size. */

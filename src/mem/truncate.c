@@ -12,8 +12,7 @@ mz_status mz_mem_kv_truncate(mz_mem *mm, size_t n_pos)
     size_t keep = (n_pos + MZ_KV_CHUNK_TOKENS - 1) / MZ_KV_CHUNK_TOKENS;
     size_t n_drop_stack = 0;
     mz_status s = MZ_OK;
-    mz_mem_restore_finish(mm); /* a request's restore that went on after it: done first */
-    mm_sync_kv(mm);
+    mm_settle(mm);
     pthread_mutex_lock(&mm->lock);
     /* [store] the write-behind may be reading a chunk this cuts (pinned): it
      * is done first; it gives no copy to a chunk at or past the lowered
