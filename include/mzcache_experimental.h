@@ -74,6 +74,9 @@ typedef struct mz_restore_experimental {
                                    request's first forward step from their compressed copies
                                    instead of waited for: 0 = when the compute and restore
                                    threads fit the CPUs, 1 = always, -1 = never */
+    bool lend_whole;            /* lent chunks are decoded whole into a buffer of the step
+                                   even where their codec reads a tile's rows on their own
+                                   (attention then reads the compressed copy in place) */
     bool wait_all;              /* return only once every unit is restored; false: the
                                    memory path may go on after the request returns */
     size_t debug_fail_mem_item; /* tests: the restore threads' decoding of the compressed

@@ -54,6 +54,9 @@ static void help(void)
            "  --lend auto|on|off    the first forward step reads chunks the restore has not yet\n"
            "                        decoded from their compressed copies (auto: where compute\n"
            "                        and restore threads fit the CPUs)\n"
+           "  --lend-whole          decode each lent chunk whole into a buffer first (default:\n"
+           "                        attention reads a tile's rows from the compressed copy\n"
+           "                        where the codec allows: raw, q8, q4, q4r, q8-q4r)\n"
            "  --wait-all            the request returns only once every unit is restored\n"
            "                        (default: the decoding from memory may go on after it)\n"
            "  -t, --threads N       compute threads (default 2)\n"
@@ -132,6 +135,7 @@ static int bench_ttft(int argc, char **argv)
             }
         }
         else if (!strcmp(a, "--wait-all")) o.wait_all = true;
+        else if (!strcmp(a, "--lend-whole")) o.lend_whole = true;
         else if (OPT("-t") || OPT("--threads")) { if (cli_opt_int(a, v, 1, 256, &o.threads)) return 2; }
         else if (OPT("--tol")) { if (cli_opt_double(a, v, 0, 1e6, &o.tol)) return 2; }
         else if (OPT("--swap-dir")) o.swap_dir = v;

@@ -64,6 +64,17 @@ struct mz_codec {
     mz_status (*decode)(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
                         size_t n);
     mz_status (*peek)(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values);
+    /* Optional (NULL: whole blobs only). Values [v0, v0 + k) of a blob of n
+     * values, the same bits as those values of decode()'s output, reading
+     * only their part of the payload; v0 and k whole multiples of
+     * range_unit (k may also end the blob), else MZ_E_RANGE; header and
+     * length checked as decode() does, a bad group of the range is
+     * MZ_E_FORMAT. What lets attention read a lent KV chunk a tile at a
+     * time (src/engine/forward.c). */
+    mz_status (*decode_range)(const mz_codec *c, const uint8_t *src, size_t len, size_t n, size_t v0,
+                              mz_f16 *dst, size_t k);
+    /* The alignment decode_range needs for blobs this instance encodes. */
+    unsigned range_unit;
 };
 
 /* Built-in codecs by name: "raw", "q8" (G = 64), "q8-g32", "q8-g128", "q4"
@@ -120,6 +131,12 @@ static inline mz_status mz_codec_decode(const mz_codec *c, const uint8_t *src, s
                                         mz_f16 *dst, size_t n)
 {
     return c->decode(c, src, len, dst, n);
+}
+/* Whether c decodes ranges of its blobs that start and end on every
+ * multiple of `align` values (a KV head row: head_dim). */
+static inline bool mz_codec_reads_ranges(const mz_codec *c, size_t align)
+{
+    return c->decode_range && c->range_unit && align % c->range_unit == 0;
 }
 
 /* ---- internals shared by the codec files and their tests --------------------- */

@@ -448,6 +448,39 @@ static mz_status fmt_decode(const quant_fmt *f, const uint8_t *src, size_t len, 
     return MZ_OK;
 }
 
+/* Where values [v0, v0 + k) of a parsed blob of n values in groups of
+ * `group` start in its payload, when they are whole groups (k may end the
+ * blob); else MZ_E_RANGE. */
+static mz_status fmt_range(const quant_fmt *f, const uint8_t *src, unsigned group, uint64_t n, size_t v0,
+                           size_t k, const uint8_t **at)
+{
+    if (v0 > n || k > n - v0 || (v0 % group && v0 != n) || (k % group && v0 + k != n))
+        return mz_fail(MZ_E_RANGE, "%s blob: values %zu..%zu of %llu are not whole groups of %u", f->name, v0,
+                       v0 + k, (unsigned long long)n, group);
+    *at = src + MZ_CODEC_HEADER_BYTES + v0 / group * group_bytes(f, group);
+    return MZ_OK;
+}
+
+/* decode_range of q8 and q4: the groups of the range, by the same kernels
+ * as a whole decode (each group decodes alone, so the bits are those). */
+static mz_status fmt_decode_range(const quant_fmt *f, const uint8_t *src, size_t len, size_t n_want, size_t v0,
+                                  mz_f16 *dst, size_t k, enum q8_isa isa)
+{
+    unsigned group;
+    uint64_t n;
+    const uint8_t *at = NULL;
+    mz_status st = fmt_parse(f, src, len, &group, &n);
+    if (st != MZ_OK) return st;
+    if (n != n_want)
+        return mz_fail(MZ_E_FORMAT, "%s blob: holds %llu values, caller expects %zu", f->name,
+                       (unsigned long long)n, n_want);
+    if ((st = fmt_range(f, src, group, n, v0, k, &at))) return st;
+    const size_t n_groups = (k + group - 1) / group;
+    const size_t done = decode_groups(f->top, isa, at, k, group, dst);
+    if (done < n_groups) return group_fail(f, at + done * group_bytes(f, group), v0 / group + done);
+    return MZ_OK;
+}
+
 /* ---- encode ---------------------------------------------------------------- */
 
 static inline float grid_dec(const mz_quant_grid *g, unsigned q)
@@ -666,7 +699,8 @@ static mz_status fmt_encode(const quant_fmt *f, unsigned group, const mz_f16 *sr
 #define FMT_VT(p, nm, g)                                                               \
     {                                                                                  \
         .name = nm, .param = g, .bound = p##_bound, .encode = p##_encode,              \
-        .decode = p##_decode, .peek = p##_peek                                         \
+        .decode = p##_decode, .peek = p##_peek, .decode_range = p##_decode_range,      \
+        .range_unit = g                                                                \
     }
 
 /* The entry points of the group codec on quant_fmt FMT: p_bound, p_peek,
@@ -698,6 +732,12 @@ static mz_status fmt_encode(const quant_fmt *f, unsigned group, const mz_f16 *sr
     {                                                                                              \
         (void)c;                                                                                   \
         return fmt_decode(&FMT, src, len, dst, n, q8_isa_now());                                   \
+    }                                                                                              \
+    static mz_status p##_decode_range(const mz_codec *c, const uint8_t *src, size_t len, size_t n,  \
+                                      size_t v0, mz_f16 *dst, size_t k)                            \
+    {                                                                                              \
+        (void)c;                                                                                   \
+        return fmt_decode_range(&FMT, src, len, n, v0, dst, k, q8_isa_now());                      \
     }                                                                                              \
     static mz_status p##_encode(const mz_codec *c, const mz_f16 *src, size_t n, uint8_t *dst,      \
                                 size_t dst_cap, size_t *n_written)                                 \
@@ -870,6 +910,22 @@ static mz_status q4r_decode(const mz_codec *c, const uint8_t *src, size_t len, m
                             size_t n)
 {
     return q4r_decode_isa(q8_isa_now(), src, len, dst, n);
+}
+
+/* Whole rows of the range, then their inverse rotation (a last group of
+ * n mod d values stays unrotated, as in a whole decode). */
+static mz_status q4r_decode_range(const mz_codec *c, const uint8_t *src, size_t len, size_t n, size_t v0,
+                                  mz_f16 *dst, size_t k)
+{
+    (void)c;
+    const enum q8_isa isa = q8_isa_now();
+    mz_status st = fmt_decode_range(&Q4R_FMT, src, len, n, v0, dst, k, isa);
+    if (st) return st;
+    const unsigned d = mz_get_le16(src + 6); /* the header's param, checked by the parse */
+    uint32_t signs[MZ_ROT_DIM_MAX];
+    mz_rot_signs(d, signs);
+    rot_rows(isa, dst, dst, k / d, d, signs, true);
+    return MZ_OK;
 }
 
 static mz_status q4r_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)

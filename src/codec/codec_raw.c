@@ -78,6 +78,19 @@ static mz_status raw_decode(const mz_codec *c, const uint8_t *src, size_t len, m
     return MZ_OK;
 }
 
+static mz_status raw_decode_range(const mz_codec *c, const uint8_t *src, size_t len, size_t n, size_t v0,
+                                  mz_f16 *dst, size_t k)
+{
+    size_t got;
+    mz_status st = raw_peek(c, src, len, &got);
+    if (st != MZ_OK) return st;
+    if (got != n)
+        return mz_fail(MZ_E_FORMAT, "raw blob: holds %zu values, caller expects %zu", got, n);
+    if (v0 > n || k > n - v0) return mz_fail(MZ_E_RANGE, "raw blob: values %zu..%zu of %zu", v0, v0 + k, n);
+    if (k) copy_from_le16(dst, src + MZ_CODEC_HEADER_BYTES + 2 * v0, k);
+    return MZ_OK;
+}
+
 const mz_codec mz_codec_raw_vt = {
     .name = "raw",
     .param = 0,
@@ -85,4 +98,6 @@ const mz_codec mz_codec_raw_vt = {
     .encode = raw_encode,
     .decode = raw_decode,
     .peek = raw_peek,
+    .decode_range = raw_decode_range,
+    .range_unit = 1,
 };

@@ -104,6 +104,36 @@ static mz_status split_decode(const mz_codec *c, const uint8_t *src, size_t len,
     return mz_codec_decode(&vc, k_blob + k_len, v_len, dst + n / 2, n - n / 2);
 }
 
+/* The range's K part through q8's decode_range, its V part through q4r's
+ * (a range may hold both). */
+static mz_status split_decode_range(const mz_codec *c, const uint8_t *src, size_t len, size_t n, size_t v0,
+                                    mz_f16 *dst, size_t k)
+{
+    (void)c;
+    unsigned d;
+    uint64_t n_blob;
+    size_t k_len, v_len;
+    mz_status s = split_open(src, len, &d, &n_blob, &k_len, &v_len);
+    if (s) return s;
+    if (n_blob != n)
+        return mz_fail(MZ_E_FORMAT, "q8-q4r blob: holds %llu values, caller expects %zu",
+                       (unsigned long long)n_blob, n);
+    if (v0 > n || k > n - v0)
+        return mz_fail(MZ_E_RANGE, "q8-q4r blob: values %zu..%zu of %zu", v0, v0 + k, n);
+    const mz_codec kc = k_codec(), vc = v_codec(d);
+    const uint8_t *k_blob = src + MZ_CODEC_HEADER_BYTES;
+    const size_t half = n / 2;
+    if (v0 < half) {
+        const size_t kk = MZ_MIN(k, half - v0);
+        if ((s = kc.decode_range(&kc, k_blob, k_len, half, v0, dst, kk))) return s;
+        v0 += kk;
+        dst += kk;
+        k -= kk;
+    }
+    if (k == 0) return MZ_OK;
+    return vc.decode_range(&vc, k_blob + k_len, v_len, n - half, v0 - half, dst, k);
+}
+
 /* The inner blobs' own peeks check their headers and groups; each must hold
  * its half of n (implied by the exact lengths, checked again by name). */
 static mz_status split_peek(const mz_codec *c, const uint8_t *src, size_t len, size_t *n_values)
@@ -130,7 +160,8 @@ static mz_status split_peek(const mz_codec *c, const uint8_t *src, size_t len, s
 
 #define SPLIT_VT(d) \
     {.name = "q8-q4r", .param = (d), .bound = split_bound, .encode = split_encode, \
-     .decode = split_decode, .peek = split_peek}
+     .decode = split_decode, .peek = split_peek, .decode_range = split_decode_range, \
+     .range_unit = (d) > MZ_Q8_GROUP_DEFAULT ? (d) : MZ_Q8_GROUP_DEFAULT}
 
 const mz_codec mz_codec_q8_q4r_vt = SPLIT_VT(64);
 

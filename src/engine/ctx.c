@@ -473,7 +473,7 @@ mz_restore_params mz_restore_params_default(void)
 mz_restore_experimental mz_restore_experimental_default(void)
 {
     return (mz_restore_experimental){.overlap = MZ_OVERLAP_ALL, .debug_delay_us = 0, .seed = 0,
-                                     .n_prefault_threads = 0, .lend_kv = 0, .wait_all = false,
+                                     .n_prefault_threads = 0, .lend_kv = 0, .lend_whole = false, .wait_all = false,
                                      .debug_fail_mem_item = 0};
 }
 
@@ -542,6 +542,7 @@ static mz_status mzc_prefill_restore(mz_ctx_t *c, const mz_token *tokens, size_t
                  (x.lend_kv > 0 || (x.lend_kv == 0 && mz_threadpool_n_threads(c->pool) +
                                                               mz_mem_restore_threads(c->mem) <=
                                                           mz_n_cpus()));
+    c->lend_whole = x.lend_whole;
     double tp = mz_time_ms();
     if (!s) s = mz_ctx_prefill_internal(c, tokens, n);
     c->lend_kv = false;

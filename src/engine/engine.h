@@ -167,6 +167,8 @@ struct mz_ctx {
     _Atomic bool busy;         /* computing (for listings) */
     bool lend_kv;              /* the next forward step may read KV chunks from the restore
                                   job's compressed copies (mz_prefill_restore sets it) */
+    bool lend_whole;           /* ... each lent chunk decoded whole into a buffer of the step
+                                  (mz_restore_experimental.lend_whole) */
     _Atomic size_t deferred_freed; /* bytes freed paying pending_evict (total) */
     mz_threadpool *own_pool;   /* mz_ctx_init with n_threads other than the engine's */
     mz_model_t *model;

@@ -475,57 +475,94 @@ mz_status mz_forward(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_lo
  *
  * While a pipelined restore runs, a layer's chunks that the job would
  * decode from the compressed stack are lent to the pass instead of waited
- * for (mz_mem_acquire_window_lend): the pool decodes them into one buffer
- * of the step, reused by every layer, and attention reads them there. The
- * values are the codec's decode, the ones the job writes into the chunks,
- * so the pass computes the same bits either way; what it saves is waiting
- * for the job's fresh pages, the bound of a restore from memory. */
+ * for (mz_mem_acquire_window_lend). Where the chunk's codec reads ranges of
+ * whole head rows (q8, q4, q4r, q8-q4r, raw), attention reads each tile's
+ * rows from the compressed copy as it goes (mz_attn_args.read_rows): the
+ * pass reads the compressed bytes once and writes nothing. Other codecs'
+ * chunks are decoded by the pool into one buffer of the step, reused by
+ * every layer, and attention reads them there. Either way the values are
+ * the codec's decode, the ones the job writes into the chunks, so the pass
+ * computes the same bits; what it saves is waiting for the job's fresh
+ * pages, the bound of a restore from memory. mz_restore_experimental's
+ * lend_whole decodes every lent chunk into the buffer (to compare). */
 typedef struct lent_kv {
     mz_mem *mm;
     mz_kv_lent *lent;              /* [max_chunks] */
     const uint8_t **ptrs;          /* [max_chunks]: the layer's chunk table, lent ones redirected */
+    size_t *slot;                  /* [max_chunks]: a chunk read by rows: its index in lent */
+    size_t *dec;                   /* [max_chunks]: the lent chunks decoded into buf, by index in lent */
     uint8_t *buf;                  /* decoded lent chunks */
-    size_t buf_bytes, n, chunk_bytes;
+    size_t buf_bytes, n, n_dec, chunk_bytes, row_values;
+    bool whole;                    /* decode every lent chunk into buf */
     _Atomic size_t next;
     _Atomic int err;
 } lent_kv;
+
+static void lent_fail(lent_kv *lk, mz_status s)
+{
+    int z = 0;
+    atomic_compare_exchange_strong(&lk->err, &z, (int)s);
+}
 
 static void lent_decode_task(void *arg, int ith, int nth)
 {
     (void)ith;
     (void)nth;
     lent_kv *lk = arg;
-    for (size_t i; (i = atomic_fetch_add(&lk->next, 1)) < lk->n;) {
-        mz_status s = mz_mem_decode_lent(lk->mm, &lk->lent[i], lk->buf + i * lk->chunk_bytes);
-        if (s) {
-            int z = 0;
-            atomic_compare_exchange_strong(&lk->err, &z, (int)s);
-        }
+    for (size_t i; (i = atomic_fetch_add(&lk->next, 1)) < lk->n_dec;) {
+        mz_status s = mz_mem_decode_lent(lk->mm, &lk->lent[lk->dec[i]], lk->buf + i * lk->chunk_bytes);
+        if (s) lent_fail(lk, s);
     }
 }
 
-/* Decodes the lent chunks of layer `layer` and points the layer's chunk
- * table at them; returns the table attention reads. */
+/* attention's read_rows: a failed read leaves zeros (finite, so the kernel
+ * runs on) and fails the step once attention is done. */
+static void lent_read_rows(void *ctx, size_t chunk, size_t v0, mz_f16 *dst, size_t k)
+{
+    lent_kv *lk = ctx;
+    mz_status s = mz_mem_read_lent_rows(lk->mm, &lk->lent[lk->slot[chunk]], v0, dst, k);
+    if (s) {
+        memset(dst, 0, k * sizeof *dst);
+        lent_fail(lk, s);
+    }
+}
+
+/* Points the layer's chunk table at the lent chunks: NULL (read by rows)
+ * or decoded into the buffer. Returns the table attention reads. */
 static mz_status lent_kv_prepare(mz_ctx_t *c, lent_kv *lk, int layer, size_t n_chunks,
                                  const uint8_t *const **table)
 {
     *table = (const uint8_t *const *)c->kv.chunks[layer];
     if (lk->n == 0) return MZ_OK;
-    const size_t need = lk->n * lk->chunk_bytes;
-    if (need > lk->buf_bytes) {
-        mz_pages_free(lk->buf, lk->buf_bytes);
-        lk->buf_bytes = 0;
-        if (!(lk->buf = mz_pages_alloc(need)))
-            return mz_fail(MZ_E_NOMEM, "out of memory reading %zu KV chunks from the compressed stack", lk->n);
-        lk->buf_bytes = need;
-    }
-    atomic_store(&lk->next, 0);
-    atomic_store(&lk->err, 0);
-    mz_threadpool_run_claimed(c->pool, lent_decode_task, lk);
-    int e = atomic_load(&lk->err);
-    if (e) return (mz_status)e;
     for (size_t i = 0; i < n_chunks; i++) lk->ptrs[i] = c->kv.chunks[layer][i];
-    for (size_t i = 0; i < lk->n; i++) lk->ptrs[lk->lent[i].chunk] = lk->buf + i * lk->chunk_bytes;
+    lk->n_dec = 0;
+    for (size_t i = 0; i < lk->n; i++) {
+        const size_t ch = lk->lent[i].chunk;
+        if (!lk->whole && mz_mem_lent_rows_readable(&lk->lent[i], lk->row_values)) {
+            lk->ptrs[ch] = NULL;
+            lk->slot[ch] = i;
+        } else {
+            lk->dec[lk->n_dec++] = i;
+        }
+    }
+    atomic_store(&lk->err, 0);
+    if (lk->n_dec) {
+        const size_t need = lk->n_dec * lk->chunk_bytes;
+        if (need > lk->buf_bytes) {
+            mz_pages_free(lk->buf, lk->buf_bytes);
+            lk->buf_bytes = 0;
+            if (!(lk->buf = mz_pages_alloc(need)))
+                return mz_fail(MZ_E_NOMEM, "out of memory reading %zu KV chunks from the compressed stack",
+                               lk->n_dec);
+            lk->buf_bytes = need;
+        }
+        atomic_store(&lk->next, 0);
+        mz_threadpool_run_claimed(c->pool, lent_decode_task, lk);
+        int e = atomic_load(&lk->err);
+        if (e) return (mz_status)e;
+        for (size_t i = 0; i < lk->n_dec; i++)
+            lk->ptrs[lk->lent[lk->dec[i]].chunk] = lk->buf + i * lk->chunk_bytes;
+    }
     *table = lk->ptrs;
     return MZ_OK;
 }
@@ -536,6 +573,8 @@ static void lent_kv_free(lent_kv *lk)
     mz_pages_free(lk->buf, lk->buf_bytes);
     free(lk->lent);
     free((void *)lk->ptrs);
+    free(lk->slot);
+    free(lk->dec);
 }
 
 static mz_status forward_layers(mz_ctx_t *c, const mz_token *tokens, size_t n, bool want_logits,
@@ -549,9 +588,13 @@ static mz_status forward_step(mz_ctx_t *c, const mz_token *tokens, size_t n, boo
         const size_t mc = c->kv.max_chunks;
         lk.mm = c->mem;
         lk.chunk_bytes = c->kv.chunk_bytes;
+        lk.row_values = (size_t)c->model->cfg.head_dim;
+        lk.whole = c->lend_whole;
         lk.lent = malloc(mc * sizeof *lk.lent);
         lk.ptrs = malloc(mc * sizeof *lk.ptrs);
-        if (!lk.lent || !lk.ptrs) {
+        lk.slot = malloc(mc * sizeof *lk.slot);
+        lk.dec = malloc(mc * sizeof *lk.dec);
+        if (!lk.lent || !lk.ptrs || !lk.slot || !lk.dec) {
             lent_kv_free(&lk);
             return mz_fail(MZ_E_NOMEM, "out of memory");
         }
@@ -623,7 +666,9 @@ static mz_status forward_layers(mz_ctx_t *c, const mz_token *tokens, size_t n, b
                            .n_q = n,
                            .pos0 = p0,
                            .scale = cfg->attn_scale,
-                           .window = mz_layer_window(cfg, l)};
+                           .window = mz_layer_window(cfg, l),
+                           .read_rows = lk->n ? lent_read_rows : NULL,
+                           .read_ctx = lk};
         {
             /* A short query over a long context spreads its positions over the
              * threads and merges their softmax states afterwards; that needs
@@ -641,7 +686,10 @@ static mz_status forward_layers(mz_ctx_t *c, const mz_token *tokens, size_t n, b
             if (aa.partial) mz_threadpool_run_claimed(c->pool, attn_merge_task, &aa);
             free(aa.partial);
         }
-        if (lk->n) mz_mem_end_lending(c->mem);
+        if (lk->n) {
+            mz_mem_end_lending(c->mem);
+            if ((st = (mz_status)atomic_load(&lk->err))) return st;
+        }
         phase_mark(&pc, PH_ATTN);
         {
             const mz_tensor *ws[1] = {&b->wo};

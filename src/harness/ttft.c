@@ -341,6 +341,7 @@ static int measure_level(run_env *e, const point_cfg *pc, int level, int n_runs,
         mz_restore_experimental rx = mz_restore_experimental_default();
         rx.overlap = pc->overlap;
         rx.lend_kv = o->lend_kv;
+        rx.lend_whole = o->lend_whole;
         rx.wait_all = o->wait_all;
         mz_restore_params rp = mz_restore_params_default();
         rp.experimental = &rx;

@@ -37,6 +37,7 @@ typedef struct mz_ttft_opts {
     int runs, recompute_runs, recompute_max_ctx, query, threads;
     int restore_threads;       /* mz_restore_params.n_restore_threads (0: the profile's split) */
     int lend_kv;               /* mz_restore_experimental.lend_kv (0 auto, 1 on, -1 off) */
+    bool lend_whole;           /* mz_restore_experimental.lend_whole */
     bool wait_all;             /* mz_restore_experimental.wait_all */
     double tol;
     const char *swap_dir, *profile, *out_dir, *name, *peer_csv, *title;

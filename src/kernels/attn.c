@@ -54,17 +54,6 @@ void mz_attn_check_args(const mz_attn_args *a)
     MZ_ASSERT(a->head_dim > 0 && a->head_dim <= MZ_ATTN_MAX_HEAD_DIM);
 }
 
-static inline const mz_f16 *k_row(const uint8_t *chunk, const mz_attn_args *a, int kvh, size_t row)
-{
-    return (const mz_f16 *)chunk + ((size_t)kvh * MZ_KV_CHUNK_TOKENS + row) * (size_t)a->head_dim;
-}
-
-static inline const mz_f16 *v_row(const uint8_t *chunk, const mz_attn_args *a, int kvh, size_t row)
-{
-    return (const mz_f16 *)chunk + ((size_t)a->n_head_kv * MZ_KV_CHUNK_TOKENS +
-                                    (size_t)kvh * MZ_KV_CHUNK_TOKENS + row) * (size_t)a->head_dim;
-}
-
 /* ---- scalar single-pass kernel ------------------------------------------------------ */
 
 /* Query heads [h0, h0 + ng) of KV head kvh, query token i. */
@@ -77,6 +66,7 @@ static void attn_group_scalar(const mz_attn_args *a, size_t i, int kvh, int h0, 
     float acc[MZ_ATTN_MAX_GROUP][MZ_ATTN_MAX_HEAD_DIM];
     float s[MZ_ATTN_MAX_GROUP][ATTN_TILE];
     float row[MZ_ATTN_MAX_HEAD_DIM];
+    mz_f16 kt[ATTN_TILE * MZ_ATTN_MAX_HEAD_DIM], vt[ATTN_TILE * MZ_ATTN_MAX_HEAD_DIM]; /* rows of an encoded chunk */
 
     for (int g = 0; g < ng; g++) {
         q[g] = a->q + (i * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
@@ -87,13 +77,14 @@ static void attn_group_scalar(const mz_attn_args *a, size_t i, int kvh, int h0, 
 
     const size_t lo = mz_attn_first_pos(a, i);
     for (size_t c = lo / MZ_KV_CHUNK_TOKENS; c * MZ_KV_CHUNK_TOKENS < n_ctx; c++) {
-        const uint8_t *chunk = a->chunks[c];
         const size_t rows = MZ_MIN((size_t)MZ_KV_CHUNK_TOKENS, n_ctx - c * MZ_KV_CHUNK_TOKENS);
         const size_t row0 = c == lo / MZ_KV_CHUNK_TOKENS ? lo % MZ_KV_CHUNK_TOKENS : 0;
         for (size_t t0 = row0; t0 < rows; t0 += ATTN_TILE) {
             const int nt = (int)MZ_MIN((size_t)ATTN_TILE, rows - t0);
+            const mz_f16 *kb = mz_attn_kv_rows(a, c, false, kvh, t0, (size_t)nt, kt);
+            const mz_f16 *vb = mz_attn_kv_rows(a, c, true, kvh, t0, (size_t)nt, vt);
             for (int t = 0; t < nt; t++) {
-                mz_f16_to_f32_row_ref(k_row(chunk, a, kvh, t0 + (size_t)t), row, (size_t)hd);
+                mz_f16_to_f32_row_ref(kb + (size_t)t * (size_t)hd, row, (size_t)hd);
                 for (int g = 0; g < ng; g++) {
                     float dot = 0.0f;
                     for (int d = 0; d < hd; d++) dot += q[g][d] * row[d];
@@ -113,7 +104,7 @@ static void attn_group_scalar(const mz_attn_args *a, size_t i, int kvh, int h0, 
                 m[g] = mt;
             }
             for (int t = 0; t < nt; t++) {
-                mz_f16_to_f32_row_ref(v_row(chunk, a, kvh, t0 + (size_t)t), row, (size_t)hd);
+                mz_f16_to_f32_row_ref(vb + (size_t)t * (size_t)hd, row, (size_t)hd);
                 for (int g = 0; g < ng; g++) {
                     const float p = s[g][t];
                     for (int d = 0; d < hd; d++) acc[g][d] += p * row[d];
@@ -195,7 +186,8 @@ void mz_attn_scalar(const mz_attn_args *a, int ith, int nth)
 
 static float ref_score(const mz_attn_args *a, const float *q, int kvh, size_t p)
 {
-    const mz_f16 *k = k_row(a->chunks[p / MZ_KV_CHUNK_TOKENS], a, kvh, p % MZ_KV_CHUNK_TOKENS);
+    mz_f16 buf[MZ_ATTN_MAX_HEAD_DIM];
+    const mz_f16 *k = mz_attn_kv_rows(a, p / MZ_KV_CHUNK_TOKENS, false, kvh, p % MZ_KV_CHUNK_TOKENS, 1, buf);
     float dot = 0.0f;
     for (int d = 0; d < a->head_dim; d++) dot += q[d] * mz_f16_to_f32(k[d]);
     return dot * a->scale;
@@ -221,7 +213,8 @@ void mz_attn_ref(const mz_attn_args *a)
             for (int d = 0; d < hd; d++) o[d] = 0.0f;
             for (size_t p = lo; p < n_ctx; p++) {
                 const float e = expf(ref_score(a, q, kvh, p) - mx);
-                const mz_f16 *v = v_row(a->chunks[p / MZ_KV_CHUNK_TOKENS], a, kvh, p % MZ_KV_CHUNK_TOKENS);
+                mz_f16 buf[MZ_ATTN_MAX_HEAD_DIM];
+                const mz_f16 *v = mz_attn_kv_rows(a, p / MZ_KV_CHUNK_TOKENS, true, kvh, p % MZ_KV_CHUNK_TOKENS, 1, buf);
                 sum += e;
                 for (int d = 0; d < hd; d++) o[d] += e * mz_f16_to_f32(v[d]);
             }

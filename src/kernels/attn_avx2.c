@@ -249,9 +249,11 @@ typedef struct item {
 /* One segment for the item's rows: fresh online softmax over positions
  * [seg * ATTN_SEG_POS, ...) from each row's lo up to its limit. State in
  * st/acc (l = 0: the row has no position in the segment). */
+/* kt, vt: a tile's K and V rows read from a chunk still encoded (ATTN_TILE *
+ * head_dim values each). */
 static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, const item *it,
                         const float *restrict qs, size_t seg, row_state *st, float *restrict acc,
-                        float *restrict kf, float *restrict vf)
+                        float *restrict kf, float *restrict vf, mz_f16 *restrict kt, mz_f16 *restrict vt)
 {
     const int hd = a->head_dim;
     const int nr = (int)it->nq * it->hsub;
@@ -273,12 +275,9 @@ static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, cons
     for (size_t p0 = s0; p0 < s1; p0 += ATTN_TILE) {
         const int nt = (int)MZ_MIN((size_t)ATTN_TILE, s1 - p0);
         const size_t c = p0 / MZ_KV_CHUNK_TOKENS, row = p0 % MZ_KV_CHUNK_TOKENS;
-        const mz_f16 *kb = (const mz_f16 *)a->chunks[c] + (size_t)it->kvh * kv_stride + row * (size_t)hd;
-        const mz_f16 *vb = (const mz_f16 *)a->chunks[c] + ((size_t)a->n_head_kv + (size_t)it->kvh) * kv_stride +
-                           row * (size_t)hd;
         /* The next tile's K and V rows (contiguous within a chunk) are fetched
          * while this one computes: KV of a long context streams from DRAM. */
-        if (p0 + ATTN_TILE < s1) {
+        if (p0 + ATTN_TILE < s1 && a->chunks[(p0 + ATTN_TILE) / MZ_KV_CHUNK_TOKENS]) {
             const size_t pn = p0 + ATTN_TILE, cn = pn / MZ_KV_CHUNK_TOKENS, rn = pn % MZ_KV_CHUNK_TOKENS;
             const char *kn = (const char *)((const mz_f16 *)a->chunks[cn] + (size_t)it->kvh * kv_stride + rn * (size_t)hd);
             const char *vn = (const char *)((const mz_f16 *)a->chunks[cn] +
@@ -301,6 +300,8 @@ static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, cons
             if (n0[r] >= nt && r_end == nr) r_end = r;
         }
         if (r_first >= r_end) continue;
+        const mz_f16 *kb = mz_attn_kv_rows(a, c, false, it->kvh, row, (size_t)nt, kt);
+        const mz_f16 *vb = mz_attn_kv_rows(a, c, true, it->kvh, row, (size_t)nt, vt);
         kk->scores(qs + (size_t)r_first * (size_t)hd, kb, kf, hd, r_end - r_first, nt, a->scale, s + r_first);
         kk->softmax(s, n0, nv, r_first, r_end, st, acc, hd);
         kk->accumulate(acc, vb, vf, hd, r_first, r_end, nt, n0, nv, s);
@@ -399,6 +400,7 @@ void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kern
     float qs[ATTN_MAX_ROWS * MZ_ATTN_MAX_HEAD_DIM];
     float acc[ATTN_MAX_ROWS * MZ_ATTN_MAX_HEAD_DIM];
     float kf[ATTN_TILE * MZ_ATTN_MAX_HEAD_DIM], vf[ATTN_TILE * MZ_ATTN_MAX_HEAD_DIM];
+    mz_f16 kt[ATTN_TILE * MZ_ATTN_MAX_HEAD_DIM], vt[ATTN_TILE * MZ_ATTN_MAX_HEAD_DIM];
     row_state st[ATTN_MAX_ROWS];
 
     if (use_split(a, &p)) {
@@ -422,7 +424,7 @@ void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kern
                 load_queries(a, &it, qs);
                 loaded = gi;
             }
-            run_segment(a, kk, &it, qs, seg, st, acc, kf, vf);
+            run_segment(a, kk, &it, qs, seg, st, acc, kf, vf, kt, vt);
             const int nr = (int)it.nq * it.hsub;
             for (int r = 0; r < nr; r++) {
                 float *pr = partial_row(a, &p, gi, seg, r);
@@ -454,7 +456,7 @@ void mz_attn_tiled(const mz_attn_args *a, int ith, int nth, const attn_tile_kern
         for (size_t d = 0; d < (size_t)nr * (size_t)hd; d++) ACC[d] = 0.0f;
         const size_t ns = item_n_seg(a, &it);
         for (size_t seg = item_seg0(a, &it); seg < ns; seg++) {
-            run_segment(a, kk, &it, qs, seg, st, acc, kf, vf);
+            run_segment(a, kk, &it, qs, seg, st, acc, kf, vf, kt, vt);
             for (int r = 0; r < nr; r++)
                 if (st[r].l > 0.0f)
                     merge_state(&S[r], ACC + (size_t)r * (size_t)hd, st[r].m, st[r].l, acc + (size_t)r * (size_t)hd, hd);

@@ -202,6 +202,14 @@ typedef struct mz_attn_args {
      * positions, and claimed last they left one thread finishing alone —
      * unless this asks for index order (MZ_WORK_SPLIT=slices, to compare). */
     bool work_in_index_order;
+    /* Optional: a chunk whose pointer is NULL is still encoded (lent by a
+     * restore: src/engine/forward.c). The kernels then read the rows they
+     * use through read_rows(read_ctx, c, v0, dst, k): values [v0, v0 + k)
+     * of chunk c in the layout above (whole K or V rows of one KV head),
+     * the values the chunk would hold, so the bits do not change. Any
+     * thread, concurrently. */
+    void (*read_rows)(void *read_ctx, size_t chunk, size_t v0, mz_f16 *dst, size_t k);
+    void *read_ctx;
 } mz_attn_args;
 
 /* Bytes of one chunk (K and V). */

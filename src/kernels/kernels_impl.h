@@ -357,6 +357,18 @@ static inline size_t mz_attn_first_pos(const mz_attn_args *a, size_t i)
     const size_t n_ctx = a->pos0 + i + 1;
     return a->window && n_ctx > a->window ? n_ctx - a->window : 0;
 }
+/* Rows [row, row + nt) of KV head kvh's K (v false) or V in chunk c: in
+ * place, or read into buf (nt * head_dim values) when the chunk is still
+ * encoded (a->read_rows). */
+static inline const mz_f16 *mz_attn_kv_rows(const mz_attn_args *a, size_t c, bool v, int kvh, size_t row, size_t nt,
+                                            mz_f16 *buf)
+{
+    const size_t v0 =
+        (((v ? (size_t)a->n_head_kv : 0) + (size_t)kvh) * MZ_KV_CHUNK_TOKENS + row) * (size_t)a->head_dim;
+    if (a->chunks[c]) return (const mz_f16 *)a->chunks[c] + v0;
+    a->read_rows(a->read_ctx, c, v0, buf, nt * (size_t)a->head_dim);
+    return buf;
+}
 /* The scalar single-pass kernel mz_attn uses when no SIMD path is active. */
 void mz_attn_scalar(const mz_attn_args *a, int ith, int nth);
 

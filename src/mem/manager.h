@@ -120,6 +120,15 @@ MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_acquire_window_lend(mz_mem *mm, int la
 /* Decodes a lent chunk into dst (the KV cache's chunk_bytes);
  * any thread, concurrently. */
 MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_decode_lent(const mz_mem *mm, const mz_kv_lent *l, void *dst);
+/* Whether a lent chunk's rows of row_values values (a KV head's row:
+ * head_dim) can be read a few at a time (mz_mem_read_lent_rows), which its
+ * codec decides. */
+MZ_INTERNAL bool mz_mem_lent_rows_readable(const mz_kv_lent *l, size_t row_values);
+/* Values [v0, v0 + k) of a lent chunk, whole rows as above: the values
+ * mz_mem_decode_lent writes there, reading only their part of the copy;
+ * any thread, concurrently. */
+MZ_INTERNAL MZ_NODISCARD mz_status mz_mem_read_lent_rows(const mz_mem *mm, const mz_kv_lent *l, size_t v0,
+                                                         mz_f16 *dst, size_t k);
 MZ_INTERNAL void mz_mem_end_lending(mz_mem *mm);
 
 /* Evicts with the session's policy; weight blocks only while the session is

@@ -195,6 +195,17 @@ mz_status mz_mem_decode_lent(const mz_mem *mm, const mz_kv_lent *l, void *dst)
     return s ? mz_fail_prefix(s, "decoding KV chunk %zu from the compressed stack failed", l->chunk) : MZ_OK;
 }
 
+bool mz_mem_lent_rows_readable(const mz_kv_lent *l, size_t row_values)
+{
+    return mz_codec_reads_ranges(l->enc, row_values);
+}
+
+mz_status mz_mem_read_lent_rows(const mz_mem *mm, const mz_kv_lent *l, size_t v0, mz_f16 *dst, size_t k)
+{
+    mz_status s = l->enc->decode_range(l->enc, l->data, l->len, mm->n_values, v0, dst, k);
+    return s ? mz_fail_prefix(s, "reading KV chunk %zu from the compressed stack failed", l->chunk) : MZ_OK;
+}
+
 void mz_mem_end_lending(mz_mem *mm)
 {
     if (mm->job) mm_job_end_lending(mm->job);

@@ -23,7 +23,11 @@
  *   - long contexts: 1030..3000 positions (several 1024-position segments,
  *     split over threads and merged), a GQA group of 34 query heads;
  *   - sliding windows (test_window): the same checks with a window, the
- *     positions no query token sees holding NaN or in unmapped chunks.
+ *     positions no query token sees holding NaN or in unmapped chunks;
+ *   - chunks still encoded (check_encoded): with every other chunk and the
+ *     last read through a->read_rows instead, every kernel gives the bits
+ *     it gives over the chunks in place, and asks only for whole rows of
+ *     one KV head inside a chunk.
  */
 #include "kernels/kernels_impl.h"
 #include "testutil.h"
@@ -183,6 +187,65 @@ static void hide_out_of_window(fixture *f, const mz_attn_args *a)
     }
 }
 
+/* Chunks still encoded (a->read_rows): the kernels read a chunk whose
+ * pointer is NULL through the callback, which here copies from the chunk
+ * kept aside and checks every request is whole rows of one KV head's K or
+ * V inside the chunk. */
+typedef struct {
+    const fixture *f;
+    const uint8_t *const *kept;
+    _Atomic size_t reads;
+    _Atomic int bad;
+} encoded_store;
+
+static void store_read_rows(void *ctx, size_t chunk, size_t v0, mz_f16 *dst, size_t k)
+{
+    encoded_store *es = ctx;
+    const size_t hd = (size_t)es->f->head_dim, rows = MZ_KV_CHUNK_TOKENS;
+    const size_t values = 2 * (size_t)es->f->n_head_kv * rows * hd;
+    const bool ok = chunk < es->f->n_chunks && es->kept[chunk] && v0 % hd == 0 && k % hd == 0 && k > 0 &&
+                    v0 + k <= values && (v0 / hd) % rows + k / hd <= rows && k / hd <= 32;
+    if (!ok) {
+        atomic_store(&es->bad, 1);
+        return;
+    }
+    memcpy(dst, (const mz_f16 *)es->kept[chunk] + v0, k * sizeof *dst);
+    atomic_fetch_add(&es->reads, 1);
+}
+
+/* fn over a with every other chunk (and the last) encoded gives the bits it
+ * gives over the chunks in place. */
+static void check_encoded(const fixture *f, const mz_attn_args *a, attn_fn fn, attn_fn merge, float *partial,
+                          size_t np, const char *name)
+{
+    const size_t n_out = f->n_q * (size_t)f->n_head * (size_t)f->head_dim;
+    float *plain = malloc(n_out * sizeof *plain);
+    const uint8_t **table = malloc(f->n_chunks * sizeof *table);
+    for (size_t i = 0; i < n_out; i++) f->out[i] = NAN;
+    run_sliced(fn, merge, *a, partial, np, 2);
+    memcpy(plain, f->out, n_out * sizeof *plain);
+    size_t n_encoded = 0;
+    for (size_t c = 0; c < f->n_chunks; c++) {
+        const bool enc = c % 2 == 1 || c + 1 == f->n_chunks;
+        table[c] = enc ? NULL : f->chunks[c];
+        n_encoded += enc && f->chunks[c];
+    }
+    encoded_store es = {.f = f, .kept = (const uint8_t *const *)f->chunks};
+    mz_attn_args b = *a;
+    b.chunks = table;
+    b.read_rows = store_read_rows;
+    b.read_ctx = &es;
+    for (size_t i = 0; i < n_out; i++) f->out[i] = NAN;
+    run_sliced(fn, merge, b, partial, np, 2);
+    CHECK_MSG(!atomic_load(&es.bad), "%s: a read of encoded rows outside one head's rows of a chunk", name);
+    CHECK_MSG(n_encoded == 0 || atomic_load(&es.reads) > 0, "%s: no encoded chunk read", name);
+    CHECK_MSG(!memcmp(plain, f->out, n_out * sizeof *plain),
+              "%s: hd %d n_kv %zu n_q %zu window %zu: encoded chunks change the bits", name, f->head_dim, f->n_kv,
+              f->n_q, a->window);
+    free(table);
+    free(plain);
+}
+
 /* One shape through every kernel; window 0: full causal attention. */
 static void run_case_window(int ratio, int head_dim, size_t n_kv, size_t n_q, int case_no, size_t window)
 {
@@ -214,6 +277,8 @@ static void run_case_window(int ratio, int head_dim, size_t n_kv, size_t n_q, in
     };
     for (size_t k = 0; k < MZ_ARRAY_LEN(impls); k++) {
         if (!impls[k].ok) continue;
+        check_encoded(&f, &a, impls[k].fn, impls[k].merge, case_no % 2 ? partial : NULL, case_no % 2 ? np : 0,
+                      impls[k].name);
         /* The active path runs every split, with and without the scratch that
          * spreads positions over threads, and must give the same bits each
          * time; the others one split per case, in turn (keeps the test short

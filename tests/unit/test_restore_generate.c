@@ -246,11 +246,11 @@ static void test_faults(void)
  * step (a generated token) waits per unit as during a request, an eviction
  * waits for the job first, and the state stays consistent throughout.
  * lend_kv = -1 lends nothing and gives the same bits. */
-static void test_lend(void)
+static void test_lend_codec(const char *codec, bool whole)
 {
     float *a = g_a, *b = g_b;
-    mz_ctx_t *ref = ctx_on(g_ref_m, "q8", MZ_EVICT_BACKWARD, "swap-rg-ref");
-    mz_ctx_t *c = ctx_on(g_m, "q8", MZ_EVICT_BACKWARD, "swap-rg");
+    mz_ctx_t *ref = ctx_on(g_ref_m, codec, MZ_EVICT_BACKWARD, "swap-rg-ref");
+    mz_ctx_t *c = ctx_on(g_m, codec, MZ_EVICT_BACKWARD, "swap-rg");
     CHECK(ref && c);
     if (!ref || !c) goto out;
     const size_t total = ev_evictable_total(c);
@@ -258,8 +258,8 @@ static void test_lend(void)
         CHECK(mz_ctx_truncate(ref, N_BASE) == MZ_OK && mz_ctx_truncate(c, N_BASE) == MZ_OK);
         /* KV only: a layer's dropped weights would be waited for before its
          * chunks, and the memory path would be done by then. */
-        CHECK(mz_mem_evict_ex(ref->mem, total / 2, false, NULL) == MZ_OK &&
-              mz_mem_evict_ex(c->mem, total / 2, false, NULL) == MZ_OK);
+        CHECK(mz_mem_evict_ex(ref->mem, total / 3, false, NULL) == MZ_OK &&
+              mz_mem_evict_ex(c->mem, total / 3, false, NULL) == MZ_OK);
         mz_mem_stats ms;
         mz_get_mem_stats(c, &ms);
         CHECK(ms.kv.compressed_bytes > 0); /* something for the memory path */
@@ -267,6 +267,7 @@ static void test_lend(void)
         CHECK(ev_prefill_logits(ref, g_follow, N_FOLLOW, b, g_vocab) == MZ_OK);
         mz_restore_experimental rx = mz_restore_experimental_default();
         rx.lend_kv = lend;
+        rx.lend_whole = whole;
         rx.debug_delay_us = 100000;
         rx.seed = 7;
         mz_restore_params rp = mz_restore_params_default();
@@ -276,14 +277,15 @@ static void test_lend(void)
         mz_status s = mz_prefill_restore(c, g_follow, N_FOLLOW, &rp, &tm);
         CHECK_MSG(s == MZ_OK, "%s", mz_ctx_errmsg(c));
         CHECK_MSG(s == MZ_OK && memcmp(mz_ctx_logits(c), b, (size_t)g_vocab * sizeof(float)) == 0,
-                  "lend_kv %d: logits differ from the blocking restore's", lend);
-        CHECK_MSG(lend > 0 ? tm.n_lent > 0 : tm.n_lent == 0, "lend_kv %d: %zu chunks lent", lend,
+                  "%s, lend_kv %d: logits differ from the blocking restore's", codec, lend);
+        CHECK_MSG(lend > 0 ? tm.n_lent > 0 : tm.n_lent == 0, "%s, lend_kv %d: %zu chunks lent", codec, lend,
                   tm.n_lent);
         /* One more token on both, the restore possibly still going on. */
         mz_token t = ev_argmax(b, g_vocab);
         CHECK(ev_prefill_logits(ref, &t, 1, b, g_vocab) == MZ_OK);
         CHECK(ev_prefill_logits(c, &t, 1, a, g_vocab) == MZ_OK);
-        CHECK_MSG(memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0, "lend_kv %d: next token differs", lend);
+        CHECK_MSG(memcmp(a, b, (size_t)g_vocab * sizeof(float)) == 0, "%s, lend_kv %d: next token differs", codec,
+                  lend);
         CHECK(mz_evict(c, total / 4, NULL) == MZ_OK); /* waits for the job first */
         CHECK(mz_mem_is_valid(c->mem));
         mz_restore_timings last;
@@ -294,6 +296,17 @@ static void test_lend(void)
 out:
     mz_ctx_free(c);
     mz_ctx_free(ref);
+}
+
+/* Attention reads q4r's lent chunks a tile's rows at a time from their
+ * compressed copies (its rows of 16 are the model's head rows), or
+ * (lend_whole) after decoding each whole into the step's buffer, as it
+ * does q8's (groups of 64 straddle its head rows of 16). */
+static void test_lend(void)
+{
+    test_lend_codec("q4r", false);
+    test_lend_codec("q4r", true);
+    test_lend_codec("q8", false);
 }
 
 /* A restore that fails after the request returned: the chunks in the
