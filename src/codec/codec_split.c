@@ -86,18 +86,26 @@ static mz_status split_open(const uint8_t *src, size_t len, unsigned *d, uint64_
     return MZ_OK;
 }
 
+/* split_open for a caller that expects n values. */
+static mz_status split_open_n(const uint8_t *src, size_t len, size_t n, unsigned *d, size_t *k_len, size_t *v_len)
+{
+    uint64_t n_blob;
+    mz_status s = split_open(src, len, d, &n_blob, k_len, v_len);
+    if (s) return s;
+    if (n_blob != n)
+        return mz_fail(MZ_E_FORMAT, "q8-q4r blob: holds %llu values, caller expects %zu",
+                       (unsigned long long)n_blob, n);
+    return MZ_OK;
+}
+
 static mz_status split_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
                               size_t n)
 {
     (void)c; /* any instance decodes any q8-q4r blob: d is in the header */
     unsigned d;
-    uint64_t n_blob;
     size_t k_len, v_len;
-    mz_status s = split_open(src, len, &d, &n_blob, &k_len, &v_len);
+    mz_status s = split_open_n(src, len, n, &d, &k_len, &v_len);
     if (s) return s;
-    if (n_blob != n)
-        return mz_fail(MZ_E_FORMAT, "q8-q4r blob: holds %llu values, caller expects %zu",
-                       (unsigned long long)n_blob, n);
     const mz_codec kc = k_codec(), vc = v_codec(d);
     const uint8_t *k_blob = src + MZ_CODEC_HEADER_BYTES;
     if ((s = mz_codec_decode(&kc, k_blob, k_len, dst, n / 2))) return s;
@@ -111,13 +119,9 @@ static mz_status split_decode_range(const mz_codec *c, const uint8_t *src, size_
 {
     (void)c;
     unsigned d;
-    uint64_t n_blob;
     size_t k_len, v_len;
-    mz_status s = split_open(src, len, &d, &n_blob, &k_len, &v_len);
+    mz_status s = split_open_n(src, len, n, &d, &k_len, &v_len);
     if (s) return s;
-    if (n_blob != n)
-        return mz_fail(MZ_E_FORMAT, "q8-q4r blob: holds %llu values, caller expects %zu",
-                       (unsigned long long)n_blob, n);
     if (v0 > n || k > n - v0)
         return mz_fail(MZ_E_RANGE, "q8-q4r blob: values %zu..%zu of %zu", v0, v0 + k, n);
     const mz_codec kc = k_codec(), vc = v_codec(d);
