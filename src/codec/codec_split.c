@@ -133,8 +133,8 @@ static mz_status split_decode_range(const mz_codec *c, const uint8_t *src, size_
         v0 += kk;
         dst += kk;
         k -= kk;
+        if (k == 0) return MZ_OK;
     }
-    if (k == 0) return MZ_OK;
     return vc.decode_range(&vc, k_blob + k_len, v_len, n - half, v0 - half, dst, k);
 }
 

@@ -17,6 +17,10 @@
  *     taken from the blob's own sub-header;
  *   - q4r and q8-q4r, when peek accepts: decode must succeed and equal the
  *     scalar kernels' decode (they are not idempotent bit for bit);
+ *   - decode_range (raw, q8, q4, q4r, q8-q4r), when peek accepts: a range
+ *     of whole units (from the mode byte) decodes to exactly that slice of
+ *     the whole decode, a misaligned one is MZ_E_RANGE; on any blob and any
+ *     range it must fail cleanly;
  *   - mode bit 3: the bytes are raw F16 input to every encoder instead (the
  *     q8 and the q4 cycle both run, and q8-q4r's encode must decode and
  *     equal the scalar kernels' bytes).
@@ -90,6 +94,26 @@ static void check_split(const mz_f16 *y, size_t n, unsigned d)
     if (mz_codec_decode(&c, g_e1, l1, g_y2, n) != MZ_OK) abort();
 }
 
+/* decode_range on a blob peek accepted (n values, whole decode y): a range
+ * of whole units equals y's slice; one starting a value past a unit is
+ * MZ_E_RANGE unless the unit is 1. */
+static void check_range(const mz_codec *c, const uint8_t *blob, size_t len, size_t n, const mz_f16 *y,
+                        unsigned mode)
+{
+    if (!c->decode_range) return;
+    const unsigned param = (unsigned)blob[6] | (unsigned)blob[7] << 8;
+    size_t unit = param ? param : 1;
+    if (c->decode == mz_codec_q8_q4r_vt.decode) {
+        if (unit < MZ_Q8_GROUP_DEFAULT) unit = MZ_Q8_GROUP_DEFAULT;
+        if ((n / 2) % unit) return; /* each half's ranges start at its own units */
+    }
+    const size_t v0 = MZ_MIN((size_t)(mode >> 4) * unit, n);
+    const size_t k = MZ_MIN(unit * (1 + (mode & 3)), n - v0);
+    if (c->decode_range(c, blob, len, n, v0, g_y3, k) != MZ_OK) abort();
+    if (memcmp(g_y3, y + v0, k * 2) != 0) abort(); /* not the whole decode's values */
+    if (unit > 1 && v0 + 1 < n && c->decode_range(c, blob, len, n, v0 + 1, g_y3, 0) != MZ_E_RANGE) abort();
+}
+
 /* Valid encoder parameters from arbitrary bytes. */
 static mz_cachegen_params cg_params_from(const uint8_t *b)
 {
@@ -158,6 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n > 0 && mz_codec_decode(c, data, size, g_y, n - 1) != MZ_E_FORMAT) abort();
     } else if (!cg && c->peek(c, data, size, &n) == MZ_OK && n <= MAX_N) {
         if (mz_codec_decode(c, data, size, g_y, n) != MZ_OK) abort(); /* peek said valid */
+        check_range(c, data, size, n, g_y, mode);
         if (rot || split) {
             mz_q8_force_scalar(true);
             mz_status st = mz_codec_decode(c, data, size, g_y2, n);
@@ -174,5 +199,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* a wrong or arbitrary count must fail cleanly */
     (void)mz_codec_decode(c, data, size, g_y, (size_t)(mode >> 4));
     (void)mz_codec_decode(c, data, size, g_y, MAX_N);
+    if (c->decode_range) {
+        (void)c->decode_range(c, data, size, MAX_N, (size_t)mode * 64, g_y, MAX_N / 8);
+        (void)c->decode_range(c, data, size, n, (size_t)mode, g_y, MZ_MIN(n, (size_t)64));
+    }
     return 0;
 }
