@@ -248,16 +248,15 @@ typedef struct item {
 
 /* One segment for the item's rows: fresh online softmax over positions
  * [seg * ATTN_SEG_POS, ...) from each row's lo up to its limit. State in
- * st/acc (l = 0: the row has no position in the segment). */
-/* kt, vt: a tile's K and V rows read from a chunk still encoded (ATTN_TILE *
- * head_dim values each). */
+ * st/acc (l = 0: the row has no position in the segment). kt, vt: a tile's
+ * K and V rows read from a chunk still encoded (ATTN_TILE * head_dim values
+ * each). */
 static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, const item *it,
                         const float *restrict qs, size_t seg, row_state *st, float *restrict acc,
                         float *restrict kf, float *restrict vf, mz_f16 *restrict kt, mz_f16 *restrict vt)
 {
     const int hd = a->head_dim;
     const int nr = (int)it->nq * it->hsub;
-    const size_t kv_stride = MZ_KV_CHUNK_TOKENS * (size_t)hd;
     const size_t p_end = a->pos0 + it->i0 + it->nq; /* one past the last row's limit */
     float s[ATTN_MAX_ROWS][ATTN_TILE];
     int n0[ATTN_MAX_ROWS], nv[ATTN_MAX_ROWS];
@@ -279,9 +278,9 @@ static void run_segment(const mz_attn_args *a, const attn_tile_kernels *kk, cons
          * while this one computes: KV of a long context streams from DRAM. */
         if (p0 + ATTN_TILE < s1 && a->chunks[(p0 + ATTN_TILE) / MZ_KV_CHUNK_TOKENS]) {
             const size_t pn = p0 + ATTN_TILE, cn = pn / MZ_KV_CHUNK_TOKENS, rn = pn % MZ_KV_CHUNK_TOKENS;
-            const char *kn = (const char *)((const mz_f16 *)a->chunks[cn] + (size_t)it->kvh * kv_stride + rn * (size_t)hd);
-            const char *vn = (const char *)((const mz_f16 *)a->chunks[cn] +
-                                            ((size_t)a->n_head_kv + (size_t)it->kvh) * kv_stride + rn * (size_t)hd);
+            const mz_f16 *base = (const mz_f16 *)a->chunks[cn];
+            const char *kn = (const char *)(base + mz_kv_chunk_offset(a->n_head_kv, hd, false, it->kvh, rn));
+            const char *vn = (const char *)(base + mz_kv_chunk_offset(a->n_head_kv, hd, true, it->kvh, rn));
             const size_t bytes = (size_t)MZ_MIN((size_t)ATTN_TILE, s1 - pn) * (size_t)hd * sizeof(mz_f16);
             for (size_t off = 0; off < bytes; off += 64) {
                 _mm_prefetch(kn + off, _MM_HINT_T0);

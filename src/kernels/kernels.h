@@ -214,16 +214,20 @@ typedef struct mz_attn_args {
 
 /* Bytes of one chunk (K and V). */
 size_t mz_kv_chunk_bytes(int n_head_kv, int head_dim);
+/* Where the K (v false) or V row of (kv head, row within chunk) starts, in
+ * F16 values from the chunk's base. */
+static inline size_t mz_kv_chunk_offset(int n_head_kv, int head_dim, bool v, int kvh, size_t row)
+{
+    return (((v ? (size_t)n_head_kv : 0) + (size_t)kvh) * MZ_KV_CHUNK_TOKENS + row) * (size_t)head_dim;
+}
 /* Pointers to K / V row of (kv head, row within chunk). */
 static inline mz_f16 *mz_kv_chunk_k(uint8_t *chunk, int n_head_kv, int head_dim, int kvh, int row)
 {
-    (void)n_head_kv;
-    return (mz_f16 *)chunk + ((size_t)kvh * MZ_KV_CHUNK_TOKENS + (size_t)row) * (size_t)head_dim;
+    return (mz_f16 *)chunk + mz_kv_chunk_offset(n_head_kv, head_dim, false, kvh, (size_t)row);
 }
 static inline mz_f16 *mz_kv_chunk_v(uint8_t *chunk, int n_head_kv, int head_dim, int kvh, int row)
 {
-    return (mz_f16 *)chunk + ((size_t)n_head_kv * MZ_KV_CHUNK_TOKENS +
-                              (size_t)kvh * MZ_KV_CHUNK_TOKENS + (size_t)row) * (size_t)head_dim;
+    return (mz_f16 *)chunk + mz_kv_chunk_offset(n_head_kv, head_dim, true, kvh, (size_t)row);
 }
 
 /*

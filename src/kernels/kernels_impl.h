@@ -363,8 +363,7 @@ static inline size_t mz_attn_first_pos(const mz_attn_args *a, size_t i)
 static inline const mz_f16 *mz_attn_kv_rows(const mz_attn_args *a, size_t c, bool v, int kvh, size_t row, size_t nt,
                                             mz_f16 *buf)
 {
-    const size_t v0 =
-        (((v ? (size_t)a->n_head_kv : 0) + (size_t)kvh) * MZ_KV_CHUNK_TOKENS + row) * (size_t)a->head_dim;
+    const size_t v0 = mz_kv_chunk_offset(a->n_head_kv, a->head_dim, v, kvh, row);
     if (a->chunks[c]) return (const mz_f16 *)a->chunks[c] + v0;
     a->read_rows(a->read_ctx, c, v0, buf, nt * (size_t)a->head_dim);
     return buf;
