@@ -431,23 +431,6 @@ static size_t decode_groups(unsigned top, enum q8_isa isa, const uint8_t *payloa
               : mz_q8_decode_groups_ref(payload, n, group, dst);
 }
 
-static mz_status fmt_decode(const quant_fmt *f, const uint8_t *src, size_t len, mz_f16 *dst,
-                            size_t n_want, enum q8_isa isa)
-{
-    unsigned group;
-    uint64_t n;
-    mz_status st = fmt_parse(f, src, len, &group, &n);
-    if (st != MZ_OK) return st;
-    if (n != n_want)
-        return mz_fail(MZ_E_FORMAT, "%s blob: holds %llu values, caller expects %zu", f->name,
-                       (unsigned long long)n, n_want);
-    const uint8_t *payload = src + MZ_CODEC_HEADER_BYTES;
-    size_t n_groups = (size_t)((n + group - 1) / group);
-    size_t done = decode_groups(f->top, isa, payload, (size_t)n, group, dst);
-    if (done < n_groups) return group_fail(f, payload + done * group_bytes(f, group), done);
-    return MZ_OK;
-}
-
 /* Where values [v0, v0 + k) of a parsed blob of n values in groups of
  * `group` start in its payload, when they are whole groups (k may end the
  * blob); else MZ_E_RANGE. */
@@ -461,8 +444,9 @@ static mz_status fmt_range(const quant_fmt *f, const uint8_t *src, unsigned grou
     return MZ_OK;
 }
 
-/* decode_range of q8 and q4: the groups of the range, by the same kernels
- * as a whole decode (each group decodes alone, so the bits are those). */
+/* decode_range of q8 and q4: the groups of the range, by the kernels of a
+ * whole decode (each group decodes alone, so the bits are a whole decode's
+ * slice). */
 static mz_status fmt_decode_range(const quant_fmt *f, const uint8_t *src, size_t len, size_t n_want, size_t v0,
                                   mz_f16 *dst, size_t k, enum q8_isa isa)
 {
@@ -479,6 +463,13 @@ static mz_status fmt_decode_range(const quant_fmt *f, const uint8_t *src, size_t
     const size_t done = decode_groups(f->top, isa, at, k, group, dst);
     if (done < n_groups) return group_fail(f, at + done * group_bytes(f, group), v0 / group + done);
     return MZ_OK;
+}
+
+/* A whole blob: the range of all its values. */
+static mz_status fmt_decode(const quant_fmt *f, const uint8_t *src, size_t len, mz_f16 *dst, size_t n_want,
+                            enum q8_isa isa)
+{
+    return fmt_decode_range(f, src, len, n_want, 0, dst, n_want, isa);
 }
 
 /* ---- encode ---------------------------------------------------------------- */

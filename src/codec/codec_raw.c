@@ -66,18 +66,6 @@ static mz_status raw_peek(const mz_codec *c, const uint8_t *src, size_t len, siz
     return st;
 }
 
-static mz_status raw_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst,
-                            size_t n)
-{
-    size_t got;
-    mz_status st = raw_peek(c, src, len, &got);
-    if (st != MZ_OK) return st;
-    if (got != n)
-        return mz_fail(MZ_E_FORMAT, "raw blob: holds %zu values, caller expects %zu", got, n);
-    if (n) copy_from_le16(dst, src + MZ_CODEC_HEADER_BYTES, n);
-    return MZ_OK;
-}
-
 static mz_status raw_decode_range(const mz_codec *c, const uint8_t *src, size_t len, size_t n, size_t v0,
                                   mz_f16 *dst, size_t k)
 {
@@ -89,6 +77,11 @@ static mz_status raw_decode_range(const mz_codec *c, const uint8_t *src, size_t 
     if (v0 > n || k > n - v0) return mz_fail(MZ_E_RANGE, "raw blob: values %zu..%zu of %zu", v0, v0 + k, n);
     if (k) copy_from_le16(dst, src + MZ_CODEC_HEADER_BYTES + 2 * v0, k);
     return MZ_OK;
+}
+
+static mz_status raw_decode(const mz_codec *c, const uint8_t *src, size_t len, mz_f16 *dst, size_t n)
+{
+    return raw_decode_range(c, src, len, n, 0, dst, n);
 }
 
 const mz_codec mz_codec_raw_vt = {
