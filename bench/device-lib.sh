@@ -1,7 +1,8 @@
 # bench/device-lib.sh — the bookkeeping the device benchmarks share, sourced
 # (not run) by bench/device-sessions.sh, device-store.sh,
 # device-peer-state.sh, device-restore.sh, device-pressure.sh,
-# device-scaling.sh, device-phases.sh, device-join-ab.sh and device-target2.sh
+# device-scaling.sh, device-phases.sh, device-join-ab.sh, device-target2.sh
+# and device-f16-blocking.sh
 # after they set OUTD:
 #   - where the binaries are: MZ_LOCAL=1 this checkout's build (MZ_BUILD,
 #     default ./build) and the first model in models/ as the vocabulary
