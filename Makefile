@@ -103,8 +103,8 @@ test-tsan-build: deps
 test-tsan: test-tsan-build
 	cd $(BUILD_TSAN) && MZ_SANITIZED=1 ctest $(CTEST_ARGS) -j $(CTEST_JOBS) -L concurrency
 
-# AArch64 under qemu-user: the kernel tests (every SIMD path against the
-# scalar reference, NEON here), then the whole CLI cross-built
+# AArch64 under qemu-user: the kernel and codec tests (every SIMD path
+# against the scalar reference, NEON here), then the whole CLI cross-built
 # (cmake/aarch64-linux-gnu.cmake) answering one short SmolLM2 prompt per
 # weight type with the x86-64 CLI's greedy tokens (scripts/arm-cli-test.sh,
 # a few minutes). Each stage skips, saying what is missing, without the cross

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds and runs the kernel unit tests (test_kernels, test_kernels_kquant, test_kernels_q5iq, test_attn,
-# test_threadpool) from src/kernels, src/core and src/sched alone, with any C
-# compiler, optionally under an emulator — the cross-architecture check:
+# test_threadpool) and the KV codecs' SIMD checks (test_codec: q8 / q4 decode
+# by every kernel set against the formula; test_codec_q4r: the rotation's
+# kernels against the scalar one; test_codec_split) from src/kernels,
+# src/codec, src/core and src/sched alone, with any C compiler, optionally
+# under an emulator — the cross-architecture check:
 #
 #   scripts/kernel-tests.sh                       native, cc
 #   CC=aarch64-linux-gnu-gcc RUN=scripts/qemu-aarch64-run.sh scripts/kernel-tests.sh build-aarch64
@@ -30,7 +33,7 @@ mkdir -p "$OUT"
 CFLAGS="-std=c11 -O2 -g -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wcast-qual -Wno-unused-parameter -Werror -fno-strict-aliasing -I$ROOT/src -I$ROOT/include -I$ROOT/tests/unit"
 machine=$($CC -dumpmachine)
 objs=()
-for src in "$ROOT"/src/kernels/*.c "$ROOT"/src/core/*.c "$ROOT"/src/sched/*.c; do
+for src in "$ROOT"/src/kernels/*.c "$ROOT"/src/codec/*.c "$ROOT"/src/core/*.c "$ROOT"/src/sched/*.c; do
     flags=""
     case "$machine" in
     x86_64*)
@@ -45,7 +48,8 @@ for src in "$ROOT"/src/kernels/*.c "$ROOT"/src/core/*.c "$ROOT"/src/sched/*.c; d
     objs+=("$o")
 done
 rc=0
-for t in test_kernels test_kernels_kquant test_kernels_q5iq test_attn test_threadpool; do
+for t in test_kernels test_kernels_kquant test_kernels_q5iq test_attn test_threadpool test_codec test_codec_q4r \
+    test_codec_split; do
     # shellcheck disable=SC2086
     $CC $CFLAGS -o "$OUT/$t" "$ROOT/tests/unit/$t.c" "$ROOT/tests/unit/testutil.c" "${objs[@]}" -lm -lpthread
     echo "kernel-tests: $t ($machine${RUN:+, under $RUN})"

@@ -194,7 +194,7 @@ MZ_INTERNAL mz_status mz_q4_decode_ref(const uint8_t *src, size_t len, mz_f16 *d
 MZ_INTERNAL size_t mz_q4_encode_groups_ref(const mz_f16 *src, size_t n, unsigned group,
                                            uint8_t *payload);
 /* Which kernels mz_codec_q8 and the q4 decoder use: "avx512", "avx2", "neon"
- * or "scalar" (q4 decodes with the scalar kernel where q8 has NEON). */
+ * (decode only: both encoders are scalar there) or "scalar". */
 MZ_INTERNAL const char *mz_q8_isa(void);
 /* Test hooks, process-wide: use at most the named kernels ("scalar", "avx2",
  * "avx512", "neon"; NULL or "best": the best the CPU has). force_isa returns

@@ -64,10 +64,10 @@
  * Kernels, picked at run time (mz_q8_isa; mz_q8_force_isa for tests), the
  * same choice for both codecs: AVX-512 F/BW/VL (codec_q8_avx512.c: decode
  * 16 lanes, streaming stores into large aligned destinations; encode 16
- * lanes), else AVX2+F16C (codec_q8_avx2.c), NEON decode on AArch64 (q8
- * only; q4 decodes with the scalar kernel there), scalar otherwise. q4's
- * SIMD decoders compute dec() of the 16 codes once per group with q8's
- * vector arithmetic (L = 15), then unpack 16 bytes into 32 codes and look
+ * lanes), else AVX2+F16C (codec_q8_avx2.c), NEON decode on AArch64 (q4's
+ * nibbles unpacked 16 at a time, then q8's arithmetic lane for lane),
+ * scalar otherwise. q4's x86 decoders compute dec() of the 16 codes once
+ * per group with q8's vector arithmetic (L = 15), then unpack 16 bytes into 32 codes and look
  * each value up in that table (vpermw on AVX-512, two pshufb on AVX2); its
  * encoders run q8's code search with L = 15 and pack the codes. The SIMD encoders compute
  * min/max and settle most codes a vector at a time (guess, decode the
@@ -193,33 +193,54 @@ static inline size_t decode_groups_ref(unsigned top, const uint8_t *payload, siz
 }
 
 #if defined(__ARM_NEON) && defined(__aarch64__)
-static inline uint16x4_t neon_dec4(uint32x4_t q, float32x4_t vmn, float32x4_t vmx,
+/* dec() of four codes: dec_bits's arithmetic, lane for lane. */
+static inline uint16x4_t neon_dec4(uint32x4_t q, uint32x4_t vtop, float32x4_t vmn, float32x4_t vmx,
                                    float32x4_t vstep)
 {
     float32x4_t v = vaddq_f32(vmn, vmulq_f32(vcvtq_f32_u32(q), vstep));
-    v = vbslq_f32(vcgtq_f32(v, vmx), vmx, v);                  /* v > max ? max : v */
-    v = vbslq_f32(vceqq_u32(q, vdupq_n_u32(255)), vmx, v);      /* code 255 is max */
+    v = vbslq_f32(vcgtq_f32(v, vmx), vmx, v);     /* v > max ? max : v */
+    v = vbslq_f32(vceqq_u32(q, vtop), vmx, v);    /* the top code is max */
     return vreinterpret_u16_f16(vcvt_f16_f32(v));
 }
 
-static size_t decode_groups_neon(const uint8_t *payload, size_t n, unsigned group, mz_f16 *dst)
+/* dec() of eight codes, one a byte, into dst[0..7]. */
+static inline void neon_dec8(uint8x8_t q, uint32x4_t vtop, float32x4_t vmn, float32x4_t vmx, float32x4_t vstep,
+                             mz_f16 *dst)
 {
+    const uint16x8_t q16 = vmovl_u8(q);
+    vst1_u16(dst, neon_dec4(vmovl_u16(vget_low_u16(q16)), vtop, vmn, vmx, vstep));
+    vst1_u16(dst + 4, neon_dec4(vmovl_u16(vget_high_u16(q16)), vtop, vmn, vmx, vstep));
+}
+
+/* The NEON decode of q8 (top 255: 8 codes a step) or q4 (top 15: 8 bytes
+ * unpacked into 16 codes, low nibble first, a step); the rest of a group
+ * through dec_bits. Same bits as decode_groups_ref. */
+static inline size_t decode_groups_neon(unsigned top, const uint8_t *payload, size_t n, unsigned group,
+                                        mz_f16 *dst)
+{
+    const uint32x4_t vtop = vdupq_n_u32(top);
     size_t g = 0;
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
         size_t k = MZ_MIN((size_t)group, n - i0);
         float mn, mx;
         if (!group_header(payload, &mn, &mx)) break;
-        float step = mz_q8_step(mn, mx);
+        float step = mz_quant_step(mn, mx, top);
         const uint8_t *q = payload + 4;
         float32x4_t vmn = vdupq_n_f32(mn), vmx = vdupq_n_f32(mx), vstep = vdupq_n_f32(step);
         size_t j = 0;
-        for (; j + 8 <= k; j += 8) {
-            uint16x8_t q16 = vmovl_u8(vld1_u8(q + j));
-            vst1_u16(dst + i0 + j, neon_dec4(vmovl_u16(vget_low_u16(q16)), vmn, vmx, vstep));
-            vst1_u16(dst + i0 + j + 4, neon_dec4(vmovl_u16(vget_high_u16(q16)), vmn, vmx, vstep));
+        if (top == 15) {
+            for (; j + 16 <= k; j += 16) {
+                const uint8x8_t b = vld1_u8(q + j / 2);
+                const uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(15)), vshr_n_u8(b, 4));
+                neon_dec8(z.val[0], vtop, vmn, vmx, vstep, dst + i0 + j);
+                neon_dec8(z.val[1], vtop, vmn, vmx, vstep, dst + i0 + j + 8);
+            }
+            for (; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 15, (q[j / 2] >> (4 * (j & 1))) & 15u);
+        } else {
+            for (; j + 8 <= k; j += 8) neon_dec8(vld1_u8(q + j), vtop, vmn, vmx, vstep, dst + i0 + j);
+            for (; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 255, q[j]);
         }
-        for (; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 255, q[j]);
-        payload += 4 + k;
+        payload += 4 + (top == 15 ? (k + 1) / 2 : k);
     }
     return g;
 }
@@ -401,8 +422,7 @@ static mz_status fmt_peek(const quant_fmt *f, const uint8_t *src, size_t len, si
  * and a chunk this size would push other data out of L1/L2 anyway. */
 #define Q8_STREAM_MIN_BYTES (256u << 10)
 
-/* The groups decoded by the kernels of isa for top code `top` (q4 has no
- * NEON kernel: the scalar one there). */
+/* The groups decoded by the kernels of isa for top code `top`. */
 static size_t decode_groups(unsigned top, enum q8_isa isa, const uint8_t *payload, size_t n,
                             unsigned group, mz_f16 *dst)
 {
@@ -421,9 +441,7 @@ static size_t decode_groups(unsigned top, enum q8_isa isa, const uint8_t *payloa
                   : mz_q8_decode_groups_avx2(payload, n, group, dst);
 #endif
 #if defined(__ARM_NEON) && defined(__aarch64__)
-    case Q8_NEON:
-        if (!q4) return decode_groups_neon(payload, n, group, dst);
-        break;
+    case Q8_NEON: return decode_groups_neon(top, payload, n, group, dst);
 #endif
     default: break;
     }
