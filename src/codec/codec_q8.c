@@ -169,11 +169,28 @@ static inline bool group_header(const uint8_t *p, float *mn, float *mx)
     return !q8_header_bad(bmn, bmx, *mn, *mx);
 }
 
-/* The scalar decode of q8 (top 255) or q4 (top 15) groups; returns the
- * number of groups decoded before the first bad header. Inlined into each
- * wrapper with top constant. */
-static inline size_t decode_groups_ref(unsigned top, const uint8_t *payload, size_t n, unsigned group,
-                                       mz_f16 *dst)
+/* dec_bits of codes [j0, k) of one group whose codes start at q (q4: two a
+ * byte, low nibble first) into dst[j0..k). */
+static inline void dec_codes(unsigned top, float mn, float mx, float step, const uint8_t *q, size_t j0, size_t k,
+                             mz_f16 *dst)
+{
+    if (top == 15)
+        for (size_t j = j0; j < k; j++) dst[j] = dec_bits(mn, mx, step, 15, (q[j / 2] >> (4 * (j & 1))) & 15u);
+    else
+        for (size_t j = j0; j < k; j++) dst[j] = dec_bits(mn, mx, step, 255, q[j]);
+}
+
+/* A kernel's share of one group: decodes a prefix of its k codes into dst
+ * and returns its length; dec_codes does the rest. */
+typedef size_t (*group_prefix_fn)(unsigned top, const uint8_t *q, size_t k, float mn, float mx, float step,
+                                  mz_f16 *dst);
+
+/* The decode of q8 (top 255) or q4 (top 15) groups, each group's prefix by
+ * `prefix` (NULL: none) and the rest scalar; returns the number of groups
+ * decoded before the first bad header. Inlined into each caller with top
+ * and prefix constant. */
+static inline size_t decode_groups_with(unsigned top, const uint8_t *payload, size_t n, unsigned group,
+                                        mz_f16 *dst, group_prefix_fn prefix)
 {
     size_t g = 0;
     for (size_t i0 = 0; i0 < n; i0 += group, g++) {
@@ -182,14 +199,18 @@ static inline size_t decode_groups_ref(unsigned top, const uint8_t *payload, siz
         if (!group_header(payload, &mn, &mx)) break;
         float step = mz_quant_step(mn, mx, top);
         const uint8_t *q = payload + 4;
-        if (top == 15)
-            for (size_t j = 0; j < k; j++)
-                dst[i0 + j] = dec_bits(mn, mx, step, 15, (q[j / 2] >> (4 * (j & 1))) & 15u);
-        else
-            for (size_t j = 0; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 255, q[j]);
+        const size_t j0 = prefix ? prefix(top, q, k, mn, mx, step, dst + i0) : 0;
+        dec_codes(top, mn, mx, step, q, j0, k, dst + i0);
         payload += 4 + (top == 15 ? (k + 1) / 2 : k);
     }
     return g;
+}
+
+/* The scalar decode of q8 or q4 groups (decode_groups_with, no prefix). */
+static inline size_t decode_groups_ref(unsigned top, const uint8_t *payload, size_t n, unsigned group,
+                                       mz_f16 *dst)
+{
+    return decode_groups_with(top, payload, n, group, dst, NULL);
 }
 
 #if defined(__ARM_NEON) && defined(__aarch64__)
@@ -212,37 +233,32 @@ static inline void neon_dec8(uint8x8_t q, uint32x4_t vtop, float32x4_t vmn, floa
     vst1_u16(dst + 4, neon_dec4(vmovl_u16(vget_high_u16(q16)), vtop, vmn, vmx, vstep));
 }
 
-/* The NEON decode of q8 (top 255: 8 codes a step) or q4 (top 15: 8 bytes
- * unpacked into 16 codes, low nibble first, a step); the rest of a group
- * through dec_bits. Same bits as decode_groups_ref. */
+/* The NEON share of a group: q8 (top 255) 8 codes a step, q4 (top 15) 8
+ * bytes unpacked into 16 codes, low nibble first, a step. */
+static inline size_t neon_group_prefix(unsigned top, const uint8_t *q, size_t k, float mn, float mx, float step,
+                                       mz_f16 *dst)
+{
+    const uint32x4_t vtop = vdupq_n_u32(top);
+    const float32x4_t vmn = vdupq_n_f32(mn), vmx = vdupq_n_f32(mx), vstep = vdupq_n_f32(step);
+    size_t j = 0;
+    if (top == 15) {
+        for (; j + 16 <= k; j += 16) {
+            const uint8x8_t b = vld1_u8(q + j / 2);
+            const uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(15)), vshr_n_u8(b, 4));
+            neon_dec8(z.val[0], vtop, vmn, vmx, vstep, dst + j);
+            neon_dec8(z.val[1], vtop, vmn, vmx, vstep, dst + j + 8);
+        }
+    } else {
+        for (; j + 8 <= k; j += 8) neon_dec8(vld1_u8(q + j), vtop, vmn, vmx, vstep, dst + j);
+    }
+    return j;
+}
+
+/* The NEON decode of q8 or q4 groups: same bits as decode_groups_ref. */
 static inline size_t decode_groups_neon(unsigned top, const uint8_t *payload, size_t n, unsigned group,
                                         mz_f16 *dst)
 {
-    const uint32x4_t vtop = vdupq_n_u32(top);
-    size_t g = 0;
-    for (size_t i0 = 0; i0 < n; i0 += group, g++) {
-        size_t k = MZ_MIN((size_t)group, n - i0);
-        float mn, mx;
-        if (!group_header(payload, &mn, &mx)) break;
-        float step = mz_quant_step(mn, mx, top);
-        const uint8_t *q = payload + 4;
-        float32x4_t vmn = vdupq_n_f32(mn), vmx = vdupq_n_f32(mx), vstep = vdupq_n_f32(step);
-        size_t j = 0;
-        if (top == 15) {
-            for (; j + 16 <= k; j += 16) {
-                const uint8x8_t b = vld1_u8(q + j / 2);
-                const uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(15)), vshr_n_u8(b, 4));
-                neon_dec8(z.val[0], vtop, vmn, vmx, vstep, dst + i0 + j);
-                neon_dec8(z.val[1], vtop, vmn, vmx, vstep, dst + i0 + j + 8);
-            }
-            for (; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 15, (q[j / 2] >> (4 * (j & 1))) & 15u);
-        } else {
-            for (; j + 8 <= k; j += 8) neon_dec8(vld1_u8(q + j), vtop, vmn, vmx, vstep, dst + i0 + j);
-            for (; j < k; j++) dst[i0 + j] = dec_bits(mn, mx, step, 255, q[j]);
-        }
-        payload += 4 + (top == 15 ? (k + 1) / 2 : k);
-    }
-    return g;
+    return decode_groups_with(top, payload, n, group, dst, neon_group_prefix);
 }
 #endif
 
