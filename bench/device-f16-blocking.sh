@@ -25,7 +25,7 @@
 # first is the baseline), THREADS (16), MODELS ("llama3.2-1b:6 qwen3-0.6b:4"),
 # SHAPES, KROUNDS (2), STOP_S (no new round after this many seconds; 520),
 # LLAMA_BENCH (default /tmp/lcb/bin/llama-bench: bench/device-scaling.sh
-# builds it there in the same call; without it the peer lines stay empty),
+# builds it there in the same call; without it the peer lines read "-"),
 # OUT (results: kernels.txt, pp.txt).
 set -uo pipefail
 VARIANTS=${VARIANTS:-"v0=|v1=-DF16GX_MAX_N=1024 -DF16GX_PANEL=512|v2=-DF16GX_MAX_N=1024 -DF16GX_PANEL=1024|v4=-DF16GX_R=6 -DF16GX_T=4|v5=-DF16GX_R=6 -DF16GX_T=4 -DF16GX_MAX_N=1024 -DF16GX_PANEL=1024|v6=-DF16GX_SB_BYTES=524288"}
@@ -83,32 +83,32 @@ done | tee "$OUTD/kernels.txt"
 for cell in $MODELS; do
     m=${cell%%:*} rounds=${cell#*:}
     f=$W/$m-F16.gguf
-    dl_gen_model "$m" F16 "$f" "$OUTD/gen.log" || { echo "gen-model $m failed (see gen.log)"; continue; }
+    dl_gen_model "$m" F16 "$f" "$OUTD/gen.log" || { echo "gen-model $m failed (see gen.log)" >&2; continue; }
     for r in $(seq "$rounds"); do
-        [ "$(dl_elapsed)" -gt "$STOP_S" ] && { echo "stopped at $(dl_elapsed) s"; break 2; }
+        [ "$(dl_elapsed)" -gt "$STOP_S" ] && { echo "stopped at $(dl_elapsed) s" >&2; break 2; }
         for n in "${NAMES[@]}"; do
             pp=$(run_bin "$(bin_of bt "$n")" -m "$f" -t "$THREADS" -p 512 -n 1 -r 1 2>>"$OUTD/errors.log" |
                 awk '/^run=/ { for (i = 1; i <= NF; i++) if ($i ~ /^(pp512|pp_steal_ms)=/) { split($i, a, "="); printf "%s ", a[2] } }')
             echo "$m $r $n ${pp:-- -}"
         done
-        if [ -x "$LB" ]; then
-            pp=$("$LB" -m "$f" -t "$THREADS" -p 512 -n 0 -r 1 -o csv 2>>"$OUTD/errors.log" |
-                python3 -c 'import csv, sys; print(" ".join("%.1f" % float(r["avg_ts"]) for r in csv.DictReader(sys.stdin)))')
-            echo "$m $r llama.cpp ${pp:--} -"
-        fi
+        read -r pp _ <<<"$(dl_llama_bench "$LB" "$f" "$THREADS" 512 0)"
+        echo "$m $r llama.cpp $pp -"
     done
 done | tee "$OUTD/pp.txt"
 
 # min / median / max of pp512 per model and variant, and the ratio of medians to llama-bench's.
-echo
-echo "| model | threads | variant | pp512 min / median / max | runs | x llama.cpp (medians) |"
-echo "|---|---|---|---|---|---|"
-awk -v t="$THREADS" '
-    NF >= 4 && $4 != "-" { k = $1 SUBSEP $3; v[k, ++c[k]] = $4; if (!(k in seen)) { seen[k] = 1; order[++no] = k } }
-    function med(k,   n, i, j, a, x) { n = c[k]; for (i = 1; i <= n; i++) a[i] = v[k, i];
-        for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
-        lo[k] = a[1]; hi[k] = a[n]; return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-    END { for (i = 1; i <= no; i++) { k = order[i]; md[k] = med(k) }
-          for (i = 1; i <= no; i++) { k = order[i]; split(k, p, SUBSEP); peer = p[1] SUBSEP "llama.cpp"
-              printf "| %s | %s | %s | %.1f / %.1f / %.1f | %d | %s |\n", p[1], t, p[2], lo[k], md[k], hi[k], c[k],
-                     (peer in md && p[2] != "llama.cpp") ? sprintf("%.2f", md[k] / md[peer]) : "" } }' "$OUTD/pp.txt"
+python3 - "$THREADS" "$OUTD/pp.txt" <<'PY'
+import statistics, sys
+threads, path = sys.argv[1:]
+runs = {}  # (model, variant) -> pp512 of each run, in the order met
+for line in open(path):
+    f = line.split()
+    if len(f) >= 4 and f[3] != "-":
+        runs.setdefault((f[0], f[2]), []).append(float(f[3]))
+print("\n| model | threads | variant | pp512 min / median / max | runs | x llama.cpp (medians) |")
+print("|---|---|---|---|---|---|")
+for (m, v), xs in runs.items():
+    peer = runs.get((m, "llama.cpp")) if v != "llama.cpp" else None
+    ratio = "%.2f" % (statistics.median(xs) / statistics.median(peer)) if peer else ""
+    print("| %s | %s | %s | %.1f / %.1f / %.1f | %d | %s |" % (m, threads, v, min(xs), statistics.median(xs), max(xs), len(xs), ratio))
+PY

@@ -17,7 +17,10 @@
 #   - dl_head COLUMN...: a markdown table's header and rule;
 #   - dl_row FIELD...: one table row ("| a | b |"; an empty field stays empty);
 #   - dl_ratio A B [FORMAT]: A / B in FORMAT (default %.1fx), "-" when either
-#     is empty or "-".
+#     is empty or "-";
+#   - dl_llama_bench LLAMA_BENCH MODEL THREADS P N: "pp tg", the tok/s of one
+#     llama-bench repetition of pp P and tg N (its own warm-up first); "-"
+#     for a side not run (0) and both when LLAMA_BENCH is not there.
 # Errors of the measured programs go to $OUTD/errors.log where a script
 # redirects them there (DL_ERRORS).
 DL_T0=$(date +%s)
@@ -64,4 +67,16 @@ dl_ratio() {
     else
         echo -
     fi
+}
+
+dl_llama_bench() {
+    [ -x "$1" ] || { echo "- -"; return; }
+    "$1" -m "$2" -t "$3" -p "$4" -n "$5" -r 1 -o csv 2>>"$DL_ERRORS" | python3 -c '
+import csv, sys
+p, n = sys.argv[1:]
+pp = tg = "-"
+for r in csv.DictReader(sys.stdin):
+    if r.get("n_prompt") == p and r.get("n_gen") == "0": pp = "%.1f" % float(r["avg_ts"])
+    if r.get("n_prompt") == "0" and r.get("n_gen") == n: tg = "%.1f" % float(r["avg_ts"])
+print(pp, tg)' "$4" "$5"
 }

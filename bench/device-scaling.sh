@@ -55,16 +55,6 @@ ours1() { # model threads [env...] -> "pp tg isa x8 busy" of one measured run (a
                                 med = a[2] " " b[2] " " c[2] " " d[2] }
              END { if (med != "") print med, (busy != "" ? busy : "-") }'
 }
-peer1() { # model threads -> "pp tg" of one llama-bench repetition (its own warm-up first)
-    [ -x "$LB" ] || { echo "- -"; return; }
-    "$LB" -m "$1" -t "$2" -p 512 -n 128 -r 1 -o csv 2>>"$OUTD/errors.log" | python3 -c '
-import csv, sys
-pp = tg = "-"
-for r in csv.DictReader(sys.stdin):
-    if r.get("n_prompt") == "512" and r.get("n_gen") == "0": pp = "%.1f" % float(r["avg_ts"])
-    if r.get("n_prompt") == "0" and r.get("n_gen") == "128": tg = "%.1f" % float(r["avg_ts"])
-print(pp, tg)'
-}
 steal_ms() { # the machine's steal time so far, all CPUs, ms (/proc/stat); - if unreadable
     awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" && NF >= 9 { printf "%d\n", $9 * 1000 / hz; f = 1 } END { if (!f) print "-" }' /proc/stat 2>/dev/null || echo -
 }
@@ -84,7 +74,7 @@ cell() { # label model threads [env...]
         s0=$(steal_ms)
         read -r opp otg oi ox ob <<<"$(ours1 "$m" "$t" "$@")"
         os=$(steal_since "$s0"); s0=$(steal_ms)
-        read -r lpp ltg <<<"$(peer1 "$m" "$t")"
+        read -r lpp ltg <<<"$(dl_llama_bench "$LB" "$m" "$t" 512 128)"
         ls=$(steal_since "$s0")
         isa=${oi:-$isa} x8=${ox:-$x8}
         echo "$label,$t,$r,${opp:--},${otg:--},$lpp,$ltg,$os,$ls,${ob:--}" >>"$OUTD/runs.csv"
