@@ -67,13 +67,14 @@
  * lanes), else AVX2+F16C (codec_q8_avx2.c), NEON decode on AArch64 (q4's
  * nibbles unpacked 16 at a time, then q8's arithmetic lane for lane),
  * scalar otherwise. q4's x86 decoders compute dec() of the 16 codes once
- * per group with q8's vector arithmetic (L = 15), then unpack 16 bytes into 32 codes and look
- * each value up in that table (vpermw on AVX-512, two pshufb on AVX2); its
- * encoders run q8's code search with L = 15 and pack the codes. The SIMD encoders compute
- * min/max and settle most codes a vector at a time (guess, decode the
- * neighbours exactly as the decoder does, check the bracket); lanes they
- * cannot settle (plateaus where several codes decode to one f16 value) take
- * the scalar search, mz_quant_code_ref. Decode checks each group's min/max
+ * per group with q8's vector arithmetic (L = 15), then unpack 16 bytes into
+ * 32 codes and look each value up in that table (vpermw on AVX-512, two
+ * pshufb on AVX2); its encoders run q8's code search with L = 15 and pack
+ * the codes. The SIMD encoders compute min/max and settle most codes a
+ * vector at a time (guess, decode the neighbours exactly as the decoder
+ * does, check the bracket); lanes they cannot settle (plateaus where
+ * several codes decode to one f16 value) take the scalar search,
+ * mz_quant_code_ref. Decode checks each group's min/max
  * as it reaches it (peek checks them all up front). Every kernel gives the
  * same bytes (tests/unit/test_codec.c).
  *
